@@ -1,0 +1,12 @@
+"""Antre: a reliable at-least-once job queue for Python on Redis."""
+
+from .app import Antre, HandlerSpec
+from .context import JobContext
+from .errors import InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited, Retryable
+from .locks import LockBusy
+from .queue import JobSpec, Queue
+from .retry import RetryPolicy
+
+__all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
+           "Permanent", "RateLimited", "Retryable", "LockBusy", "JobSpec", "Queue", "RetryPolicy"]
+__version__ = "0.1.0"

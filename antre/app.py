@@ -1,0 +1,151 @@
+"""``Antre``: the application object producers and workers share (handlers, connections)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import redis
+
+from .clock import Clock, system_ms
+from .envelope import DEFAULT_MAX_PAYLOAD_BYTES
+from .errors import InvalidJob
+from .keys import valid_name
+from .locks import Lock, Locks, held_lock
+from .queue import JobSpec, Queue
+from .retry import RetryPolicy
+from .scripts import Scripts
+
+Handler = Callable[[Any, Any], Any]
+
+
+@dataclass
+class HandlerSpec:
+    name: str
+    fn: Handler
+    queue: str = "default"
+    max_attempts: int = 5
+    timeout_s: float = 30.0
+    visibility_timeout_s: float = 30.0
+    max_deliveries: int = 10
+    max_runtime_s: float = 3600.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    idempotent: bool = True
+    lock_ttl_s: float = 30.0
+    downstream: str | None = None
+
+    def defaults(self) -> dict[str, Any]:
+        return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
+                "visibility_timeout_s": self.visibility_timeout_s,
+                "max_deliveries": self.max_deliveries}
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+class Antre:
+    """Configured from keyword arguments, else ``ANTRE_REDIS_URL`` / ``ANTRE_DATABASE_URL``.
+
+    Connections are made lazily, so importing a module that builds an ``Antre`` connects to
+    nothing.
+    """
+
+    def __init__(self, redis_url: str | None = None, database_url: str | None = None, *,
+                 default_queue: str = "default", clock: Clock = system_ms,
+                 max_payload_bytes: int | None = None,
+                 redis_client: "redis.Redis | None" = None) -> None:
+        self.redis_url = redis_url or os.environ.get("ANTRE_REDIS_URL") or "redis://127.0.0.1:6379/0"
+        self.database_url = database_url or os.environ.get("ANTRE_DATABASE_URL") or None
+        self.default_queue = default_queue
+        self.clock = clock
+        self.max_payload_bytes = max_payload_bytes or _env_int(
+            "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
+        self.handlers: dict[str, HandlerSpec] = {}
+        self._redis = redis_client
+        self._scripts: Scripts | None = None
+        self._queues: dict[str, Queue] = {}
+        self._sql: Any = None
+
+    # -- connections -------------------------------------------------------------------------
+    @property
+    def redis(self) -> "redis.Redis":
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(
+                self.redis_url, decode_responses=True, socket_timeout=10,
+                socket_connect_timeout=5, health_check_interval=30)
+        return self._redis
+
+    @property
+    def scripts(self) -> Scripts:
+        if self._scripts is None:
+            self._scripts = Scripts(self.redis)
+        return self._scripts
+
+    def queue(self, name: str | None = None) -> Queue:
+        name = name or self.default_queue
+        if name not in self._queues:
+            self._queues[name] = Queue(self.redis, name, clock=self.clock,
+                                       max_payload_bytes=self.max_payload_bytes,
+                                       scripts=self.scripts)
+        return self._queues[name]
+
+    @property
+    def locks(self) -> Locks:
+        return Locks(self.redis, clock=self.clock, scripts=self.scripts)
+
+    # -- handlers ----------------------------------------------------------------------------
+    def handler(self, name: str, **options: Any) -> Callable[[Handler], Handler]:
+        """Register ``fn(ctx, payload)`` for job type ``name``. Options: queue, max_attempts,
+        timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
+        idempotent (False warns on replay), lock_ttl_s, downstream."""
+        if not valid_name(name):
+            raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+
+        def register(fn: Handler) -> Handler:
+            self.handlers[name] = HandlerSpec(name=name, fn=fn, **options)
+            return fn
+        return register
+
+    def queues(self) -> list[str]:
+        """Queues that handlers are registered for (the worker's default)."""
+        return sorted({spec.queue for spec in self.handlers.values()} or {self.default_queue})
+
+    # -- producing ---------------------------------------------------------------------------
+    def spec(self, job_type: str, payload: Any, *, idempotency_key: str,
+             lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> JobSpec:
+        handler = self.handlers.get(job_type)
+        merged = {**(handler.defaults() if handler else {}), **options}
+        merged.pop("queue", None)
+        return JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **merged)
+
+    def queue_for(self, job_type: str, queue: str | None) -> Queue:
+        handler = self.handlers.get(job_type)
+        return self.queue(queue or (handler.queue if handler else None))
+
+    def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
+                lock_key: str | None = None, delay_s: float = 0.0, queue: str | None = None,
+                session: Any = None, **options: Any) -> str:
+        """Enqueue one job; returns its id. With ``session=`` (a SQLAlchemy session) the job is
+        written to the outbox in the caller's transaction and pushed to Redis by the relay."""
+        q = self.queue_for(job_type, queue)
+        spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
+                         delay_s=delay_s, **options)
+        if session is not None:
+            return self.outbox_add(session, q, spec)
+        return q.enqueue_many([spec])[0]
+
+    def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
+        """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips."""
+        return self.queue(queue).enqueue_many(jobs)
+
+    def outbox_add(self, session: Any, q: Queue, spec: JobSpec) -> str:
+        raise NotImplementedError  # replaced below once the SQL layer is wired
+
+    @contextlib.contextmanager
+    def lock(self, key: str, ttl_ms: int = 30_000, owner: str = "") -> Iterator[Lock]:
+        """Hold the business lock ``key`` (renewed while the block runs); raises ``LockBusy``."""
+        yield from held_lock(self.locks, key, ttl_ms, owner)

@@ -1,0 +1,52 @@
+"""What a handler receives as ``ctx``. The worker fills in the callables; handlers only read."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .envelope import Job
+from .errors import JobTimeout
+
+
+@dataclass
+class JobContext:
+    """``ctx`` of a handler.
+
+    ``job``: the envelope. ``db``: a SQLAlchemy session committed together with the idempotency
+    record (``None`` without a database). ``fence``: the fencing token of the job's business
+    lock when it has a ``lock_key``, else the lease epoch. ``cancelled``: set when the soft
+    timeout passed or the worker is shutting down; long handlers should look at it or call
+    ``checkpoint()``.
+    """
+
+    job: Job
+    worker_id: str
+    db: Any = None
+    fence: int = 0
+    lock: Any = None
+    last_checkpoint: Any = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _extend: Callable[[float], int] | None = None
+    _checkpoint: Callable[[Any], None] | None = None
+
+    @property
+    def attempt(self) -> int:
+        """1-based number of this attempt."""
+        return self.job.attempt + 1
+
+    def extend_lease(self, seconds: float) -> int:
+        """Push the lease deadline to now + ``seconds``; returns the new deadline (ms).
+        Raises ``LeaseLost`` when the lease is no longer ours."""
+        if self._extend is None:
+            raise RuntimeError("extend_lease is only available inside a worker")
+        return self._extend(seconds)
+
+    def checkpoint(self, state: Any = None) -> None:
+        """Persist progress (when ``state`` is given) and raise ``JobTimeout`` if cancelled."""
+        if state is not None and self._checkpoint is not None:
+            self._checkpoint(state)
+            self.last_checkpoint = state
+        if self.cancelled.is_set():
+            raise JobTimeout("cancelled at checkpoint (soft timeout or shutdown)")

@@ -1,0 +1,182 @@
+"""The job envelope and its codec to and from a Redis hash. Pure: no I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import InvalidJob
+from .keys import valid_name
+
+DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
+
+STATES = ("ready", "scheduled", "inflight", "done", "dead")
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def new_traceparent() -> str:
+    """A W3C traceparent for a job enqueued outside any trace."""
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+
+
+def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    try:
+        text = json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(
+            f"payload is not JSON-serialisable ({exc}); pass dicts, lists, strings, numbers, "
+            "booleans and None, and convert dates, decimals and objects first"
+        ) from None
+    size = len(text.encode())
+    if size > max_bytes:
+        raise InvalidJob(
+            f"payload is {size} bytes, over the limit of {max_bytes} bytes; store large data "
+            "elsewhere and enqueue a reference, or raise ANTRE_MAX_PAYLOAD_BYTES"
+        )
+    return text
+
+
+@dataclass
+class Job:
+    """One job as stored in Redis. Times are epoch milliseconds."""
+
+    id: str
+    type: str
+    queue: str
+    idempotency_key: str
+    payload: Any
+    attempt: int = 0
+    max_attempts: int = 5
+    visible_at: int = 0
+    created_at: int = 0
+    trace_id: str = ""
+    lock_key: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 30.0
+    visibility_timeout_ms: int = 30_000
+    epoch: int = 0
+    deliveries: int = 0
+    max_deliveries: int = 10
+    state: str = "ready"
+    deadline: int = 0
+    reserved_at: int = 0
+    worker_id: str = ""
+    last_error: str = ""
+    error_kind: str = ""
+    traceback: str = ""
+    first_failed_at: int = 0
+    last_failed_at: int = 0
+    reason: str = ""
+    finished_at: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    result: Any = None
+    payload_error: str = ""  # set when the stored payload could not be decoded
+
+    @property
+    def lease(self) -> tuple[str, int]:
+        return (self.id, self.epoch)
+
+
+def to_fields(job: Job, payload_text: str) -> dict[str, str]:
+    """The hash fields written when a job is enqueued."""
+    return {
+        "id": job.id,
+        "type": job.type,
+        "queue": job.queue,
+        "idem_key": job.idempotency_key,
+        "payload": payload_text,
+        "attempt": str(job.attempt),
+        "max_attempts": str(job.max_attempts),
+        "visible_at": str(job.visible_at),
+        "created_at": str(job.created_at),
+        "trace_id": job.trace_id,
+        "lock_key": job.lock_key,
+        "headers": json.dumps(job.headers, separators=(",", ":")),
+        "timeout_s": repr(float(job.timeout_s)),
+        "vt_ms": str(job.visibility_timeout_ms),
+        "epoch": str(job.epoch),
+        "deliveries": str(job.deliveries),
+        "max_deliveries": str(job.max_deliveries),
+    }
+
+
+def _int(fields: Mapping[str, str], name: str, default: int = 0) -> int:
+    try:
+        return int(float(fields.get(name) or default))
+    except ValueError:
+        return default
+
+
+def _json(text: str | None, default: Any) -> tuple[Any, str]:
+    if text is None or text == "":
+        return default, ""
+    try:
+        return json.loads(text), ""
+    except ValueError as exc:
+        return default, f"cannot decode JSON: {exc}"
+
+
+def from_fields(fields: Mapping[str, str]) -> Job:
+    """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
+    reported in ``payload_error`` so the worker can bury the job with that reason."""
+    payload, payload_error = _json(fields.get("payload"), None)
+    headers, _ = _json(fields.get("headers"), {})
+    errors, _ = _json(fields.get("errors"), [])
+    result, _ = _json(fields.get("result"), None)
+    try:
+        timeout_s = float(fields.get("timeout_s") or 30.0)
+    except ValueError:
+        timeout_s = 30.0
+    return Job(
+        id=fields.get("id", ""),
+        type=fields.get("type", ""),
+        queue=fields.get("queue", ""),
+        idempotency_key=fields.get("idem_key", ""),
+        payload=payload,
+        attempt=_int(fields, "attempt"),
+        max_attempts=_int(fields, "max_attempts", 5),
+        visible_at=_int(fields, "visible_at"),
+        created_at=_int(fields, "created_at"),
+        trace_id=fields.get("trace_id", ""),
+        lock_key=fields.get("lock_key", ""),
+        headers=headers if isinstance(headers, dict) else {},
+        timeout_s=timeout_s,
+        visibility_timeout_ms=_int(fields, "vt_ms", 30_000),
+        epoch=_int(fields, "epoch"),
+        deliveries=_int(fields, "deliveries"),
+        max_deliveries=_int(fields, "max_deliveries", 10),
+        state=fields.get("state", "ready"),
+        deadline=_int(fields, "deadline"),
+        reserved_at=_int(fields, "reserved_at"),
+        worker_id=fields.get("worker_id", ""),
+        last_error=fields.get("last_error", ""),
+        error_kind=fields.get("error_kind", ""),
+        traceback=fields.get("traceback", ""),
+        first_failed_at=_int(fields, "first_failed_at"),
+        last_failed_at=_int(fields, "last_failed_at"),
+        reason=fields.get("reason", ""),
+        finished_at=_int(fields, "finished_at"),
+        errors=errors if isinstance(errors, list) else [],
+        result=result,
+        payload_error=payload_error,
+    )
+
+
+def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str | None) -> None:
+    if not valid_name(queue):
+        raise InvalidJob(f"bad queue name {queue!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+    if not valid_name(job_type):
+        raise InvalidJob(f"bad job type {job_type!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+    if not idempotency_key or len(idempotency_key) > 500:
+        raise InvalidJob(
+            "idempotency_key must name the business operation (1-500 characters), "
+            "e.g. 'email:welcome:42'; it must not be the job id"
+        )
+    if lock_key is not None and (not lock_key or len(lock_key) > 200 or "{" in lock_key or "}" in lock_key):
+        raise InvalidJob(f"bad lock_key {lock_key!r}: 1-200 characters, no braces")

@@ -1,0 +1,486 @@
+"""The idempotency store: effects at most once per idempotency key.
+
+One row per business operation (``antre_idempotency``, keyed by the idempotency key) moves
+through ``processing`` -> ``completed`` (with the handler's result) or ``failed`` (permanently).
+A worker calls :meth:`IdempotencyStore.begin` before running a handler and acts on the outcome:
+
+============== =================================================================================
+``acquired``   run the handler. (Also returned when the row was released by a non-permanent
+               :meth:`~IdempotencyStore.fail`, or when the same delivery re-enters.)
+``taken_over`` run the handler; a previous owner stopped without finishing (its lease expired,
+               or this job was redelivered with a newer lease epoch). Worth a log line: the
+               earlier attempt may have had non-SQL side effects.
+``completed``   skip the handler, ack, count an idempotency hit, hand back ``record.result``.
+``busy``       another live delivery owns the key: reschedule shortly, no attempt spent. Also
+               returned to a *stale* delivery of the same job (a newer epoch owns the row); its
+               Redis ack/retry will then fail with ``LeaseLost`` anyway.
+``failed``     failed permanently earlier: dead-letter; it stays failed until :meth:`reset`.
+``mismatch``   same key, different fingerprint: permanent error
+               ("idempotency key reused with a different payload").
+============== =================================================================================
+
+Fencing: ``fence`` is the owner's lease epoch. Epochs are per job, so two *different* jobs with the
+same idempotency key may both hold epoch 1; the store therefore compares fences only between
+deliveries of the same ``job_id``, and every compare-and-set matches the exact owner state it read
+(fence, job id and lease deadline). :meth:`complete` and :meth:`fail` are fenced on
+``(key, fence)`` plus, when given, ``job_id`` - pass it.
+
+Retention trade-off (``retention_s``, default 30 days): a record is deleted by :meth:`prune` once
+its ``expires_at`` passes; ``expires_at`` is set to creation time + retention and pushed to
+completion time + retention when the record completes or fails. Once a record is gone, the same
+key is a brand-new operation: a duplicate delivery, a late retry or a DLQ replay arriving after
+that would run the effect again. So the retention must exceed the longest retry horizon (sum of
+all backoffs up to ``max_attempts``) plus the DLQ retention plus any producer-side resend window.
+Longer retention costs only table rows (one small row per operation; the ``expires_at`` index keeps
+pruning cheap). Shorter retention saves space but re-opens the duplicate window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from .clock import system_ms
+from .errors import InvalidJob, LeaseLost, Permanent
+from .sql import IdempotencyRecord, ms_to_datetime
+
+__all__ = [
+    "fingerprint",
+    "Record",
+    "Begin",
+    "IdempotencyStore",
+    "CompletedCache",
+    "ACQUIRED",
+    "TAKEN_OVER",
+    "COMPLETED",
+    "BUSY",
+    "FAILED",
+    "MISMATCH",
+    "DEFAULT_RETENTION_S",
+    "MAX_KEY_LENGTH",
+]
+
+ACQUIRED = "acquired"
+TAKEN_OVER = "taken_over"
+COMPLETED = "completed"
+BUSY = "busy"
+FAILED = "failed"
+MISMATCH = "mismatch"
+
+DEFAULT_RETENTION_S = 30 * 24 * 3600
+MAX_KEY_LENGTH = 500
+
+_T = IdempotencyRecord.__table__
+_C = _T.c
+
+
+def fingerprint(job_type: str, payload: Any) -> str:
+    """sha256 hex of the job type and the canonical JSON of the payload (pure).
+
+    Canonical: keys sorted, no whitespace, UTF-8. ``1`` and ``1.0`` are different payloads;
+    a payload that is not JSON raises ``TypeError``.
+    """
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    h = hashlib.sha256()
+    h.update(job_type.encode("utf-8"))
+    h.update(b"\x00")
+    h.update(body.encode("utf-8"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Record:
+    """A plain snapshot of one idempotency row (never an ORM object)."""
+
+    key: str
+    status: str
+    fingerprint: str
+    job_type: str
+    job_id: str
+    result: Any
+    last_error: str | None
+    fence: int
+    lock_fence: int | None
+    owner: str | None
+    lease_deadline_ms: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Record":
+        m = row._mapping
+        return cls(**{name: m[_C[name]] for name in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        for k in ("created_at", "updated_at", "expires_at"):
+            d[k] = d[k].isoformat()
+        return d
+
+
+@dataclass(frozen=True)
+class Begin:
+    """What :meth:`IdempotencyStore.begin` decided; ``record`` is the row as it was then."""
+
+    outcome: str
+    record: Record | None
+    cached: bool = False
+
+    @property
+    def should_run(self) -> bool:
+        """True when the caller now owns the key and must run the handler."""
+        return self.outcome in (ACQUIRED, TAKEN_OVER)
+
+
+class CompletedCache:
+    """In-process TTL + LRU cache of completed keys -> :class:`Record`; an accelerator only.
+
+    Never the source of truth: only ``completed`` records (which never change back on their own)
+    are cached, for at most ``ttl_ms``. A ``reset(key, force=True)`` in *another* process is not
+    seen here until the entry expires - keep the TTL short.
+    """
+
+    def __init__(self, ttl_ms: int = 60_000, max_entries: int = 10_000, clock: Callable[[], int] = system_ms) -> None:
+        self.ttl_ms = int(ttl_ms)
+        self.max_entries = int(max_entries)
+        self.clock = clock
+        self._data: OrderedDict[str, tuple[int, Record]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> Record | None:
+        now = self.clock()
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            expires, rec = item
+            if expires <= now:
+                del self._data[key]
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return rec
+
+    def put(self, record: Record) -> None:
+        if record.status != COMPLETED:
+            return
+        with self._lock:
+            self._data[record.key] = (self.clock() + self.ttl_ms, record)
+            self._data.move_to_end(record.key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+    def invalidate(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class IdempotencyStore:
+    """The idempotency records in SQL (SQLite or PostgreSQL). Thread-safe; one per process is enough.
+
+    ``clock`` returns epoch milliseconds (inject ``ManualClock`` in tests). ``cache`` is an
+    optional :class:`CompletedCache` consulted by :meth:`begin` before the database.
+    """
+
+    def __init__(
+        self,
+        session_factory: sessionmaker,
+        clock: Callable[[], int] = system_ms,
+        retention_s: float = DEFAULT_RETENTION_S,
+        *,
+        cache: CompletedCache | None = None,
+        max_rounds: int = 8,
+    ) -> None:
+        self._sf = session_factory
+        self.clock = clock
+        self.retention_ms = int(retention_s * 1000)
+        self.cache = cache
+        self.max_rounds = max_rounds
+        self._dialect: str | None = None
+
+    fingerprint = staticmethod(fingerprint)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _dialect_name(self, s: Session) -> str:
+        if self._dialect is None:
+            self._dialect = s.get_bind().dialect.name
+        return self._dialect
+
+    def _insert(self, s: Session):
+        name = self._dialect_name(s)
+        if name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:  # pragma: no cover - only SQLite and PostgreSQL are supported
+            raise NotImplementedError(f"idempotency store does not support the {name!r} dialect")
+        return insert(_T)
+
+    @staticmethod
+    def _check_key(key: str) -> None:
+        if not isinstance(key, str) or not key:
+            raise InvalidJob("idempotency key must be a non-empty string")
+        if len(key) > MAX_KEY_LENGTH:
+            raise InvalidJob(f"idempotency key is longer than {MAX_KEY_LENGTH} characters")
+
+    def _read(self, key: str) -> Record | None:
+        with self._sf() as s:
+            row = s.execute(select(_T).where(_C.key == key)).first()
+            return Record.from_row(row) if row is not None else None
+
+    def _cas(self, cur: Record, values: dict[str, Any]) -> Record | None:
+        """Update the row only if it is still exactly the owner state ``cur`` we decided on."""
+        stmt = (
+            update(_T)
+            .where(
+                _C.key == cur.key,
+                _C.status == "processing",
+                _C.fence == cur.fence,
+                _C.job_id == cur.job_id,
+                _C.lease_deadline_ms == cur.lease_deadline_ms,
+            )
+            .values(**values)
+            .returning(*_T.c)
+        )
+        with self._sf() as s, s.begin():
+            row = s.execute(stmt).first()
+        return Record.from_row(row) if row is not None else None
+
+    # ------------------------------------------------------------------ the flow
+
+    def begin(
+        self,
+        key: str,
+        fingerprint: str,
+        job_type: str,
+        job_id: str,
+        fence: int,
+        owner: str | None,
+        lease_deadline_ms: int,
+        lock_fence: int | None = None,
+    ) -> Begin:
+        """Claim ``key`` for this delivery, or say why not (see the module docstring).
+
+        Insert-if-absent is one ``INSERT ... ON CONFLICT DO NOTHING ... RETURNING``; take-overs are
+        compare-and-sets on the exact owner state read. Races are re-read and decided again, at
+        most ``max_rounds`` times; if still undecided the answer is ``busy`` (retry shortly).
+        """
+        self._check_key(key)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                return Begin(COMPLETED if hit.fingerprint == fingerprint else MISMATCH, hit, cached=True)
+
+        fence = int(fence)
+        lease_deadline_ms = int(lease_deadline_ms)
+        cur: Record | None = None
+        for _ in range(self.max_rounds):
+            now = self.clock()
+            now_dt = ms_to_datetime(now)
+            with self._sf() as s, s.begin():
+                stmt = (
+                    self._insert(s)
+                    .values(
+                        key=key,
+                        status="processing",
+                        fingerprint=fingerprint,
+                        job_type=job_type,
+                        job_id=job_id,
+                        result=None,
+                        last_error=None,
+                        fence=fence,
+                        lock_fence=lock_fence,
+                        owner=owner,
+                        lease_deadline_ms=lease_deadline_ms,
+                        created_at=now_dt,
+                        updated_at=now_dt,
+                        expires_at=ms_to_datetime(now + self.retention_ms),
+                    )
+                    .on_conflict_do_nothing(index_elements=[_C.key])
+                    .returning(*_T.c)
+                )
+                row = s.execute(stmt).first()
+            if row is not None:
+                return Begin(ACQUIRED, Record.from_row(row))
+
+            cur = self._read(key)
+            if cur is None:
+                continue  # deleted (reset/prune) between our insert and read: try again
+            if cur.fingerprint != fingerprint:
+                return Begin(MISMATCH, cur)
+            if cur.status == COMPLETED:
+                if self.cache is not None:
+                    self.cache.put(cur)
+                return Begin(COMPLETED, cur)
+            if cur.status == FAILED:
+                return Begin(FAILED, cur)
+
+            # processing
+            claim = {
+                "fence": fence,
+                "job_id": job_id,
+                "job_type": job_type,
+                "owner": owner,
+                "lease_deadline_ms": lease_deadline_ms,
+                "lock_fence": lock_fence,
+                "updated_at": now_dt,
+            }
+            same_job = cur.job_id == job_id
+            if same_job and cur.fence == fence:
+                # The same delivery re-entering (e.g. after a crash inside begin): refresh it.
+                new = self._cas(cur, claim)
+                if new is not None:
+                    return Begin(ACQUIRED, new)
+                continue
+            if same_job and cur.fence > fence:
+                return Begin(BUSY, cur)  # we are a stale delivery of this job
+            released = cur.lease_deadline_ms == 0
+            if (same_job and cur.fence < fence) or cur.lease_deadline_ms <= now:
+                new = self._cas(cur, claim)
+                if new is not None:
+                    return Begin(ACQUIRED if released else TAKEN_OVER, new)
+                continue
+            return Begin(BUSY, cur)
+        return Begin(BUSY, cur)
+
+    def complete(self, session: Session, key: str, fence: int, result: Any, *, job_id: str | None = None) -> None:
+        """Mark ``key`` completed with ``result``, in the caller's session; does not commit.
+
+        ``UPDATE ... SET status='completed' WHERE key=:k AND fence=:f AND status='processing'``
+        (and ``job_id`` when given). Zero rows -> :class:`LeaseLost`: the caller must roll back,
+        which also undoes its own writes made in the same transaction. The caller commits, so the
+        handler's writes and the completion are one transaction.
+        """
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise Permanent(f"handler result is not JSON-serialisable: {e}") from e
+        now = self.clock()
+        conds = [_C.key == key, _C.fence == int(fence), _C.status == "processing"]
+        if job_id is not None:
+            conds.append(_C.job_id == job_id)
+        stmt = (
+            update(_T)
+            .where(*conds)
+            .values(
+                status="completed",
+                result=result,
+                updated_at=ms_to_datetime(now),
+                expires_at=ms_to_datetime(now + self.retention_ms),
+            )
+            .returning(_C.key)
+        )
+        if session.execute(stmt).first() is None:
+            raise LeaseLost(f"idempotency record {key!r} is no longer owned by fence {fence}")
+
+    def fail(self, key: str, fence: int, error: str, permanent: bool, *, job_id: str | None = None) -> bool:
+        """Record a failure of the owning delivery; returns False if ``fence`` no longer owns it.
+
+        ``permanent=True``: status ``failed`` (the key stays failed until :meth:`reset`).
+        ``permanent=False``: the row is *released* - it stays ``processing`` with
+        ``lease_deadline_ms=0`` and no owner, keeping ``created_at`` and ``last_error`` - so the
+        next delivery (a retry) claims it at once and gets ``acquired`` (not ``taken_over``).
+        """
+        now = self.clock()
+        conds = [_C.key == key, _C.fence == int(fence), _C.status == "processing"]
+        if job_id is not None:
+            conds.append(_C.job_id == job_id)
+        values: dict[str, Any] = {"last_error": error, "updated_at": ms_to_datetime(now)}
+        if permanent:
+            values.update(status="failed", expires_at=ms_to_datetime(now + self.retention_ms))
+        else:
+            values.update(lease_deadline_ms=0, owner=None)
+        with self._sf() as s, s.begin():
+            row = s.execute(update(_T).where(*conds).values(**values).returning(_C.key)).first()
+        return row is not None
+
+    def extend_lease(self, key: str, fence: int, lease_deadline_ms: int, *, job_id: str | None = None) -> bool:
+        """Move the owner's lease deadline (call when the Redis lease is extended); fenced."""
+        conds = [_C.key == key, _C.fence == int(fence), _C.status == "processing"]
+        if job_id is not None:
+            conds.append(_C.job_id == job_id)
+        with self._sf() as s, s.begin():
+            row = s.execute(
+                update(_T)
+                .where(*conds)
+                .values(lease_deadline_ms=int(lease_deadline_ms), updated_at=ms_to_datetime(self.clock()))
+                .returning(_C.key)
+            ).first()
+        return row is not None
+
+    def reset(self, key: str, *, force: bool = False) -> bool:
+        """Forget a ``failed`` key on purpose (DLQ replay), so the next delivery runs again.
+
+        ``force=True`` forgets the key whatever its status - including ``completed``, which lets
+        the effect run again; only for an operator who means it. Returns whether a row went.
+        """
+        stmt = delete(_T).where(_C.key == key)
+        if not force:
+            stmt = stmt.where(_C.status == "failed")
+        with self._sf() as s, s.begin():
+            row = s.execute(stmt.returning(_C.key)).first()
+        if self.cache is not None:
+            self.cache.invalidate(key)
+        return row is not None
+
+    def lookup(self, key: str) -> Record | None:
+        """The record for ``key`` as stored now (from the database, never the cache)."""
+        return self._read(key)
+
+    def lookup_many(self, keys: Iterable[str]) -> dict[str, Record]:
+        keys = list(keys)
+        if not keys:
+            return {}
+        with self._sf() as s:
+            rows = s.execute(select(_T).where(_C.key.in_(keys))).all()
+        return {r.key: r for r in (Record.from_row(row) for row in rows)}
+
+    def prune(self, now_ms: int | None = None, *, batch: int = 5000) -> int:
+        """Delete records whose ``expires_at`` is before ``now_ms`` (default: the clock); returns
+        how many. Works in batches so a large backlog never holds one huge transaction."""
+        cutoff = ms_to_datetime(self.clock() if now_ms is None else int(now_ms))
+        total = 0
+        while True:
+            with self._sf() as s, s.begin():
+                keys = s.execute(
+                    select(_C.key).where(_C.expires_at < cutoff).order_by(_C.expires_at).limit(batch)
+                ).scalars().all()
+                if not keys:
+                    break
+                s.execute(delete(_T).where(_C.key.in_(keys), _C.expires_at < cutoff))
+            total += len(keys)
+            if self.cache is not None:
+                for k in keys:
+                    self.cache.invalidate(k)
+            if len(keys) < batch:
+                break
+        return total
+
+    def counts(self) -> dict[str, int]:
+        """``{'processing': n, 'completed': n, 'failed': n}`` (for the dashboard)."""
+        out = {"processing": 0, "completed": 0, "failed": 0}
+        with self._sf() as s:
+            for status, n in s.execute(select(_C.status, func.count()).group_by(_C.status)):
+                out[status] = int(n)
+        return out

@@ -1,0 +1,153 @@
+"""Every Redis key Antre uses is spelled here and nowhere else.
+
+All keys of one queue share the hash tag ``{queue}`` so that every Lua script touching a queue
+runs on one Redis Cluster slot. Keys that are not per queue (worker registry, locks, the queue
+index) carry their own hash tag.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "antre"
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+
+
+def valid_name(name: str) -> bool:
+    """Queue names, job types and worker ids: printable, no braces, at most 100 characters."""
+    return bool(_NAME_RE.match(name))
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue. ``job_prefix`` + job id is a job's hash."""
+
+    queue: str
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{{self.queue}}}"
+
+    @property
+    def job_prefix(self) -> str:
+        return f"{self.tag}:job:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.job_prefix}{job_id}"
+
+    @property
+    def ready(self) -> str:  # LIST, LPUSH newest, RPOP oldest
+        return f"{self.tag}:ready"
+
+    @property
+    def scheduled(self) -> str:  # ZSET score = visible_at ms
+        return f"{self.tag}:scheduled"
+
+    @property
+    def inflight(self) -> str:  # ZSET score = lease deadline ms
+        return f"{self.tag}:inflight"
+
+    @property
+    def dead(self) -> str:  # ZSET score = died_at ms
+        return f"{self.tag}:dead"
+
+    @property
+    def dead_type_prefix(self) -> str:  # ZSET per job type, score = died_at ms
+        return f"{self.tag}:dead:type:"
+
+    def dead_by_type(self, job_type: str) -> str:
+        return f"{self.dead_type_prefix}{job_type}"
+
+    @property
+    def dead_group_prefix(self) -> str:  # ZSET per error group, score = died_at ms
+        return f"{self.tag}:dead:group:"
+
+    def dead_by_group(self, group: str) -> str:
+        return f"{self.dead_group_prefix}{group}"
+
+    @property
+    def error_groups(self) -> str:  # HASH group -> JSON {signature, count, first, last, sample}
+        return f"{self.tag}:errgroups"
+
+    @property
+    def done(self) -> str:  # ZSET score = finished ms (kept a while for the UI)
+        return f"{self.tag}:done"
+
+    @property
+    def stats(self) -> str:  # HASH of counters
+        return f"{self.tag}:stats"
+
+    @property
+    def types(self) -> str:  # SET of job types seen in this queue
+        return f"{self.tag}:types"
+
+    @property
+    def samples(self) -> str:  # ZSET score = sampled-at ms, member = JSON sample
+        return f"{self.tag}:samples"
+
+    @property
+    def replays(self) -> str:  # HASH task id -> JSON bulk-replay task state
+        return f"{self.tag}:replays"
+
+
+def queues_index() -> str:
+    """SET of queue names that ever had a job."""
+    return f"{PREFIX}:queues"
+
+
+def workers_index() -> str:
+    """ZSET worker id -> last heartbeat ms."""
+    return f"{PREFIX}:{{workers}}:index"
+
+
+def worker(worker_id: str) -> str:
+    """HASH of one worker's heartbeat record."""
+    return f"{PREFIX}:{{workers}}:w:{worker_id}"
+
+
+def lock(key: str) -> str:
+    """STRING holding the token of the lock on a business key."""
+    return f"{PREFIX}:lock:{{{key}}}"
+
+
+def lock_fence(key: str) -> str:
+    """STRING counter: the fencing token of the last acquire of ``key``."""
+    return f"{PREFIX}:lock:{{{key}}}:fence"
+
+
+def locks_held() -> str:
+    """ZSET business key -> lock expiry ms (index for the Locks page; pruned on read)."""
+    return f"{PREFIX}:{{locks}}:held"
+
+
+def lock_conflicts() -> str:
+    """ZSET business key -> conflicts counted."""
+    return f"{PREFIX}:{{locks}}:conflicts"
+
+
+def lock_conflict_times() -> str:
+    """ZSET ``<ms>:<key>:<n>`` -> ms, conflicts in the last hour, for the per-minute rate."""
+    return f"{PREFIX}:{{locks}}:conflict_times"
+
+
+def maintenance_lock(name: str) -> str:
+    """STRING token: one sweeper/promoter pass cluster-wide per tick."""
+    return f"{PREFIX}:{{maint}}:{name}"
+
+
+def alerts() -> str:
+    """HASH rule -> JSON state of alerts."""
+    return f"{PREFIX}:{{alerts}}:state"
+
+
+def rate_bucket(name: str) -> str:
+    return f"{PREFIX}:rl:{{{name}}}"
+
+
+def semaphore(name: str) -> str:
+    return f"{PREFIX}:sem:{{{name}}}"
+
+
+def breaker(name: str) -> str:
+    return f"{PREFIX}:cb:{{{name}}}"

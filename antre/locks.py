@@ -1,0 +1,152 @@
+"""Locks on business keys: owned (random token) and fenced (a per-key counter bumped on every
+acquire). Release is compare-and-delete and renewal compare-and-expire, both Lua."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+import redis
+
+from . import keys
+from .clock import Clock, system_ms
+from .errors import AntreError
+from .scripts import Scripts
+
+
+class LockBusy(AntreError):
+    """Somebody else holds the lock."""
+
+    def __init__(self, key: str, holder: str, ttl_ms: int) -> None:
+        super().__init__(f"lock {key!r} is held by {holder or '?'} for another {ttl_ms} ms")
+        self.key, self.holder, self.ttl_ms = key, holder, ttl_ms
+
+
+@dataclass
+class Lock:
+    key: str
+    token: str
+    fence: int
+    ttl_ms: int
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    key: str
+    holder: str
+    ttl_ms: int
+    fence: int
+
+
+class Locks:
+    def __init__(self, client: "redis.Redis", *, clock: Clock = system_ms,
+                 scripts: Scripts | None = None) -> None:
+        self.redis = client
+        self.clock = clock
+        self.scripts = scripts or Scripts(client)
+
+    def acquire(self, key: str, ttl_ms: int, owner: str = "") -> Lock:
+        """Take the lock or raise ``LockBusy`` (and count a conflict on ``key``)."""
+        token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
+        reply = self.scripts.lock_acquire(keys=[keys.lock(key), keys.lock_fence(key)],
+                                          args=[token, int(ttl_ms)])
+        if int(reply[0]) == 1:
+            self.redis.zadd(keys.locks_held(), {key: self.clock() + int(ttl_ms)})
+            return Lock(key, token, int(reply[1]), int(ttl_ms))
+        self.count_conflict(key)
+        raise LockBusy(key, str(reply[1]), int(reply[2]))
+
+    def renew(self, lock: Lock) -> bool:
+        ok = bool(self.scripts.lock_renew(keys=[keys.lock(lock.key)], args=[lock.token, lock.ttl_ms]))
+        if ok:
+            self.redis.zadd(keys.locks_held(), {lock.key: self.clock() + lock.ttl_ms})
+        else:
+            lock.lost = True
+        return ok
+
+    def release(self, lock: Lock) -> bool:
+        return self.release_token(lock.key, lock.token)
+
+    def release_token(self, key: str, token: str) -> bool:
+        """Compare-and-delete; the dashboard's force release passes the holder token it showed."""
+        ok = bool(self.scripts.lock_release(keys=[keys.lock(key)], args=[token]))
+        if ok:
+            self.redis.zrem(keys.locks_held(), key)
+        return ok
+
+    def count_conflict(self, key: str) -> None:
+        now = self.clock()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zincrby(keys.lock_conflicts(), 1, key)
+        pipe.zadd(keys.lock_conflict_times(), {f"{now}:{key}:{os.urandom(3).hex()}": now})
+        pipe.zremrangebyscore(keys.lock_conflict_times(), "-inf", now - 3_600_000)
+        pipe.execute()
+
+    def held(self, limit: int = 200) -> list[HeldLock]:
+        """Locks currently held (index pruned of released and expired ones on read)."""
+        names = self.redis.zrange(keys.locks_held(), 0, limit - 1)
+        if not names:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.get(keys.lock(name))
+            pipe.pttl(keys.lock(name))
+            pipe.get(keys.lock_fence(name))
+        replies = pipe.execute()
+        out, gone = [], []
+        for i, name in enumerate(names):
+            holder, ttl, fence = replies[3 * i: 3 * i + 3]
+            if holder is None:
+                gone.append(name)
+            else:
+                out.append(HeldLock(name, holder, int(ttl), int(fence or 0)))
+        if gone:
+            self.redis.zrem(keys.locks_held(), *gone)
+        return out
+
+    def top_conflicts(self, limit: int = 10) -> list[tuple[str, int]]:
+        return [(k, int(v)) for k, v in
+                self.redis.zrevrange(keys.lock_conflicts(), 0, limit - 1, withscores=True)]
+
+    def conflicts_since(self, since_ms: int) -> int:
+        return int(self.redis.zcount(keys.lock_conflict_times(), since_ms, "+inf"))
+
+
+class LockRenewer:
+    """Renews a lock every ttl/3 in a thread while a handler runs; marks it lost on failure."""
+
+    def __init__(self, locks: Locks, lock: Lock) -> None:
+        self.locks, self.lock = locks, lock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"renew:{lock.key}")
+
+    def __enter__(self) -> "LockRenewer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lock.ttl_ms / 3000):
+            try:
+                if not self.locks.renew(self.lock):
+                    return
+            except redis.RedisError:
+                continue
+
+
+def held_lock(locks: Locks, key: str, ttl_ms: int, owner: str = "") -> Iterator[Lock]:
+    lock = locks.acquire(key, ttl_ms, owner)
+    try:
+        with LockRenewer(locks, lock):
+            yield lock
+    finally:
+        try:
+            locks.release(lock)
+        except redis.RedisError:
+            pass  # it expires by its TTL

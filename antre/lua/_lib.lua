@@ -1,0 +1,56 @@
+-- Shared helpers, prepended to every script by antre/scripts.py (not a script of its own).
+-- Job hashes live at job_prefix .. id; all keys of a queue share one hash tag, so the keys a
+-- script derives from a prefix are in the slot of the keys it declares.
+
+local function lease_error(job_key, epoch)
+  -- nil when the caller holds the lease (state inflight, same epoch); else a LOST:... string
+  local st = redis.call('HMGET', job_key, 'state', 'epoch')
+  if not st[1] then return 'LOST:job does not exist' end
+  if st[1] ~= 'inflight' then return 'LOST:job is ' .. st[1] end
+  if st[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(st[2]) .. ', not ' .. epoch end
+  return nil
+end
+
+local function append_error(job_key, now, kind, err, tb)
+  -- keeps the last 20 attempts' errors on the job for the DLQ detail page
+  local raw = redis.call('HGET', job_key, 'errors')
+  local list = {}
+  if raw and raw ~= '' then
+    local ok, decoded = pcall(cjson.decode, raw)
+    if ok and type(decoded) == 'table' then list = decoded end
+  end
+  local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
+  local deliveries = tonumber(redis.call('HGET', job_key, 'deliveries') or '0') or 0
+  list[#list + 1] = {at = now, kind = kind, error = err, traceback = string.sub(tb, 1, 8000),
+                     attempt = attempt, delivery = deliveries,
+                     worker = redis.call('HGET', job_key, 'worker_id') or ''}
+  while #list > 20 do table.remove(list, 1) end
+  local first = redis.call('HGET', job_key, 'first_failed_at')
+  if not first or first == '' or first == '0' then
+    redis.call('HSET', job_key, 'first_failed_at', now)
+  end
+  redis.call('HSET', job_key, 'errors', cjson.encode(list), 'last_error', err, 'error_kind', kind,
+             'traceback', string.sub(tb, 1, 8000), 'last_failed_at', now)
+end
+
+local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
+                        type_prefix, group_prefix)
+  -- moves a job (already removed from its previous place) into the dead-letter indexes
+  local jtype = redis.call('HGET', job_key, 'type') or ''
+  if jtype == '' then jtype = '(unknown)' end
+  local group = string.sub(redis.sha1hex(signature), 1, 12)
+  redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
+  redis.call('ZADD', dead, now, id)
+  redis.call('ZADD', type_prefix .. jtype, now, id)
+  redis.call('ZADD', group_prefix .. group, now, id)
+  local g = redis.call('HGET', errgroups, group)
+  local rec
+  if g then rec = cjson.decode(g) else
+    rec = {signature = signature, first = now, total = 0, job_type = jtype, sample = reason}
+  end
+  rec.total = rec.total + 1
+  rec.last = now
+  redis.call('HSET', errgroups, group, cjson.encode(rec))
+  redis.call('HINCRBY', stats, 'buried', 1)
+  return group
+end

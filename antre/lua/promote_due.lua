@@ -1,0 +1,12 @@
+-- promote_due: scheduled jobs whose time has come -> ready.
+-- KEYS[1] scheduled   KEYS[2] ready
+-- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs
+-- Returns: number of jobs promoted.
+local prefix, now = ARGV[1], tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HSET', prefix .. id, 'state', 'ready')
+  redis.call('LPUSH', KEYS[2], id)
+end
+return #ids

@@ -1,0 +1,17 @@
+-- replay: dead -> ready with attempts and deliveries reset (the idempotency key is kept, so
+-- completed effects are skipped).
+-- KEYS[1] job   KEYS[2] dead   KEYS[3] ready   KEYS[4] stats
+-- ARGV[1] id   ARGV[2] now_ms   ARGV[3] dead-by-type prefix   ARGV[4] dead-by-group prefix
+-- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed).
+local id, now = ARGV[1], tonumber(ARGV[2])
+local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
+if f[1] ~= 'dead' then return 0 end
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
+redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)
+redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'visible_at', now,
+           'reason', '', 'replayed_at', now)
+redis.call('HINCRBY', KEYS[1], 'replays', 1)
+redis.call('LPUSH', KEYS[3], id)
+redis.call('HINCRBY', KEYS[4], 'replayed', 1)
+return 1

@@ -1,0 +1,39 @@
+-- sweep_expired: in-flight jobs past their deadline (their worker vanished) -> ready, or -> dead
+-- when they were delivered max_deliveries times without finishing (a poison job).
+-- KEYS[1] inflight   KEYS[2] ready   KEYS[3] dead   KEYS[4] stats   KEYS[5] errgroups
+-- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] dead-by-type prefix
+-- ARGV[5] dead-by-group prefix
+-- Returns: {requeued count, buried count, id, outcome, id, outcome, ...}
+local prefix, now = ARGV[1], tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 1, 'LIMIT', 0, tonumber(ARGV[3]))
+local requeued, buried = 0, 0
+local out = {0, 0}
+for _, id in ipairs(ids) do
+  local key = prefix .. id
+  redis.call('ZREM', KEYS[1], id)
+  if redis.call('EXISTS', key) == 1 then
+    local f = redis.call('HMGET', key, 'deliveries', 'max_deliveries', 'worker_id')
+    local deliveries, maxd = tonumber(f[1] or '0') or 0, tonumber(f[2] or '10') or 10
+    local msg = 'lease expired on worker ' .. (f[3] or '?') .. ' (delivery ' .. deliveries .. ')'
+    append_error(key, now, 'lease_expired', msg, '')
+    redis.call('HSET', key, 'deadline', 0)
+    redis.call('HINCRBY', KEYS[4], 'expired', 1)
+    if deliveries >= maxd then
+      local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker died or ' ..
+                     'hung each time (poison job; limit ' .. maxd .. ' deliveries)'
+      bury_job(key, id, now, reason, 'poison: worker died or hung on every delivery',
+               KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
+      buried = buried + 1
+      out[#out + 1] = id
+      out[#out + 1] = 'dead'
+    else
+      redis.call('HSET', key, 'state', 'ready')
+      redis.call('RPUSH', KEYS[2], id)
+      requeued = requeued + 1
+      out[#out + 1] = id
+      out[#out + 1] = 'ready'
+    end
+  end
+end
+out[1], out[2] = requeued, buried
+return out

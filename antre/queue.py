@@ -1,0 +1,242 @@
+"""Queue operations: each state change of a job is one Lua script (see ``antre/lua``).
+
+A ``Queue`` is cheap; it holds a Redis client, the queue's keys and the clock. Every method that
+depends on time reads ``clock()``; tests pass a ``ManualClock`` instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import redis
+
+from . import keys
+from .clock import Clock, system_ms
+from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, Job, check_names, encode_payload, from_fields,
+                       new_job_id, new_traceparent, to_fields)
+from .errors import InvalidJob, LeaseLost
+from .retry import error_signature
+from .scripts import Scripts
+
+DONE_RETENTION_MS = 3_600_000
+DONE_MAX = 10_000
+
+
+@dataclass
+class JobSpec:
+    """One job to enqueue (see ``Queue.enqueue`` for the meaning of each field)."""
+
+    job_type: str
+    payload: Any
+    idempotency_key: str
+    lock_key: str | None = None
+    delay_s: float = 0.0
+    max_attempts: int = 5
+    timeout_s: float = 30.0
+    visibility_timeout_s: float = 30.0
+    max_deliveries: int = 10
+    headers: dict[str, str] = field(default_factory=dict)
+    trace_id: str | None = None
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    requeued: int
+    buried: int
+    outcomes: dict[str, str]
+
+
+def _lease_result(reply: str, job_id: str) -> str:
+    if reply.startswith("LOST:"):
+        raise LeaseLost(f"job {job_id}: {reply[5:]}; nothing was changed")
+    return reply
+
+
+class Queue:
+    def __init__(self, client: "redis.Redis", name: str = "default", *, clock: Clock = system_ms,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 done_retention_ms: int = DONE_RETENTION_MS, done_max: int = DONE_MAX,
+                 scripts: Scripts | None = None) -> None:
+        if not keys.valid_name(name):
+            raise InvalidJob(f"bad queue name {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        self.redis = client
+        self.name = name
+        self.keys = keys.QueueKeys(name)
+        self.clock = clock
+        self.max_payload_bytes = max_payload_bytes
+        self.done_retention_ms = done_retention_ms
+        self.done_max = done_max
+        self.scripts = scripts or Scripts(client)
+
+    # -- producing -------------------------------------------------------------------------
+    def build(self, spec: JobSpec, now: int) -> tuple[Job, dict[str, str]]:
+        check_names(self.name, spec.job_type, spec.idempotency_key, spec.lock_key)
+        if spec.max_attempts < 1 or spec.max_deliveries < 1:
+            raise InvalidJob("max_attempts and max_deliveries must be at least 1")
+        if spec.timeout_s <= 0 or spec.visibility_timeout_s <= 0:
+            raise InvalidJob("timeout_s and visibility_timeout_s must be positive")
+        if spec.delay_s < 0:
+            raise InvalidJob("delay_s must not be negative")
+        text = encode_payload(spec.payload, self.max_payload_bytes)
+        job = Job(id=spec.job_id or new_job_id(), type=spec.job_type, queue=self.name,
+                  idempotency_key=spec.idempotency_key, payload=spec.payload,
+                  max_attempts=spec.max_attempts, visible_at=now + int(spec.delay_s * 1000),
+                  created_at=now, trace_id=spec.trace_id or new_traceparent(),
+                  lock_key=spec.lock_key or "", headers=dict(spec.headers),
+                  timeout_s=spec.timeout_s,
+                  visibility_timeout_ms=int(spec.visibility_timeout_s * 1000),
+                  max_deliveries=spec.max_deliveries)
+        if not keys.valid_name(job.id):
+            raise InvalidJob(f"bad job id {job.id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        return job, to_fields(job, text)
+
+    def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
+                lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> str:
+        """Store a job; returns its id. A job id that already exists is left as it is."""
+        spec = JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **options)
+        return self.enqueue_many([spec])[0]
+
+    def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
+        """Store many jobs in few round trips (one script call per ``chunk`` jobs)."""
+        now = self.clock()
+        built = [self.build(s, now) for s in specs]
+        if not built:
+            return []
+        first = ("id", "type", "visible_at")  # enqueue.lua reads these three by position
+        names = [*first, *(n for n in built[0][1] if n not in first)]
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        for start in range(0, len(built), chunk):
+            args: list[Any] = [k.job_prefix, now, len(names), *names]
+            for _, fields in built[start:start + chunk]:
+                args.extend(fields[n] for n in names)
+            self.scripts.enqueue(keys=[k.ready, k.scheduled, k.stats, k.types], args=args,
+                                 client=pipe)
+        pipe.sadd(keys.queues_index(), self.name)
+        pipe.execute()
+        return [job.id for job, _ in built]
+
+    # -- consuming -------------------------------------------------------------------------
+    def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
+        k = self.keys
+        rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats],
+                                    args=[k.job_prefix, self.clock(), count, worker_id])
+        return [from_fields(dict(zip(row[::2], row[1::2]))) for row in rows]
+
+    def ack(self, job: Job, result: Any = None, *, counter: str = "acked") -> None:
+        """in-flight → done. Raises ``LeaseLost`` if ``job.epoch`` is no longer the lease."""
+        _lease_result(self._ack(job, result, counter, self.scripts.ack), job.id)
+
+    def ack_many(self, done: Sequence[tuple[Job, Any]]) -> list[Job]:
+        """Ack several jobs in one round trip; returns the jobs whose lease was lost."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job, result in done:
+            self._ack(job, result, "acked", self.scripts.ack, pipe)
+        replies = pipe.execute()
+        return [job for (job, _), reply in zip(done, replies) if str(reply).startswith("LOST:")]
+
+    def _ack(self, job: Job, result: Any, counter: str, script: Any, client: Any = None) -> Any:
+        k = self.keys
+        text = "" if result is None else json.dumps(result, default=str, separators=(",", ":"))
+        return script(keys=[k.job(job.id), k.inflight, k.done, k.stats],
+                      args=[job.id, job.epoch, self.clock(), text, self.done_retention_ms,
+                            self.done_max, k.job_prefix, counter], client=client)
+
+    def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",
+              traceback: str = "", spend_attempt: bool = True, undeliver: bool = False,
+              counter: str = "retried") -> None:
+        """in-flight → scheduled (or ready when ``delay_ms`` <= 0)."""
+        k = self.keys
+        now = self.clock()
+        reply = self.scripts.retry(
+            keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats],
+            args=[job.id, job.epoch, now, now + max(0, int(delay_ms)), int(spend_attempt),
+                  int(undeliver), error, kind, traceback, counter])
+        _lease_result(reply, job.id)
+
+    def hand_back(self, job: Job) -> None:
+        """Graceful shutdown: back to ready, no attempt spent, the delivery not counted."""
+        self.retry(job, delay_ms=0, spend_attempt=False, undeliver=True, counter="handed_back")
+
+    def snooze(self, job: Job, delay_ms: int, why: str, counter: str = "snoozed") -> None:
+        """Rate limited, lock busy, breaker open: later, no attempt spent."""
+        self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True, counter=counter,
+                   error="", kind=why)
+
+    def bury(self, job: Job, *, reason: str, error: str = "", kind: str = "permanent",
+             traceback: str = "", signature: str | None = None, spend_attempt: bool = True) -> str:
+        """in-flight → dead. Returns the error group id."""
+        k = self.keys
+        sig = signature or f"{kind}: {error_signature(error or reason)}"
+        reply = self.scripts.bury(
+            keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups],
+            args=[job.id, job.epoch, self.clock(), reason, error or reason, kind, traceback, sig,
+                  k.dead_type_prefix, k.dead_group_prefix, int(spend_attempt)])
+        return _lease_result(reply, job.id)[3:]
+
+    def extend(self, job_id: str, epoch: int, ms: int, *, mode: str = "from_now",
+               cap_ms: int = 0) -> int:
+        """Move the lease deadline; returns the new deadline. ``mode='add'`` adds ``ms`` to the
+        current deadline (the dashboard's button); ``'from_now'`` sets now + ms (heartbeats)."""
+        k = self.keys
+        reply = self.scripts.extend_lease(
+            keys=[k.job(job_id), k.inflight],
+            args=[job_id, epoch, self.clock(), int(ms), mode, int(cap_ms)])
+        return int(_lease_result(reply, job_id))
+
+    # -- maintenance -----------------------------------------------------------------------
+    def promote(self, limit: int = 1000) -> int:
+        k = self.keys
+        return int(self.scripts.promote_due(keys=[k.scheduled, k.ready],
+                                            args=[k.job_prefix, self.clock(), limit]))
+
+    def sweep(self, limit: int = 1000) -> SweepResult:
+        k = self.keys
+        reply = self.scripts.sweep_expired(
+            keys=[k.inflight, k.ready, k.dead, k.stats, k.error_groups],
+            args=[k.job_prefix, self.clock(), limit, k.dead_type_prefix, k.dead_group_prefix])
+        outcomes = dict(zip(reply[2::2], reply[3::2]))
+        return SweepResult(int(reply[0]), int(reply[1]), outcomes)
+
+    def replay(self, job_id: str) -> bool:
+        k = self.keys
+        return bool(self.scripts.replay(keys=[k.job(job_id), k.dead, k.ready, k.stats],
+                                        args=[job_id, self.clock(), k.dead_type_prefix,
+                                              k.dead_group_prefix]))
+
+    def discard(self, job_id: str) -> bool:
+        k = self.keys
+        return bool(self.scripts.discard(keys=[k.job(job_id), k.dead, k.stats],
+                                         args=[job_id, k.dead_type_prefix, k.dead_group_prefix]))
+
+    def run_now(self, job_id: str) -> bool:
+        k = self.keys
+        return bool(self.scripts.run_now(keys=[k.job(job_id), k.scheduled, k.ready],
+                                         args=[job_id, self.clock()]))
+
+    # -- reading ---------------------------------------------------------------------------
+    def get(self, job_id: str) -> Job | None:
+        fields = self.redis.hgetall(self.keys.job(job_id))
+        return from_fields(fields) if fields else None
+
+    def where(self, job_id: str) -> list[str]:
+        """Every place the job id is indexed (a consistency check for tests: exactly one)."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lpos(k.ready, job_id)
+        pipe.zscore(k.scheduled, job_id)
+        pipe.zscore(k.inflight, job_id)
+        pipe.zscore(k.done, job_id)
+        pipe.zscore(k.dead, job_id)
+        found = pipe.execute()
+        return [name for name, hit in zip(("ready", "scheduled", "inflight", "done", "dead"), found)
+                if hit is not None]
+
+    def stats(self) -> dict[str, int]:
+        return {name: int(v) for name, v in self.redis.hgetall(self.keys.stats).items()}
+
+    def incr_stat(self, name: str, by: int = 1) -> None:
+        self.redis.hincrby(self.keys.stats, name, by)

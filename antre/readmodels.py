@@ -1,0 +1,267 @@
+"""Typed read models for the dashboard, the JSON API and the CLI. Templates never touch Redis.
+
+Every read is indexed: LLEN/ZCARD for counts, ZRANGE by score or rank with LIMIT for pages,
+one pipelined HMGET per page of jobs. Nothing here scans the keyspace or a whole queue.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from . import keys
+from .clock import Clock, system_ms
+from .envelope import Job, from_fields
+
+ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
+              "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
+              "finished_at", "created_at", "deliveries", "idem_key", "first_failed_at")
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    ready: int
+    scheduled: int
+    inflight: int
+    dead: int
+    done: int
+    oldest_ready_age_ms: int
+    stats: dict[str, int]
+    as_of: int
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One line of a job table (in-flight, scheduled, dead, done)."""
+
+    id: str
+    type: str
+    attempt: int
+    max_attempts: int
+    deliveries: int
+    worker_id: str
+    epoch: int
+    deadline: int
+    time_left_ms: int
+    reserved_at: int
+    visible_at: int
+    lock_key: str
+    last_error: str
+    error_kind: str
+    reason: str
+    group: str
+    finished_at: int
+    created_at: int
+    idempotency_key: str
+    first_failed_at: int
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[JobRow]
+    total: int
+    offset: int
+    limit: int
+    as_of: int
+
+    @property
+    def has_next(self) -> bool:
+        return self.offset + len(self.rows) < self.total
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    group: str
+    signature: str
+    job_type: str
+    count: int  # entries in the DLQ now
+    total: int  # ever buried with this signature
+    first_seen: int
+    last_seen: int
+
+
+@dataclass(frozen=True)
+class DeadFilter:
+    job_type: str | None = None
+    group: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("type", self.job_type), ("group", self.group),
+                                          ("since", self.since_ms), ("until", self.until_ms)) if v]
+        return ", ".join(parts) or "all"
+
+
+@dataclass
+class Overview:
+    queues: list[QueueInfo] = field(default_factory=list)
+    as_of: int = 0
+
+    def total(self, attr: str) -> int:
+        return sum(int(getattr(q, attr)) for q in self.queues)
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(float(v or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+class ReadModels:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms) -> None:
+        self.redis = client
+        self.clock = clock
+
+    def queue_names(self) -> list[str]:
+        return sorted(self.redis.smembers(keys.queues_index()))
+
+    def queue_info(self, name: str) -> QueueInfo:
+        k = keys.QueueKeys(name)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(k.ready)
+        pipe.zcard(k.scheduled)
+        pipe.zcard(k.inflight)
+        pipe.zcard(k.dead)
+        pipe.zcard(k.done)
+        pipe.lindex(k.ready, -1)
+        pipe.hgetall(k.stats)
+        ready, scheduled, inflight, dead, done, oldest, stats = pipe.execute()
+        now = self.clock()
+        age = 0
+        if oldest:
+            since = _int(self.redis.hget(k.job(oldest), "visible_at"))
+            age = max(0, now - since) if since else 0
+        return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
+                         {s: _int(v) for s, v in stats.items()}, now)
+
+    def overview(self) -> Overview:
+        return Overview([self.queue_info(n) for n in self.queue_names()], self.clock())
+
+    # -- pages -------------------------------------------------------------------------------
+    def _rows(self, queue: str, ids: list[str]) -> list[JobRow]:
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(k.job(job_id), ROW_FIELDS)
+        now = self.clock()
+        rows = []
+        for job_id, values in zip(ids, pipe.execute()):
+            f = dict(zip(ROW_FIELDS, values))
+            deadline = _int(f["deadline"])
+            rows.append(JobRow(
+                id=job_id, type=f["type"] or "", attempt=_int(f["attempt"]),
+                max_attempts=_int(f["max_attempts"]), deliveries=_int(f["deliveries"]),
+                worker_id=f["worker_id"] or "", epoch=_int(f["epoch"]), deadline=deadline,
+                time_left_ms=deadline - now if deadline else 0,
+                reserved_at=_int(f["reserved_at"]), visible_at=_int(f["visible_at"]),
+                lock_key=f["lock_key"] or "", last_error=f["last_error"] or "",
+                error_kind=f["error_kind"] or "", reason=f["reason"] or "",
+                group=f["group"] or "", finished_at=_int(f["finished_at"]),
+                created_at=_int(f["created_at"]), idempotency_key=f["idem_key"] or "",
+                first_failed_at=_int(f["first_failed_at"])))
+        return rows
+
+    def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,
+               low: Any = "-inf", high: Any = "+inf") -> Page:
+        if reverse:
+            ids = self.redis.zrevrangebyscore(zkey, high, low, start=offset, num=limit)
+        else:
+            ids = self.redis.zrangebyscore(zkey, low, high, start=offset, num=limit)
+        total = (self.redis.zcard(zkey) if (low, high) == ("-inf", "+inf")
+                 else self.redis.zcount(zkey, low, high))
+        return Page(self._rows(queue, ids), int(total), offset, limit, self.clock())
+
+    def inflight(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        """Soonest deadline first: the jobs about to expire are at the top."""
+        return self._zpage(queue, keys.QueueKeys(queue).inflight, offset, limit, reverse=False)
+
+    def scheduled(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        return self._zpage(queue, keys.QueueKeys(queue).scheduled, offset, limit, reverse=False)
+
+    def done(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        return self._zpage(queue, keys.QueueKeys(queue).done, offset, limit, reverse=True)
+
+    def ready(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        """Oldest first (the next to be reserved)."""
+        k = keys.QueueKeys(queue)
+        ids = self.redis.lrange(k.ready, -(offset + limit), -(offset + 1)) if limit else []
+        ids.reverse()
+        return Page(self._rows(queue, ids), int(self.redis.llen(k.ready)), offset, limit,
+                    self.clock())
+
+    def dead_index(self, queue: str, flt: DeadFilter) -> str:
+        k = keys.QueueKeys(queue)
+        if flt.group:
+            return k.dead_by_group(flt.group)
+        if flt.job_type:
+            return k.dead_by_type(flt.job_type)
+        return k.dead
+
+    def dead(self, queue: str, flt: DeadFilter = DeadFilter(), offset: int = 0,
+             limit: int = 50) -> Page:
+        """Newest first. Filters use the per-type and per-group indexes; with both a type and
+        a group, the group index is paged and rows of other types are dropped from the page."""
+        low = flt.since_ms if flt.since_ms is not None else "-inf"
+        high = flt.until_ms if flt.until_ms is not None else "+inf"
+        page = self._zpage(queue, self.dead_index(queue, flt), offset, limit, reverse=True,
+                           low=low, high=high)
+        if flt.group and flt.job_type:
+            rows = [r for r in page.rows if r.type == flt.job_type]
+            return Page(rows, page.total, offset, limit, page.as_of)
+        return page
+
+    def dead_ids(self, queue: str, flt: DeadFilter, limit: int, after_score: int | None = None
+                 ) -> list[tuple[str, int]]:
+        """Oldest first, for bulk operations that walk a filtered set in batches."""
+        low: Any = flt.since_ms if flt.since_ms is not None else "-inf"
+        if after_score is not None:
+            low = after_score
+        high = flt.until_ms if flt.until_ms is not None else "+inf"
+        pairs = self.redis.zrangebyscore(self.dead_index(queue, flt), low, high, start=0,
+                                         num=limit, withscores=True)
+        return [(m, int(s)) for m, s in pairs]
+
+    def count_dead(self, queue: str, flt: DeadFilter = DeadFilter()) -> int:
+        low = flt.since_ms if flt.since_ms is not None else "-inf"
+        high = flt.until_ms if flt.until_ms is not None else "+inf"
+        return int(self.redis.zcount(self.dead_index(queue, flt), low, high))
+
+    def dead_types(self, queue: str) -> list[str]:
+        return sorted(self.redis.smembers(keys.QueueKeys(queue).types))
+
+    def error_groups(self, queue: str) -> list[ErrorGroup]:
+        k = keys.QueueKeys(queue)
+        raw = self.redis.hgetall(k.error_groups)
+        pipe = self.redis.pipeline(transaction=False)
+        names = sorted(raw)
+        for g in names:
+            pipe.zcard(k.dead_by_group(g))
+        out = []
+        for g, count in zip(names, pipe.execute()):
+            try:
+                rec = json.loads(raw[g])
+            except ValueError:
+                continue
+            out.append(ErrorGroup(g, rec.get("signature", ""), rec.get("job_type", ""),
+                                  int(count), _int(rec.get("total")), _int(rec.get("first")),
+                                  _int(rec.get("last"))))
+        out.sort(key=lambda e: (-e.count, -e.last_seen))
+        return out
+
+    def job(self, queue: str, job_id: str) -> Job | None:
+        fields = self.redis.hgetall(keys.QueueKeys(queue).job(job_id))
+        return from_fields(fields) if fields else None
+
+    def find_job(self, job_id: str) -> Job | None:
+        """Look a job id up in every known queue (a few HGETALLs, no scan)."""
+        for name in self.queue_names():
+            job = self.job(name, job_id)
+            if job:
+                return job
+        return None
