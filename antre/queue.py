@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import redis
+from redis.cluster import RedisCluster
 
 from . import keys
 from .clock import Clock, system_ms
@@ -70,6 +71,11 @@ class Queue:
         self.done_retention_ms = done_retention_ms
         self.done_max = done_max
         self.scripts = scripts or Scripts(client)
+        # redis-py refuses EVALSHA inside a cluster pipeline: there, batches run one call each
+        self.cluster = isinstance(client, RedisCluster)
+
+    def _batch(self) -> Any:
+        return None if self.cluster else self.redis.pipeline(transaction=False)
 
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> tuple[Job, dict[str, str]]:
@@ -108,15 +114,16 @@ class Queue:
         first = ("id", "type", "visible_at")  # enqueue.lua reads these three by position
         names = [*first, *(n for n in built[0][1] if n not in first)]
         k = self.keys
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self._batch()
         for start in range(0, len(built), chunk):
             args: list[Any] = [k.job_prefix, now, len(names), *names]
             for _, fields in built[start:start + chunk]:
                 args.extend(fields[n] for n in names)
             self.scripts.enqueue(keys=[k.ready, k.scheduled, k.stats, k.types], args=args,
                                  client=pipe)
-        pipe.sadd(keys.queues_index(), self.name)
-        pipe.execute()
+        (pipe or self.redis).sadd(keys.queues_index(), self.name)
+        if pipe is not None:
+            pipe.execute()
         return [job.id for job, _ in built]
 
     # -- consuming -------------------------------------------------------------------------
@@ -132,10 +139,10 @@ class Queue:
 
     def ack_many(self, done: Sequence[tuple[Job, Any]]) -> list[Job]:
         """Ack several jobs in one round trip; returns the jobs whose lease was lost."""
-        pipe = self.redis.pipeline(transaction=False)
-        for job, result in done:
-            self._ack(job, result, "acked", self.scripts.ack, pipe)
-        replies = pipe.execute()
+        pipe = self._batch()
+        replies = [self._ack(job, result, "acked", self.scripts.ack, pipe) for job, result in done]
+        if pipe is not None:
+            replies = pipe.execute()
         return [job for (job, _), reply in zip(done, replies) if str(reply).startswith("LOST:")]
 
     def _ack(self, job: Job, result: Any, counter: str, script: Any, client: Any = None) -> Any:

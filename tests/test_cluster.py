@@ -1,0 +1,54 @@
+"""The same scripts on a local 3-node Redis Cluster: every queue's keys share one hash tag."""
+
+from __future__ import annotations
+
+import pytest
+from redis.cluster import ClusterNode, RedisCluster
+
+from antre import LeaseLost
+from antre.clock import ManualClock
+from antre.locks import Locks
+from antre.queue import JobSpec, Queue
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def rc(redis_cluster):
+    client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in redis_cluster],
+                          decode_responses=True)
+    client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("name", ["orders", "emails", "q3", "billing"])
+def test_lifecycle_on_cluster(rc, name):
+    clock = ManualClock()
+    q = Queue(rc, name, clock=clock)
+    ids = q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}", visibility_timeout_s=5,
+                                  max_deliveries=1) for i in range(6)])
+    q.enqueue("t", {}, idempotency_key="later", delay_s=10)
+    a, b, c, d, e, f = q.reserve("w1", count=6)
+    q.ack(a, {"ok": True})
+    q.retry(b, delay_ms=1000, error="flaky")
+    q.bury(c, reason="permanent")
+    assert q.extend(d.id, d.epoch, 60_000) == clock() + 60_000
+    q.hand_back(e)
+    clock.advance(10_001)
+    assert q.promote() == 2
+    swept = q.sweep()
+    assert swept.buried == 1 and swept.outcomes == {f.id: "dead"}
+    with pytest.raises(LeaseLost):
+        q.ack(f)
+    assert q.replay(c.id) and q.discard(f.id)
+    assert q.run_now(q.enqueue("t", {}, idempotency_key="x", delay_s=99))
+    assert [q.where(i) for i in ids] == [["done"], ["ready"], ["ready"], ["inflight"], ["ready"], []]
+
+
+def test_locks_on_cluster(rc):
+    locks = Locks(rc)
+    lock = locks.acquire("sku:1", 10_000, owner="w1")
+    lock2 = locks.acquire("sku:2", 10_000, owner="w1")
+    assert locks.renew(lock) and locks.release(lock) and locks.release(lock2)
+    assert locks.acquire("sku:1", 10_000).fence == lock.fence + 1

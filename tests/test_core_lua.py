@@ -1,0 +1,280 @@
+"""Every Lua transition against a real Redis, with the clock injected (no sleeping)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from antre import InvalidJob, LeaseLost
+from antre.clock import ManualClock
+from antre.queue import JobSpec, Queue
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+@pytest.fixture
+def q(r, clock):
+    return Queue(r, "jobs", clock=clock)
+
+
+def one(q: Queue, worker: str = "w1"):
+    jobs = q.reserve(worker)
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+def assert_one_place(q: Queue, job_id: str, place: str):
+    assert q.where(job_id) == [place]
+    assert q.get(job_id).state == place
+
+
+def test_enqueue_makes_ready_and_records_envelope(q):
+    job_id = q.enqueue("send_email", {"to": "a@example.org"}, idempotency_key="email:welcome:42",
+                       lock_key="user:42", max_attempts=3)
+    assert_one_place(q, job_id, "ready")
+    job = q.get(job_id)
+    assert (job.type, job.idempotency_key, job.lock_key, job.max_attempts) == (
+        "send_email", "email:welcome:42", "user:42", 3)
+    assert job.payload == {"to": "a@example.org"}
+    assert job.trace_id.startswith("00-") and len(job.trace_id) == 55
+
+
+def test_enqueue_with_delay_is_scheduled_until_promoted(q, clock):
+    job_id = q.enqueue("t", {}, idempotency_key="k", delay_s=10)
+    assert_one_place(q, job_id, "scheduled")
+    assert q.promote() == 0
+    clock.advance(10_000)
+    assert q.promote() == 1
+    assert_one_place(q, job_id, "ready")
+
+
+def test_enqueue_same_job_id_twice_stores_once(q):
+    assert q.enqueue("t", {"v": 1}, idempotency_key="k", job_id="fixed") == "fixed"
+    q.enqueue("t", {"v": 2}, idempotency_key="k", job_id="fixed")
+    assert q.redis.llen(q.keys.ready) == 1
+    assert q.get("fixed").payload == {"v": 1}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"payload": {"when": object()}}, "not JSON-serialisable"),
+    ({"payload": "x" * 2000}, "over the limit"),
+    ({"job_type": "bad type!"}, "bad job type"),
+    ({"idempotency_key": ""}, "idempotency_key"),
+    ({"lock_key": "{x}"}, "bad lock_key"),
+])
+def test_enqueue_rejects_what_cannot_be_stored(r, clock, kwargs, message):
+    q = Queue(r, "jobs", clock=clock, max_payload_bytes=1000)
+    args = {"job_type": "t", "payload": {}, "idempotency_key": "k", **kwargs}
+    with pytest.raises(InvalidJob, match=message):
+        q.enqueue(args.pop("job_type"), args.pop("payload"), **args)
+    assert r.llen(q.keys.ready) == 0
+
+
+def test_reserve_bumps_epoch_and_deliveries_and_sets_deadline(q, clock):
+    job_id = q.enqueue("t", {}, idempotency_key="k", visibility_timeout_s=20)
+    job = one(q)
+    assert (job.id, job.epoch, job.deliveries, job.worker_id) == (job_id, 1, 1, "w1")
+    assert job.deadline == clock() + 20_000
+    assert_one_place(q, job_id, "inflight")
+    assert q.redis.zscore(q.keys.inflight, job_id) == clock() + 20_000
+
+
+def test_reserve_takes_a_batch_oldest_first(q):
+    ids = q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}") for i in range(5)])
+    jobs = q.reserve("w1", count=3)
+    assert [j.id for j in jobs] == ids[:3]
+    assert q.redis.llen(q.keys.ready) == 2
+
+
+def test_reserve_drops_orphan_ids(q):
+    q.redis.lpush(q.keys.ready, "ghost")
+    assert q.reserve("w1") == []
+    assert q.stats()["orphans"] == 1
+
+
+def test_ack_moves_to_done_with_result(q):
+    job_id = q.enqueue("t", {}, idempotency_key="k")
+    q.ack(one(q), {"message_id": "m-1"})
+    assert_one_place(q, job_id, "done")
+    assert q.get(job_id).result == {"message_id": "m-1"}
+
+
+def test_retry_schedules_and_spends_an_attempt(q, clock):
+    job_id = q.enqueue("t", {}, idempotency_key="k")
+    q.retry(one(q), delay_ms=5000, error="TimeoutError: upstream 504", kind="retryable")
+    job = q.get(job_id)
+    assert_one_place(q, job_id, "scheduled")
+    assert job.attempt == 1 and job.last_error == "TimeoutError: upstream 504"
+    assert q.redis.zscore(q.keys.scheduled, job_id) == clock() + 5000
+    assert job.errors[-1]["kind"] == "retryable"
+
+
+def test_snooze_spends_no_attempt_and_no_delivery(q):
+    job_id = q.enqueue("t", {}, idempotency_key="k")
+    q.snooze(one(q), 500, "lock_busy", counter="lock_busy")
+    job = q.get(job_id)
+    assert (job.attempt, job.deliveries, job.state) == (0, 0, "scheduled")
+    assert q.stats()["lock_busy"] == 1
+
+
+def test_hand_back_returns_to_ready_without_spending(q):
+    job_id = q.enqueue("t", {}, idempotency_key="k")
+    q.hand_back(one(q))
+    job = q.get(job_id)
+    assert_one_place(q, job_id, "ready")
+    assert (job.attempt, job.deliveries) == (0, 0)
+
+
+def test_bury_records_reason_and_indexes(q):
+    job_id = q.enqueue("charge", {}, idempotency_key="k")
+    group = q.bury(one(q), reason="permanent error: card declined", error="Declined: card 4242",
+                   kind="permanent", traceback="Traceback ...")
+    job = q.get(job_id)
+    assert_one_place(q, job_id, "dead")
+    assert job.reason == "permanent error: card declined" and job.traceback == "Traceback ..."
+    assert job.first_failed_at and job.last_failed_at
+    assert q.redis.zscore(q.keys.dead_by_type("charge"), job_id) is not None
+    assert q.redis.zscore(q.keys.dead_by_group(group), job_id) is not None
+    rec = json.loads(q.redis.hget(q.keys.error_groups, group))
+    assert rec["total"] == 1 and "<n>" in rec["signature"]
+
+
+def test_extend_from_now_and_add(q, clock):
+    q.enqueue("t", {}, idempotency_key="k", visibility_timeout_s=10)
+    job = one(q)
+    clock.advance(4000)
+    assert q.extend(job.id, job.epoch, 10_000) == clock() + 10_000
+    assert q.extend(job.id, job.epoch, 5000, mode="add") == clock() + 15_000
+    assert q.extend(job.id, job.epoch, 60_000, mode="add", cap_ms=clock() + 20_000) == clock() + 20_000
+    assert q.redis.zscore(q.keys.inflight, job.id) == clock() + 20_000
+
+
+def test_sweep_returns_expired_leases_to_ready(q, clock):
+    job_id = q.enqueue("t", {}, idempotency_key="k", visibility_timeout_s=30)
+    one(q)
+    clock.advance(29_999)
+    assert q.sweep().requeued == 0
+    clock.advance(2)
+    result = q.sweep()
+    assert (result.requeued, result.buried, result.outcomes) == (1, 0, {job_id: "ready"})
+    assert_one_place(q, job_id, "ready")
+    assert q.stats()["expired"] == 1
+
+
+def test_sweep_buries_a_job_delivered_too_many_times(q, clock):
+    job_id = q.enqueue("t", {}, idempotency_key="k", max_deliveries=3, visibility_timeout_s=1)
+    for _ in range(3):
+        one(q)
+        clock.advance(1001)
+        result = q.sweep()
+    assert result.buried == 1
+    job = q.get(job_id)
+    assert_one_place(q, job_id, "dead")
+    assert "delivered 3 times" in job.reason and "poison" in job.reason
+
+
+def test_replay_resets_attempts_and_keeps_idempotency_key(q):
+    job_id = q.enqueue("t", {}, idempotency_key="order:7")
+    q.bury(one(q), reason="x")
+    assert q.replay(job_id) is True
+    job = q.get(job_id)
+    assert_one_place(q, job_id, "ready")
+    assert (job.attempt, job.deliveries, job.idempotency_key) == (0, 0, "order:7")
+    assert q.replay(job_id) is False  # not dead any more: nothing changes
+
+
+def test_discard_removes_only_dead_jobs(q):
+    job_id = q.enqueue("t", {}, idempotency_key="k")
+    assert q.discard(job_id) is False
+    q.bury(one(q), reason="x")
+    assert q.discard(job_id) is True
+    assert q.get(job_id) is None and q.where(job_id) == []
+    assert q.redis.zcard(q.keys.dead_by_type("t")) == 0
+
+
+def test_run_now_moves_a_scheduled_job(q):
+    job_id = q.enqueue("t", {}, idempotency_key="k", delay_s=3600)
+    assert q.run_now(job_id) is True
+    assert_one_place(q, job_id, "ready")
+    assert q.run_now(job_id) is False
+
+
+# -- stale epochs change nothing --------------------------------------------------------------
+
+def stale_and_current(q, clock):
+    q.enqueue("t", {}, idempotency_key="k", visibility_timeout_s=5)
+    stale = one(q, "w1")
+    clock.advance(5001)
+    q.sweep()
+    current = one(q, "w2")
+    assert current.epoch == stale.epoch + 1
+    return stale, current
+
+
+def snapshot(q, job_id):
+    return q.redis.hgetall(q.keys.job(job_id)), q.where(job_id)
+
+
+@pytest.mark.parametrize("action", ["ack", "retry", "bury", "extend", "hand_back", "snooze"])
+def test_stale_epoch_is_refused_and_changes_nothing(q, clock, action):
+    stale, current = stale_and_current(q, clock)
+    before = snapshot(q, stale.id)
+    calls = {
+        "ack": lambda: q.ack(stale, {"late": True}),
+        "retry": lambda: q.retry(stale, delay_ms=10, error="late"),
+        "bury": lambda: q.bury(stale, reason="late"),
+        "extend": lambda: q.extend(stale.id, stale.epoch, 60_000),
+        "hand_back": lambda: q.hand_back(stale),
+        "snooze": lambda: q.snooze(stale, 10, "lock_busy"),
+    }
+    with pytest.raises(LeaseLost, match="epoch is 2, not 1"):
+        calls[action]()
+    assert snapshot(q, stale.id) == before
+    q.ack(current)  # the current holder is unaffected
+    assert q.where(current.id) == ["done"]
+
+
+def test_ack_after_sweep_before_redelivery_is_refused(q, clock):
+    q.enqueue("t", {}, idempotency_key="k", visibility_timeout_s=5)
+    job = one(q)
+    clock.advance(6000)
+    q.sweep()
+    with pytest.raises(LeaseLost, match="job is ready"):
+        q.ack(job)
+
+
+def test_ack_many_reports_lost_leases(q, clock):
+    q.enqueue_many([JobSpec("t", {}, f"k{i}", visibility_timeout_s=5) for i in range(3)])
+    jobs = q.reserve("w1", count=3)
+    q.redis.zadd(q.keys.inflight, {jobs[0].id: clock() - 1})
+    q.sweep()
+    lost = q.ack_many([(j, None) for j in jobs])
+    assert [j.id for j in lost] == [jobs[0].id]
+    assert q.redis.zcard(q.keys.done) == 2
+
+
+def test_done_jobs_are_trimmed(r, clock):
+    q = Queue(r, "jobs", clock=clock, done_max=5)
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(12)])
+    for job in q.reserve("w1", count=12):
+        q.ack(job)
+    assert r.zcard(q.keys.done) <= 6
+    assert q.stats()["acked"] == 12
+
+
+def test_every_job_is_in_exactly_one_place_through_a_lifecycle(q, clock):
+    ids = q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}", visibility_timeout_s=5,
+                                  max_deliveries=2) for i in range(20)])
+    jobs = q.reserve("w1", count=20)
+    for i, job in enumerate(jobs):
+        [lambda: q.ack(job), lambda: q.retry(job, delay_ms=1000, error="e"),
+         lambda: q.bury(job, reason="r"), lambda: None][i % 4]()
+    clock.advance(6000)
+    q.sweep()
+    q.promote()
+    for job_id in ids:
+        assert len(q.where(job_id)) == 1, job_id
