@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import redis
 
+from . import sql
+from .audit import AuditLog
 from .clock import Clock, system_ms
-from .envelope import DEFAULT_MAX_PAYLOAD_BYTES
+from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
+from .idempotency import CompletedCache, IdempotencyStore
+from .outbox import Outbox
+from .users import UserStore
 from .errors import InvalidJob
 from .keys import valid_name
 from .locks import Lock, Locks, held_lock
@@ -68,7 +74,8 @@ class Antre:
         self._redis = redis_client
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
-        self._sql: Any = None
+        self._sql: dict[str, Any] = {}
+        self.migrate_on_start = True
 
     # -- connections -------------------------------------------------------------------------
     @property
@@ -92,6 +99,63 @@ class Antre:
                                        max_payload_bytes=self.max_payload_bytes,
                                        scripts=self.scripts)
         return self._queues[name]
+
+    # -- SQL (idempotency records, outbox, users, audit): None without a database ------------
+    def _sql_part(self, name: str) -> Any:
+        if self.database_url is None:
+            return None
+        if not self._sql:
+            engine = sql.make_engine(self.database_url)
+            if self.migrate_on_start:
+                sql.migrate(engine)
+            factory = sql.session_factory(engine)
+            self._sql = {
+                "engine": engine, "session_factory": factory,
+                "idempotency": IdempotencyStore(factory, self.clock, cache=CompletedCache(
+                    clock=self.clock)),
+                "outbox": Outbox(factory, self.clock),
+                "users": UserStore(factory),
+                "audit": AuditLog(factory, self.clock),
+            }
+        return self._sql[name]
+
+    @property
+    def engine(self) -> Any:
+        return self._sql_part("engine")
+
+    @property
+    def session_factory(self) -> Any:
+        return self._sql_part("session_factory")
+
+    @property
+    def idempotency(self) -> IdempotencyStore | None:
+        return self._sql_part("idempotency")
+
+    @property
+    def outbox(self) -> Outbox | None:
+        return self._sql_part("outbox")
+
+    @property
+    def users(self) -> UserStore | None:
+        return self._sql_part("users")
+
+    @property
+    def audit(self) -> AuditLog | None:
+        return self._sql_part("audit")
+
+    def relay_outbox(self, batch: int = 500) -> int:
+        """Push committed outbox rows to Redis (the enqueue script skips ids already there, so
+        a crash between push and marking sent duplicates nothing)."""
+        if self.outbox is None:
+            return 0
+
+        def push(rows: list[Any]) -> None:
+            by_queue: dict[str, list[JobSpec]] = {}
+            for row in rows:
+                by_queue.setdefault(row.queue, []).append(JobSpec(**row.envelope))
+            for name, specs in by_queue.items():
+                self.queue(name).enqueue_many(specs)
+        return self.outbox.relay(push, batch)
 
     @property
     def locks(self) -> Locks:
@@ -143,7 +207,12 @@ class Antre:
         return self.queue(queue).enqueue_many(jobs)
 
     def outbox_add(self, session: Any, q: Queue, spec: JobSpec) -> str:
-        raise NotImplementedError  # replaced below once the SQL layer is wired
+        if self.outbox is None:
+            raise InvalidJob("enqueue(session=...) needs a database: set ANTRE_DATABASE_URL")
+        q.build(spec, self.clock())  # validate now, in the caller's transaction
+        spec.job_id = spec.job_id or new_job_id()
+        self.outbox.add(session, q.name, spec.job_id, dataclasses.asdict(spec))
+        return spec.job_id
 
     @contextlib.contextmanager
     def lock(self, key: str, ttl_ms: int = 30_000, owner: str = "") -> Iterator[Lock]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
@@ -15,12 +16,23 @@ from sqlalchemy.orm import sessionmaker
 from .clock import system_ms
 from .sql import AUDIT_OUTCOMES, AuditEntry, ms_to_datetime
 
-__all__ = ["AuditLog", "AuditRow", "CSV_COLUMNS"]
+__all__ = ["CSV_COLUMNS", "AuditLog", "AuditRow"]
 
 _T = AuditEntry.__table__
 _C = _T.c
 
-CSV_COLUMNS = ("id", "at", "user", "role", "action", "target", "reason", "outcome", "detail", "remote_addr")
+CSV_COLUMNS = (
+    "id",
+    "at",
+    "user",
+    "role",
+    "action",
+    "target",
+    "reason",
+    "outcome",
+    "detail",
+    "remote_addr",
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +112,9 @@ class AuditLog:
             q = q.where(_C.user == user)
         return q
 
-    def list(self, limit: int = 100, offset: int = 0, action: str | None = None, user: str | None = None) -> list[AuditRow]:
+    def list(
+        self, limit: int = 100, offset: int = 0, action: str | None = None, user: str | None = None
+    ) -> list[AuditRow]:
         """Newest first."""
         q = self._filtered(select(_T), action, user).order_by(_C.at.desc(), _C.id.desc())
         q = q.limit(max(0, int(limit))).offset(max(0, int(offset)))
@@ -133,7 +147,9 @@ class AuditLog:
             for k in CSV_COLUMNS:
                 v = d[k]
                 if k == "detail":
-                    cells.append("" if v is None else json.dumps(v, sort_keys=True, ensure_ascii=False))
+                    cells.append(
+                        "" if v is None else json.dumps(v, sort_keys=True, ensure_ascii=False)
+                    )
                 elif v is None:
                     cells.append("")
                 elif isinstance(v, str):
@@ -143,6 +159,8 @@ class AuditLog:
             w.writerow(cells)
         return buf.getvalue()
 
-    def export_json(self, action: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
+    def export_json(
+        self, action: str | None = None, user: str | None = None
+    ) -> list[dict[str, Any]]:
         """All (matching) entries, oldest first, as JSON-ready dicts."""
         return [r.to_dict() for r in self._all(action, user)]

@@ -395,3 +395,8 @@ class EmbeddedRedis:
 
 class _PortInUse(Exception):
     pass
+
+
+def die_with_parent_preexec():
+    """A ``preexec_fn`` for any child process that must not outlive this one (Linux)."""
+    return _make_preexec(os.getpid())

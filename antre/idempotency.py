@@ -41,9 +41,10 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -53,19 +54,19 @@ from .errors import InvalidJob, LeaseLost, Permanent
 from .sql import IdempotencyRecord, ms_to_datetime
 
 __all__ = [
-    "fingerprint",
-    "Record",
-    "Begin",
-    "IdempotencyStore",
-    "CompletedCache",
     "ACQUIRED",
-    "TAKEN_OVER",
-    "COMPLETED",
     "BUSY",
-    "FAILED",
-    "MISMATCH",
+    "COMPLETED",
     "DEFAULT_RETENTION_S",
+    "FAILED",
     "MAX_KEY_LENGTH",
+    "MISMATCH",
+    "TAKEN_OVER",
+    "Begin",
+    "CompletedCache",
+    "IdempotencyStore",
+    "Record",
+    "fingerprint",
 ]
 
 ACQUIRED = "acquired"
@@ -88,7 +89,9 @@ def fingerprint(job_type: str, payload: Any) -> str:
     Canonical: keys sorted, no whitespace, UTF-8. ``1`` and ``1.0`` are different payloads;
     a payload that is not JSON raises ``TypeError``.
     """
-    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    body = json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
     h = hashlib.sha256()
     h.update(job_type.encode("utf-8"))
     h.update(b"\x00")
@@ -116,7 +119,7 @@ class Record:
     expires_at: datetime
 
     @classmethod
-    def from_row(cls, row: Any) -> "Record":
+    def from_row(cls, row: Any) -> Record:
         m = row._mapping
         return cls(**{name: m[_C[name]] for name in cls.__dataclass_fields__})
 
@@ -149,7 +152,9 @@ class CompletedCache:
     seen here until the entry expires - keep the TTL short.
     """
 
-    def __init__(self, ttl_ms: int = 60_000, max_entries: int = 10_000, clock: Callable[[], int] = system_ms) -> None:
+    def __init__(
+        self, ttl_ms: int = 60_000, max_entries: int = 10_000, clock: Callable[[], int] = system_ms
+    ) -> None:
         self.ttl_ms = int(ttl_ms)
         self.max_entries = int(max_entries)
         self.clock = clock
@@ -290,7 +295,9 @@ class IdempotencyStore:
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                return Begin(COMPLETED if hit.fingerprint == fingerprint else MISMATCH, hit, cached=True)
+                return Begin(
+                    COMPLETED if hit.fingerprint == fingerprint else MISMATCH, hit, cached=True
+                )
 
         fence = int(fence)
         lease_deadline_ms = int(lease_deadline_ms)
@@ -364,7 +371,9 @@ class IdempotencyStore:
             return Begin(BUSY, cur)
         return Begin(BUSY, cur)
 
-    def complete(self, session: Session, key: str, fence: int, result: Any, *, job_id: str | None = None) -> None:
+    def complete(
+        self, session: Session, key: str, fence: int, result: Any, *, job_id: str | None = None
+    ) -> None:
         """Mark ``key`` completed with ``result``, in the caller's session; does not commit.
 
         ``UPDATE ... SET status='completed' WHERE key=:k AND fence=:f AND status='processing'``
@@ -394,7 +403,9 @@ class IdempotencyStore:
         if session.execute(stmt).first() is None:
             raise LeaseLost(f"idempotency record {key!r} is no longer owned by fence {fence}")
 
-    def fail(self, key: str, fence: int, error: str, permanent: bool, *, job_id: str | None = None) -> bool:
+    def fail(
+        self, key: str, fence: int, error: str, permanent: bool, *, job_id: str | None = None
+    ) -> bool:
         """Record a failure of the owning delivery; returns False if ``fence`` no longer owns it.
 
         ``permanent=True``: status ``failed`` (the key stays failed until :meth:`reset`).
@@ -415,7 +426,9 @@ class IdempotencyStore:
             row = s.execute(update(_T).where(*conds).values(**values).returning(_C.key)).first()
         return row is not None
 
-    def extend_lease(self, key: str, fence: int, lease_deadline_ms: int, *, job_id: str | None = None) -> bool:
+    def extend_lease(
+        self, key: str, fence: int, lease_deadline_ms: int, *, job_id: str | None = None
+    ) -> bool:
         """Move the owner's lease deadline (call when the Redis lease is extended); fenced."""
         conds = [_C.key == key, _C.fence == int(fence), _C.status == "processing"]
         if job_id is not None:
@@ -424,7 +437,10 @@ class IdempotencyStore:
             row = s.execute(
                 update(_T)
                 .where(*conds)
-                .values(lease_deadline_ms=int(lease_deadline_ms), updated_at=ms_to_datetime(self.clock()))
+                .values(
+                    lease_deadline_ms=int(lease_deadline_ms),
+                    updated_at=ms_to_datetime(self.clock()),
+                )
                 .returning(_C.key)
             ).first()
         return row is not None
@@ -463,9 +479,16 @@ class IdempotencyStore:
         total = 0
         while True:
             with self._sf() as s, s.begin():
-                keys = s.execute(
-                    select(_C.key).where(_C.expires_at < cutoff).order_by(_C.expires_at).limit(batch)
-                ).scalars().all()
+                keys = (
+                    s.execute(
+                        select(_C.key)
+                        .where(_C.expires_at < cutoff)
+                        .order_by(_C.expires_at)
+                        .limit(batch)
+                    )
+                    .scalars()
+                    .all()
+                )
                 if not keys:
                     break
                 s.execute(delete(_T).where(_C.key.in_(keys), _C.expires_at < cutoff))

@@ -21,9 +21,10 @@ push a row, which the idempotent push makes harmless.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -119,7 +120,11 @@ class Outbox:
     def pending(self) -> int:
         """How many rows wait to be relayed (for the dashboard and alerts)."""
         with self._sf() as s:
-            return int(s.execute(select(func.count()).select_from(_T).where(_C.sent_at.is_(None))).scalar_one())
+            return int(
+                s.execute(
+                    select(func.count()).select_from(_T).where(_C.sent_at.is_(None))
+                ).scalar_one()
+            )
 
     def oldest_pending_ms(self) -> int | None:
         """Creation time (epoch ms) of the oldest unsent row, or None: a stuck relay shows here."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -35,22 +35,22 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 __all__ = [
-    "Base",
-    "IdempotencyRecord",
-    "OutboxMessage",
-    "User",
-    "AuditEntry",
-    "UTCDateTime",
-    "JSONText",
+    "AUDIT_OUTCOMES",
     "IDEMPOTENCY_STATUSES",
     "ROLES",
-    "AUDIT_OUTCOMES",
     "VERSION_TABLE",
+    "AuditEntry",
+    "Base",
+    "IdempotencyRecord",
+    "JSONText",
+    "OutboxMessage",
+    "UTCDateTime",
+    "User",
+    "datetime_to_ms",
     "make_engine",
-    "session_factory",
     "migrate",
     "ms_to_datetime",
-    "datetime_to_ms",
+    "session_factory",
 ]
 
 IDEMPOTENCY_STATUSES = ("processing", "completed", "failed")
@@ -72,14 +72,14 @@ NAMING_CONVENTION = {
 
 def ms_to_datetime(ms: int) -> datetime:
     """Epoch milliseconds -> aware UTC datetime."""
-    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
 
 
 def datetime_to_ms(dt: datetime) -> int:
     """Aware (or naive, taken as UTC) datetime -> epoch milliseconds."""
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(round(dt.timestamp() * 1000))
+        dt = dt.replace(tzinfo=UTC)
+    return round(dt.timestamp() * 1000)
 
 
 class UTCDateTime(TypeDecorator):
@@ -98,8 +98,8 @@ class UTCDateTime(TypeDecorator):
         if not isinstance(value, datetime):
             raise TypeError(f"expected a datetime, got {type(value).__name__}")
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
         if dialect.name == "sqlite":
             return value.replace(tzinfo=None)
         return value
@@ -108,8 +108,8 @@ class UTCDateTime(TypeDecorator):
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 class JSONText(TypeDecorator):
@@ -174,7 +174,9 @@ class OutboxMessage(Base):
 
     __tablename__ = "antre_outbox"
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     queue: Mapped[str] = mapped_column(String(200), nullable=False)
     job_id: Mapped[str] = mapped_column(String(100), nullable=False)
     envelope: Mapped[Any] = mapped_column(JSONText, nullable=False)
@@ -210,7 +212,9 @@ class AuditEntry(Base):
 
     __tablename__ = "antre_audit"
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     user: Mapped[str] = mapped_column(String(200), nullable=False)
     role: Mapped[str | None] = mapped_column(String(16), nullable=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
@@ -15,7 +15,7 @@ from sqlalchemy.orm import sessionmaker
 from .clock import system_ms
 from .sql import ROLES, User, ms_to_datetime
 
-__all__ = ["UserStore", "UserInfo", "ROLES", "role_at_least", "UserExists", "UnknownUser"]
+__all__ = ["ROLES", "UnknownUser", "UserExists", "UserInfo", "UserStore", "role_at_least"]
 
 _T = User.__table__
 _C = _T.c
@@ -48,7 +48,13 @@ class UserInfo:
 
 
 def _info(row) -> UserInfo:
-    return UserInfo(id=row.id, name=row.name, role=row.role, created_at=row.created_at, disabled=bool(row.disabled))
+    return UserInfo(
+        id=row.id,
+        name=row.name,
+        role=row.role,
+        created_at=row.created_at,
+        disabled=bool(row.disabled),
+    )
 
 
 def _check_role(role: str) -> None:
@@ -97,8 +103,13 @@ class UserStore:
             with self._sf() as s, s.begin():
                 row = s.execute(
                     _T.insert()
-                    .values(name=name, role=role, password_hash=h,
-                            created_at=ms_to_datetime(self.clock()), disabled=False)
+                    .values(
+                        name=name,
+                        role=role,
+                        password_hash=h,
+                        created_at=ms_to_datetime(self.clock()),
+                        disabled=False,
+                    )
                     .returning(*_T.c)
                 ).one()
         except IntegrityError as e:
@@ -129,7 +140,10 @@ class UserStore:
         if expect is not None:
             conds.append(_C.password_hash == expect)
         with self._sf() as s, s.begin():
-            return s.execute(update(_T).where(*conds).values(password_hash=h).returning(_C.id)).first() is not None
+            return (
+                s.execute(update(_T).where(*conds).values(password_hash=h).returning(_C.id)).first()
+                is not None
+            )
 
     def set_password(self, name: str, password: str) -> None:
         self._check_password(password)
@@ -139,12 +153,25 @@ class UserStore:
     def set_role(self, name: str, role: str) -> None:
         _check_role(role)
         with self._sf() as s, s.begin():
-            if s.execute(update(_T).where(_C.name == name).values(role=role).returning(_C.id)).first() is None:
+            if (
+                s.execute(
+                    update(_T).where(_C.name == name).values(role=role).returning(_C.id)
+                ).first()
+                is None
+            ):
                 raise UnknownUser(name)
 
     def set_disabled(self, name: str, disabled: bool = True) -> None:
         with self._sf() as s, s.begin():
-            if s.execute(update(_T).where(_C.name == name).values(disabled=bool(disabled)).returning(_C.id)).first() is None:
+            if (
+                s.execute(
+                    update(_T)
+                    .where(_C.name == name)
+                    .values(disabled=bool(disabled))
+                    .returning(_C.id)
+                ).first()
+                is None
+            ):
                 raise UnknownUser(name)
 
     def get(self, name: str) -> UserInfo | None:

@@ -77,8 +77,20 @@ def count_effects(sf) -> int:
 FP = fingerprint("send_email", {"to": "a@example.org"})
 
 
-def begin(store, clock, job_id="j1", fence=1, owner="w1", key="k", fp=FP, lease_ms=LEASE_MS, lock_fence=None):
-    return store.begin(key, fp, "send_email", job_id, fence, owner, clock() + lease_ms, lock_fence=lock_fence)
+def begin(
+    store,
+    clock,
+    job_id="j1",
+    fence=1,
+    owner="w1",
+    key="k",
+    fp=FP,
+    lease_ms=LEASE_MS,
+    lock_fence=None,
+):
+    return store.begin(
+        key, fp, "send_email", job_id, fence, owner, clock() + lease_ms, lock_fence=lock_fence
+    )
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -98,7 +110,13 @@ def test_fingerprint_is_canonical_and_pure():
 def test_migrate_is_idempotent_and_uses_its_own_version_table(engine):
     migrate(engine)  # second time: nothing to do
     names = set(sa.inspect(engine).get_table_names())
-    assert {"antre_idempotency", "antre_outbox", "antre_users", "antre_audit", VERSION_TABLE} <= names
+    assert {
+        "antre_idempotency",
+        "antre_outbox",
+        "antre_users",
+        "antre_audit",
+        VERSION_TABLE,
+    } <= names
     with engine.connect() as c:
         assert c.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one() == "0001"
     idx = {i["name"] for i in sa.inspect(engine).get_indexes("antre_idempotency")}
@@ -203,7 +221,11 @@ def test_retryable_failure_releases_the_key(store, clock):
     assert begin(store, clock, job_id="j1", fence=1).outcome == ACQUIRED
     assert store.fail("k", 1, "TimeoutError", permanent=False) is True
     rec = store.lookup("k")
-    assert rec.status == "processing" and rec.lease_deadline_ms == 0 and rec.last_error == "TimeoutError"
+    assert (
+        rec.status == "processing"
+        and rec.lease_deadline_ms == 0
+        and rec.last_error == "TimeoutError"
+    )
     # The retry (same job, next epoch) acquires at once: a clean release, not a take-over.
     b = begin(store, clock, job_id="j1", fence=2)
     assert b.outcome == ACQUIRED and b.record.fence == 2
@@ -249,13 +271,15 @@ def test_complete_commits_with_the_handlers_writes(store, clock, sf, effects_tab
     assert store.lookup("k").status == "completed"
 
 
-def test_complete_with_stale_fence_raises_and_rolls_back_callers_writes(store, clock, sf, effects_table):
+def test_complete_with_stale_fence_raises_and_rolls_back_callers_writes(
+    store, clock, sf, effects_table
+):
     begin(store, clock, job_id="j1", fence=1)
     assert begin(store, clock, job_id="j1", fence=2).outcome == TAKEN_OVER  # newer delivery
-    with pytest.raises(LeaseLost):
-        with sf() as s, s.begin():  # the context manager rolls back on the exception
-            s.execute(effects.insert().values(what="should vanish"))
-            store.complete(s, "k", 1, {"invoice": "INV-1"})
+    # s.begin() as a context manager rolls back on the exception.
+    with pytest.raises(LeaseLost), sf() as s, s.begin():
+        s.execute(effects.insert().values(what="should vanish"))
+        store.complete(s, "k", 1, {"invoice": "INV-1"})
     assert count_effects(sf) == 0
     rec = store.lookup("k")
     assert rec.status == "processing" and rec.fence == 2 and rec.result is None
@@ -277,17 +301,15 @@ def test_complete_twice_second_is_refused(store, clock, sf):
     begin(store, clock)
     with sf() as s, s.begin():
         store.complete(s, "k", 1, 1)
-    with pytest.raises(LeaseLost):
-        with sf() as s, s.begin():
-            store.complete(s, "k", 1, 2)
+    with pytest.raises(LeaseLost), sf() as s, s.begin():
+        store.complete(s, "k", 1, 2)
     assert store.lookup("k").result == 1
 
 
 def test_complete_with_non_json_result_is_permanent(store, clock, sf):
     begin(store, clock)
-    with sf() as s:
-        with pytest.raises(Permanent):
-            store.complete(s, "k", 1, {"x": object()})
+    with sf() as s, pytest.raises(Permanent):
+        store.complete(s, "k", 1, {"x": object()})
 
 
 # --------------------------------------------------------------------------- races
@@ -302,7 +324,7 @@ def _race(n, fn):
         try:
             barrier.wait(timeout=10)
             results[i] = fn(i)
-        except Exception as e:  # pragma: no cover - reported below
+        except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]

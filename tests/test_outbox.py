@@ -116,7 +116,10 @@ def test_crash_after_push_before_mark_sent_pushes_again_harmlessly(sf, outbox):
 def test_relay_batches_in_id_order(sf, outbox):
     add_committed(sf, outbox, 7)
     batches: list[list[str]] = []
-    assert outbox.relay(lambda rows: batches.append([r.job_id for r in rows]), batch=3, max_batches=2) == 6
+    assert (
+        outbox.relay(lambda rows: batches.append([r.job_id for r in rows]), batch=3, max_batches=2)
+        == 6
+    )
     assert batches == [["job-0", "job-1", "job-2"], ["job-3", "job-4", "job-5"]]
     assert outbox.pending() == 1
     assert outbox.relay(lambda rows: batches.append([r.job_id for r in rows]), batch=3) == 1
@@ -125,9 +128,8 @@ def test_relay_batches_in_id_order(sf, outbox):
 
 def test_duplicate_job_id_is_refused_at_commit(sf, outbox):
     add_committed(sf, outbox, 1)
-    with pytest.raises(IntegrityError):
-        with sf() as s, s.begin():
-            outbox.add(s, "default", "job-0", {"again": True})
+    with pytest.raises(IntegrityError), sf() as s, s.begin():
+        outbox.add(s, "default", "job-0", {"again": True})
     assert outbox.pending() == 1
 
 
@@ -145,9 +147,8 @@ def test_prune_sent_keeps_unsent_rows(sf, outbox, clock):
 
 
 def test_envelope_must_be_a_dict(sf, outbox):
-    with sf() as s:
-        with pytest.raises(TypeError):
-            outbox.add(s, "default", "j", ["not", "a", "dict"])
+    with sf() as s, pytest.raises(TypeError):
+        outbox.add(s, "default", "j", ["not", "a", "dict"])
 
 
 def test_concurrent_relays_skip_locked_rows(pg_url):
@@ -171,7 +172,10 @@ def test_concurrent_relays_skip_locked_rows(pg_url):
         t.start()
         assert holding.wait(10)
         seen: list[str] = []
-        assert outbox.relay(lambda rows: (seen.extend(r.job_id for r in rows), q.push(rows)), batch=10) == 2
+        assert (
+            outbox.relay(lambda rows: (seen.extend(r.job_id for r in rows), q.push(rows)), batch=10)
+            == 2
+        )
         release.set()
         t.join(10)
         assert seen == ["job-2", "job-3"]

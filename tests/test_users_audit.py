@@ -110,13 +110,31 @@ def audit(sf, clock):
 
 
 def fill(audit, clock):
-    audit.record("alice", "operator", "dlq.replay", "job-1,job-2", "fixed the SMTP creds", "ok",
-                 {"before": 2, "after": 0}, "10.0.0.1")
+    audit.record(
+        "alice",
+        "operator",
+        "dlq.replay",
+        "job-1,job-2",
+        "fixed the SMTP creds",
+        "ok",
+        {"before": 2, "after": 0},
+        "10.0.0.1",
+    )
     clock.advance(1000)
-    audit.record("bob", "viewer", "dlq.discard", "type=send_email", "cleanup", "refused", None, "10.0.0.2")
+    audit.record(
+        "bob", "viewer", "dlq.discard", "type=send_email", "cleanup", "refused", None, "10.0.0.2"
+    )
     clock.advance(1000)
-    audit.record("alice", "operator", "lock.release", "=HYPERLINK(\"http://x\")", "-stuck", "failed",
-                 {"error": "gone", "n": 1}, None)
+    audit.record(
+        "alice",
+        "operator",
+        "lock.release",
+        '=HYPERLINK("http://x")',
+        "-stuck",
+        "failed",
+        {"error": "gone", "n": 1},
+        None,
+    )
 
 
 def test_record_list_filter_count(audit, clock):
@@ -139,7 +157,11 @@ def test_export_csv(audit, clock):
     text = audit.export_csv()
     rows = list(csv.DictReader(io.StringIO(text)))
     assert tuple(rows[0].keys()) == CSV_COLUMNS
-    assert [r["action"] for r in rows] == ["dlq.replay", "dlq.discard", "lock.release"]  # oldest first
+    assert [r["action"] for r in rows] == [
+        "dlq.replay",
+        "dlq.discard",
+        "lock.release",
+    ]  # oldest first
     assert json.loads(rows[0]["detail"]) == {"after": 0, "before": 2}
     assert rows[0]["target"] == "job-1,job-2" and rows[0]["remote_addr"] == "10.0.0.1"
     assert rows[1]["detail"] == "" and rows[2]["remote_addr"] == ""
@@ -154,7 +176,7 @@ def test_export_json(audit, clock):
     data = audit.export_json()
     json.dumps(data)  # JSON-ready
     assert [d["action"] for d in data] == ["dlq.replay", "dlq.discard", "lock.release"]
-    assert data[2]["target"] == "=HYPERLINK(\"http://x\")"  # verbatim in JSON
+    assert data[2]["target"] == '=HYPERLINK("http://x")'  # verbatim in JSON
     assert data[0]["detail"] == {"before": 2, "after": 0}
     assert set(data[0]) == set(CSV_COLUMNS)
     assert audit.export_json(action="dlq.discard")[0]["user"] == "bob"

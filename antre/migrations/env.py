@@ -31,9 +31,15 @@ target_metadata = Base.metadata
 
 def _url() -> str:
     x = context.get_x_argument(as_dictionary=True)
-    url = x.get("url") or os.environ.get("ANTRE_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
+    url = (
+        x.get("url")
+        or os.environ.get("ANTRE_DATABASE_URL")
+        or config.get_main_option("sqlalchemy.url")
+    )
     if not url:
-        raise SystemExit("no database URL: pass -x url=..., set ANTRE_DATABASE_URL, or set sqlalchemy.url")
+        raise SystemExit(
+            "no database URL: pass -x url=..., set ANTRE_DATABASE_URL, or set sqlalchemy.url"
+        )
     return url
 
 
@@ -48,8 +54,12 @@ def _configure(**kw) -> None:
 
 def run_migrations_offline() -> None:
     url = _url()
-    _configure(url=url, literal_binds=True, dialect_opts={"paramstyle": "named"},
-               render_as_batch=url.startswith("sqlite"))
+    _configure(
+        url=url,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+        render_as_batch=url.startswith("sqlite"),
+    )
     with context.begin_transaction():
         context.run_migrations()
 

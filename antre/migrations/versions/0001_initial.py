@@ -38,8 +38,9 @@ def upgrade() -> None:
         sa.Column("updated_at", TS, nullable=False),
         sa.Column("expires_at", TS, nullable=False),
         sa.PrimaryKeyConstraint("key", name="pk_antre_idempotency"),
-        sa.CheckConstraint("status IN ('processing', 'completed', 'failed')",
-                           name="ck_antre_idempotency_status"),
+        sa.CheckConstraint(
+            "status IN ('processing', 'completed', 'failed')", name="ck_antre_idempotency_status"
+        ),
     )
     op.create_index("ix_antre_idempotency_expires_at", "antre_idempotency", ["expires_at"])
     op.create_index("ix_antre_idempotency_status", "antre_idempotency", ["status"])

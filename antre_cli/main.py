@@ -1,0 +1,222 @@
+"""``antre``: demo, worker, web, sweep, status, dlq, user."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import getpass
+import json
+import os
+import secrets
+import sys
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import redis
+
+from antre import Antre
+from antre.readmodels import DeadFilter, ReadModels
+from antre.registry import WorkerRegistry
+
+
+def _ts(ms: int) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _app(path: str | None) -> Antre:
+    if path:
+        from worker.loader import load_app
+        return load_app(path)
+    return Antre()
+
+
+def _operator() -> str:
+    return f"cli:{os.environ.get('USER') or getpass.getuser()}"
+
+
+def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
+           detail: dict[str, Any]) -> None:
+    if app.audit is not None:
+        app.audit.record(user=_operator(), role="cli", action=action, target=target,
+                         reason=reason, outcome=outcome, detail=detail, remote_addr="")
+
+
+# -- status ---------------------------------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    app = _app(args.app)
+    try:
+        overview = ReadModels(app.redis).overview()
+        workers = WorkerRegistry(app.redis).list()
+    except redis.RedisError as exc:
+        print(f"error: Redis at {app.redis_url} is unreachable ({exc}); start it or set "
+              "ANTRE_REDIS_URL", file=sys.stderr)
+        return 2
+    now = overview.as_of
+    if args.json:
+        print(json.dumps({"as_of": now,
+                          "queues": [dataclasses.asdict(q) for q in overview.queues],
+                          "workers": [dict(dataclasses.asdict(w), alive=w.alive(now))
+                                      for w in workers]}, indent=2))
+        return 0
+    print(f"as of {_ts(now)} UTC")
+    print(f"{'queue':<16}{'ready':>9}{'sched':>9}{'inflight':>9}{'dead':>9}{'oldest':>10}")
+    for q in overview.queues:
+        print(f"{q.name:<16}{q.ready:>9}{q.scheduled:>9}{q.inflight:>9}{q.dead:>9}"
+              f"{q.oldest_ready_age_ms / 1000:>9.1f}s")
+    alive = [w for w in workers if w.alive(now) and w.kind == "process"]
+    print(f"workers: {len(alive)} live processes, "
+          f"{sum(1 for w in workers if not w.alive(now))} stale or stopped")
+    return 0
+
+
+# -- dlq ------------------------------------------------------------------------------------
+def _filter(args: argparse.Namespace) -> DeadFilter:
+    return DeadFilter(job_type=args.type, group=args.group)
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    app = _app(args.app)
+    reads = ReadModels(app.redis)
+    queue = app.queue(args.queue)
+    if args.dlq_cmd == "list":
+        page = reads.dead(args.queue, _filter(args), 0, args.limit)
+        if args.json:
+            print(json.dumps([dataclasses.asdict(r) for r in page.rows], indent=2))
+            return 0
+        print(f"{page.total} dead in {args.queue} (showing {len(page.rows)})")
+        for row in page.rows:
+            print(f"{row.id}  {_ts(row.finished_at)}  {row.type:<18} {row.reason[:80]}")
+        return 0
+    if args.dlq_cmd == "show":
+        job = reads.job(args.queue, args.job_id)
+        if job is None:
+            print(f"error: no job {args.job_id} in queue {args.queue}", file=sys.stderr)
+            return 1
+        print(json.dumps(dataclasses.asdict(job), indent=2, default=str))
+        return 0
+    ids = list(args.job_ids)
+    if args.all:
+        ids += [job_id for job_id, _ in reads.dead_ids(args.queue, _filter(args), args.limit)]
+    if not ids:
+        print("error: name job ids, or --all with an optional --type/--group filter",
+              file=sys.stderr)
+        return 1
+    act = queue.replay if args.dlq_cmd == "replay" else queue.discard
+    if args.dlq_cmd == "replay" and app.idempotency is not None:
+        for job_id in ids:  # a replay on purpose lets a permanently failed key run again
+            job = queue.get(job_id)
+            if job and job.state == "dead":
+                app.idempotency.reset(job.idempotency_key)
+    done = sum(1 for job_id in ids if act(job_id))
+    _audit(app, f"dlq.{args.dlq_cmd}", ",".join(ids[:50]) + (" ..." if len(ids) > 50 else ""),
+           args.reason, "ok", {"requested": len(ids), "changed": done, "queue": args.queue})
+    print(f"{args.dlq_cmd}: {done} of {len(ids)} jobs")
+    return 0 if done == len(ids) else 1
+
+
+# -- users ----------------------------------------------------------------------------------
+def cmd_user(args: argparse.Namespace) -> int:
+    app = _app(args.app)
+    if app.users is None:
+        print("error: users live in the database: set ANTRE_DATABASE_URL", file=sys.stderr)
+        return 2
+    if args.user_cmd == "list":
+        for u in app.users.list():
+            print(f"{u.name:<20} {u.role}")
+        return 0
+    password = args.password or os.environ.get("ANTRE_PASSWORD")
+    generated = not password
+    password = password or secrets.token_urlsafe(12)
+    app.users.add(args.name, args.role, password)
+    _audit(app, "user.add", args.name, "cli", "ok", {"role": args.role})
+    print(f"user {args.name} ({args.role}) added" +
+          (f"; password: {password}" if generated else ""))
+    return 0
+
+
+# -- worker, sweep, web, demo ---------------------------------------------------------------
+def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.cli import main as worker_main
+    return int(worker_main([args.command, *rest]) or 0)
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    from antre_cli.web import serve
+    return serve(args.app, host=args.host, port=args.port, workers=args.workers)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from antre_cli.demo import run_demo
+    return run_demo(port=args.port, data_dir=args.data_dir, host=args.host,
+                    processes=args.processes, threads=args.threads, traffic=args.traffic)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="antre", description="Antre: a reliable job queue on Redis")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="everything on embedded defaults, with demo traffic")
+    d.add_argument("--port", type=int, default=8000)
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--data-dir", default="antre-data")
+    d.add_argument("--processes", type=int, default=2)
+    d.add_argument("--threads", type=int, default=4)
+    d.add_argument("--traffic", type=float, default=4.0, help="demo jobs per second (0: none)")
+
+    sub.add_parser("worker", help="run the worker pool: antre worker pkg.module:app "
+                   "[--processes N] [--threads M] [--burst]", add_help=False)
+    sub.add_parser("sweep", help="one sweeper pass: antre sweep pkg.module:app", add_help=False)
+
+    w = sub.add_parser("web", help="the dashboard under gunicorn")
+    w.add_argument("app", nargs="?", default=None)
+    w.add_argument("--host", default="127.0.0.1")
+    w.add_argument("--port", type=int, default=8000)
+    w.add_argument("--workers", type=int, default=2)
+
+    s = sub.add_parser("status", help="queue depths and workers")
+    s.add_argument("app", nargs="?", default=None)
+    s.add_argument("--json", action="store_true")
+
+    q = sub.add_parser("dlq", help="dead-letter queue: list | show | replay | discard")
+    q.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+    q.add_argument("--queue", default="default")
+    dsub = q.add_subparsers(dest="dlq_cmd", required=True)
+    ql = dsub.add_parser("list")
+    ql.add_argument("--type")
+    ql.add_argument("--group")
+    ql.add_argument("--limit", type=int, default=50)
+    ql.add_argument("--json", action="store_true")
+    qs = dsub.add_parser("show")
+    qs.add_argument("job_id")
+    for name in ("replay", "discard"):
+        qa = dsub.add_parser(name)
+        qa.add_argument("job_ids", nargs="*")
+        qa.add_argument("--all", action="store_true", help="every dead job matching the filter")
+        qa.add_argument("--type")
+        qa.add_argument("--group")
+        qa.add_argument("--limit", type=int, default=1000)
+        qa.add_argument("--reason", default="", help="why (written to the audit log)")
+
+    u = sub.add_parser("user", help="dashboard users")
+    u.add_argument("--app", default=None)
+    usub = u.add_subparsers(dest="user_cmd", required=True)
+    ua = usub.add_parser("add")
+    ua.add_argument("name")
+    ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
+    ua.add_argument("--password", help="default: $ANTRE_PASSWORD, else generated and printed")
+    usub.add_parser("list")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and argv[0] in ("worker", "sweep"):
+        args = argparse.Namespace(command=argv[0])
+        return cmd_worker(args, argv[1:])
+    args = parser.parse_args(argv)
+    handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
+                "demo": cmd_demo}
+    return handlers[args.command](args)

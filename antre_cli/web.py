@@ -1,0 +1,49 @@
+"""``antre web``: the dashboard under gunicorn (threaded workers)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gunicorn.app.base import BaseApplication
+
+from webapp import create_app
+
+
+class _Gunicorn(BaseApplication):  # type: ignore[misc]
+    def __init__(self, factory: Callable[[], Any], options: dict[str, Any]) -> None:
+        self.factory = factory
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self.factory()
+
+
+def make_factory(app_path: str | None) -> Callable[[], Any]:
+    def factory() -> Any:
+        config: dict[str, Any] = {}
+        if app_path:
+            from worker.loader import load_app
+            config["ANTRE_APP"] = load_app(app_path)
+        return create_app(config)
+    return factory
+
+
+def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
+          workers: int = 2) -> int:
+    options = {
+        "bind": f"{host}:{port}",
+        "workers": workers,
+        "worker_class": "gthread",
+        "threads": 4,
+        "timeout": 60,
+        "graceful_timeout": 10,
+        "accesslog": "-",
+        "control_socket_disable": True,
+    }
+    _Gunicorn(make_factory(app_path), options).run()
+    return 0

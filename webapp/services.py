@@ -1,0 +1,138 @@
+"""The dashboard's services (one set per Flask app, kept in ``app.extensions["antre"]``).
+
+Nothing per request lives here: the objects are thread-safe clients and stores. The outage
+tracker remembers since when Redis / the database have been unreachable, behind a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from flask import Flask, current_app
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+import antre
+import antre.sql
+from antre.audit import AuditLog
+from antre.bulk import BulkReplays
+from antre.clock import Clock, system_ms
+from antre.idempotency import IdempotencyStore
+from antre.locks import Locks
+from antre.readmodels import ReadModels
+from antre.registry import WorkerRegistry
+from antre.users import UserStore
+
+log = logging.getLogger("antre.webapp")
+
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+
+class Outages:
+    """Since when each backend ('redis', 'database') has been failing; None when fine."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._since: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, backend: str) -> int:
+        with self._lock:
+            return self._since.setdefault(backend, self.clock())
+
+    def ok(self, backend: str) -> None:
+        with self._lock:
+            self._since.pop(backend, None)
+
+    def since(self, backend: str) -> int | None:
+        with self._lock:
+            return self._since.get(backend)
+
+
+@dataclass
+class Services:
+    antre: antre.Antre
+    reads: ReadModels
+    users: UserStore
+    audit: AuditLog
+    locks: Locks
+    registry: WorkerRegistry
+    bulk: BulkReplays
+    idempotency: IdempotencyStore
+    clock: Clock
+    redis_url: str
+    database_url: str
+    outages: Outages = field(default=None)  # type: ignore[assignment]
+
+    @property
+    def redis(self) -> "redis.Redis":
+        return self.antre.redis
+
+    def idempotent(self, job_type: str) -> bool | None:
+        """False when the app knows the handler and it is marked not idempotent."""
+        spec = self.antre.handlers.get(job_type)
+        return None if spec is None else bool(spec.idempotent)
+
+
+def dashboard_redis(url: str) -> "redis.Redis":
+    """A client with short timeouts: a page waits a second or two for Redis, not ten."""
+    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0,
+                                socket_connect_timeout=1.0, retry=Retry(NoBackoff(), 1),
+                                health_check_interval=30)
+
+
+def redact(url: str) -> str:
+    """A URL fit for a banner: no password."""
+    try:
+        from sqlalchemy.engine import make_url
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a banner must never fail
+        return url.split("@")[-1]
+
+
+def build(config: dict[str, Any]) -> Services:
+    clock: Clock = config.get("ANTRE_CLOCK") or system_ms
+    app: antre.Antre | None = config.get("ANTRE_APP")
+    redis_url = config.get("ANTRE_REDIS_URL") or (app.redis_url if app else None) or \
+        os.environ.get("ANTRE_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    db_url = config.get("ANTRE_DATABASE_URL") or (app.database_url if app else None) or \
+        os.environ.get("ANTRE_DATABASE_URL") or f"sqlite:///{os.path.abspath('antre.db')}"
+    if app is None:
+        app = antre.Antre(redis_url=redis_url, database_url=db_url, clock=clock,
+                          redis_client=dashboard_redis(redis_url))
+    elif config.get("ANTRE_CLOCK") is None:
+        clock = app.clock
+    client = app.redis
+    sf = getattr(app, "session_factory", None)
+    if sf is None:
+        sf = antre.sql.session_factory(antre.sql.make_engine(db_url))
+    users = getattr(app, "users", None) or UserStore(sf, clock=clock)
+    audit = getattr(app, "audit", None) or AuditLog(sf, clock=clock)
+    idem = getattr(app, "idempotency", None) or IdempotencyStore(sf, clock=clock)
+    svc = Services(antre=app, reads=ReadModels(client, clock), users=users, audit=audit,
+                   locks=Locks(client, clock=clock), registry=WorkerRegistry(client, clock),
+                   bulk=BulkReplays(client, clock), idempotency=idem, clock=clock,
+                   redis_url=redis_url, database_url=db_url)
+    svc.outages = Outages(clock)
+    try:
+        antre.sql.migrate(db_url)
+    except Exception as exc:  # noqa: BLE001 - the dashboard starts and shows the outage
+        log.error("database migration failed at startup: %s", exc)
+        svc.outages.failed("database")
+    return svc
+
+
+def get() -> Services:
+    svc: Services = current_app.extensions["antre"]
+    return svc
+
+
+def install(flask_app: Flask, config: dict[str, Any]) -> Services:
+    svc = build(config)
+    flask_app.extensions["antre"] = svc
+    return svc

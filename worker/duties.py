@@ -1,0 +1,155 @@
+"""The pool's scheduled duties on APScheduler: sweeper, promoter, sampler, bulk replays,
+idempotency pruner, outbox relay. Started in the supervisor process only.
+
+Each duty runs at most once per tick cluster-wide: it first takes a per-duty maintenance key
+with ``SET NX PX`` (a random token, a TTL a little shorter than its interval) and skips the tick
+when another pool holds it. The key is left to expire rather than deleted, so a pool whose tick
+is a few hundred milliseconds later does not run a second pass in the same tick. Each duty
+catches and logs its own errors: a Redis or database outage never stops the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import redis
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from antre import Antre, Queue, keys, sampling
+from antre.bulk import BulkReplays
+from antre.clock import Clock
+from antre.readmodels import ReadModels
+
+log = logging.getLogger("antre.worker.duties")
+
+
+@dataclass(frozen=True)
+class Duty:
+    name: str
+    interval_s: float
+    fn: Callable[["Duties"], Any]
+
+
+def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
+    """One sweeper pass over every queue: expired leases back to ready (or to the DLQ when
+    poison), then due scheduled jobs promoted. Returns totals."""
+    out = {"queues": 0, "requeued": 0, "buried": 0, "promoted": 0}
+    for name in ReadModels(app.redis).queue_names():
+        q = Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts)
+        out["queues"] += 1
+        while True:
+            res = q.sweep(limit)
+            out["requeued"] += res.requeued
+            out["buried"] += res.buried
+            if res.requeued + res.buried < limit:
+                break
+        out["promoted"] += _promote_all(q, limit)
+    return out
+
+
+def promote_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> int:
+    return sum(_promote_all(Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts),
+                            limit)
+               for name in ReadModels(app.redis).queue_names())
+
+
+def _promote_all(q: Queue, limit: int) -> int:
+    total = 0
+    while True:
+        n = q.promote(limit)
+        total += n
+        if n < limit:
+            return total
+
+
+def _sweep(d: "Duties") -> Any:
+    res = sweep_once(d.app, d.clock)
+    if res["requeued"] or res["buried"]:
+        log.info("sweeper: %d expired leases requeued, %d poison jobs buried", res["requeued"],
+                 res["buried"], extra={"event": "expired"})
+    return res
+
+
+def _promote(d: "Duties") -> Any:
+    return promote_once(d.app, d.clock)
+
+
+def _sample(d: "Duties") -> Any:
+    return sampling.take(d.app.redis, d.clock or d.app.clock)
+
+
+def _bulk(d: "Duties") -> Any:
+    return BulkReplays(d.app.redis, d.clock or d.app.clock).step_all()
+
+
+def _prune(d: "Duties") -> Any:
+    store = getattr(d.app, "idempotency", None)
+    return store.prune() if store is not None else None
+
+
+def _relay(d: "Duties") -> Any:
+    relay = getattr(d.app, "relay_outbox", None)
+    if callable(relay):
+        return relay()
+    outbox = getattr(d.app, "outbox", None)
+    step = getattr(outbox, "relay_to_redis", None)
+    return step() if callable(step) else None
+
+
+DUTIES = (
+    Duty("sweeper", 1.0, _sweep),
+    Duty("promoter", 1.0, _promote),
+    Duty("sampler", 10.0, _sample),
+    Duty("bulk_replays", 1.0, _bulk),
+    Duty("idempotency_pruner", 3600.0, _prune),
+    Duty("outbox_relay", 1.0, _relay),
+)
+
+
+class Duties:
+    """The scheduled duties of one pool. ``run(name)`` runs one tick by hand (tests)."""
+
+    def __init__(self, app: Antre, *, clock: Clock | None = None,
+                 duties: tuple[Duty, ...] = DUTIES) -> None:
+        self.app = app
+        self.clock = clock
+        self.duties = {d.name: d for d in duties}
+        self.scheduler: BackgroundScheduler | None = None
+        self.failures = 0
+
+    def start(self) -> None:
+        self.scheduler = BackgroundScheduler(
+            timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1,
+                                          "misfire_grace_time": 30})
+        for d in self.duties.values():
+            self.scheduler.add_job(self.run, "interval", seconds=d.interval_s, args=[d.name],
+                                   id=d.name, name=d.name)
+        self.scheduler.start()
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+    def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+            self.scheduler = None
+
+    def run(self, name: str) -> Any:
+        """One tick of duty ``name``: skipped (``None``) when another pool ran it this tick."""
+        d = self.duties[name]
+        try:
+            if not self._claim_tick(d):
+                return None
+            return d.fn(self)
+        except Exception as exc:  # an outage must not kill the scheduler
+            self.failures += 1
+            level = logging.WARNING if isinstance(exc, redis.ConnectionError) else logging.ERROR
+            log.log(level, "duty %s failed: %s", name, exc, exc_info=level == logging.ERROR,
+                    extra={"event": "duty_failed"})
+            return None
+
+    def _claim_tick(self, d: Duty) -> bool:
+        ttl_ms = max(100, int(d.interval_s * 1000 * 0.9))
+        token = f"{os.getpid()}:{os.urandom(6).hex()}"
+        return bool(self.app.redis.set(keys.maintenance_lock(d.name), token, nx=True, px=ttl_ms))

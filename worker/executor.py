@@ -1,0 +1,639 @@
+"""Job execution in one process: M threads reserve, run and settle jobs; a heartbeat thread
+extends leases, enforces timeouts and reports the process to the worker registry.
+
+Every settlement (ack, retry, bury, snooze, hand-back) is one fenced Lua script in ``Queue``;
+this module only decides which one. A job is never held only in memory: until its settlement
+lands in Redis it stays in flight under its lease, and the sweeper returns it if we vanish.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import redis
+
+from antre import (Antre, HandlerSpec, InvalidJob, JobContext, JobTimeout, LeaseLost, LockBusy,
+                   Queue)
+from antre.clock import Clock
+from antre.envelope import Job
+from antre.idempotency import fingerprint
+from antre.locks import Lock, LockRenewer, Locks
+from antre.registry import WorkerInfo, WorkerRegistry
+from antre.retry import Decision, classify, describe, format_traceback
+
+from .logs import safe_url
+
+log = logging.getLogger("antre.worker")
+
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+EXIT_RECYCLE = 3  # the process abandoned a hung handler; the supervisor starts a fresh one
+PROMOTE_EVERY_S = 0.5
+IDLE_WAIT_S = 0.075
+BACKOFF_CAP_S = 5.0
+
+
+def default_worker_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60]
+    return f"{host or 'host'}:{os.getpid()}:{os.urandom(2).hex()}"
+
+
+def job_extra(job: Job, event: str, **more: Any) -> dict[str, Any]:
+    """The ``extra=`` of a log line about ``job``."""
+    return {"event": event, "job_id": job.id, "job_type": job.type,
+            "idempotency_key": job.idempotency_key, "attempt": job.attempt + 1,
+            "lock_key": job.lock_key, "trace_id": job.trace_id, "queue": job.queue, **more}
+
+
+class RedisHealth:
+    """Retries Redis calls through an outage with exponential backoff; logs the outage once
+    and the recovery once, whichever thread notices."""
+
+    def __init__(self, url: str) -> None:
+        self.url = safe_url(url)
+        self._down = False
+        self._lock = threading.Lock()
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._down:
+                return
+            self._down = True
+        log.error("redis unreachable at %s: %s; retrying with backoff", self.url, exc,
+                  extra={"event": "redis_down"})
+
+    def ok(self) -> None:
+        if not self._down:
+            return
+        with self._lock:
+            if not self._down:
+                return
+            self._down = False
+        log.warning("redis reachable again at %s", self.url, extra={"event": "redis_up"})
+
+    def call(self, fn: Callable[..., Any], *args: Any, stop: threading.Event | None = None,
+             give_up_at: float | None = None, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, retried while Redis is unreachable. Gives up (re-raising)
+        once ``stop`` is set or ``time.monotonic()`` passes ``give_up_at``."""
+        delay = 0.05
+        while True:
+            try:
+                result = fn(*args, **kwargs)
+            except REDIS_DOWN as exc:
+                self.failed(exc)
+                if (stop is not None and stop.is_set()) or (
+                        give_up_at is not None and time.monotonic() >= give_up_at):
+                    raise
+                if stop is not None:
+                    stop.wait(delay)
+                else:
+                    time.sleep(delay)
+                delay = min(delay * 2, BACKOFF_CAP_S)
+                continue
+            self.ok()
+            return result
+
+
+@dataclass
+class Running:
+    """A job this process holds a lease on (reserved, possibly not started yet)."""
+
+    job: Job
+    queue: Queue
+    spec: HandlerSpec | None = None
+    ctx: JobContext | None = None
+    started_ms: int = 0  # 0 until the handler starts
+    started_mono: float = 0.0
+    thread: int = 0
+    owns_idempotency: bool = False
+    soft_timed_out: bool = False
+    closed: bool = False  # settled, handed back or given up: nothing more may touch the lease
+    lease_lost: bool = False
+    settle_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class WorkerProcess:
+    """Runs jobs of ``queues`` in ``threads`` threads of this process.
+
+    ``run()`` blocks until ``stop()`` (or a hard timeout recycles the process) and returns the
+    exit code (0, or ``EXIT_RECYCLE``). ``run_burst()`` returns once nothing is ready or in
+    flight in its queues, with counts of what happened.
+    """
+
+    def __init__(self, app: Antre, *, queues: list[str] | None = None, threads: int = 1,
+                 worker_id: str | None = None, supervisor_id: str = "",
+                 clock: Clock | None = None, prefetch: int = 1, heartbeat_s: float = 1.0,
+                 stop_grace_s: float = 30.0, hard_grace_s: float = 5.0) -> None:
+        if threads < 1 or prefetch < 1:
+            raise ValueError("threads and prefetch must be at least 1")
+        self.app = app
+        self.clock: Clock = clock or app.clock
+        self.queue_names = list(queues or app.queues())
+        self.queues = [Queue(app.redis, name, clock=self.clock, scripts=app.scripts,
+                             max_payload_bytes=app.max_payload_bytes)
+                       for name in self.queue_names]
+        self.locks = Locks(app.redis, clock=self.clock, scripts=app.scripts)
+        self.registry = WorkerRegistry(app.redis, clock=self.clock)
+        self.threads = threads
+        self.worker_id = worker_id or default_worker_id()
+        self.supervisor_id = supervisor_id
+        self.prefetch = prefetch
+        self.heartbeat_s = heartbeat_s
+        self.stop_grace_s = stop_grace_s
+        self.hard_grace_s = hard_grace_s
+        self.exit_code = 0
+        self.counts: Counter[str] = Counter()
+        self.health = RedisHealth(app.redis_url)
+        self._running: dict[str, Running] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._hb_stop = threading.Event()
+        self._burst = False
+        self._stuck: set[int] = set()
+        self._last_promote = 0.0
+        self._runners: list[threading.Thread] = []
+        self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
+                                supervisor=supervisor_id, queues=self.queue_names,
+                                threads=threads, kind="process")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def run(self) -> int:
+        self._start()
+        while not self._stopping.wait(0.5):
+            pass
+        self._finish()
+        return self.exit_code
+
+    def run_burst(self) -> dict[str, int]:
+        self._burst = True
+        self._start()
+        for t in self._runners:
+            while t.is_alive() and not self._stopping.is_set():
+                t.join(0.1)
+        self._finish()
+        return dict(self.counts)
+
+    def stop(self) -> None:
+        """Graceful: stop reserving; running jobs get ``stop_grace_s`` to finish."""
+        if not self._stopping.is_set():
+            log.info("stopping: no new jobs; running jobs get %gs to finish", self.stop_grace_s,
+                     extra={"event": "stopping", "worker_id": self.worker_id})
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def running_jobs(self) -> list[Job]:
+        with self._lock:
+            return [r.job for r in self._running.values()]
+
+    def _start(self) -> None:
+        self._info.started_at = self.clock()
+        self._beat_quietly()
+        self._runners = [threading.Thread(target=self._runner, args=(n,), daemon=True,
+                                          name=f"antre-runner-{n}") for n in range(self.threads)]
+        for t in self._runners:
+            t.start()
+        threading.Thread(target=self._heartbeat_loop, daemon=True, name="antre-heartbeat").start()
+
+    def _finish(self) -> None:
+        deadline = time.monotonic() + self.stop_grace_s
+        for t in self._runners:
+            if t.ident not in self._stuck:
+                t.join(max(0.0, deadline - time.monotonic()))
+        for r in self._held():
+            self._hand_back(r, deadline + 5.0)
+        self._hb_stop.set()
+        self._info.state = "stopped"
+        self._beat_quietly()
+        log.info("worker stopped", extra={"event": "stopped", "worker_id": self.worker_id})
+
+    def _held(self) -> list[Running]:
+        with self._lock:
+            return [r for r in self._running.values() if not r.closed and not r.lease_lost]
+
+    def _hand_back(self, r: Running, give_up_at: float) -> None:
+        with r.settle_lock:
+            if r.closed or r.lease_lost:
+                return
+            r.closed = True  # whatever the handler does later is dropped
+            if r.ctx is not None:
+                r.ctx.cancelled.set()
+            try:
+                self.health.call(r.queue.hand_back, r.job, give_up_at=give_up_at)
+            except LeaseLost as exc:
+                self._lease_lost(r.job, exc)
+                return
+            except REDIS_DOWN:
+                log.error("could not hand back job %s (redis unreachable); its lease will expire "
+                          "and the sweeper returns it", r.job.id, extra=job_extra(r.job, "expired"))
+                return
+        self.counts["handed_back"] += 1
+        log.info("handed back job %s (no attempt spent)", r.job.id,
+                 extra=job_extra(r.job, "handed_back"))
+
+    # -- the runner threads --------------------------------------------------------------------
+    def _runner(self, n: int) -> None:
+        rr = n
+        while not self._stopping.is_set():
+            try:
+                got = self.health.call(self._reserve, rr, stop=self._stopping)
+            except REDIS_DOWN:
+                return
+            except Exception:
+                log.exception("reserve failed", extra={"event": "error"})
+                self._stopping.wait(1.0)
+                continue
+            rr += 1
+            if got:
+                self._work(got)
+            elif self._burst and self._drained():
+                return
+            else:
+                self._idle()
+
+    def _reserve(self, rr: int) -> list[Running]:
+        n = len(self.queues)
+        for i in range(n):
+            q = self.queues[(rr + i) % n]
+            jobs = q.reserve(self.worker_id, count=self.prefetch)
+            if jobs:
+                held = [Running(job, q) for job in jobs]
+                with self._lock:
+                    for r in held:
+                        self._running[r.job.id] = r
+                return held
+        return []
+
+    def _work(self, held: list[Running]) -> None:
+        for r in held:
+            try:
+                if self._stopping.is_set():
+                    self._hand_back(r, time.monotonic() + self.stop_grace_s)
+                else:
+                    self._process(r)
+            except Exception:
+                log.exception("unexpected error while processing job %s; its lease will expire "
+                              "and it will be delivered again", r.job.id,
+                              extra=job_extra(r.job, "error"))
+            finally:
+                with self._lock:
+                    self._running.pop(r.job.id, None)
+
+    def _idle(self) -> None:
+        now = time.monotonic()
+        if now - self._last_promote >= PROMOTE_EVERY_S:
+            self._last_promote = now
+            try:
+                for q in self.queues:
+                    q.promote()
+            except REDIS_DOWN as exc:
+                self.health.failed(exc)
+        self._stopping.wait(IDLE_WAIT_S)
+
+    def _drained(self) -> bool:
+        """Burst mode's end: nothing ready (after promoting what is due) or in flight."""
+        with self._lock:
+            if self._running:
+                return False
+        try:
+            for q in self.queues:
+                q.promote()
+            pipe = self.app.redis.pipeline(transaction=False)
+            for q in self.queues:
+                pipe.llen(q.keys.ready)
+                pipe.zcard(q.keys.inflight)
+            return not any(pipe.execute())
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
+            return False
+
+    # -- one job -------------------------------------------------------------------------------
+    def _process(self, r: Running) -> None:
+        job = r.job
+        r.thread = threading.get_ident()
+        log.info("received job %s", job.id, extra=job_extra(job, "received"))
+        if job.payload_error:
+            self._bury(r, f"payload cannot be decoded: {job.payload_error}", "malformed")
+            return
+        spec = self.app.handlers.get(job.type)
+        if spec is None:
+            names = ", ".join(sorted(self.app.handlers)) or "none"
+            self._bury(r, f"no handler for job type {job.type!r} in this worker (registered: "
+                          f"{names}); deploy a worker that has it, then replay", "unknown_type")
+            return
+        r.spec = spec
+        lock = self._take_lock(r, spec) if job.lock_key else None
+        if job.lock_key and lock is None:
+            return
+        try:
+            if lock is None:
+                self._with_idempotency(r, spec, None)
+            else:
+                with LockRenewer(self.locks, lock):
+                    self._with_idempotency(r, spec, lock)
+        finally:
+            if lock is not None:
+                self._release(lock)
+
+    def _take_lock(self, r: Running, spec: HandlerSpec) -> Lock | None:
+        try:
+            return self.health.call(self.locks.acquire, r.job.lock_key,
+                                    ttl_ms=int(spec.lock_ttl_s * 1000), owner=self.worker_id)
+        except LockBusy as exc:
+            self.counts["lock_busy"] += 1
+            log.info("lock busy: %s", exc, extra=job_extra(r.job, "lock_conflict"))
+            self._settle(r, "snoozed", r.queue.snooze, r.job, random.randint(200, 1000),
+                         "lock_busy", counter="lock_busy")
+            return None
+
+    def _release(self, lock: Lock) -> None:
+        try:
+            self.locks.release(lock)
+        except redis.RedisError:
+            pass  # it expires by its TTL
+
+    def _with_idempotency(self, r: Running, spec: HandlerSpec, lock: Lock | None) -> None:
+        store = getattr(self.app, "idempotency", None)
+        if store is None or not r.job.idempotency_key:
+            self._run(r, spec, lock, None)
+            return
+        job = r.job
+        try:
+            begin = store.begin(job.idempotency_key, fingerprint(job.type, job.payload), job.type,
+                                job.id, job.epoch, self.worker_id, job.deadline,
+                                lock_fence=lock.fence if lock else None)
+        except InvalidJob as exc:
+            self._bury(r, f"bad idempotency key: {exc}", "invalid")
+            return
+        except Exception as exc:  # the database is unreachable: wait, spend nothing
+            log.error("idempotency store unavailable: %s; job snoozed", exc,
+                      extra=job_extra(job, "snoozed", error_kind="database_unavailable"))
+            self._settle(r, "snoozed", r.queue.snooze, job, random.randint(1000, 5000),
+                         "database_unavailable")
+            return
+        self._on_begin(r, spec, lock, store, begin)
+
+    def _on_begin(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any,
+                  begin: Any) -> None:
+        job, outcome = r.job, begin.outcome
+        if outcome in ("acquired", "taken_over"):
+            if outcome == "taken_over":
+                log.warning("took over idempotency key from a previous owner that did not finish",
+                            extra=job_extra(job, "taken_over"))
+            r.owns_idempotency = True
+            self._run(r, spec, lock, store)
+        elif outcome == "completed":
+            result = begin.record.result if begin.record is not None else None
+            self._settle(r, "deduplicated", r.queue.ack, job, result, counter="deduplicated")
+        elif outcome == "busy":
+            self._settle(r, "snoozed", r.queue.snooze, job, random.randint(800, 1200),
+                         "idempotency_busy")
+        elif outcome == "mismatch":
+            self._bury(r, "idempotency key reused with a different payload",
+                       "idempotency_mismatch", spend_attempt=True)
+        else:
+            self._bury(r, "idempotency key already failed permanently; replay resets it",
+                       "idempotency_failed", spend_attempt=True)
+
+    def _run(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any) -> None:
+        job = r.job
+        factory = getattr(self.app, "session_factory", None)
+        db = factory() if factory is not None else None
+        r.ctx = JobContext(job=job, worker_id=self.worker_id, db=db,
+                           fence=lock.fence if lock else job.epoch, lock=lock,
+                           _extend=lambda seconds: self._extend_by(r, seconds))
+        r.started_ms, r.started_mono = self.clock(), time.monotonic()
+        log.info("started job %s", job.id, extra=job_extra(job, "started"))
+        try:
+            try:
+                result = spec.fn(r.ctx, job.payload)
+            except Exception as exc:
+                self._rollback(db)
+                self._failed(r, spec, store, exc)
+                return
+            self._succeeded(r, spec, lock, store, result)
+        finally:
+            if db is not None:
+                db.close()
+
+    def _succeeded(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any,
+                   result: Any) -> None:
+        job, db = r.job, r.ctx.db if r.ctx else None
+        if r.closed or r.lease_lost:
+            self._rollback(db)
+            log.warning("job %s finished after its lease was given up; outcome dropped", job.id,
+                        extra=job_extra(job, "lease_lost", duration_ms=self._duration(r)))
+            return
+        if lock is not None and lock.lost:
+            self._rollback(db)
+            log.warning("lock %s was lost while the job ran; not committing", job.lock_key,
+                        extra=job_extra(job, "lock_conflict"))
+            self._settle(r, "snoozed", r.queue.snooze, job, random.randint(200, 1000), "lock_lost")
+            return
+        if db is not None:
+            try:
+                if store is not None and r.owns_idempotency:
+                    store.complete(db, job.idempotency_key, job.epoch, result, job_id=job.id)
+                db.commit()
+            except LeaseLost as exc:
+                self._rollback(db)
+                self._lease_lost(job, exc)
+                return
+            except Exception as exc:
+                self._rollback(db)
+                self._failed(r, spec, store, exc)
+                return
+        self._settle(r, "succeeded", r.queue.ack, job, result)
+
+    def _failed(self, r: Running, spec: HandlerSpec, store: Any, exc: Exception) -> None:
+        job = r.job
+        if r.closed or r.lease_lost or isinstance(exc, LeaseLost):
+            log.warning("job %s failed after its lease was given up (%s); outcome dropped",
+                        job.id, describe(exc), extra=job_extra(job, "lease_lost"))
+            return
+        if isinstance(exc, JobTimeout) and self._stopping.is_set() and not r.soft_timed_out:
+            self._hand_back(r, time.monotonic() + self.stop_grace_s)  # cancelled by shutdown
+            return
+        decision = classify(exc, attempt=job.attempt + 1, max_attempts=job.max_attempts,
+                            policy=spec.retry)
+        self._record_failure(r, store, describe(exc), decision.action == "dead")
+        self._apply(r, decision, exc)
+
+    def _apply(self, r: Running, decision: Decision, exc: BaseException) -> None:
+        job, q = r.job, r.queue
+        if decision.action == "snooze":
+            self._settle(r, "snoozed", q.snooze, job, decision.delay_ms, decision.kind,
+                         error_kind=decision.kind)
+        elif decision.action == "retry":
+            self._settle(r, "retried", q.retry, job, delay_ms=decision.delay_ms,
+                         error=describe(exc), kind=decision.kind,
+                         traceback=format_traceback(exc), error_kind=decision.kind)
+        else:
+            self._bury(r, decision.reason, decision.kind, error=describe(exc),
+                       traceback=format_traceback(exc), spend_attempt=True)
+
+    def _record_failure(self, r: Running, store: Any, error: str, permanent: bool) -> None:
+        if store is None or not r.owns_idempotency:
+            return
+        try:
+            store.fail(r.job.idempotency_key, r.job.epoch, error, permanent, job_id=r.job.id)
+        except Exception as exc:
+            log.error("could not record the failure in the idempotency store: %s", exc,
+                      extra=job_extra(r.job, "error"))
+
+    def _bury(self, r: Running, reason: str, kind: str, *, error: str = "", traceback: str = "",
+              spend_attempt: bool = False) -> None:
+        self._settle(r, "buried", r.queue.bury, r.job, reason=reason, error=error or reason,
+                     kind=kind, traceback=traceback, spend_attempt=spend_attempt, error_kind=kind)
+
+    def _settle(self, r: Running, event: str, fn: Callable[..., Any], *args: Any,
+                error_kind: str = "", **kwargs: Any) -> bool:
+        """One fenced transition, retried through a Redis outage (never given up: an outcome
+        that did not land would be redone, never acked falsely)."""
+        with r.settle_lock:
+            if r.closed:
+                return False
+            try:
+                self.health.call(fn, *args, **kwargs)
+            except LeaseLost as exc:
+                self._lease_lost(r.job, exc)
+                return False
+            r.closed = True  # settled: nothing else may touch this lease
+        self.counts[event] += 1
+        if event in ("succeeded", "deduplicated"):
+            self.counts["processed"] += 1
+        elif event in ("retried", "buried"):
+            self.counts["failed"] += 1
+        level = logging.WARNING if event in ("retried", "buried") else logging.INFO
+        log.log(level, "%s job %s", event, r.job.id,
+                extra=job_extra(r.job, event, duration_ms=self._duration(r), error_kind=error_kind))
+        return True
+
+    def _lease_lost(self, job: Job, exc: BaseException) -> None:
+        self.counts["lease_lost"] += 1
+        log.warning("lease lost: %s", exc, extra=job_extra(job, "lease_lost"))
+
+    @staticmethod
+    def _rollback(db: Any) -> None:
+        if db is None:
+            return
+        try:
+            db.rollback()
+        except Exception:
+            log.exception("rollback failed", extra={"event": "error"})
+
+    @staticmethod
+    def _duration(r: Running) -> int | None:
+        return int((time.monotonic() - r.started_mono) * 1000) if r.started_mono else None
+
+    # -- heartbeat: leases, timeouts, registry ---------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self._hb_stop.wait(self.heartbeat_s):
+            try:
+                self.heartbeat_once()
+            except REDIS_DOWN as exc:
+                self.health.failed(exc)
+            except Exception:
+                log.exception("heartbeat failed", extra={"event": "error"})
+
+    def heartbeat_once(self) -> None:
+        """Enforce timeouts, extend every held lease, report to the registry."""
+        now = self.clock()
+        with self._lock:
+            held = list(self._running.values())
+        for r in held:
+            if r.started_ms and not r.closed:
+                self._check_timeout(r, now)
+            if not r.closed and not r.lease_lost:
+                self._extend(r)
+        self._beat()
+
+    def _check_timeout(self, r: Running, now: int) -> None:
+        timeout_ms = int(r.job.timeout_s * 1000)
+        ran_ms = now - r.started_ms
+        if ran_ms >= timeout_ms and not r.soft_timed_out and r.ctx is not None:
+            r.soft_timed_out = True
+            r.ctx.cancelled.set()
+            log.warning("job %s passed its timeout of %gs; cancelled", r.job.id, r.job.timeout_s,
+                        extra=job_extra(r.job, "soft_timeout", duration_ms=ran_ms))
+        if ran_ms >= timeout_ms + int(min(self.hard_grace_s, r.job.timeout_s) * 1000):
+            self._abandon(r, ran_ms)
+
+    def _abandon(self, r: Running, ran_ms: int) -> None:
+        """Hard timeout: settle the job as a timeout (fenced, spends an attempt), drop whatever
+        its thread does later, and recycle this process."""
+        exc = JobTimeout(f"ran {ran_ms} ms, past its timeout of {r.job.timeout_s:g}s; "
+                         "the handler was abandoned and its process recycled")
+        spec = r.spec or self.app.handlers.get(r.job.type)
+        policy = spec.retry if spec else None
+        decision = classify(exc, attempt=r.job.attempt + 1, max_attempts=r.job.max_attempts,
+                            policy=policy) if policy else Decision("retry", 0, True, "timeout", "")
+        self._stuck.add(r.thread)
+        self.exit_code = EXIT_RECYCLE
+        self._record_failure(r, getattr(self.app, "idempotency", None), describe(exc),
+                             decision.action == "dead")
+        self._apply(r, decision, exc)
+        r.closed = True
+        log.error("hard timeout: job %s abandoned; recycling this process", r.job.id,
+                  extra=job_extra(r.job, "expired", duration_ms=ran_ms, error_kind="timeout"))
+        self.stop()
+
+    def _extend(self, r: Running) -> None:
+        spec = r.spec or self.app.handlers.get(r.job.type)
+        max_runtime_ms = int((spec.max_runtime_s if spec else 3600.0) * 1000)
+        try:
+            deadline = r.queue.extend(r.job.id, r.job.epoch, r.job.visibility_timeout_ms,
+                                      mode="from_now", cap_ms=r.job.reserved_at + max_runtime_ms)
+        except LeaseLost as exc:
+            r.lease_lost = True
+            if r.ctx is not None:
+                r.ctx.cancelled.set()
+            self._lease_lost(r.job, exc)
+            return
+        r.job.deadline = deadline
+        log.debug("lease extended to %d", deadline, extra=job_extra(r.job, "lease_extended"))
+        store = getattr(self.app, "idempotency", None)
+        if store is not None and r.owns_idempotency:
+            try:
+                store.extend_lease(r.job.idempotency_key, r.job.epoch, deadline, job_id=r.job.id)
+            except Exception as exc:
+                log.error("could not extend the idempotency lease: %s", exc,
+                          extra=job_extra(r.job, "error"))
+
+    def _extend_by(self, r: Running, seconds: float) -> int:
+        """``ctx.extend_lease``: now + seconds, capped by the handler's max runtime."""
+        spec = r.spec or self.app.handlers.get(r.job.type)
+        cap = r.job.reserved_at + int((spec.max_runtime_s if spec else 3600.0) * 1000)
+        deadline = r.queue.extend(r.job.id, r.job.epoch, int(seconds * 1000), mode="from_now",
+                                  cap_ms=cap)
+        r.job.deadline = deadline
+        return deadline
+
+    def _beat(self) -> None:
+        info = self._info
+        info.current = [j.id for j in self.running_jobs()]
+        info.processed = self.counts["processed"]
+        info.failed = self.counts["failed"]
+        if self._stopping.is_set() and info.state == "running":
+            info.state = "stopping"
+        self.registry.beat(info)
+        self.health.ok()
+
+    def _beat_quietly(self) -> None:
+        try:
+            self._beat()
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
