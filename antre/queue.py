@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 from . import keys
 from .clock import Clock, system_ms
 from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, Job, check_names, encode_payload, from_fields,
-                       new_job_id, new_traceparent, to_fields)
+                       new_job_id, new_traceparent)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
 from .scripts import Scripts
@@ -78,7 +78,8 @@ class Queue:
         return None if self.cluster else self.redis.pipeline(transaction=False)
 
     # -- producing -------------------------------------------------------------------------
-    def build(self, spec: JobSpec, now: int) -> tuple[Job, dict[str, str]]:
+    def build(self, spec: JobSpec, now: int) -> dict[str, str]:
+        """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
         check_names(self.name, spec.job_type, spec.idempotency_key, spec.lock_key)
         if spec.max_attempts < 1 or spec.max_deliveries < 1:
             raise InvalidJob("max_attempts and max_deliveries must be at least 1")
@@ -86,18 +87,28 @@ class Queue:
             raise InvalidJob("timeout_s and visibility_timeout_s must be positive")
         if spec.delay_s < 0:
             raise InvalidJob("delay_s must not be negative")
-        text = encode_payload(spec.payload, self.max_payload_bytes)
-        job = Job(id=spec.job_id or new_job_id(), type=spec.job_type, queue=self.name,
-                  idempotency_key=spec.idempotency_key, payload=spec.payload,
-                  max_attempts=spec.max_attempts, visible_at=now + int(spec.delay_s * 1000),
-                  created_at=now, trace_id=spec.trace_id or new_traceparent(),
-                  lock_key=spec.lock_key or "", headers=dict(spec.headers),
-                  timeout_s=spec.timeout_s,
-                  visibility_timeout_ms=int(spec.visibility_timeout_s * 1000),
-                  max_deliveries=spec.max_deliveries)
-        if not keys.valid_name(job.id):
-            raise InvalidJob(f"bad job id {job.id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
-        return job, to_fields(job, text)
+        job_id = spec.job_id or new_job_id()
+        if spec.job_id is not None and not keys.valid_name(job_id):
+            raise InvalidJob(f"bad job id {job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        return {
+            "id": job_id,
+            "type": spec.job_type,
+            "visible_at": str(now + int(spec.delay_s * 1000)),
+            "queue": self.name,
+            "idem_key": spec.idempotency_key,
+            "payload": encode_payload(spec.payload, self.max_payload_bytes),
+            "attempt": "0",
+            "max_attempts": str(spec.max_attempts),
+            "created_at": str(now),
+            "trace_id": spec.trace_id or new_traceparent(),
+            "lock_key": spec.lock_key or "",
+            "headers": json.dumps(spec.headers, separators=(",", ":")) if spec.headers else "{}",
+            "timeout_s": repr(float(spec.timeout_s)),
+            "vt_ms": str(int(spec.visibility_timeout_s * 1000)),
+            "epoch": "0",
+            "deliveries": "0",
+            "max_deliveries": str(spec.max_deliveries),
+        }
 
     def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
                 lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> str:
@@ -111,20 +122,19 @@ class Queue:
         built = [self.build(s, now) for s in specs]
         if not built:
             return []
-        first = ("id", "type", "visible_at")  # enqueue.lua reads these three by position
-        names = [*first, *(n for n in built[0][1] if n not in first)]
+        names = list(built[0])  # enqueue.lua reads id, type, visible_at by position: first
         k = self.keys
         pipe = self._batch()
         for start in range(0, len(built), chunk):
-            args: list[Any] = [k.job_prefix, now, len(names), *names]
-            for _, fields in built[start:start + chunk]:
-                args.extend(fields[n] for n in names)
+            args: list[Any] = [k.job_prefix, now, json.dumps(names)]
+            args.extend(json.dumps(list(fields.values()), separators=(",", ":"))
+                        for fields in built[start:start + chunk])
             self.scripts.enqueue(keys=[k.ready, k.scheduled, k.stats, k.types], args=args,
                                  client=pipe)
         (pipe or self.redis).sadd(keys.queues_index(), self.name)
         if pipe is not None:
             pipe.execute()
-        return [job.id for job, _ in built]
+        return [fields["id"] for fields in built]
 
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:

@@ -1,17 +1,18 @@
 -- enqueue: store new jobs and make them ready, or scheduled when visible later.
 -- KEYS[1] ready (LIST)   KEYS[2] scheduled (ZSET)   KEYS[3] stats (HASH)   KEYS[4] types (SET)
--- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] n = number of field names
--- ARGV[4 .. 3+n] field names; the first three are id, type, visible_at
--- then one group of n values per job.
+-- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] JSON array of the n field names; the first
+-- three are id, type, visible_at
+-- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
+-- client's packing cost low for big batches)
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged).
-local prefix, now, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local names = {}
-for i = 1, n do names[i] = ARGV[3 + i] end
+local prefix, now = ARGV[1], tonumber(ARGV[2])
+local names = cjson.decode(ARGV[3])
+local n = #names
 local out = {}
-local base = 3 + n
 local stored = 0
-while base + n <= #ARGV do
-  local id, jtype, visible_at = ARGV[base + 1], ARGV[base + 2], tonumber(ARGV[base + 3])
+for a = 4, #ARGV do
+  local values = cjson.decode(ARGV[a])
+  local id, jtype, visible_at = values[1], values[2], tonumber(values[3])
   local key = prefix .. id
   if redis.call('EXISTS', key) == 1 then
     out[#out + 1] = 0
@@ -19,7 +20,7 @@ while base + n <= #ARGV do
     local fields = {}
     for i = 1, n do
       fields[#fields + 1] = names[i]
-      fields[#fields + 1] = ARGV[base + i]
+      fields[#fields + 1] = values[i]
     end
     redis.call('HSET', key, unpack(fields))
     redis.call('SADD', KEYS[4], jtype)
@@ -33,7 +34,6 @@ while base + n <= #ARGV do
     stored = stored + 1
     out[#out + 1] = 1
   end
-  base = base + n
 end
 if stored > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', stored) end
 return out
