@@ -77,6 +77,7 @@ class Job:
     finished_at: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
     result: Any = None
+    checkpoint: Any = None
     payload_error: str = ""  # set when the stored payload could not be decoded
 
     @property
@@ -107,6 +108,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
     headers, _ = _json(fields.get("headers"), {})
     errors, _ = _json(fields.get("errors"), [])
     result, _ = _json(fields.get("result"), None)
+    checkpoint, _ = _json(fields.get("checkpoint"), None)
     try:
         timeout_s = float(fields.get("timeout_s") or 30.0)
     except ValueError:
@@ -142,6 +144,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         finished_at=_int(fields, "finished_at"),
         errors=errors if isinstance(errors, list) else [],
         result=result,
+        checkpoint=checkpoint,
         payload_error=payload_error,
     )
 

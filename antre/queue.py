@@ -21,6 +21,11 @@ from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
 from .scripts import Scripts
 
+# what a worker needs of a job it reserves (errors, traceback and result stay in Redis)
+RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
+                  "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
+                  "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
+                  "reserved_at", "worker_id", "checkpoint", "first_failed_at")
 DONE_RETENTION_MS = 3_600_000
 DONE_MAX = 10_000
 
@@ -140,8 +145,10 @@ class Queue:
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
         rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats],
-                                    args=[k.job_prefix, self.clock(), count, worker_id])
-        return [from_fields(dict(zip(row[::2], row[1::2]))) for row in rows]
+                                    args=[k.job_prefix, self.clock(), count, worker_id,
+                                          *RESERVE_FIELDS])
+        return [from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None})
+                for row in rows]
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked") -> None:
         """in-flight → done. Raises ``LeaseLost`` if ``job.epoch`` is no longer the lease."""
@@ -203,6 +210,13 @@ class Queue:
             keys=[k.job(job_id), k.inflight],
             args=[job_id, epoch, self.clock(), int(ms), mode, int(cap_ms)])
         return int(_lease_result(reply, job_id))
+
+    def checkpoint(self, job: Job, state: Any) -> None:
+        """Persist a running job's progress (lease-fenced); a retry starts from it."""
+        text = json.dumps(state, default=str, separators=(",", ":"))
+        _lease_result(self.scripts.checkpoint(keys=[self.keys.job(job.id)],
+                                              args=[job.epoch, text]), job.id)
+        job.checkpoint = state
 
     # -- maintenance -----------------------------------------------------------------------
     def promote(self, limit: int = 1000) -> int:

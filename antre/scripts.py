@@ -14,7 +14,7 @@ import redis
 NAMES = (
     "enqueue", "reserve", "ack", "retry", "bury", "extend_lease", "promote_due",
     "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
-    "lock_renew",
+    "lock_renew", "checkpoint",
 )
 
 
@@ -46,3 +46,4 @@ class Scripts:
     lock_acquire: redis.commands.core.Script
     lock_release: redis.commands.core.Script
     lock_renew: redis.commands.core.Script
+    checkpoint: redis.commands.core.Script

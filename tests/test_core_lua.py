@@ -278,3 +278,15 @@ def test_every_job_is_in_exactly_one_place_through_a_lifecycle(q, clock):
     q.promote()
     for job_id in ids:
         assert len(q.where(job_id)) == 1, job_id
+
+
+def test_checkpoint_survives_a_retry_and_is_fenced(q, clock):
+    job_id = q.enqueue("t", {}, idempotency_key="k", visibility_timeout_s=5)
+    job = one(q)
+    q.checkpoint(job, {"page": 3})
+    q.retry(job, delay_ms=0, error="e")
+    again = one(q)
+    assert again.checkpoint == {"page": 3}
+    with pytest.raises(LeaseLost):
+        q.checkpoint(job, {"page": 99})
+    assert q.get(job_id).checkpoint == {"page": 3}

@@ -1,11 +1,15 @@
 -- reserve: ready -> in-flight under a lease. Bumps each job's lease epoch and delivery count.
 -- KEYS[1] ready (LIST)   KEYS[2] inflight (ZSET by deadline)   KEYS[3] stats (HASH)
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] worker id
--- Returns: array of HGETALL arrays, one per reserved job (deadline = now + the job's vt_ms).
+-- ARGV[5 ..] the fields to return for each job
+-- Returns: array of HMGET arrays (values of ARGV[5 ..]), one per reserved job
+-- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'.
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ids = redis.call('RPOP', KEYS[1], count)
 if not ids then return {} end
+local fields = {}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local out = {}
 local orphans = 0
 for _, id in ipairs(ids) do
@@ -20,7 +24,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'state', 'inflight', 'deadline', deadline, 'reserved_at', now,
                'worker_id', worker)
     redis.call('ZADD', KEYS[2], deadline, id)
-    out[#out + 1] = redis.call('HGETALL', key)
+    out[#out + 1] = redis.call('HMGET', key, unpack(fields))
   end
 end
 redis.call('HINCRBY', KEYS[3], 'reserved', #out)
