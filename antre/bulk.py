@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import redis
 
@@ -54,7 +55,7 @@ def filter_from_dict(data: dict[str, Any]) -> DeadFilter:
 
 
 class BulkReplays:
-    def __init__(self, client: "redis.Redis", clock: Clock = system_ms) -> None:
+    def __init__(self, client: redis.Redis, clock: Clock = system_ms) -> None:
         self.redis = client
         self.clock = clock
         self.reads = ReadModels(client, clock)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 from typing import Any, Callable
 
 from gunicorn.app.base import BaseApplication
@@ -35,6 +37,8 @@ def make_factory(app_path: str | None) -> Callable[[], Any]:
 
 def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
           workers: int = 2) -> int:
+    # every gunicorn worker builds its own app: they must share one session-signing key
+    os.environ.setdefault("ANTRE_SECRET_KEY", secrets.token_hex(32))
     options = {
         "bind": f"{host}:{port}",
         "workers": workers,

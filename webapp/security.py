@@ -21,11 +21,23 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from flask import (Flask, Response, abort, current_app, g, jsonify, redirect, render_template,
-                   request, session, url_for)
+from flask import (
+    Flask,
+    Response,
+    abort,
+    current_app,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from antre.users import role_at_least
@@ -34,7 +46,7 @@ from . import services
 
 LOGIN_LIMIT = 5
 LOGIN_WINDOW_S = 60.0
-PUBLIC_ENDPOINTS = {"auth.login", "static"}
+PUBLIC_ENDPOINTS = {"auth.login", "auth.login_post", "static"}
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -67,10 +67,10 @@ class Services:
     clock: Clock
     redis_url: str
     database_url: str
-    outages: Outages = field(default=None)  # type: ignore[assignment]
+    outages: Outages
 
     @property
-    def redis(self) -> "redis.Redis":
+    def redis(self) -> redis.Redis:
         return self.antre.redis
 
     def idempotent(self, job_type: str) -> bool | None:
@@ -79,7 +79,7 @@ class Services:
         return None if spec is None else bool(spec.idempotent)
 
 
-def dashboard_redis(url: str) -> "redis.Redis":
+def dashboard_redis(url: str) -> redis.Redis:
     """A client with short timeouts: a page waits a second or two for Redis, not ten."""
     return redis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0,
                                 socket_connect_timeout=1.0, retry=Retry(NoBackoff(), 1),
@@ -108,22 +108,28 @@ def build(config: dict[str, Any]) -> Services:
     elif config.get("ANTRE_CLOCK") is None:
         clock = app.clock
     client = app.redis
-    sf = getattr(app, "session_factory", None)
-    if sf is None:
-        sf = antre.sql.session_factory(antre.sql.make_engine(db_url))
-    users = getattr(app, "users", None) or UserStore(sf, clock=clock)
-    audit = getattr(app, "audit", None) or AuditLog(sf, clock=clock)
-    idem = getattr(app, "idempotency", None) or IdempotencyStore(sf, clock=clock)
-    svc = Services(antre=app, reads=ReadModels(client, clock), users=users, audit=audit,
-                   locks=Locks(client, clock=clock), registry=WorkerRegistry(client, clock),
-                   bulk=BulkReplays(client, clock), idempotency=idem, clock=clock,
-                   redis_url=redis_url, database_url=db_url)
-    svc.outages = Outages(clock)
+    outages = Outages(clock)
     try:
         antre.sql.migrate(db_url)
     except Exception as exc:  # noqa: BLE001 - the dashboard starts and shows the outage
         log.error("database migration failed at startup: %s", exc)
-        svc.outages.failed("database")
+        outages.failed("database")
+    sf = users = audit = idem = None
+    try:  # the antre app's own stores (built from its database URL), when it is ours too
+        if app.database_url == db_url:
+            sf, users, audit, idem = (getattr(app, n, None) for n in
+                                      ("session_factory", "users", "audit", "idempotency"))
+    except Exception as exc:  # noqa: BLE001 - database down at startup: build lazy stores
+        log.error("the antre app's SQL stores are unavailable: %s", exc)
+        sf = users = audit = idem = None
+    if sf is None:
+        sf = antre.sql.session_factory(antre.sql.make_engine(db_url))  # connects lazily
+    svc = Services(antre=app, reads=ReadModels(client, clock),
+                   users=users or UserStore(sf, clock=clock),
+                   audit=audit or AuditLog(sf, clock=clock), locks=Locks(client, clock=clock),
+                   registry=WorkerRegistry(client, clock), bulk=BulkReplays(client, clock),
+                   idempotency=idem or IdempotencyStore(sf, clock=clock), clock=clock,
+                   redis_url=redis_url, database_url=db_url, outages=outages)
     return svc
 
 

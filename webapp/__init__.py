@@ -1,0 +1,61 @@
+"""The operations dashboard: ``create_app(config)`` builds the Flask app.
+
+Config keys: ``ANTRE_REDIS_URL``, ``ANTRE_DATABASE_URL`` (default: ``antre.db`` in the current
+directory), ``SECRET_KEY`` (default: env ``ANTRE_SECRET_KEY``, else random per process: set it
+when running several gunicorn workers), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose
+handlers tell which job types are not idempotent) and ``ANTRE_CLOCK`` (tests).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from flask import Flask
+
+from . import (
+    api,
+    audit,
+    auth,
+    common,
+    dlq,
+    idempotency,
+    inflight,
+    locks,
+    overview,
+    scheduled,
+    security,
+    services,
+    users,
+    workers,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
+              idempotency.bp, audit.bp, users.bp, api.bp)
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    app = Flask(__name__, template_folder=os.path.join(ROOT, "templates"),
+                static_folder=os.path.join(ROOT, "static"), static_url_path="/static")
+    app.config.update(
+        SECRET_KEY=os.environ.get("ANTRE_SECRET_KEY") or secrets.token_hex(32),
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=os.environ.get("ANTRE_SECURE_COOKIES", "") == "1",
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
+        MAX_CONTENT_LENGTH=1024 * 1024,
+        JSON_SORT_KEYS=False,
+    )
+    app.config.update(config or {})
+    services.install(app, dict(app.config))
+    security.install(app)
+    common.install(app)
+    for bp in BLUEPRINTS:
+        app.register_blueprint(bp)
+    return app
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,245 @@
+"""Every change the dashboard and the API can make, in one place: do it through the core, then
+write the audit entry (ok, failed or refused) with before/after figures. The HTML views flash
+``Result.message``; the API returns ``Result.to_json()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from antre.bulk import TaskNotFound, TaskStateError
+from antre.errors import LeaseLost
+from antre.readmodels import DeadFilter
+from antre.users import UnknownUser, UserExists
+
+from . import services
+from .security import audit, current_user
+from .services import REDIS_ERRORS, Services
+
+MAX_EXTEND_S = 24 * 3600
+MAX_BULK = 1_000_000
+
+
+@dataclass
+class Result:
+    ok: bool
+    message: str
+    status: int = 200
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "message": self.message, **self.detail}
+
+
+def _svc() -> Services:
+    return services.get()
+
+
+def _done(action: str, target: str, reason: str, result: Result) -> Result:
+    outcome = "ok" if result.ok else ("refused" if result.status in (400, 403, 503) else "failed")
+    audit(action, target, outcome, reason, {"message": result.message, **result.detail})
+    return result
+
+
+def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
+    """Run ``fn`` unless the audit log is unreachable; audit a Redis failure, then re-raise it
+    so the page shows the outage."""
+    svc = _svc()
+    if svc.outages.since("database") is not None:
+        return Result(False, "the database holding the audit log is unreachable: changes are "
+                             "refused until it is back", 503)
+    try:
+        result: Result = fn()
+    except REDIS_ERRORS as exc:
+        audit(action, target, "failed", reason, {"message": f"Redis unreachable: {exc}"})
+        raise
+    return _done(action, target, reason, result)
+
+
+def _reason(reason: str | None) -> str:
+    return (reason or "").strip()[:2000]
+
+
+# -- one job ----------------------------------------------------------------------------------
+def replay_one(queue: str, job_id: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        before = svc.reads.count_dead(queue)
+        job = svc.reads.job(queue, job_id)
+        warn = ""
+        if job is not None and svc.idempotent(job.type) is False:
+            warn = (f" Warning: handler '{job.type}' is marked not idempotent; its effects may "
+                    "happen twice.")
+        if not svc.antre.queue(queue).replay(job_id):
+            return Result(False, f"job {job_id} is not in the dead-letter queue of {queue} "
+                                 "(already replayed or discarded?); nothing was changed", 409,
+                          {"dead_before": before})
+        return Result(True, f"job {job_id} replayed: back in the ready list with its "
+                            f"attempts reset and its idempotency key kept.{warn}", 200,
+                      {"dead_before": before, "dead_after": svc.reads.count_dead(queue)})
+    return guarded("dlq.replay", f"{queue}/{job_id}", _reason(reason), run)
+
+
+def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        before = svc.reads.count_dead(queue)
+        if not svc.antre.queue(queue).discard(job_id):
+            return Result(False, f"job {job_id} is not in the dead-letter queue of {queue}; "
+                                 "nothing was changed", 409, {"dead_before": before})
+        return Result(True, f"job {job_id} discarded", 200,
+                      {"dead_before": before, "dead_after": svc.reads.count_dead(queue)})
+    return guarded("dlq.discard", f"{queue}/{job_id}", _reason(reason), run)
+
+
+def run_now(queue: str, job_id: str, reason: str | None) -> Result:
+    def run() -> Result:
+        if not _svc().antre.queue(queue).run_now(job_id):
+            return Result(False, f"job {job_id} is no longer scheduled (it already ran or "
+                                 "moved); nothing was changed", 409)
+        return Result(True, f"job {job_id} moved to the ready list")
+    return guarded("scheduled.run_now", f"{queue}/{job_id}", _reason(reason), run)
+
+
+def extend(queue: str, job_id: str, epoch: int, seconds: int, reason: str | None) -> Result:
+    def run() -> Result:
+        if not 1 <= seconds <= MAX_EXTEND_S:
+            return Result(False, f"seconds must be between 1 and {MAX_EXTEND_S}", 400)
+        svc = _svc()
+        before = svc.reads.job(queue, job_id)
+        detail = {"epoch": epoch, "seconds": seconds,
+                  "deadline_before": before.deadline if before else None}
+        try:
+            deadline = svc.antre.queue(queue).extend(job_id, epoch, seconds * 1000, mode="add")
+        except LeaseLost as exc:
+            return Result(False, "the lease changed under you (job was re-delivered/finished); "
+                                 f"nothing was changed. ({exc})", 409, detail)
+        return Result(True, f"lease of job {job_id} extended by {seconds}s", 200,
+                      {**detail, "deadline_after": deadline})
+    return guarded("inflight.extend", f"{queue}/{job_id}", _reason(reason), run)
+
+
+def release_lock(key: str, token: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        if not token:
+            return Result(False, "the holder token is required", 400)
+        if not svc.locks.release_token(key, token):
+            return Result(False, f"lock {key!r} is no longer held by that token (released, "
+                                 "expired or re-taken since); nothing was changed", 409)
+        return Result(True, f"lock {key!r} released", 200, {"token": token})
+    return guarded("locks.release", key, _reason(reason), run)
+
+
+# -- filtered sets ----------------------------------------------------------------------------
+def bulk_start(queue: str, flt: DeadFilter, rate: float, maximum: int,
+               reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        user = current_user()
+        try:
+            task = svc.bulk.start(queue, flt, rate, min(maximum, MAX_BULK),
+                                  user.name if user else "?", _reason(reason))
+        except ValueError as exc:
+            return Result(False, str(exc), 400)
+        warn = _not_idempotent_warning(flt)
+        return Result(True, f"bulk replay {task['id']} started: {task['total']} jobs match "
+                            f"({flt.describe()}), at most {task['maximum']} at "
+                            f"{task['rate_per_s']:g} jobs/s.{warn}", 200,
+                      {"task": task, "filter": flt.describe(), "dry_run": task["total"],
+                       "dead_before": svc.reads.count_dead(queue)})
+    return guarded("dlq.bulk_replay.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
+
+
+def _not_idempotent_warning(flt: DeadFilter) -> str:
+    svc = _svc()
+    bad = [name for name, spec in svc.antre.handlers.items()
+           if not spec.idempotent and (flt.job_type in (None, name))]
+    if not bad:
+        return ""
+    return (" Warning: not idempotent handlers in this set may repeat effects: "
+            + ", ".join(sorted(bad)) + ".")
+
+
+def bulk_change(queue: str, task_id: str, op: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        fn = {"pause": svc.bulk.pause, "resume": svc.bulk.resume, "cancel": svc.bulk.cancel}[op]
+        try:
+            task = fn(queue, task_id)
+        except TaskNotFound:
+            return Result(False, f"no bulk replay {task_id} in {queue}", 409)
+        except TaskStateError as exc:
+            return Result(False, str(exc), 409)
+        return Result(True, f"bulk replay {task_id}: {task['state']} (replayed "
+                            f"{task['replayed']}, skipped {task['skipped']})", 200,
+                      {"task": task})
+    return guarded(f"dlq.bulk_replay.{op}", f"{queue}/{task_id}", _reason(reason), run)
+
+
+def confirmed(typed: str, count: int, word: str) -> bool:
+    typed = (typed or "").strip()
+    return typed == str(count) or typed.lower() == word
+
+
+def discard_filtered(queue: str, flt: DeadFilter, maximum: int, confirm: str,
+                     reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        count = svc.bulk.dry_run(queue, flt)
+        if not confirmed(confirm, count, "discard"):
+            return Result(False, f"not confirmed: type {count} (the number of matching jobs) "
+                                 "or the word 'discard'; nothing was changed", 400,
+                          {"dry_run": count})
+        out = svc.bulk.discard_filtered(queue, flt, max(0, min(maximum, MAX_BULK)))
+        return Result(True, f"discarded {out['done']} dead jobs ({flt.describe()})", 200,
+                      {"dry_run": count, "filter": flt.describe(), **out})
+    return guarded("dlq.discard_filtered", f"{queue} [{flt.describe()}]", _reason(reason), run)
+
+
+def replay_filtered_now(queue: str, flt: DeadFilter, maximum: int, reason: str | None) -> Result:
+    def run() -> Result:
+        out = _svc().bulk.replay_filtered_now(queue, flt, max(0, min(maximum, MAX_BULK)))
+        return Result(True, f"replayed {out['done']} dead jobs ({flt.describe()})"
+                            + _not_idempotent_warning(flt), 200,
+                      {"filter": flt.describe(), **out})
+    return guarded("dlq.replay_filtered_now", f"{queue} [{flt.describe()}]", _reason(reason),
+                   run)
+
+
+# -- users ------------------------------------------------------------------------------------
+def user_add(name: str, role: str, password: str, reason: str | None) -> Result:
+    def run() -> Result:
+        try:
+            info = _svc().users.add(name, role, password)
+        except (UserExists, ValueError) as exc:
+            return Result(False, str(exc), 400)
+        return Result(True, f"user {info.name} added as {info.role}", 200, {"role": info.role})
+    return guarded("users.add", name, _reason(reason), run)
+
+
+def user_set_role(name: str, role: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        me = current_user()
+        if me and me.name == name and role != "admin":
+            return Result(False, "you cannot take the admin role from yourself", 400)
+        before = svc.users.get(name)
+        try:
+            svc.users.set_role(name, role)
+        except (UnknownUser, ValueError) as exc:
+            return Result(False, str(exc).strip("'\""), 400)
+        return Result(True, f"user {name} is now {role}", 200,
+                      {"role_before": before.role if before else None, "role_after": role})
+    return guarded("users.set_role", name, _reason(reason), run)
+
+
+def user_delete(name: str, reason: str | None) -> Result:
+    def run() -> Result:
+        me = current_user()
+        if me and me.name == name:
+            return Result(False, "you cannot delete yourself", 400)
+        if not _svc().users.delete(name):
+            return Result(False, f"no user {name}", 400)
+        return Result(True, f"user {name} deleted")
+    return guarded("users.delete", name, _reason(reason), run)

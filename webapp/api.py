@@ -1,0 +1,439 @@
+"""JSON API for scripts: every read view and every action of the dashboard.
+
+Authentication: the session cookie (then POSTs need the ``X-CSRF-Token`` header, as in the
+browser), or HTTP Basic with a dashboard user's name and password (no CSRF token needed:
+browsers do not attach Basic credentials to cross-site requests on their own). Roles as in the
+dashboard. ``GET /api/openapi.json`` describes every route below; it is generated from the URL
+map, so a route cannot be left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Response, abort, current_app, jsonify, request
+
+from antre.sql import ROLES
+
+from . import actions, services
+from .common import arg_int, check_queue, dead_filter
+from .overview import overview_data
+from .security import requires
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+# OpenAPI details per endpoint: query parameters and JSON body properties.
+DOCS: dict[str, dict[str, Any]] = {}
+
+
+def doc(query: dict[str, str] | None = None, body: dict[str, str] | None = None,
+        required: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        DOCS[f"api.{fn.__name__}"] = {"query": query or {}, "body": body or {},
+                                      "required": required}
+        return fn
+    return deco
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _body() -> dict[str, Any]:
+    data = request.get_json(silent=True)
+    if data is None:
+        data = request.form.to_dict()
+    if not isinstance(data, dict):
+        abort(400, "the body must be a JSON object")
+    return data
+
+
+def _answer(result: actions.Result) -> Response:
+    resp = jsonify(result.to_json())
+    resp.status_code = result.status
+    return resp
+
+
+PAGE_Q = {"offset": "integer", "limit": "integer"}
+FILTER_Q = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
+            "until_ms": "integer"}
+
+
+# -- reads ------------------------------------------------------------------------------------
+@bp.get("/overview")
+@requires("viewer")
+def overview() -> Response:
+    """Depth per queue, rates per minute, lock conflicts, live workers."""
+    data = overview_data()
+    return jsonify(_plain({k: v for k, v in data.items()}))
+
+
+@bp.get("/queues")
+@requires("viewer")
+def queues() -> Response:
+    """Names of the known queues."""
+    return jsonify({"queues": services.get().reads.queue_names()})
+
+
+@bp.get("/queues/<queue>/inflight")
+@requires("viewer")
+@doc(query=PAGE_Q)
+def inflight(queue: str) -> Response:
+    """In-flight jobs, soonest lease deadline first."""
+    svc = services.get()
+    return jsonify(_plain(svc.reads.inflight(check_queue(queue), arg_int("offset", 0),
+                                             arg_int("limit", 50, 1, 500))))
+
+
+@bp.get("/queues/<queue>/scheduled")
+@requires("viewer")
+@doc(query=PAGE_Q)
+def scheduled(queue: str) -> Response:
+    """Scheduled retries, next attempt first."""
+    svc = services.get()
+    return jsonify(_plain(svc.reads.scheduled(check_queue(queue), arg_int("offset", 0),
+                                              arg_int("limit", 50, 1, 500))))
+
+
+@bp.get("/queues/<queue>/dead")
+@requires("viewer")
+@doc(query={**PAGE_Q, **FILTER_Q})
+def dead(queue: str) -> Response:
+    """Dead-letter queue, newest first, filtered by type / error group / time window."""
+    svc = services.get()
+    flt = dead_filter(request.args, svc.clock())
+    page = svc.reads.dead(check_queue(queue), flt, arg_int("offset", 0),
+                          arg_int("limit", 50, 1, 500))
+    return jsonify({**_plain(page), "filter": _plain(flt)})
+
+
+@bp.get("/queues/<queue>/dead/count")
+@requires("viewer")
+@doc(query=FILTER_Q)
+def dead_count(queue: str) -> Response:
+    """Dry run: how many dead jobs match the filter now."""
+    svc = services.get()
+    flt = dead_filter(request.args, svc.clock())
+    return jsonify({"count": svc.bulk.dry_run(check_queue(queue), flt), "filter": _plain(flt),
+                    "as_of": svc.clock()})
+
+
+@bp.get("/queues/<queue>/dead/groups")
+@requires("viewer")
+def error_groups(queue: str) -> Response:
+    """Error groups: normalised signature, count in the DLQ, first and last seen."""
+    svc = services.get()
+    return jsonify({"groups": _plain(svc.reads.error_groups(check_queue(queue))),
+                    "as_of": svc.clock()})
+
+
+@bp.get("/queues/<queue>/jobs/<job_id>")
+@requires("viewer")
+def job(queue: str, job_id: str) -> Response:
+    """One job with payload, errors of every attempt and its idempotency record."""
+    svc = services.get()
+    found = svc.reads.job(check_queue(queue), job_id)
+    if found is None:
+        abort(404, f"no job {job_id} in queue {queue}")
+    record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
+    return jsonify({"job": _plain(found), "idempotency": record.to_dict() if record else None,
+                    "idempotent_handler": svc.idempotent(found.type), "as_of": svc.clock()})
+
+
+@bp.get("/queues/<queue>/replays")
+@requires("viewer")
+def replays(queue: str) -> Response:
+    """Bulk replay tasks of a queue, newest first."""
+    return jsonify({"tasks": services.get().bulk.list(check_queue(queue))})
+
+
+@bp.get("/queues/<queue>/replays/<task_id>")
+@requires("viewer")
+def replay_task(queue: str, task_id: str) -> Response:
+    """One bulk replay task with its progress."""
+    task = services.get().bulk.get(check_queue(queue), task_id)
+    if task is None:
+        abort(404, f"no bulk replay {task_id} in {queue}")
+    return jsonify(task)
+
+
+@bp.get("/locks")
+@requires("viewer")
+def locks() -> Response:
+    """Held locks (holder token, TTL, fencing token) and contention by key."""
+    svc = services.get()
+    now = svc.clock()
+    return jsonify({"held": _plain(svc.locks.held()),
+                    "top_conflicts": [{"key": k, "conflicts": n}
+                                      for k, n in svc.locks.top_conflicts(20)],
+                    "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
+                    "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000), "as_of": now})
+
+
+@bp.get("/workers")
+@requires("viewer")
+def workers() -> Response:
+    """Workers with heartbeat, counters and whether they are alive."""
+    svc = services.get()
+    now = svc.clock()
+    return jsonify({"workers": [{**_plain(w), "alive": w.alive(now),
+                                 "heartbeat_age_ms": now - w.heartbeat_at}
+                                for w in svc.registry.list()], "as_of": now})
+
+
+@bp.get("/idempotency")
+@requires("viewer")
+@doc(query={"key": "string"}, required=("key",))
+def idempotency() -> Response:
+    """An idempotency key's status, result, fence and timestamps."""
+    key = request.args.get("key") or ""
+    if not key:
+        abort(400, "key is required")
+    record = services.get().idempotency.lookup(key)
+    if record is None:
+        abort(404, f"no idempotency record for {key!r}")
+    return jsonify(record.to_dict())
+
+
+@bp.get("/audit")
+@requires("viewer")
+@doc(query={**PAGE_Q, "action": "string", "user": "string"})
+def audit_log() -> Response:
+    """Audit log entries, newest first."""
+    svc = services.get()
+    action, user = request.args.get("action") or None, request.args.get("user") or None
+    rows = svc.audit.list(limit=arg_int("limit", 100, 1, 1000), offset=arg_int("offset", 0),
+                          action=action, user=user)
+    return jsonify({"entries": [r.to_dict() for r in rows],
+                    "total": svc.audit.count(action=action, user=user)})
+
+
+@bp.get("/users")
+@requires("admin")
+def users() -> Response:
+    """Dashboard users (admin)."""
+    return jsonify({"users": _plain(services.get().users.list())})
+
+
+# -- actions ----------------------------------------------------------------------------------
+REASON = {"reason": "string"}
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/replay")
+@requires("operator", "dlq.replay")
+@doc(body=REASON)
+def replay_one(queue: str, job_id: str) -> Response:
+    """Replay one dead job (attempts reset, idempotency key kept)."""
+    return _answer(actions.replay_one(check_queue(queue), job_id, _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/discard")
+@requires("operator", "dlq.discard")
+@doc(body=REASON)
+def discard_one(queue: str, job_id: str) -> Response:
+    """Discard one dead job."""
+    return _answer(actions.discard_one(check_queue(queue), job_id, _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/run-now")
+@requires("operator", "scheduled.run_now")
+@doc(body=REASON)
+def run_now(queue: str, job_id: str) -> Response:
+    """Move a scheduled job to the ready list now."""
+    return _answer(actions.run_now(check_queue(queue), job_id, _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/extend")
+@requires("operator", "inflight.extend")
+@doc(body={"epoch": "integer", "seconds": "integer", **REASON}, required=("epoch", "seconds"))
+def extend(queue: str, job_id: str) -> Response:
+    """Extend an in-flight lease by N seconds; 409 if the lease epoch changed."""
+    body = _body()
+    try:
+        epoch, seconds = int(body["epoch"]), int(body["seconds"])
+    except (KeyError, TypeError, ValueError):
+        abort(400, "epoch and seconds (integers) are required")
+    return _answer(actions.extend(check_queue(queue), job_id, epoch, seconds,
+                                  body.get("reason")))
+
+
+@bp.post("/locks/release")
+@requires("operator", "locks.release")
+@doc(body={"key": "string", "token": "string", **REASON}, required=("key", "token"))
+def release_lock() -> Response:
+    """Force-release a lock, only if still held by ``token`` (compare-and-delete)."""
+    body = _body()
+    return _answer(actions.release_lock(str(body.get("key", "")), str(body.get("token", "")),
+                                        body.get("reason")))
+
+
+BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
+             "until_ms": "integer", "maximum": "integer", **REASON}
+
+
+@bp.post("/queues/<queue>/replays")
+@requires("operator", "dlq.bulk_replay.start")
+@doc(body={**BULK_BODY, "rate": "number"}, required=("rate", "maximum"))
+def bulk_start(queue: str) -> Response:
+    """Start a paced bulk replay of the filtered DLQ set (tracked task)."""
+    svc = services.get()
+    body = _body()
+    try:
+        rate, maximum = float(body["rate"]), int(body["maximum"])
+    except (KeyError, TypeError, ValueError):
+        abort(400, "rate (jobs/s) and maximum are required numbers")
+    flt = dead_filter(body, svc.clock())
+    return _answer(actions.bulk_start(check_queue(queue), flt, rate, maximum,
+                                      body.get("reason")))
+
+
+def _task_change(queue: str, task_id: str, op: str) -> Response:
+    return _answer(actions.bulk_change(check_queue(queue), task_id, op, _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/replays/<task_id>/pause")
+@requires("operator", "dlq.bulk_replay.pause")
+@doc(body=REASON)
+def bulk_pause(queue: str, task_id: str) -> Response:
+    """Pause a running bulk replay."""
+    return _task_change(queue, task_id, "pause")
+
+
+@bp.post("/queues/<queue>/replays/<task_id>/resume")
+@requires("operator", "dlq.bulk_replay.resume")
+@doc(body=REASON)
+def bulk_resume(queue: str, task_id: str) -> Response:
+    """Resume a paused bulk replay."""
+    return _task_change(queue, task_id, "resume")
+
+
+@bp.post("/queues/<queue>/replays/<task_id>/cancel")
+@requires("operator", "dlq.bulk_replay.cancel")
+@doc(body=REASON)
+def bulk_cancel(queue: str, task_id: str) -> Response:
+    """Cancel a bulk replay."""
+    return _task_change(queue, task_id, "cancel")
+
+
+@bp.post("/queues/<queue>/dead/replay-now")
+@requires("operator", "dlq.replay_filtered_now")
+@doc(body=BULK_BODY, required=("maximum",))
+def replay_filtered_now(queue: str) -> Response:
+    """Replay up to ``maximum`` jobs of the filtered set at once (no pacing)."""
+    svc = services.get()
+    body = _body()
+    flt = dead_filter(body, svc.clock())
+    return _answer(actions.replay_filtered_now(check_queue(queue), flt,
+                                               int(body.get("maximum") or 0), body.get("reason")))
+
+
+@bp.post("/queues/<queue>/dead/discard")
+@requires("operator", "dlq.discard_filtered")
+@doc(body={**BULK_BODY, "confirm": "string"}, required=("confirm",))
+def discard_filtered(queue: str) -> Response:
+    """Discard the filtered set; ``confirm`` must be the matching count or 'discard'."""
+    svc = services.get()
+    body = _body()
+    flt = dead_filter(body, svc.clock())
+    return _answer(actions.discard_filtered(check_queue(queue), flt,
+                                            int(body.get("maximum") or 1_000_000),
+                                            str(body.get("confirm", "")), body.get("reason")))
+
+
+@bp.post("/users")
+@requires("admin", "users.add")
+@doc(body={"name": "string", "role": "string", "password": "string", **REASON},
+     required=("name", "role", "password"))
+def user_add() -> Response:
+    """Add a user (admin)."""
+    body = _body()
+    return _answer(actions.user_add(str(body.get("name", "")), str(body.get("role", "")),
+                                    str(body.get("password", "")), body.get("reason")))
+
+
+@bp.post("/users/<name>/role")
+@requires("admin", "users.set_role")
+@doc(body={"role": "string", **REASON}, required=("role",))
+def user_role(name: str) -> Response:
+    """Change a user's role (admin)."""
+    body = _body()
+    return _answer(actions.user_set_role(name, str(body.get("role", "")), body.get("reason")))
+
+
+@bp.post("/users/<name>/delete")
+@requires("admin", "users.delete")
+@doc(body=REASON)
+def user_delete(name: str) -> Response:
+    """Delete a user (admin)."""
+    return _answer(actions.user_delete(name, _body().get("reason")))
+
+
+# -- the OpenAPI document ---------------------------------------------------------------------
+def _schema(kind: str) -> dict[str, Any]:
+    return {"type": kind}
+
+
+def openapi_document() -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for rule in current_app.url_map.iter_rules():
+        if not rule.rule.startswith("/api/") or rule.endpoint == "api.openapi":
+            continue
+        path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"{\1}", rule.rule)
+        view = current_app.view_functions[rule.endpoint]
+        extra = DOCS.get(rule.endpoint, {})
+        role = getattr(view, "required_role", "viewer")
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            op: dict[str, Any] = {
+                "operationId": rule.endpoint.split(".", 1)[1],
+                "summary": (view.__doc__ or "").strip().splitlines()[0] if view.__doc__ else "",
+                "description": f"Needs the role '{role}' (roles: {', '.join(ROLES)}).",
+                "parameters": [{"name": a, "in": "path", "required": True,
+                                "schema": _schema("string")} for a in sorted(rule.arguments)],
+                "responses": {"200": {"description": "OK",
+                                      "content": {"application/json": {"schema": {"type": "object"}}}},
+                              "401": {"description": "not logged in"},
+                              "403": {"description": f"role below '{role}'"},
+                              "503": {"description": "Redis or the database is unreachable"}},
+            }
+            req = [n for n in extra.get("required", ()) if n in extra.get("query", {})]
+            op["parameters"] += [{"name": n, "in": "query", "required": n in req,
+                                  "schema": _schema(t)} for n, t in extra.get("query", {}).items()]
+            if method == "POST":
+                op["requestBody"] = {"required": bool(extra.get("body")), "content": {
+                    "application/json": {"schema": {
+                        "type": "object",
+                        "properties": {n: _schema(t) for n, t in extra.get("body", {}).items()},
+                        "required": [n for n in extra.get("required", ())
+                                     if n in extra.get("body", {})]}}}}
+                op["responses"]["400"] = {"description": "bad input or missing CSRF token"}
+                op["responses"]["409"] = {"description": "the state changed; nothing was changed"}
+            paths.setdefault(path, {})[method.lower()] = op
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Antre dashboard API", "version": "1",
+                 "description": (__doc__ or "").strip()},
+        "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"},
+                                           "session": {"type": "apiKey", "in": "cookie",
+                                                       "name": current_app.config.get(
+                                                           "SESSION_COOKIE_NAME", "session")}}},
+        "security": [{"basic": []}, {"session": []}],
+        "paths": dict(sorted(paths.items())),
+    }
+
+
+@bp.get("/openapi.json")
+@requires("viewer")
+def openapi() -> Response:
+    """This document."""
+    return jsonify(openapi_document())

@@ -1,0 +1,248 @@
+"""Helpers shared by the blueprints: rendering a page or its htmx partial, outage handling,
+formatting filters, request parsing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import (
+    Flask,
+    Response,
+    abort,
+    current_app,
+    jsonify,
+    render_template,
+    request,
+    session,
+)
+from markupsafe import Markup
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from antre.keys import valid_name
+from antre.readmodels import DeadFilter
+
+from . import services
+from .services import REDIS_ERRORS, redact
+
+DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
+WINDOWS_MS = {"15m": 900_000, "1h": 3_600_000, "6h": 21_600_000, "24h": 86_400_000,
+              "7d": 604_800_000}
+
+
+class LastGood:
+    """The last partial rendered for (session, URL), shown under the outage banner so the
+    on-call engineer still sees the last known numbers with their "as of" times."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, key: tuple[str, str], html: str) -> None:
+        with self._lock:
+            self._items[key] = html
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def get(self, key: tuple[str, str]) -> str | None:
+        with self._lock:
+            return self._items.get(key)
+
+
+def is_htmx() -> bool:
+    return request.headers.get("HX-Request") == "true" and not request.headers.get("HX-Boosted")
+
+
+def _cache_key() -> tuple[str, str]:
+    return (str(session.get("csrf", "")), request.full_path)
+
+
+def render(page: str, partial: str, /, redis_read: bool = True, **ctx: Any) -> str:
+    """The page, or only its partial for an htmx poll; remembers the partial as last good.
+    ``redis_read``: the data came from Redis, so Redis is reachable again."""
+    if redis_read:
+        services.get().outages.ok("redis")
+    html = render_template(partial, **ctx)
+    last_good().put(_cache_key(), html)
+    if is_htmx():
+        return html
+    return render_template(page, partial_html=Markup(html), **ctx)
+
+
+def last_good() -> LastGood:
+    cache: LastGood = current_app.extensions["antre_last_good"]
+    return cache
+
+
+def _outage(backend: str, exc: Exception) -> Any:
+    svc = services.get()
+    since = svc.outages.failed(backend)
+    services.log.warning("%s unreachable: %s", backend, exc)
+    if request.path.startswith("/api/"):
+        what = "Redis" if backend == "redis" else "the database"
+        resp = jsonify({"error": f"{what} is unreachable: the request was not done",
+                        "backend": backend, "since_ms": since})
+        resp.status_code = 503
+        return resp
+    stale = last_good().get(_cache_key())
+    ctx = {"stale_html": Markup(stale) if stale else None}
+    if is_htmx():
+        return render_template("_outage.html", partial=True, **ctx)
+    return render_template("outage.html", **ctx)
+
+
+def outage_banners() -> list[str]:
+    svc = services.get()
+    out = []
+    since = svc.outages.since("redis")
+    if since is not None:
+        out.append(f"Redis at {redact(svc.redis_url)} is unreachable since {fmt_ts(since)}: the "
+                   "numbers below are not live; workers keep retrying.")
+    since = svc.outages.since("database")
+    if since is not None:
+        out.append(f"The database at {redact(svc.database_url)} is unreachable since "
+                   f"{fmt_ts(since)}: idempotency records, users and the audit log cannot be "
+                   "read; changes are refused until it is back.")
+    return out
+
+
+# -- formatting -------------------------------------------------------------------------------
+def fmt_ts(ms: Any) -> str:
+    try:
+        ms = int(ms)
+    except (TypeError, ValueError):
+        return ""
+    if ms <= 0:
+        return "—"
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return dt.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_dur(ms: Any) -> str:
+    try:
+        ms = int(ms)
+    except (TypeError, ValueError):
+        return ""
+    sign = "-" if ms < 0 else ""
+    s = abs(ms) / 1000
+    if s < 60:
+        return f"{sign}{s:.1f}s"
+    if s < 3600:
+        return f"{sign}{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{sign}{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{sign}{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# -- request parsing ---------------------------------------------------------------------------
+def arg_int(name: str, default: int, lo: int = 0, hi: int = 10**12, src: Any = None) -> int:
+    src = request.args if src is None else src
+    try:
+        value = int(float(src.get(name, default)))
+    except (TypeError, ValueError):
+        abort(400, f"{name} must be a number")
+    return max(lo, min(hi, value))
+
+
+def queue_arg(default: str | None = None) -> str:
+    svc = services.get()
+    name = request.args.get("queue") or request.form.get("queue") or default
+    if not name:
+        names = svc.reads.queue_names()
+        name = names[0] if names else svc.antre.default_queue
+    if not valid_name(name):
+        abort(400, "bad queue name")
+    return name
+
+
+def check_queue(name: str) -> str:
+    if not valid_name(name):
+        abort(404, "no such queue")
+    return name
+
+
+def dead_filter(src: Any, now_ms: int) -> DeadFilter:
+    """A DLQ filter from query/form fields: type, group, window (15m..7d) or since/until ms."""
+    since = until = None
+    window = src.get("window") or ""
+    if window in WINDOWS_MS:
+        since = now_ms - WINDOWS_MS[window]
+    for name in ("since_ms", "until_ms"):
+        raw = src.get(name)
+        if raw not in (None, ""):
+            try:
+                value = int(raw)
+            except ValueError:
+                abort(400, f"{name} must be epoch milliseconds")
+            if name == "since_ms":
+                since = value
+            else:
+                until = value
+    job_type = src.get("type") or None
+    group = src.get("group") or None
+    for v in (job_type, group):
+        if v is not None and (len(v) > 200 or "{" in v or "}" in v):
+            abort(400, "bad filter value")
+    return DeadFilter(job_type=job_type, group=group, since_ms=since, until_ms=until)
+
+
+def filter_args(flt: DeadFilter, window: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if flt.job_type:
+        out["type"] = flt.job_type
+    if flt.group:
+        out["group"] = flt.group
+    if window in WINDOWS_MS:
+        out["window"] = window
+    else:
+        if flt.since_ms is not None:
+            out["since_ms"] = flt.since_ms
+        if flt.until_ms is not None:
+            out["until_ms"] = flt.until_ms
+    return out
+
+
+def safe_next(default: str) -> str:
+    nxt = request.form.get("next") or request.args.get("next") or ""
+    if nxt.startswith("/") and not nxt.startswith("//") and "\\" not in nxt:
+        return nxt
+    return default
+
+
+def install(app: Flask) -> None:
+    app.extensions["antre_last_good"] = LastGood()
+    for exc in REDIS_ERRORS:
+        app.register_error_handler(exc, lambda e: _outage("redis", e))
+    for exc in DB_ERRORS:
+        app.register_error_handler(exc, lambda e: _outage("database", e))
+    app.jinja_env.filters["ts"] = fmt_ts
+    app.jinja_env.filters["dur"] = fmt_dur
+    app.jinja_env.filters["pretty_json"] = pretty_json
+    app.jinja_env.globals["outage_banners"] = outage_banners
+    app.jinja_env.globals["clock"] = lambda: services.get().clock()
+
+    @app.errorhandler(400)
+    @app.errorhandler(404)
+    @app.errorhandler(405)
+    @app.errorhandler(429)
+    def _http_error(e: Any) -> Response:
+        message = getattr(e, "description", "") or str(e)
+        if e.code == 429:
+            message = "too many attempts; wait a minute and try again"
+        if request.path.startswith("/api/"):
+            resp = jsonify({"error": message, "status": e.code})
+        else:
+            resp = Response(render_template("refused.html", status=e.code, message=message),
+                            mimetype="text/html")
+        resp.status_code = e.code
+        return resp

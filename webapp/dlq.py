@@ -1,0 +1,144 @@
+"""Dead-letter queue: browse and filter, error groups, job detail, replay/discard one, paced
+bulk replay of a filtered set (tracked task), discard a filtered set (typed confirmation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, abort, flash, redirect, request, url_for
+from sqlalchemy.exc import SQLAlchemyError
+
+from . import actions, services
+from .common import (
+    WINDOWS_MS,
+    arg_int,
+    check_queue,
+    dead_filter,
+    filter_args,
+    queue_arg,
+    render,
+    safe_next,
+)
+from .security import requires
+
+bp = Blueprint("dlq", __name__, url_prefix="/dlq")
+
+
+def dlq_data(queue: str) -> dict[str, Any]:
+    svc = services.get()
+    now = svc.clock()
+    flt = dead_filter(request.args, now)
+    window = request.args.get("window") or ""
+    offset, limit = arg_int("offset", 0), arg_int("limit", 50, 1, 500)
+    page = svc.reads.dead(queue, flt, offset, limit)
+    return {"queue": queue, "flt": flt, "window": window if window in WINDOWS_MS else "",
+            "windows": list(WINDOWS_MS), "page": page, "as_of": page.as_of,
+            "fargs": filter_args(flt, window), "groups": svc.reads.error_groups(queue),
+            "types": svc.reads.dead_types(queue), "dry_run": svc.bulk.dry_run(queue, flt),
+            "queues": svc.reads.queue_names(), "tasks": svc.bulk.list(queue),
+            "not_idempotent": sorted(n for n, s in svc.antre.handlers.items()
+                                     if not s.idempotent)}
+
+
+@bp.get("/")
+@requires("viewer")
+def index() -> str:
+    return render("dlq.html", "_dlq.html", **dlq_data(queue_arg()))
+
+
+@bp.get("/tasks")
+@requires("viewer")
+def tasks() -> str:
+    svc = services.get()
+    queue = queue_arg()
+    return render("_bulk.html", "_bulk.html", queue=queue, tasks=svc.bulk.list(queue),
+                  as_of=svc.clock())
+
+
+@bp.get("/<queue>/<job_id>")
+@requires("viewer")
+def job(queue: str, job_id: str) -> str:
+    svc = services.get()
+    check_queue(queue)
+    found = svc.reads.job(queue, job_id)
+    if found is None:
+        abort(404, f"no job {job_id} in queue {queue} (discarded, or done and pruned)")
+    record, idem_error = None, ""
+    try:
+        record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
+    except SQLAlchemyError:
+        svc.outages.failed("database")
+        idem_error = "the database is unreachable: idempotency status unknown"
+    return render("job.html", "_job.html", queue=queue, job=found, record=record,
+                  idem_error=idem_error, idempotent=svc.idempotent(found.type),
+                  as_of=svc.clock())
+
+
+def _back(queue: str) -> Response:
+    return redirect(safe_next(url_for("dlq.index", queue=queue)), code=303)
+
+
+def _flash(result: actions.Result) -> None:
+    flash(result.message, "ok" if result.ok else "error")
+
+
+@bp.post("/<queue>/<job_id>/replay")
+@requires("operator", "dlq.replay")
+def replay(queue: str, job_id: str) -> Response:
+    _flash(actions.replay_one(check_queue(queue), job_id, request.form.get("reason")))
+    return _back(queue)
+
+
+@bp.post("/<queue>/<job_id>/discard")
+@requires("operator", "dlq.discard")
+def discard(queue: str, job_id: str) -> Response:
+    _flash(actions.discard_one(check_queue(queue), job_id, request.form.get("reason")))
+    return _back(queue)
+
+
+@bp.post("/<queue>/bulk")
+@requires("operator", "dlq.bulk_replay.start")
+def bulk_start(queue: str) -> Response:
+    svc = services.get()
+    flt = dead_filter(request.form, svc.clock())
+    try:
+        rate = float(request.form.get("rate") or 0)
+    except ValueError:
+        abort(400, "rate must be a number of jobs per second")
+    maximum = arg_int("maximum", 0, 0, src=request.form)
+    _flash(actions.bulk_start(check_queue(queue), flt, rate, maximum, request.form.get("reason")))
+    return _back(queue)
+
+
+def _bulk_change(queue: str, task_id: str, op: str) -> Response:
+    _flash(actions.bulk_change(check_queue(queue), task_id, op, request.form.get("reason")))
+    return _back(queue)
+
+
+@bp.post("/<queue>/bulk/<task_id>/pause")
+@requires("operator", "dlq.bulk_replay.pause")
+def bulk_pause(queue: str, task_id: str) -> Response:
+    return _bulk_change(queue, task_id, "pause")
+
+
+@bp.post("/<queue>/bulk/<task_id>/resume")
+@requires("operator", "dlq.bulk_replay.resume")
+def bulk_resume(queue: str, task_id: str) -> Response:
+    return _bulk_change(queue, task_id, "resume")
+
+
+@bp.post("/<queue>/bulk/<task_id>/cancel")
+@requires("operator", "dlq.bulk_replay.cancel")
+def bulk_cancel(queue: str, task_id: str) -> Response:
+    return _bulk_change(queue, task_id, "cancel")
+
+
+@bp.post("/<queue>/discard-filtered")
+@requires("operator", "dlq.discard_filtered")
+def discard_filtered(queue: str) -> Response:
+    svc = services.get()
+    flt = dead_filter(request.form, svc.clock())
+    maximum = arg_int("maximum", 1_000_000, 0, src=request.form)
+    _flash(actions.discard_filtered(check_queue(queue), flt, maximum,
+                                    request.form.get("confirm", ""), request.form.get("reason")))
+    return _back(queue)

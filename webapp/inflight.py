@@ -1,0 +1,44 @@
+"""In-flight leases: owner, deadline, time left, the owner's last heartbeat; extend a lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, flash, redirect, request, url_for
+
+from . import actions, services
+from .common import arg_int, check_queue, queue_arg, render, safe_next
+from .security import requires
+
+bp = Blueprint("inflight", __name__, url_prefix="/inflight")
+
+EXPIRING_MS = 5_000
+
+
+def inflight_data(queue: str, offset: int, limit: int) -> dict[str, Any]:
+    svc = services.get()
+    page = svc.reads.inflight(queue, offset, limit)
+    owners = {}
+    for wid in {r.worker_id for r in page.rows if r.worker_id}:
+        owners[wid] = svc.registry.get(wid)
+    return {"queue": queue, "page": page, "owners": owners, "as_of": page.as_of,
+            "expiring_ms": EXPIRING_MS, "queues": svc.reads.queue_names()}
+
+
+@bp.get("/")
+@requires("viewer")
+def index() -> str:
+    queue = queue_arg()
+    return render("inflight.html", "_inflight.html",
+                  **inflight_data(queue, arg_int("offset", 0), arg_int("limit", 50, 1, 500)))
+
+
+@bp.post("/<queue>/<job_id>/extend")
+@requires("operator", "inflight.extend")
+def extend(queue: str, job_id: str) -> Response:
+    check_queue(queue)
+    epoch = arg_int("epoch", -1, -1, src=request.form)
+    seconds = arg_int("seconds", 0, 0, src=request.form)
+    result = actions.extend(queue, job_id, epoch, seconds, request.form.get("reason"))
+    flash(result.message, "ok" if result.ok else "error")
+    return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)

@@ -1,0 +1,42 @@
+"""Locks: held locks (holder token, TTL, fencing token), contention by key, force release."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, flash, redirect, request, url_for
+
+from . import actions, services
+from .common import render
+from .security import audit, requires
+
+bp = Blueprint("locks", __name__, url_prefix="/locks")
+
+
+def locks_data() -> dict:
+    svc = services.get()
+    now = svc.clock()
+    return {"held": svc.locks.held(), "top": svc.locks.top_conflicts(20),
+            "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
+            "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000), "as_of": now}
+
+
+@bp.get("/")
+@requires("viewer")
+def index() -> str:
+    return render("locks.html", "_locks.html", **locks_data())
+
+
+@bp.post("/release")
+@requires("operator", "locks.release")
+def release() -> Response:
+    key = request.form.get("key", "")
+    confirm = (request.form.get("confirm") or "").strip()
+    if confirm != key and confirm.lower() != "release":
+        result = actions.Result(False, f"not confirmed: type the lock key ({key}) or the word "
+                                       "'release'; nothing was changed", 400)
+        audit("locks.release", key, "refused", request.form.get("reason"),
+                      {"message": result.message})
+    else:
+        result = actions.release_lock(key, request.form.get("token", ""),
+                                      request.form.get("reason"))
+    flash(result.message, "ok" if result.ok else "error")
+    return redirect(url_for("locks.index"), code=303)

@@ -1,0 +1,132 @@
+"""Overview: depth per queue, rates from the sampler's diffs, lease expirations, lock conflicts,
+and the charts (Plotly) with operator actions from the audit log as vertical markers."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+from flask import Blueprint, request
+from sqlalchemy.exc import SQLAlchemyError
+
+from antre import sampling
+
+from . import services
+from .common import WINDOWS_MS, check_queue, fmt_ts, render
+from .security import requires
+
+bp = Blueprint("overview", __name__)
+
+CHART_WINDOWS = ("1h", "6h", "24h")
+MAX_POINTS = 720
+RATE_WINDOW_MS = 5 * 60_000
+
+
+def _rate_per_min(samples: list[dict[str, int]], name: str) -> float | None:
+    if len(samples) < 2:
+        return None
+    first, last = samples[0], samples[-1]
+    dt = (last["t"] - first["t"]) / 60_000
+    if dt <= 0:
+        return None
+    return max(0, last.get(name, 0) - first.get(name, 0)) / dt
+
+
+def overview_data() -> dict[str, Any]:
+    svc = services.get()
+    ov = svc.reads.overview()
+    now = ov.as_of
+    rates = {}
+    for q in ov.queues:
+        recent = sampling.series(svc.redis, q.name, now - RATE_WINDOW_MS)
+        rates[q.name] = {c: _rate_per_min(recent, c)
+                         for c in ("acked", "retried", "buried", "expired")}
+    return {"overview": ov, "rates": rates, "as_of": now,
+            "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
+            "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000),
+            "live_workers": svc.registry.live_count(),
+            "oldest_ready_ms": max((q.oldest_ready_age_ms for q in ov.queues), default=0)}
+
+
+@bp.get("/")
+@requires("viewer")
+def index() -> str:
+    data = overview_data()
+    names = [q.name for q in data["overview"].queues]
+    window = request.args.get("window") if request.args.get("window") in CHART_WINDOWS else "1h"
+    queue = request.args.get("queue") or (names[0] if names else "default")
+    return render("overview.html", "_overview.html", window=window, chart_queue=check_queue(queue),
+                  queues=names, **data)
+
+
+def _thin(samples: list[dict[str, int]]) -> list[dict[str, int]]:
+    step = max(1, len(samples) // MAX_POINTS)
+    return samples[::step]
+
+
+def _markers(since: int) -> list[dict[str, Any]]:
+    """Operator actions in the window (newest 500), for vertical lines on the charts."""
+    svc = services.get()
+    try:
+        rows = svc.audit.list(limit=500)
+    except SQLAlchemyError:
+        svc.outages.failed("database")
+        return []
+    out = []
+    for row in rows:
+        at = int(row.at.timestamp() * 1000)
+        if at >= since and row.action != "login" and row.outcome == "ok":
+            text = f"{row.user}: {row.action} {row.target or ''}"
+            out.append({"t": at, "text": text.replace("<", "‹").replace(">", "›")[:200]})
+    return out
+
+
+def _figure(title: str, samples: list[dict[str, int]], traces: list[tuple[str, list[Any]]],
+            markers: list[dict[str, Any]], ytitle: str) -> dict[str, Any]:
+    xs = [fmt_ts(s["t"]).replace(" UTC", "") for s in samples]
+    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "lines", "name": name, "x": xs,
+                                   "y": ys} for name, ys in traces]
+    mx = [fmt_ts(m["t"]).replace(" UTC", "") for m in markers]
+    if markers:
+        data.append({"type": "scatter", "mode": "markers", "name": "operator actions",
+                     "x": mx, "y": [0] * len(mx), "hovertext": [m["text"] for m in markers],
+                     "hoverinfo": "text+x", "marker": {"symbol": "triangle-up", "size": 10}})
+    shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+               "line": {"dash": "dot", "width": 1}} for x in mx]
+    layout = {"title": {"text": title}, "height": 280, "margin": {"l": 50, "r": 10, "t": 40,
+              "b": 40}, "shapes": shapes, "yaxis": {"title": {"text": ytitle}, "rangemode":
+              "tozero"}, "xaxis": {"type": "date"}, "legend": {"orientation": "h"}}
+    return {"data": data, "layout": layout}
+
+
+def _diffs(samples: list[dict[str, int]], name: str) -> list[float]:
+    out: list[float] = [0.0]
+    for a, b in pairwise(samples):
+        dt = (b["t"] - a["t"]) / 60_000
+        out.append(max(0, b.get(name, 0) - a.get(name, 0)) / dt if dt > 0 else 0.0)
+    return out
+
+
+def chart_data(queue: str, window: str) -> dict[str, Any]:
+    svc = services.get()
+    now = svc.clock()
+    since = now - WINDOWS_MS[window]
+    samples = _thin(sampling.series(svc.redis, queue, since))
+    markers = _markers(since)
+    depth = _figure(f"{queue}: depth", samples,
+                    [(n, [s.get(n, 0) for s in samples])
+                     for n in ("ready", "scheduled", "inflight", "dead")], markers, "jobs")
+    rates = _figure(f"{queue}: per minute", samples,
+                    [(n, _diffs(samples, n)) for n in ("acked", "retried", "buried", "expired")],
+                    markers, "jobs/min")
+    return {"charts": [depth, rates], "samples": len(samples), "as_of": now,
+            "markers": len(markers)}
+
+
+@bp.get("/charts")
+@requires("viewer")
+def charts() -> str:
+    window = request.args.get("window") if request.args.get("window") in CHART_WINDOWS else "1h"
+    queue = check_queue(request.args.get("queue") or "default")
+    return render("_charts.html", "_charts.html", window=window, chart_queue=queue,
+                  **chart_data(queue, window))

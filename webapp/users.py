@@ -1,0 +1,47 @@
+"""Users (admin only): list, add, change role, delete."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, flash, redirect, request, url_for
+
+from antre.sql import ROLES
+
+from . import actions, services
+from .common import render
+from .security import requires
+
+bp = Blueprint("users", __name__, url_prefix="/users")
+
+
+@bp.get("/")
+@requires("admin")
+def index() -> str:
+    svc = services.get()
+    return render("users.html", "_users.html", redis_read=False, users=svc.users.list(), roles=ROLES,
+                  as_of=svc.clock())
+
+
+def _back(result: actions.Result) -> Response:
+    flash(result.message, "ok" if result.ok else "error")
+    return redirect(url_for("users.index"), code=303)
+
+
+@bp.post("/add")
+@requires("admin", "users.add")
+def add() -> Response:
+    f = request.form
+    return _back(actions.user_add(f.get("name", ""), f.get("role", ""), f.get("password", ""),
+                                  f.get("reason")))
+
+
+@bp.post("/<name>/role")
+@requires("admin", "users.set_role")
+def set_role(name: str) -> Response:
+    return _back(actions.user_set_role(name, request.form.get("role", ""),
+                                       request.form.get("reason")))
+
+
+@bp.post("/<name>/delete")
+@requires("admin", "users.delete")
+def delete(name: str) -> Response:
+    return _back(actions.user_delete(name, request.form.get("reason")))
