@@ -18,6 +18,7 @@ from .idempotency import CompletedCache, IdempotencyStore
 from .outbox import Outbox
 from .users import UserStore
 from .errors import InvalidJob
+from .flow import FlowPolicy
 from .keys import valid_name
 from .locks import Lock, Locks, held_lock
 from .queue import JobSpec, Queue
@@ -41,6 +42,7 @@ class HandlerSpec:
     idempotent: bool = True
     lock_ttl_s: float = 30.0
     downstream: str | None = None
+    flow: FlowPolicy | None = None  # concurrency / rate limits for this job type, all workers
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
@@ -71,6 +73,7 @@ class Antre:
         self.max_payload_bytes = max_payload_bytes or _env_int(
             "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
         self.handlers: dict[str, HandlerSpec] = {}
+        self.downstreams: dict[str, FlowPolicy] = {}
         self._redis = redis_client
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
@@ -165,7 +168,8 @@ class Antre:
     def handler(self, name: str, **options: Any) -> Callable[[Handler], Handler]:
         """Register ``fn(ctx, payload)`` for job type ``name``. Options: queue, max_attempts,
         timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
-        idempotent (False warns on replay), lock_ttl_s, downstream."""
+        idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
+        flow (a ``FlowPolicy`` for this job type)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
@@ -173,6 +177,13 @@ class Antre:
             self.handlers[name] = HandlerSpec(name=name, fn=fn, **options)
             return fn
         return register
+
+    def downstream(self, name: str, policy: FlowPolicy) -> None:
+        """Limits shared by every handler with ``downstream=name``: concurrency, a token-bucket
+        rate and a circuit breaker (``FlowPolicy``), enforced across all workers."""
+        if not valid_name(name):
+            raise InvalidJob(f"bad downstream name {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        self.downstreams[name] = policy
 
     def queues(self) -> list[str]:
         """Queues that handlers are registered for (the worker's default)."""

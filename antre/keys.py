@@ -90,6 +90,10 @@ class QueueKeys:
     def replays(self) -> str:  # HASH task id -> JSON bulk-replay task state
         return f"{self.tag}:replays"
 
+    @property
+    def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
+        return f"{self.tag}:durations"
+
 
 def queues_index() -> str:
     """SET of queue names that ever had a job."""
@@ -150,4 +154,21 @@ def semaphore(name: str) -> str:
 
 
 def breaker(name: str) -> str:
+    """HASH: a circuit breaker's state (see ``antre/lua/breaker_*.lua``)."""
     return f"{PREFIX}:cb:{{{name}}}"
+
+
+def breaker_failures(name: str) -> str:
+    """ZSET ``<ms>:<seq>`` -> ms: a breaker's failures in its sliding window (same slot)."""
+    return f"{PREFIX}:cb:{{{name}}}:failures"
+
+
+def flow_index() -> str:
+    """HASH ``<kind>:<name>`` -> JSON settings of every semaphore, rate limiter and breaker
+    in use (kind is ``sem``, ``rate`` or ``breaker``), for the dashboard and metrics."""
+    return f"{PREFIX}:{{flow}}:index"
+
+
+def alert_points() -> str:
+    """HASH queue -> JSON list of ``[ms, {counter: value}]`` the alert rules compare against."""
+    return f"{PREFIX}:{{alerts}}:points"

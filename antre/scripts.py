@@ -15,6 +15,9 @@ NAMES = (
     "enqueue", "reserve", "ack", "retry", "bury", "extend_lease", "promote_due",
     "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "checkpoint",
+    # flow control (antre/flow.py)
+    "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
+    "breaker_failure", "breaker_release",
 )
 
 
@@ -47,3 +50,10 @@ class Scripts:
     lock_release: redis.commands.core.Script
     lock_renew: redis.commands.core.Script
     checkpoint: redis.commands.core.Script
+    sem_acquire: redis.commands.core.Script
+    sem_release: redis.commands.core.Script
+    rate_take: redis.commands.core.Script
+    breaker_allow: redis.commands.core.Script
+    breaker_success: redis.commands.core.Script
+    breaker_failure: redis.commands.core.Script
+    breaker_release: redis.commands.core.Script

@@ -1,0 +1,355 @@
+"""Alert rules checked on a schedule, with their state in Redis and a webhook.
+
+``AlertEngine.check()`` gathers the queue figures once, evaluates every rule per queue and
+compares with the stored state (``keys.alerts()``: HASH ``<rule>|<queue>`` -> JSON). An alert
+fires once per episode: the first check that finds the condition true starts an episode and
+POSTs ``status: firing`` once; later checks while it holds only update the value; the first
+check that finds it false POSTs ``status: resolved`` once and ends the episode. A webhook that
+fails is logged and tried again at the next check; ``check`` never raises for it.
+
+Rates come from the per-queue ``stats`` counters the Lua scripts keep (``buried``, ``expired``,
+``lock_busy``): each check stores a point per queue (``keys.alert_points()``), and a rule
+compares the counter now with the newest point at least its window old (or the oldest point
+kept, early on).
+
+Run ``check`` from one node per tick (the worker pool's duty holds the ``alerts`` maintenance
+key, as for the sweeper); the dashboard reads ``active()`` for its banner.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import redis
+
+from . import keys
+from .clock import Clock, system_ms
+from .readmodels import QueueInfo, ReadModels
+from .registry import WorkerRegistry
+
+log = logging.getLogger("antre.alerts")
+
+ALL_QUEUES = "*"
+MAX_POINTS = 500
+Post = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One rule evaluated for one queue."""
+
+    rule: str
+    queue: str
+    firing: bool
+    value: float
+    threshold: float
+    message: str
+    path: str  # where on the dashboard to look
+
+
+@dataclass
+class Snapshot:
+    """The figures one check reads, shared by every rule."""
+
+    now: int
+    queues: dict[str, QueueInfo]
+    live_workers: int
+    points: dict[str, list[list[Any]]]  # queue -> [[ms, {counter: value}], ...] oldest first
+
+    def increase(self, queue: str, counter: str, window_ms: int) -> int:
+        """How much ``counter`` of ``queue`` grew over the last ``window_ms`` (a lower bound
+        while fewer than ``window_ms`` of points are kept)."""
+        info = self.queues.get(queue)
+        past = [p for p in self.points.get(queue, []) if p[0] < self.now]
+        if info is None or not past:
+            return 0
+        older = [p for p in past if p[0] <= self.now - window_ms]
+        base = older[-1] if older else past[0]
+        return max(0, info.stats.get(counter, 0) - int(base[1].get(counter, 0)))
+
+
+class Rule(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def evaluate(self, snap: Snapshot) -> list[Reading]: ...
+
+    @property
+    def window_ms(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CounterSpike:
+    """More than ``max_in_window`` increments of a stats counter within ``window_s``."""
+
+    name: str
+    counter: str
+    max_in_window: int
+    window_s: float = 300.0
+    what: str = "events"
+    page: str = "/"
+
+    @property
+    def window_ms(self) -> int:
+        return int(self.window_s * 1000)
+
+    def evaluate(self, snap: Snapshot) -> list[Reading]:
+        out = []
+        for queue in snap.queues:
+            n = snap.increase(queue, self.counter, self.window_ms)
+            out.append(Reading(
+                self.name, queue, n > self.max_in_window, n, self.max_in_window,
+                f"{n} {self.what} in queue {queue} in the last {_span(self.window_s)} "
+                f"(threshold {self.max_in_window})", f"{self.page}?queue={quote(queue)}"))
+        return out
+
+
+def dlq_growth(max_in_window: int = 10, window_s: float = 300.0) -> CounterSpike:
+    return CounterSpike("dlq_growth", "buried", max_in_window, window_s,
+                        "jobs dead-lettered", "/dlq")
+
+
+def lease_expiration_spike(max_in_window: int = 20, window_s: float = 300.0) -> CounterSpike:
+    return CounterSpike("lease_expiration_spike", "expired", max_in_window, window_s,
+                        "leases expired (workers died or hung)", "/inflight")
+
+
+def lock_conflict_spike(max_in_window: int = 100, window_s: float = 300.0) -> CounterSpike:
+    return CounterSpike("lock_conflict_spike", "lock_busy", max_in_window, window_s,
+                        "jobs found their lock held", "/locks")
+
+
+@dataclass(frozen=True)
+class OldestReady:
+    """The oldest ready job has waited longer than ``max_age_s``."""
+
+    max_age_s: float = 300.0
+    name: str = "oldest_ready_age"
+    window_ms: int = 0
+
+    def evaluate(self, snap: Snapshot) -> list[Reading]:
+        out = []
+        for queue, info in snap.queues.items():
+            age = info.oldest_ready_age_ms / 1000
+            out.append(Reading(
+                self.name, queue, age > self.max_age_s, round(age, 3), self.max_age_s,
+                f"the oldest ready job in queue {queue} has waited {_span(age)} "
+                f"(threshold {_span(self.max_age_s)})", f"/?queue={quote(queue)}"))
+        return out
+
+
+@dataclass(frozen=True)
+class NoLiveWorker:
+    """Jobs are ready but no worker has sent a heartbeat recently."""
+
+    name: str = "no_live_worker"
+    window_ms: int = 0
+
+    def evaluate(self, snap: Snapshot) -> list[Reading]:
+        ready = sum(info.ready for info in snap.queues.values())
+        firing = snap.live_workers == 0 and ready > 0
+        return [Reading(self.name, ALL_QUEUES, firing, ready, 0,
+                        f"no live worker while {ready} jobs are ready", "/workers")]
+
+
+def default_rules() -> list[Rule]:
+    return [dlq_growth(), OldestReady(), lease_expiration_spike(), lock_conflict_spike(),
+            NoLiveWorker()]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """An alert's stored state (the dashboard banner shows the firing ones)."""
+
+    rule: str
+    queue: str
+    status: str  # firing | resolved
+    value: float
+    threshold: float
+    since: int  # episode start, ms
+    updated_at: int
+    resolved_at: int
+    message: str
+    path: str
+    notified: str  # the status last delivered to the webhook ('' none yet)
+
+    @property
+    def id(self) -> str:
+        return f"{self.rule}|{self.queue}"
+
+    def payload(self, dashboard_url: str = "") -> dict[str, Any]:
+        """The webhook's JSON body."""
+        body = {"source": "antre", "rule": self.rule, "queue": self.queue,
+                "status": self.status, "value": self.value, "threshold": self.threshold,
+                "since": _iso(self.since), "since_ms": self.since, "message": self.message,
+                "dashboard": dashboard_url.rstrip("/") + self.path}
+        if self.status == "resolved":
+            body["resolved_at"] = _iso(self.resolved_at)
+        return body
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """A transition found by one check (what is POSTed)."""
+
+    alert: Alert
+    status: str
+
+    @property
+    def rule(self) -> str:
+        return self.alert.rule
+
+    @property
+    def queue(self) -> str:
+        return self.alert.queue
+
+
+def post_json(url: str, payload: dict[str, Any], timeout_s: float = 5.0) -> None:
+    """POST ``payload`` as JSON; raises on a network error or a non-2xx answer."""
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          "User-Agent": "antre-alerts"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        if not 200 <= resp.status < 300:
+            raise OSError(f"webhook answered HTTP {resp.status}")
+
+
+class AlertEngine:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
+                 rules: Iterable[Rule] | None = None, webhook_url: str | None = None,
+                 post: Post | None = None, *, dashboard_url: str = "") -> None:
+        self.redis, self.clock = client, clock
+        self.rules = list(default_rules() if rules is None else rules)
+        self.webhook_url = webhook_url or None
+        self.post = post or post_json
+        self.dashboard_url = dashboard_url
+
+    # -- reading -----------------------------------------------------------------------------
+    def alerts(self) -> list[Alert]:
+        out = []
+        for raw in self.redis.hgetall(keys.alerts()).values():
+            try:
+                out.append(Alert(**json.loads(raw)))
+            except (ValueError, TypeError):
+                continue
+        return sorted(out, key=lambda a: (a.since, a.rule, a.queue))
+
+    def active(self) -> list[Alert]:
+        """Firing alerts, oldest episode first (the dashboard's banner)."""
+        return [a for a in self.alerts() if a.status == "firing"]
+
+    # -- checking ----------------------------------------------------------------------------
+    def check(self) -> list[AlertEvent]:
+        """Evaluate every rule, store the transitions, POST what is not delivered yet."""
+        snap = self._snapshot()
+        stored = {a.id: a for a in self.alerts()}
+        events, changed = [], {}
+        for reading in (r for rule in self.rules for r in rule.evaluate(snap)):
+            alert, event = self._transition(stored.get(f"{reading.rule}|{reading.queue}"),
+                                            reading, snap.now)
+            if alert is not None:
+                changed[alert.id] = stored[alert.id] = alert
+            if event is not None:
+                events.append(event)
+        if changed:
+            self.redis.hset(keys.alerts(), mapping={
+                i: json.dumps(asdict(a), separators=(",", ":")) for i, a in changed.items()})
+        for event in events:
+            (log.warning if event.status == "firing" else log.info)(
+                "alert %s: %s", event.status, event.alert.message,
+                extra={"event": f"alert_{event.status}", "queue": event.queue,
+                       "rule": event.rule})
+        self._deliver(list(stored.values()))
+        return events
+
+    @staticmethod
+    def _transition(old: Alert | None, reading: Reading, now: int
+                    ) -> tuple[Alert | None, AlertEvent | None]:
+        if reading.firing:
+            if old is not None and old.status == "firing":
+                return _update(old, reading, now), None
+            if old is not None and old.notified == "firing":  # resolved, not yet delivered
+                return _update(old, reading, now, status="firing", resolved_at=0), None
+            alert = Alert(reading.rule, reading.queue, "firing", reading.value,
+                          reading.threshold, now, now, 0, reading.message, reading.path, "")
+            return alert, AlertEvent(alert, "firing")
+        if old is not None and old.status == "firing":
+            alert = _update(old, reading, now, status="resolved", resolved_at=now)
+            return alert, AlertEvent(alert, "resolved")
+        return None, None
+
+    def _deliver(self, alerts: list[Alert]) -> None:
+        for alert in alerts:
+            if alert.notified == alert.status:
+                continue
+            if alert.status == "resolved" and alert.notified == "":
+                log.info("alert %s resolved before it was delivered; nothing sent", alert.id,
+                         extra={"event": "alert_dropped"})
+            elif self.webhook_url:
+                try:
+                    self.post(self.webhook_url, alert.payload(self.dashboard_url))
+                except Exception as exc:  # any failure: retried at the next check
+                    log.warning("alert webhook failed (%s); retrying at the next check", exc,
+                                extra={"event": "alert_webhook_failed", "rule": alert.rule})
+                    continue
+            self._delivered(alert)
+
+    def _delivered(self, alert: Alert) -> None:
+        if alert.status == "resolved":
+            self.redis.hdel(keys.alerts(), alert.id)
+            return
+        done = _update(alert, None, alert.updated_at, notified=alert.status)
+        self.redis.hset(keys.alerts(), alert.id, json.dumps(asdict(done), separators=(",", ":")))
+
+    def _snapshot(self) -> Snapshot:
+        reads = ReadModels(self.redis, self.clock)
+        infos = {name: reads.queue_info(name) for name in reads.queue_names()}
+        now = self.clock()
+        live = WorkerRegistry(self.redis, self.clock).live_count()
+        raw = self.redis.hgetall(keys.alert_points())
+        keep_ms = max([rule.window_ms for rule in self.rules] + [0])
+        points: dict[str, list[list[Any]]] = {}
+        for name, info in infos.items():
+            try:
+                past = [p for p in json.loads(raw.get(name) or "[]") if p[0] < now]
+            except (ValueError, TypeError, IndexError):
+                past = []
+            points[name] = past
+            older = [p for p in past if p[0] <= now - keep_ms]
+            kept = older[-1:] + [p for p in past if p[0] > now - keep_ms]
+            kept.append([now, {c: info.stats.get(c, 0) for c in _counters(self.rules)}])
+            raw[name] = json.dumps(kept[-MAX_POINTS:], separators=(",", ":"))
+        if infos:
+            self.redis.hset(keys.alert_points(), mapping={n: raw[n] for n in infos})
+        return Snapshot(now, infos, live, points)
+
+
+def _counters(rules: list[Rule]) -> list[str]:
+    return sorted({rule.counter for rule in rules if isinstance(rule, CounterSpike)})
+
+
+def _update(alert: Alert, reading: Reading | None, now: int, **changes: Any) -> Alert:
+    fields = asdict(alert)
+    if reading is not None:
+        fields.update(value=reading.value, threshold=reading.threshold,
+                      message=reading.message, path=reading.path)
+    fields.update(updated_at=now, **changes)
+    return Alert(**fields)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") \
+        .replace("+00:00", "Z")
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{round(seconds / 60, 1):g} min"
+    return f"{round(seconds):d} s"

@@ -1,0 +1,141 @@
+"""OpenTelemetry tracing through the job envelope: producer -> queue wait -> handler -> downstream.
+
+Optional: without the ``opentelemetry`` package (``pip install antre[otel]``) every function
+here is a no-op (``None`` traceparents, ``None`` spans), and so it is when no SDK tracer
+provider is configured. The link between producer and handler is the W3C ``traceparent`` the
+producer stores in the envelope's ``trace_id``:
+
+- at enqueue: ``with enqueue_span(job_type, queue) as tp: ...enqueue(..., trace_id=tp)`` (a
+  PRODUCER span; ``tp`` is its traceparent, or ``None``: then the queue makes a fresh one);
+- in the worker: ``with execution_span(job): handler(...)`` starts a CONSUMER span whose parent
+  is the job's traceparent, plus a "queue wait" span from enqueue to reservation, so one trace
+  shows the producer, the time in the queue and the handler; spans a handler opens (HTTP
+  clients, ``downstream_span``) are children of the execution span.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from .envelope import Job
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import (
+        TraceContextTextMapPropagator,
+    )
+except ImportError:  # pragma: no cover - exercised only without the optional dependency
+    trace = None  # type: ignore[assignment]
+
+AVAILABLE = trace is not None
+TRACER_NAME = "antre"
+SYSTEM = "antre"
+
+
+def _tracer(provider: Any = None) -> Any:
+    return trace.get_tracer(TRACER_NAME, tracer_provider=provider)
+
+
+def inject_traceparent() -> str | None:
+    """The current span context as a W3C traceparent, or ``None`` outside a recorded span."""
+    if not AVAILABLE:
+        return None
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent")
+
+
+def extract(traceparent: str) -> Any:
+    """An OpenTelemetry context whose parent is ``traceparent`` (``None`` without OTel)."""
+    if not AVAILABLE or not traceparent:
+        return None
+    return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+
+
+@contextlib.contextmanager
+def enqueue_span(job_type: str, queue: str, *, tracer_provider: Any = None
+                 ) -> Iterator[str | None]:
+    """A PRODUCER span around an enqueue; yields the traceparent to store in ``trace_id``."""
+    if not AVAILABLE:
+        yield None
+        return
+    attributes = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
+                  "messaging.destination.name": queue, "antre.job.type": job_type}
+    with _tracer(tracer_provider).start_as_current_span(
+            f"enqueue {job_type}", kind=SpanKind.PRODUCER, attributes=attributes):
+        yield inject_traceparent()
+
+
+def _job_attributes(job: Job) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "messaging.system": SYSTEM, "messaging.operation.type": "process",
+        "messaging.destination.name": job.queue, "messaging.message.id": job.id,
+        "antre.job.id": job.id, "antre.job.type": job.type, "antre.queue": job.queue,
+        "antre.attempt": job.attempt + 1, "antre.delivery": job.deliveries,
+        "antre.idempotency_key": job.idempotency_key, "antre.lease.epoch": job.epoch}
+    if job.lock_key:
+        attrs["antre.lock_key"] = job.lock_key
+    if job.worker_id:
+        attrs["antre.worker_id"] = job.worker_id
+    return attrs
+
+
+def _queue_wait_span(tracer: Any, job: Job, parent: Any) -> None:
+    """A span from enqueue (or the last time the job became visible) to its reservation."""
+    start = job.visible_at or job.created_at
+    if not start or not job.reserved_at or job.reserved_at < start:
+        return
+    span = tracer.start_span(f"queue wait {job.queue}", context=parent,
+                             kind=SpanKind.INTERNAL, start_time=start * 1_000_000,
+                             attributes={"antre.job.id": job.id, "antre.queue": job.queue,
+                                         "antre.queue_wait_ms": job.reserved_at - start})
+    span.end(end_time=job.reserved_at * 1_000_000)
+
+
+@contextlib.contextmanager
+def execution_span(job: Job, *, tracer_provider: Any = None) -> Iterator[Any]:
+    """A CONSUMER span around one execution of ``job``, child of the producer's span (the
+    job's ``trace_id``). An exception escaping the block is recorded on it and re-raised."""
+    if not AVAILABLE:
+        yield None
+        return
+    tracer = _tracer(tracer_provider)
+    parent = extract(job.trace_id)
+    _queue_wait_span(tracer, job, parent)
+    with tracer.start_as_current_span(f"process {job.type}", context=parent,
+                                      kind=SpanKind.CONSUMER, attributes=_job_attributes(job),
+                                      record_exception=False, set_status_on_exception=False
+                                      ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.set_attribute("antre.error_kind", type(exc).__name__)
+            raise
+
+
+@contextlib.contextmanager
+def downstream_span(downstream: str, operation: str = "call", *, tracer_provider: Any = None
+                    ) -> Iterator[Any]:
+    """A CLIENT span for a call a handler makes to a downstream (e.g. ``email-provider``)."""
+    if not AVAILABLE:
+        yield None
+        return
+    with _tracer(tracer_provider).start_as_current_span(
+            f"{operation} {downstream}", kind=SpanKind.CLIENT,
+            attributes={"antre.downstream": downstream}) as span:
+        yield span
+
+
+__all__ = [
+    "AVAILABLE",
+    "downstream_span",
+    "enqueue_span",
+    "execution_span",
+    "extract",
+    "inject_traceparent",
+]

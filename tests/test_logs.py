@@ -1,0 +1,92 @@
+"""Log records carry the job fields; one switch between JSON and readable text."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from antre import logs
+from antre.envelope import Job
+
+
+@pytest.fixture
+def job():
+    return Job(id="j1", type="send_email", queue="mail", idempotency_key="email:welcome:42",
+               payload={}, attempt=1, lock_key="user:42",
+               trace_id="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+
+
+@pytest.fixture
+def restore():
+    log = logging.getLogger("antre")
+    saved = (log.handlers[:], log.level, log.propagate)
+    yield
+    log.handlers[:], log.level, log.propagate = saved
+
+
+def test_json_record_carries_the_job_fields(job, restore):
+    out = io.StringIO()
+    logs.configure("json", "DEBUG", stream=out)
+    logging.getLogger("antre.worker").info(
+        "succeeded job %s", job.id,
+        extra=logs.job_fields(job, "succeeded", duration_ms=120, error_kind="", worker_id="w1"))
+    rec = json.loads(out.getvalue())
+    assert rec["level"] == "INFO" and rec["logger"] == "antre.worker"
+    assert rec["message"] == "succeeded job j1" and rec["event"] == "succeeded"
+    assert rec["ts"].endswith("Z")
+    assert {k: rec[k] for k in ("job_id", "job_type", "idempotency_key", "attempt", "lock_key",
+                                "trace_id", "duration_ms", "queue", "worker_id")} == {
+        "job_id": "j1", "job_type": "send_email", "idempotency_key": "email:welcome:42",
+        "attempt": 2, "lock_key": "user:42", "trace_id": job.trace_id, "duration_ms": 120,
+        "queue": "mail", "worker_id": "w1"}
+    assert "error_kind" not in rec  # empty fields are left out
+
+
+def test_json_record_with_error_and_other_extra(job, restore):
+    out = io.StringIO()
+    logs.configure("json", stream=out)
+    try:
+        raise RuntimeError("smtp down")
+    except RuntimeError:
+        logging.getLogger("antre.worker").exception(
+            "retrying", extra=logs.job_fields(job, "retried", error_kind="retryable", delay_ms=5))
+    rec = json.loads(out.getvalue())
+    assert rec["error_kind"] == "retryable" and rec["delay_ms"] == 5
+    assert rec["level"] == "ERROR" and "RuntimeError: smtp down" in rec["exc"]
+
+
+def test_plain_records_get_a_default_event(restore):
+    out = io.StringIO()
+    logs.configure("json", stream=out)
+    logging.getLogger("antre.webapp").warning("hello %s", "there")
+    rec = json.loads(out.getvalue())
+    assert (rec["message"], rec["event"]) == ("hello there", "log")
+
+
+def test_text_format_is_readable(job, restore, monkeypatch):
+    monkeypatch.setenv("ANTRE_LOG_FORMAT", "text")
+    out = io.StringIO()
+    logs.configure(stream=out)
+    logging.getLogger("antre.worker").info("started job %s", job.id,
+                                           extra=logs.job_fields(job, "started"))
+    line = out.getvalue().strip()
+    assert "INFO" in line and "started job j1" in line and "[started]" in line
+    assert "job_type=send_email" in line and "attempt=2" in line
+    assert not line.startswith("{")
+
+
+def test_level_and_bad_format(restore):
+    out = io.StringIO()
+    logs.configure("json", "WARNING", stream=out)
+    logging.getLogger("antre.x").info("hidden")
+    assert out.getvalue() == ""
+    with pytest.raises(ValueError):
+        logs.configure("xml")
+
+
+def test_safe_url_hides_the_password():
+    assert logs.safe_url("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
+    assert logs.safe_url("redis://host:6379/0") == "redis://host:6379/0"
