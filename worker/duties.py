@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import redis
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -30,7 +31,7 @@ log = logging.getLogger("antre.worker.duties")
 class Duty:
     name: str
     interval_s: float
-    fn: Callable[["Duties"], Any]
+    fn: Callable[[Duties], Any]
 
 
 def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
@@ -65,7 +66,7 @@ def _promote_all(q: Queue, limit: int) -> int:
             return total
 
 
-def _sweep(d: "Duties") -> Any:
+def _sweep(d: Duties) -> Any:
     res = sweep_once(d.app, d.clock)
     if res["requeued"] or res["buried"]:
         log.info("sweeper: %d expired leases requeued, %d poison jobs buried", res["requeued"],
@@ -73,30 +74,26 @@ def _sweep(d: "Duties") -> Any:
     return res
 
 
-def _promote(d: "Duties") -> Any:
+def _promote(d: Duties) -> Any:
     return promote_once(d.app, d.clock)
 
 
-def _sample(d: "Duties") -> Any:
+def _sample(d: Duties) -> Any:
     return sampling.take(d.app.redis, d.clock or d.app.clock)
 
 
-def _bulk(d: "Duties") -> Any:
+def _bulk(d: Duties) -> Any:
     return BulkReplays(d.app.redis, d.clock or d.app.clock).step_all()
 
 
-def _prune(d: "Duties") -> Any:
+def _prune(d: Duties) -> Any:
     store = getattr(d.app, "idempotency", None)
     return store.prune() if store is not None else None
 
 
-def _relay(d: "Duties") -> Any:
-    relay = getattr(d.app, "relay_outbox", None)
-    if callable(relay):
-        return relay()
-    outbox = getattr(d.app, "outbox", None)
-    step = getattr(outbox, "relay_to_redis", None)
-    return step() if callable(step) else None
+def _relay(d: Duties) -> Any:
+    relay = getattr(d.app, "relay_outbox", None)  # absent on an older core: nothing to relay
+    return relay() if callable(relay) else None
 
 
 DUTIES = (

@@ -15,94 +15,44 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
-from antre import (Antre, HandlerSpec, InvalidJob, JobContext, JobTimeout, LeaseLost, LockBusy,
-                   Queue)
+from antre import (
+    Antre,
+    HandlerSpec,
+    InvalidJob,
+    JobContext,
+    JobTimeout,
+    LeaseLost,
+    LockBusy,
+    Queue,
+)
 from antre.clock import Clock
 from antre.envelope import Job
 from antre.idempotency import fingerprint
 from antre.locks import Lock, LockRenewer, Locks
+from antre.logs import job_fields
+from antre.metrics import record_duration
 from antre.registry import WorkerInfo, WorkerRegistry
 from antre.retry import Decision, classify, describe, format_traceback
+from antre.tracing import execution_span
 
-from .logs import safe_url
+from .health import REDIS_DOWN, RedisHealth
 
 log = logging.getLogger("antre.worker")
 
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 EXIT_RECYCLE = 3  # the process abandoned a hung handler; the supervisor starts a fresh one
 PROMOTE_EVERY_S = 0.5
 IDLE_WAIT_S = 0.075
-BACKOFF_CAP_S = 5.0
 
 
 def default_worker_id() -> str:
     host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60]
     return f"{host or 'host'}:{os.getpid()}:{os.urandom(2).hex()}"
-
-
-def job_extra(job: Job, event: str, **more: Any) -> dict[str, Any]:
-    """The ``extra=`` of a log line about ``job``."""
-    return {"event": event, "job_id": job.id, "job_type": job.type,
-            "idempotency_key": job.idempotency_key, "attempt": job.attempt + 1,
-            "lock_key": job.lock_key, "trace_id": job.trace_id, "queue": job.queue, **more}
-
-
-class RedisHealth:
-    """Retries Redis calls through an outage with exponential backoff; logs the outage once
-    and the recovery once, whichever thread notices."""
-
-    def __init__(self, url: str) -> None:
-        self.url = safe_url(url)
-        self._down = False
-        self._lock = threading.Lock()
-
-    @property
-    def down(self) -> bool:
-        return self._down
-
-    def failed(self, exc: BaseException) -> None:
-        with self._lock:
-            if self._down:
-                return
-            self._down = True
-        log.error("redis unreachable at %s: %s; retrying with backoff", self.url, exc,
-                  extra={"event": "redis_down"})
-
-    def ok(self) -> None:
-        if not self._down:
-            return
-        with self._lock:
-            if not self._down:
-                return
-            self._down = False
-        log.warning("redis reachable again at %s", self.url, extra={"event": "redis_up"})
-
-    def call(self, fn: Callable[..., Any], *args: Any, stop: threading.Event | None = None,
-             give_up_at: float | None = None, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)``, retried while Redis is unreachable. Gives up (re-raising)
-        once ``stop`` is set or ``time.monotonic()`` passes ``give_up_at``."""
-        delay = 0.05
-        while True:
-            try:
-                result = fn(*args, **kwargs)
-            except REDIS_DOWN as exc:
-                self.failed(exc)
-                if (stop is not None and stop.is_set()) or (
-                        give_up_at is not None and time.monotonic() >= give_up_at):
-                    raise
-                if stop is not None:
-                    stop.wait(delay)
-                else:
-                    time.sleep(delay)
-                delay = min(delay * 2, BACKOFF_CAP_S)
-                continue
-            self.ok()
-            return result
 
 
 @dataclass
@@ -160,6 +110,7 @@ class WorkerProcess:
         self._stopping = threading.Event()
         self._hb_stop = threading.Event()
         self._burst = False
+        self._stop_requested = False
         self._stuck: set[int] = set()
         self._last_promote = 0.0
         self._runners: list[threading.Thread] = []
@@ -170,8 +121,9 @@ class WorkerProcess:
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> int:
         self._start()
-        while not self._stopping.wait(0.5):
-            pass
+        while not self._stopping.is_set():
+            self._poll_stop_request()
+            time.sleep(0.05)
         self._finish()
         return self.exit_code
 
@@ -180,9 +132,19 @@ class WorkerProcess:
         self._start()
         for t in self._runners:
             while t.is_alive() and not self._stopping.is_set():
-                t.join(0.1)
+                self._poll_stop_request()
+                t.join(0.05)
         self._finish()
         return dict(self.counts)
+
+    def request_stop(self) -> None:
+        """``stop()`` for signal handlers: only sets a flag that ``run()`` acts on (setting an
+        ``Event`` inside a handler can deadlock with the interrupted thread's own wait)."""
+        self._stop_requested = True
+
+    def _poll_stop_request(self) -> None:
+        if self._stop_requested:
+            self.stop()
 
     def stop(self) -> None:
         """Graceful: stop reserving; running jobs get ``stop_grace_s`` to finish."""
@@ -201,6 +163,11 @@ class WorkerProcess:
 
     def _start(self) -> None:
         self._info.started_at = self.clock()
+        try:  # connect the SQL parts once, before the threads race to do it
+            getattr(self.app, "idempotency", None)
+        except Exception as exc:
+            log.error("database unavailable at start: %s; jobs wait until it is back", exc,
+                      extra={"event": "database_down"})
         self._beat_quietly()
         self._runners = [threading.Thread(target=self._runner, args=(n,), daemon=True,
                                           name=f"antre-runner-{n}") for n in range(self.threads)]
@@ -238,11 +205,11 @@ class WorkerProcess:
                 return
             except REDIS_DOWN:
                 log.error("could not hand back job %s (redis unreachable); its lease will expire "
-                          "and the sweeper returns it", r.job.id, extra=job_extra(r.job, "expired"))
+                          "and the sweeper returns it", r.job.id, extra=job_fields(r.job, "expired"))
                 return
         self.counts["handed_back"] += 1
         log.info("handed back job %s (no attempt spent)", r.job.id,
-                 extra=job_extra(r.job, "handed_back"))
+                 extra=job_fields(r.job, "handed_back"))
 
     # -- the runner threads --------------------------------------------------------------------
     def _runner(self, n: int) -> None:
@@ -287,7 +254,7 @@ class WorkerProcess:
             except Exception:
                 log.exception("unexpected error while processing job %s; its lease will expire "
                               "and it will be delivered again", r.job.id,
-                              extra=job_extra(r.job, "error"))
+                              extra=job_fields(r.job, "error"))
             finally:
                 with self._lock:
                     self._running.pop(r.job.id, None)
@@ -324,7 +291,7 @@ class WorkerProcess:
     def _process(self, r: Running) -> None:
         job = r.job
         r.thread = threading.get_ident()
-        log.info("received job %s", job.id, extra=job_extra(job, "received"))
+        log.info("received job %s", job.id, extra=job_fields(job, "received"))
         if job.payload_error:
             self._bury(r, f"payload cannot be decoded: {job.payload_error}", "malformed")
             return
@@ -354,7 +321,7 @@ class WorkerProcess:
                                     ttl_ms=int(spec.lock_ttl_s * 1000), owner=self.worker_id)
         except LockBusy as exc:
             self.counts["lock_busy"] += 1
-            log.info("lock busy: %s", exc, extra=job_extra(r.job, "lock_conflict"))
+            log.info("lock busy: %s", exc, extra=job_fields(r.job, "lock_conflict"))
             self._settle(r, "snoozed", r.queue.snooze, r.job, random.randint(200, 1000),
                          "lock_busy", counter="lock_busy")
             return None
@@ -366,25 +333,27 @@ class WorkerProcess:
             pass  # it expires by its TTL
 
     def _with_idempotency(self, r: Running, spec: HandlerSpec, lock: Lock | None) -> None:
-        store = getattr(self.app, "idempotency", None)
-        if store is None or not r.job.idempotency_key:
-            self._run(r, spec, lock, None)
-            return
         job = r.job
         try:
-            begin = store.begin(job.idempotency_key, fingerprint(job.type, job.payload), job.type,
-                                job.id, job.epoch, self.worker_id, job.deadline,
-                                lock_fence=lock.fence if lock else None)
+            store = getattr(self.app, "idempotency", None)
+            begin = None
+            if store is not None and job.idempotency_key:
+                begin = store.begin(job.idempotency_key, fingerprint(job.type, job.payload),
+                                    job.type, job.id, job.epoch, self.worker_id, job.deadline,
+                                    lock_fence=lock.fence if lock else None)
         except InvalidJob as exc:
             self._bury(r, f"bad idempotency key: {exc}", "invalid")
             return
         except Exception as exc:  # the database is unreachable: wait, spend nothing
             log.error("idempotency store unavailable: %s; job snoozed", exc,
-                      extra=job_extra(job, "snoozed", error_kind="database_unavailable"))
+                      extra=job_fields(job, "snoozed", error_kind="database_unavailable"))
             self._settle(r, "snoozed", r.queue.snooze, job, random.randint(1000, 5000),
                          "database_unavailable")
             return
-        self._on_begin(r, spec, lock, store, begin)
+        if begin is None:
+            self._run(r, spec, lock, None)
+        else:
+            self._on_begin(r, spec, lock, store, begin)
 
     def _on_begin(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any,
                   begin: Any) -> None:
@@ -392,7 +361,7 @@ class WorkerProcess:
         if outcome in ("acquired", "taken_over"):
             if outcome == "taken_over":
                 log.warning("took over idempotency key from a previous owner that did not finish",
-                            extra=job_extra(job, "taken_over"))
+                            extra=job_fields(job, "taken_over"))
             r.owns_idempotency = True
             self._run(r, spec, lock, store)
         elif outcome == "completed":
@@ -416,14 +385,17 @@ class WorkerProcess:
                            fence=lock.fence if lock else job.epoch, lock=lock,
                            _extend=lambda seconds: self._extend_by(r, seconds))
         r.started_ms, r.started_mono = self.clock(), time.monotonic()
-        log.info("started job %s", job.id, extra=job_extra(job, "started"))
+        log.info("started job %s", job.id, extra=job_fields(job, "started"))
         try:
             try:
-                result = spec.fn(r.ctx, job.payload)
+                with execution_span(job):
+                    result = spec.fn(r.ctx, job.payload)
             except Exception as exc:
+                self._measure(r)
                 self._rollback(db)
                 self._failed(r, spec, store, exc)
                 return
+            self._measure(r)
             self._succeeded(r, spec, lock, store, result)
         finally:
             if db is not None:
@@ -435,12 +407,12 @@ class WorkerProcess:
         if r.closed or r.lease_lost:
             self._rollback(db)
             log.warning("job %s finished after its lease was given up; outcome dropped", job.id,
-                        extra=job_extra(job, "lease_lost", duration_ms=self._duration(r)))
+                        extra=job_fields(job, "lease_lost", duration_ms=self._duration(r)))
             return
         if lock is not None and lock.lost:
             self._rollback(db)
             log.warning("lock %s was lost while the job ran; not committing", job.lock_key,
-                        extra=job_extra(job, "lock_conflict"))
+                        extra=job_fields(job, "lock_conflict"))
             self._settle(r, "snoozed", r.queue.snooze, job, random.randint(200, 1000), "lock_lost")
             return
         if db is not None:
@@ -462,7 +434,7 @@ class WorkerProcess:
         job = r.job
         if r.closed or r.lease_lost or isinstance(exc, LeaseLost):
             log.warning("job %s failed after its lease was given up (%s); outcome dropped",
-                        job.id, describe(exc), extra=job_extra(job, "lease_lost"))
+                        job.id, describe(exc), extra=job_fields(job, "lease_lost"))
             return
         if isinstance(exc, JobTimeout) and self._stopping.is_set() and not r.soft_timed_out:
             self._hand_back(r, time.monotonic() + self.stop_grace_s)  # cancelled by shutdown
@@ -492,7 +464,7 @@ class WorkerProcess:
             store.fail(r.job.idempotency_key, r.job.epoch, error, permanent, job_id=r.job.id)
         except Exception as exc:
             log.error("could not record the failure in the idempotency store: %s", exc,
-                      extra=job_extra(r.job, "error"))
+                      extra=job_fields(r.job, "error"))
 
     def _bury(self, r: Running, reason: str, kind: str, *, error: str = "", traceback: str = "",
               spend_attempt: bool = False) -> None:
@@ -519,12 +491,12 @@ class WorkerProcess:
             self.counts["failed"] += 1
         level = logging.WARNING if event in ("retried", "buried") else logging.INFO
         log.log(level, "%s job %s", event, r.job.id,
-                extra=job_extra(r.job, event, duration_ms=self._duration(r), error_kind=error_kind))
+                extra=job_fields(r.job, event, duration_ms=self._duration(r), error_kind=error_kind))
         return True
 
     def _lease_lost(self, job: Job, exc: BaseException) -> None:
         self.counts["lease_lost"] += 1
-        log.warning("lease lost: %s", exc, extra=job_extra(job, "lease_lost"))
+        log.warning("lease lost: %s", exc, extra=job_fields(job, "lease_lost"))
 
     @staticmethod
     def _rollback(db: Any) -> None:
@@ -534,6 +506,13 @@ class WorkerProcess:
             db.rollback()
         except Exception:
             log.exception("rollback failed", extra={"event": "error"})
+
+    def _measure(self, r: Running) -> None:
+        try:
+            record_duration(self.app.redis, r.job.queue, r.job.type, "processing",
+                            self._duration(r) or 0)
+        except redis.RedisError as exc:
+            log.debug("could not record the duration: %s", exc, extra={"event": "error"})
 
     @staticmethod
     def _duration(r: Running) -> int | None:
@@ -568,7 +547,7 @@ class WorkerProcess:
             r.soft_timed_out = True
             r.ctx.cancelled.set()
             log.warning("job %s passed its timeout of %gs; cancelled", r.job.id, r.job.timeout_s,
-                        extra=job_extra(r.job, "soft_timeout", duration_ms=ran_ms))
+                        extra=job_fields(r.job, "soft_timeout", duration_ms=ran_ms))
         if ran_ms >= timeout_ms + int(min(self.hard_grace_s, r.job.timeout_s) * 1000):
             self._abandon(r, ran_ms)
 
@@ -588,7 +567,7 @@ class WorkerProcess:
         self._apply(r, decision, exc)
         r.closed = True
         log.error("hard timeout: job %s abandoned; recycling this process", r.job.id,
-                  extra=job_extra(r.job, "expired", duration_ms=ran_ms, error_kind="timeout"))
+                  extra=job_fields(r.job, "expired", duration_ms=ran_ms, error_kind="timeout"))
         self.stop()
 
     def _extend(self, r: Running) -> None:
@@ -604,14 +583,14 @@ class WorkerProcess:
             self._lease_lost(r.job, exc)
             return
         r.job.deadline = deadline
-        log.debug("lease extended to %d", deadline, extra=job_extra(r.job, "lease_extended"))
+        log.debug("lease extended to %d", deadline, extra=job_fields(r.job, "lease_extended"))
         store = getattr(self.app, "idempotency", None)
         if store is not None and r.owns_idempotency:
             try:
                 store.extend_lease(r.job.idempotency_key, r.job.epoch, deadline, job_id=r.job.id)
             except Exception as exc:
                 log.error("could not extend the idempotency lease: %s", exc,
-                          extra=job_extra(r.job, "error"))
+                          extra=job_fields(r.job, "error"))
 
     def _extend_by(self, r: Running, seconds: float) -> int:
         """``ctx.extend_lease``: now + seconds, capped by the handler's max runtime."""

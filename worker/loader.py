@@ -15,7 +15,7 @@ class AppLoadError(ValueError):
 
 def load_app(path: str) -> Antre:
     """``pkg.module:attr`` (``attr`` defaults to ``app``). The current directory is importable,
-    as it is for ``python -m``. A callable attribute is called to build the app (a factory)."""
+    as it is for ``python -m``."""
     module_name, _, attr = path.partition(":")
     attr = attr or "app"
     if not module_name:
@@ -30,8 +30,6 @@ def load_app(path: str) -> Antre:
     obj = getattr(module, attr, None)
     if obj is None:
         raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}")
-    if not isinstance(obj, Antre) and callable(obj):
-        obj = obj()
     if not isinstance(obj, Antre):
         raise AppLoadError(f"{path!r} is a {type(obj).__name__}, not an antre.Antre")
     return obj

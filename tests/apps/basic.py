@@ -1,0 +1,55 @@
+"""A test app: ``tests.apps.basic:app``. Handlers record what they did in Redis so a test in
+another process can see it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from antre import Antre
+
+app = Antre()
+
+
+def _mark(ctx, what: str) -> None:
+    app.redis.rpush(f"test:{what}", f"{ctx.job.id}:{ctx.job.deliveries}:{os.getpid()}")
+
+
+@app.handler("echo")
+def echo(ctx, payload):
+    _mark(ctx, "done")
+    return payload
+
+
+@app.handler("hang_first", visibility_timeout_s=30)
+def hang_first(ctx, payload):
+    """Hangs on its first delivery (the test kills the process); finishes on the next."""
+    _mark(ctx, "started")
+    if ctx.job.deliveries == 1:
+        time.sleep(60)
+    _mark(ctx, "done")
+    return {"deliveries": ctx.job.deliveries}
+
+
+@app.handler("slow")
+def slow(ctx, payload):
+    _mark(ctx, "started")
+    deadline = time.monotonic() + float(payload.get("seconds", 30))
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+    _mark(ctx, "done")
+    return "slept"
+
+
+@app.handler("suicide", max_deliveries=3, visibility_timeout_s=30)
+def suicide(ctx, payload):
+    _mark(ctx, "started")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.handler("hang_forever")
+def hang_forever(ctx, payload):
+    """Ignores ``ctx.cancelled``: only a hard timeout (and a recycled process) ends it."""
+    _mark(ctx, "started")
+    time.sleep(120)
