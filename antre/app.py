@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -24,6 +25,7 @@ from .locks import Lock, Locks, held_lock
 from .queue import JobSpec, Queue
 from .retry import RetryPolicy
 from .scripts import Scripts
+from .tracing import enqueue_span
 
 Handler = Callable[[Any, Any], Any]
 
@@ -78,15 +80,19 @@ class Antre:
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
         self._sql: dict[str, Any] = {}
+        self._init_lock = threading.Lock()  # lazy connections are built once across threads
         self.migrate_on_start = True
 
     # -- connections -------------------------------------------------------------------------
     @property
     def redis(self) -> "redis.Redis":
-        if self._redis is None:
-            self._redis = redis.Redis.from_url(
-                self.redis_url, decode_responses=True, socket_timeout=10,
-                socket_connect_timeout=5, health_check_interval=30)
+        if self._redis is not None:
+            return self._redis
+        with self._init_lock:
+            if self._redis is None:
+                self._redis = redis.Redis.from_url(
+                    self.redis_url, decode_responses=True, socket_timeout=10,
+                    socket_connect_timeout=5, health_check_interval=30)
         return self._redis
 
     @property
@@ -108,19 +114,25 @@ class Antre:
         if self.database_url is None:
             return None
         if not self._sql:
-            engine = sql.make_engine(self.database_url)
-            if self.migrate_on_start:
-                sql.migrate(engine)
-            factory = sql.session_factory(engine)
-            self._sql = {
-                "engine": engine, "session_factory": factory,
-                "idempotency": IdempotencyStore(factory, self.clock, cache=CompletedCache(
-                    clock=self.clock)),
-                "outbox": Outbox(factory, self.clock),
-                "users": UserStore(factory),
-                "audit": AuditLog(factory, self.clock),
-            }
+            with self._init_lock:
+                if not self._sql:
+                    self._sql = self._connect_sql()
         return self._sql[name]
+
+    def _connect_sql(self) -> dict[str, Any]:
+        assert self.database_url is not None
+        engine = sql.make_engine(self.database_url)
+        if self.migrate_on_start:
+            sql.migrate(engine)
+        factory = sql.session_factory(engine)
+        return {
+            "engine": engine, "session_factory": factory,
+            "idempotency": IdempotencyStore(factory, self.clock,
+                                            cache=CompletedCache(clock=self.clock)),
+            "outbox": Outbox(factory, self.clock),
+            "users": UserStore(factory, self.clock),
+            "audit": AuditLog(factory, self.clock),
+        }
 
     @property
     def engine(self) -> Any:
@@ -209,9 +221,11 @@ class Antre:
         q = self.queue_for(job_type, queue)
         spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
                          delay_s=delay_s, **options)
-        if session is not None:
-            return self.outbox_add(session, q, spec)
-        return q.enqueue_many([spec])[0]
+        with enqueue_span(job_type, q.name) as traceparent:
+            spec.trace_id = spec.trace_id or traceparent
+            if session is not None:
+                return self.outbox_add(session, q, spec)
+            return q.enqueue_many([spec])[0]
 
     def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
         """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips."""

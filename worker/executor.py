@@ -26,6 +26,8 @@ from antre import (
     HandlerSpec,
     InvalidJob,
     JobContext,
+    Permanent,
+    RateLimited,
     JobTimeout,
     LeaseLost,
     LockBusy,
@@ -33,6 +35,7 @@ from antre import (
 )
 from antre.clock import Clock
 from antre.envelope import Job
+from antre.flow import Admission, FlowControl
 from antre.idempotency import fingerprint
 from antre.locks import Lock, LockRenewer, Locks
 from antre.logs import job_fields
@@ -70,6 +73,7 @@ class Running:
     soft_timed_out: bool = False
     closed: bool = False  # settled, handed back or given up: nothing more may touch the lease
     lease_lost: bool = False
+    admission: Admission | None = None  # flow-control slots held while the handler runs
     settle_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -94,6 +98,7 @@ class WorkerProcess:
                              max_payload_bytes=app.max_payload_bytes)
                        for name in self.queue_names]
         self.locks = Locks(app.redis, clock=self.clock, scripts=app.scripts)
+        self.flow = FlowControl(app.redis, clock=self.clock)
         self.registry = WorkerRegistry(app.redis, clock=self.clock)
         self.threads = threads
         self.worker_id = worker_id or default_worker_id()
@@ -306,14 +311,57 @@ class WorkerProcess:
         if job.lock_key and lock is None:
             return
         try:
+            if not self._admit(r, spec):
+                return
             if lock is None:
                 self._with_idempotency(r, spec, None)
             else:
                 with LockRenewer(self.locks, lock):
                     self._with_idempotency(r, spec, lock)
         finally:
+            if r.admission is not None:
+                self._quietly(r.admission.release)
             if lock is not None:
                 self._release(lock)
+
+    def _admit(self, r: Running, spec: HandlerSpec) -> bool:
+        """Circuit breaker, concurrency slots and rate limit of the job type and its downstream.
+        Held back: snoozed without spending an attempt."""
+        downstream = self.app.downstreams.get(spec.downstream or "")
+        if spec.flow is None and downstream is None:
+            return True
+        adm = self.health.call(self.flow.admit, f"{r.job.id}:{r.job.epoch}", r.job.deadline,
+                               job_type=r.job.type, type_policy=spec.flow,
+                               downstream=spec.downstream, downstream_policy=downstream)
+        if adm.allowed:
+            r.admission = adm
+            return True
+        self.counts[adm.reason] += 1
+        log.info("held back: %s for %.2fs", adm.reason, adm.wait_s,
+                 extra=job_fields(r.job, "held_back", error_kind=adm.reason))
+        delay_ms = int(adm.wait_s * 1000) + random.randint(0, 250)
+        self._settle(r, "snoozed", r.queue.snooze, r.job, delay_ms, adm.reason,
+                     counter=adm.reason)
+        return False
+
+    @staticmethod
+    def _quietly(fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except redis.RedisError as exc:  # slots and probes expire by themselves
+            log.debug("flow control bookkeeping failed: %s", exc, extra={"event": "error"})
+
+    @staticmethod
+    def _report_flow(r: Running, exc: BaseException | None) -> None:
+        """Tell the circuit breaker how the downstream did (rate limits and permanent errors
+        say nothing about its health)."""
+        adm = r.admission
+        if adm is None or adm.breaker is None:
+            return
+        if exc is None:
+            WorkerProcess._quietly(adm.succeeded)
+        elif not isinstance(exc, (Permanent, RateLimited, LeaseLost)):
+            WorkerProcess._quietly(adm.failed)
 
     def _take_lock(self, r: Running, spec: HandlerSpec) -> Lock | None:
         try:
@@ -383,7 +431,9 @@ class WorkerProcess:
         db = factory() if factory is not None else None
         r.ctx = JobContext(job=job, worker_id=self.worker_id, db=db,
                            fence=lock.fence if lock else job.epoch, lock=lock,
-                           _extend=lambda seconds: self._extend_by(r, seconds))
+                           last_checkpoint=job.checkpoint,
+                           _extend=lambda seconds: self._extend_by(r, seconds),
+                           _checkpoint=lambda state: r.queue.checkpoint(job, state))
         r.started_ms, r.started_mono = self.clock(), time.monotonic()
         log.info("started job %s", job.id, extra=job_fields(job, "started"))
         try:
@@ -392,10 +442,12 @@ class WorkerProcess:
                     result = spec.fn(r.ctx, job.payload)
             except Exception as exc:
                 self._measure(r)
+                self._report_flow(r, exc)
                 self._rollback(db)
                 self._failed(r, spec, store, exc)
                 return
             self._measure(r)
+            self._report_flow(r, None)
             self._succeeded(r, spec, lock, store, result)
         finally:
             if db is not None:
@@ -484,6 +536,9 @@ class WorkerProcess:
                 self._lease_lost(r.job, exc)
                 return False
             r.closed = True  # settled: nothing else may touch this lease
+        if event in ("succeeded", "deduplicated", "buried"):
+            self._quietly(lambda: record_duration(self.app.redis, r.job.queue, r.job.type,
+                                                  "latency", self.clock() - r.job.created_at))
         self.counts[event] += 1
         if event in ("succeeded", "deduplicated"):
             self.counts["processed"] += 1
@@ -583,6 +638,8 @@ class WorkerProcess:
             self._lease_lost(r.job, exc)
             return
         r.job.deadline = deadline
+        if r.admission is not None:
+            self._quietly(lambda: r.admission.renew(deadline) if r.admission else None)
         log.debug("lease extended to %d", deadline, extra=job_fields(r.job, "lease_extended"))
         store = getattr(self.app, "idempotency", None)
         if store is not None and r.owns_idempotency:
@@ -599,6 +656,8 @@ class WorkerProcess:
         deadline = r.queue.extend(r.job.id, r.job.epoch, int(seconds * 1000), mode="from_now",
                                   cap_ms=cap)
         r.job.deadline = deadline
+        if r.admission is not None:
+            self._quietly(lambda: r.admission.renew(deadline) if r.admission else None)
         return deadline
 
     def _beat(self) -> None:
