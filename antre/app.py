@@ -68,8 +68,8 @@ class Antre:
                  default_queue: str = "default", clock: Clock = system_ms,
                  max_payload_bytes: int | None = None,
                  redis_client: "redis.Redis | None" = None) -> None:
-        self.redis_url = redis_url or os.environ.get("ANTRE_REDIS_URL") or "redis://127.0.0.1:6379/0"
-        self.database_url = database_url or os.environ.get("ANTRE_DATABASE_URL") or None
+        self._redis_url = redis_url
+        self._database_url = database_url
         self.default_queue = default_queue
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes or _env_int(
@@ -84,6 +84,16 @@ class Antre:
         self.migrate_on_start = True
 
     # -- connections -------------------------------------------------------------------------
+    @property
+    def redis_url(self) -> str:
+        """Read when first needed, so a module-level ``Antre()`` sees the environment of the
+        process that uses it, not of the moment it was imported."""
+        return self._redis_url or os.environ.get("ANTRE_REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+    @property
+    def database_url(self) -> str | None:
+        return self._database_url or os.environ.get("ANTRE_DATABASE_URL") or None
+
     @property
     def redis(self) -> "redis.Redis":
         if self._redis is not None:
@@ -198,8 +208,9 @@ class Antre:
         self.downstreams[name] = policy
 
     def queues(self) -> list[str]:
-        """Queues that handlers are registered for (the worker's default)."""
-        return sorted({spec.queue for spec in self.handlers.values()} or {self.default_queue})
+        """Queues that handlers are registered for, and the default queue, where jobs of a type
+        this app has no handler for land (a worker buries those with the reason)."""
+        return sorted({spec.queue for spec in self.handlers.values()} | {self.default_queue})
 
     # -- producing ---------------------------------------------------------------------------
     def spec(self, job_type: str, payload: Any, *, idempotency_key: str,

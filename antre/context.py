@@ -45,8 +45,9 @@ class JobContext:
 
     def checkpoint(self, state: Any = None) -> None:
         """Persist progress (when ``state`` is given) and raise ``JobTimeout`` if cancelled."""
-        if state is not None and self._checkpoint is not None:
-            self._checkpoint(state)
+        if state is not None:
+            if self._checkpoint is not None:
+                self._checkpoint(state)
             self.last_checkpoint = state
         if self.cancelled.is_set():
             raise JobTimeout("cancelled at checkpoint (soft timeout or shutdown)")

@@ -432,3 +432,76 @@ def test_handler_writes_commit_with_the_completion(dbapp, clock):
         assert [row[0] for row in conn.execute(text("SELECT k FROM effects"))] == ["a"]
     assert dbapp.idempotency.lookup("eff:a").status == "completed"
     assert dbapp.idempotency.lookup("eff:b").status == "failed"
+
+
+# -- flow control, checkpoints ----------------------------------------------------------------
+
+def test_concurrency_limit_of_one_is_never_exceeded_across_threads(app, clock, q):
+    from antre import FlowPolicy
+    active, peak, lock = [0], [0], threading.Lock()
+
+    @app.handler("exclusive", flow=FlowPolicy(concurrency=1))
+    def exclusive(ctx, payload):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.02)
+        with lock:
+            active[0] -= 1
+
+    ids = [app.enqueue("exclusive", {"i": i}, idempotency_key=f"ex:{i}") for i in range(8)]
+    held = 0
+    for _ in range(40):
+        _, counts = burst(app, clock, threads=4)
+        held += counts.get("concurrency_limited", 0)
+        if all(q.get(i).state == "done" for i in ids):
+            break
+        clock.advance(2000)
+        q.promote()
+    assert all(q.get(i).state == "done" for i in ids)
+    assert peak[0] == 1
+    assert held > 0  # the other threads were held back, not run
+    assert all(q.get(i).attempt == 0 for i in ids)  # holding spends no attempt
+
+
+def test_open_breaker_holds_jobs_without_spending_attempts(app, clock, q):
+    from antre import FlowPolicy
+    from antre.flow import CircuitBreaker
+    app.downstream("provider", FlowPolicy(failure_threshold=2, window_s=60, cooldown_s=30))
+    calls = []
+
+    @app.handler("call", downstream="provider", max_attempts=10)
+    def call(ctx, payload):
+        calls.append(payload["i"])
+        raise Retryable("provider 503")
+
+    for i in range(2):
+        app.enqueue("call", {"i": i}, idempotency_key=f"call:{i}")
+    burst(app, clock)
+    breaker = CircuitBreaker(app.redis, "downstream:provider", 2, 60, 30, clock)
+    assert breaker.state().state == "open" and len(calls) == 2
+    held_id = app.enqueue("call", {"i": 9}, idempotency_key="call:9")
+    _, counts = burst(app, clock)
+    job = q.get(held_id)
+    assert counts.get("breaker_open") == 1 and len(calls) == 2  # held, not run
+    assert (job.state, job.attempt) == ("scheduled", 0)
+
+
+def test_checkpoint_is_persisted_and_resumed_after_a_retry(app, clock, q):
+    seen = []
+
+    @app.handler("long")
+    def long(ctx, payload):
+        seen.append(ctx.last_checkpoint)
+        if ctx.last_checkpoint is None:
+            ctx.checkpoint({"done_pages": 3})
+            raise Retryable("connection reset")
+        return ctx.last_checkpoint
+
+    job_id = app.enqueue("long", {}, idempotency_key="long:1")
+    burst(app, clock)
+    clock.advance(60_000)
+    q.promote()
+    burst(app, clock)
+    assert seen == [None, {"done_pages": 3}]
+    assert q.get(job_id).result == {"done_pages": 3}

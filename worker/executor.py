@@ -307,6 +307,8 @@ class WorkerProcess:
                           f"{names}); deploy a worker that has it, then replay", "unknown_type")
             return
         r.spec = spec
+        if job.lock_key and self._already_completed(r):
+            return
         lock = self._take_lock(r, spec) if job.lock_key else None
         if job.lock_key and lock is None:
             return
@@ -339,7 +341,10 @@ class WorkerProcess:
         self.counts[adm.reason] += 1
         log.info("held back: %s for %.2fs", adm.reason, adm.wait_s,
                  extra=job_fields(r.job, "held_back", error_kind=adm.reason))
-        delay_ms = int(adm.wait_s * 1000) + random.randint(0, 250)
+        wait_s = adm.wait_s
+        if adm.reason == "concurrency_limited":
+            wait_s = min(wait_s, 1.0)  # a slot usually frees when its job ends, not at its deadline
+        delay_ms = int(wait_s * 1000) + random.randint(0, 250)
         self._settle(r, "snoozed", r.queue.snooze, r.job, delay_ms, adm.reason,
                      counter=adm.reason)
         return False
@@ -362,6 +367,22 @@ class WorkerProcess:
             WorkerProcess._quietly(adm.succeeded)
         elif not isinstance(exc, (Permanent, RateLimited, LeaseLost)):
             WorkerProcess._quietly(adm.failed)
+
+    def _already_completed(self, r: Running) -> bool:
+        """A duplicate of completed work needs no business lock: answer it before queueing up
+        for the lock (the full check still runs under the lock for everything else)."""
+        store = getattr(self.app, "idempotency", None)
+        if store is None or not r.job.idempotency_key:
+            return False
+        try:
+            record = store.lookup(r.job.idempotency_key)
+        except Exception:
+            return False  # the full path below handles an unreachable database
+        if (record is None or record.status != "completed"
+                or record.fingerprint != fingerprint(r.job.type, r.job.payload)):
+            return False
+        self._settle(r, "deduplicated", r.queue.ack, r.job, record.result, counter="deduplicated")
+        return True
 
     def _take_lock(self, r: Running, spec: HandlerSpec) -> Lock | None:
         try:
@@ -417,7 +438,7 @@ class WorkerProcess:
             self._settle(r, "deduplicated", r.queue.ack, job, result, counter="deduplicated")
         elif outcome == "busy":
             self._settle(r, "snoozed", r.queue.snooze, job, random.randint(800, 1200),
-                         "idempotency_busy")
+                         "idempotency_busy", counter="idempotency_busy")
         elif outcome == "mismatch":
             self._bury(r, "idempotency key reused with a different payload",
                        "idempotency_mismatch", spend_attempt=True)
@@ -461,6 +482,11 @@ class WorkerProcess:
             log.warning("job %s finished after its lease was given up; outcome dropped", job.id,
                         extra=job_fields(job, "lease_lost", duration_ms=self._duration(r)))
             return
+        if lock is not None and not lock.lost:
+            try:
+                self.locks.renew(lock)  # compare-and-expire: still ours for the commit, or lost
+            except redis.RedisError:
+                lock.lost = True
         if lock is not None and lock.lost:
             self._rollback(db)
             log.warning("lock %s was lost while the job ran; not committing", job.lock_key,
@@ -641,6 +667,10 @@ class WorkerProcess:
         if r.admission is not None:
             self._quietly(lambda: r.admission.renew(deadline) if r.admission else None)
         log.debug("lease extended to %d", deadline, extra=job_fields(r.job, "lease_extended"))
+        self._extend_idempotency(r, deadline)
+
+    def _extend_idempotency(self, r: Running, deadline: int) -> None:
+        """The idempotency record's owner lease follows the Redis lease."""
         store = getattr(self.app, "idempotency", None)
         if store is not None and r.owns_idempotency:
             try:
@@ -658,6 +688,7 @@ class WorkerProcess:
         r.job.deadline = deadline
         if r.admission is not None:
             self._quietly(lambda: r.admission.renew(deadline) if r.admission else None)
+        self._extend_idempotency(r, deadline)
         return deadline
 
     def _beat(self) -> None:
