@@ -24,6 +24,7 @@ from . import (
     idempotency,
     inflight,
     locks,
+    metrics,
     overview,
     scheduled,
     security,
@@ -34,7 +35,7 @@ from . import (
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
-              idempotency.bp, audit.bp, users.bp, api.bp)
+              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp)
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:

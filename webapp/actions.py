@@ -9,6 +9,7 @@ from typing import Any
 
 from antre.bulk import TaskNotFound, TaskStateError
 from antre.errors import LeaseLost
+from antre.flow import FlowControl
 from antre.readmodels import DeadFilter
 from antre.users import UnknownUser, UserExists
 
@@ -117,6 +118,21 @@ def extend(queue: str, job_id: str, epoch: int, seconds: int, reason: str | None
         return Result(True, f"lease of job {job_id} extended by {seconds}s", 200,
                       {**detail, "deadline_after": deadline})
     return guarded("inflight.extend", f"{queue}/{job_id}", _reason(reason), run)
+
+
+def reset_breaker(name: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        flow = FlowControl(svc.redis, svc.clock)
+        known = {b.name: b for b in flow.breakers()}
+        if name not in known:
+            return Result(False, f"no circuit breaker named {name!r}", 404)
+        state = known[name]
+        before = state.state
+        flow.breaker(name, state.failure_threshold, state.window_s, state.cooldown_s).reset()
+        return Result(True, f"circuit breaker {name} closed by hand (was {before})", 200,
+                      {"before": before, "after": "closed"})
+    return guarded("flow.reset_breaker", name, _reason(reason), run)
 
 
 def release_lock(key: str, token: str, reason: str | None) -> Result:

@@ -23,6 +23,7 @@ from markupsafe import Markup
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from antre.alerts import AlertEngine
 from antre.keys import valid_name
 from antre.readmodels import DeadFilter
 
@@ -110,6 +111,15 @@ def outage_banners() -> list[str]:
                    f"{fmt_ts(since)}: idempotency records, users and the audit log cannot be "
                    "read; changes are refused until it is back.")
     return out
+
+
+def alert_banners() -> list[Any]:
+    """Firing alerts (the rules run in the worker pool's scheduler)."""
+    svc = services.get()
+    try:
+        return AlertEngine(svc.redis, svc.clock).active()
+    except REDIS_ERRORS:
+        return []  # the outage banner says it
 
 
 # -- formatting -------------------------------------------------------------------------------
@@ -229,6 +239,7 @@ def install(app: Flask) -> None:
     app.jinja_env.filters["dur"] = fmt_dur
     app.jinja_env.filters["pretty_json"] = pretty_json
     app.jinja_env.globals["outage_banners"] = outage_banners
+    app.jinja_env.globals["alert_banners"] = alert_banners
     app.jinja_env.globals["clock"] = lambda: services.get().clock()
 
     @app.errorhandler(400)

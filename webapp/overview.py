@@ -6,13 +6,14 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint, Response, flash, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
 
 from antre import sampling
+from antre.flow import FlowControl
 
-from . import services
-from .common import WINDOWS_MS, check_queue, fmt_ts, render
+from . import actions, services
+from .common import WINDOWS_MS, check_queue, fmt_ts, render, safe_next
 from .security import requires
 
 bp = Blueprint("overview", __name__)
@@ -41,7 +42,10 @@ def overview_data() -> dict[str, Any]:
         recent = sampling.series(svc.redis, q.name, now - RATE_WINDOW_MS)
         rates[q.name] = {c: _rate_per_min(recent, c)
                          for c in ("acked", "retried", "buried", "expired")}
+    flow = FlowControl(svc.redis, svc.clock)
     return {"overview": ov, "rates": rates, "as_of": now,
+            "breakers": flow.breakers(), "semaphores": flow.semaphores(),
+            "rate_limiters": flow.rate_limiters(),
             "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
             "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000),
             "live_workers": svc.registry.live_count(),
@@ -130,3 +134,11 @@ def charts() -> str:
     queue = check_queue(request.args.get("queue") or "default")
     return render("_charts.html", "_charts.html", window=window, chart_queue=queue,
                   **chart_data(queue, window))
+
+
+@bp.post("/flow/breakers/<name>/reset")
+@requires("operator", "flow.reset_breaker")
+def reset_breaker(name: str) -> Response:
+    result = actions.reset_breaker(name, request.form.get("reason"))
+    flash(result.message, "ok" if result.ok else "error")
+    return redirect(safe_next(url_for("overview.index")), code=303)

@@ -206,7 +206,7 @@ def _load_user_and_check() -> Response | None:
     if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint is None:
         return None
     user = None
-    if request.path.startswith("/api/") and request.authorization is not None:
+    if request.path.startswith(("/api/", "/metrics")) and request.authorization is not None:
         try:
             user = _basic_user()
         except SQLAlchemyError:

@@ -20,6 +20,7 @@ import redis
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from antre import Antre, Queue, keys, sampling
+from antre.alerts import AlertEngine
 from antre.bulk import BulkReplays
 from antre.clock import Clock
 from antre.readmodels import ReadModels
@@ -92,8 +93,19 @@ def _prune(d: Duties) -> Any:
 
 
 def _relay(d: Duties) -> Any:
-    relay = getattr(d.app, "relay_outbox", None)  # absent on an older core: nothing to relay
-    return relay() if callable(relay) else None
+    return d.app.relay_outbox()
+
+
+def _alerts(d: Duties) -> Any:
+    """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once."""
+    engine = AlertEngine(d.app.redis, d.clock or d.app.clock,
+                         webhook_url=os.environ.get("ANTRE_ALERT_WEBHOOK") or None,
+                         dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""))
+    events = engine.check()
+    for event in events:
+        log.warning("alert %s: %s", event.status, event.alert.message,
+                    extra={"event": "alert", "queue": event.queue})
+    return events
 
 
 DUTIES = (
@@ -103,6 +115,7 @@ DUTIES = (
     Duty("bulk_replays", 1.0, _bulk),
     Duty("idempotency_pruner", 3600.0, _prune),
     Duty("outbox_relay", 1.0, _relay),
+    Duty("alerts", 15.0, _alerts),
 )
 
 
