@@ -71,7 +71,15 @@ def run_demo(*, port: int, data_dir: str, host: str = "127.0.0.1", processes: in
     os.environ.setdefault("ANTRE_DATABASE_URL", f"sqlite:///{data_dir}/antre.db")
     os.environ.setdefault("ANTRE_SECRET_KEY", _secret(os.path.join(data_dir, "secret_key")))
     os.environ.setdefault("ANTRE_LOG_FORMAT", "text")
+    # the terminal shows warnings (retries, dead letters, outages); every job event is on the
+    # dashboard. ANTRE_LOG_LEVEL=INFO shows them all.
+    os.environ.setdefault("ANTRE_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("ANTRE_ACCESS_LOG", "")
     os.environ.setdefault("ANTRE_DEMO", "1")
+    # the fake email provider: 2 messages/s at most, and a 40 s outage every 5 minutes, so the
+    # rate limiter and the circuit breaker visibly act
+    os.environ.setdefault("ANTRE_DEMO_EMAIL_RATE", "2")
+    os.environ.setdefault("ANTRE_DEMO_EMAIL_OUTAGE_EVERY_S", "300")
 
     from antre_demo import Traffic, make_app, setup
     app = make_app()

@@ -46,7 +46,7 @@ def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
         "threads": 4,
         "timeout": 60,
         "graceful_timeout": 10,
-        "accesslog": "-",
+        "accesslog": os.environ.get("ANTRE_ACCESS_LOG", "-") or None,
         "control_socket_disable": True,
     }
     _Gunicorn(make_factory(app_path), options).run()

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from antre import Antre, Permanent, RateLimited, Retryable
+from antre import Antre, FlowPolicy, Permanent, RateLimited, Retryable
 
 from . import tables as t
 
@@ -39,6 +39,16 @@ class Faults:
     flaky_rate: float = float(os.environ.get("ANTRE_DEMO_FLAKY_RATE", "0.5"))
     rate_limit_rate: float = float(os.environ.get("ANTRE_DEMO_RATE_LIMIT_RATE", "0.4"))
     seed: str = os.environ.get("ANTRE_DEMO_SEED", "antre-demo")
+    # the email provider's limits and outages (``antre demo`` turns them on; tests keep them off)
+    email_rate_per_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_RATE", "0"))
+    email_outage_every_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_OUTAGE_EVERY_S", "0"))
+    email_outage_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_OUTAGE_S", "40"))
+
+    def email_provider_down(self, now_ms: int) -> bool:
+        """True inside the provider's scheduled outage window (wall clock, every N seconds)."""
+        if self.email_outage_every_s <= 0:
+            return False
+        return (now_ms / 1000) % self.email_outage_every_s < self.email_outage_s
 
 
 faults = Faults()
@@ -92,6 +102,8 @@ class FakeEmailProvider:
                                              ).hexdigest()[:16]
         with FakeEmailProvider._count_lock:
             FakeEmailProvider.calls += 1
+        if faults.email_provider_down(now_ms):
+            raise Retryable("email provider unavailable: 503 Service Unavailable (outage)")
         db.execute(t.emails_sent.insert().values(
             email_key=email_key, email_type=email_type, user_id=user_id, campaign=campaign,
             to_addr=to, subject=subject, message_id=message_id, job_id=job_id, attempt=attempt,
@@ -249,6 +261,11 @@ QUEUES = ("emails", "stock", "webhooks", "integrations", "batch")
 
 def register(app: Antre) -> Antre:
     """Register every demo handler on ``app``."""
+    if faults.email_rate_per_s > 0:  # the provider's documented limits, enforced cluster-wide
+        app.downstream("email-provider", FlowPolicy(
+            concurrency=4, rate_per_s=faults.email_rate_per_s,
+            burst=max(1, int(faults.email_rate_per_s * 2)),
+            failure_threshold=6, window_s=30, cooldown_s=15))
     app.handler("send_email", queue="emails", max_attempts=5, downstream="email-provider",
                 timeout_s=30)(send_email)
     app.handler("stock_sync", queue="stock", max_attempts=8, lock_ttl_s=30)(stock_sync)

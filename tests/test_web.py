@@ -85,11 +85,11 @@ def test_every_page_and_partial_renders(web, role):
     populate(web)
     c = web.client(role)
     for url in PAGES:
-        full = c.get(url)
+        full = c.get(url, follow_redirects=True)
         assert full.status_code == 200, url
         body = full.get_data(as_text=True)
         assert "as of" in body, url
-        part = c.get(url, headers=htmx())
+        part = c.get(url, headers=htmx(), follow_redirects=True)
         assert part.status_code == 200 and "<html" not in part.get_data(as_text=True), url
     assert c.get("/idempotency/").status_code == 200
 
@@ -428,3 +428,16 @@ def test_audit_filter_paginate_and_export(web):
         web.svc.audit.record("x", "viewer", "test.noise", str(i), None, "ok")
     page = c.get("/audit/?limit=50").get_data(as_text=True)
     assert "older →" in page and "of 6" in page
+
+
+def test_a_page_without_a_queue_opens_the_busiest_one(web):
+    web.dead_job()
+    other = web.producer.queue("billing")
+    for i in range(2):
+        other.enqueue("charge", {}, idempotency_key=f"c{i}")
+        (job,) = other.reserve("w1")
+        other.bury(job, reason="card declined")
+    c = web.client("viewer")
+    resp = c.get("/dlq/")
+    assert resp.status_code == 302 and "queue=billing" in resp.headers["Location"]
+    assert c.get("/dlq/?queue=default").status_code == 200  # an explicit queue is kept

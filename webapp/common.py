@@ -11,6 +11,8 @@ from typing import Any
 
 from flask import (
     Flask,
+    redirect,
+    url_for,
     Response,
     abort,
     current_app,
@@ -164,12 +166,20 @@ def arg_int(name: str, default: int, lo: int = 0, hi: int = 10**12, src: Any = N
     return max(lo, min(hi, value))
 
 
-def queue_arg(default: str | None = None) -> str:
+def queue_arg(default: str | None = None, busiest: str | None = None) -> str:
+    """The ``queue`` argument; without one, the queue with the most jobs in ``busiest`` (an
+    attribute of ``QueueInfo``: 'dead', 'inflight', ...), so a page opens where the work is."""
     svc = services.get()
     name = request.args.get("queue") or request.form.get("queue") or default
     if not name:
         names = svc.reads.queue_names()
         name = names[0] if names else svc.antre.default_queue
+        if busiest and len(names) > 1:
+            name = max(names, key=lambda n: getattr(svc.reads.queue_info(n), busiest))
+            if request.method == "GET" and request.endpoint:
+                # name the chosen queue in the URL, so polling and links stay on it
+                abort(redirect(url_for(request.endpoint,
+                                       **{**request.args.to_dict(), "queue": name})))
     if not valid_name(name):
         abort(400, "bad queue name")
     return name

@@ -43,14 +43,14 @@ def dlq_data(queue: str) -> dict[str, Any]:
 @bp.get("/")
 @requires("viewer")
 def index() -> str:
-    return render("dlq.html", "_dlq.html", **dlq_data(queue_arg()))
+    return render("dlq.html", "_dlq.html", **dlq_data(queue_arg(busiest="dead")))
 
 
 @bp.get("/tasks")
 @requires("viewer")
 def tasks() -> str:
     svc = services.get()
-    queue = queue_arg()
+    queue = queue_arg(busiest="dead")
     return render("_bulk.html", "_bulk.html", queue=queue, tasks=svc.bulk.list(queue),
                   as_of=svc.clock())
 

@@ -28,7 +28,7 @@ def inflight_data(queue: str, offset: int, limit: int) -> dict[str, Any]:
 @bp.get("/")
 @requires("viewer")
 def index() -> str:
-    queue = queue_arg()
+    queue = queue_arg(busiest="inflight")
     return render("inflight.html", "_inflight.html",
                   **inflight_data(queue, arg_int("offset", 0), arg_int("limit", 50, 1, 500)))
 

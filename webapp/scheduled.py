@@ -15,7 +15,7 @@ bp = Blueprint("scheduled", __name__, url_prefix="/scheduled")
 @requires("viewer")
 def index() -> str:
     svc = services.get()
-    queue = queue_arg()
+    queue = queue_arg(busiest="scheduled")
     page = svc.reads.scheduled(queue, arg_int("offset", 0), arg_int("limit", 50, 1, 500))
     return render("scheduled.html", "_scheduled.html", queue=queue, page=page,
                   as_of=page.as_of, queues=svc.reads.queue_names())
