@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -29,6 +30,8 @@ def new_traceparent() -> str:
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     try:
         text = json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except RecursionError:
+        raise InvalidJob("payload is nested too deeply to store; flatten it") from None
     except (TypeError, ValueError) as exc:
         raise InvalidJob(
             f"payload is not JSON-serialisable ({exc}); pass dicts, lists, strings, numbers, "
@@ -78,6 +81,7 @@ class Job:
     errors: list[dict[str, Any]] = field(default_factory=list)
     result: Any = None
     checkpoint: Any = None
+    replayed_at: int = 0  # when an operator last replayed it from the dead-letter queue
     payload_error: str = ""  # set when the stored payload could not be decoded
 
     @property
@@ -88,7 +92,7 @@ class Job:
 def _int(fields: Mapping[str, str], name: str, default: int = 0) -> int:
     try:
         return int(float(fields.get(name) or default))
-    except ValueError:
+    except (ValueError, OverflowError):  # garbage, NaN, infinities
         return default
 
 
@@ -105,6 +109,8 @@ def from_fields(fields: Mapping[str, str]) -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
     reported in ``payload_error`` so the worker can bury the job with that reason."""
     payload, payload_error = _json(fields.get("payload"), None)
+    if not fields.get("payload"):
+        payload_error = "the stored payload is missing or empty"
     headers, _ = _json(fields.get("headers"), {})
     errors, _ = _json(fields.get("errors"), [])
     result, _ = _json(fields.get("result"), None)
@@ -112,6 +118,8 @@ def from_fields(fields: Mapping[str, str]) -> Job:
     try:
         timeout_s = float(fields.get("timeout_s") or 30.0)
     except ValueError:
+        timeout_s = 30.0
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
         timeout_s = 30.0
     return Job(
         id=fields.get("id", ""),
@@ -145,8 +153,25 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         errors=errors if isinstance(errors, list) else [],
         result=result,
         checkpoint=checkpoint,
+        replayed_at=_int(fields, "replayed_at"),
         payload_error=payload_error,
     )
+
+
+def _utf8(name: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJob(f"{name} is not valid text (it contains a lone surrogate); "
+                         "pass a proper str") from None
+
+
+def check_headers(headers: Any) -> None:
+    if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise InvalidJob("headers must be a dict of str to str, e.g. {'tenant': 'acme'}")
+    for k, v in headers.items():
+        _utf8("a header", k + v)
 
 
 def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str | None) -> None:
@@ -154,10 +179,13 @@ def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str |
         raise InvalidJob(f"bad queue name {queue!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
     if not valid_name(job_type):
         raise InvalidJob(f"bad job type {job_type!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
-    if not idempotency_key or len(idempotency_key) > 500:
+    if not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 500:
         raise InvalidJob(
             "idempotency_key must name the business operation (1-500 characters), "
             "e.g. 'email:welcome:42'; it must not be the job id"
         )
     if lock_key is not None and (not lock_key or len(lock_key) > 200 or "{" in lock_key or "}" in lock_key):
         raise InvalidJob(f"bad lock_key {lock_key!r}: 1-200 characters, no braces")
+    _utf8("idempotency_key", idempotency_key)
+    if lock_key:
+        _utf8("lock_key", lock_key)

@@ -7,6 +7,8 @@ depends on time reads ``clock()``; tests pass a ``ManualClock`` instead of sleep
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -15,8 +17,8 @@ from redis.cluster import RedisCluster
 
 from . import keys
 from .clock import Clock, system_ms
-from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, Job, check_names, encode_payload, from_fields,
-                       new_job_id, new_traceparent)
+from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, Job, check_headers, check_names,
+                       encode_payload, from_fields, new_job_id, new_traceparent)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
 from .scripts import Scripts
@@ -25,8 +27,10 @@ from .scripts import Scripts
 RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
                   "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
                   "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
-                  "reserved_at", "worker_id", "checkpoint", "first_failed_at")
+                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at")
 DONE_RETENTION_MS = 3_600_000
+MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 DONE_MAX = 10_000
 
 
@@ -86,12 +90,20 @@ class Queue:
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
         """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
         check_names(self.name, spec.job_type, spec.idempotency_key, spec.lock_key)
-        if spec.max_attempts < 1 or spec.max_deliveries < 1:
-            raise InvalidJob("max_attempts and max_deliveries must be at least 1")
-        if spec.timeout_s <= 0 or spec.visibility_timeout_s <= 0:
-            raise InvalidJob("timeout_s and visibility_timeout_s must be positive")
-        if spec.delay_s < 0:
-            raise InvalidJob("delay_s must not be negative")
+        check_headers(spec.headers)
+        if spec.trace_id is not None and not TRACEPARENT.match(str(spec.trace_id)):
+            raise InvalidJob(f"trace_id {spec.trace_id!r} is not a W3C traceparent "
+                             "(00-<32 hex>-<16 hex>-<2 hex>)")
+        for name in ("max_attempts", "max_deliveries"):
+            value = getattr(spec, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+                raise InvalidJob(f"{name} must be a whole number from 1 to 10000, not {value!r}")
+        for name, low in (("timeout_s", 0.001), ("visibility_timeout_s", 0.001), ("delay_s", 0)):
+            value = getattr(spec, name)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or not low <= value <= MAX_SECONDS):
+                raise InvalidJob(f"{name} must be a finite number of seconds from {low} to "
+                                 f"{MAX_SECONDS}, not {value!r}")
         job_id = spec.job_id or new_job_id()
         if spec.job_id is not None and not keys.valid_name(job_id):
             raise InvalidJob(f"bad job id {job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")

@@ -85,6 +85,9 @@ def format_traceback(exc: BaseException) -> str:
 
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b")
 _HEX = re.compile(r"\b(?:0x)?[0-9a-fA-F]{10,}\b")
+# a token of 6+ hex characters mixing digits and letters ('895ec436'): an id, not a word
+_MIXED_HEX = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{6,}"
+                        r"(?![0-9A-Za-z])")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _NUM = re.compile(r"\d+(?:\.\d+)?")
 _SPACE = re.compile(r"\s+")
@@ -96,6 +99,7 @@ def error_signature(message: str) -> str:
     first = message.strip().splitlines()[0] if message.strip() else "(no message)"
     s = _UUID.sub("<id>", first)
     s = _HEX.sub("<id>", s)
+    s = _MIXED_HEX.sub("<id>", s)
     s = _QUOTED.sub("<str>", s)
     s = _NUM.sub("<n>", s)
     return _SPACE.sub(" ", s)[:200]

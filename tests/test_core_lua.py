@@ -290,3 +290,15 @@ def test_checkpoint_survives_a_retry_and_is_fenced(q, clock):
     with pytest.raises(LeaseLost):
         q.checkpoint(job, {"page": 99})
     assert q.get(job_id).checkpoint == {"page": 3}
+
+
+def test_heartbeat_extension_never_undoes_an_operator_extension(q, clock):
+    q.enqueue("t", {}, idempotency_key="k", visibility_timeout_s=30)
+    job = one(q)
+    extended = q.extend(job.id, job.epoch, 600_000, mode="add")  # the operator's button
+    clock.advance(1000)
+    assert q.extend(job.id, job.epoch, 30_000, mode="at_least") == extended  # heartbeat
+    clock.advance(600_000)
+    assert q.extend(job.id, job.epoch, 30_000, mode="at_least") == clock() + 30_000
+    cap = clock() + 10_000
+    assert q.extend(job.id, job.epoch, 30_000, mode="at_least", cap_ms=cap) == clock() + 30_000

@@ -505,3 +505,33 @@ def test_checkpoint_is_persisted_and_resumed_after_a_retry(app, clock, q):
     burst(app, clock)
     assert seen == [None, {"done_pages": 3}]
     assert q.get(job_id).result == {"done_pages": 3}
+
+
+def test_replay_resets_a_permanently_failed_idempotency_key(redis_url, sqlite_url, clock):
+    app = Antre(redis_url=redis_url, database_url=sqlite_url, clock=clock)
+    q = app.queue()
+    fixed = []
+
+    @app.handler("charge")
+    def charge(ctx, payload):
+        if not fixed:
+            raise Permanent("card declined")
+        return {"charged": True}
+
+    job_id = app.enqueue("charge", {"order": 1}, idempotency_key="charge:order:1")
+    burst(app, clock)
+    assert q.get(job_id).state == "dead"
+    assert app.idempotency.lookup("charge:order:1").status == "failed"
+    # a duplicate delivery of the failed operation stays failed...
+    dup = app.enqueue("charge", {"order": 1}, idempotency_key="charge:order:1")
+    clock.advance(1000)
+    burst(app, clock)
+    assert "failed permanently" in q.get(dup).reason
+    # ...while a replay on purpose runs it again
+    fixed.append(True)
+    clock.advance(1000)
+    assert q.replay(job_id)
+    burst(app, clock)
+    job = q.get(job_id)
+    assert (job.state, job.result) == ("done", {"charged": True})
+    assert app.idempotency.lookup("charge:order:1").status == "completed"

@@ -68,3 +68,9 @@ def test_error_signature_groups_varying_details():
     assert a == b == "order <n> timed out after <n>s (id <id>)"
     assert error_signature("KeyError: 'sku-1'") == error_signature("KeyError: 'sku-2'")
     assert error_signature("a\nsecond line") == "a"
+
+
+def test_error_signature_strips_hex_ids_inside_words():
+    assert error_signature("order-895ec436 failed") == error_signature("order-1a2b3c4d failed")
+    assert error_signature("order-895ec436 failed") == "order-<id> failed"
+    assert error_signature("deadbeef cafe") == "deadbeef cafe"  # words stay words

@@ -442,9 +442,22 @@ class WorkerProcess:
         elif outcome == "mismatch":
             self._bury(r, "idempotency key reused with a different payload",
                        "idempotency_mismatch", spend_attempt=True)
+        elif self._replayed_after_failure(job, begin.record) and store.reset(job.idempotency_key):
+            log.info("replayed on purpose: the failed idempotency key was reset",
+                     extra=job_fields(job, "replay_reset"))
+            self._with_idempotency(r, spec, lock)
         else:
-            self._bury(r, "idempotency key already failed permanently; replay resets it",
-                       "idempotency_failed", spend_attempt=True)
+            self._bury(r, "idempotency key already failed permanently; replay the job from "
+                          "the dead-letter queue to run it again", "idempotency_failed",
+                       spend_attempt=True)
+
+    @staticmethod
+    def _replayed_after_failure(job: Job, record: Any) -> bool:
+        """An operator replayed this job after its key failed: that is the on-purpose reset
+        (DESIGN: 'failed permanently stays failed until a replay resets it')."""
+        if not job.replayed_at or record is None or record.status != "failed":
+            return False
+        return job.replayed_at >= int(record.updated_at.timestamp() * 1000)
 
     def _run(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any) -> None:
         job = r.job
@@ -656,7 +669,7 @@ class WorkerProcess:
         max_runtime_ms = int((spec.max_runtime_s if spec else 3600.0) * 1000)
         try:
             deadline = r.queue.extend(r.job.id, r.job.epoch, r.job.visibility_timeout_ms,
-                                      mode="from_now", cap_ms=r.job.reserved_at + max_runtime_ms)
+                                      mode="at_least", cap_ms=r.job.reserved_at + max_runtime_ms)
         except LeaseLost as exc:
             r.lease_lost = True
             if r.ctx is not None:

@@ -2,6 +2,21 @@
 -- Job hashes live at job_prefix .. id; all keys of a queue share one hash tag, so the keys a
 -- script derives from a prefix are in the slot of the keys it declares.
 
+local function num_field(key, field, default)
+  -- a job hash field as an integer; garbage, NaN and infinities read as ``default`` (a script
+  -- must never fail half-way: Redis does not roll back what it already changed)
+  local v = tonumber(redis.call('HGET', key, field) or '')
+  if not v or v ~= v or v == math.huge or v == -math.huge then return default end
+  return math.floor(v)
+end
+
+local function bump(key, field, by)
+  -- HINCRBY that survives a corrupted field
+  local v = num_field(key, field, 0) + by
+  redis.call('HSET', key, field, v)
+  return v
+end
+
 local function lease_error(job_key, epoch)
   -- nil when the caller holds the lease (state inflight, same epoch); else a LOST:... string
   local st = redis.call('HMGET', job_key, 'state', 'epoch')
@@ -19,8 +34,8 @@ local function append_error(job_key, now, kind, err, tb)
     local ok, decoded = pcall(cjson.decode, raw)
     if ok and type(decoded) == 'table' then list = decoded end
   end
-  local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
-  local deliveries = tonumber(redis.call('HGET', job_key, 'deliveries') or '0') or 0
+  local attempt = num_field(job_key, 'attempt', 0)
+  local deliveries = num_field(job_key, 'deliveries', 0)
   list[#list + 1] = {at = now, kind = kind, error = err, traceback = string.sub(tb, 1, 8000),
                      attempt = attempt, delivery = deliveries,
                      worker = redis.call('HGET', job_key, 'worker_id') or ''}

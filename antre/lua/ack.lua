@@ -11,8 +11,8 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', now, 'result', ARGV[4])
 redis.call('ZADD', KEYS[3], now, id)
 redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
-local created = tonumber(redis.call('HGET', KEYS[1], 'created_at') or '0') or 0
-if created > 0 then
+local created = num_field(KEYS[1], 'created_at', 0)
+if created > 0 and created <= now then
   redis.call('HINCRBY', KEYS[4], 'latency_ms_total', now - created)
 end
 -- bounded trim of old done jobs (at most 20 per ack)

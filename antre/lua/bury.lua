@@ -8,7 +8,7 @@ local id, epoch, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local lost = lease_error(KEYS[1], epoch)
 if lost then return lost end
 redis.call('ZREM', KEYS[2], id)
-if ARGV[11] == '1' then redis.call('HINCRBY', KEYS[1], 'attempt', 1) end
+if ARGV[11] == '1' then bump(KEYS[1], 'attempt', 1) end
 append_error(KEYS[1], now, ARGV[6], ARGV[5], ARGV[7])
 redis.call('HSET', KEYS[1], 'deadline', 0)
 local group = bury_job(KEYS[1], id, now, ARGV[4], ARGV[8], KEYS[3], KEYS[4], KEYS[5], ARGV[9], ARGV[10])

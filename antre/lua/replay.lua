@@ -11,7 +11,7 @@ redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), i
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)
 redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'visible_at', now,
            'reason', '', 'replayed_at', now)
-redis.call('HINCRBY', KEYS[1], 'replays', 1)
+bump(KEYS[1], 'replays', 1)
 redis.call('LPUSH', KEYS[3], id)
 redis.call('HINCRBY', KEYS[4], 'replayed', 1)
 return 1

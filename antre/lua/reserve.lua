@@ -4,7 +4,8 @@
 -- ARGV[5 ..] the fields to return for each job
 -- Returns: array of HMGET arrays (values of ARGV[5 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
--- Ids whose hash is missing are dropped and counted as 'orphans'.
+-- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
+-- read as 0 and a corrupted vt_ms as 30 s, so the job still reaches a worker, which buries it.
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local ids = redis.call('RPOP', KEYS[1], count)
 if not ids then return {} end
@@ -14,13 +15,14 @@ local out = {}
 local orphans = 0
 for _, id in ipairs(ids) do
   local key = prefix .. id
-  local vt = redis.call('HGET', key, 'vt_ms')
-  if not vt then
+  if redis.call('EXISTS', key) == 0 then
     orphans = orphans + 1
   else
-    local deadline = now + (tonumber(vt) or 30000)
-    redis.call('HINCRBY', key, 'epoch', 1)
-    redis.call('HINCRBY', key, 'deliveries', 1)
+    local vt = num_field(key, 'vt_ms', 30000)
+    if vt <= 0 or vt > 604800000 then vt = 30000 end
+    local deadline = now + vt
+    bump(key, 'epoch', 1)
+    bump(key, 'deliveries', 1)
     redis.call('HSET', key, 'state', 'inflight', 'deadline', deadline, 'reserved_at', now,
                'worker_id', worker)
     redis.call('ZADD', KEYS[2], deadline, id)

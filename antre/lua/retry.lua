@@ -10,8 +10,8 @@ local id, epoch, now, visible_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber
 local lost = lease_error(KEYS[1], epoch)
 if lost then return lost end
 redis.call('ZREM', KEYS[2], id)
-if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'attempt', 1) end
-if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[1], 'deliveries', -1) end
+if ARGV[5] == '1' then bump(KEYS[1], 'attempt', 1) end
+if ARGV[6] == '1' then bump(KEYS[1], 'deliveries', -1) end
 if ARGV[7] ~= '' then append_error(KEYS[1], now, ARGV[8], ARGV[7], ARGV[9]) end
 redis.call('HSET', KEYS[1], 'visible_at', visible_at, 'deadline', 0)
 if visible_at <= now then

@@ -12,9 +12,9 @@ for _, id in ipairs(ids) do
   local key = prefix .. id
   redis.call('ZREM', KEYS[1], id)
   if redis.call('EXISTS', key) == 1 then
-    local f = redis.call('HMGET', key, 'deliveries', 'max_deliveries', 'worker_id')
-    local deliveries, maxd = tonumber(f[1] or '0') or 0, tonumber(f[2] or '10') or 10
-    local msg = 'lease expired on worker ' .. (f[3] or '?') .. ' (delivery ' .. deliveries .. ')'
+    local deliveries, maxd = num_field(key, 'deliveries', 0), num_field(key, 'max_deliveries', 10)
+    local f = redis.call('HMGET', key, 'worker_id')
+    local msg = 'lease expired on worker ' .. (f[1] or '?') .. ' (delivery ' .. deliveries .. ')'
     append_error(key, now, 'lease_expired', msg, '')
     redis.call('HSET', key, 'deadline', 0)
     redis.call('HINCRBY', KEYS[4], 'expired', 1)

@@ -1,0 +1,75 @@
+"""The application the browser tests serve: ``tests.browser.app_under_test:app``.
+
+Real handlers, run by a real worker pool in another process; they leave marks in Redis so the
+test can tell what really happened.
+
+- ``charge``: fails permanently (straight to the dead-letter queue) until the test "fixes the
+  bug" by adding the payload's ``ref`` to the ``browser:fixed`` set; then it succeeds.
+- ``sync_record``: the same, for the paced bulk replay.
+- ``flaky_fetch``: always a transient failure with a long back-off, so it sits in the
+  scheduled-retries list.
+- ``slow_report``: runs ~``seconds`` s, extending its own lease once and checkpointing its
+  progress, so there is a running lease to look at and extend.
+- ``echo``: the start-up probe.
+"""
+
+from __future__ import annotations
+
+import time
+
+from antre import Antre, Permanent, Retryable
+
+app = Antre()  # ANTRE_REDIS_URL / ANTRE_DATABASE_URL from the environment
+
+FIXED = "browser:fixed"
+
+
+def _mark(what: str, value: str) -> None:
+    app.redis.rpush(f"browser:{what}", value)
+
+
+def _fails_until_fixed(ctx, payload) -> dict:
+    ref = str(payload["ref"])
+    if not app.redis.sismember(FIXED, ref):
+        _mark("failed", ref)
+        raise Permanent(f"card declined for ref {ref}: gateway said 'do not honor' (code 05)")
+    _mark("done", ref)
+    return {"ref": ref, "charged": True}
+
+
+@app.handler("charge", max_attempts=3)
+def charge(ctx, payload):
+    return _fails_until_fixed(ctx, payload)
+
+
+@app.handler("sync_record", max_attempts=3)
+def sync_record(ctx, payload):
+    return _fails_until_fixed(ctx, payload)
+
+
+@app.handler("flaky_fetch", max_attempts=5)
+def flaky_fetch(ctx, payload):
+    _mark("failed", str(payload["ref"]))
+    raise Retryable("upstream 503 Service Unavailable", retry_after_s=900)
+
+
+@app.handler("slow_report", visibility_timeout_s=60, timeout_s=120, max_runtime_s=3600)
+def slow_report(ctx, payload):
+    ref = str(payload["ref"])
+    _mark("started", ref)
+    ctx.extend_lease(90)
+    seconds = float(payload.get("seconds", 20))
+    started = time.monotonic()
+    step = 0
+    while time.monotonic() - started < seconds:
+        step += 1
+        ctx.checkpoint({"step": step})  # raises when cancelled (timeout or shutdown)
+        time.sleep(0.25)
+    _mark("done", ref)
+    return {"steps": step}
+
+
+@app.handler("echo")
+def echo(ctx, payload):
+    _mark("done", str(payload["ref"]))
+    return payload
