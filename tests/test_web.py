@@ -106,7 +106,7 @@ def test_pages_show_the_data(web):
     sched = c.get("/scheduled/").get_data(as_text=True)
     assert made["sched"].id in sched and "timeout talking to smtp" in sched
     dlq = c.get("/dlq/").get_data(as_text=True)
-    assert made["dead"] in dlq and "Dry run: <strong>1</strong>" in dlq
+    assert made["dead"] in dlq and "Dry run: <strong>1 dead job</strong>" in dlq
     assert "permanent: smtp down" in dlq  # error group signature
     locks = c.get("/locks/").get_data(as_text=True)
     assert "customer:42" in locks and made["lock"].token in locks
@@ -340,7 +340,7 @@ def test_bulk_replay_start_pause_resume_cancel(web):
     web.dead_job(job_type="email")
     c = web.client("operator")
     dlq = c.get("/dlq/?type=sms").get_data(as_text=True)
-    assert "Dry run: <strong>10</strong>" in dlq
+    assert "Dry run: <strong>10 dead jobs</strong>" in dlq
     resp = post(c, "/dlq/default/bulk", {"type": "sms", "rate": 2, "maximum": 8,
                                          "reason": "provider back"}, follow_redirects=True)
     assert "bulk replay" in resp.get_data(as_text=True)

@@ -125,6 +125,11 @@ def alert_banners() -> list[Any]:
 
 
 # -- formatting -------------------------------------------------------------------------------
+def count_of(n: Any, noun: str = "job") -> str:
+    """'1 job', '2 jobs' (and '1 dead job', '3 dead jobs')."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def fmt_ts(ms: Any) -> str:
     try:
         ms = int(ms)
@@ -246,6 +251,7 @@ def install(app: Flask) -> None:
     for exc in DB_ERRORS:
         app.register_error_handler(exc, lambda e: _outage("database", e))
     app.jinja_env.filters["ts"] = fmt_ts
+    app.jinja_env.filters["jobs"] = count_of
     app.jinja_env.filters["dur"] = fmt_dur
     app.jinja_env.filters["pretty_json"] = pretty_json
     app.jinja_env.globals["outage_banners"] = outage_banners

@@ -99,7 +99,8 @@ def _figure(title: str, samples: list[dict[str, int]], traces: list[tuple[str, l
                "line": {"dash": "dot", "width": 1}} for x in mx]
     layout = {"title": {"text": title}, "height": 280, "margin": {"l": 50, "r": 10, "t": 40,
               "b": 40}, "shapes": shapes, "yaxis": {"title": {"text": ytitle}, "rangemode":
-              "tozero"}, "xaxis": {"type": "date"}, "legend": {"orientation": "h"}}
+              "tozero"}, "xaxis": {"type": "date", "tickformat": "%H:%M"},
+              "legend": {"orientation": "h", "y": -0.2}}
     return {"data": data, "layout": layout}
 
 
