@@ -1,0 +1,72 @@
+"""The ``antre`` command: status, dlq, user, sweep — against a real Redis and SQLite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from antre import Antre
+from antre_cli.main import main
+
+
+@pytest.fixture
+def env(monkeypatch, redis_url, sqlite_url):
+    monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
+    monkeypatch.setenv("ANTRE_DATABASE_URL", sqlite_url)
+    return Antre(redis_url=redis_url, database_url=sqlite_url)
+
+
+def dead(app: Antre, n: int, job_type: str = "charge") -> list[str]:
+    q = app.queue("billing")
+    ids = []
+    for i in range(n):
+        ids.append(q.enqueue(job_type, {"i": i}, idempotency_key=f"{job_type}:{i}"))
+        (job,) = q.reserve("w1")
+        q.bury(job, reason="card declined", error=f"Declined: card {i}")
+    return ids
+
+
+def test_status_json(env, capsys):
+    env.queue("billing").enqueue("charge", {}, idempotency_key="k")
+    assert main(["status", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["queues"][0]["name"] == "billing" and out["queues"][0]["ready"] == 1
+
+
+def test_status_says_what_to_do_when_redis_is_down(monkeypatch, capsys):
+    monkeypatch.setenv("ANTRE_REDIS_URL", "redis://127.0.0.1:1/0")
+    assert main(["status"]) == 2
+    assert "unreachable" in capsys.readouterr().err
+
+
+def test_dlq_list_show_replay_discard_are_audited(env, capsys):
+    a, b, c = dead(env, 3)
+    assert main(["dlq", "--queue", "billing", "list", "--json"]) == 0
+    assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {a, b, c}
+    assert main(["dlq", "--queue", "billing", "show", a]) == 0
+    assert json.loads(capsys.readouterr().out)["reason"] == "card declined"
+    assert main(["dlq", "--queue", "billing", "replay", a, "--reason", "card fixed"]) == 0
+    assert main(["dlq", "--queue", "billing", "discard", "--all", "--type", "charge"]) == 0
+    q = env.queue("billing")
+    assert q.where(a) == ["ready"] and q.get(b) is None and q.get(c) is None
+    actions = [(e.action, e.reason) for e in env.audit.list()]
+    assert ("dlq.replay", "card fixed") in actions and ("dlq.discard", "") in actions
+
+
+def test_dlq_replay_of_a_job_not_dead_fails_clearly(env, capsys):
+    job_id = env.queue("billing").enqueue("charge", {}, idempotency_key="k")
+    assert main(["dlq", "--queue", "billing", "replay", job_id]) == 1
+    assert "replay: 0 of 1" in capsys.readouterr().out
+
+
+def test_user_add_generates_a_password(env, capsys):
+    assert main(["user", "add", "alice", "--role", "operator"]) == 0
+    password = capsys.readouterr().out.rsplit("password: ", 1)[1].strip()
+    assert env.users.verify("alice", password).role == "operator"
+
+
+def test_sweep_command(env, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(".")
+    assert main(["sweep", "tests.apps.basic:app"]) == 0
+    assert "requeued" in capsys.readouterr().out
