@@ -535,3 +535,20 @@ def test_replay_resets_a_permanently_failed_idempotency_key(redis_url, sqlite_ur
     job = q.get(job_id)
     assert (job.state, job.result) == ("done", {"charged": True})
     assert app.idempotency.lookup("charge:order:1").status == "completed"
+
+
+def test_jobs_held_by_a_rate_limit_are_spread_over_the_backlog(app, clock, q):
+    from antre import FlowPolicy
+    app.downstream("sms", FlowPolicy(rate_per_s=1, burst=1))
+
+    @app.handler("sms", downstream="sms")
+    def sms(ctx, payload):
+        return "sent"
+
+    ids = [app.enqueue("sms", {"i": i}, idempotency_key=f"sms:{i}") for i in range(40)]
+    _, counts = burst(app, clock)
+    assert counts["succeeded"] == 1 and counts["rate_limited"] == 39
+    due = sorted(q.get(i).visible_at - clock() for i in ids if q.get(i).state == "scheduled")
+    assert len(due) == 39 and all(q.get(i).attempt == 0 for i in ids)
+    # not a herd coming back together: spread over roughly backlog / rate seconds
+    assert due[-1] - due[0] > 10_000

@@ -35,7 +35,7 @@ from antre import (
 )
 from antre.clock import Clock
 from antre.envelope import Job
-from antre.flow import Admission, FlowControl
+from antre.flow import Admission, FlowControl, FlowPolicy
 from antre.idempotency import fingerprint
 from antre.locks import Lock, LockRenewer, Locks
 from antre.logs import job_fields
@@ -341,13 +341,23 @@ class WorkerProcess:
         self.counts[adm.reason] += 1
         log.info("held back: %s for %.2fs", adm.reason, adm.wait_s,
                  extra=job_fields(r.job, "held_back", error_kind=adm.reason))
-        wait_s = adm.wait_s
-        if adm.reason == "concurrency_limited":
-            wait_s = min(wait_s, 1.0)  # a slot usually frees when its job ends, not at its deadline
-        delay_ms = int(wait_s * 1000) + random.randint(0, 250)
-        self._settle(r, "snoozed", r.queue.snooze, r.job, delay_ms, adm.reason,
-                     counter=adm.reason)
+        self._settle(r, "snoozed", r.queue.snooze, r.job, self._hold_ms(r, adm, downstream),
+                     adm.reason, counter=adm.reason)
         return False
+
+    def _hold_ms(self, r: Running, adm: Admission, downstream: FlowPolicy | None) -> int:
+        """How long a held-back job waits. A slot usually frees when its job ends, not at its
+        deadline. Behind a rate limit or an open breaker the waiting jobs are spread over the
+        time the backlog needs at that rate (or over the cool-down), so they do not all come
+        back at once and spin through reserve and snooze."""
+        wait_s, spread_s = adm.wait_s, 0.25
+        if adm.reason == "concurrency_limited":
+            wait_s = min(wait_s, 1.0)
+        elif downstream is not None:
+            backlog = self.health.call(r.queue.redis.zcard, r.queue.keys.scheduled)
+            spread_s = (backlog / downstream.rate_per_s if downstream.rate_per_s
+                        else downstream.cooldown_s)
+        return int((wait_s + random.uniform(0, min(max(spread_s, 0.25), 600.0))) * 1000)
 
     @staticmethod
     def _quietly(fn: Callable[[], Any]) -> None:
