@@ -41,6 +41,10 @@ class QueueKeys:
         return f"{self.tag}:ready"
 
     @property
+    def wake(self) -> str:  # LIST of wake-up tokens: idle workers BLPOP it (capped at 64)
+        return f"{self.tag}:wake"
+
+    @property
     def scheduled(self) -> str:  # ZSET score = visible_at ms
         return f"{self.tag}:scheduled"
 

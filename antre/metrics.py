@@ -18,6 +18,7 @@ Every metric is prefixed ``antre_``; see ``METRIC_NAMES``. Counters end in ``_to
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -87,6 +88,43 @@ def record_duration(client: Any, queue: str, job_type: str, kind: str, ms: int) 
     pipe.hincrby(key, prefix + "count", 1)
     if own:
         pipe.execute()
+
+
+class DurationBuffer:
+    """Durations counted in memory and written in one pipeline per ``flush`` (a worker flushes
+    on its heartbeat), instead of a round trip per job."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
+        ms = max(0, int(ms))
+        prefix = f"{kind}|{job_type}|"
+        with self._lock:
+            for field, by in ((prefix + bucket_of(ms), 1), (prefix + "sum", ms),
+                              (prefix + "count", 1)):
+                self._counts[(queue, field)] = self._counts.get((queue, field), 0) + by
+
+    def flush(self, client: Any) -> int:
+        """Write what was counted; on a Redis error the counts are kept for the next flush."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        if not counts:
+            return 0
+        try:
+            pipe = client.pipeline(transaction=False)
+            for (queue, field), by in counts.items():
+                pipe.hincrby(keys.QueueKeys(queue).durations, field, by)
+            pipe.execute()
+        except Exception:
+            with self._lock:
+                for k, by in counts.items():
+                    self._counts[k] = self._counts.get(k, 0) + by
+            raise
+        return len(counts)
 
 
 def _histograms(queue: str, raw: dict[str, str]) -> dict[tuple[str, str], dict[str, int]]:

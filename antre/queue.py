@@ -146,8 +146,8 @@ class Queue:
             args: list[Any] = [k.job_prefix, now, json.dumps(names)]
             args.extend(json.dumps(list(fields.values()), separators=(",", ":"))
                         for fields in built[start:start + chunk])
-            self.scripts.enqueue(keys=[k.ready, k.scheduled, k.stats, k.types], args=args,
-                                 client=pipe)
+            self.scripts.enqueue(keys=[k.ready, k.scheduled, k.stats, k.types, k.wake],
+                                 args=args, client=pipe)
         (pipe or self.redis).sadd(keys.queues_index(), self.name)
         if pipe is not None:
             pipe.execute()
@@ -233,7 +233,7 @@ class Queue:
     # -- maintenance -----------------------------------------------------------------------
     def promote(self, limit: int = 1000) -> int:
         k = self.keys
-        return int(self.scripts.promote_due(keys=[k.scheduled, k.ready],
+        return int(self.scripts.promote_due(keys=[k.scheduled, k.ready, k.wake],
                                             args=[k.job_prefix, self.clock(), limit]))
 
     def sweep(self, limit: int = 1000) -> SweepResult:
@@ -259,6 +259,12 @@ class Queue:
         k = self.keys
         return bool(self.scripts.run_now(keys=[k.job(job_id), k.scheduled, k.ready],
                                          args=[job_id, self.clock()]))
+
+    def wait_for_work(self, timeout_s: float, others: Sequence["Queue"] = ()) -> bool:
+        """Block until a job is enqueued or promoted in this queue (or ``others``, which must
+        share a Redis server; not on a cluster) or ``timeout_s`` passes. True when woken."""
+        wake_keys = [self.keys.wake] + ([] if self.cluster else [q.keys.wake for q in others])
+        return self.redis.blpop(wake_keys, timeout=timeout_s) is not None
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, job_id: str) -> Job | None:

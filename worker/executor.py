@@ -39,7 +39,7 @@ from antre.flow import Admission, FlowControl, FlowPolicy
 from antre.idempotency import fingerprint
 from antre.locks import Lock, LockRenewer, Locks
 from antre.logs import job_fields
-from antre.metrics import record_duration
+from antre.metrics import DurationBuffer
 from antre.registry import WorkerInfo, WorkerRegistry
 from antre.retry import Decision, classify, describe, format_traceback
 from antre.tracing import execution_span
@@ -50,7 +50,7 @@ log = logging.getLogger("antre.worker")
 
 EXIT_RECYCLE = 3  # the process abandoned a hung handler; the supervisor starts a fresh one
 PROMOTE_EVERY_S = 0.5
-IDLE_WAIT_S = 0.075
+IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before looking again
 
 
 def default_worker_id() -> str:
@@ -99,6 +99,7 @@ class WorkerProcess:
                        for name in self.queue_names]
         self.locks = Locks(app.redis, clock=self.clock, scripts=app.scripts)
         self.flow = FlowControl(app.redis, clock=self.clock)
+        self.durations = DurationBuffer()  # written to Redis on each heartbeat
         self.registry = WorkerRegistry(app.redis, clock=self.clock)
         self.threads = threads
         self.worker_id = worker_id or default_worker_id()
@@ -119,6 +120,7 @@ class WorkerProcess:
         self._stuck: set[int] = set()
         self._last_promote = 0.0
         self._runners: list[threading.Thread] = []
+        self._local = threading.local()  # per runner thread: acks waiting for their batch
         self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                                 supervisor=supervisor_id, queues=self.queue_names,
                                 threads=threads, kind="process")
@@ -250,6 +252,14 @@ class WorkerProcess:
         return []
 
     def _work(self, held: list[Running]) -> None:
+        # a prefetched batch's successes are acked together when the batch is done
+        self._local.acks = [] if len(held) > 1 else None
+        try:
+            self._work_each(held)
+        finally:
+            self._flush_acks()
+
+    def _work_each(self, held: list[Running]) -> None:
         for r in held:
             try:
                 if self._stopping.is_set():
@@ -273,7 +283,11 @@ class WorkerProcess:
                     q.promote()
             except REDIS_DOWN as exc:
                 self.health.failed(exc)
-        self._stopping.wait(IDLE_WAIT_S)
+        try:  # woken by the enqueue or promote script's token, at once
+            self.queues[0].wait_for_work(IDLE_WAIT_S, self.queues[1:])
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
+            self._stopping.wait(IDLE_WAIT_S)
 
     def _drained(self) -> bool:
         """Burst mode's end: nothing ready (after promoting what is due) or in flight."""
@@ -579,15 +593,41 @@ class WorkerProcess:
         with r.settle_lock:
             if r.closed:
                 return False
+            acks = getattr(self._local, "acks", None)
+            if acks is not None and event == "succeeded" and not kwargs:
+                acks.append((r, args[1] if len(args) > 1 else None))  # acked with its batch
+                r.closed = True
+                return True
             try:
                 self.health.call(fn, *args, **kwargs)
             except LeaseLost as exc:
                 self._lease_lost(r.job, exc)
                 return False
             r.closed = True  # settled: nothing else may touch this lease
+        self._settled(r, event, error_kind)
+        return True
+
+    def _flush_acks(self) -> None:
+        """Ack the successes of a prefetched batch in one round trip (each ack is still its own
+        fenced script; a lease lost meanwhile is refused and logged, nothing else changes)."""
+        pending, self._local.acks = getattr(self._local, "acks", None), None
+        by_queue: dict[str, list[tuple[Running, Any]]] = {}
+        for r, result in pending or ():
+            by_queue.setdefault(r.queue.name, []).append((r, result))
+        for done in by_queue.values():
+            q = done[0][0].queue
+            lost = {j.id for j in self.health.call(q.ack_many, [(r.job, res) for r, res in done])}
+            for r, _ in done:
+                if r.job.id in lost:
+                    self._lease_lost(r.job, LeaseLost(f"job {r.job.id}: the lease changed before "
+                                                      "its batched ack; nothing was changed"))
+                else:
+                    self._settled(r, "succeeded", "")
+
+    def _settled(self, r: Running, event: str, error_kind: str) -> None:
         if event in ("succeeded", "deduplicated", "buried"):
-            self._quietly(lambda: record_duration(self.app.redis, r.job.queue, r.job.type,
-                                                  "latency", self.clock() - r.job.created_at))
+            self.durations.add(r.job.queue, r.job.type, "latency",
+                               self.clock() - r.job.created_at)
         self.counts[event] += 1
         if event in ("succeeded", "deduplicated"):
             self.counts["processed"] += 1
@@ -596,7 +636,6 @@ class WorkerProcess:
         level = logging.WARNING if event in ("retried", "buried") else logging.INFO
         log.log(level, "%s job %s", event, r.job.id,
                 extra=job_fields(r.job, event, duration_ms=self._duration(r), error_kind=error_kind))
-        return True
 
     def _lease_lost(self, job: Job, exc: BaseException) -> None:
         self.counts["lease_lost"] += 1
@@ -612,11 +651,7 @@ class WorkerProcess:
             log.exception("rollback failed", extra={"event": "error"})
 
     def _measure(self, r: Running) -> None:
-        try:
-            record_duration(self.app.redis, r.job.queue, r.job.type, "processing",
-                            self._duration(r) or 0)
-        except redis.RedisError as exc:
-            log.debug("could not record the duration: %s", exc, extra={"event": "error"})
+        self.durations.add(r.job.queue, r.job.type, "processing", self._duration(r) or 0)
 
     @staticmethod
     def _duration(r: Running) -> int | None:
@@ -722,6 +757,7 @@ class WorkerProcess:
         if self._stopping.is_set() and info.state == "running":
             info.state = "stopping"
         self.registry.beat(info)
+        self.durations.flush(self.app.redis)
         self.health.ok()
 
     def _beat_quietly(self) -> None:

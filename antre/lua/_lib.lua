@@ -17,6 +17,16 @@ local function bump(key, field, by)
   return v
 end
 
+local function wake(wake_key, n)
+  -- tokens for idle workers blocked on the wake list (BLPOP): a few per call, capped
+  if n > 0 then
+    local tokens = {}
+    for i = 1, math.min(n, 16) do tokens[i] = '1' end
+    redis.call('LPUSH', wake_key, unpack(tokens))
+    redis.call('LTRIM', wake_key, 0, 63)
+  end
+end
+
 local function lease_error(job_key, epoch)
   -- nil when the caller holds the lease (state inflight, same epoch); else a LOST:... string
   local st = redis.call('HMGET', job_key, 'state', 'epoch')

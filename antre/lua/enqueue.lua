@@ -1,5 +1,6 @@
 -- enqueue: store new jobs and make them ready, or scheduled when visible later.
 -- KEYS[1] ready (LIST)   KEYS[2] scheduled (ZSET)   KEYS[3] stats (HASH)   KEYS[4] types (SET)
+-- KEYS[5] wake (LIST): a token per ready job (at most 16 per call, 64 kept) wakes idle workers
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] JSON array of the n field names; the first
 -- three are id, type, visible_at
 -- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
@@ -10,6 +11,7 @@ local names = cjson.decode(ARGV[3])
 local n = #names
 local out = {}
 local stored = 0
+local readied = 0
 for a = 4, #ARGV do
   local values = cjson.decode(ARGV[a])
   local id, jtype, visible_at = values[1], values[2], tonumber(values[3])
@@ -30,10 +32,12 @@ for a = 4, #ARGV do
     else
       redis.call('HSET', key, 'state', 'ready')
       redis.call('LPUSH', KEYS[1], id)
+      readied = readied + 1
     end
     stored = stored + 1
     out[#out + 1] = 1
   end
 end
 if stored > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', stored) end
+wake(KEYS[5], readied)
 return out

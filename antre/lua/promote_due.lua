@@ -1,5 +1,5 @@
 -- promote_due: scheduled jobs whose time has come -> ready.
--- KEYS[1] scheduled   KEYS[2] ready
+-- KEYS[1] scheduled   KEYS[2] ready   KEYS[3] wake (tokens for idle workers)
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs
 -- Returns: number of jobs promoted.
 local prefix, now = ARGV[1], tonumber(ARGV[2])
@@ -9,4 +9,5 @@ for _, id in ipairs(ids) do
   redis.call('HSET', prefix .. id, 'state', 'ready')
   redis.call('LPUSH', KEYS[2], id)
 end
+wake(KEYS[3], #ids)
 return #ids
