@@ -27,7 +27,30 @@ def new_traceparent() -> str:
     return f"00-{raw[:32]}-{raw[32:]}-01"
 
 
+MAX_PAYLOAD_DEPTH = 100
+
+
+def _too_deep(payload: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
+    """Nesting deeper than ``limit``, found without recursion (json.dumps would hit the
+    interpreter's recursion limit, and a RecursionError there can leave CPython 3.11 unsteady)."""
+    stack = [(payload, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, dict):
+            children: Any = obj.values()
+        elif isinstance(obj, (list, tuple)):
+            children = obj
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    if _too_deep(payload):
+        raise InvalidJob(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it")
     try:
         text = json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except RecursionError:

@@ -24,9 +24,9 @@ import redis
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from antre.embedded import EmbeddedRedis  # noqa: E402
-from antre.queue import JobSpec, Queue  # noqa: E402
-from webapp import create_app  # noqa: E402
+from antre.embedded import EmbeddedRedis
+from antre.queue import JobSpec, Queue
+from webapp import create_app
 
 TYPES = ("send_email", "charge_card", "sync_stock", "render_invoice")
 ERRORS = ("smtp 554 rejected for user {n}", "card {n} declined", "sku {n} not found",

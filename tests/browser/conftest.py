@@ -32,7 +32,7 @@ import pytest
 import redis
 
 from antre import Antre
-from antre.embedded import free_port
+from antre.embedded import EmbeddedRedis, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 APP_PATH = "tests.browser.app_under_test:app"
@@ -152,17 +152,19 @@ def chromium_path() -> str:
     return CHROMIUM
 
 
-@pytest.fixture(scope="session")
-def stack(chromium_path, redis_server, tmp_path_factory) -> Iterator[Stack]:
-    """gunicorn + a worker pool on the session's Redis and a fresh SQLite file."""
-    if not redis_server.running:
-        redis_server.start()
-    redis_url = redis_server.url
-    flush = redis.Redis.from_url(redis_url)
-    try:
-        flush.flushall()
-    finally:
-        flush.close()
+@pytest.fixture(scope="module")
+def browser_redis(tmp_path_factory) -> Iterator[EmbeddedRedis]:
+    """A Redis of the browser tests' own: their worker pool must not take other tests' jobs."""
+    server = EmbeddedRedis(data_dir=str(tmp_path_factory.mktemp("browser-redis")), tcp=True)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(chromium_path, browser_redis, tmp_path_factory) -> Iterator[Stack]:
+    """gunicorn + a worker pool on a private Redis and a fresh SQLite file."""
+    redis_url = browser_redis.url
     tmp = tmp_path_factory.mktemp("browser")
     database_url = f"sqlite:///{tmp / 'antre.db'}"
 

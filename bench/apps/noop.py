@@ -1,0 +1,44 @@
+"""The Antre app of the no-op benchmarks: ``python -m worker bench.apps.noop:app``.
+
+Environment: ``BENCH_REDIS_URL``; ``BENCH_DATABASE_URL`` (an idempotency record per job when
+set); ``BENCH_LOCK=1`` (jobs carry a lock_key; the worker takes the lock per job).
+"""
+
+import os
+
+from antre import Antre
+from bench import progress
+
+if os.environ.get("BENCH_COUNT_RTT"):
+    progress.count_round_trips()
+
+app = Antre(redis_url=os.environ["BENCH_REDIS_URL"],
+            database_url=os.environ.get("BENCH_DATABASE_URL") or None)
+
+
+@app.handler("noop", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
+def noop(ctx, payload):
+    progress.done()
+
+
+@app.handler("latency", max_attempts=3)
+def latency(ctx, payload):
+    # enqueue-to-start: the producer put its wall clock in the payload
+    import time
+
+    import redis
+    global _lat_client
+    started = time.time()
+    try:
+        client = _lat_client
+    except NameError:
+        client = _lat_client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    client.rpush("bench:latency", f"{(started - payload['t']) * 1000:.3f}")
+
+
+@app.handler("slow", max_attempts=3, visibility_timeout_s=5)
+def slow(ctx, payload):
+    import time
+    progress.started()
+    time.sleep(3)
+    progress.done()

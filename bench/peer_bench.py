@@ -1,0 +1,205 @@
+"""The peers of ``bench/run``: each installed from PyPI into its own virtualenv under
+``bench/.venvs/<name>`` (created when missing), driven with the same no-op workload.
+
+For each peer: flush the server, enqueue N jobs with the peer's own client (timed, for
+information), start one worker process, and time from the first job finished to the last one
+(``bench.progress``), then stop the worker. Concurrency inside that one process is each
+system's usual one: 4 threads where the system has threads, the async default (10) for arq and
+saq, one job at a time for RQ.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import redis
+
+from bench import antre_bench as ab
+from bench import progress
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VENVS = os.path.join(HERE, ".venvs")
+
+# name: pip requirement, worker command (after the venv's bin/), env, settings note,
+#       what happens to a job in flight on kill -9 of its worker
+PEERS: dict[str, dict[str, Any]] = {
+    "rq-simple": {
+        "venv": "rq", "pip": ["rq"], "module": "rq_tasks",
+        "cmd": ["rq", "worker", "--burst", "-q", "-w", "rq.worker.SimpleWorker", "-u", "{url}",
+                "bench"],
+        "note": "SimpleWorker (no fork), 1 job at a time",
+        "kill9": "job stays in StartedJobRegistry until its heartbeat/TTL lapses; the next worker's "
+                 "maintenance moves it to FailedJobRegistry as AbandonedJobError; no automatic "
+                 "retry unless Retry is configured (from docs and rq/registry.py cleanup)",
+        "keeps_job_in_redis": True,
+    },
+    "rq-fork": {
+        "venv": "rq", "pip": ["rq"], "module": "rq_tasks", "env": {"BENCH_SYNC": "1"},
+        "cmd": ["rq", "worker", "--burst", "-q", "-u", "{url}", "bench"],
+        "note": "default Worker: forks a work horse per job",
+        "kill9": "as rq-simple (killing the work horse alone marks the job failed at once: "
+                 "'Work-horse terminated unexpectedly')",
+        "keeps_job_in_redis": True, "jobs_factor": 0.2,
+    },
+    "arq": {
+        "venv": "arq", "pip": ["arq"], "module": "arq_tasks",
+        "cmd": ["arq", "arq_tasks.WorkerSettings"],
+        "note": "asyncio, max_jobs=10, poll_delay=0.01 s (default 0.5 s caps it near 200/s)",
+        "kill9": "job stays in the queue zset with an in-progress key; re-run by another worker "
+                 "after the in-progress key expires (job timeout + 10 s): at-least-once (from docs)",
+        "keeps_job_in_redis": True,
+    },
+    "saq": {
+        "venv": "saq", "pip": ["saq", "typing_extensions"], "module": "saq_tasks",
+        "cmd": ["saq", "saq_tasks.settings", "--workers", "1"],
+        "note": "asyncio, concurrency=10",
+        "kill9": "job stays active; the sweeper of a live worker retries it (or aborts it once "
+                 "retries are spent) after its heartbeat/timeout lapses (from docs: Queue.sweep)",
+        "keeps_job_in_redis": True,
+    },
+    "dramatiq": {
+        "venv": "dramatiq", "pip": ["dramatiq[redis]"], "module": "dramatiq_tasks",
+        "cmd": ["dramatiq", "dramatiq_tasks", "--processes", "1", "--threads", "4"],
+        "note": "Redis broker, 1 process x 4 threads",
+        "kill9": "message stays in the worker's ack set; another worker's heartbeat check requeues "
+                 "it after the dead worker times out (dead_message_ttl / heartbeat_timeout, "
+                 "60 s by default): at-least-once (from docs of RedisBroker)",
+        "keeps_job_in_redis": True,
+    },
+    "huey": {
+        "venv": "huey", "pip": ["huey"], "module": "huey_tasks",
+        "cmd": ["huey_consumer", "huey_tasks.huey", "-w", "4", "-k", "thread"],
+        "note": "RedisHuey, 4 worker threads",
+        "kill9": "the task was popped from the list (RPOP) before running: it is lost, no "
+                 "redelivery (from docs/source: RedisStorage.dequeue)",
+        "keeps_job_in_redis": False,
+    },
+    "celery": {
+        "venv": "celery", "pip": ["celery[redis]"], "module": "celery_tasks",
+        "cmd": ["celery", "-A", "celery_tasks", "worker", "-P", "threads", "-c", "4",
+                "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING",
+                "-Q", "celery"],
+        "note": "Redis broker, acks_late=True, threads pool x 4, prefetch multiplier 4",
+        "kill9": "with acks_late the unacked message is restored and redelivered after the "
+                 "broker's visibility_timeout (1 h by default on Redis) or when a worker restores "
+                 "unacked messages at start (from docs)",
+        "keeps_job_in_redis": True,
+    },
+}
+
+
+def venv_python(name: str) -> str:
+    return os.path.join(VENVS, name, "bin", "python")
+
+
+def ensure_venv(name: str, pip: list[str]) -> str:
+    """Create ``bench/.venvs/<name>`` with the peer, redis and psutil when missing."""
+    py = venv_python(name)
+    if not os.path.exists(py):
+        subprocess.run([sys.executable, "-m", "venv", os.path.join(VENVS, name)], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", *pip, "redis", "psutil"], check=True)
+    return py
+
+
+def version(name: str, dist: str) -> str:
+    out = subprocess.run([venv_python(name), "-c",
+                          f"import importlib.metadata as m; print(m.version({dist!r}))"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def run_peer(url: str, name: str, n: int) -> dict[str, Any]:
+    peer = PEERS[name]
+    ensure_venv(peer["venv"], peer["pip"])
+    bindir = os.path.join(VENVS, peer["venv"], "bin")
+    env = ab._env(url, **peer.get("env", {}))
+    env["PYTHONPATH"] = os.pathsep.join([ab.ROOT, HERE + "/peers"])
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    client = redis.Redis.from_url(url, decode_responses=True)
+    ab.flush(client)
+    t = time.perf_counter()
+    mod = peer["module"]
+    subprocess.run([venv_python(peer["venv"]), "-c", f"import {mod}; {mod}.enqueue({n})"],
+                   cwd=os.path.join(HERE, "peers"), env=env, check=True)
+    enqueue_s = time.perf_counter() - t
+    cmd = [c.format(url=url) for c in peer["cmd"]]
+    cmd[0] = os.path.join(bindir, cmd[0])
+    log = open(os.path.join(ab.ROOT, "bench", "out", f"{name}.log"), "ab")
+    p = subprocess.Popen(cmd, cwd=os.path.join(HERE, "peers"), env=env, start_new_session=True,
+                         stdout=log, stderr=log)
+    got = ab.wait_progress(client, n, [p], timeout=max(120, n / 50))
+    ab.stop([p])
+    log.close()
+    client.close()
+    out = ab._result(n, got, 1, enqueue_per_s=round(n / enqueue_s))
+    if got[0] < n:
+        out["error"] = f"only {got[0]}/{n} done (see bench/out/{name}.log)"
+    return out
+
+
+DISTS = {"rq": "rq", "arq": "arq", "saq": "saq", "dramatiq": "dramatiq", "huey": "huey",
+         "celery": "celery"}
+
+
+def _start_started_worker(url: str, cmd: list[str], cwd: str, env: dict[str, str],
+                          log_name: str) -> subprocess.Popen:
+    log = open(os.path.join(ab.ROOT, "bench", "out", log_name), "ab")  # noqa: SIM115
+    return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=log,
+                            stderr=log)
+
+
+def kill9_check(url: str, name: str, wait_s: float = 20.0) -> dict[str, Any]:
+    """Actually kill -9 a worker (its whole process group) while it runs a 3 s job, start a
+    fresh worker, and see whether the job runs again within ``wait_s``."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    ab.flush(client)
+    if name == "antre":
+        env = ab._env(url)
+        cwd = ab.ROOT
+        cmd = [sys.executable, "-m", "worker", "worker", ab.APP, "--processes", "1",
+               "--threads", "1"]
+        from antre.queue import Queue
+        Queue(client, "default").enqueue("slow", {}, idempotency_key="kill9",
+                                         visibility_timeout_s=5)
+    else:
+        peer = PEERS[name]
+        bindir = os.path.join(VENVS, peer["venv"], "bin")
+        env = ab._env(url, **peer.get("env", {}))
+        env["PYTHONPATH"] = os.pathsep.join([ab.ROOT, HERE + "/peers"])
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        cwd = os.path.join(HERE, "peers")
+        mod = peer["module"]
+        subprocess.run([venv_python(peer["venv"]), "-c", f"import {mod}; {mod}.enqueue_slow()"],
+                       cwd=cwd, env=env, check=True)
+        cmd = [c.format(url=url) for c in peer["cmd"] if c != "--burst"]
+        cmd[0] = os.path.join(bindir, cmd[0])
+    p = _start_started_worker(url, cmd, cwd, env, f"kill9-{name}.log")
+    deadline = time.monotonic() + 30
+    while int(client.get("bench:started") or 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if int(client.get("bench:started") or 0) < 1:
+        ab.stop([p])
+        return {"result": "the job never started", "verified": False}
+    time.sleep(0.5)
+    os.killpg(p.pid, 9)
+    p.wait(10)
+    killed_at = time.monotonic()
+    p2 = _start_started_worker(url, cmd, cwd, env, f"kill9-{name}.log")
+    ran_again = None
+    while time.monotonic() - killed_at < wait_s:
+        if progress.read(client)[0] >= 1:
+            ran_again = time.monotonic() - killed_at
+            break
+        time.sleep(0.1)
+    ab.stop([p2])
+    starts = int(client.get("bench:started") or 0)
+    client.close()
+    if ran_again is not None:
+        return {"result": f"re-run and finished {ran_again:.1f} s after the kill", "verified": True,
+                "starts": starts}
+    return {"result": f"not run again within {wait_s:.0f} s after the kill (started {starts}x)",
+            "verified": True, "starts": starts}

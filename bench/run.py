@@ -1,0 +1,336 @@
+"""``bench/run``: every benchmark of issue 6 in one run against one private Redis server.
+
+    bench/run                  # the full run (~10-15 min on 2 cores)
+    bench/run --quick          # small N everywhere (a smoke test, ~3 min)
+    bench/run --jobs 20000 --memory-jobs 1000000 --reps 2 --skip-peers --skip-pg
+
+Writes bench/results.json (raw) and bench/RESULTS.md (tables, versions, machine, command).
+Redis: a private EmbeddedRedis (TCP on 127.0.0.1, appendonly off), flushed between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata as md
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from antre.embedded import EmbeddedRedis
+from bench import antre_bench as ab
+from bench import peer_bench as pb
+
+HERE = os.path.join(ROOT, "bench")
+PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def median_of(reps: int, fn: Callable[[], dict[str, Any]], key: str = "jobs_per_s"
+              ) -> dict[str, Any]:
+    """Run ``fn`` ``reps`` times; keep the run whose ``key`` is the median (lower median for
+    an even count), with every run's figure listed."""
+    runs = []
+    for _ in range(reps):
+        try:
+            runs.append(fn())
+        except Exception as exc:  # a broken system must not stop the whole run
+            runs.append({"error": f"{type(exc).__name__}: {exc}",
+                         "traceback": traceback.format_exc()[-1500:], key: 0})
+    ordered = sorted(runs, key=lambda r: r.get(key, 0))
+    kept = dict(ordered[(len(ordered) - 1) // 2])
+    kept["runs"] = [r.get(key, 0) for r in runs]
+    kept["median"] = statistics.median(kept["runs"])
+    return kept
+
+
+def machine() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (0, 0, 0)
+    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "platform": platform.platform(), "loadavg_at_start": [round(x, 2) for x in load]}
+
+
+def versions(server: EmbeddedRedis, client: redis.Redis) -> dict[str, str]:
+    info = client.info("server")
+    out = {"redis_server": f"{info.get('redis_version')} ({os.path.basename(server.binary or '')})",
+           "redis-py": md.version("redis"), "antre": md.version("antre"),
+           "sqlalchemy": md.version("sqlalchemy")}
+    try:
+        out["psycopg"] = md.version("psycopg")
+    except md.PackageNotFoundError:
+        pass
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench/run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small N everywhere (smoke test)")
+    p.add_argument("--jobs", type=int, default=None, help="no-op jobs per run (default 20000)")
+    p.add_argument("--peer-jobs", type=int, default=None, help="jobs per peer run (default 10000)")
+    p.add_argument("--idem-jobs", type=int, default=None, help="jobs per idempotency run (5000)")
+    p.add_argument("--memory-jobs", type=int, default=None,
+                   help="jobs of the memory run (default 50000; the full target is 1000000)")
+    p.add_argument("--reps", type=int, default=2, help="runs per configuration (median kept)")
+    p.add_argument("--peers", default=",".join(pb.PEERS), help="comma-separated peer names")
+    p.add_argument("--skip-peers", action="store_true")
+    p.add_argument("--skip-pg", action="store_true")
+    p.add_argument("--skip-kill9", action="store_true",
+                   help="skip the kill -9 checks (a 3 s job, worker killed mid-job)")
+    p.add_argument("--kill9-wait", type=float, default=20.0,
+                   help="seconds to wait for a killed job to run again")
+    p.add_argument("--pg-url", default=os.environ.get("ANTRE_TEST_PG_URL", PG_DEFAULT))
+    p.add_argument("--latency-seconds", type=float, default=10.0)
+    p.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    p.add_argument("--md", default=os.path.join(HERE, "RESULTS.md"))
+    p.add_argument("--render-only", action="store_true",
+                   help="re-write RESULTS.md from results.json without measuring")
+    args = p.parse_args(argv)
+    if args.render_only:
+        with open(args.out) as f:
+            results = json.load(f)
+        with open(args.md, "w") as f:
+            f.write(render(results))
+        return 0
+    q = args.quick
+    n = args.jobs or (3_000 if q else 20_000)
+    peer_n = args.peer_jobs or (1_000 if q else 10_000)
+    idem_n = args.idem_jobs or (1_000 if q else 5_000)
+    mem_n = args.memory_jobs or (10_000 if q else 50_000)
+    reps = 1 if q and args.reps == 2 else args.reps
+    os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
+
+    started = time.time()
+    results: dict[str, Any] = {
+        "command": "bench/run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(), "params": {"jobs": n, "peer_jobs": peer_n, "idem_jobs": idem_n,
+                                         "memory_jobs": mem_n, "reps": reps}}
+    server = EmbeddedRedis(tcp=True, appendonly=False).start()
+    url = server.url
+    client = redis.Redis.from_url(url, decode_responses=True)
+    results["versions"] = versions(server, client)
+    try:
+        log(f"private redis at {url}; N={n}, peers N={peer_n}, reps={reps}")
+        results["ceiling"] = median_of(reps, lambda: ab.ceiling(url), "ping_per_s")
+        log(f"ceiling {results['ceiling']}")
+        results["enqueue"] = median_of(reps, lambda: ab.enqueue(
+            url, n_single=min(5_000, n), n_many=max(n, 50_000 if not q else 10_000)),
+            "enqueue_many_per_s")
+        log(f"enqueue {results['enqueue']}")
+
+        rows: dict[str, Any] = {}
+        results["antre"] = rows
+
+        def antre(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+            rows[name] = median_of(reps, fn)
+            log(f"{name}: {rows[name].get('jobs_per_s')} jobs/s {rows[name].get('runs')} "
+                f"{rows[name].get('error', '')}")
+
+        antre("raw loop, 1 process (reserve 100 + ack_many)", lambda: ab.raw_loop(url, n, 1, 100))
+        antre("raw loop, 2 processes (reserve 100 + ack_many)", lambda: ab.raw_loop(url, n, 2, 100))
+        antre("raw loop, 1 process (reserve 16 + one ack per job)",
+              lambda: ab.raw_loop(url, n, 1, 16, "ack"))
+        antre("raw loop, 1 process (reserve 16 + one ack per job + 2 metric pipelines per job)",
+              lambda: ab.raw_loop(url, n, 1, 16, "ack+metrics"))
+        antre("worker, 1 process x 4 threads (defaults)",
+              lambda: ab.worker_run(url, n, 1, 4, 1, count_rtt=True))
+        antre("worker, 2 processes x 4 threads (defaults)",
+              lambda: ab.worker_run(url, n, 2, 4, 1))
+        antre("worker, 1 process x 4 threads, prefetch 16",
+              lambda: ab.worker_run(url, n, 1, 4, 16, count_rtt=True))
+        antre("worker, 2 processes x 4 threads, prefetch 16",
+              lambda: ab.worker_run(url, n, 2, 4, 16))
+
+        sqlite_path = os.path.join(HERE, "out", "bench.db")
+
+        def sqlite_run(lock: bool) -> dict[str, Any]:
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(sqlite_path + suffix):
+                    os.remove(sqlite_path + suffix)
+            return ab.worker_run(url, idem_n, 1, 4, 1, database_url=f"sqlite:///{sqlite_path}",
+                                 lock=lock)
+        antre("worker + idempotency (SQLite), 1 process", lambda: sqlite_run(False))
+        antre("worker + idempotency (SQLite) + lock per job, 1 process", lambda: sqlite_run(True))
+        if not args.skip_pg:
+            def pg_run(lock: bool, procs: int = 1) -> dict[str, Any]:
+                pg, drop = ab.pg_schema_url(args.pg_url)
+                try:
+                    return ab.worker_run(url, idem_n, procs, 4, 1, database_url=pg, lock=lock,
+                                         count_rtt=procs == 1)
+                finally:
+                    drop()
+            try:
+                antre("worker + idempotency (PostgreSQL), 1 process", lambda: pg_run(False))
+                antre("worker + idempotency (PostgreSQL) + lock per job, 1 process",
+                      lambda: pg_run(True))
+                antre("worker + idempotency (PostgreSQL) + lock per job, 2 processes",
+                      lambda: pg_run(True, 2))
+            except Exception as exc:
+                log(f"PostgreSQL skipped: {exc}")
+                results["postgres_error"] = str(exc)
+
+        results["latency"] = ab.latency(url, rate=200, seconds=args.latency_seconds)
+        log(f"latency {results['latency']}")
+        log(f"memory run: {mem_n} jobs")
+        results["memory"] = ab.memory(url, mem_n)
+        log(f"memory {results['memory']}")
+
+        if not args.skip_peers:
+            peers: dict[str, Any] = {}
+            results["peers"] = peers
+            for name in [x for x in args.peers.split(",") if x]:
+                peer = pb.PEERS[name]
+                k = max(200, int(peer_n * peer.get("jobs_factor", 1.0)))
+                peers[name] = median_of(reps, lambda name=name, k=k: pb.run_peer(url, name, k))
+                peers[name]["version"] = pb.version(peer["venv"], pb.DISTS[peer["venv"]])
+                log(f"peer {name}: {peers[name].get('jobs_per_s')} jobs/s "
+                    f"{peers[name].get('runs')} {peers[name].get('error', '')}")
+        if not args.skip_kill9:
+            kill9: dict[str, Any] = {}
+            results["kill9"] = kill9
+            names = ["antre"] + ([] if args.skip_peers else
+                                 [x for x in args.peers.split(",") if x and x != "rq-fork"])
+            for name in names:
+                try:
+                    kill9[name] = pb.kill9_check(url, name, args.kill9_wait)
+                except Exception as exc:
+                    kill9[name] = {"result": f"check failed: {exc!r}", "verified": False}
+                log(f"kill -9 {name}: {kill9[name]['result']}")
+    finally:
+        client.close()
+        server.stop()
+    results["elapsed_s"] = round(time.time() - started, 1)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1, sort_keys=False)
+    with open(args.md, "w") as f:
+        f.write(render(results))
+    log(f"wrote {args.out} and {args.md} in {results['elapsed_s']} s")
+    return 0
+
+
+def _med(r: dict[str, Any], key: str = "jobs_per_s") -> int:
+    """The median over the runs (for two runs, their mean)."""
+    return round(r.get("median", r.get(key, 0)) or 0)
+
+
+def _pct(x: float, ceiling: float) -> str:
+    return f"{100 * x / ceiling:.0f}%" if ceiling else "-"
+
+
+def render(res: dict[str, Any]) -> str:
+    m, v, c = res["machine"], res["versions"], res["ceiling"]
+    ping = _med(c, "ping_per_s")
+    out = ["# Antre benchmarks", "",
+           f"Generated by `{res['command'].strip()}` on {res['date']} in {res['elapsed_s']} s. "
+           "Re-run with that one command; figures taken while other work shares the machine "
+           "are provisional.", "",
+           f"- Machine: {m['nproc']} CPUs, {m['cpu']}; {m['platform']}; Python {m['python']}; "
+           f"load average at start {m['loadavg_at_start']}",
+           "- Versions: " + ", ".join(f"{k} {x}" for k, x in v.items()),
+           f"- Parameters: {res['params']}; each configuration run {res['params']['reps']}x, the "
+           "median kept (all runs listed).",
+           "- Jobs/s = (jobs - 1) / (last finished - first finished), seen through "
+           "`bench/progress.py` (no extra round trip per job); the worker's start-up is excluded.",
+           "", "## The ceiling (Redis round trips from one Python thread)", "",
+           "| measure | per second |", "|---|---:|",
+           f"| PING, one at a time | {ping:,} |",
+           f"| PING, pipelined {c.get('pipeline_batch')} at a time (commands/s; run kept for the "
+           f"median PING) | {c.get('pipelined_ping_per_s', 0):,} |",
+           f"| PING runs | {c.get('runs')} |", "",
+           "## Enqueue", "", "| measure | jobs/s | target |", "|---|---:|---|"]
+    e = res.get("enqueue", {})
+    many = _med(e, "enqueue_many_per_s")
+    out += [f"| `Queue.enqueue`, one at a time (run kept) | {e.get('enqueue_per_s', 0):,} | - |",
+            f"| `Queue.enqueue_many`, chunks of {e.get('enqueue_many_chunk')} (median of "
+            f"{e.get('runs')}) | {many:,} | >= 30,000 "
+            f"{'met' if many >= 30_000 else '**not met**'} |", ""]
+    out += ["## Antre: no-op processing", "",
+            "| configuration | jobs/s (median) | runs | per process | vs PING ceiling | "
+            "EVALSHA/job | round trips/job | Redis cmds/job |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    out_note = "vs PING ceiling: jobs/s per process divided by single PINGs/s; above 100% means more than one job per round trip (batching)."
+    for name, r in res.get("antre", {}).items():
+        per = round(_med(r) / max(1, r.get("processes", 1)))
+        out.append(f"| {name} | {_med(r):,} | {r.get('runs')} | "
+                   f"{per:,} | {_pct(per, ping)} | "
+                   f"{r.get('evalsha_per_job', '-')} | {r.get('round_trips_per_job', '-')} | "
+                   f"{r.get('redis_commands_per_job', '-')} |"
+                   + (f" error: {r['error'][:200]}" if r.get("error") else ""))
+    out += ["", out_note, "", "Round trips/job: requests written by the worker process (a pipeline counts "
+            "once), counted by wrapping redis-py's `send_packed_command`; heartbeats included. "
+            "Redis cmds/job: `total_commands_processed` delta / N, commands inside Lua scripts "
+            "included.", ""]
+    lat = res.get("latency", {})
+    out += ["## Enqueue-to-start latency", "",
+            f"Producer paced at {lat.get('rate_per_s')} jobs/s for {lat.get('n')} jobs, one worker "
+            f"process ({lat.get('threads')} threads, defaults); the handler records its start.", "",
+            "| p50 ms | p90 ms | p99 ms | max ms | target p99 |", "|---:|---:|---:|---:|---|",
+            f"| {lat.get('p50_ms')} | {lat.get('p90_ms')} | {lat.get('p99_ms')} | {lat.get('max_ms')} "
+            f"| <= 5 ms {'met' if (lat.get('p99_ms') or 1e9) <= 5 else '**not met**'} |", ""]
+    mem = res.get("memory", {})
+    out += ["## Worker memory over a long run", "",
+            f"One worker process, {mem.get('n', 0):,} no-op jobs ({mem.get('done', 0):,} done, "
+            f"{mem.get('seconds')} s); RSS of the worker child process.", "",
+            "| start (after 5%) MB | middle MB | end MB | max MB |", "|---:|---:|---:|---:|",
+            f"| {mem.get('rss_start_mb')} | {mem.get('rss_mid_mb')} | {mem.get('rss_end_mb')} | "
+            f"{mem.get('rss_max_mb')} |", ""]
+    if res.get("peers"):
+        out += ["## Side by side with the peers (same server, same machine, same run)", "",
+                "One worker process each, N no-op jobs enqueued first, then drained.", "",
+                "| system | version | configuration | jobs/s (median) | runs | vs Antre worker "
+                "(1 process, defaults) | keeps the job in Redis while it runs | on kill -9 of the "
+                "worker mid-job (docs) | kill -9 observed here (3 s job, whole worker killed, a "
+                "fresh worker started) |", "|---|---|---|---:|---|---:|---|---|---|"]
+        k9 = res.get("kill9", {})
+        antre_rows = res.get("antre", {})
+        base = _med(antre_rows.get("worker, 1 process x 4 threads (defaults)", {}))
+        best = max((_med(r) for k, r in antre_rows.items()
+                    if k.startswith("worker, 1 process") and "idempotency" not in k), default=0)
+        out.append(f"| **Antre** | {res['versions'].get('antre')} | worker, 1 process x 4 threads"
+                   f" (best config: {best:,}/s) | {base:,} | "
+                   f"{antre_rows.get('worker, 1 process x 4 threads (defaults)', {}).get('runs')} | "
+                   "1.00x | yes (in-flight zset, fenced lease) | lease expires, the sweeper "
+                   "returns it to ready; after max_deliveries it is buried as poison (tested in "
+                   f"bench/chaos) | {k9.get('antre', {}).get('result', 'not checked')} |")
+        for name, r in res["peers"].items():
+            peer = pb.PEERS[name]
+            ratio = f"{_med(r) / base:.2f}x" if base else "-"
+            out.append(f"| {name} | {r.get('version')} | {peer['note']} | "
+                       f"{_med(r):,} | {r.get('runs')} | {ratio} | "
+                       f"{'yes' if peer['keeps_job_in_redis'] else '**no**'} | {peer['kill9']} | "
+                       f"{k9.get(name.replace('rq-fork', 'rq-simple'), {}).get('result', 'not checked')} |"
+                       + (f" error: {r['error'][:200]}" if r.get("error") else ""))
+        out.append("")
+    out += ["Raw figures: `bench/results.json`.", ""]
+    notes = os.path.join(HERE, "NOTES.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            out += [f.read()]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Schemathesis against the dashboard's JSON API (``/api/openapi.json`` of
+``webapp.create_app``): for every operation and generated input, no 500, and every error is
+explained (a JSON body with a message).
+
+Needs ``schemathesis`` (not in the base test dependencies; skipped without it). To run it
+without touching the main environment:
+
+    python3 -m venv --system-site-packages bench/.venvs/schemathesis
+    bench/.venvs/schemathesis/bin/pip install schemathesis
+    bench/.venvs/schemathesis/bin/python -m pytest tests/test_fuzz_api.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+from test_web_support import basic  # noqa: E402
+
+pytest_plugins = ("test_web_support",)  # the `web` fixture
+
+
+@pytest.fixture
+def api_schema(web):
+    return schemathesis.openapi.from_wsgi("/api/openapi.json", web.app, headers=basic("admin"))
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_has_no_500_and_explains_every_error(case):
+    response = case.call(headers=basic("admin"))
+    where = f"{case.method} {case.formatted_path} -> {response.status_code}"
+    assert response.status_code < 500, f"{where}: {response.text[:500]}"
+    if response.status_code >= 400 and response.status_code not in (401, 405):
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        ctype = headers.get("content-type", "")
+        ctype = ctype[0] if isinstance(ctype, list) and ctype else str(ctype)
+        assert "json" in ctype, f"{where}: not JSON ({ctype!r})"
+        body = response.json()
+        assert isinstance(body, dict) and any(
+            isinstance(body.get(k), str) and body.get(k).strip()
+            for k in ("error", "message", "detail", "reason")), f"{where}: unexplained {body}"
