@@ -552,3 +552,14 @@ def test_jobs_held_by_a_rate_limit_are_spread_over_the_backlog(app, clock, q):
     assert len(due) == 39 and all(q.get(i).attempt == 0 for i in ids)
     # not a herd coming back together: spread over roughly backlog / rate seconds
     assert due[-1] - due[0] > 10_000
+
+
+def test_adaptive_prefetch_grows_on_short_jobs_and_shrinks_on_slow_ones(app, clock):
+    w = make_worker(app, clock, prefetch=16)
+    sizes = [1]
+    for _ in range(6):  # full batches done fast: 1, 2, 4, 8, 16, capped
+        sizes.append(w._next_batch(sizes[-1], sizes[-1], 0.001))
+    assert sizes == [1, 2, 4, 8, 16, 16, 16]
+    assert w._next_batch(16, 3, 0.001) == 16  # a short batch (queue ran dry) does not grow
+    assert w._next_batch(16, 16, 2.0) == 8  # slow jobs: fewer held at once
+    assert w._next_batch(1, 1, 2.0) == 1

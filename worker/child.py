@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from antre.logs import configure as configure_logging
 
-from .executor import WorkerProcess
+from .executor import DEFAULT_PREFETCH, WorkerProcess
 from .loader import AppLoadError, load_app
 
 PR_SET_PDEATHSIG = 1
@@ -39,7 +39,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--supervisor-id", default="")
     p.add_argument("--worker-id", default=None)
     p.add_argument("--burst", action="store_true")
-    p.add_argument("--prefetch", type=int, default=1)
+    p.add_argument("--prefetch", type=int, default=DEFAULT_PREFETCH,
+                   help="most jobs a runner thread reserves at once (adaptive: short jobs "
+                   "grow the batch, slow ones shrink it to 1)")
     p.add_argument("--heartbeat", type=float, default=1.0)
     p.add_argument("--grace", type=float, default=30.0)
     p.add_argument("--parent-pid", type=int, default=0)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from antre.logs import configure as configure_logging
 
 from .duties import sweep_once
+from .executor import DEFAULT_PREFETCH
 from .loader import AppLoadError, load_app
 from .pool import Supervisor
 
@@ -28,7 +29,9 @@ def build_parser(prog: str = "antre") -> argparse.ArgumentParser:
                    help="do not run the sweeper and the other scheduled duties here")
     w.add_argument("--grace", type=float, default=30.0,
                    help="seconds running jobs get to finish on SIGTERM")
-    w.add_argument("--prefetch", type=int, default=1)
+    w.add_argument("--prefetch", type=int, default=DEFAULT_PREFETCH,
+                   help="most jobs a runner thread reserves at once (adaptive: short jobs "
+                   "grow the batch, slow ones shrink it to 1)")
     s = sub.add_parser("sweep", help="one sweeper pass: expired leases back to ready")
     s.add_argument("app_path", metavar="APP_PATH")
     return p

@@ -50,6 +50,9 @@ log = logging.getLogger("antre.worker")
 
 EXIT_RECYCLE = 3  # the process abandoned a hung handler; the supervisor starts a fresh one
 PROMOTE_EVERY_S = 0.5
+FAST_BATCH_S = 0.05  # a batch done this fast: reserve twice as many next time
+SLOW_BATCH_S = 0.5  # a batch this slow: half as many
+DEFAULT_PREFETCH = 16
 IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before looking again
 
 
@@ -87,7 +90,8 @@ class WorkerProcess:
 
     def __init__(self, app: Antre, *, queues: list[str] | None = None, threads: int = 1,
                  worker_id: str | None = None, supervisor_id: str = "",
-                 clock: Clock | None = None, prefetch: int = 1, heartbeat_s: float = 1.0,
+                 clock: Clock | None = None, prefetch: int = DEFAULT_PREFETCH,
+                 heartbeat_s: float = 1.0,
                  stop_grace_s: float = 30.0, hard_grace_s: float = 5.0) -> None:
         if threads < 1 or prefetch < 1:
             raise ValueError("threads and prefetch must be at least 1")
@@ -220,10 +224,10 @@ class WorkerProcess:
 
     # -- the runner threads --------------------------------------------------------------------
     def _runner(self, n: int) -> None:
-        rr = n
+        rr, batch = n, 1
         while not self._stopping.is_set():
             try:
-                got = self.health.call(self._reserve, rr, stop=self._stopping)
+                got = self.health.call(self._reserve, rr, batch, stop=self._stopping)
             except REDIS_DOWN:
                 return
             except Exception:
@@ -232,17 +236,29 @@ class WorkerProcess:
                 continue
             rr += 1
             if got:
+                started = time.monotonic()
                 self._work(got)
+                batch = self._next_batch(batch, len(got), time.monotonic() - started)
             elif self._burst and self._drained():
                 return
             else:
                 self._idle()
 
-    def _reserve(self, rr: int) -> list[Running]:
+    def _next_batch(self, batch: int, got: int, took_s: float) -> int:
+        """Adaptive prefetch: short jobs are reserved (and acked) in growing batches, up to
+        ``prefetch``; slow ones one at a time, so a runner does not sit on jobs that idle
+        workers elsewhere could start."""
+        if got == batch and took_s < FAST_BATCH_S:
+            return min(batch * 2, self.prefetch)
+        if took_s > SLOW_BATCH_S:
+            return max(1, batch // 2)
+        return batch
+
+    def _reserve(self, rr: int, batch: int = 1) -> list[Running]:
         n = len(self.queues)
         for i in range(n):
             q = self.queues[(rr + i) % n]
-            jobs = q.reserve(self.worker_id, count=self.prefetch)
+            jobs = q.reserve(self.worker_id, count=batch)
             if jobs:
                 held = [Running(job, q) for job in jobs]
                 with self._lock:

@@ -21,7 +21,7 @@ from antre import Antre
 from antre.registry import WorkerInfo, WorkerRegistry
 
 from .duties import Duties
-from .executor import default_worker_id
+from .executor import DEFAULT_PREFETCH, default_worker_id
 from .health import REDIS_DOWN, RedisHealth
 from .loader import load_app
 
@@ -46,7 +46,7 @@ class Slot:
 class Supervisor:
     def __init__(self, app_path: str, processes: int = 1, threads: int = 1,
                  queues: list[str] | None = None, burst: bool = False, scheduler: bool = True,
-                 *, stop_grace_s: float = 30.0, heartbeat_s: float = 1.0, prefetch: int = 1,
+                 *, stop_grace_s: float = 30.0, heartbeat_s: float = 1.0, prefetch: int = DEFAULT_PREFETCH,
                  app: Antre | None = None) -> None:
         if processes < 1 or threads < 1:
             raise ValueError("processes and threads must be at least 1")
