@@ -302,3 +302,14 @@ def test_heartbeat_extension_never_undoes_an_operator_extension(q, clock):
     assert q.extend(job.id, job.epoch, 30_000, mode="at_least") == clock() + 30_000
     cap = clock() + 10_000
     assert q.extend(job.id, job.epoch, 30_000, mode="at_least", cap_ms=cap) == clock() + 30_000
+
+
+def test_a_corrupted_epoch_restarts_above_every_old_lease(q, clock):
+    q.enqueue("t", {}, idempotency_key="k")
+    old = one(q)
+    q.hand_back(old)
+    q.redis.hset(q.keys.job(old.id), "epoch", "garbage")
+    new = one(q)
+    assert new.epoch > clock() > old.epoch
+    with pytest.raises(LeaseLost):
+        q.ack(old)

@@ -2,19 +2,22 @@
 ``webapp.create_app``): for every operation and generated input, no 500, and every error is
 explained (a JSON body with a message).
 
-Needs ``schemathesis`` (not in the base test dependencies; skipped without it). To run it
-without touching the main environment:
-
-    python3 -m venv --system-site-packages bench/.venvs/schemathesis
-    bench/.venvs/schemathesis/bin/pip install schemathesis
-    bench/.venvs/schemathesis/bin/python -m pytest tests/test_fuzz_api.py
+Needs ``schemathesis`` (in the ``test`` extras; skipped locally without it, a failure under
+``CI=true``).
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-schemathesis = pytest.importorskip("schemathesis")
+try:
+    import schemathesis
+except ImportError:  # pragma: no cover - depends on the environment
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip("schemathesis is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 from test_web_support import basic  # noqa: E402

@@ -50,12 +50,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
+JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+
+
 def _body() -> dict[str, Any]:
+    """The request's JSON object (or form), checked against the fields this endpoint documents
+    in the OpenAPI document: a field of the wrong type is a 400 that names it."""
     data = request.get_json(silent=True)
     if data is None:
         data = request.form.to_dict()
     if not isinstance(data, dict):
         abort(400, "the body must be a JSON object")
+    spec = DOCS.get(request.endpoint or "", {})
+    for name in spec.get("required", ()):
+        if data.get(name) in (None, ""):
+            abort(400, f"'{name}' is required")
+    for name, kind in spec.get("body", {}).items():
+        value = data.get(name)
+        if value is None or (request.is_json is False and kind in ("integer", "number")):
+            continue  # absent; form fields are strings, converted (and checked) by the view
+        ok = isinstance(value, JSON_TYPES.get(kind, (object,)))
+        if kind in ("integer", "number") and isinstance(value, bool):
+            ok = False
+        if not ok:
+            abort(400, f"'{name}' must be a JSON {kind}, not {type(value).__name__}")
     return data
 
 

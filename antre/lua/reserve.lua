@@ -21,7 +21,11 @@ for _, id in ipairs(ids) do
     local vt = num_field(key, 'vt_ms', 30000)
     if vt <= 0 or vt > 604800000 then vt = 30000 end
     local deadline = now + vt
-    bump(key, 'epoch', 1)
+    -- a corrupted epoch restarts from now_ms: above any epoch handed out before, so an old
+    -- lease can never become valid again
+    local epoch = num_field(key, 'epoch', -1)
+    if epoch < 0 then epoch = now end
+    redis.call('HSET', key, 'epoch', epoch + 1)
     bump(key, 'deliveries', 1)
     redis.call('HSET', key, 'state', 'inflight', 'deadline', deadline, 'reserved_at', now,
                'worker_id', worker)
