@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import create_engine, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
@@ -217,6 +217,16 @@ class IdempotencyStore:
         max_rounds: int = 8,
     ) -> None:
         self._sf = session_factory
+        # every statement of the store outside the caller's transaction is a single atomic
+        # statement: run it in autocommit, without BEGIN and COMMIT round trips
+        # (PostgreSQL: a pool of its own, so connections are not switched back and forth)
+        bind = session_factory.kw.get("bind")
+        if bind is None:
+            raise ValueError("the session factory must be bound to an engine")
+        auto = (create_engine(bind.url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+                if bind.dialect.name == "postgresql"
+                else bind.execution_options(isolation_level="AUTOCOMMIT"))
+        self._one = sessionmaker(bind=auto, expire_on_commit=False)
         self.clock = clock
         self.retention_ms = int(retention_s * 1000)
         self.cache = cache
@@ -250,7 +260,7 @@ class IdempotencyStore:
             raise InvalidJob(f"idempotency key is longer than {MAX_KEY_LENGTH} characters")
 
     def _read(self, key: str) -> Record | None:
-        with self._sf() as s:
+        with self._one() as s:
             row = s.execute(select(_T).where(_C.key == key)).first()
             return Record.from_row(row) if row is not None else None
 
@@ -268,7 +278,7 @@ class IdempotencyStore:
             .values(**values)
             .returning(*_T.c)
         )
-        with self._sf() as s, s.begin():
+        with self._one() as s:
             row = s.execute(stmt).first()
         return Record.from_row(row) if row is not None else None
 
@@ -305,7 +315,7 @@ class IdempotencyStore:
         for _ in range(self.max_rounds):
             now = self.clock()
             now_dt = ms_to_datetime(now)
-            with self._sf() as s, s.begin():
+            with self._one() as s:
                 stmt = (
                     self._insert(s)
                     .values(
@@ -422,7 +432,7 @@ class IdempotencyStore:
             values.update(status="failed", expires_at=ms_to_datetime(now + self.retention_ms))
         else:
             values.update(lease_deadline_ms=0, owner=None)
-        with self._sf() as s, s.begin():
+        with self._one() as s:
             row = s.execute(update(_T).where(*conds).values(**values).returning(_C.key)).first()
         return row is not None
 
@@ -433,7 +443,7 @@ class IdempotencyStore:
         conds = [_C.key == key, _C.fence == int(fence), _C.status == "processing"]
         if job_id is not None:
             conds.append(_C.job_id == job_id)
-        with self._sf() as s, s.begin():
+        with self._one() as s:
             row = s.execute(
                 update(_T)
                 .where(*conds)
@@ -454,7 +464,7 @@ class IdempotencyStore:
         stmt = delete(_T).where(_C.key == key)
         if not force:
             stmt = stmt.where(_C.status == "failed")
-        with self._sf() as s, s.begin():
+        with self._one() as s:
             row = s.execute(stmt.returning(_C.key)).first()
         if self.cache is not None:
             self.cache.invalidate(key)
@@ -468,7 +478,7 @@ class IdempotencyStore:
         keys = list(keys)
         if not keys:
             return {}
-        with self._sf() as s:
+        with self._one() as s:
             rows = s.execute(select(_T).where(_C.key.in_(keys))).all()
         return {r.key: r for r in (Record.from_row(row) for row in rows)}
 
@@ -503,7 +513,7 @@ class IdempotencyStore:
     def counts(self) -> dict[str, int]:
         """``{'processing': n, 'completed': n, 'failed': n}`` (for the dashboard)."""
         out = {"processing": 0, "completed": 0, "failed": 0}
-        with self._sf() as s:
+        with self._one() as s:
             for status, n in s.execute(select(_C.status, func.count()).group_by(_C.status)):
                 out[status] = int(n)
         return out
