@@ -21,6 +21,8 @@ import pytest
 import redis
 
 from antre.embedded import EmbeddedRedis, free_port
+from antre.sql import make_engine, migrate
+from antre_demo import make_app, setup
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -260,3 +262,31 @@ def redis_cluster(tmp_path_factory):
     finally:
         for node in nodes:
             node.stop()
+
+
+# --- shared by the SQL and demo-scenario tests ------------------------------------------------
+
+
+@pytest.fixture
+def migrated_engine(db_url):
+    """An engine on ``db_url`` with Antre's tables migrated."""
+    eng = make_engine(db_url)
+    migrate(eng)
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+
+
+@pytest.fixture
+def demo_app(redis_url, db_url, clock):
+    """The demo workload's app (``antre_demo``) on the test Redis and database; the test
+    module provides ``clock``."""
+    a = make_app(redis_url, db_url, clock=clock)
+    setup(a)
+    try:
+        yield a
+    finally:
+        if a._sql:
+            a.engine.dispose()
+        a.redis.close()

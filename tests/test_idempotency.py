@@ -29,13 +29,8 @@ LEASE_MS = 30_000
 
 
 @pytest.fixture
-def engine(db_url):
-    eng = make_engine(db_url)
-    migrate(eng)
-    try:
-        yield eng
-    finally:
-        eng.dispose()
+def engine(migrated_engine):
+    return migrated_engine
 
 
 @pytest.fixture

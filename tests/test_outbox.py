@@ -15,13 +15,8 @@ from antre.sql import make_engine, migrate, session_factory
 
 
 @pytest.fixture
-def engine(db_url):
-    eng = make_engine(db_url)
-    migrate(eng)
-    try:
-        yield eng
-    finally:
-        eng.dispose()
+def engine(migrated_engine):
+    return migrated_engine
 
 
 @pytest.fixture

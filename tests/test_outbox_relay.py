@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from antre.clock import ManualClock, system_ms
 from antre.queue import Queue
-from antre_demo import make_app, setup
+
 from antre_demo import tables as t
 from worker.executor import WorkerProcess
 
@@ -28,15 +28,8 @@ def clock():
 
 
 @pytest.fixture
-def app(redis_url, db_url, clock):
-    a = make_app(redis_url, db_url, clock=clock)
-    setup(a)
-    try:
-        yield a
-    finally:
-        if a._sql:
-            a.engine.dispose()
-        a.redis.close()
+def app(demo_app):
+    return demo_app
 
 
 def in_redis(app, queue="webhooks") -> dict:

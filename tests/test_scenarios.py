@@ -25,7 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from antre.clock import ManualClock, system_ms
-from antre_demo import Traffic, faults, make_app, report, setup
+from antre_demo import Traffic, faults, report
 from antre_demo import tables as t
 from antre_demo.handlers import FakeEmailProvider, email_key, email_payload
 from worker.executor import WorkerProcess
@@ -42,15 +42,8 @@ def clock():
 
 
 @pytest.fixture
-def app(redis_url, db_url, clock):
-    a = make_app(redis_url, db_url, clock=clock)
-    setup(a)
-    try:
-        yield a
-    finally:
-        if a._sql:
-            a.engine.dispose()
-        a.redis.close()
+def app(demo_app):
+    return demo_app
 
 
 @pytest.fixture(autouse=True)
