@@ -16,4 +16,4 @@ RUN pip install ".[postgres]" \
 USER antre
 
 EXPOSE 8000
-CMD ["antre", "web", "antre_demo:app", "--port", "8000"]
+CMD ["antre", "web", "antre_demo:app", "--host", "0.0.0.0", "--port", "8000"]

@@ -81,7 +81,7 @@ def run_demo(*, port: int, data_dir: str, host: str = "127.0.0.1", processes: in
     os.environ.setdefault("ANTRE_DEMO_EMAIL_RATE", "2")
     os.environ.setdefault("ANTRE_DEMO_EMAIL_OUTAGE_EVERY_S", "300")
 
-    from antre_demo import Traffic, make_app, setup
+    from antre_demo import Traffic, make_app, setup  # after the environment above is set
     app = make_app()
     setup(app)
     generated = _ensure_admin(app)

@@ -17,6 +17,11 @@ import redis
 from antre import Antre
 from antre.readmodels import DeadFilter, ReadModels
 from antre.registry import WorkerRegistry
+from worker.cli import main as worker_main
+from worker.loader import load_app
+
+from .demo import run_demo
+from .web import serve
 
 
 def _ts(ms: int) -> str:
@@ -26,10 +31,7 @@ def _ts(ms: int) -> str:
 
 
 def _app(path: str | None) -> Antre:
-    if path:
-        from worker.loader import load_app
-        return load_app(path)
-    return Antre()
+    return load_app(path) if path else Antre()
 
 
 def _operator() -> str:
@@ -138,17 +140,14 @@ def cmd_user(args: argparse.Namespace) -> int:
 
 # -- worker, sweep, web, demo ---------------------------------------------------------------
 def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.cli import main as worker_main
     return int(worker_main([args.command, *rest]) or 0)
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    from antre_cli.web import serve
     return serve(args.app, host=args.host, port=args.port, workers=args.workers)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from antre_cli.demo import run_demo
     return run_demo(port=args.port, data_dir=args.data_dir, host=args.host,
                     processes=args.processes, threads=args.threads, traffic=args.traffic)
 

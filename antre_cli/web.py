@@ -8,7 +8,9 @@ from typing import Any, Callable
 
 from gunicorn.app.base import BaseApplication
 
+from antre import Antre
 from webapp import create_app
+from worker.loader import load_app
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]
@@ -29,16 +31,31 @@ def make_factory(app_path: str | None) -> Callable[[], Any]:
     def factory() -> Any:
         config: dict[str, Any] = {}
         if app_path:
-            from worker.loader import load_app
             config["ANTRE_APP"] = load_app(app_path)
         return create_app(config)
     return factory
+
+
+def bootstrap_admin(app_path: str | None) -> str | None:
+    """First start with no user at all: create ``admin`` with ``ANTRE_ADMIN_PASSWORD`` (when
+    set), so a fresh deployment can be logged into. Returns the name created, if any."""
+    password = os.environ.get("ANTRE_ADMIN_PASSWORD")
+    if not password:
+        return None
+    app = load_app(app_path) if app_path else Antre()
+    users = app.users
+    if users is None or users.count() > 0:
+        return None
+    users.add("admin", "admin", password)
+    return "admin"
 
 
 def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
           workers: int = 2) -> int:
     # every gunicorn worker builds its own app: they must share one session-signing key
     os.environ.setdefault("ANTRE_SECRET_KEY", secrets.token_hex(32))
+    if bootstrap_admin(app_path):
+        print("antre web: no users yet; created 'admin' with $ANTRE_ADMIN_PASSWORD", flush=True)
     options = {
         "bind": f"{host}:{port}",
         "workers": workers,

@@ -8,6 +8,7 @@ import pytest
 
 from antre import Antre
 from antre_cli.main import main
+from antre_cli.web import bootstrap_admin
 
 
 @pytest.fixture
@@ -70,3 +71,14 @@ def test_sweep_command(env, capsys, monkeypatch):
     monkeypatch.syspath_prepend(".")
     assert main(["sweep", "tests.apps.basic:app"]) == 0
     assert "requeued" in capsys.readouterr().out
+
+
+def test_web_creates_the_first_admin_only_on_an_empty_user_table(env, monkeypatch):
+    monkeypatch.delenv("ANTRE_ADMIN_PASSWORD", raising=False)
+    assert bootstrap_admin(None) is None and env.users.count() == 0
+    monkeypatch.setenv("ANTRE_ADMIN_PASSWORD", "first-password")
+    assert bootstrap_admin(None) == "admin"
+    assert env.users.verify("admin", "first-password").role == "admin"
+    monkeypatch.setenv("ANTRE_ADMIN_PASSWORD", "another")
+    assert bootstrap_admin(None) is None  # never touches existing users
+    assert env.users.verify("admin", "another") is None
