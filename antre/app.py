@@ -7,7 +7,7 @@ import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import redis
 
@@ -154,19 +154,19 @@ class Antre:
 
     @property
     def idempotency(self) -> IdempotencyStore | None:
-        return self._sql_part("idempotency")
+        return cast("IdempotencyStore | None", self._sql_part("idempotency"))
 
     @property
     def outbox(self) -> Outbox | None:
-        return self._sql_part("outbox")
+        return cast("Outbox | None", self._sql_part("outbox"))
 
     @property
     def users(self) -> UserStore | None:
-        return self._sql_part("users")
+        return cast("UserStore | None", self._sql_part("users"))
 
     @property
     def audit(self) -> AuditLog | None:
-        return self._sql_part("audit")
+        return cast("AuditLog | None", self._sql_part("audit"))
 
     def relay_outbox(self, batch: int = 500) -> int:
         """Push committed outbox rows to Redis (the enqueue script skips ids already there, so

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
+import builtins
 import csv
 import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVarTuple, cast
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy import Select, Table, func, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
 from .sql import AUDIT_OUTCOMES, AuditEntry, ms_to_datetime
 
 __all__ = ["CSV_COLUMNS", "AuditLog", "AuditRow"]
 
-_T = AuditEntry.__table__
+_T = cast(Table, AuditEntry.__table__)  # declarative __table__ is typed as FromClause
 _C = _T.c
+_Ts = TypeVarTuple("_Ts")
 
 CSV_COLUMNS = (
     "id",
@@ -68,7 +70,9 @@ def _csv_safe(value: str) -> str:
 
 
 class AuditLog:
-    def __init__(self, session_factory: sessionmaker, clock: Callable[[], int] = system_ms) -> None:
+    def __init__(
+        self, session_factory: sessionmaker[Session], clock: Callable[[], int] = system_ms
+    ) -> None:
         self._sf = session_factory
         self.clock = clock
 
@@ -105,7 +109,9 @@ class AuditLog:
                 ).scalar_one()
             )
 
-    def _filtered(self, q, action: str | None, user: str | None):
+    def _filtered(
+        self, q: Select[*_Ts], action: str | None, user: str | None
+    ) -> Select[*_Ts]:
         if action is not None:
             q = q.where(_C.action == action)
         if user is not None:
@@ -126,12 +132,12 @@ class AuditLog:
         with self._sf() as s:
             return int(s.execute(q).scalar_one())
 
-    def actions(self) -> list[str]:
+    def actions(self) -> builtins.list[str]:
         """Distinct actions recorded (for a filter drop-down)."""
         with self._sf() as s:
             return list(s.execute(select(_C.action).distinct().order_by(_C.action)).scalars())
 
-    def _all(self, action: str | None, user: str | None) -> list[AuditRow]:
+    def _all(self, action: str | None, user: str | None) -> builtins.list[AuditRow]:
         q = self._filtered(select(_T), action, user).order_by(_C.id)
         with self._sf() as s:
             return [_row(r) for r in s.execute(q)]
@@ -161,6 +167,6 @@ class AuditLog:
 
     def export_json(
         self, action: str | None = None, user: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """All (matching) entries, oldest first, as JSON-ready dicts."""
         return [r.to_dict() for r in self._all(action, user)]

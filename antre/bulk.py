@@ -141,7 +141,7 @@ class BulkReplays:
             raise ValueError("maximum must be at least 1")
         now = self.clock()
         until = now if flt.until_ms is None else min(int(flt.until_ms), now)
-        task = {
+        task: dict[str, Any] = {
             "id": uuid.uuid4().hex[:16], "queue": queue, "filter": filter_to_dict(flt),
             "until_ms": until, "rate_per_s": float(rate_per_s), "maximum": int(maximum),
             "total": self.dry_run(queue, flt), "replayed": 0, "skipped": 0, "state": "running",
@@ -174,11 +174,11 @@ class BulkReplays:
         with self.redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(key)
+                    pipe.watch(key)  # type: ignore[no-untyped-call]  # unannotated in redis-py
                     raw = pipe.hget(key, task_id)
                     if not raw:
                         raise TaskNotFound(task_id)
-                    current = json.loads(raw)
+                    current: dict[str, Any] = json.loads(raw)
                     new = change(dict(current))
                     if new is None:
                         pipe.unwatch()
@@ -239,7 +239,7 @@ class BulkReplays:
         replayed = skipped = 0
         finished = False
         if budget > 0:
-            walk = self._walk(queue, flt, cursor)  # type: ignore[arg-type]
+            walk = self._walk(queue, flt, cursor)
             q = self._queue(queue)
             while replayed + skipped < budget:
                 nxt = next(walk, None)

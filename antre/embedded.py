@@ -31,7 +31,8 @@ import sys
 import tempfile
 import time
 import weakref
-from typing import IO, Sequence
+from collections.abc import Callable
+from typing import IO, Sequence, TypedDict, cast
 
 import redis
 
@@ -104,10 +105,10 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (bind to port 0 and let the kernel choose)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        return cast(int, s.getsockname()[1])
 
 
-def _make_preexec(parent_pid: int):
+def _make_preexec(parent_pid: int) -> Callable[[], None] | None:
     """preexec_fn: ask the kernel to SIGTERM the server when its parent dies (Linux only)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -127,7 +128,15 @@ def _make_preexec(parent_pid: int):
     return preexec
 
 
-def _terminate(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+class _ServerState(TypedDict):
+    """What the finalizer needs: the child process, its log file, directories to remove."""
+
+    proc: subprocess.Popen[bytes] | None
+    log: IO[bytes] | None
+    owned_dirs: list[str]
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     if proc.poll() is None:
         try:
             proc.terminate()
@@ -140,7 +149,7 @@ def _terminate(proc: subprocess.Popen, timeout: float = 10.0) -> None:
             proc.wait(5)
 
 
-def _cleanup(state: dict) -> None:
+def _cleanup(state: _ServerState) -> None:
     """Finalizer (also at interpreter exit): stop the server, remove temp dirs."""
     proc = state.get("proc")
     if proc is not None:
@@ -185,7 +194,7 @@ class EmbeddedRedis:
         startup_timeout: float = 10.0,
     ) -> None:
         self.data_dir = os.path.abspath(data_dir) if data_dir else None
-        self._temp_data_dir = data_dir is None
+        self._temp_data_dir = not data_dir  # None or "": a temporary directory
         self.port: int | None = port
         self.appendonly = appendonly
         self.tcp = tcp or port is not None
@@ -195,7 +204,7 @@ class EmbeddedRedis:
         self.socket_path: str | None = None
         self._port_was_chosen = False
         # Mutable state shared with the finalizer (which must not reference self).
-        self._state: dict = {"proc": None, "log": None, "owned_dirs": []}
+        self._state: _ServerState = {"proc": None, "log": None, "owned_dirs": []}
         self._finalizer = weakref.finalize(self, _cleanup, self._state)
 
     # -- public API ----------------------------------------------------------------------
@@ -271,12 +280,13 @@ class EmbeddedRedis:
     # -- internals -----------------------------------------------------------------------
 
     def _prepare_dirs(self) -> None:
-        owned: list = self._state["owned_dirs"]
+        owned: list[str] = self._state["owned_dirs"]
         if self.data_dir is None or not os.path.isdir(self.data_dir):
             if self._temp_data_dir:  # start() again after stop() removed the temp dir
                 self.data_dir = tempfile.mkdtemp(prefix="antre-redis-")
                 owned.append(self.data_dir)
             else:
+                assert self.data_dir is not None  # set whenever it is not temporary
                 os.makedirs(self.data_dir, exist_ok=True)
         if self.socket_path and os.path.isdir(os.path.dirname(self.socket_path)):
             return  # keep the same socket across restarts
@@ -312,7 +322,8 @@ class EmbeddedRedis:
             os.unlink(self.socket_path)
         if self._state["log"] is None:
             self._state["log"] = open(os.path.join(self.data_dir, _LOG_NAME), "ab")
-        log: IO[bytes] = self._state["log"]
+        log = self._state["log"]
+        assert log is not None
         self._log_offset = log.tell()
         proc = subprocess.Popen(
             self._command(),
@@ -331,7 +342,7 @@ class EmbeddedRedis:
             self._state["proc"] = None
             raise
 
-    def _wait_ready(self, proc: subprocess.Popen) -> None:
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.startup_timeout
         client = redis.Redis(unix_socket_path=self.socket_path, socket_timeout=1.0)
         last_error: Exception | None = None
@@ -360,6 +371,7 @@ class EmbeddedRedis:
         finally:
             client.close()
         if self.tcp:  # check the TCP listener too, the URL callers will use
+            assert self.port is not None  # start() chose one
             tcp_client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2.0)
             try:
                 tcp_client.ping()
@@ -397,6 +409,6 @@ class _PortInUse(Exception):
     pass
 
 
-def die_with_parent_preexec():
+def die_with_parent_preexec() -> Callable[[], None] | None:
     """A ``preexec_fn`` for any child process that must not outlive this one (Linux)."""
     return _make_preexec(os.getpid())

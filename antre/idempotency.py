@@ -44,14 +44,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import create_engine, delete, func, select, update
+from sqlalchemy import Table, create_engine, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
 from .errors import InvalidJob, LeaseLost, Permanent
 from .sql import IdempotencyRecord, ms_to_datetime
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects.postgresql import Insert as PgInsert
+    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 
 __all__ = [
     "ACQUIRED",
@@ -79,7 +83,7 @@ MISMATCH = "mismatch"
 DEFAULT_RETENTION_S = 30 * 24 * 3600
 MAX_KEY_LENGTH = 500
 
-_T = IdempotencyRecord.__table__
+_T = cast(Table, IdempotencyRecord.__table__)  # declarative __table__ is typed as FromClause
 _C = _T.c
 
 
@@ -209,7 +213,7 @@ class IdempotencyStore:
 
     def __init__(
         self,
-        session_factory: sessionmaker,
+        session_factory: sessionmaker[Session],
         clock: Callable[[], int] = system_ms,
         retention_s: float = DEFAULT_RETENTION_S,
         *,
@@ -242,15 +246,19 @@ class IdempotencyStore:
             self._dialect = s.get_bind().dialect.name
         return self._dialect
 
-    def _insert(self, s: Session):
+    def _insert(self, s: Session) -> PgInsert | SqliteInsert:
         name = self._dialect_name(s)
         if name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        elif name == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
-        else:  # pragma: no cover - only SQLite and PostgreSQL are supported
-            raise NotImplementedError(f"idempotency store does not support the {name!r} dialect")
-        return insert(_T)
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(_T)
+        if name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            return sqlite_insert(_T)
+        raise NotImplementedError(  # pragma: no cover - only SQLite and PostgreSQL are supported
+            f"idempotency store does not support the {name!r} dialect"
+        )
 
     @staticmethod
     def _check_key(key: str) -> None:

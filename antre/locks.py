@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, cast
 
 import redis
 
@@ -87,7 +87,7 @@ class Locks:
 
     def held(self, limit: int = 200) -> list[HeldLock]:
         """Locks currently held (index pruned of released and expired ones on read)."""
-        names = self.redis.zrange(keys.locks_held(), 0, limit - 1)
+        names = cast(list[str], self.redis.zrange(keys.locks_held(), 0, limit - 1))
         if not names:
             return []
         pipe = self.redis.pipeline(transaction=False)
@@ -108,8 +108,9 @@ class Locks:
         return out
 
     def top_conflicts(self, limit: int = 10) -> list[tuple[str, int]]:
-        return [(k, int(v)) for k, v in
-                self.redis.zrevrange(keys.lock_conflicts(), 0, limit - 1, withscores=True)]
+        pairs = cast(list[tuple[str, float]],
+                     self.redis.zrevrange(keys.lock_conflicts(), 0, limit - 1, withscores=True))
+        return [(k, int(v)) for k, v in pairs]
 
     def conflicts_since(self, since_ms: int) -> int:
         return int(self.redis.zcount(keys.lock_conflict_times(), since_ms, "+inf"))

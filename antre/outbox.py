@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
@@ -34,7 +34,7 @@ from .sql import OutboxMessage, datetime_to_ms, ms_to_datetime
 
 __all__ = ["Outbox", "OutboxRow"]
 
-_T = OutboxMessage.__table__
+_T = cast(Table, OutboxMessage.__table__)  # declarative __table__ is typed as FromClause
 _C = _T.c
 
 
@@ -51,7 +51,9 @@ class OutboxRow:
 
 
 class Outbox:
-    def __init__(self, session_factory: sessionmaker, clock: Callable[[], int] = system_ms) -> None:
+    def __init__(
+        self, session_factory: sessionmaker[Session], clock: Callable[[], int] = system_ms
+    ) -> None:
         self._sf = session_factory
         self.clock = clock
 

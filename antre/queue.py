@@ -10,7 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -268,7 +268,7 @@ class Queue:
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, job_id: str) -> Job | None:
-        fields = self.redis.hgetall(self.keys.job(job_id))
+        fields = cast(dict[str, str], self.redis.hgetall(self.keys.job(job_id)))
         return from_fields(fields) if fields else None
 
     def where(self, job_id: str) -> list[str]:
@@ -285,7 +285,8 @@ class Queue:
                 if hit is not None]
 
     def stats(self) -> dict[str, int]:
-        return {name: int(v) for name, v in self.redis.hgetall(self.keys.stats).items()}
+        stats = cast(dict[str, str], self.redis.hgetall(self.keys.stats))
+        return {name: int(v) for name, v in stats.items()}
 
     def incr_stat(self, name: str, by: int = 1) -> None:
         self.redis.hincrby(self.keys.stats, name, by)

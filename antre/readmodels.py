@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -119,7 +119,7 @@ class ReadModels:
         self.clock = clock
 
     def queue_names(self) -> list[str]:
-        return sorted(self.redis.smembers(keys.queues_index()))
+        return sorted(cast(set[str], self.redis.smembers(keys.queues_index())))
 
     def queue_info(self, name: str) -> QueueInfo:
         k = keys.QueueKeys(name)
@@ -170,9 +170,11 @@ class ReadModels:
     def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,
                low: Any = "-inf", high: Any = "+inf") -> Page:
         if reverse:
-            ids = self.redis.zrevrangebyscore(zkey, high, low, start=offset, num=limit)
+            ids = cast(list[str],
+                       self.redis.zrevrangebyscore(zkey, high, low, start=offset, num=limit))
         else:
-            ids = self.redis.zrangebyscore(zkey, low, high, start=offset, num=limit)
+            ids = cast(list[str],
+                       self.redis.zrangebyscore(zkey, low, high, start=offset, num=limit))
         total = (self.redis.zcard(zkey) if (low, high) == ("-inf", "+inf")
                  else self.redis.zcount(zkey, low, high))
         return Page(self._rows(queue, ids), int(total), offset, limit, self.clock())
@@ -190,7 +192,8 @@ class ReadModels:
     def ready(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
         """Oldest first (the next to be reserved)."""
         k = keys.QueueKeys(queue)
-        ids = self.redis.lrange(k.ready, -(offset + limit), -(offset + 1)) if limit else []
+        ids = (cast(list[str], self.redis.lrange(k.ready, -(offset + limit), -(offset + 1)))
+               if limit else [])
         ids.reverse()
         return Page(self._rows(queue, ids), int(self.redis.llen(k.ready)), offset, limit,
                     self.clock())
@@ -223,8 +226,9 @@ class ReadModels:
         if after_score is not None:
             low = after_score
         high = flt.until_ms if flt.until_ms is not None else "+inf"
-        pairs = self.redis.zrangebyscore(self.dead_index(queue, flt), low, high, start=0,
-                                         num=limit, withscores=True)
+        pairs = cast(list[tuple[str, float]],
+                     self.redis.zrangebyscore(self.dead_index(queue, flt), low, high, start=0,
+                                              num=limit, withscores=True))
         return [(m, int(s)) for m, s in pairs]
 
     def count_dead(self, queue: str, flt: DeadFilter = DeadFilter()) -> int:
@@ -233,11 +237,11 @@ class ReadModels:
         return int(self.redis.zcount(self.dead_index(queue, flt), low, high))
 
     def dead_types(self, queue: str) -> list[str]:
-        return sorted(self.redis.smembers(keys.QueueKeys(queue).types))
+        return sorted(cast(set[str], self.redis.smembers(keys.QueueKeys(queue).types)))
 
     def error_groups(self, queue: str) -> list[ErrorGroup]:
         k = keys.QueueKeys(queue)
-        raw = self.redis.hgetall(k.error_groups)
+        raw = cast(dict[str, str], self.redis.hgetall(k.error_groups))
         pipe = self.redis.pipeline(transaction=False)
         names = sorted(raw)
         for g in names:
@@ -255,7 +259,7 @@ class ReadModels:
         return out
 
     def job(self, queue: str, job_id: str) -> Job | None:
-        fields = self.redis.hgetall(keys.QueueKeys(queue).job(job_id))
+        fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))
         return from_fields(fields) if fields else None
 
     def find_job(self, job_id: str) -> Job | None:

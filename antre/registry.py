@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
+from redis.typing import EncodableT
 
 from . import keys
 from .clock import Clock, system_ms
@@ -42,7 +43,10 @@ class WorkerRegistry:
 
     def beat(self, info: WorkerInfo, ttl_s: int = 86_400) -> None:
         info.heartbeat_at = self.clock()
-        data = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in asdict(info).items()}
+        # Annotated with redis-py's own types: its Mapping parameter is invariant in the key.
+        data: dict[EncodableT, EncodableT] = {
+            k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in asdict(info).items()
+        }
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(keys.worker(info.id), mapping=data)
         pipe.expire(keys.worker(info.id), ttl_s)
@@ -50,7 +54,7 @@ class WorkerRegistry:
         pipe.execute()
 
     def list(self, limit: int = 500) -> list[WorkerInfo]:
-        ids = self.redis.zrevrange(keys.workers_index(), 0, limit - 1)
+        ids = cast(list[str], self.redis.zrevrange(keys.workers_index(), 0, limit - 1))
         pipe = self.redis.pipeline(transaction=False)
         for wid in ids:
             pipe.hgetall(keys.worker(wid))
@@ -65,7 +69,7 @@ class WorkerRegistry:
         return out
 
     def get(self, worker_id: str) -> WorkerInfo | None:
-        data = self.redis.hgetall(keys.worker(worker_id))
+        data = cast(dict[str, str], self.redis.hgetall(keys.worker(worker_id)))
         return _decode(data) if data else None
 
     def live_count(self, stale_after_ms: int = STALE_AFTER_MS) -> int:

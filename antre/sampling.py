@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import cast
 
 import redis
 
@@ -43,8 +44,8 @@ def take(client: "redis.Redis", clock: Clock = system_ms) -> int:
 def series(client: "redis.Redis", queue: str, since_ms: int, until_ms: int | None = None
            ) -> list[dict[str, int]]:
     """Samples of ``queue`` in a time window, oldest first."""
-    raw = client.zrangebyscore(keys.QueueKeys(queue).samples, since_ms,
-                               "+inf" if until_ms is None else until_ms)
+    raw = cast(list[str], client.zrangebyscore(keys.QueueKeys(queue).samples, since_ms,
+                                               "+inf" if until_ms is None else until_ms))
     return [json.loads(m) for m in raw]
 
 

@@ -30,7 +30,7 @@ from sqlalchemy import (
     event,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
@@ -82,7 +82,7 @@ def datetime_to_ms(dt: datetime) -> int:
     return round(dt.timestamp() * 1000)
 
 
-class UTCDateTime(TypeDecorator):
+class UTCDateTime(TypeDecorator[datetime]):
     """``DateTime(timezone=True)`` that always stores UTC and always returns aware UTC datetimes.
 
     PostgreSQL keeps the zone itself (timestamptz); SQLite stores text without a zone, so values
@@ -112,7 +112,7 @@ class UTCDateTime(TypeDecorator):
         return value.astimezone(UTC)
 
 
-class JSONText(TypeDecorator):
+class JSONText(TypeDecorator[Any]):
     """A JSON document kept in a TEXT column (portable, and byte-for-byte what was stored).
 
     SQL NULL is returned as ``None``; a JSON ``null`` is stored as SQL NULL too.
@@ -275,7 +275,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(u, **kwargs)
 
 
-def session_factory(engine: Engine) -> sessionmaker:
+def session_factory(engine: Engine) -> sessionmaker[Session]:
     """A ``sessionmaker`` bound to ``engine``; objects stay readable after commit."""
     return sessionmaker(bind=engine, expire_on_commit=False, future=True)
 

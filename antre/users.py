@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
 from .sql import ROLES, User, ms_to_datetime
 
 __all__ = ["ROLES", "UnknownUser", "UserExists", "UserInfo", "UserStore", "role_at_least"]
 
-_T = User.__table__
+_T = cast(Table, User.__table__)  # declarative __table__ is typed as FromClause
 _C = _T.c
 
 _RANK = {r: i for i, r in enumerate(ROLES)}
@@ -47,7 +48,7 @@ class UserInfo:
     disabled: bool
 
 
-def _info(row) -> UserInfo:
+def _info(row: Any) -> UserInfo:
     return UserInfo(
         id=row.id,
         name=row.name,
@@ -67,7 +68,7 @@ class UserStore:
 
     def __init__(
         self,
-        session_factory: sessionmaker,
+        session_factory: sessionmaker[Session],
         clock: Callable[[], int] = system_ms,
         hasher: PasswordHasher | None = None,
     ) -> None:
@@ -126,7 +127,7 @@ class UserStore:
             row = s.execute(select(_T).where(_C.name == (name or "").strip())).first()
         stored = row.password_hash if row is not None else self._dummy()
         try:
-            ok = self.hasher.verify(stored, password or "")
+            ok: bool = self.hasher.verify(stored, password or "")
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             ok = False
         if row is None or not ok or row.disabled:

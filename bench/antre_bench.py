@@ -21,6 +21,7 @@ import redis
 
 from antre.queue import JobSpec, Queue
 from bench import progress
+from worker.executor import DEFAULT_PREFETCH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = "bench.apps.noop:app"
@@ -192,7 +193,8 @@ def raw_loop(url: str, n: int, procs: int = 1, count: int = 100, mode: str = "ac
     return out
 
 
-def worker_run(url: str, n: int, procs: int = 1, threads: int = 4, prefetch: int = 1,
+def worker_run(url: str, n: int, procs: int = 1, threads: int = 4,
+               prefetch: int = DEFAULT_PREFETCH,
                database_url: str | None = None, lock: bool = False, count_rtt: bool = False,
                timeout: float = 300) -> dict[str, Any]:
     """The real worker pool: ``python -m worker bench.apps.noop:app --burst``."""
@@ -289,7 +291,8 @@ def latency(url: str, rate: float = 200.0, seconds: float = 10.0, threads: int =
             "mean_ms": round(statistics.fmean(samples), 2), "threads": threads}
 
 
-def memory(url: str, n: int, threads: int = 4, prefetch: int = 1, depth: int = 20_000,
+def memory(url: str, n: int, threads: int = 4, prefetch: int = DEFAULT_PREFETCH,
+           depth: int = 20_000,
            sample_s: float = 0.5) -> dict[str, Any]:
     """RSS of one worker process while it runs ``n`` no-op jobs; a producer keeps the ready
     list at most ``depth`` long so Redis memory stays flat."""

@@ -31,6 +31,7 @@ sys.path.insert(0, ROOT)
 from antre.embedded import EmbeddedRedis
 from bench import antre_bench as ab
 from bench import peer_bench as pb
+from worker.executor import DEFAULT_PREFETCH
 
 HERE = os.path.join(ROOT, "bench")
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -156,14 +157,13 @@ def main(argv: list[str] | None = None) -> int:
               lambda: ab.raw_loop(url, n, 1, 16, "ack"))
         antre("raw loop, 1 process (reserve 16 + one ack per job + 2 metric pipelines per job)",
               lambda: ab.raw_loop(url, n, 1, 16, "ack+metrics"))
+        # defaults: adaptive prefetch up to DEFAULT_PREFETCH (batches grow while jobs are short)
         antre("worker, 1 process x 4 threads (defaults)",
-              lambda: ab.worker_run(url, n, 1, 4, 1, count_rtt=True))
+              lambda: ab.worker_run(url, n, 1, 4, DEFAULT_PREFETCH, count_rtt=True))
         antre("worker, 2 processes x 4 threads (defaults)",
-              lambda: ab.worker_run(url, n, 2, 4, 1))
-        antre("worker, 1 process x 4 threads, prefetch 16",
-              lambda: ab.worker_run(url, n, 1, 4, 16, count_rtt=True))
-        antre("worker, 2 processes x 4 threads, prefetch 16",
-              lambda: ab.worker_run(url, n, 2, 4, 16))
+              lambda: ab.worker_run(url, n, 2, 4, DEFAULT_PREFETCH))
+        antre("worker, 1 process x 4 threads, prefetch 1 (one job per reserve)",
+              lambda: ab.worker_run(url, n, 1, 4, 1, count_rtt=True))
 
         sqlite_path = os.path.join(HERE, "out", "bench.db")
 
@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             for suffix in ("", "-wal", "-shm"):
                 if os.path.exists(sqlite_path + suffix):
                     os.remove(sqlite_path + suffix)
-            return ab.worker_run(url, idem_n, 1, 4, 1, database_url=f"sqlite:///{sqlite_path}",
+            return ab.worker_run(url, idem_n, 1, 4, DEFAULT_PREFETCH,
+                                 database_url=f"sqlite:///{sqlite_path}",
                                  lock=lock)
         antre("worker + idempotency (SQLite), 1 process", lambda: sqlite_run(False))
         antre("worker + idempotency (SQLite) + lock per job, 1 process", lambda: sqlite_run(True))
@@ -179,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             def pg_run(lock: bool, procs: int = 1) -> dict[str, Any]:
                 pg, drop = ab.pg_schema_url(args.pg_url)
                 try:
-                    return ab.worker_run(url, idem_n, procs, 4, 1, database_url=pg, lock=lock,
+                    return ab.worker_run(url, idem_n, procs, 4, DEFAULT_PREFETCH, database_url=pg,
+                                         lock=lock,
                                          count_rtt=procs == 1)
                 finally:
                     drop()

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 from logging.config import fileConfig
+from typing import Any
 
 from alembic import context
+from sqlalchemy import Connection
 
 from antre.sql import VERSION_TABLE, Base, make_engine
 
@@ -43,7 +45,7 @@ def _url() -> str:
     return url
 
 
-def _configure(**kw) -> None:
+def _configure(**kw: Any) -> None:
     context.configure(
         target_metadata=target_metadata,
         version_table=VERSION_TABLE,
@@ -64,7 +66,7 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
-def _run_with(connection) -> None:
+def _run_with(connection: Connection) -> None:
     _configure(connection=connection, render_as_batch=connection.dialect.name == "sqlite")
     with context.begin_transaction():
         context.run_migrations()
