@@ -88,7 +88,7 @@ def _bulk(d: Duties) -> Any:
 
 
 def _prune(d: Duties) -> Any:
-    store = getattr(d.app, "idempotency", None)
+    store = d.app.idempotency
     return store.prune() if store is not None else None
 
 

@@ -175,7 +175,7 @@ class WorkerProcess:
     def _start(self) -> None:
         self._info.started_at = self.clock()
         try:  # connect the SQL parts once, before the threads race to do it
-            getattr(self.app, "idempotency", None)
+            _ = self.app.idempotency
         except Exception as exc:
             log.error("database unavailable at start: %s; jobs wait until it is back", exc,
                       extra={"event": "database_down"})
@@ -411,7 +411,7 @@ class WorkerProcess:
     def _already_completed(self, r: Running) -> bool:
         """A duplicate of completed work needs no business lock: answer it before queueing up
         for the lock (the full check still runs under the lock for everything else)."""
-        store = getattr(self.app, "idempotency", None)
+        store = self.app.idempotency
         if store is None or not r.job.idempotency_key:
             return False
         try:
@@ -444,7 +444,7 @@ class WorkerProcess:
     def _with_idempotency(self, r: Running, spec: HandlerSpec, lock: Lock | None) -> None:
         job = r.job
         try:
-            store = getattr(self.app, "idempotency", None)
+            store = self.app.idempotency
             begin = None
             if store is not None and job.idempotency_key:
                 begin = store.begin(job.idempotency_key, fingerprint(job.type, job.payload),
@@ -501,7 +501,7 @@ class WorkerProcess:
 
     def _run(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any) -> None:
         job = r.job
-        factory = getattr(self.app, "session_factory", None)
+        factory = self.app.session_factory
         db = factory() if factory is not None else None
         r.ctx = JobContext(job=job, worker_id=self.worker_id, db=db,
                            fence=lock.fence if lock else job.epoch, lock=lock,
@@ -717,7 +717,7 @@ class WorkerProcess:
                             policy=policy) if policy else Decision("retry", 0, True, "timeout", "")
         self._stuck.add(r.thread)
         self.exit_code = EXIT_RECYCLE
-        self._record_failure(r, getattr(self.app, "idempotency", None), describe(exc),
+        self._record_failure(r, self.app.idempotency, describe(exc),
                              decision.action == "dead")
         self._apply(r, decision, exc)
         r.closed = True
@@ -745,7 +745,7 @@ class WorkerProcess:
 
     def _extend_idempotency(self, r: Running, deadline: int) -> None:
         """The idempotency record's owner lease follows the Redis lease."""
-        store = getattr(self.app, "idempotency", None)
+        store = self.app.idempotency
         if store is not None and r.owns_idempotency:
             try:
                 store.extend_lease(r.job.idempotency_key, r.job.epoch, deadline, job_id=r.job.id)
