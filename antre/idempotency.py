@@ -47,6 +47,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Table, create_engine, delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
@@ -249,12 +251,8 @@ class IdempotencyStore:
     def _insert(self, s: Session) -> PgInsert | SqliteInsert:
         name = self._dialect_name(s)
         if name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
             return pg_insert(_T)
         if name == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
             return sqlite_insert(_T)
         raise NotImplementedError(  # pragma: no cover - only SQLite and PostgreSQL are supported
             f"idempotency store does not support the {name!r} dialect"

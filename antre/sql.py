@@ -15,6 +15,8 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -286,8 +288,6 @@ def _migrations_dir() -> str:
 
 def alembic_config(url: str | None = None) -> Any:
     """An Alembic ``Config`` for Antre's migrations, built in code (no alembic.ini needed)."""
-    from alembic.config import Config
-
     cfg = Config()
     cfg.set_main_option("script_location", _migrations_dir())
     if url is not None:
@@ -303,8 +303,6 @@ def migrate(url_or_engine: str | Engine, revision: str = "head") -> None:
     tables and the version table (``antre_alembic_version``) land in the connection's current
     schema, e.g. the first entry of ``?options=-csearch_path%3D<schema>``.
     """
-    from alembic import command
-
     if isinstance(url_or_engine, Engine):
         engine, owned = url_or_engine, False
     else:

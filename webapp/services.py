@@ -16,6 +16,7 @@ import redis
 from flask import Flask, current_app
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from sqlalchemy.engine import make_url
 
 import antre
 import antre.sql
@@ -89,7 +90,6 @@ def dashboard_redis(url: str) -> redis.Redis:
 def redact(url: str) -> str:
     """A URL fit for a banner: no password."""
     try:
-        from sqlalchemy.engine import make_url
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - a banner must never fail
         return url.split("@")[-1]
