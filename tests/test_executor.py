@@ -563,3 +563,34 @@ def test_adaptive_prefetch_grows_on_short_jobs_and_shrinks_on_slow_ones(app, clo
     assert w._next_batch(16, 3, 0.001) == 16  # a short batch (queue ran dry) does not grow
     assert w._next_batch(16, 16, 2.0) == 8  # slow jobs: fewer held at once
     assert w._next_batch(1, 1, 2.0) == 1
+
+
+def test_the_heartbeat_renews_a_running_jobs_lock_and_notices_its_loss(app, clock, q):
+    from antre import keys as k
+    go, started = threading.Event(), threading.Event()
+
+    @app.handler("hold", lock_ttl_s=30)
+    def hold(ctx, payload):
+        started.set()
+        assert go.wait(10)
+        return "done"
+
+    job_id = app.enqueue("hold", {}, idempotency_key="hold:1", lock_key="acct:7")
+    w = make_worker(app, clock)
+    runner = threading.Thread(target=w.run_burst, daemon=True)
+    runner.start()
+    assert started.wait(10)
+    (r,) = [x for x in w._running.values() if x.job.id == job_id]
+    lock_key = k.lock("acct:7")
+    app.redis.pexpire(lock_key, 1000)
+    r.lock_renewed = 0.0  # a third of the TTL has passed
+    w.heartbeat_once()
+    assert app.redis.pttl(lock_key) > 20_000  # renewed by compare-and-expire
+    app.redis.delete(lock_key)  # the lock expired and someone else may take it
+    r.lock_renewed = 0.0
+    w.heartbeat_once()
+    assert r.lock is not None and r.lock.lost
+    go.set()
+    runner.join(10)
+    job = q.get(job_id)
+    assert (job.state, job.attempt) == ("scheduled", 0)  # not committed; retried later, free

@@ -37,7 +37,7 @@ from antre.clock import Clock
 from antre.envelope import Job
 from antre.flow import Admission, FlowControl, FlowPolicy
 from antre.idempotency import fingerprint
-from antre.locks import Lock, LockRenewer, Locks
+from antre.locks import Lock, Locks
 from antre.logs import job_fields
 from antre.metrics import DurationBuffer
 from antre.registry import WorkerInfo, WorkerRegistry
@@ -78,6 +78,8 @@ class Running:
     lease_lost: bool = False
     admission: Admission | None = None  # flow-control slots held while the handler runs
     settle_lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: Lock | None = None  # the business lock held while the handler runs
+    lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
 
 
 class WorkerProcess:
@@ -345,12 +347,10 @@ class WorkerProcess:
         try:
             if not self._admit(r, spec):
                 return
-            if lock is None:
-                self._with_idempotency(r, spec, None)
-            else:
-                with LockRenewer(self.locks, lock):
-                    self._with_idempotency(r, spec, lock)
+            r.lock, r.lock_renewed = lock, time.monotonic()  # renewed by the heartbeat
+            self._with_idempotency(r, spec, lock)
         finally:
+            r.lock = None
             if r.admission is not None:
                 self._quietly(r.admission.release)
             if lock is not None:
@@ -409,15 +409,13 @@ class WorkerProcess:
             WorkerProcess._quietly(adm.failed)
 
     def _already_completed(self, r: Running) -> bool:
-        """A duplicate of completed work needs no business lock: answer it before queueing up
-        for the lock (the full check still runs under the lock for everything else)."""
+        """A duplicate of work this process saw complete needs no business lock: answer it
+        from the in-process cache before queueing up for the lock (everything else, duplicates
+        completed elsewhere included, is decided by the store under the lock)."""
         store = self.app.idempotency
-        if store is None or not r.job.idempotency_key:
+        if store is None or store.cache is None or not r.job.idempotency_key:
             return False
-        try:
-            record = store.lookup(r.job.idempotency_key)
-        except Exception:
-            return False  # the full path below handles an unreachable database
+        record = store.cache.get(r.job.idempotency_key)
         if (record is None or record.status != "completed"
                 or record.fingerprint != fingerprint(r.job.type, r.job.payload)):
             return False
@@ -693,7 +691,21 @@ class WorkerProcess:
                 self._check_timeout(r, now)
             if not r.closed and not r.lease_lost:
                 self._extend(r)
+            self._renew_lock(r)
         self._beat()
+
+    def _renew_lock(self, r: Running) -> None:
+        """Compare-and-expire the job's business lock every third of its TTL (a lock TTL must
+        be longer than a heartbeat); a failed renewal marks it lost and the commit is refused."""
+        lock = r.lock
+        if lock is None or lock.lost or time.monotonic() - r.lock_renewed < lock.ttl_ms / 3000:
+            return
+        try:
+            if self.locks.renew(lock):
+                r.lock_renewed = time.monotonic()
+        except redis.RedisError as exc:
+            log.warning("could not renew lock %s: %s", lock.key, exc,
+                        extra=job_fields(r.job, "lock_renew_failed"))
 
     def _check_timeout(self, r: Running, now: int) -> None:
         timeout_ms = int(r.job.timeout_s * 1000)
