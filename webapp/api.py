@@ -19,7 +19,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, request
 from antre.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, check_queue, dead_filter
+from .common import arg_int, check_queue, dead_filter, page_args
 from .overview import overview_data
 from .security import requires
 
@@ -111,8 +111,7 @@ def queues() -> Response:
 def inflight(queue: str) -> Response:
     """In-flight jobs, soonest lease deadline first."""
     svc = services.get()
-    return jsonify(_plain(svc.reads.inflight(check_queue(queue), arg_int("offset", 0),
-                                             arg_int("limit", 50, 1, 500))))
+    return jsonify(_plain(svc.reads.inflight(check_queue(queue), *page_args())))
 
 
 @bp.get("/queues/<queue>/scheduled")
@@ -121,8 +120,7 @@ def inflight(queue: str) -> Response:
 def scheduled(queue: str) -> Response:
     """Scheduled retries, next attempt first."""
     svc = services.get()
-    return jsonify(_plain(svc.reads.scheduled(check_queue(queue), arg_int("offset", 0),
-                                              arg_int("limit", 50, 1, 500))))
+    return jsonify(_plain(svc.reads.scheduled(check_queue(queue), *page_args())))
 
 
 @bp.get("/queues/<queue>/dead")
@@ -132,8 +130,7 @@ def dead(queue: str) -> Response:
     """Dead-letter queue, newest first, filtered by type / error group / time window."""
     svc = services.get()
     flt = dead_filter(request.args, svc.clock())
-    page = svc.reads.dead(check_queue(queue), flt, arg_int("offset", 0),
-                          arg_int("limit", 50, 1, 500))
+    page = svc.reads.dead(check_queue(queue), flt, *page_args())
     return jsonify({**_plain(page), "filter": _plain(flt)})
 
 

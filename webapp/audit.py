@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify, request
 
 from . import services
-from .common import arg_int, render
+from .common import page_args, render
 from .security import requires
 
 bp = Blueprint("audit", __name__, url_prefix="/audit")
@@ -20,7 +20,7 @@ def _filters() -> tuple[str | None, str | None]:
 def index() -> str:
     svc = services.get()
     action, user = _filters()
-    offset, limit = arg_int("offset", 0), arg_int("limit", 50, 1, 500)
+    offset, limit = page_args()
     rows = svc.audit.list(limit=limit, offset=offset, action=action, user=user)
     total = svc.audit.count(action=action, user=user)
     svc.outages.ok("database")

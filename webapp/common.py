@@ -196,6 +196,11 @@ def check_queue(name: str) -> str:
     return name
 
 
+def page_args(default_limit: int = 50) -> tuple[int, int]:
+    """``offset`` and ``limit`` (1..500) of a paged table or API read."""
+    return arg_int("offset", 0), arg_int("limit", default_limit, 1, 500)
+
+
 def dead_filter(src: Any, now_ms: int) -> DeadFilter:
     """A DLQ filter from query/form fields: type, group, window (15m..7d) or since/until ms."""
     since = until = None

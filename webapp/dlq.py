@@ -15,6 +15,7 @@ from .common import (
     check_queue,
     dead_filter,
     filter_args,
+    page_args,
     queue_arg,
     render,
     safe_next,
@@ -29,7 +30,7 @@ def dlq_data(queue: str) -> dict[str, Any]:
     now = svc.clock()
     flt = dead_filter(request.args, now)
     window = request.args.get("window") or ""
-    offset, limit = arg_int("offset", 0), arg_int("limit", 50, 1, 500)
+    offset, limit = page_args()
     page = svc.reads.dead(queue, flt, offset, limit)
     return {"queue": queue, "flt": flt, "window": window if window in WINDOWS_MS else "",
             "windows": list(WINDOWS_MS), "page": page, "as_of": page.as_of,

@@ -7,7 +7,7 @@ from typing import Any
 from flask import Blueprint, Response, flash, redirect, request, url_for
 
 from . import actions, services
-from .common import arg_int, check_queue, queue_arg, render, safe_next
+from .common import arg_int, check_queue, page_args, queue_arg, render, safe_next
 from .security import requires
 
 bp = Blueprint("inflight", __name__, url_prefix="/inflight")
@@ -30,7 +30,7 @@ def inflight_data(queue: str, offset: int, limit: int) -> dict[str, Any]:
 def index() -> str:
     queue = queue_arg(busiest="inflight")
     return render("inflight.html", "_inflight.html",
-                  **inflight_data(queue, arg_int("offset", 0), arg_int("limit", 50, 1, 500)))
+                  **inflight_data(queue, *page_args()))
 
 
 @bp.post("/<queue>/<job_id>/extend")

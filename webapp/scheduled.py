@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, flash, redirect, request, url_for
 
 from . import actions, services
-from .common import arg_int, check_queue, queue_arg, render, safe_next
+from .common import check_queue, page_args, queue_arg, render, safe_next
 from .security import requires
 
 bp = Blueprint("scheduled", __name__, url_prefix="/scheduled")
@@ -16,7 +16,7 @@ bp = Blueprint("scheduled", __name__, url_prefix="/scheduled")
 def index() -> str:
     svc = services.get()
     queue = queue_arg(busiest="scheduled")
-    page = svc.reads.scheduled(queue, arg_int("offset", 0), arg_int("limit", 50, 1, 500))
+    page = svc.reads.scheduled(queue, *page_args())
     return render("scheduled.html", "_scheduled.html", queue=queue, page=page,
                   as_of=page.as_of, queues=svc.reads.queue_names())
 
