@@ -27,6 +27,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = "bench.apps.noop:app"
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
 def _env(url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"BENCH_REDIS_URL": url, "ANTRE_REDIS_URL": url, "PYTHONPATH": ROOT,

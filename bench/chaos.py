@@ -40,12 +40,7 @@ from antre.embedded import EmbeddedRedis
 from antre.queue import JobSpec, Queue
 from bench import antre_bench as ab
 
-HERE = os.path.join(ROOT, "bench")
-PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
 
 
 class Chaos:

@@ -33,12 +33,7 @@ from bench import antre_bench as ab
 from bench import peer_bench as pb
 from worker.executor import DEFAULT_PREFETCH
 
-HERE = os.path.join(ROOT, "bench")
-PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
 
 
 def median_of(reps: int, fn: Callable[[], dict[str, Any]], key: str = "jobs_per_s"
