@@ -46,14 +46,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Table, create_engine, delete, func, select, update
+from sqlalchemy import Table, bindparam, delete, func, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
 from .errors import InvalidJob, LeaseLost, Permanent
-from .sql import IdempotencyRecord, ms_to_datetime
+from .sql import IdempotencyRecord, make_engine, ms_to_datetime
 
 if TYPE_CHECKING:
     from sqlalchemy.dialects.postgresql import Insert as PgInsert
@@ -229,15 +230,45 @@ class IdempotencyStore:
         bind = session_factory.kw.get("bind")
         if bind is None:
             raise ValueError("the session factory must be bound to an engine")
-        auto = (create_engine(bind.url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+        auto = (make_engine(bind.url, isolation_level="AUTOCOMMIT")
                 if bind.dialect.name == "postgresql"
                 else bind.execution_options(isolation_level="AUTOCOMMIT"))
+        self._auto = auto
         self._one = sessionmaker(bind=auto, expire_on_commit=False)
         self.clock = clock
         self.retention_ms = int(retention_s * 1000)
         self.cache = cache
         self.max_rounds = max_rounds
-        self._dialect: str | None = None
+        self._dialect: str | None = bind.dialect.name
+        # the hot path's statements, built once (their compiled form is cached by SQLAlchemy)
+        self._claim_stmt = (
+            self._insert_for(bind.dialect.name)
+            .on_conflict_do_nothing(index_elements=[_C.key])
+            .returning(*_T.c)
+        )
+        self._read_stmt = select(_T).where(_C.key == bindparam("b_key"))
+        owned = [_C.key == bindparam("b_key"), _C.fence == bindparam("b_fence"),
+                 _C.status == "processing"]
+        done = {"status": "completed", "result": bindparam("b_result", type_=_C.result.type),
+                "updated_at": bindparam("b_now", type_=_C.updated_at.type),
+                "expires_at": bindparam("b_expires", type_=_C.expires_at.type)}
+        self._complete_stmt = update(_T).where(*owned).values(done).returning(_C.key)
+        self._complete_job_stmt = (
+            update(_T).where(*owned, _C.job_id == bindparam("b_job_id"))
+            .values(done).returning(_C.key))
+
+    def _autocommit(self, stmt: Any, params: dict[str, Any]) -> Any:
+        """One statement in autocommit; the first row or None. A connection found dead while in
+        use (the database restarted, or it was terminated) is retried once on a fresh one: the
+        pool replaces every connection older than that error."""
+        for attempt in (1, 2):
+            try:
+                with self._auto.connect() as c:
+                    return c.execute(stmt, params).first()
+            except DBAPIError as e:
+                if attempt == 2 or not e.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     fingerprint = staticmethod(fingerprint)
 
@@ -249,7 +280,10 @@ class IdempotencyStore:
         return self._dialect
 
     def _insert(self, s: Session) -> PgInsert | SqliteInsert:
-        name = self._dialect_name(s)
+        return self._insert_for(self._dialect_name(s))
+
+    @staticmethod
+    def _insert_for(name: str) -> PgInsert | SqliteInsert:
         if name == "postgresql":
             return pg_insert(_T)
         if name == "sqlite":
@@ -266,9 +300,8 @@ class IdempotencyStore:
             raise InvalidJob(f"idempotency key is longer than {MAX_KEY_LENGTH} characters")
 
     def _read(self, key: str) -> Record | None:
-        with self._one() as s:
-            row = s.execute(select(_T).where(_C.key == key)).first()
-            return Record.from_row(row) if row is not None else None
+        row = self._autocommit(self._read_stmt, {"b_key": key})
+        return Record.from_row(row) if row is not None else None
 
     def _cas(self, cur: Record, values: dict[str, Any]) -> Record | None:
         """Update the row only if it is still exactly the owner state ``cur`` we decided on."""
@@ -321,29 +354,22 @@ class IdempotencyStore:
         for _ in range(self.max_rounds):
             now = self.clock()
             now_dt = ms_to_datetime(now)
-            with self._one() as s:
-                stmt = (
-                    self._insert(s)
-                    .values(
-                        key=key,
-                        status="processing",
-                        fingerprint=fingerprint,
-                        job_type=job_type,
-                        job_id=job_id,
-                        result=None,
-                        last_error=None,
-                        fence=fence,
-                        lock_fence=lock_fence,
-                        owner=owner,
-                        lease_deadline_ms=lease_deadline_ms,
-                        created_at=now_dt,
-                        updated_at=now_dt,
-                        expires_at=ms_to_datetime(now + self.retention_ms),
-                    )
-                    .on_conflict_do_nothing(index_elements=[_C.key])
-                    .returning(*_T.c)
-                )
-                row = s.execute(stmt).first()
+            row = self._autocommit(self._claim_stmt, {
+                "key": key,
+                "status": "processing",
+                "fingerprint": fingerprint,
+                "job_type": job_type,
+                "job_id": job_id,
+                "result": None,
+                "last_error": None,
+                "fence": fence,
+                "lock_fence": lock_fence,
+                "owner": owner,
+                "lease_deadline_ms": lease_deadline_ms,
+                "created_at": now_dt,
+                "updated_at": now_dt,
+                "expires_at": ms_to_datetime(now + self.retention_ms),
+            })
             if row is not None:
                 return Begin(ACQUIRED, Record.from_row(row))
 
@@ -402,21 +428,12 @@ class IdempotencyStore:
         except (TypeError, ValueError) as e:
             raise Permanent(f"handler result is not JSON-serialisable: {e}") from e
         now = self.clock()
-        conds = [_C.key == key, _C.fence == int(fence), _C.status == "processing"]
+        params = {"b_key": key, "b_fence": int(fence), "b_result": result,
+                  "b_now": ms_to_datetime(now), "b_expires": ms_to_datetime(now + self.retention_ms)}
         if job_id is not None:
-            conds.append(_C.job_id == job_id)
-        stmt = (
-            update(_T)
-            .where(*conds)
-            .values(
-                status="completed",
-                result=result,
-                updated_at=ms_to_datetime(now),
-                expires_at=ms_to_datetime(now + self.retention_ms),
-            )
-            .returning(_C.key)
-        )
-        if session.execute(stmt).first() is None:
+            params["b_job_id"] = job_id
+        stmt = self._complete_stmt if job_id is None else self._complete_job_stmt
+        if session.execute(stmt, params).first() is None:
             raise LeaseLost(f"idempotency record {key!r} is no longer owned by fence {fence}")
 
     def fail(

@@ -13,7 +13,7 @@ import redis
 from . import keys
 from .clock import Clock, system_ms
 from .errors import AntreError
-from .scripts import Scripts
+from .scripts import Batch, Scripts
 
 
 class LockBusy(AntreError):
@@ -49,33 +49,48 @@ class Locks:
         self.scripts = scripts or Scripts(client)
 
     def acquire(self, key: str, ttl_ms: int, owner: str = "") -> Lock:
-        """Take the lock or raise ``LockBusy`` (and count a conflict on ``key``)."""
+        """Take the lock or raise ``LockBusy`` (and count a conflict on ``key``).
+
+        One round trip: the script, and the index of held locks (whoever holds the key, it is
+        held, so indexing it is right either way)."""
         token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
-        reply = self.scripts.lock_acquire(keys=[keys.lock(key), keys.lock_fence(key)],
-                                          args=[token, int(ttl_ms)])
+        reply, _ = (Batch(self.redis)
+                    .script(self.scripts.lock_acquire, [keys.lock(key), keys.lock_fence(key)],
+                            [token, int(ttl_ms)])
+                    .command("zadd", keys.locks_held(), {key: self.clock() + int(ttl_ms)})
+                    .execute())
         if int(reply[0]) == 1:
-            self.redis.zadd(keys.locks_held(), {key: self.clock() + int(ttl_ms)})
             return Lock(key, token, int(reply[1]), int(ttl_ms))
         self.count_conflict(key)
         raise LockBusy(key, str(reply[1]), int(reply[2]))
 
     def renew(self, lock: Lock) -> bool:
-        ok = bool(self.scripts.lock_renew(keys=[keys.lock(lock.key)], args=[lock.token, lock.ttl_ms]))
-        if ok:
-            self.redis.zadd(keys.locks_held(), {lock.key: self.clock() + lock.ttl_ms})
-        else:
+        """Compare-and-expire (one round trip with the index; a lost key is pruned on read)."""
+        ok, _ = (Batch(self.redis)
+                 .script(self.scripts.lock_renew, [keys.lock(lock.key)], [lock.token, lock.ttl_ms])
+                 .command("zadd", keys.locks_held(), {lock.key: self.clock() + lock.ttl_ms})
+                 .execute())
+        if not ok:
             lock.lost = True
-        return ok
+        return bool(ok)
 
     def release(self, lock: Lock) -> bool:
         return self.release_token(lock.key, lock.token)
 
     def release_token(self, key: str, token: str) -> bool:
-        """Compare-and-delete; the dashboard's force release passes the holder token it showed."""
-        ok = bool(self.scripts.lock_release(keys=[keys.lock(key)], args=[token]))
-        if ok:
-            self.redis.zrem(keys.locks_held(), key)
-        return ok
+        """Compare-and-delete; the dashboard's force release passes the holder token it showed.
+
+        One round trip with the index removal; when the token did not match and somebody else
+        holds the key now, their entry is put back."""
+        ok, _ = (Batch(self.redis)
+                 .script(self.scripts.lock_release, [keys.lock(key)], [token])
+                 .command("zrem", keys.locks_held(), key)
+                 .execute())
+        if not ok:
+            ttl = int(self.redis.pttl(keys.lock(key)))
+            if ttl > 0:
+                self.redis.zadd(keys.locks_held(), {key: self.clock() + ttl})
+        return bool(ok)
 
     def count_conflict(self, key: str) -> None:
         now = self.clock()

@@ -21,7 +21,7 @@ from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, Job, check_headers, check_name
                        encode_payload, from_fields, new_job_id, new_traceparent)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
-from .scripts import Scripts
+from .scripts import Batch, Scripts
 
 # what a worker needs of a job it reserves (errors, traceback and result stay in Redis)
 RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
@@ -83,9 +83,6 @@ class Queue:
         # redis-py refuses EVALSHA inside a cluster pipeline: there, batches run one call each
         self.cluster = isinstance(client, RedisCluster)
 
-    def _batch(self) -> Any:
-        return None if self.cluster else self.redis.pipeline(transaction=False)
-
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
         """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
@@ -141,16 +138,15 @@ class Queue:
             return []
         names = list(built[0])  # enqueue.lua reads id, type, visible_at by position: first
         k = self.keys
-        pipe = self._batch()
+        batch = Batch(self.redis)
         for start in range(0, len(built), chunk):
             args: list[Any] = [k.job_prefix, now, json.dumps(names)]
             args.extend(json.dumps(list(fields.values()), separators=(",", ":"))
                         for fields in built[start:start + chunk])
-            self.scripts.enqueue(keys=[k.ready, k.scheduled, k.stats, k.types, k.wake],
-                                 args=args, client=pipe)
-        (pipe or self.redis).sadd(keys.queues_index(), self.name)
-        if pipe is not None:
-            pipe.execute()
+            batch.script(self.scripts.enqueue, [k.ready, k.scheduled, k.stats, k.types, k.wake],
+                         args)
+        batch.command("sadd", keys.queues_index(), self.name)
+        batch.execute()
         return [fields["id"] for fields in built]
 
     # -- consuming -------------------------------------------------------------------------
@@ -168,18 +164,21 @@ class Queue:
 
     def ack_many(self, done: Sequence[tuple[Job, Any]]) -> list[Job]:
         """Ack several jobs in one round trip; returns the jobs whose lease was lost."""
-        pipe = self._batch()
-        replies = [self._ack(job, result, "acked", self.scripts.ack, pipe) for job, result in done]
-        if pipe is not None:
-            replies = pipe.execute()
+        batch = Batch(self.redis)
+        for job, result in done:
+            batch.script(self.scripts.ack, *self._ack_call(job, result, "acked"))
+        replies = batch.execute()
         return [job for (job, _), reply in zip(done, replies) if str(reply).startswith("LOST:")]
 
-    def _ack(self, job: Job, result: Any, counter: str, script: Any, client: Any = None) -> Any:
+    def _ack(self, job: Job, result: Any, counter: str, script: Any) -> Any:
+        return script(*self._ack_call(job, result, counter))
+
+    def _ack_call(self, job: Job, result: Any, counter: str) -> tuple[list[str], list[Any]]:
         k = self.keys
         text = "" if result is None else json.dumps(result, default=str, separators=(",", ":"))
-        return script(keys=[k.job(job.id), k.inflight, k.done, k.stats],
-                      args=[job.id, job.epoch, self.clock(), text, self.done_retention_ms,
-                            self.done_max, k.job_prefix, counter], client=client)
+        return ([k.job(job.id), k.inflight, k.done, k.stats],
+                [job.id, job.epoch, self.clock(), text, self.done_retention_ms,
+                 self.done_max, k.job_prefix, counter])
 
     def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",
               traceback: str = "", spend_attempt: bool = True, undeliver: bool = False,

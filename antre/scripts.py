@@ -6,10 +6,15 @@ transition stays one self-contained EVALSHA.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 NAMES = (
     "enqueue", "reserve", "ack", "retry", "bury", "extend_lease", "promote_due",
@@ -57,3 +62,68 @@ class Scripts:
     breaker_success: redis.commands.core.Script
     breaker_failure: redis.commands.core.Script
     breaker_release: redis.commands.core.Script
+
+
+class Batch:
+    """Commands and scripts sent to Redis in one round trip (a non-transactional pipeline).
+
+    redis-py's own pipelines ask ``SCRIPT EXISTS`` before every execution that holds a script,
+    one more round trip each time; a batch sends ``EVALSHA`` straight away instead. If a script
+    is missing (the server restarted or its script cache was flushed) its calls come back
+    ``NOSCRIPT`` without having run: the batch loads the script and sends only those calls
+    again. On a Redis Cluster (where redis-py refuses ``EVALSHA`` in pipelines) every call is
+    sent on its own. ``execute()`` returns the replies in order and raises the first error.
+    """
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self.client = client
+        self.cluster = isinstance(client, RedisCluster)
+        self._calls: list[tuple[Script | None, str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def script(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> "Batch":
+        self._calls.append((script, "", (list(keys), list(args)), {}))
+        return self
+
+    def command(self, name: str, *args: Any, **kwargs: Any) -> "Batch":
+        """A redis-py command by its method name: ``batch.command("zadd", key, {m: s})``."""
+        self._calls.append((None, name, args, kwargs))
+        return self
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def execute(self) -> list[Any]:
+        calls, self._calls = self._calls, []
+        if self.cluster:
+            return [script(keys=a[0], args=a[1]) if script is not None
+                    else getattr(self.client, name)(*a, **kw) for script, name, a, kw in calls]
+        replies: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in pending:
+                script, name, a, kw = calls[i]
+                if script is not None:
+                    pipe.evalsha(script.sha, len(a[0]), *a[0], *a[1])
+                else:
+                    getattr(pipe, name)(*a, **kw)
+            out = pipe.execute(raise_on_error=False)
+            missing = []
+            for i, reply in zip(pending, out):
+                if attempt == 1 and isinstance(reply, NoScriptError):
+                    missing.append(i)
+                else:
+                    replies[i] = reply
+            if not missing:
+                break
+            loaded: set[int] = set()
+            for i in missing:
+                script = calls[i][0]
+                if script is not None and id(script) not in loaded:
+                    loaded.add(id(script))
+                    script.sha = self.client.script_load(script.script)
+            pending = missing
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    exc,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
@@ -255,11 +257,25 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     SQLite: WAL journal, ``busy_timeout=5000`` ms and ``synchronous=NORMAL`` on every connection
     (so concurrent writers wait rather than fail with "database is locked"); an in-memory
     database (``sqlite://``) gets a single shared connection so all threads see the same data;
-    the parent directory of a database file is created. All engines use ``pool_pre_ping`` so a
-    database restart does not hand out dead connections. ``kwargs`` go to ``create_engine``.
+    the parent directory of a database file is created. ``kwargs`` go to ``create_engine``.
+
+    Dead connections: a connection that sat in the pool for ``ping_idle_s`` or longer is pinged
+    when it is checked out (and replaced if the ping fails), so a database restart does not hand
+    out dead connections; a connection in steady use is not pinged (``pool_pre_ping`` would cost
+    one round trip per checkout). A connection that dies while in use raises a disconnect error
+    once, and the pool then replaces every connection older than that error.
     """
     u = make_url(url)
-    kwargs.setdefault("pool_pre_ping", True)
+    ping_idle_s = kwargs.pop("ping_idle_s", PING_IDLE_S)
+    if not kwargs.get("pool_pre_ping"):
+        kwargs.pop("pool_pre_ping", None)
+        engine = _make_engine(u, kwargs)
+        ping_when_idle(engine, ping_idle_s)
+        return engine
+    return _make_engine(u, kwargs)
+
+
+def _make_engine(u: Any, kwargs: dict[str, Any]) -> Engine:
     if u.get_backend_name() == "sqlite":
         database = u.database or ""
         in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
@@ -275,6 +291,30 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect)
         return engine
     return create_engine(u, **kwargs)
+
+
+PING_IDLE_S = 1.0
+
+
+def ping_when_idle(engine: Engine, idle_s: float = PING_IDLE_S) -> None:
+    """Ping a pooled connection at checkout only if it has been idle ``idle_s`` or longer."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["antre_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("antre_idle_since", None)
+        if since is None or time.monotonic() - since < idle_s:
+            return
+        try:
+            alive = dialect.do_ping(dbapi_connection)
+        except Exception as e:  # the pool retries the checkout on a new connection
+            raise exc.DisconnectionError(f"stale pooled connection: {e}") from e
+        if not alive:
+            raise exc.DisconnectionError("stale pooled connection")
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -434,6 +434,43 @@ def test_handler_writes_commit_with_the_completion(dbapp, clock):
     assert dbapp.idempotency.lookup("eff:b").status == "failed"
 
 
+@pytest.mark.postgres
+def test_connection_lost_under_the_commit_snoozes_without_spending_an_attempt(redis_url, pg_url,
+                                                                             clock):
+    import psycopg
+    from sqlalchemy import text
+
+    app = Antre(redis_url=redis_url, database_url=pg_url, clock=clock)
+    with app.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (k TEXT PRIMARY KEY)"))
+    libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    runs = []
+
+    @app.handler("effect")
+    def effect(ctx, payload):
+        ctx.db.execute(text("INSERT INTO effects (k) VALUES (:k)"), {"k": payload["k"]})
+        runs.append(ctx.job.epoch)
+        if len(runs) == 1:  # the database drops this connection before the commit
+            pid = ctx.db.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            with psycopg.connect(libpq, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        return "written"
+
+    q = app.queue()
+    job_id = app.enqueue("effect", {"k": "a"}, idempotency_key="eff:a")
+    _, counts = burst(app, clock)
+    job = q.get(job_id)
+    assert job.state == "scheduled" and job.attempt == 0
+    assert counts["snoozed"] == 1
+    clock.advance(1000)
+    burst(app, clock)
+    job = q.get(job_id)
+    assert job.state == "done" and job.attempt == 0 and runs == [1, 2]
+    with app.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM effects")).scalar_one() == 1
+    assert app.idempotency.lookup("eff:a").status == "completed"
+
+
 # -- flow control, checkpoints ----------------------------------------------------------------
 
 def test_concurrency_limit_of_one_is_never_exceeded_across_threads(app, clock, q):

@@ -555,6 +555,15 @@ class WorkerProcess:
                 return
             except Exception as exc:
                 self._rollback(db)
+                if getattr(exc, "connection_invalidated", False):
+                    # the connection died under the commit: nothing of it counts as done (a
+                    # commit that did land is seen as completed on the next delivery)
+                    log.error("database connection lost while committing: %s; job snoozed",
+                              exc, extra=job_fields(job, "snoozed",
+                                                    error_kind="database_unavailable"))
+                    self._settle(r, "snoozed", r.queue.snooze, job, random.randint(200, 1000),
+                                 "database_unavailable")
+                    return
                 self._failed(r, spec, store, exc)
                 return
         self._settle(r, "succeeded", r.queue.ack, job, result)

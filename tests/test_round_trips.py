@@ -1,0 +1,133 @@
+"""Fewer round trips without losing anything: batches of scripts without ``SCRIPT EXISTS``
+(and their recovery after the script cache is flushed), the lock index kept in the same round
+trip as the lock, and pooled database connections pinged only after they sat idle (a dead one
+is replaced, a connection killed while in use is retried once by the idempotency store)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from antre import keys
+from antre.clock import ManualClock
+from antre.idempotency import ACQUIRED, IdempotencyStore
+from antre.locks import Locks
+from antre.queue import JobSpec, Queue
+from antre.scripts import Batch
+from antre.sql import make_engine, migrate, session_factory
+
+
+def calls(r) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
+
+
+@pytest.fixture
+def q(r):
+    return Queue(r, "jobs", clock=ManualClock())
+
+
+def test_ack_many_is_one_round_trip_without_script_exists(q, r):
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(6)])
+    jobs = q.reserve("w1", count=6)
+    q.ack_many([(jobs.pop(), None)])  # the server knows the script from now on
+    r.config_resetstat()
+    assert q.ack_many([(j, None) for j in jobs]) == []
+    stats = calls(r)
+    assert not [name for name in stats if name.startswith("script")]
+    assert stats["evalsha"] == 5
+    assert r.zcard(q.keys.done) == 6
+
+
+def test_batch_reloads_flushed_scripts_and_runs_each_call_once(q, r):
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(3)])
+    jobs = q.reserve("w1", count=3)
+    r.script_flush()  # as after a Redis restart: the cached SHAs are unknown to the server
+    assert q.ack_many([(j, None) for j in jobs]) == []
+    assert r.zcard(q.keys.done) == 3 and r.zcard(q.keys.inflight) == 0
+    assert int(r.hget(q.keys.stats, "acked")) == 3  # not acked twice by the re-send
+    r.script_flush()
+    ids = q.enqueue_many([JobSpec("t", {}, f"n{i}") for i in range(2)])
+    assert r.llen(q.keys.ready) == 2 and set(ids) == set(r.lrange(q.keys.ready, 0, -1))
+
+
+def test_batch_raises_the_first_error_after_running_everything(r):
+    r.set("s", "text")
+    batch = Batch(r).command("incr", "s").command("set", "t", "1")
+    with pytest.raises(Exception, match="not an integer"):
+        batch.execute()
+    assert r.get("t") == "1"
+
+
+def test_lock_index_follows_acquire_and_release(r):
+    clock = ManualClock()
+    locks = Locks(r, clock=clock)
+    lock = locks.acquire("order:1", ttl_ms=10_000, owner="w1")
+    assert r.zscore(keys.locks_held(), "order:1") == clock() + 10_000
+    assert [h.key for h in locks.held()] == ["order:1"]
+    assert locks.release(lock) is True
+    assert r.zscore(keys.locks_held(), "order:1") is None and locks.held() == []
+
+
+def test_releasing_someone_elses_lock_keeps_it_in_the_index(r):
+    clock = ManualClock()
+    locks = Locks(r, clock=clock)
+    mine = locks.acquire("order:2", ttl_ms=10_000, owner="w1")
+    r.delete(keys.lock("order:2"))  # our lock expired ...
+    theirs = locks.acquire("order:2", ttl_ms=10_000, owner="w2")  # ... and w2 took the key
+    assert locks.release(mine) is False
+    held = locks.held()
+    assert [(h.key, h.holder) for h in held] == [("order:2", theirs.token)]
+    assert locks.renew(mine) is False and mine.lost
+
+
+# --- database connections ----------------------------------------------------------------
+
+def _backend_pid(engine) -> int:
+    with engine.connect() as c:
+        return int(c.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _terminate(pg_url: str, pid: int) -> None:
+    libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(libpq, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.mark.postgres
+def test_idle_pooled_connection_that_died_is_replaced_at_checkout(pg_url):
+    engine = make_engine(pg_url, ping_idle_s=0)  # every checkout counts as idle
+    pid = _backend_pid(engine)
+    _terminate(pg_url, pid)
+    assert _backend_pid(engine) != pid  # no error reached the caller
+    engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("idle_s, pings", [(3600, 0), (0, 1)])
+def test_only_a_connection_idle_long_enough_is_pinged(pg_url, idle_s, pings):
+    engine = make_engine(pg_url, ping_idle_s=idle_s)
+    pid = _backend_pid(engine)
+    seen = []
+    real_ping = engine.dialect.do_ping
+    engine.dialect.do_ping = lambda conn: seen.append(conn) or real_ping(conn)
+    assert _backend_pid(engine) == pid
+    assert len(seen) == pings
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_store_retries_once_when_its_connection_died_in_use(pg_url, monkeypatch):
+    import antre.sql
+    monkeypatch.setattr(antre.sql, "PING_IDLE_S", 3600)  # a pooled connection counts as hot
+    migrate(pg_url)
+    engine = make_engine(pg_url)
+    store = IdempotencyStore(session_factory(engine), clock=ManualClock())
+    auto = store._auto
+    pid = _backend_pid(auto)  # the store's own autocommit pool
+    _terminate(pg_url, pid)  # killed while pooled and "hot": the idle ping does not run
+    b = store.begin("k1", "fp", "t", "j1", 1, "w1", 10**13)
+    assert b.outcome == ACQUIRED
+    assert _backend_pid(auto) != pid
+    engine.dispose()
+    auto.dispose()
