@@ -15,7 +15,8 @@ class JobContext:
     """``ctx`` of a handler.
 
     ``job``: the envelope. ``db``: a SQLAlchemy session committed together with the idempotency
-    record (``None`` without a database). ``fence``: the fencing token of the job's business
+    record (``None`` without a database); it is opened on first use, so a handler that never
+    touches it costs no transaction (its completion is then one autocommit statement). ``fence``: the fencing token of the job's business
     lock when it has a ``lock_key``, else the lease epoch. ``cancelled``: set when the soft
     timeout passed or the worker is shutting down; long handlers should look at it or call
     ``checkpoint()``.
@@ -23,13 +24,21 @@ class JobContext:
 
     job: Job
     worker_id: str
-    db: Any = None
+    _db_factory: Callable[[], Any] | None = None
+    _db: Any = None
     fence: int = 0
     lock: Any = None
     last_checkpoint: Any = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     _extend: Callable[[float], int] | None = None
     _checkpoint: Callable[[Any], None] | None = None
+
+    @property
+    def db(self) -> Any:
+        """The job's SQLAlchemy session, opened on first use; ``None`` without a database."""
+        if self._db is None and self._db_factory is not None:
+            self._db = self._db_factory()
+        return self._db
 
     @property
     def attempt(self) -> int:

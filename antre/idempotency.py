@@ -244,7 +244,7 @@ class IdempotencyStore:
         self._claim_stmt = (
             self._insert_for(bind.dialect.name)
             .on_conflict_do_nothing(index_elements=[_C.key])
-            .returning(*_T.c)
+            .returning(_C.key)  # what was inserted is the record: no columns to read back
         )
         self._read_stmt = select(_T).where(_C.key == bindparam("b_key"))
         owned = [_C.key == bindparam("b_key"), _C.fence == bindparam("b_fence"),
@@ -354,7 +354,7 @@ class IdempotencyStore:
         for _ in range(self.max_rounds):
             now = self.clock()
             now_dt = ms_to_datetime(now)
-            row = self._autocommit(self._claim_stmt, {
+            values: dict[str, Any] = {
                 "key": key,
                 "status": "processing",
                 "fingerprint": fingerprint,
@@ -369,9 +369,9 @@ class IdempotencyStore:
                 "created_at": now_dt,
                 "updated_at": now_dt,
                 "expires_at": ms_to_datetime(now + self.retention_ms),
-            })
-            if row is not None:
-                return Begin(ACQUIRED, Record.from_row(row))
+            }
+            if self._autocommit(self._claim_stmt, values) is not None:
+                return Begin(ACQUIRED, Record(**values))
 
             cur = self._read(key)
             if cur is None:
@@ -414,14 +414,16 @@ class IdempotencyStore:
         return Begin(BUSY, cur)
 
     def complete(
-        self, session: Session, key: str, fence: int, result: Any, *, job_id: str | None = None
+        self, session: Session | None, key: str, fence: int, result: Any, *,
+        job_id: str | None = None
     ) -> None:
         """Mark ``key`` completed with ``result``, in the caller's session; does not commit.
 
         ``UPDATE ... SET status='completed' WHERE key=:k AND fence=:f AND status='processing'``
         (and ``job_id`` when given). Zero rows -> :class:`LeaseLost`: the caller must roll back,
         which also undoes its own writes made in the same transaction. The caller commits, so the
-        handler's writes and the completion are one transaction.
+        handler's writes and the completion are one transaction. ``session=None`` (the handler
+        wrote nothing through SQL): the update runs on its own, in autocommit.
         """
         try:
             json.dumps(result, allow_nan=False)
@@ -433,7 +435,9 @@ class IdempotencyStore:
         if job_id is not None:
             params["b_job_id"] = job_id
         stmt = self._complete_stmt if job_id is None else self._complete_job_stmt
-        if session.execute(stmt, params).first() is None:
+        row = (self._autocommit(stmt, params) if session is None
+               else session.execute(stmt, params).first())
+        if row is None:
             raise LeaseLost(f"idempotency record {key!r} is no longer owned by fence {fence}")
 
     def fail(

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Iterator, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from . import keys
 from .clock import Clock, system_ms
 from .errors import AntreError
-from .scripts import Batch, Scripts
+from .scripts import Scripts
 
 
 class LockBusy(AntreError):
@@ -47,50 +48,46 @@ class Locks:
         self.redis = client
         self.clock = clock
         self.scripts = scripts or Scripts(client)
+        # the held-locks index goes into the lock scripts, except on a cluster (another slot)
+        self.cluster = isinstance(client, RedisCluster)
+        self._index = [] if self.cluster else [keys.locks_held()]
 
     def acquire(self, key: str, ttl_ms: int, owner: str = "") -> Lock:
         """Take the lock or raise ``LockBusy`` (and count a conflict on ``key``).
 
-        One round trip: the script, and the index of held locks (whoever holds the key, it is
-        held, so indexing it is right either way)."""
+        One script, which also indexes the key as held (on a Redis Cluster the index is in
+        another slot: a second command there)."""
         token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
-        reply, _ = (Batch(self.redis)
-                    .script(self.scripts.lock_acquire, [keys.lock(key), keys.lock_fence(key)],
-                            [token, int(ttl_ms)])
-                    .command("zadd", keys.locks_held(), {key: self.clock() + int(ttl_ms)})
-                    .execute())
+        now = self.clock()
+        lock_keys = [keys.lock(key), keys.lock_fence(key)]
+        reply = self.scripts.lock_acquire(keys=lock_keys + self._index,
+                                          args=[token, int(ttl_ms), key, now])
         if int(reply[0]) == 1:
+            if self.cluster:
+                self.redis.zadd(keys.locks_held(), {key: now + int(ttl_ms)})
             return Lock(key, token, int(reply[1]), int(ttl_ms))
         self.count_conflict(key)
         raise LockBusy(key, str(reply[1]), int(reply[2]))
 
     def renew(self, lock: Lock) -> bool:
-        """Compare-and-expire (one round trip with the index; a lost key is pruned on read)."""
-        ok, _ = (Batch(self.redis)
-                 .script(self.scripts.lock_renew, [keys.lock(lock.key)], [lock.token, lock.ttl_ms])
-                 .command("zadd", keys.locks_held(), {lock.key: self.clock() + lock.ttl_ms})
-                 .execute())
+        """Compare-and-expire. The index keeps the key's first expiry: it orders the Locks page
+        (long-held and abandoned keys first, where reading prunes the abandoned ones)."""
+        ok = bool(self.scripts.lock_renew(keys=[keys.lock(lock.key)],
+                                          args=[lock.token, lock.ttl_ms]))
         if not ok:
             lock.lost = True
-        return bool(ok)
+        return ok
 
     def release(self, lock: Lock) -> bool:
         return self.release_token(lock.key, lock.token)
 
     def release_token(self, key: str, token: str) -> bool:
-        """Compare-and-delete; the dashboard's force release passes the holder token it showed.
-
-        One round trip with the index removal; when the token did not match and somebody else
-        holds the key now, their entry is put back."""
-        ok, _ = (Batch(self.redis)
-                 .script(self.scripts.lock_release, [keys.lock(key)], [token])
-                 .command("zrem", keys.locks_held(), key)
-                 .execute())
-        if not ok:
-            ttl = int(self.redis.pttl(keys.lock(key)))
-            if ttl > 0:
-                self.redis.zadd(keys.locks_held(), {key: self.clock() + ttl})
-        return bool(ok)
+        """Compare-and-delete; the dashboard's force release passes the holder token it showed."""
+        ok = bool(self.scripts.lock_release(keys=[keys.lock(key)] + self._index,
+                                            args=[token, key]))
+        if ok and self.cluster:
+            self.redis.zrem(keys.locks_held(), key)
+        return ok
 
     def count_conflict(self, key: str) -> None:
         now = self.clock()

@@ -50,5 +50,7 @@ def test_locks_on_cluster(rc):
     locks = Locks(rc)
     lock = locks.acquire("sku:1", 10_000, owner="w1")
     lock2 = locks.acquire("sku:2", 10_000, owner="w1")
+    assert sorted(h.key for h in locks.held()) == ["sku:1", "sku:2"]  # the index, another slot
     assert locks.renew(lock) and locks.release(lock) and locks.release(lock2)
+    assert locks.held() == []
     assert locks.acquire("sku:1", 10_000).fence == lock.fence + 1

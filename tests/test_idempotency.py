@@ -301,6 +301,21 @@ def test_complete_twice_second_is_refused(store, clock, sf):
     assert store.lookup("k").result == 1
 
 
+def test_complete_without_a_session_is_one_fenced_autocommit_statement(store, clock):
+    b = begin(store, clock, job_id="j1", fence=2)
+    assert b.record == store.lookup("k")  # the record begin returns is the row as stored
+    with pytest.raises(LeaseLost):
+        store.complete(None, "k", 1, "stale", job_id="j1")
+    with pytest.raises(LeaseLost):
+        store.complete(None, "k", 2, "other job", job_id="j9")
+    assert store.lookup("k").status == "processing"
+    store.complete(None, "k", 2, {"sent": True}, job_id="j1")
+    rec = store.lookup("k")
+    assert (rec.status, rec.result) == ("completed", {"sent": True})
+    with pytest.raises(LeaseLost):
+        store.complete(None, "k", 2, "again", job_id="j1")
+
+
 def test_complete_with_non_json_result_is_permanent(store, clock, sf):
     begin(store, clock)
     with sf() as s, pytest.raises(Permanent):

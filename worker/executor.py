@@ -499,9 +499,8 @@ class WorkerProcess:
 
     def _run(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any) -> None:
         job = r.job
-        factory = self.app.session_factory
-        db = factory() if factory is not None else None
-        r.ctx = JobContext(job=job, worker_id=self.worker_id, db=db,
+        r.ctx = JobContext(job=job, worker_id=self.worker_id,
+                           _db_factory=self.app.session_factory,
                            fence=lock.fence if lock else job.epoch, lock=lock,
                            last_checkpoint=job.checkpoint,
                            _extend=lambda seconds: self._extend_by(r, seconds),
@@ -515,19 +514,19 @@ class WorkerProcess:
             except Exception as exc:
                 self._measure(r)
                 self._report_flow(r, exc)
-                self._rollback(db)
+                self._rollback(r.ctx._db)
                 self._failed(r, spec, store, exc)
                 return
             self._measure(r)
             self._report_flow(r, None)
             self._succeeded(r, spec, lock, store, result)
         finally:
-            if db is not None:
-                db.close()
+            if r.ctx._db is not None:
+                r.ctx._db.close()
 
     def _succeeded(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any,
                    result: Any) -> None:
-        job, db = r.job, r.ctx.db if r.ctx else None
+        job, db = r.job, r.ctx._db if r.ctx else None  # None: the handler opened no session
         if r.closed or r.lease_lost:
             self._rollback(db)
             log.warning("job %s finished after its lease was given up; outcome dropped", job.id,
@@ -544,11 +543,12 @@ class WorkerProcess:
                         extra=job_fields(job, "lock_conflict"))
             self._settle(r, "snoozed", r.queue.snooze, job, random.randint(200, 1000), "lock_lost")
             return
-        if db is not None:
+        if db is not None or (store is not None and r.owns_idempotency):
             try:
                 if store is not None and r.owns_idempotency:
                     store.complete(db, job.idempotency_key, job.epoch, result, job_id=job.id)
-                db.commit()
+                if db is not None:
+                    db.commit()
             except LeaseLost as exc:
                 self._rollback(db)
                 self._lease_lost(job, exc)

@@ -1,8 +1,13 @@
--- lock_acquire: SET NX PX with a random token; on success also bump the key's fencing counter.
--- KEYS[1] lock   KEYS[2] fence counter
--- ARGV[1] token   ARGV[2] ttl_ms
+-- lock_acquire: SET NX PX with a random token; on success also bump the key's fencing counter
+-- and, when KEYS[3] is given, index the key as held (not on a Redis Cluster, where the index
+-- lives in another slot and the caller indexes it itself).
+-- KEYS[1] lock   KEYS[2] fence counter   KEYS[3] held-locks index (optional)
+-- ARGV[1] token   ARGV[2] ttl_ms   ARGV[3] business key   ARGV[4] now_ms
 -- Returns: {1, fencing token} acquired; {0, holder token, pttl} busy.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then
+  if KEYS[3] then
+    redis.call('ZADD', KEYS[3], tonumber(ARGV[4]) + tonumber(ARGV[2]), ARGV[3])
+  end
   return {1, redis.call('INCR', KEYS[2])}
 end
 return {0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1])}

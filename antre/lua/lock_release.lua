@@ -1,5 +1,10 @@
--- lock_release: compare-and-delete.
--- KEYS[1] lock   ARGV[1] token
+-- lock_release: compare-and-delete; when KEYS[2] is given (not on a Redis Cluster) the key also
+-- leaves the held-locks index.
+-- KEYS[1] lock   KEYS[2] held-locks index (optional)   ARGV[1] token   ARGV[2] business key
 -- Returns: 1 released, 0 not held by this token (nothing changed).
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[2]) end
+  return 1
+end
 return 0
