@@ -207,6 +207,48 @@ class CompletedCache:
         return len(self._data)
 
 
+class _Compiled:
+    """A statement compiled once and run straight on a pooled DBAPI connection, with the bind
+    processors of its column types applied: a statement that runs once per job skips
+    SQLAlchemy's per-execution work (about a third of its cost). Errors are wrapped and
+    disconnects detected as SQLAlchemy does (``DBAPIError.connection_invalidated``)."""
+
+    def __init__(self, stmt: Any, engine: Any) -> None:
+        dialect = engine.dialect
+        self.engine, self.dialect = engine, dialect
+        self.compiled = stmt.compile(dialect=dialect)
+        self.sql = self.compiled.string
+        self.order = list(self.compiled.positiontup) if self.compiled.positional else None
+        self.processors = {}
+        for name, bind in self.compiled.binds.items():
+            proc = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if proc is not None:
+                self.processors[name] = proc
+
+    def first(self, params: dict[str, Any]) -> Any:
+        values = self.compiled.construct_params(params)
+        for name, proc in self.processors.items():
+            values[name] = proc(values[name])
+        args = values if self.order is None else tuple(values[n] for n in self.order)
+        raw = self.engine.raw_connection()
+        cursor = None
+        try:
+            cursor = raw.cursor()
+            cursor.execute(self.sql, args)
+            row = cursor.fetchone()
+            cursor.close()
+            raw.commit()  # nothing to do on an autocommit connection; SQLite's implicit one
+            return row
+        except self.dialect.loaded_dbapi.Error as e:
+            gone = self.dialect.is_disconnect(e, raw.dbapi_connection, cursor)
+            if gone:
+                raw.invalidate(e)
+            raise DBAPIError.instance(self.sql, args, e, self.dialect.loaded_dbapi.Error,
+                                      connection_invalidated=gone, dialect=self.dialect) from e
+        finally:
+            raw.close()
+
+
 class IdempotencyStore:
     """The idempotency records in SQL (SQLite or PostgreSQL). Thread-safe; one per process is enough.
 
@@ -256,13 +298,19 @@ class IdempotencyStore:
         self._complete_job_stmt = (
             update(_T).where(*owned, _C.job_id == bindparam("b_job_id"))
             .values(done).returning(_C.key))
+        # ... and the two that run once per job on their own go straight to the driver
+        self._raw = {id(stmt): _Compiled(stmt, auto)
+                     for stmt in (self._claim_stmt, self._complete_stmt, self._complete_job_stmt)}
 
     def _autocommit(self, stmt: Any, params: dict[str, Any]) -> Any:
         """One statement in autocommit; the first row or None. A connection found dead while in
         use (the database restarted, or it was terminated) is retried once on a fresh one: the
         pool replaces every connection older than that error."""
+        raw = self._raw.get(id(stmt))
         for attempt in (1, 2):
             try:
+                if raw is not None:
+                    return raw.first(params)
                 with self._auto.connect() as c:
                     return c.execute(stmt, params).first()
             except DBAPIError as e:

@@ -276,6 +276,12 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 
 def _make_engine(u: Any, kwargs: dict[str, Any]) -> Engine:
+    if u.get_backend_name() != "sqlite" and "poolclass" not in kwargs:
+        # a pool keeps only what was in use at once, so a larger size opens nothing more; with
+        # SQLAlchemy's default of 5, a worker with more threads than that would close and
+        # reopen a connection for nearly every job
+        kwargs.setdefault("pool_size", POOL_SIZE)
+        kwargs.setdefault("max_overflow", POOL_SIZE)
     if u.get_backend_name() == "sqlite":
         database = u.database or ""
         in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
@@ -294,6 +300,7 @@ def _make_engine(u: Any, kwargs: dict[str, Any]) -> Engine:
 
 
 PING_IDLE_S = 1.0
+POOL_SIZE = 20
 
 
 def ping_when_idle(engine: Engine, idle_s: float = PING_IDLE_S) -> None:

@@ -438,3 +438,11 @@ def test_completed_cache_is_only_an_accelerator(sf, clock):
     assert not begin(store, clock, job_id="j5").cached  # expired -> back to the database
     assert store.reset("k", force=True)
     assert begin(store, clock, job_id="j6").outcome == ACQUIRED  # reset invalidated the cache
+
+
+def test_driver_errors_on_the_direct_path_are_sqlalchemy_errors(store, clock):
+    # the claim runs straight on the driver; its errors still look like SQLAlchemy's
+    with pytest.raises(sa.exc.IntegrityError):
+        store.begin("k", None, "t", "j1", 1, "w1", clock() + LEASE_MS)
+    assert store.lookup("k") is None
+    assert begin(store, clock).outcome == ACQUIRED  # the connection is usable afterwards
