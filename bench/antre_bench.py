@@ -203,7 +203,7 @@ def raw_loop(url: str, n: int, procs: int = 1, count: int = 100, mode: str = "ac
 def worker_run(url: str, n: int, procs: int = 1, threads: int = 4,
                prefetch: int = DEFAULT_PREFETCH,
                database_url: str | None = None, lock: bool = False, count_rtt: bool = False,
-               timeout: float = 300) -> dict[str, Any]:
+               timeout: float = 300, write: bool = False) -> dict[str, Any]:
     """The real worker pool: ``python -m worker bench.apps.noop:app --burst``."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
@@ -212,7 +212,8 @@ def worker_run(url: str, n: int, procs: int = 1, threads: int = 4,
     cmd = [sys.executable, "-m", "worker", "worker", APP, "--processes", str(procs),
            "--threads", str(threads), "--prefetch", str(prefetch), "--no-scheduler"]
     # not --burst: a burst worker exits while snoozed jobs (database busy) are still scheduled
-    env = _env(url, BENCH_DATABASE_URL=database_url, BENCH_COUNT_RTT="1" if count_rtt else None)
+    env = _env(url, BENCH_DATABASE_URL=database_url, BENCH_COUNT_RTT="1" if count_rtt else None,
+               BENCH_WRITE="1" if write else None)
     log_path = os.path.join(ROOT, "bench", "out", "worker-run.log")
     with open(log_path, "wb") as log:  # a file, not a pipe: a full pipe would stall the worker
         p = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
@@ -226,7 +227,7 @@ def worker_run(url: str, n: int, procs: int = 1, threads: int = 4,
     extra: dict[str, Any] = {
         "threads": threads, "prefetch": prefetch, "evalsha_per_job": round(evalsha / n, 3),
         "redis_commands_per_job": round((cmds_after - cmds_before) / n, 2),
-        "database": _db_kind(database_url), "lock_per_job": lock}
+        "database": _db_kind(database_url), "lock_per_job": lock, "row_written": write}
     if count_rtt:
         sends = sum(int(v) for v in client.hgetall("bench:rtt").values())
         extra["round_trips_per_job"] = round(sends / n, 3)

@@ -172,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         antre("worker + idempotency (SQLite), 1 process", lambda: sqlite_run(False))
         antre("worker + idempotency (SQLite) + lock per job, 1 process", lambda: sqlite_run(True))
         if not args.skip_pg:
-            def pg_run(lock: bool, procs: int = 1) -> dict[str, Any]:
+            def pg_run(lock: bool, procs: int = 1, write: bool = False) -> dict[str, Any]:
                 pg, drop = ab.pg_schema_url(args.pg_url)
                 try:
                     return ab.worker_run(url, idem_n, procs, 4, DEFAULT_PREFETCH, database_url=pg,
-                                         lock=lock,
+                                         lock=lock, write=write,
                                          count_rtt=procs == 1)
                 finally:
                     drop()
@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                       lambda: pg_run(True))
                 antre("worker + idempotency (PostgreSQL) + lock per job, 2 processes",
                       lambda: pg_run(True, 2))
+                antre("worker + idempotency (PostgreSQL) + lock per job + one row written "
+                      "through ctx.db, 1 process", lambda: pg_run(True, write=True))
             except Exception as exc:
                 log(f"PostgreSQL skipped: {exc}")
                 results["postgres_error"] = str(exc)
@@ -238,6 +240,38 @@ def _pct(x: float, ceiling: float) -> str:
     return f"{100 * x / ceiling:.0f}%" if ceiling else "-"
 
 
+def _targets(res: dict[str, Any]) -> list[str]:
+    """The issue's targets, each with the figure it is read from."""
+    many = _med(res.get("enqueue", {}), "enqueue_many_per_s")
+    rows = res.get("antre", {})
+    noop = _med(rows.get("worker, 1 process x 4 threads (defaults)", {}))
+    pg_lock = _med(rows.get("worker + idempotency (PostgreSQL) + lock per job, 1 process", {}))
+    lat = (res.get("latency") or {}).get("p99_ms")
+    peers = {name: _med(r) for name, r in (res.get("peers") or {}).items() if not r.get("error")}
+    keeping = {n: v for n, v in peers.items() if pb.PEERS[n]["keeps_job_in_redis"]}
+    best_keeping = max(keeping.items(), key=lambda kv: kv[1], default=("-", 0))
+    fastest = max(peers.items(), key=lambda kv: kv[1], default=("-", 0))
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+    out = ["## Targets", "", "| target | figure | |", "|---|---|---|",
+           f"| no-op processing >= 5,000 jobs/s per worker process | {noop:,} | "
+           f"{met(noop >= 5_000)} |"]
+    if peers:
+        out += [f"| >= 2x the fastest peer that keeps the job in Redis ({best_keeping[0]}, "
+                f"{best_keeping[1]:,}) | {noop / max(1, best_keeping[1]):.1f}x | "
+                f"{met(noop >= 2 * best_keeping[1])} |",
+                f"| not slower than any peer (fastest: {fastest[0]}, {fastest[1]:,}) | "
+                f"{noop:,} | {met(noop >= fastest[1])} |"]
+    out += [f"| `enqueue_many` >= 30,000 jobs/s | {many:,} | {met(many >= 30_000)} |"]
+    if pg_lock:
+        out += [f"| PostgreSQL idempotency record + a lock per job >= 1,000 jobs/s per process | "
+                f"{pg_lock:,} | {met(pg_lock >= 1_000)} |"]
+    if lat is not None:
+        out += [f"| p99 enqueue-to-start at 200 jobs/s <= 5 ms | {lat} ms | {met(lat <= 5)} |"]
+    return out + [""]
+
+
 def render(res: dict[str, Any]) -> str:
     m, v, c = res["machine"], res["versions"], res["ceiling"]
     ping = _med(c, "ping_per_s")
@@ -252,7 +286,8 @@ def render(res: dict[str, Any]) -> str:
            "median kept (all runs listed).",
            "- Jobs/s = (jobs - 1) / (last finished - first finished), seen through "
            "`bench/progress.py` (no extra round trip per job); the worker's start-up is excluded.",
-           "", "## The ceiling (Redis round trips from one Python thread)", "",
+           ""] + _targets(res) + [
+           "## The ceiling (Redis round trips from one Python thread)", "",
            "| measure | per second |", "|---|---:|",
            f"| PING, one at a time | {ping:,} |",
            f"| PING, pipelined {c.get('pipeline_batch')} at a time (commands/s; run kept for the "

@@ -1,7 +1,8 @@
 """The Antre app of the no-op benchmarks: ``python -m worker bench.apps.noop:app``.
 
 Environment: ``BENCH_REDIS_URL``; ``BENCH_DATABASE_URL`` (an idempotency record per job when
-set); ``BENCH_LOCK=1`` (jobs carry a lock_key; the worker takes the lock per job).
+set); ``BENCH_LOCK=1`` (jobs carry a lock_key; the worker takes the lock per job);
+``BENCH_WRITE=1`` (the handler inserts one row through ``ctx.db``, committed with the record).
 """
 
 import os
@@ -16,8 +17,18 @@ app = Antre(redis_url=os.environ["BENCH_REDIS_URL"],
             database_url=os.environ.get("BENCH_DATABASE_URL") or None)
 
 
+WRITE = bool(os.environ.get("BENCH_WRITE"))
+if WRITE:
+    from sqlalchemy import text
+    with app.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS bench_effects (k VARCHAR(200) PRIMARY KEY)"))
+    INSERT = text("INSERT INTO bench_effects (k) VALUES (:k)")
+
+
 @app.handler("noop", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
 def noop(ctx, payload):
+    if WRITE:
+        ctx.db.execute(INSERT, {"k": ctx.job.idempotency_key})
     progress.done()
 
 
