@@ -76,6 +76,10 @@ class Antre:
             "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
         self.handlers: dict[str, HandlerSpec] = {}
         self.downstreams: dict[str, FlowPolicy] = {}
+        if redis_client is not None and not redis_client.get_encoder().decode_responses:
+            raise ValueError("Antre needs a Redis client that decodes replies to str: build it "
+                             "with decode_responses=True (e.g. redis.Redis.from_url(url, "
+                             "decode_responses=True)), or pass redis_url= instead")
         self._redis = redis_client
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}

@@ -176,3 +176,9 @@ def flow_index() -> str:
 def alert_points() -> str:
     """HASH queue -> JSON list of ``[ms, {counter: value}]`` the alert rules compare against."""
     return f"{PREFIX}:{{alerts}}:points"
+
+
+def login_failures(digest: str) -> str:
+    """ZSET ``<ms>:<n>`` -> ms: failed logins of one (user name, client address) in the window;
+    ``digest`` is a hash of the pair (never the raw, user-supplied name)."""
+    return f"{PREFIX}:{{auth}}:login_failures:{digest}"

@@ -23,6 +23,8 @@ NAMES = (
     # flow control (antre/flow.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
+    # login throttling (antre/logins.py)
+    "failure_add",
 )
 
 
@@ -62,6 +64,7 @@ class Scripts:
     breaker_success: redis.commands.core.Script
     breaker_failure: redis.commands.core.Script
     breaker_release: redis.commands.core.Script
+    failure_add: redis.commands.core.Script
 
 
 class Batch:

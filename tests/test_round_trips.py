@@ -131,3 +131,13 @@ def test_store_retries_once_when_its_connection_died_in_use(pg_url, monkeypatch)
     assert _backend_pid(auto) != pid
     engine.dispose()
     auto.dispose()
+
+
+def test_a_client_that_returns_bytes_is_refused_with_the_fix(redis_url):
+    import redis
+
+    from antre import Antre
+    with pytest.raises(ValueError, match="decode_responses=True"):
+        Antre(redis_client=redis.Redis.from_url(redis_url))
+    app = Antre(redis_client=redis.Redis.from_url(redis_url, decode_responses=True))
+    assert app.queue().enqueue("t", {}, idempotency_key="k")

@@ -71,6 +71,40 @@ def test_wrong_password_is_audited_and_rate_limited(web):
     assert outcomes.count("failed") == 5 and "refused" in outcomes
 
 
+def test_login_limit_is_shared_by_every_dashboard_process(web, sqlite_url):
+    from argon2 import PasswordHasher
+
+    from webapp import create_app
+    other_app = create_app({"ANTRE_REDIS_URL": web.svc.redis_url, "ANTRE_DATABASE_URL": sqlite_url,
+                            "TESTING": True, "SECRET_KEY": "x", "ANTRE_CLOCK": web.clock})
+    other_app.extensions["antre"].users.hasher = PasswordHasher(time_cost=1, memory_cost=1024,
+                                                                parallelism=1)
+    a, b = web.client(), other_app.test_client()  # two gunicorn workers, one Redis
+    for _ in range(3):
+        assert login(a, "operator", "nope").status_code == 401
+    for _ in range(2):
+        assert login(b, "operator", "nope").status_code == 401
+    assert login(a, "operator").status_code == 429
+    assert login(b, "operator").status_code == 429
+    keys = web.svc.redis.keys("antre:{auth}:login_failures:*")
+    assert len(keys) == 1 and "operator" not in keys[0]  # the typed name is hashed, not stored
+    web.clock.advance(60_001)  # the window passes (each process alone counted fewer than 5)
+    assert login(b, "operator").status_code == 302
+
+
+def test_login_throttle_window_slides_with_the_clock(web):
+    t = web.svc.logins
+    for _ in range(5):
+        t.failed("u", "10.0.0.1")
+    wait = t.blocked_for_ms("u", "10.0.0.1")
+    assert 0 < wait <= 60_000
+    assert t.blocked_for_ms("u", "10.0.0.2") == 0 and t.blocked_for_ms("v", "10.0.0.1") == 0
+    web.clock.advance(wait)
+    assert t.blocked_for_ms("u", "10.0.0.1") == 0
+    t.failed("u", "10.0.0.1")
+    assert t.blocked_for_ms("u", "10.0.0.1") == 0  # the old failures left the window
+
+
 def test_login_without_csrf_is_refused(web):
     c = web.client()
     c.get("/login")
@@ -400,6 +434,31 @@ def test_users_admin(web):
     assert web.svc.users.get("dana") is None
     assert [e.action for e in web.audit() if e.action.startswith("users.")] == [
         "users.delete", "users.delete", "users.set_role", "users.add"]
+
+
+def test_disabling_a_user_ends_their_session_and_logins_until_enabled(web):
+    from test_web_support import basic
+    admin, op = web.client("admin"), web.client("operator")
+    assert op.get("/").status_code == 200
+    assert post(admin, "/users/operator/disable", {"reason": "left the team"}).status_code == 303
+    assert web.svc.users.get("operator").disabled
+    assert op.get("/").status_code == 302  # the open session ends on its next request
+    assert "Enable</button>" in admin.get("/users/").get_data(as_text=True)
+    again = web.app.test_client()
+    login(again, "operator")
+    assert again.get("/").status_code == 302  # and logging in again is refused
+    assert web.app.test_client().get("/api/overview", headers=basic("operator")).status_code == 401
+    resp = post(admin, "/users/admin/disable", follow_redirects=True)
+    assert "cannot disable yourself" in resp.get_data(as_text=True)
+    assert not web.svc.users.get("admin").disabled
+    assert post(web.client("viewer"), "/users/operator/enable").status_code == 403
+    post(admin, "/users/operator/enable", {"reason": "back"})
+    assert web.client("operator").get("/").status_code == 200
+    entries = [(e.action, e.target, e.outcome) for e in web.audit()
+               if e.action in ("users.disable", "users.enable")]
+    assert entries == [("users.enable", "operator", "ok"), ("users.enable", "operator", "refused"),
+                       ("users.disable", "admin", "refused"),
+                       ("users.disable", "operator", "ok")]
 
 
 def test_idempotency_lookup(web):

@@ -113,3 +113,11 @@ def test_app_starts_when_the_database_is_down(redis_url):
     assert "u@127.0.0.1" in page.get_data(as_text=True)
     resp = login(c, "admin")
     assert resp.status_code == 503 and "unreachable" in resp.get_data(as_text=True)
+
+
+def test_login_limit_falls_back_to_memory_while_redis_is_down(sqlite_url):
+    app = _app(f"redis://127.0.0.1:{free_port()}/0", sqlite_url)
+    c = app.test_client()
+    for _ in range(5):
+        assert login(c, "operator", "nope").status_code == 401  # no 500 for want of Redis
+    assert login(c, "operator").status_code == 429

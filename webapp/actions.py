@@ -250,6 +250,23 @@ def user_set_role(name: str, role: str, reason: str | None) -> Result:
     return guarded("users.set_role", name, _reason(reason), run)
 
 
+def user_set_disabled(name: str, disabled: bool, reason: str | None) -> Result:
+    """A disabled user cannot log in (browser or HTTP Basic) and their open sessions end on
+    their next request; enabling gives the same account back."""
+    action = "users.disable" if disabled else "users.enable"
+
+    def run() -> Result:
+        me = current_user()
+        if me and me.name == name and disabled:
+            return Result(False, "you cannot disable yourself", 400)
+        try:
+            _svc().users.set_disabled(name, disabled)
+        except UnknownUser:
+            return Result(False, f"no user {name}", 400)
+        return Result(True, f"user {name} {'disabled' if disabled else 'enabled'}")
+    return guarded(action, name, _reason(reason), run)
+
+
 def user_delete(name: str, reason: str | None) -> Result:
     def run() -> Result:
         me = current_user()

@@ -387,6 +387,22 @@ def user_role(name: str) -> Response:
     return _answer(actions.user_set_role(name, str(body.get("role", "")), body.get("reason")))
 
 
+@bp.post("/users/<name>/disable")
+@requires("admin", "users.disable")
+@doc(body=REASON)
+def user_disable(name: str) -> Response:
+    """Disable a user: no login, open sessions end (admin)."""
+    return _answer(actions.user_set_disabled(name, True, _body().get("reason")))
+
+
+@bp.post("/users/<name>/enable")
+@requires("admin", "users.enable")
+@doc(body=REASON)
+def user_enable(name: str) -> Response:
+    """Enable a disabled user again (admin)."""
+    return _answer(actions.user_set_disabled(name, False, _body().get("reason")))
+
+
 @bp.post("/users/<name>/delete")
 @requires("admin", "users.delete")
 @doc(body=REASON)

@@ -10,7 +10,8 @@
   ``X-CSRF-Token``), except API calls authenticated by HTTP Basic (browsers never attach Basic
   credentials cross-site on their own). A missing or wrong token is refused with 400, audited.
 - Login attempts: at most ``LOGIN_LIMIT`` failures per (user name, client address) per
-  ``LOGIN_WINDOW_S``, counted in this process's memory (per gunicorn worker).
+  ``LOGIN_WINDOW_S``, counted in Redis, so the limit holds across every gunicorn worker and
+  host (``antre.logins``); while Redis is unreachable, in this process's memory.
 """
 
 from __future__ import annotations
@@ -61,6 +62,42 @@ class CurrentUser:
 
 
 class LoginLimiter:
+    """Failed logins per (user name, client address): counted in Redis for every dashboard
+    process (``services.get().logins``) and, as the fallback while Redis is unreachable, in
+    this process's memory."""
+
+    def __init__(self, limit: int = LOGIN_LIMIT, window_s: float = LOGIN_WINDOW_S) -> None:
+        self.limit, self.window_s = limit, window_s
+        self.memory = MemoryLimiter(limit, window_s)
+
+    def _shared(self) -> Any:
+        logins = services.get().logins
+        logins.limit, logins.window_ms = self.limit, int(self.window_s * 1000)
+        return logins
+
+    def blocked_for(self, key: tuple[str, str]) -> float:
+        local = self.memory.blocked_for(key)
+        try:
+            return max(local, self._shared().blocked_for_ms(*key) / 1000)
+        except services.REDIS_ERRORS:
+            return local
+
+    def failed(self, key: tuple[str, str]) -> None:
+        self.memory.failed(key)
+        try:
+            self._shared().failed(*key)
+        except services.REDIS_ERRORS:
+            pass  # counted in memory
+
+    def succeeded(self, key: tuple[str, str]) -> None:
+        self.memory.succeeded(key)
+        try:
+            self._shared().succeeded(*key)
+        except services.REDIS_ERRORS:
+            pass
+
+
+class MemoryLimiter:
     """Failures per key in a sliding window (memory of this process, thread-safe)."""
 
     def __init__(self, limit: int = LOGIN_LIMIT, window_s: float = LOGIN_WINDOW_S) -> None:

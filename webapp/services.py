@@ -23,6 +23,7 @@ import antre.sql
 from antre.audit import AuditLog
 from antre.bulk import BulkReplays
 from antre.clock import Clock, system_ms
+from antre.logins import LoginThrottle
 from antre.idempotency import IdempotencyStore
 from antre.locks import Locks
 from antre.readmodels import ReadModels
@@ -69,6 +70,7 @@ class Services:
     redis_url: str
     database_url: str
     outages: Outages
+    logins: LoginThrottle
 
     @property
     def redis(self) -> redis.Redis:
@@ -129,7 +131,8 @@ def build(config: dict[str, Any]) -> Services:
                    audit=audit or AuditLog(sf, clock=clock), locks=Locks(client, clock=clock),
                    registry=WorkerRegistry(client, clock), bulk=BulkReplays(client, clock),
                    idempotency=idem or IdempotencyStore(sf, clock=clock), clock=clock,
-                   redis_url=redis_url, database_url=db_url, outages=outages)
+                   redis_url=redis_url, database_url=db_url, outages=outages,
+                   logins=LoginThrottle(client, clock=clock))
     return svc
 
 

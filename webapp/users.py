@@ -1,4 +1,4 @@
-"""Users (admin only): list, add, change role, delete."""
+"""Users (admin only): list, add, change role, disable / enable, delete."""
 
 from __future__ import annotations
 
@@ -39,6 +39,18 @@ def add() -> Response:
 def set_role(name: str) -> Response:
     return _back(actions.user_set_role(name, request.form.get("role", ""),
                                        request.form.get("reason")))
+
+
+@bp.post("/<name>/disable")
+@requires("admin", "users.disable")
+def disable(name: str) -> Response:
+    return _back(actions.user_set_disabled(name, True, request.form.get("reason")))
+
+
+@bp.post("/<name>/enable")
+@requires("admin", "users.enable")
+def enable(name: str) -> Response:
+    return _back(actions.user_set_disabled(name, False, request.form.get("reason")))
 
 
 @bp.post("/<name>/delete")
