@@ -14,7 +14,7 @@ from redis.cluster import RedisCluster
 from . import keys
 from .clock import Clock, system_ms
 from .errors import AntreError
-from .scripts import Scripts
+from .scripts import Batch, Scripts
 
 
 class LockBusy(AntreError):
@@ -52,16 +52,27 @@ class Locks:
         self.cluster = isinstance(client, RedisCluster)
         self._index = [] if self.cluster else [keys.locks_held()]
 
-    def acquire(self, key: str, ttl_ms: int, owner: str = "") -> Lock:
+    def acquire(self, key: str, ttl_ms: int, owner: str = "", *,
+                release: Lock | None = None) -> Lock:
         """Take the lock or raise ``LockBusy`` (and count a conflict on ``key``).
 
         One script, which also indexes the key as held (on a Redis Cluster the index is in
-        another slot: a second command there)."""
+        another slot: a second command there). ``release``: a lock this caller is done with,
+        released first in the same round trip (a worker hands over from one job to the next)."""
         token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
         now = self.clock()
         lock_keys = [keys.lock(key), keys.lock_fence(key)]
-        reply = self.scripts.lock_acquire(keys=lock_keys + self._index,
-                                          args=[token, int(ttl_ms), key, now])
+        args: list[str | int] = [token, int(ttl_ms), key, now]
+        if release is not None and not self.cluster:
+            _, reply = (Batch(self.redis)
+                        .script(self.scripts.lock_release,
+                                [keys.lock(release.key)] + self._index, [release.token, release.key])
+                        .script(self.scripts.lock_acquire, lock_keys + self._index, args)
+                        .execute())
+        else:
+            if release is not None:
+                self.release(release)
+            reply = self.scripts.lock_acquire(keys=lock_keys + self._index, args=args)
         if int(reply[0]) == 1:
             if self.cluster:
                 self.redis.zadd(keys.locks_held(), {key: now + int(ttl_ms)})

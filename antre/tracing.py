@@ -22,6 +22,7 @@ from typing import Any
 from .envelope import Job
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import (
@@ -102,8 +103,19 @@ def execution_span(job: Job, *, tracer_provider: Any = None) -> Iterator[Any]:
     if not AVAILABLE:
         yield None
         return
-    tracer = _tracer(tracer_provider)
     parent = extract(job.trace_id)
+    if tracer_provider is None and isinstance(trace.get_tracer_provider(),
+                                              trace.ProxyTracerProvider):
+        # no SDK configured: nothing would be recorded, so no spans are built (they were a
+        # tenth of a short job's cost); the producer's trace context is still current in the
+        # handler, so what it calls downstream carries the same traceparent
+        token = otel_context.attach(parent)
+        try:
+            yield None
+        finally:
+            otel_context.detach(token)
+        return
+    tracer = _tracer(tracer_provider)
     _queue_wait_span(tracer, job, parent)
     with tracer.start_as_current_span(f"process {job.type}", context=parent,
                                       kind=SpanKind.CONSUMER, attributes=_job_attributes(job),

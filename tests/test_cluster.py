@@ -53,4 +53,7 @@ def test_locks_on_cluster(rc):
     assert sorted(h.key for h in locks.held()) == ["sku:1", "sku:2"]  # the index, another slot
     assert locks.renew(lock) and locks.release(lock) and locks.release(lock2)
     assert locks.held() == []
-    assert locks.acquire("sku:1", 10_000).fence == lock.fence + 1
+    again = locks.acquire("sku:1", 10_000)
+    assert again.fence == lock.fence + 1
+    handed = locks.acquire("sku:2", 10_000, release=again)  # release + acquire, two slots
+    assert [h.key for h in locks.held()] == ["sku:2"] and handed.fence == lock2.fence + 1

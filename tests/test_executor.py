@@ -190,6 +190,26 @@ def test_lock_fence_is_ctx_fence_and_lock_is_released(app, clock, q):
     assert app.locks.held() == []
 
 
+def test_in_a_batch_a_lock_is_released_before_the_next_handler_runs(app, clock, q, r):
+    seen = []
+
+    @app.handler("t")
+    def t(ctx, payload):
+        held = sorted(k for k in r.keys("antre:lock:*") if not k.endswith(":fence"))
+        seen.append((payload["n"], held))
+
+    locks = ["a", "b", None, "c", "c", None, "d", "e", "f", None, "g"]
+    for n, key in enumerate(locks):
+        app.enqueue("t", {"n": n}, idempotency_key=f"k{n}", lock_key=key)
+    burst(app, clock, prefetch=8)
+    assert [n for n, _ in seen] == list(range(len(locks)))
+    for n, held in seen:  # only the running job's own lock, never the previous job's
+        assert held == ([f"antre:lock:{{{locks[n]}}}"] if locks[n] else []), (n, held)
+    assert r.keys("antre:lock:*") == [] or all(k.endswith(":fence") for k in r.keys("antre:lock:*"))
+    assert app.locks.held() == []
+    assert int(r.get("antre:lock:{c}:fence")) == 2  # taken twice, released in between
+
+
 def test_late_ack_after_lost_lease_is_refused(app, clock, q):
     other = Queue(app.redis, "default", clock=clock)
 

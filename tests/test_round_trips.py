@@ -81,6 +81,17 @@ def test_releasing_someone_elses_lock_keeps_it_in_the_index(r):
     assert locks.renew(mine) is False and mine.lost
 
 
+def test_acquire_can_release_the_previous_lock_in_the_same_round_trip(r):
+    locks = Locks(r, clock=ManualClock())
+    first = locks.acquire("sku:1", ttl_ms=10_000)
+    r.config_resetstat()
+    second = locks.acquire("sku:1", ttl_ms=10_000, release=first)  # same key: freed, retaken
+    assert second.fence == first.fence + 1 and second.token != first.token
+    third = locks.acquire("sku:2", ttl_ms=10_000, release=second)
+    assert [h.key for h in locks.held()] == ["sku:2"] and third.fence == 1
+    assert calls(r)["evalsha"] == 4
+
+
 # --- database connections ----------------------------------------------------------------
 
 def _backend_pid(engine) -> int:

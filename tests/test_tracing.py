@@ -80,3 +80,17 @@ def test_without_opentelemetry_everything_is_a_no_op(monkeypatch):
             tracing.downstream_span("d") as d:
         assert (tp, span, d) == (None, None, None)
     assert tracing.inject_traceparent() is None and tracing.extract("x") is None
+
+
+def test_without_an_sdk_the_handler_still_carries_the_producers_traceparent():
+    from opentelemetry import trace
+
+    from antre.envelope import Job
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # no SDK here
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    job = Job(id="j1", type="t", queue="q", idempotency_key="k", payload={}, trace_id=tp)
+    assert tracing.inject_traceparent() is None
+    with tracing.execution_span(job) as span:
+        assert span is None  # nothing is built when nothing would record it
+        assert tracing.inject_traceparent() == tp  # but what the handler calls carries it on
+    assert tracing.inject_traceparent() is None

@@ -275,6 +275,7 @@ class WorkerProcess:
         try:
             self._work_each(held)
         finally:
+            self._flush_release()
             self._flush_acks()
 
     def _work_each(self, held: list[Running]) -> None:
@@ -329,6 +330,8 @@ class WorkerProcess:
         job = r.job
         r.thread = threading.get_ident()
         log.info("received job %s", job.id, extra=job_fields(job, "received"))
+        if not job.lock_key or job.payload_error or job.type not in self.app.handlers:
+            self._flush_release()  # the previous job's lock goes now, not with a next acquire
         if job.payload_error:
             self._bury(r, f"payload cannot be decoded: {job.payload_error}", "malformed")
             return
@@ -423,9 +426,11 @@ class WorkerProcess:
         return True
 
     def _take_lock(self, r: Running, spec: HandlerSpec) -> Lock | None:
+        done, self._local.release = getattr(self._local, "release", None), None
         try:
             return self.health.call(self.locks.acquire, r.job.lock_key,
-                                    ttl_ms=int(spec.lock_ttl_s * 1000), owner=self.worker_id)
+                                    ttl_ms=int(spec.lock_ttl_s * 1000), owner=self.worker_id,
+                                    release=done)
         except LockBusy as exc:
             self.counts["lock_busy"] += 1
             log.info("lock busy: %s", exc, extra=job_fields(r.job, "lock_conflict"))
@@ -434,10 +439,24 @@ class WorkerProcess:
             return None
 
     def _release(self, lock: Lock) -> None:
+        """Within a prefetched batch the release rides with the next job's acquire (one round
+        trip for both); whatever is not taken that way goes before anything else runs."""
+        if getattr(self._local, "acks", None) is not None:
+            self._flush_release()
+            self._local.release = lock
+            return
         try:
             self.locks.release(lock)
         except redis.RedisError:
             pass  # it expires by its TTL
+
+    def _flush_release(self) -> None:
+        lock, self._local.release = getattr(self._local, "release", None), None
+        if lock is not None:
+            try:
+                self.locks.release(lock)
+            except redis.RedisError:
+                pass  # it expires by its TTL
 
     def _with_idempotency(self, r: Running, spec: HandlerSpec, lock: Lock | None) -> None:
         job = r.job
