@@ -110,25 +110,33 @@ class AuditLog:
             )
 
     def _filtered(
-        self, q: Select[*_Ts], action: str | None, user: str | None
+        self, q: Select[*_Ts], action: str | None, user: str | None,
+        since_ms: int | None = None, until_ms: int | None = None,
     ) -> Select[*_Ts]:
         if action is not None:
             q = q.where(_C.action == action)
         if user is not None:
             q = q.where(_C.user == user)
+        if since_ms is not None:
+            q = q.where(_C.at >= ms_to_datetime(since_ms))
+        if until_ms is not None:
+            q = q.where(_C.at < ms_to_datetime(until_ms))
         return q
 
     def list(
-        self, limit: int = 100, offset: int = 0, action: str | None = None, user: str | None = None
+        self, limit: int = 100, offset: int = 0, action: str | None = None,
+        user: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
     ) -> list[AuditRow]:
-        """Newest first."""
-        q = self._filtered(select(_T), action, user).order_by(_C.at.desc(), _C.id.desc())
+        """Newest first; ``since_ms`` inclusive, ``until_ms`` exclusive."""
+        q = self._filtered(select(_T), action, user, since_ms, until_ms).order_by(
+            _C.at.desc(), _C.id.desc())
         q = q.limit(max(0, int(limit))).offset(max(0, int(offset)))
         with self._sf() as s:
             return [_row(r) for r in s.execute(q)]
 
-    def count(self, action: str | None = None, user: str | None = None) -> int:
-        q = self._filtered(select(func.count()).select_from(_T), action, user)
+    def count(self, action: str | None = None, user: str | None = None,
+              since_ms: int | None = None, until_ms: int | None = None) -> int:
+        q = self._filtered(select(func.count()).select_from(_T), action, user, since_ms, until_ms)
         with self._sf() as s:
             return int(s.execute(q).scalar_one())
 
@@ -137,17 +145,19 @@ class AuditLog:
         with self._sf() as s:
             return list(s.execute(select(_C.action).distinct().order_by(_C.action)).scalars())
 
-    def _all(self, action: str | None, user: str | None) -> builtins.list[AuditRow]:
-        q = self._filtered(select(_T), action, user).order_by(_C.id)
+    def _all(self, action: str | None, user: str | None, since_ms: int | None = None,
+             until_ms: int | None = None) -> builtins.list[AuditRow]:
+        q = self._filtered(select(_T), action, user, since_ms, until_ms).order_by(_C.id)
         with self._sf() as s:
             return [_row(r) for r in s.execute(q)]
 
-    def export_csv(self, action: str | None = None, user: str | None = None) -> str:
+    def export_csv(self, action: str | None = None, user: str | None = None,
+                   since_ms: int | None = None, until_ms: int | None = None) -> str:
         """All (matching) entries, oldest first, as CSV with a header row; ``detail`` as JSON."""
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(CSV_COLUMNS)
-        for r in self._all(action, user):
+        for r in self._all(action, user, since_ms, until_ms):
             d = r.to_dict()
             cells = []
             for k in CSV_COLUMNS:
@@ -166,7 +176,8 @@ class AuditLog:
         return buf.getvalue()
 
     def export_json(
-        self, action: str | None = None, user: str | None = None
+        self, action: str | None = None, user: str | None = None,
+        since_ms: int | None = None, until_ms: int | None = None,
     ) -> builtins.list[dict[str, Any]]:
         """All (matching) entries, oldest first, as JSON-ready dicts."""
-        return [r.to_dict() for r in self._all(action, user)]
+        return [r.to_dict() for r in self._all(action, user, since_ms, until_ms)]

@@ -489,6 +489,27 @@ def test_audit_filter_paginate_and_export(web):
     assert "older →" in page and "of 6" in page
 
 
+def test_audit_time_window_narrows_page_api_and_exports(web):
+    c = web.client("viewer")
+    web.svc.audit.record("ops", "operator", "test.old", "t-old", None, "ok")
+    web.clock.advance(2 * 3_600_000)  # two hours later
+    web.svc.audit.record("ops", "operator", "test.new", "t-new", None, "ok")
+    page = c.get("/audit/?window=1h").get_data(as_text=True)
+    assert "test.new" in page.split("<tbody>")[1] and "t-old" not in page
+    assert 'value="1h" selected' in page and "window=1h" in page  # kept in the export links
+    assert "t-old" in c.get("/audit/?window=6h").get_data(as_text=True)
+    entries = c.get("/api/audit?window=1h").get_json()
+    assert [e["target"] for e in entries["entries"] if e["action"].startswith("test.")] == ["t-new"]
+    cut = web.clock() - 3_600_000
+    older = c.get(f"/api/audit?until_ms={cut}&action=test.old").get_json()
+    assert older["total"] == 1 and older["entries"][0]["target"] == "t-old"
+    assert "t-old" not in c.get("/audit/export.csv?window=1h").get_data(as_text=True)
+    assert [e["target"] for e in c.get(f"/audit/export.json?since_ms={cut}").get_json()
+            if e["action"].startswith("test.")] == ["t-new"]
+    assert c.get("/api/audit?since_ms=yesterday").status_code == 400
+    assert c.get("/api/audit?until_ms=99999999999999999999").status_code == 400
+
+
 def test_a_page_without_a_queue_opens_the_busiest_one(web):
     web.dead_job()
     other = web.producer.queue("billing")

@@ -19,7 +19,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, request
 from antre.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, check_queue, dead_filter, page_args
+from .common import arg_int, check_queue, dead_filter, page_args, time_window
 from .overview import overview_data
 from .security import requires
 
@@ -224,15 +224,17 @@ def idempotency() -> Response:
 
 @bp.get("/audit")
 @requires("viewer")
-@doc(query={**PAGE_Q, "action": "string", "user": "string"})
+@doc(query={**PAGE_Q, "action": "string", "user": "string", "window": "string",
+             "since_ms": "integer", "until_ms": "integer"})
 def audit_log() -> Response:
-    """Audit log entries, newest first."""
+    """Audit log entries, newest first; ``window`` (15m, 1h, 6h, 24h, 7d) or ``since_ms`` /
+    ``until_ms`` narrow them in time."""
     svc = services.get()
-    action, user = request.args.get("action") or None, request.args.get("user") or None
-    rows = svc.audit.list(limit=arg_int("limit", 100, 1, 1000), offset=arg_int("offset", 0),
-                          action=action, user=user)
-    return jsonify({"entries": [r.to_dict() for r in rows],
-                    "total": svc.audit.count(action=action, user=user)})
+    since, until = time_window(request.args, svc.clock())
+    flt = {"action": request.args.get("action") or None, "user": request.args.get("user") or None,
+           "since_ms": since, "until_ms": until}
+    rows = svc.audit.list(limit=arg_int("limit", 100, 1, 1000), offset=arg_int("offset", 0), **flt)
+    return jsonify({"entries": [r.to_dict() for r in rows], "total": svc.audit.count(**flt)})
 
 
 @bp.get("/users")

@@ -2,38 +2,49 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response, jsonify, request
 
 from . import services
-from .common import page_args, render
+from .common import WINDOWS_MS, page_args, render, time_window
 from .security import requires
 
 bp = Blueprint("audit", __name__, url_prefix="/audit")
 
 
-def _filters() -> tuple[str | None, str | None]:
-    return (request.args.get("action") or None, request.args.get("user") or None)
+def _filters() -> dict[str, Any]:
+    """action, user, and a time window (``window`` 15m..7d, or ``since_ms`` / ``until_ms``)."""
+    since, until = time_window(request.args, services.get().clock())
+    return {"action": request.args.get("action") or None,
+            "user": request.args.get("user") or None, "since_ms": since, "until_ms": until}
+
+
+def _link_args() -> dict[str, Any]:
+    """The filters as they were asked for (a window stays a window in export links)."""
+    return {k: v for k in ("action", "user", "window", "since_ms", "until_ms")
+            if (v := request.args.get(k))}
 
 
 @bp.get("/")
 @requires("viewer")
 def index() -> str:
     svc = services.get()
-    action, user = _filters()
+    flt = _filters()
     offset, limit = page_args()
-    rows = svc.audit.list(limit=limit, offset=offset, action=action, user=user)
-    total = svc.audit.count(action=action, user=user)
+    rows = svc.audit.list(limit=limit, offset=offset, **flt)
+    total = svc.audit.count(**flt)
     svc.outages.ok("database")
     return render("audit.html", "_audit.html", redis_read=False, rows=rows, total=total, offset=offset,
-                  limit=limit, action=action or "", user=user or "",
-                  actions=svc.audit.actions(), as_of=svc.clock())
+                  limit=limit, action=flt["action"] or "", user=flt["user"] or "",
+                  window=request.args.get("window", ""), windows=list(WINDOWS_MS),
+                  link_args=_link_args(), actions=svc.audit.actions(), as_of=svc.clock())
 
 
 @bp.get("/export.csv")
 @requires("viewer")
 def export_csv() -> Response:
-    action, user = _filters()
-    body = services.get().audit.export_csv(action=action, user=user)
+    body = services.get().audit.export_csv(**_filters())
     return Response(body, mimetype="text/csv",
                     headers={"Content-Disposition": "attachment; filename=antre-audit.csv"})
 
@@ -41,7 +52,6 @@ def export_csv() -> Response:
 @bp.get("/export.json")
 @requires("viewer")
 def export_json() -> Response:
-    action, user = _filters()
-    resp = jsonify(services.get().audit.export_json(action=action, user=user))
+    resp = jsonify(services.get().audit.export_json(**_filters()))
     resp.headers["Content-Disposition"] = "attachment; filename=antre-audit.json"
     return resp

@@ -33,6 +33,7 @@ from . import services
 from .services import REDIS_ERRORS, redact
 
 DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
+MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last a datetime can hold
 WINDOWS_MS = {"15m": 900_000, "1h": 3_600_000, "6h": 21_600_000, "24h": 86_400_000,
               "7d": 604_800_000}
 
@@ -201,8 +202,9 @@ def page_args(default_limit: int = 50) -> tuple[int, int]:
     return arg_int("offset", 0), arg_int("limit", default_limit, 1, 500)
 
 
-def dead_filter(src: Any, now_ms: int) -> DeadFilter:
-    """A DLQ filter from query/form fields: type, group, window (15m..7d) or since/until ms."""
+def time_window(src: Any, now_ms: int) -> tuple[int | None, int | None]:
+    """``(since_ms, until_ms)`` from query/form fields: ``window`` (15m..7d) or ``since_ms`` /
+    ``until_ms`` (epoch milliseconds; they win over the window)."""
     since = until = None
     window = src.get("window") or ""
     if window in WINDOWS_MS:
@@ -212,12 +214,20 @@ def dead_filter(src: Any, now_ms: int) -> DeadFilter:
         if raw not in (None, ""):
             try:
                 value = int(raw)
-            except ValueError:
+            except (TypeError, ValueError):
                 abort(400, f"{name} must be epoch milliseconds")
+            if not 0 <= value <= MAX_EPOCH_MS:
+                abort(400, f"{name} must be epoch milliseconds from 0 to {MAX_EPOCH_MS}")
             if name == "since_ms":
                 since = value
             else:
                 until = value
+    return since, until
+
+
+def dead_filter(src: Any, now_ms: int) -> DeadFilter:
+    """A DLQ filter from query/form fields: type, group, window (15m..7d) or since/until ms."""
+    since, until = time_window(src, now_ms)
     job_type = src.get("type") or None
     group = src.get("group") or None
     for v in (job_type, group):
