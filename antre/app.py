@@ -15,6 +15,7 @@ from . import sql
 from .audit import AuditLog
 from .clock import Clock, system_ms
 from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
+from .fencing import LockFences
 from .idempotency import CompletedCache, IdempotencyStore
 from .outbox import Outbox
 from .users import UserStore
@@ -146,6 +147,7 @@ class Antre:
             "outbox": Outbox(factory, self.clock),
             "users": UserStore(factory, self.clock),
             "audit": AuditLog(factory, self.clock),
+            "fences": LockFences(engine.dialect.name, self.clock),
         }
 
     @property
@@ -159,6 +161,11 @@ class Antre:
     @property
     def idempotency(self) -> IdempotencyStore | None:
         return cast("IdempotencyStore | None", self._sql_part("idempotency"))
+
+    @property
+    def fences(self) -> LockFences | None:
+        """Fencing tokens checked in SQL (``antre.fencing``); None without a database."""
+        return cast("LockFences | None", self._sql_part("fences"))
 
     @property
     def outbox(self) -> Outbox | None:

@@ -80,6 +80,11 @@ class Locks:
         self.count_conflict(key)
         raise LockBusy(key, str(reply[1]), int(reply[2]))
 
+    def raise_fence(self, key: str, floor: int) -> int:
+        """Make the next acquire of ``key`` hand out a token above ``floor`` (never lowers the
+        counter); returns the counter. See ``antre.fencing``."""
+        return int(self.scripts.lock_fence_raise(keys=[keys.lock_fence(key)], args=[int(floor)]))
+
     def renew(self, lock: Lock) -> bool:
         """Compare-and-expire. The index keeps the key's first expiry: it orders the Locks page
         (long-held and abandoned keys first, where reading prunes the abandoned ones)."""

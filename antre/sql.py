@@ -47,6 +47,7 @@ __all__ = [
     "Base",
     "IdempotencyRecord",
     "JSONText",
+    "LockFence",
     "OutboxMessage",
     "UTCDateTime",
     "User",
@@ -171,6 +172,18 @@ class IdempotencyRecord(Base):
         Index("ix_antre_idempotency_status", "status"),
         Index("ix_antre_idempotency_job_id", "job_id"),
     )
+
+
+class LockFence(Base):
+    """The highest fencing token under which SQL effects were committed for a business lock
+    (``antre.fencing``): a holder whose lock was lost and taken by somebody else cannot commit
+    after them."""
+
+    __tablename__ = "antre_lock_fences"
+
+    lock_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    fence: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
 
 
 class OutboxMessage(Base):

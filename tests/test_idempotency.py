@@ -102,6 +102,19 @@ def test_fingerprint_is_canonical_and_pure():
         fingerprint("t", {"x": object()})
 
 
+def test_a_database_at_0001_is_upgraded_to_lock_fences(db_url):
+    engine = make_engine(db_url)
+    try:
+        migrate(engine, "0001")
+        assert "antre_lock_fences" not in sa.inspect(engine).get_table_names()
+        migrate(engine)
+        assert "antre_lock_fences" in sa.inspect(engine).get_table_names()
+        cols = {c["name"] for c in sa.inspect(engine).get_columns("antre_lock_fences")}
+        assert cols == {"lock_key", "fence", "updated_at"}
+    finally:
+        engine.dispose()
+
+
 def test_migrate_is_idempotent_and_uses_its_own_version_table(engine):
     migrate(engine)  # second time: nothing to do
     names = set(sa.inspect(engine).get_table_names())
@@ -110,10 +123,11 @@ def test_migrate_is_idempotent_and_uses_its_own_version_table(engine):
         "antre_outbox",
         "antre_users",
         "antre_audit",
+        "antre_lock_fences",
         VERSION_TABLE,
     } <= names
     with engine.connect() as c:
-        assert c.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one() == "0001"
+        assert c.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one() == "0002"
     idx = {i["name"] for i in sa.inspect(engine).get_indexes("antre_idempotency")}
     assert "ix_antre_idempotency_expires_at" in idx
 

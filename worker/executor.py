@@ -35,6 +35,7 @@ from antre import (
 )
 from antre.clock import Clock
 from antre.envelope import Job
+from antre.fencing import FenceRejected
 from antre.flow import Admission, FlowControl, FlowPolicy
 from antre.idempotency import fingerprint
 from antre.locks import Lock, Locks
@@ -564,10 +565,17 @@ class WorkerProcess:
             return
         if db is not None or (store is not None and r.owns_idempotency):
             try:
+                if db is not None and lock is not None and self.app.fences is not None:
+                    # SQL effects under a business lock commit only with the newest token
+                    self.app.fences.advance(db, lock.key, lock.fence)
                 if store is not None and r.owns_idempotency:
                     store.complete(db, job.idempotency_key, job.epoch, result, job_id=job.id)
                 if db is not None:
                     db.commit()
+            except FenceRejected as exc:
+                self._rollback(db)
+                self._fence_rejected(r, exc)
+                return
             except LeaseLost as exc:
                 self._rollback(db)
                 self._lease_lost(job, exc)
@@ -586,6 +594,20 @@ class WorkerProcess:
                 self._failed(r, spec, store, exc)
                 return
         self._settle(r, "succeeded", r.queue.ack, job, result)
+
+    def _fence_rejected(self, r: Running, exc: FenceRejected) -> None:
+        """A newer holder of the lock committed first: nothing of this run counts. Retried
+        without spending an attempt; if the Redis token counter had fallen behind SQL (a lost
+        Redis), it is raised first so the next acquire can commit."""
+        log.warning("%s; job snoozed", exc, extra=job_fields(r.job, "lock_conflict"))
+        if exc.current is not None:
+            try:
+                self.locks.raise_fence(exc.lock_key, exc.current)
+            except redis.RedisError:
+                pass  # tried again on the next refusal
+        self.counts["fence_rejected"] += 1
+        self._settle(r, "snoozed", r.queue.snooze, r.job, random.randint(200, 1000),
+                     "fence_rejected")
 
     def _failed(self, r: Running, spec: HandlerSpec, store: Any, exc: Exception) -> None:
         job = r.job
