@@ -10,8 +10,12 @@ N ``ledger`` jobs (each inserts one row per idempotency key into ``chaos_ledger`
 kill -9 of a worker child; SIGSTOP of one for longer than its lease, then SIGCONT; a restart of
 Redis (AOF on); the database connections dropped (PostgreSQL: pg_terminate_backend; SQLite: an
 exclusive lock held for a few seconds); a producer re-sending jobs with new job ids and the
-same idempotency keys. At the end it checks jobs lost = 0 and duplicate committed effects = 0,
-prints the figures, writes bench/chaos.json and bench/CHAOS.md, and exits 1 if a check failed.
+same idempotency keys; with ``--lock-keys N``, the jobs share N business locks (short TTL) and
+an "operator" force-releases held locks now and then. At the end it checks jobs lost = 0 and
+duplicate committed effects = 0 (and, under locks, that the SQL fence of every lock key is the
+highest token its committed rows carry, and on SQLite, where commits are serialised, that each
+lock key's rows were committed in token order), prints the figures, writes bench/chaos.json and
+bench/CHAOS.md, and exits 1 if a check failed.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis
+from antre.locks import Locks
 from antre.queue import JobSpec, Queue
 from bench import antre_bench as ab
 
@@ -63,7 +68,8 @@ class Chaos:
                                       autocommit=True)
             schema = self.app_name
             self.pg.execute(f'CREATE TABLE "{schema}".chaos_ledger (id serial PRIMARY KEY, '
-                            'idem_key text NOT NULL, job_id text, epoch int, at double precision)')
+                            'idem_key text NOT NULL, job_id text, epoch int, at double precision, '
+                            'lock_key text, fence bigint)')
         else:
             path = os.path.join(HERE, "out", "chaos.db")
             for suffix in ("", "-wal", "-shm"):
@@ -73,10 +79,40 @@ class Chaos:
             self.sqlite_path = path
             con = sqlite3.connect(path)
             con.execute("CREATE TABLE chaos_ledger (id INTEGER PRIMARY KEY, idem_key TEXT NOT NULL,"
-                        " job_id TEXT, epoch INT, at REAL)")
+                        " job_id TEXT, epoch INT, at REAL, lock_key TEXT, fence INTEGER)")
             con.commit()
             con.close()
             self._drop = lambda: None
+
+    def _rows(self, sql: str) -> list[Any]:
+        if self.args.db == "postgres":
+            return self.pg.execute(sql.replace("FROM ", f'FROM "{self.app_name}".')).fetchall()
+        con = sqlite3.connect(self.sqlite_path, timeout=30)
+        try:
+            return con.execute(sql).fetchall()
+        finally:
+            con.close()
+
+    def fence_checks(self) -> dict[str, int]:
+        """Under locks: every lock key's SQL fence is the highest token its committed rows carry;
+        on SQLite (one writer at a time, so row ids are commit order) tokens rise with ids."""
+        if not self.args.lock_keys:
+            return {}
+        top = dict(self._rows("SELECT lock_key, max(fence) FROM chaos_ledger "
+                              "WHERE lock_key IS NOT NULL GROUP BY lock_key"))
+        sql = dict(self._rows("SELECT lock_key, fence FROM antre_lock_fences"))
+        out = {"lock keys whose SQL fence is not their highest committed token":
+               sum(1 for k, f in top.items() if sql.get(k) != f)}
+        if self.args.db == "sqlite":
+            last: dict[str, int] = {}
+            behind = 0
+            for key, fence in self._rows("SELECT lock_key, fence FROM chaos_ledger "
+                                         "WHERE lock_key IS NOT NULL ORDER BY id"):
+                if fence < last.get(key, 0):
+                    behind += 1
+                last[key] = max(fence, last.get(key, 0))
+            out["rows committed after a newer token under the same lock"] = behind
+        return out
 
     def ledger_counts(self) -> Counter[str]:
         if self.args.db == "postgres":
@@ -163,14 +199,13 @@ class Chaos:
         if not self.keys_sent:
             return
         picks = self.rng.sample(self.keys_sent, min(len(self.keys_sent), self.rng.randint(1, 20)))
-        specs = [JobSpec("ledger", {"k": k}, k, visibility_timeout_s=self.args.vt,
-                         max_attempts=8, max_deliveries=25) for k in picks]
+        specs = [self.spec(k) for k in picks]
         self.enqueue(specs)
         self.events["re-sent jobs (new id, same key)"] += len(specs)
 
     def chaos_loop(self) -> None:
         faults = [(self.kill9, 4), (self.sigstop, 2), (self.restart_redis, 1), (self.drop_db, 2),
-                  (self.resend, 3)]
+                  (self.resend, 3), (self.force_release, 2 if self.args.lock_keys else 0)]
         total = sum(w for _, w in faults)
         restarts = 0
         while not self.stop.wait(self.rng.uniform(*self.args.every)):
@@ -198,6 +233,26 @@ class Chaos:
             except (redis.ConnectionError, redis.TimeoutError):
                 time.sleep(0.1)
 
+    def spec(self, key: str) -> JobSpec:
+        """A ledger job; with ``--lock-keys N`` under lock ``acct:<i mod N>`` (i: the key's
+        number, so a re-sent job takes the same lock)."""
+        n = self.args.lock_keys
+        lock = f"acct:{int(key.rsplit(':', 1)[1]) % n}" if n else None
+        return JobSpec("ledger", {"k": key}, key, lock_key=lock, visibility_timeout_s=self.args.vt,
+                       max_attempts=8, max_deliveries=25)
+
+    def force_release(self) -> None:
+        """An operator force-releases a held business lock (as the dashboard's Locks page does,
+        by the holder token it shows): the holder loses it while its job runs."""
+        if not self.args.lock_keys:
+            return
+        with self.redis_lock:
+            held = self.locks.held()
+            if held:
+                pick = self.rng.choice(held)
+                if self.locks.release_token(pick.key, pick.holder):
+                    self.events["business lock force-released"] += 1
+
     def producer(self) -> None:
         a = self.args
         run = uuid.uuid4().hex[:6]
@@ -207,8 +262,7 @@ class Chaos:
         chunk = max(1, a.jobs // 20)
         for start in range(0, a.jobs, chunk):
             part = keys[start:start + chunk]
-            self.enqueue([JobSpec("ledger", {"k": k}, k, visibility_timeout_s=a.vt,
-                                  max_attempts=8, max_deliveries=25) for k in part])
+            self.enqueue([self.spec(k) for k in part])
             self.keys_sent.extend(part)
             if start == 0:
                 self.enqueue(poison)
@@ -225,10 +279,12 @@ class Chaos:
         self.setup_db()
         client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10)
         self.q = Queue(client, "default")
+        self.locks = Locks(client)
         self.keys_sent: list[str] = []
         self.produced = threading.Event()
         env = ab._env(url, BENCH_DATABASE_URL=self.db_url, CHAOS_VT_S=str(a.vt),
-                      CHAOS_WORK_MS=str(a.work_ms), ANTRE_LOG_LEVEL="INFO",
+                      CHAOS_WORK_MS=str(a.work_ms), CHAOS_LOCK_TTL_S=str(a.lock_ttl),
+                      ANTRE_LOG_LEVEL="INFO",
                       ANTRE_LOG_FORMAT="json")
         worker_log = os.path.join(HERE, "out", "chaos-workers.log")
         logf = open(worker_log, "wb")  # noqa: SIM115 - closed below
@@ -292,7 +348,7 @@ class Chaos:
         # job-level accounting from the queue's own counters
         enqueued = stats.get("enqueued", 0)
         settled = stats.get("acked", 0) + stats.get("deduplicated", 0) + stats.get("buried", 0)
-        lease_lost = refusals = taken_over = 0
+        lease_lost = refusals = taken_over = fence_rejected = lock_conflicts = 0
         with open(worker_log, "rb") as f:
             for line in f:
                 if b'"lease_lost"' in line:
@@ -301,14 +357,19 @@ class Chaos:
                     taken_over += 1
                 if b"LeaseLost" in line or b"lease epoch" in line:
                     refusals += 1
+                if b'"fence_rejected"' in line:
+                    fence_rejected += 1
+                if b'"lock_conflict"' in line:
+                    lock_conflicts += 1
         poison_dead = sum(1 for j in dead if (client.hget(k.job(j), "type") == "poison"))
+        fenced = self.fence_checks()
         checks = {"jobs_lost": len(lost_keys) + max(0, enqueued - settled - sum(left.values())),
                   "keys_without_effect_or_dlq": len(lost_keys),
                   "jobs_unsettled": enqueued - settled,
                   "duplicate_committed_effects": sum(n - 1 for n in duplicates.values()),
-                  "drained": drained}
+                  "drained": drained, **fenced}
         ok = (checks["jobs_lost"] == 0 and checks["duplicate_committed_effects"] == 0
-              and drained)
+              and drained and not any(fenced.values()))
         figures = {
             "jobs_enqueued": enqueued, "idempotency_keys": len(keys),
             "effects_committed": sum(1 for key in keys if ledger.get(key)),
@@ -317,6 +378,8 @@ class Chaos:
             "lease_expirations": stats.get("expired", 0),
             "LeaseLost refusals (worker log lines)": lease_lost,
             "idempotency takeovers": taken_over,
+            **({"lock conflicts and lost locks (worker log lines)": lock_conflicts,
+                "commits refused by the SQL fence": fence_rejected} if self.args.lock_keys else {}),
             "poison jobs in the DLQ": poison_dead,
             "jobs in the DLQ": len(dead), "DLQ by error kind": dict(dead_reasons),
             "snoozed (lock/db busy)": stats.get("snoozed", 0) + stats.get("handed_back", 0),
@@ -328,17 +391,24 @@ class Chaos:
                 "duplicate_sample": dict(list(duplicates.items())[:10])}
 
 
+FENCE_CHECKS = ("lock keys whose SQL fence is not their highest committed token",
+                "rows committed after a newer token under the same lock")
+
+
 def render(res: dict[str, Any]) -> str:
     c, f = res["checks"], res["figures"]
-    lines = [f"## {res['params']['db']}: {res['params']['jobs']:,} jobs", "",
+    locks = res["params"].get("lock_keys")
+    under = f" under {locks} business locks" if locks else ""
+    lines = [f"## {res['params']['db']}: {res['params']['jobs']:,} jobs{under}", "",
              f"`{res['command']}` on {res['date']}; {res['machine']['nproc']} CPUs, "
              f"{res['machine']['cpu']}. Result: **{'PASS' if res['ok'] else 'FAIL'}**.", "",
              f"Parameters: {res['params']}", "",
              "| check | value | required |", "|---|---:|---|",
              f"| jobs lost (no committed effect and not in the DLQ) | {c['jobs_lost']} | 0 |",
              f"| duplicate committed effects | {c['duplicate_committed_effects']} | 0 |",
-             f"| drained (nothing ready, scheduled or in flight at the end) | {c['drained']} | yes |",
-             "", "| figure | value |", "|---|---:|"]
+             f"| drained (nothing ready, scheduled or in flight at the end) | {c['drained']} | yes |"]
+    lines += [f"| {k} | {c[k]} | 0 |" for k in FENCE_CHECKS if k in c]
+    lines += ["", "| figure | value |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in f.items()]
     lines += ["", "| fault injected | times |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in res["faults"].items()]
@@ -364,9 +434,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, nargs=2, default=(0.5, 1.5),
                    help="seconds between faults (uniform range)")
     p.add_argument("--max-redis-restarts", type=int, default=3)
+    p.add_argument("--lock-keys", type=int, default=0,
+                   help="ledger jobs share N business locks (0: no locks)")
+    p.add_argument("--lock-ttl", type=float, default=2.0,
+                   help="business lock TTL in seconds (shorter than a SIGSTOP: holders lose it)")
     p.add_argument("--timeout", type=float, default=None, help="give up after (s)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--out", default=None, help="default: bench/chaos-<db>.json")
+    p.add_argument("--out", default=None, help="default: bench/chaos-<db>[-locks].json")
     p.add_argument("--md", default=os.path.join(HERE, "CHAOS.md"),
                    help="rewritten from every bench/chaos-*.json present (latest run per db)")
     args = p.parse_args(argv)
@@ -380,19 +454,21 @@ def main(argv: list[str] | None = None) -> int:
                 "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "machine": machine(),
                 "params": {k: v for k, v in vars(args).items() if k not in ("out", "md")}})
-    out = args.out or os.path.join(HERE, f"chaos-{args.db}.json")
+    suffix = "-locks" if args.lock_keys else ""
+    out = args.out or os.path.join(HERE, f"chaos-{args.db}{suffix}.json")
     with open(out, "w") as f:
         json.dump(res, f, indent=1, default=str)
     runs = []
-    for db in ("sqlite", "postgres"):
-        path = os.path.join(HERE, f"chaos-{db}.json")
+    for name in ("sqlite", "postgres", "sqlite-locks", "postgres-locks"):
+        path = os.path.join(HERE, f"chaos-{name}.json")
         if os.path.exists(path):
             with open(path) as f:
                 runs.append(json.load(f))
     with open(args.md, "w") as f:
         f.write("# Antre fault-injection runs (`bench/chaos`)\n\n"
-                "The latest run per database. Re-run: `bench/chaos` (SQLite) and "
-                "`bench/chaos --db postgres`; the full run is `--jobs 100000`.\n\n")
+                "The latest run per database, without and with business locks. Re-run: "
+                "`bench/chaos` (SQLite) and `bench/chaos --db postgres`; the full run is "
+                "`--jobs 100000`; `--lock-keys 32` puts the jobs under 32 shared locks.\n\n")
         f.write("\n".join(render(r) for r in runs))
     print(render(res))
     return 0 if res["ok"] else 1

@@ -47,3 +47,12 @@ def test_chaos_postgres(tmp_path, pg_url):
     # pg_url proves PostgreSQL is reachable (or skips/fails per CI); the run makes its own schema
     res = _run(tmp_path, "--db", "postgres", "--pg-url", pg_url.split("?", 1)[0])
     assert sum(res["faults"].values()) > 0
+
+
+def test_chaos_sqlite_under_shared_business_locks(tmp_path):
+    # jobs share 8 locks with a TTL shorter than a SIGSTOP, and locks are force-released: the
+    # SQL fence of each lock key must be its highest committed token, in commit order
+    res = _run(tmp_path, "--lock-keys", "8", "--lock-ttl", "1.5")
+    assert res["checks"]["lock keys whose SQL fence is not their highest committed token"] == 0
+    assert res["checks"]["rows committed after a newer token under the same lock"] == 0
+    assert res["stats"].get("lock_busy", 0) > 0, res  # the locks were contended
