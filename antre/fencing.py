@@ -69,6 +69,13 @@ class LockFences:
         if row is None:
             raise FenceRejected(lock_key, int(fence), self.current(session, lock_key))
 
+    def current_many(self, session: Session, lock_keys: list[str]) -> dict[str, int]:
+        """The highest committed token of each of ``lock_keys`` that has one."""
+        if not lock_keys:
+            return {}
+        rows = session.execute(select(_C.lock_key, _C.fence).where(_C.lock_key.in_(lock_keys)))
+        return {str(k): int(f) for k, f in rows}
+
     def current(self, session: Session, lock_key: str) -> int | None:
         """The highest token that committed for ``lock_key`` (``None``: none yet)."""
         value: Any = session.execute(self._current, {"k": lock_key}).scalar()

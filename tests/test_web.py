@@ -144,6 +144,12 @@ def test_pages_show_the_data(web):
     assert "permanent: smtp down" in dlq  # error group signature
     locks = c.get("/locks/").get_data(as_text=True)
     assert "customer:42" in locks and made["lock"].token in locks
+    assert "none yet" in locks  # no SQL effect committed under that lock so far
+    with web.svc.session_factory() as s:
+        web.svc.fences.advance(s, "customer:42", made["lock"].fence)
+        s.commit()
+    row = c.get("/locks/").get_data(as_text=True).split("customer:42")[1].split("</tr>")[0]
+    assert f"<td>{made['lock'].fence}</td>" in row and "none yet" not in row
     workers = c.get("/workers/").get_data(as_text=True)
     assert "h1 / 7" in workers and "stale heartbeat" not in workers
     web.clock.advance(120_000)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response, flash, redirect, request, url_for
+from sqlalchemy.exc import SQLAlchemyError
+
 
 from . import actions, services
 from .common import render
@@ -14,9 +16,25 @@ bp = Blueprint("locks", __name__, url_prefix="/locks")
 def locks_data() -> dict:
     svc = services.get()
     now = svc.clock()
-    return {"held": svc.locks.held(), "top": svc.locks.top_conflicts(20),
+    held = svc.locks.held()
+    return {"held": held, "committed": committed_fences([h.key for h in held]),
+            "top": svc.locks.top_conflicts(20),
             "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
             "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000), "as_of": now}
+
+
+def committed_fences(keys: list[str]) -> dict[str, int] | None:
+    """The highest token that committed SQL effects per lock key (``antre.fencing``); None
+    while the database is unreachable (the page still shows what Redis knows)."""
+    svc = services.get()
+    try:
+        with svc.session_factory() as s:
+            found: dict[str, int] = svc.fences.current_many(s, keys)
+        svc.outages.ok("database")
+        return found
+    except SQLAlchemyError:
+        svc.outages.failed("database")
+        return None
 
 
 @bp.get("/")

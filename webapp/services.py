@@ -24,6 +24,7 @@ from antre.audit import AuditLog
 from antre.bulk import BulkReplays
 from antre.clock import Clock, system_ms
 from antre.logins import LoginThrottle
+from antre.fencing import LockFences
 from antre.idempotency import IdempotencyStore
 from antre.locks import Locks
 from antre.readmodels import ReadModels
@@ -71,6 +72,8 @@ class Services:
     database_url: str
     outages: Outages
     logins: LoginThrottle
+    session_factory: Any  # sessions on the dashboard's database
+    fences: LockFences
 
     @property
     def redis(self) -> redis.Redis:
@@ -132,7 +135,8 @@ def build(config: dict[str, Any]) -> Services:
                    registry=WorkerRegistry(client, clock), bulk=BulkReplays(client, clock),
                    idempotency=idem or IdempotencyStore(sf, clock=clock), clock=clock,
                    redis_url=redis_url, database_url=db_url, outages=outages,
-                   logins=LoginThrottle(client, clock=clock))
+                   logins=LoginThrottle(client, clock=clock), session_factory=sf,
+                   fences=LockFences(sf.kw["bind"].dialect.name, clock))
     return svc
 
 
