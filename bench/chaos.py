@@ -449,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     args.chaos_s = args.chaos_s if args.chaos_s is not None else args.produce_s + 10
     args.timeout = args.timeout or max(300.0, args.jobs / 20)
     from bench.run import machine
+    started = time.time()
     res = Chaos(args).run()
     res.update({"command": "bench/chaos " + " ".join(argv if argv is not None else sys.argv[1:]),
                 "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -456,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
                 "params": {k: v for k, v in vars(args).items() if k not in ("out", "md")}})
     suffix = "-locks" if args.lock_keys else ""
     out = args.out or os.path.join(HERE, f"chaos-{args.db}{suffix}.json")
+    if os.path.exists(out) and os.path.getmtime(out) > started:
+        # another run finished since this one started (a harness left behind, say): keep its
+        # result where it is and put this one beside it
+        out = out.replace(".json", f".{os.getpid()}.json")
+        log(f"a newer result exists; this run's result goes to {out} and CHAOS.md is left alone")
+        args.md = None
     with open(out, "w") as f:
         json.dump(res, f, indent=1, default=str)
     runs = []
@@ -464,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.path.exists(path):
             with open(path) as f:
                 runs.append(json.load(f))
-    with open(args.md, "w") as f:
+    with open(args.md or os.devnull, "w") as f:
         f.write("# Antre fault-injection runs (`bench/chaos`)\n\n"
                 "The latest run per database, without and with business locks. Re-run: "
                 "`bench/chaos` (SQLite) and `bench/chaos --db postgres`; the full run is "
