@@ -176,7 +176,7 @@ def test_extended_lease_survives_the_next_heartbeat(stack, login):
 
 
 ACTION_LABELS = re.compile(r"Replay|Discard|Extend|Run now|Release|Start replay|Pause|Resume|"
-                           r"Cancel|Set|Delete|Add")
+                           r"Cancel|Set|Delete|Add|Disable|Enable")
 
 
 def test_viewer_finds_no_action_buttons(stack, login):
@@ -220,6 +220,33 @@ def test_viewer_finds_no_action_buttons(stack, login):
         screenshot(page, "viewer-users-refused")
     finally:
         stack.client.locks.release(lock)
+
+
+def test_admin_disables_a_user_whose_open_session_then_ends(stack, login):
+    viewer = login("viewer")
+    admin = login("admin")
+
+    def viewer_row():
+        admin.goto("/users/")
+        return admin.locator("tbody tr").filter(
+            has=admin.locator("td:first-child", has_text=re.compile(r"^viewer")))
+
+    try:
+        row = viewer_row()
+        form = row.locator("form[action$='/disable']")
+        form.get_by_placeholder("reason (for the audit log)").fill("left the team, browser test")
+        form.get_by_role("button", name="Disable").click()
+        expect(admin.get_by_role("status")).to_contain_text("user viewer disabled")
+        expect(viewer_row().locator(".tag", has_text="disabled")).to_be_visible()
+        screenshot(admin, "admin-user-disabled")
+        viewer.goto("/")  # the viewer's open session ends on its next request
+        expect(viewer.get_by_role("heading", name="Log in")).to_be_visible()
+    finally:
+        row = viewer_row()
+        if row.locator("form[action$='/enable']").count():
+            row.locator("form[action$='/enable']").get_by_role("button", name="Enable").click()
+            expect(admin.get_by_role("status")).to_contain_text("user viewer enabled")
+    login("viewer")  # and the account works again
 
 
 def test_every_page_for_the_record(stack, login):
