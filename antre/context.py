@@ -16,8 +16,9 @@ class JobContext:
 
     ``job``: the envelope. ``db``: a SQLAlchemy session committed together with the idempotency
     record (``None`` without a database); it is opened on first use, so a handler that never
-    touches it costs no transaction (its completion is then one autocommit statement). ``fence``: the fencing token of the job's business
-    lock when it has a ``lock_key``, else the lease epoch. ``cancelled``: set when the soft
+    touches it costs no transaction (its completion is then one autocommit statement).
+    ``fence``: the fencing token of the job's business lock when it has a ``lock_key``, else
+    the lease epoch. ``cancelled``: set when the soft
     timeout passed or the worker is shutting down; long handlers should look at it or call
     ``checkpoint()``.
     """
@@ -38,6 +39,11 @@ class JobContext:
         """The job's SQLAlchemy session, opened on first use; ``None`` without a database."""
         if self._db is None and self._db_factory is not None:
             self._db = self._db_factory()
+        return self._db
+
+    @property
+    def opened_db(self) -> Any:
+        """The session if the handler opened one, else ``None`` (for the worker; never opens)."""
         return self._db
 
     @property

@@ -22,15 +22,11 @@ from __future__ import annotations
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select
-from sqlalchemy.dialects.postgresql import Insert as PgInsert
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from .clock import Clock, system_ms
 from .errors import LeaseLost
-from .sql import LockFence, ms_to_datetime
+from .sql import LockFence, dialect_insert, ms_to_datetime
 
 __all__ = ["FenceRejected", "LockFences"]
 
@@ -49,11 +45,8 @@ class FenceRejected(LeaseLost):
 
 class LockFences:
     def __init__(self, dialect_name: str, clock: Clock = system_ms) -> None:
-        if dialect_name not in ("postgresql", "sqlite"):  # pragma: no cover
-            raise NotImplementedError(f"lock fences do not support the {dialect_name!r} dialect")
         self.clock = clock
-        stmt: PgInsert | SqliteInsert = (pg_insert(_T) if dialect_name == "postgresql"
-                                         else sqlite_insert(_T))
+        stmt = dialect_insert(_T, dialect_name)
         self._advance = stmt.on_conflict_do_update(
             index_elements=[_C.lock_key],
             set_={"fence": stmt.excluded.fence, "updated_at": stmt.excluded.updated_at},

@@ -44,21 +44,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, delete, func, select, update
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
 from .errors import InvalidJob, LeaseLost, Permanent
-from .sql import IdempotencyRecord, make_engine, ms_to_datetime
-
-if TYPE_CHECKING:
-    from sqlalchemy.dialects.postgresql import Insert as PgInsert
-    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+from .sql import IdempotencyRecord, dialect_insert, make_engine, ms_to_datetime
 
 __all__ = [
     "ACQUIRED",
@@ -281,10 +275,9 @@ class IdempotencyStore:
         self.retention_ms = int(retention_s * 1000)
         self.cache = cache
         self.max_rounds = max_rounds
-        self._dialect: str | None = bind.dialect.name
         # the hot path's statements, built once (their compiled form is cached by SQLAlchemy)
         self._claim_stmt = (
-            self._insert_for(bind.dialect.name)
+            dialect_insert(_T, bind.dialect.name)
             .on_conflict_do_nothing(index_elements=[_C.key])
             .returning(_C.key)  # what was inserted is the record: no columns to read back
         )
@@ -321,24 +314,6 @@ class IdempotencyStore:
     fingerprint = staticmethod(fingerprint)
 
     # ------------------------------------------------------------------ helpers
-
-    def _dialect_name(self, s: Session) -> str:
-        if self._dialect is None:
-            self._dialect = s.get_bind().dialect.name
-        return self._dialect
-
-    def _insert(self, s: Session) -> PgInsert | SqliteInsert:
-        return self._insert_for(self._dialect_name(s))
-
-    @staticmethod
-    def _insert_for(name: str) -> PgInsert | SqliteInsert:
-        if name == "postgresql":
-            return pg_insert(_T)
-        if name == "sqlite":
-            return sqlite_insert(_T)
-        raise NotImplementedError(  # pragma: no cover - only SQLite and PostgreSQL are supported
-            f"idempotency store does not support the {name!r} dialect"
-        )
 
     @staticmethod
     def _check_key(key: str) -> None:

@@ -80,7 +80,7 @@ class Queue:
         self.done_retention_ms = done_retention_ms
         self.done_max = done_max
         self.scripts = scripts or Scripts(client)
-        # redis-py refuses EVALSHA inside a cluster pipeline: there, batches run one call each
+        # on a cluster each queue's wake list is in its own slot: one BLPOP cannot watch several
         self.cluster = isinstance(client, RedisCluster)
 
     # -- producing -------------------------------------------------------------------------

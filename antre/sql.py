@@ -28,11 +28,16 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     create_engine,
     event,
     exc,
 )
+from sqlalchemy.dialects.postgresql import Insert as PgInsert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -52,6 +57,7 @@ __all__ = [
     "UTCDateTime",
     "User",
     "datetime_to_ms",
+    "dialect_insert",
     "make_engine",
     "migrate",
     "ms_to_datetime",
@@ -280,15 +286,13 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     """
     u = make_url(url)
     ping_idle_s = kwargs.pop("ping_idle_s", PING_IDLE_S)
-    if not kwargs.get("pool_pre_ping"):
-        kwargs.pop("pool_pre_ping", None)
-        engine = _make_engine(u, kwargs)
+    engine = _create(u, kwargs)
+    if not kwargs.get("pool_pre_ping"):  # asked for: the caller's pre-ping replaces ours
         ping_when_idle(engine, ping_idle_s)
-        return engine
-    return _make_engine(u, kwargs)
+    return engine
 
 
-def _make_engine(u: Any, kwargs: dict[str, Any]) -> Engine:
+def _create(u: Any, kwargs: dict[str, Any]) -> Engine:
     if u.get_backend_name() != "sqlite" and "poolclass" not in kwargs:
         # a pool keeps only what was in use at once, so a larger size opens nothing more; with
         # SQLAlchemy's default of 5, a worker with more threads than that would close and
@@ -335,6 +339,16 @@ def ping_when_idle(engine: Engine, idle_s: float = PING_IDLE_S) -> None:
             raise exc.DisconnectionError(f"stale pooled connection: {e}") from e
         if not alive:
             raise exc.DisconnectionError("stale pooled connection")
+
+
+def dialect_insert(table: Table, dialect_name: str) -> PgInsert | SqliteInsert:
+    """``INSERT`` with ``ON CONFLICT`` for the two supported databases."""
+    if dialect_name == "postgresql":
+        return pg_insert(table)
+    if dialect_name == "sqlite":
+        return sqlite_insert(table)
+    raise NotImplementedError(  # pragma: no cover - only SQLite and PostgreSQL are supported
+        f"Antre's SQL stores do not support the {dialect_name!r} dialect")
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -19,7 +19,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, request
 from antre.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, check_queue, dead_filter, page_args, time_window
+from .common import arg_int, audit_filter, check_queue, dead_filter, page_args
 from .overview import overview_data
 from .security import requires
 
@@ -230,9 +230,7 @@ def audit_log() -> Response:
     """Audit log entries, newest first; ``window`` (15m, 1h, 6h, 24h, 7d) or ``since_ms`` /
     ``until_ms`` narrow them in time."""
     svc = services.get()
-    since, until = time_window(request.args, svc.clock())
-    flt = {"action": request.args.get("action") or None, "user": request.args.get("user") or None,
-           "since_ms": since, "until_ms": until}
+    flt = audit_filter(request.args, svc.clock())
     rows = svc.audit.list(limit=arg_int("limit", 100, 1, 1000), offset=arg_int("offset", 0), **flt)
     return jsonify({"entries": [r.to_dict() for r in rows], "total": svc.audit.count(**flt)})
 

@@ -7,17 +7,14 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from . import services
-from .common import WINDOWS_MS, page_args, render, time_window
+from .common import WINDOWS_MS, audit_filter, page_args, render
 from .security import requires
 
 bp = Blueprint("audit", __name__, url_prefix="/audit")
 
 
 def _filters() -> dict[str, Any]:
-    """action, user, and a time window (``window`` 15m..7d, or ``since_ms`` / ``until_ms``)."""
-    since, until = time_window(request.args, services.get().clock())
-    return {"action": request.args.get("action") or None,
-            "user": request.args.get("user") or None, "since_ms": since, "until_ms": until}
+    return audit_filter(request.args, services.get().clock())
 
 
 def _link_args() -> dict[str, Any]:

@@ -225,6 +225,14 @@ def time_window(src: Any, now_ms: int) -> tuple[int | None, int | None]:
     return since, until
 
 
+def audit_filter(src: Any, now_ms: int) -> dict[str, Any]:
+    """Audit log filters from query fields: action, user, and a time window (``window``
+    15m..7d, or ``since_ms`` / ``until_ms``); keyword arguments of ``AuditLog.list`` & co."""
+    since, until = time_window(src, now_ms)
+    return {"action": src.get("action") or None, "user": src.get("user") or None,
+            "since_ms": since, "until_ms": until}
+
+
 def dead_filter(src: Any, now_ms: int) -> DeadFilter:
     """A DLQ filter from query/form fields: type, group, window (15m..7d) or since/until ms."""
     since, until = time_window(src, now_ms)

@@ -445,19 +445,19 @@ class WorkerProcess:
         if getattr(self._local, "acks", None) is not None:
             self._flush_release()
             self._local.release = lock
-            return
-        try:
-            self.locks.release(lock)
-        except redis.RedisError:
-            pass  # it expires by its TTL
+        else:
+            self._release_now(lock)
 
     def _flush_release(self) -> None:
         lock, self._local.release = getattr(self._local, "release", None), None
         if lock is not None:
-            try:
-                self.locks.release(lock)
-            except redis.RedisError:
-                pass  # it expires by its TTL
+            self._release_now(lock)
+
+    def _release_now(self, lock: Lock) -> None:
+        try:
+            self.locks.release(lock)
+        except redis.RedisError:
+            pass  # it expires by its TTL
 
     def _with_idempotency(self, r: Running, spec: HandlerSpec, lock: Lock | None) -> None:
         job = r.job
@@ -534,19 +534,19 @@ class WorkerProcess:
             except Exception as exc:
                 self._measure(r)
                 self._report_flow(r, exc)
-                self._rollback(r.ctx._db)
+                self._rollback(r.ctx.opened_db)
                 self._failed(r, spec, store, exc)
                 return
             self._measure(r)
             self._report_flow(r, None)
             self._succeeded(r, spec, lock, store, result)
         finally:
-            if r.ctx._db is not None:
-                r.ctx._db.close()
+            if r.ctx.opened_db is not None:
+                r.ctx.opened_db.close()
 
     def _succeeded(self, r: Running, spec: HandlerSpec, lock: Lock | None, store: Any,
                    result: Any) -> None:
-        job, db = r.job, r.ctx._db if r.ctx else None  # None: the handler opened no session
+        job, db = r.job, r.ctx.opened_db if r.ctx else None  # None: the handler opened none
         if r.closed or r.lease_lost:
             self._rollback(db)
             log.warning("job %s finished after its lease was given up; outcome dropped", job.id,
