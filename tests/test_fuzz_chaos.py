@@ -1,4 +1,4 @@
-"""The CI-sized fault-injection run of issue 6 (``bench/chaos`` with a few hundred jobs):
+"""The CI-sized fault-injection run of issue 6 (``bench/chaos`` with 2,000 jobs):
 kill -9 of worker processes, SIGSTOP past the lease, Redis restarts (AOF on), the database
 locked or its connections dropped, jobs re-sent with new ids and the same idempotency keys.
 Jobs lost = 0 and duplicate committed effects = 0, on SQLite and PostgreSQL.
@@ -24,7 +24,7 @@ def _run(tmp_path, *extra: str) -> dict:
     pytest.importorskip("psutil")
     from bench import chaos
     out = tmp_path / "chaos.json"
-    code = chaos.main(["--jobs", "300", "--poison", "2", "--processes", "2", "--threads", "3",
+    code = chaos.main(["--jobs", "2000", "--poison", "2", "--processes", "2", "--threads", "3",
                        "--vt", "2", "--produce-s", "2", "--chaos-s", "8", "--every", "0.4", "0.9",
                        "--seed", "6", "--out", str(out), "--md", str(tmp_path / "CHAOS.md"),
                        *extra])
@@ -50,9 +50,9 @@ def test_chaos_postgres(tmp_path, pg_url):
 
 
 def test_chaos_sqlite_under_shared_business_locks(tmp_path):
-    # jobs share 8 locks with a TTL shorter than a SIGSTOP, and locks are force-released: the
+    # jobs share 32 locks with a TTL shorter than a SIGSTOP, and locks are force-released: the
     # SQL fence of each lock key must be its highest committed token, in commit order
-    res = _run(tmp_path, "--lock-keys", "8", "--lock-ttl", "1.5")
+    res = _run(tmp_path, "--lock-keys", "32", "--lock-ttl", "1.5")
     assert res["checks"]["lock keys whose SQL fence is not their highest committed token"] == 0
     assert res["checks"]["rows committed after a newer token under the same lock"] == 0
     assert res["stats"].get("lock_busy", 0) > 0, res  # the locks were contended
