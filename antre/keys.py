@@ -98,6 +98,22 @@ class QueueKeys:
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
         return f"{self.tag}:durations"
 
+    # -- incident controls (pause, parked jobs, purge) -------------------------------------
+    @property
+    def paused(self) -> str:  # HASH '*' (whole queue) or job type -> JSON {by, at, reason}
+        return f"{self.tag}:paused"
+
+    @property
+    def parked_prefix(self) -> str:  # LIST per paused job type, LPUSH newest, RPOP oldest
+        return f"{self.tag}:parked:"
+
+    def parked(self, job_type: str) -> str:
+        return f"{self.parked_prefix}{job_type}"
+
+    @property
+    def parked_types(self) -> str:  # SET of job types with a parked list (may be empty)
+        return f"{self.tag}:parked_types"
+
 
 def queues_index() -> str:
     """SET of queue names that ever had a job."""

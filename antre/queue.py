@@ -152,9 +152,10 @@ class Queue:
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
-        rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats],
+        rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats, k.paused,
+                                          k.parked_types],
                                     args=[k.job_prefix, self.clock(), count, worker_id,
-                                          *RESERVE_FIELDS])
+                                          k.parked_prefix, *RESERVE_FIELDS])
         return [from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None})
                 for row in rows]
 
@@ -279,7 +280,11 @@ class Queue:
         pipe.zscore(k.inflight, job_id)
         pipe.zscore(k.done, job_id)
         pipe.zscore(k.dead, job_id)
-        found = pipe.execute()
+        pipe.smembers(k.parked_types)
+        *found, parked_types = pipe.execute()
+        if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None
+                                    for t in parked_types):
+            found[0] = "parked"  # held because its job type is paused: still a ready job
         return [name for name, hit in zip(("ready", "scheduled", "inflight", "done", "dead"), found)
                 if hit is not None]
 

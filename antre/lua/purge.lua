@@ -1,0 +1,87 @@
+-- purge: remove (or, on a dry run, only count) the jobs of one bounded chunk that match a
+-- filter, from a ready/parked LIST or from the scheduled or dead ZSET.
+-- KEYS[1] source (LIST or ZSET)   KEYS[2] stats (HASH)
+-- ARGV[1] job_prefix   ARGV[2] 'list' | 'zset'   ARGV[3] 1 = dry run (count only)
+-- ARGV[4] filter JSON {type?, group?, created_before?, field?, value?}
+-- ARGV[5] list: the first id not yet looked at ('' = start at the oldest end);
+--         zset: JSON array of candidate ids (read by the caller with ZRANGEBYSCORE ... LIMIT)
+-- ARGV[6] list: how many ids to look at   ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group
+--         prefix (zset of the dead: the per-type and per-group indexes are kept in step)
+-- Returns: {looked at, matched, next cursor (list; '' = the end)}
+-- A list walk goes from the oldest end; matched ids are overwritten with a marker that no job
+-- id can be (braces) and removed with one LREM counted from the oldest end, so a chunk costs
+-- O(its distance from the oldest end), never a pass over the whole list per job.
+local prefix, mode, dry = ARGV[1], ARGV[2], ARGV[3] == '1'
+local flt = cjson.decode(ARGV[4])
+local TOMB = '{purged}'
+
+local function matches(id)
+  local f = redis.call('HMGET', prefix .. id, 'type', 'group', 'created_at', 'payload')
+  if not f[1] then return false end
+  if flt.type and f[1] ~= flt.type then return false end
+  if flt.group and f[2] ~= flt.group then return false end
+  if flt.created_before and (tonumber(f[3] or '') or 0) > tonumber(flt.created_before) then
+    return false
+  end
+  if flt.field then
+    local ok, payload = pcall(cjson.decode, f[4] or '')
+    if not ok or type(payload) ~= 'table' then return false end
+    local v = payload[flt.field]
+    if v == nil or v == cjson.null or type(v) == 'table' then return false end
+    if type(v) == 'boolean' then v = v and 'true' or 'false' end
+    if type(v) == 'number' and v == math.floor(v) then v = string.format('%d', v) end
+    if tostring(v) ~= flt.value then return false end
+  end
+  return true
+end
+
+local function forget_dead(id)
+  local f = redis.call('HMGET', prefix .. id, 'type', 'group')
+  redis.call('ZREM', ARGV[7] .. ((f[1] and f[1] ~= '') and f[1] or '(unknown)'), id)
+  redis.call('ZREM', ARGV[8] .. (f[2] or ''), id)
+end
+
+if mode == 'zset' then
+  local ids = cjson.decode(ARGV[5])
+  local matched = 0
+  for _, id in ipairs(ids) do
+    if redis.call('ZSCORE', KEYS[1], id) and matches(id) then
+      matched = matched + 1
+      if not dry then
+        if ARGV[7] and ARGV[7] ~= '' then forget_dead(id) end
+        redis.call('ZREM', KEYS[1], id)
+        redis.call('DEL', prefix .. id)
+      end
+    end
+  end
+  if not dry and matched > 0 then redis.call('HINCRBY', KEYS[2], 'purged', matched) end
+  return {#ids, matched, ''}
+end
+
+local len = redis.call('LLEN', KEYS[1])
+local pos = len
+if ARGV[5] ~= '' then
+  pos = redis.call('LPOS', KEYS[1], ARGV[5], 'RANK', -1)
+  -- gone (reserved): every older id went before it, so what is left is all unexamined
+  if not pos then pos = len else pos = pos + 1 end
+end
+local lo = math.max(0, pos - tonumber(ARGV[6]))
+if lo >= pos then return {0, 0, ''} end
+local ids = redis.call('LRANGE', KEYS[1], lo, pos - 1)
+local nxt = ''
+if lo > 0 then nxt = redis.call('LINDEX', KEYS[1], lo - 1) end
+local matched = 0
+for i = #ids, 1, -1 do
+  if matches(ids[i]) then
+    matched = matched + 1
+    if not dry then
+      redis.call('LSET', KEYS[1], lo + i - 1, TOMB)
+      redis.call('DEL', prefix .. ids[i])
+    end
+  end
+end
+if not dry and matched > 0 then
+  redis.call('LREM', KEYS[1], -matched, TOMB)
+  redis.call('HINCRBY', KEYS[2], 'purged', matched)
+end
+return {#ids, matched, nxt}
