@@ -2,7 +2,7 @@
 -- filter, from a ready/parked LIST or from the scheduled or dead ZSET.
 -- KEYS[1] source (LIST or ZSET)   KEYS[2] stats (HASH)
 -- ARGV[1] job_prefix   ARGV[2] 'list' | 'zset'   ARGV[3] 1 = dry run (count only)
--- ARGV[4] filter JSON {type?, group?, created_before?, field?, value?}
+-- ARGV[4] filter JSON {id?, type?, group?, created_before?, field?, value?}
 -- ARGV[5] list: the first id not yet looked at ('' = start at the oldest end);
 --         zset: JSON array of candidate ids (read by the caller with ZRANGEBYSCORE ... LIMIT)
 -- ARGV[6] list: how many ids to look at   ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group
@@ -16,6 +16,7 @@ local flt = cjson.decode(ARGV[4])
 local TOMB = '{purged}'
 
 local function matches(id)
+  if flt.id and id ~= flt.id then return false end
   local f = redis.call('HMGET', prefix .. id, 'type', 'group', 'created_at', 'payload')
   if not f[1] then return false end
   if flt.type and f[1] ~= flt.type then return false end
