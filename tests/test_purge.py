@@ -140,3 +140,29 @@ def test_delete_refuses_running_and_unknown(q, purger):
 def test_bad_filters_are_refused(flt, message):
     with pytest.raises(PurgeError, match=message):
         flt.check()
+
+
+def test_paced_purge_task_rate_maximum_pause_cancel(q, r, clock):
+    from antre.bulk import BulkReplays, TaskStateError
+    bulk = BulkReplays(r, clock)
+    add(q, "a", 40)
+    add(q, "b", 10)
+    task = bulk.start_purge("jobs", PurgeFilter("ready", job_type="a"), rate_per_s=10,
+                            maximum=35, user="op", reason="flood")
+    assert (task.kind, task.total, task.state) == ("purge", 40, "running")
+    assert bulk.step_all() == 0
+    clock.advance(1000)
+    assert bulk.step_all() == 10
+    bulk.pause("jobs", task.id)
+    clock.advance(5000)
+    assert bulk.step_all() == 0
+    bulk.resume("jobs", task.id)
+    for _ in range(3):
+        clock.advance(1000)
+        bulk.step_all()
+    done = bulk.get("jobs", task.id)
+    assert (done.replayed, done.state) == (35, "done")  # the maximum
+    assert ReadModels(r, clock).queue_info("jobs").ready == 15
+    with pytest.raises(TaskStateError):
+        bulk.cancel("jobs", task.id)
+    assert [t.kind for t in bulk.list("jobs", kind="purge")] == ["purge"]

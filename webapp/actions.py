@@ -159,10 +159,10 @@ def bulk_start(queue: str, flt: DeadFilter, rate: float, maximum: int,
         except ValueError as exc:
             return Result(False, str(exc), 400)
         warn = _not_idempotent_warning(flt)
-        return Result(True, f"bulk replay {task['id']} started: {task['total']} jobs match "
-                            f"({flt.describe()}), at most {task['maximum']} at "
-                            f"{task['rate_per_s']:g} jobs/s.{warn}", 200,
-                      {"task": task, "filter": flt.describe(), "dry_run": task["total"],
+        return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "
+                            f"({flt.describe()}), at most {task.maximum} at "
+                            f"{task.rate_per_s:g} jobs/s.{warn}", 200,
+                      {"task": task.to_dict(), "filter": flt.describe(), "dry_run": task.total,
                        "dead_before": svc.reads.count_dead(queue)})
     return guarded("dlq.bulk_replay.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
 
@@ -187,9 +187,9 @@ def bulk_change(queue: str, task_id: str, op: str, reason: str | None) -> Result
             return Result(False, f"no bulk replay {task_id} in {queue}", 409)
         except TaskStateError as exc:
             return Result(False, str(exc), 409)
-        return Result(True, f"bulk replay {task_id}: {task['state']} (replayed "
-                            f"{task['replayed']}, skipped {task['skipped']})", 200,
-                      {"task": task})
+        return Result(True, f"bulk {task.kind} {task_id}: {task.state} (done "
+                            f"{task.replayed}, skipped {task.skipped})", 200,
+                      {"task": task.to_dict()})
     return guarded(f"dlq.bulk_replay.{op}", f"{queue}/{task_id}", _reason(reason), run)
 
 

@@ -171,7 +171,7 @@ def job(queue: str, job_id: str) -> Response:
 @requires("viewer")
 def replays(queue: str) -> Response:
     """Bulk replay tasks of a queue, newest first."""
-    return jsonify({"tasks": services.get().bulk.list(check_queue(queue))})
+    return jsonify({"tasks": [t.to_dict() for t in services.get().bulk.list(check_queue(queue))]})
 
 
 @bp.get("/queues/<queue>/replays/<task_id>")
@@ -181,7 +181,7 @@ def replay_task(queue: str, task_id: str) -> Response:
     task = services.get().bulk.get(check_queue(queue), task_id)
     if task is None:
         abort(404, f"no bulk replay {task_id} in {queue}")
-    return jsonify(task)
+    return jsonify(task.to_dict())
 
 
 @bp.get("/locks")
