@@ -61,6 +61,7 @@ METRIC_NAMES = (
     "antre_processing_duration_seconds", "antre_workers_live", "antre_worker_restarts_total",
     "antre_circuit_breaker_state", "antre_circuit_breaker_opens_total",
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
+    "antre_paused", "antre_paused_seconds", "antre_parked_jobs",
 )
 
 
@@ -173,6 +174,7 @@ class AntreCollector:
 
     def _collect(self) -> Iterator[Metric]:
         yield from self._queues()
+        yield from self._pauses()
         yield from self._workers()
         yield from self._flow()
 
@@ -235,6 +237,26 @@ class AntreCollector:
         conflicts.add_metric([], int(self.redis.zcard(keys.lock_conflict_times())))
         yield from (depth, inflight, oldest, dlq, dlq_t, events, *singles.values(), ack_latency,
                     *hists.values(), conflicts)
+
+    def _pauses(self) -> Iterator[Metric]:
+        """Incident controls: 1 per paused queue (job_type '*') or job type, for how long, and
+        the jobs parked because their type is paused."""
+        reads = ReadModels(self.redis, self.clock)
+        now = self.clock()
+        labels = ["queue", "job_type"]
+        paused = GaugeMetricFamily("antre_paused", "1 while a queue (job_type '*') or a job type "
+                                   "is paused by an operator", labels=labels)
+        since = GaugeMetricFamily("antre_paused_seconds", "How long it has been paused",
+                                  labels=labels)
+        parked = GaugeMetricFamily("antre_parked_jobs", "Ready jobs held back because their "
+                                   "job type is paused", labels=["queue"])
+        for name in reads.queue_names():
+            info = reads.queue_info(name)
+            for p in info.paused:
+                paused.add_metric([name, p.job_type or "*"], 1)
+                since.add_metric([name, p.job_type or "*"], max(0, now - p.at_ms) / 1000)
+            parked.add_metric([name], info.parked)
+        yield from (paused, since, parked)
 
     def _workers(self) -> Iterator[Metric]:
         registry = WorkerRegistry(self.redis, self.clock)

@@ -38,7 +38,7 @@ def test_sweep_once_requeues_expired_leases_in_every_queue(app, clock):
     assert sweep_once(app)["requeued"] == 0
     clock.advance(10_001)
     res = sweep_once(app)
-    assert res == {"queues": 2, "requeued": 2, "buried": 0, "promoted": 1}
+    assert res == {"queues": 2, "requeued": 2, "buried": 0, "promoted": 1, "unparked": 0}
     assert a.where(ja) == ["ready"] and b.where(jb) == ["ready"] and b.where(later) == ["ready"]
 
 

@@ -20,6 +20,7 @@ from . import (
     audit,
     auth,
     common,
+    control,
     dlq,
     idempotency,
     inflight,
@@ -35,7 +36,7 @@ from . import (
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
-              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp)
+              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, control.bp)
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
@@ -54,6 +55,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     services.install(app, dict(app.config))
     security.install(app)
     common.install(app)
+    control.install_globals(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     return app

@@ -10,7 +10,9 @@ from typing import Any
 from antre.bulk import TaskNotFound, TaskStateError
 from antre.errors import LeaseLost
 from antre.flow import FlowControl
-from antre.readmodels import DeadFilter
+from antre.pause import PauseError
+from antre.purge import PurgeError, PurgeFilter
+from antre.readmodels import DeadFilter, PauseInfo
 from antre.users import UnknownUser, UserExists
 
 from . import services
@@ -276,3 +278,126 @@ def user_delete(name: str, reason: str | None) -> Result:
             return Result(False, f"no user {name}", 400)
         return Result(True, f"user {name} deleted")
     return guarded("users.delete", name, _reason(reason), run)
+
+
+# -- incident controls: pause / resume, delete, purge -----------------------------------------
+def _actor() -> str:
+    user = current_user()
+    return user.name if user else "?"
+
+
+def unknown_target(queue: str, job_type: str | None) -> Result | None:
+    """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known: neither
+    seen in Redis nor served by a handler of the app."""
+    svc = _svc()
+    queues = set(svc.reads.queue_names()) | set(svc.antre.queues())
+    if queue not in queues:
+        return Result(False, f"no queue {queue!r}; known queues: {', '.join(sorted(queues))}",
+                      400)
+    if job_type is None:
+        return None
+    types = set(svc.reads.dead_types(queue)) | {n for n, s in svc.antre.handlers.items()
+                                                if s.queue == queue}
+    if job_type not in types:
+        return Result(False, f"no job type {job_type!r} in queue {queue}; known types: "
+                             f"{', '.join(sorted(types)) or 'none yet'}", 400)
+    return None
+
+
+def pause(queue: str, job_type: str | None, reason: str | None) -> Result:
+    def run() -> Result:
+        bad = unknown_target(queue, job_type)
+        if bad is not None:
+            return bad
+        try:
+            info = _svc().pauses.pause(queue, job_type, _actor(), _reason(reason))
+        except PauseError as exc:
+            return Result(False, f"{exc}; nothing was changed", 409 if "already" in str(exc)
+                          else 400)
+        return Result(True, f"{info.target} paused: workers reserve none of its jobs until it "
+                            "is resumed (jobs in flight finish)", 200,
+                      {"paused": _plain_pause(info)})
+    return guarded("queue.pause", _target(queue, job_type), _reason(reason), run)
+
+
+def resume(queue: str, job_type: str | None, reason: str | None) -> Result:
+    def run() -> Result:
+        bad = unknown_target(queue, job_type)
+        if bad is not None:
+            return bad
+        svc = _svc()
+        before = svc.pauses.get(queue, job_type)
+        try:
+            moved = svc.pauses.resume(queue, job_type)
+        except PauseError as exc:
+            return Result(False, f"{exc}; nothing was changed", 409)
+        return Result(True, f"{_target(queue, job_type)} resumed ({moved} parked jobs back "
+                            "in the ready list)", 200,
+                      {"unparked": moved, "was": _plain_pause(before) if before else None})
+    return guarded("queue.resume", _target(queue, job_type), _reason(reason), run)
+
+
+def _target(queue: str, job_type: str | None) -> str:
+    return queue if job_type is None else f"{queue}/{job_type}"
+
+
+def _plain_pause(info: PauseInfo) -> dict[str, Any]:
+    return {"queue": info.queue, "job_type": info.job_type, "by": info.by, "at_ms": info.at_ms,
+            "reason": info.reason}
+
+
+def delete_job(queue: str, job_id: str, reason: str | None) -> Result:
+    def run() -> Result:
+        try:
+            where = _svc().purger.delete(queue, job_id)
+        except PurgeError as exc:
+            return Result(False, str(exc), 409)
+        return Result(True, f"job {job_id} deleted from {where}", 200, {"was": where})
+    return guarded("job.delete", f"{queue}/{job_id}", _reason(reason), run)
+
+
+def purge_start(queue: str, flt: PurgeFilter, rate: float, maximum: int, confirm: str,
+                reason: str | None) -> Result:
+    """A paced purge of the filtered set, once ``confirm`` is the dry-run count or 'purge'."""
+    def run() -> Result:
+        svc = _svc()
+        try:
+            flt.check()
+        except PurgeError as exc:
+            return Result(False, str(exc), 400)
+        bad = unknown_target(queue, None)
+        if bad is not None:
+            return bad
+        count = svc.purger.count(queue, flt)
+        if count == 0:
+            return Result(False, f"no job matches ({flt.describe()}); nothing was changed", 400,
+                          {"dry_run": 0, "filter": flt.describe()})
+        if not confirmed(confirm, count, "purge"):
+            return Result(False, f"not confirmed: type {count} (the number of matching jobs) "
+                                 "or the word 'purge'; nothing was changed", 400,
+                          {"dry_run": count, "filter": flt.describe()})
+        try:
+            task = svc.bulk.start_purge(queue, flt, rate, min(maximum, MAX_BULK), _actor(),
+                                        _reason(reason))
+        except ValueError as exc:
+            return Result(False, str(exc), 400)
+        return Result(True, f"purge {task.id} started: {count} jobs match ({flt.describe()}), "
+                            f"at most {task.maximum} at {task.rate_per_s:g} jobs/s", 200,
+                      {"task": task.to_dict(), "filter": flt.to_dict(), "dry_run": count})
+    return guarded("purge.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
+
+
+def purge_change(queue: str, task_id: str, op: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        task = svc.bulk.get(queue, task_id)
+        if task is None or task.kind != "purge":
+            return Result(False, f"no purge {task_id} in {queue}", 409)
+        fn = {"pause": svc.bulk.pause, "resume": svc.bulk.resume, "cancel": svc.bulk.cancel}[op]
+        try:
+            task = fn(queue, task_id)
+        except TaskStateError as exc:
+            return Result(False, str(exc), 409)
+        return Result(True, f"purge {task_id}: {task.state} ({task.replayed} removed)", 200,
+                      {"task": task.to_dict()})
+    return guarded(f"purge.{op}", f"{queue}/{task_id}", _reason(reason), run)

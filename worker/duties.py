@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from antre import Antre, Queue, keys, sampling
 from antre.alerts import AlertEngine
 from antre.bulk import BulkReplays
+from antre.pause import Pauses
 from antre.clock import Clock
 from antre.readmodels import ReadModels
 
@@ -37,8 +38,9 @@ class Duty:
 
 def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
     """One sweeper pass over every queue: expired leases back to ready (or to the DLQ when
-    poison), then due scheduled jobs promoted. Returns totals."""
-    out = {"queues": 0, "requeued": 0, "buried": 0, "promoted": 0}
+    poison), then due scheduled jobs promoted, then parked jobs of resumed job types back to
+    ready. Returns totals."""
+    out = {"queues": 0, "requeued": 0, "buried": 0, "promoted": 0, "unparked": 0}
     for name in ReadModels(app.redis).queue_names():
         q = Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts)
         out["queues"] += 1
@@ -49,6 +51,8 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
             if res.requeued + res.buried < limit:
                 break
         out["promoted"] += _promote_all(q, limit)
+        # parked jobs of a job type whose resume stopped half-way go back to ready
+        out["unparked"] += Pauses(app.redis, q.clock, app.scripts).unpark_stale(name)
     return out
 
 
