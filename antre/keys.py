@@ -114,6 +114,10 @@ class QueueKeys:
     def parked_types(self) -> str:  # SET of job types with a parked list (may be empty)
         return f"{self.tag}:parked_types"
 
+    @property
+    def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
+        return f"{self.tag}:tombstones"
+
 
 def queues_index() -> str:
     """SET of queue names that ever had a job."""

@@ -4,7 +4,8 @@ set from ready, scheduled or dead (incident controls).
 Every Redis call is bounded: a purge walks its source in chunks of at most ``CHUNK`` ids, each
 one ``purge.lua`` call that looks at the chunk and removes what matches. The ready list (and the
 parked lists of paused job types, which are ready jobs too) is walked from the oldest end with
-a cursor (the next id to look at); scheduled and dead are walked by score with a (score, id)
+a cursor (the next id to look at, and its distance from that end); a removed id is marked in
+place and dropped by the next reserve that pops it (see ``purge.lua``); scheduled and dead are walked by score with a (score, id)
 cursor, on the per-type / per-group index when the filter names one. The same walk with
 ``dry=True`` counts, so a dry run and the real purge apply the same rules. The paced, tracked
 form (rate, maximum, progress, pause, cancel) is a ``BulkTask`` of kind ``purge`` in
@@ -24,7 +25,7 @@ from .clock import Clock, system_ms
 from .scripts import Scripts
 
 SOURCES = ("ready", "scheduled", "dead")
-CHUNK = 200
+CHUNK = 100  # ids per purge.lua call: ~0.5 ms of Redis time each (bench/INCIDENT.md)
 MAX_FIELD = 200
 
 
@@ -118,7 +119,7 @@ class Purger:
 
     def _zset_delete(self, queue: str, zkey: str, job_id: str) -> bool:
         k = keys.QueueKeys(queue)
-        reply = self.scripts.purge(keys=[zkey, k.stats],
+        reply = self.scripts.purge(keys=[zkey, k.stats, k.tombstones],
                                    args=[k.job_prefix, "zset", 0, "{}", json.dumps([job_id])])
         return int(reply[1]) == 1
 
@@ -127,7 +128,7 @@ class Purger:
         k = keys.QueueKeys(queue)
         only = json.dumps({"id": job_id})
         for lkey in self._lists(queue, None):
-            reply = self.scripts.purge(keys=[lkey, k.stats],
+            reply = self.scripts.purge(keys=[lkey, k.stats, k.tombstones],
                                        args=[k.job_prefix, "list", 0, only, job_id, 1])
             if int(reply[1]) == 1:
                 return True
@@ -174,11 +175,12 @@ class Purger:
         lkey, start = _list_at(lists, cursor)
         if lkey is None:
             return Chunk(0, 0, None)
-        looked, matched, nxt = self.scripts.purge(
-            keys=[lkey, k.stats],
-            args=[k.job_prefix, "list", int(dry), flt.lua(self.clock()), start, size])
+        hint = str(cursor.get("hint") or "") if start else ""
+        looked, matched, nxt, nxt_hint = self.scripts.purge(
+            keys=[lkey, k.stats, k.tombstones],
+            args=[k.job_prefix, "list", int(dry), flt.lua(self.clock()), start, size, hint])
         if nxt:
-            return Chunk(int(looked), int(matched), {"list": lkey, "id": nxt})
+            return Chunk(int(looked), int(matched), {"list": lkey, "id": nxt, "hint": nxt_hint})
         rest = lists[lists.index(lkey) + 1:]
         return Chunk(int(looked), int(matched), {"list": rest[0], "id": ""} if rest else None)
 
@@ -193,8 +195,8 @@ class Purger:
             index = k.dead_by_type(flt.job_type)
         ids, last = self._candidates(index, cursor, size)
         prefixes = [k.dead_type_prefix, k.dead_group_prefix] if flt.source == "dead" else ["", ""]
-        looked, matched, _ = self.scripts.purge(
-            keys=[source, k.stats],
+        looked, matched, *_ = self.scripts.purge(
+            keys=[source, k.stats, k.tombstones],
             args=[k.job_prefix, "zset", int(dry), flt.lua(self.clock()), json.dumps(ids), size,
                   *prefixes])
         return Chunk(int(looked), int(matched), last if len(ids) >= size else None)

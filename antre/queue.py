@@ -153,7 +153,7 @@ class Queue:
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
         rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats, k.paused,
-                                          k.parked_types],
+                                          k.parked_types, k.tombstones],
                                     args=[k.job_prefix, self.clock(), count, worker_id,
                                           k.parked_prefix, *RESERVE_FIELDS])
         return [from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None})

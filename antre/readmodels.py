@@ -167,7 +167,8 @@ class ReadModels:
         pipe.hgetall(k.stats)
         pipe.hgetall(k.paused)
         pipe.smembers(k.parked_types)
-        ready, scheduled, inflight, dead, done, oldest, stats, paused, parked_types = \
+        pipe.get(k.tombstones)
+        ready, scheduled, inflight, dead, done, oldest, stats, paused, parked_types, marks = \
             pipe.execute()
         now = self.clock()
         age = 0
@@ -175,7 +176,9 @@ class ReadModels:
             since = _int(self.redis.hget(k.job(oldest), "visible_at"))
             age = max(0, now - since) if since else 0
         parked = self.parked_count(name, parked_types)
-        return QueueInfo(name, ready + parked, scheduled, inflight, dead, done, age,
+        # purged ids are marked in the lists until a reserve pops them (antre/lua/purge.lua)
+        ready = max(0, ready + parked - _int(marks))
+        return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
                          {s: _int(v) for s, v in stats.items()}, now,
                          tuple(pause_infos(name, paused)), parked)
 
@@ -243,7 +246,7 @@ class ReadModels:
         k = keys.QueueKeys(queue)
         ids = (cast(list[str], self.redis.lrange(k.ready, -(offset + limit), -(offset + 1)))
                if limit else [])
-        ids.reverse()
+        ids = [i for i in reversed(ids) if not i.startswith("{")]  # marks of purged ids
         return Page(self._rows(queue, ids), int(self.redis.llen(k.ready)), offset, limit,
                     self.clock())
 

@@ -64,13 +64,13 @@ def test_paused_type_is_parked_and_does_not_block_other_types(q, pauses, clock):
 
 
 def test_parking_is_bounded_per_reserve(q, pauses):
-    enqueue(q, "slow", 600)
+    enqueue(q, "slow", 1000)
     enqueue(q, "fast", 1)
     pauses.pause("jobs", "slow", "bob", "why")
-    assert q.reserve("w1", 1) == []  # 256 parked by this call, nothing else found yet
+    assert q.reserve("w1", 1) == []  # 500 parked by this call, nothing else found yet
     assert q.reserve("w1", 1) == []
     assert [j.type for j in q.reserve("w1", 1)] == ["fast"]
-    assert pauses.resume("jobs", "slow") == 600
+    assert pauses.resume("jobs", "slow") == 1000
 
 
 def test_repeat_and_bad_input_are_refused(q, pauses):

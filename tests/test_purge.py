@@ -166,3 +166,21 @@ def test_paced_purge_task_rate_maximum_pause_cancel(q, r, clock):
     with pytest.raises(TaskStateError):
         bulk.cancel("jobs", task.id)
     assert [t.kind for t in bulk.list("jobs", kind="purge")] == ["purge"]
+
+
+def test_list_walk_survives_workers_taking_jobs_between_chunks(q, purger):
+    for i in range(150):
+        add(q, "a", 1, start=i)
+        add(q, "b", 1, start=i)
+    flt = PurgeFilter("ready", job_type="a")
+    chunk = purger.step("jobs", flt, None, 100, dry=False)
+    assert (chunk.looked, chunk.matched) == (100, 50)
+    taken = q.reserve("w", 10)  # from the oldest end: the cursor's distance hint is stale now
+    assert [j.type for j in taken] == ["b"] * 10  # the marks of purged jobs are stepped over
+    while chunk.cursor is not None:
+        chunk = purger.step("jobs", flt, chunk.cursor, 100, dry=False)
+    assert purger.count("jobs", flt) == 0
+    assert ReadModels(q.redis, q.clock).queue_info("jobs").ready == 140
+    assert len(q.reserve("w", 1000)) == 140
+    assert ReadModels(q.redis, q.clock).queue_info("jobs").ready == 0
+    assert q.redis.get(q.keys.tombstones) == "0"

@@ -1,22 +1,27 @@
 -- purge: remove (or, on a dry run, only count) the jobs of one bounded chunk that match a
 -- filter, from a ready/parked LIST or from the scheduled or dead ZSET.
--- KEYS[1] source (LIST or ZSET)   KEYS[2] stats (HASH)
+-- KEYS[1] source (LIST or ZSET)   KEYS[2] stats (HASH)   KEYS[3] tombstones (STRING counter)
 -- ARGV[1] job_prefix   ARGV[2] 'list' | 'zset'   ARGV[3] 1 = dry run (count only)
 -- ARGV[4] filter JSON {id?, type?, group?, created_before?, field?, value?}
 -- ARGV[5] list: the first id not yet looked at ('' = start at the oldest end);
 --         zset: JSON array of candidate ids (read by the caller with ZRANGEBYSCORE ... LIMIT)
--- ARGV[6] list: how many ids to look at   ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group
---         prefix (zset of the dead: the per-type and per-group indexes are kept in step)
--- Returns: {looked at, matched, next cursor (list; '' = the end)}
--- A list walk goes from the oldest end; matched ids are overwritten with a marker that no job
--- id can be (braces) and removed with one LREM counted from the oldest end, so a chunk costs
--- O(its distance from the oldest end), never a pass over the whole list per job.
+-- ARGV[6] list: how many ids to look at
+-- ARGV[7] list: the cursor's distance from the oldest end when it was returned ('' unknown);
+--         zset of the dead: the dead-by-type prefix   ARGV[8] zset of the dead: the
+--         dead-by-group prefix (the per-type and per-group indexes are kept in step)
+-- Returns: {looked at, matched, next cursor (list; '' = the end), its distance hint (list)}
+-- A list walk goes from the oldest end. A matched id is overwritten in place (LSET) with a
+-- mark no job id can be ('{purged}' .. id: braces), which reserve.lua drops when it pops it
+-- and KEYS[3] counts meanwhile (the ready count is the list's length minus the marks). No
+-- command here scans the list element by element (an LREM would, up to its whole length):
+-- the cursor is found again by its distance from the oldest end (LINDEX), and LPOS is only
+-- the fallback when workers took jobs from that end since.
 local prefix, mode, dry = ARGV[1], ARGV[2], ARGV[3] == '1'
 local flt = cjson.decode(ARGV[4])
-local TOMB = '{purged}'
 
 local function matches(id)
   if flt.id and id ~= flt.id then return false end
+  if string.byte(id, 1) == 123 then return false end  -- a mark left by an earlier purge
   local f = redis.call('HMGET', prefix .. id, 'type', 'group', 'created_at', 'payload')
   if not f[1] then return false end
   if flt.type and f[1] ~= flt.type then return false end
@@ -56,18 +61,25 @@ if mode == 'zset' then
     end
   end
   if not dry and matched > 0 then redis.call('HINCRBY', KEYS[2], 'purged', matched) end
-  return {#ids, matched, ''}
+  return {#ids, matched, '', ''}
 end
 
 local len = redis.call('LLEN', KEYS[1])
 local pos = len
 if ARGV[5] ~= '' then
-  pos = redis.call('LPOS', KEYS[1], ARGV[5], 'RANK', -1)
-  -- gone (reserved): every older id went before it, so what is left is all unexamined
-  if not pos then pos = len else pos = pos + 1 end
+  -- the hint (the cursor's distance from the oldest end when it was handed out) finds it
+  -- without a search unless workers took jobs from that end meanwhile
+  local hint = tonumber(ARGV[7] or '')
+  if hint and hint < len and redis.call('LINDEX', KEYS[1], -(hint + 1)) == ARGV[5] then
+    pos = len - hint
+  else
+    pos = redis.call('LPOS', KEYS[1], ARGV[5], 'RANK', -1)
+    -- gone (reserved): every older id went before it, so what is left is all unexamined
+    if not pos then pos = len else pos = pos + 1 end
+  end
 end
 local lo = math.max(0, pos - tonumber(ARGV[6]))
-if lo >= pos then return {0, 0, ''} end
+if lo >= pos then return {0, 0, '', ''} end
 local ids = redis.call('LRANGE', KEYS[1], lo, pos - 1)
 local nxt = ''
 if lo > 0 then nxt = redis.call('LINDEX', KEYS[1], lo - 1) end
@@ -76,13 +88,16 @@ for i = #ids, 1, -1 do
   if matches(ids[i]) then
     matched = matched + 1
     if not dry then
-      redis.call('LSET', KEYS[1], lo + i - 1, TOMB)
+      redis.call('LSET', KEYS[1], lo + i - 1, '{purged}' .. ids[i])
       redis.call('DEL', prefix .. ids[i])
     end
   end
 end
 if not dry and matched > 0 then
-  redis.call('LREM', KEYS[1], -matched, TOMB)
+  redis.call('INCRBY', KEYS[3], matched)
   redis.call('HINCRBY', KEYS[2], 'purged', matched)
 end
-return {#ids, matched, nxt}
+-- nothing moved: nxt's distance from the oldest end is len - lo
+local hint_out = ''
+if nxt ~= '' then hint_out = tostring(len - lo) end
+return {#ids, matched, nxt, hint_out}
