@@ -193,32 +193,25 @@ class Purger:
             index = k.dead_by_group(flt.group)
         elif flt.source == "dead" and flt.job_type:
             index = k.dead_by_type(flt.job_type)
-        ids, last = self._candidates(index, cursor, size)
+        ids = self._candidates(index, cursor, size)
         prefixes = [k.dead_type_prefix, k.dead_group_prefix] if flt.source == "dead" else ["", ""]
-        looked, matched, *_ = self.scripts.purge(
+        looked, matched, kept, _ = self.scripts.purge(
             keys=[source, k.stats, k.tombstones],
             args=[k.job_prefix, "zset", int(dry), flt.lua(self.clock()), json.dumps(ids), size,
                   *prefixes])
-        return Chunk(int(looked), int(matched), last if len(ids) >= size else None)
+        if len(ids) < size:
+            return Chunk(int(looked), int(matched), None)
+        # the next chunk starts after the last id still indexed (or where this one started)
+        return Chunk(int(looked), int(matched), {"id": kept} if kept else cursor)
 
-    def _candidates(self, index: str, cursor: dict[str, Any], size: int
-                    ) -> tuple[list[str], dict[str, Any] | None]:
-        """Up to ``size`` ids after the (score, id) cursor, lowest score first."""
-        low: Any = cursor.get("score", "-inf")
-        after = str(cursor.get("id", ""))
-        limit = size
-        while True:
-            pairs = cast(list[tuple[str, float]], self.redis.zrangebyscore(
-                index, low, "+inf", start=0, num=limit, withscores=True))
-            fresh = [(m, int(s)) for m, s in pairs
-                     if "score" not in cursor or s > cursor["score"] or m > after]
-            if len(fresh) >= size or len(pairs) < limit:
-                break
-            limit *= 2  # many ids share the cursor's score: look further
-        fresh = fresh[:size]
-        if not fresh:
-            return [], None
-        return [m for m, _ in fresh], {"score": fresh[-1][1], "id": fresh[-1][0]}
+    def _candidates(self, index: str, cursor: dict[str, Any], size: int) -> list[str]:
+        """Up to ``size`` ids after the cursor's id in ``index`` (by rank: scores may repeat,
+        and ZRANK finds the id in O(log n)); from the start when it has none or it is gone."""
+        start = 0
+        if cursor.get("id"):
+            rank = self.redis.zrank(index, str(cursor["id"]))
+            start = 0 if rank is None else int(cast(int, rank)) + 1
+        return cast(list[str], self.redis.zrange(index, start, start + size - 1))
 
 
 def _list_at(lists: list[str], cursor: dict[str, Any]) -> tuple[str | None, str]:

@@ -10,6 +10,7 @@
 --         zset of the dead: the dead-by-type prefix   ARGV[8] zset of the dead: the
 --         dead-by-group prefix (the per-type and per-group indexes are kept in step)
 -- Returns: {looked at, matched, next cursor (list; '' = the end), its distance hint (list)}
+-- (zset: the third value is the last id of the chunk still in the index, '' when none)
 -- A list walk goes from the oldest end. A matched id is overwritten in place (LSET) with a
 -- mark no job id can be ('{purged}' .. id: braces), which reserve.lua drops when it pops it
 -- and KEYS[3] counts meanwhile (the ready count is the list's length minus the marks). No
@@ -50,6 +51,7 @@ end
 if mode == 'zset' then
   local ids = cjson.decode(ARGV[5])
   local matched = 0
+  local kept = ''
   for _, id in ipairs(ids) do
     if redis.call('ZSCORE', KEYS[1], id) and matches(id) then
       matched = matched + 1
@@ -57,11 +59,15 @@ if mode == 'zset' then
         if ARGV[7] and ARGV[7] ~= '' then forget_dead(id) end
         redis.call('ZREM', KEYS[1], id)
         redis.call('DEL', prefix .. id)
+      else
+        kept = id
       end
+    else
+      kept = id
     end
   end
   if not dry and matched > 0 then redis.call('HINCRBY', KEYS[2], 'purged', matched) end
-  return {#ids, matched, '', ''}
+  return {#ids, matched, kept, ''}
 end
 
 local len = redis.call('LLEN', KEYS[1])
