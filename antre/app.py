@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, cast
 import redis
 
 from . import sql
+from .alerts import AlertConfig
 from .audit import AuditLog
 from .clock import Clock, system_ms
 from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
@@ -68,7 +69,8 @@ class Antre:
     def __init__(self, redis_url: str | None = None, database_url: str | None = None, *,
                  default_queue: str = "default", clock: Clock = system_ms,
                  max_payload_bytes: int | None = None,
-                 redis_client: "redis.Redis | None" = None) -> None:
+                 redis_client: "redis.Redis | None" = None,
+                 alerts: AlertConfig | None = None) -> None:
         self._redis_url = redis_url
         self._database_url = database_url
         self.default_queue = default_queue
@@ -87,6 +89,13 @@ class Antre:
         self._sql: dict[str, Any] = {}
         self._init_lock = threading.Lock()  # lazy connections are built once across threads
         self.migrate_on_start = True
+        self._alerts = alerts
+
+    @property
+    def alert_config(self) -> AlertConfig:
+        """Alert thresholds: ``alerts=`` given to the app, else ``ANTRE_ALERT_*`` from the
+        environment (read when needed, like the URLs)."""
+        return self._alerts or AlertConfig.from_env()
 
     # -- connections -------------------------------------------------------------------------
     @property

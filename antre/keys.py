@@ -198,6 +198,12 @@ def alert_points() -> str:
     return f"{PREFIX}:{{alerts}}:points"
 
 
+def alert_signals() -> str:
+    """HASH signal -> value measured by the alert check outside Redis (the outbox's oldest
+    unsent row, from SQL), for ``/metrics``."""
+    return f"{PREFIX}:{{alerts}}:signals"
+
+
 def login_failures(digest: str) -> str:
     """ZSET ``<ms>:<n>`` -> ms: failed logins of one (user name, client address) in the window;
     ``digest`` is a hash of the pair (never the raw, user-supplied name)."""

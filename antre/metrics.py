@@ -62,6 +62,7 @@ METRIC_NAMES = (
     "antre_circuit_breaker_state", "antre_circuit_breaker_opens_total",
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
     "antre_paused", "antre_paused_seconds", "antre_parked_jobs",
+    "antre_fence_refusals_total", "antre_lost_locks_total", "antre_outbox_oldest_age_seconds",
 )
 
 
@@ -201,6 +202,11 @@ class AntreCollector:
                                                 "answered from the idempotency store", labels=q),
             "lock_busy": CounterMetricFamily("antre_lock_conflict_count", "Jobs snoozed because "
                                              "their business lock was held", labels=q),
+            "fence_rejected": CounterMetricFamily("antre_fence_refusals", "Runs refused by the "
+                                                  "SQL fence (a newer lock holder committed)",
+                                                  labels=q),
+            "lock_lost": CounterMetricFamily("antre_lost_locks", "Business locks lost while "
+                                             "their job ran (not committed, snoozed)", labels=q),
         }
         ack_latency = SummaryMetricFamily("antre_ack_latency_seconds", "Enqueue to ack, all job "
                                           "types (from the ack script's counters)", labels=q)
@@ -256,7 +262,12 @@ class AntreCollector:
                 paused.add_metric([name, p.job_type or "*"], 1)
                 since.add_metric([name, p.job_type or "*"], max(0, now - p.at_ms) / 1000)
             parked.add_metric([name], info.parked)
-        yield from (paused, since, parked)
+        outbox = GaugeMetricFamily("antre_outbox_oldest_age_seconds", "Age of the oldest "
+                                   "outbox row not relayed yet (measured by the alert check; "
+                                   "0 when none)")
+        raw = self.redis.hget(keys.alert_signals(), "outbox_oldest_age_s")
+        outbox.add_metric([], float(raw) if raw else 0.0)
+        yield from (paused, since, parked, outbox)
 
     def _workers(self) -> Iterator[Metric]:
         registry = WorkerRegistry(self.redis, self.clock)

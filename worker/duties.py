@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.exc import SQLAlchemyError
 
 from antre import Antre, Queue, keys, sampling
 from antre.alerts import AlertEngine
@@ -102,14 +103,33 @@ def _relay(d: Duties) -> Any:
 
 def _alerts(d: Duties) -> Any:
     """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once."""
-    engine = AlertEngine(d.app.redis, d.clock or d.app.clock,
+    engine = AlertEngine(d.app.redis, d.clock or d.app.clock, rules=d.app.alert_config.rules(),
                          webhook_url=os.environ.get("ANTRE_ALERT_WEBHOOK") or None,
-                         dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""))
+                         dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""),
+                         outbox_age_s=_outbox_age(d))
     events = engine.check()
     for event in events:
         log.warning("alert %s: %s", event.status, event.alert.message,
                     extra={"event": "alert", "queue": event.queue})
     return events
+
+
+def _outbox_age(d: Duties) -> Callable[[], float | None] | None:
+    """The age of the oldest unsent outbox row, for the outbox alert (None without SQL, or
+    while the database is unreachable: the outage has its own banner)."""
+    outbox = d.app.outbox if d.app.database_url else None
+    if outbox is None:
+        return None
+    clock = d.clock or d.app.clock
+
+    def age_s() -> float | None:
+        try:
+            oldest = outbox.oldest_pending_ms()
+        except SQLAlchemyError as exc:
+            log.warning("outbox age unknown: %s", exc, extra={"event": "duty_failed"})
+            return None
+        return None if oldest is None else max(0, clock() - oldest) / 1000
+    return age_s
 
 
 DUTIES = (
