@@ -18,6 +18,7 @@ ready in bounded chunks (``unpark.lua``), oldest first. The sweeper duty calls
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import cast
 
 import redis
@@ -117,3 +118,21 @@ def _check(queue: str, job_type: str | None, reason: str) -> str:
     if not reason:
         raise PauseError("a reason is required: say why (it is shown in the paused banner)")
     return reason
+
+
+def unknown_target(client: "redis.Redis", queue: str, job_type: str | None,
+                   handler_queues: Mapping[str, str], app_queues: Iterable[str]) -> str | None:
+    """What to tell an operator who named a queue (or a job type in it) that does not exist:
+    neither seen in Redis nor served by a handler (``handler_queues``: job type -> queue).
+    None when it is known."""
+    reads = ReadModels(client)
+    queues = set(reads.queue_names()) | set(app_queues)
+    if queue not in queues:
+        return f"no queue {queue!r}; known queues: {', '.join(sorted(queues)) or 'none yet'}"
+    if job_type is None:
+        return None
+    types = set(reads.dead_types(queue)) | {t for t, q in handler_queues.items() if q == queue}
+    if job_type not in types:
+        return (f"no job type {job_type!r} in queue {queue}; known types: "
+                f"{', '.join(sorted(types)) or 'none yet'}")
+    return None

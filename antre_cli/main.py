@@ -1,10 +1,11 @@
-"""``antre``: demo, worker, web, sweep, status, dlq, user."""
+"""``antre``: demo, worker, web, sweep, status, dlq, user; the incident controls and every
+other dashboard action are in ``incident`` (pause, resume, job, purge, bulk-replay, tasks,
+task, lock, breaker)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import json
 import os
 import secrets
@@ -20,6 +21,7 @@ from antre.registry import WorkerRegistry
 from worker.cli import main as worker_main
 from worker.loader import load_app
 
+from . import incident
 from .demo import run_demo
 from .web import serve
 
@@ -35,7 +37,7 @@ def _app(path: str | None) -> Antre:
 
 
 def _operator() -> str:
-    return f"cli:{os.environ.get('USER') or getpass.getuser()}"
+    return incident.operator()
 
 
 def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
@@ -206,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
     ua.add_argument("--password", help="default: $ANTRE_PASSWORD, else generated and printed")
     usub.add_parser("list")
+    incident.add_parsers(sub)
     return p
 
 
@@ -217,5 +220,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
-                "demo": cmd_demo}
+                "demo": cmd_demo, **incident.HANDLERS}
     return handlers[args.command](args)

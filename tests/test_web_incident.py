@@ -145,3 +145,17 @@ def test_purge_api_count_start_control_and_refusals(web):
     assert web.svc.purger.count("default", PurgeFilter("ready")) == 4  # nothing was removed
     refused = [e.outcome for e in web.audit("purge.start") if e.outcome != "ok"]
     assert refused == ["refused", "refused"]
+
+
+def test_breaker_reset_through_the_api(web):
+    from antre.flow import FlowControl
+    breaker = FlowControl(web.svc.redis, web.clock).breaker("psp", failure_threshold=1)
+    breaker.record_failure()
+    c = web.app.test_client()
+    resp = c.post("/api/flow/breakers/psp/reset", json={"reason": "psp back"},
+                  headers=basic("operator"))
+    assert resp.status_code == 200 and resp.get_json()["before"] == "open"
+    assert breaker.state().state == "closed"
+    assert c.post("/api/flow/breakers/nope/reset", json={},
+                  headers=basic("operator")).status_code == 404
+    assert [e.outcome for e in web.audit("flow.reset_breaker")] == ["failed", "ok"]

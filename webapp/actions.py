@@ -11,6 +11,7 @@ from antre.bulk import TaskNotFound, TaskStateError
 from antre.errors import LeaseLost
 from antre.flow import FlowControl
 from antre.pause import PauseError
+from antre.pause import unknown_target as pause_target_unknown
 from antre.purge import PurgeError, PurgeFilter
 from antre.readmodels import DeadFilter, PauseInfo
 from antre.users import UnknownUser, UserExists
@@ -287,21 +288,12 @@ def _actor() -> str:
 
 
 def unknown_target(queue: str, job_type: str | None) -> Result | None:
-    """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known: neither
-    seen in Redis nor served by a handler of the app."""
+    """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
     svc = _svc()
-    queues = set(svc.reads.queue_names()) | set(svc.antre.queues())
-    if queue not in queues:
-        return Result(False, f"no queue {queue!r}; known queues: {', '.join(sorted(queues))}",
-                      400)
-    if job_type is None:
-        return None
-    types = set(svc.reads.dead_types(queue)) | {n for n, s in svc.antre.handlers.items()
-                                                if s.queue == queue}
-    if job_type not in types:
-        return Result(False, f"no job type {job_type!r} in queue {queue}; known types: "
-                             f"{', '.join(sorted(types)) or 'none yet'}", 400)
-    return None
+    message = pause_target_unknown(svc.redis, queue, job_type,
+                                   {n: s.queue for n, s in svc.antre.handlers.items()},
+                                   svc.antre.queues())
+    return None if message is None else Result(False, message, 400)
 
 
 def pause(queue: str, job_type: str | None, reason: str | None) -> Result:

@@ -295,6 +295,14 @@ def release_lock() -> Response:
                                         body.get("reason")))
 
 
+@bp.post("/flow/breakers/<name>/reset")
+@requires("operator", "flow.reset_breaker")
+@doc(body=REASON)
+def reset_breaker(name: str) -> Response:
+    """Close a circuit breaker by hand and forget its failures."""
+    return _answer(actions.reset_breaker(name, _body().get("reason")))
+
+
 BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
              "until_ms": "integer", "maximum": "integer", **REASON}
 
