@@ -192,6 +192,7 @@ class WorkerProcess:
     def _runner(self, n: int) -> None:
         rr, batch = n, 1
         while not self._stopping.is_set():
+            self._promote_when_due()
             try:
                 got = self.health.call(self._reserve, rr, batch, stop=self._stopping)
             except REDIS_DOWN:
@@ -255,7 +256,6 @@ class WorkerProcess:
                 self._running.pop(r.job.id, None)
 
     def _idle(self) -> None:
-        self._promote_when_due()
         try:  # woken by the enqueue or promote script's token, at once
             self.queues[0].wait_for_work(IDLE_WAIT_S, self.queues[1:])
         except REDIS_DOWN as exc:
@@ -264,6 +264,7 @@ class WorkerProcess:
 
     # -- promotion: the one place due scheduled jobs become ready ----------------------------------
     def _promote_when_due(self) -> None:
+        """Every ``PROMOTE_EVERY_S``, busy or idle (one runner of the process does it)."""
         now = time.monotonic()
         if now - self._last_promote < PROMOTE_EVERY_S:
             return
