@@ -5,8 +5,8 @@ a heartbeat thread keeps the leases (leases.py) and reports the process to the w
 Every settlement (ack, retry, bury, snooze, hand-back) is one fenced Lua script in ``Queue``,
 applied by ``Settler.settle`` (settle.py). A job is never held only in memory: until its
 settlement lands in Redis it stays in flight under its lease, and the sweeper returns it if we
-vanish. Due scheduled jobs (delayed, retried, snoozed) are promoted here, by the runners
-(``promote_due``): see docs/ARCHITECTURE.md for why here and nowhere else.
+vanish. Due scheduled jobs (delayed, retried, snoozed) are promoted by the runners
+(promotion.py).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from .held import Running
 from .leases import Leases
 from .outcomes import HandBack
 from .pipeline import Pipeline
+from .promotion import Promoter
 from .settle import Settler
 
 log = logging.getLogger("antre.worker")
 
 EXIT_RECYCLE = 3  # the process abandoned a hung handler; the supervisor starts a fresh one
-PROMOTE_EVERY_S = 0.5  # how often this process moves due scheduled jobs to ready
 FAST_BATCH_S = 0.05  # a batch done this fast: reserve twice as many next time
 SLOW_BATCH_S = 0.5  # a batch this slow: half as many
 DEFAULT_PREFETCH = 16
@@ -81,6 +81,7 @@ class WorkerProcess:
         self.durations = DurationBuffer()  # written to Redis on each heartbeat
         self.registry = WorkerRegistry(app.redis, clock=self.clock)
         self.health = RedisHealth(app.redis_url)
+        self.promoter = Promoter(self.queues, self.health)
         self._running: dict[str, Running] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -88,7 +89,6 @@ class WorkerProcess:
         self._burst = False
         self._stop_requested = False
         self._stuck: set[int] = set()
-        self._last_promote = 0.0
         self._runners: list[threading.Thread] = []
         self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                                 supervisor=supervisor_id, queues=self.queue_names,
@@ -192,7 +192,7 @@ class WorkerProcess:
     def _runner(self, n: int) -> None:
         rr, batch = n, 1
         while not self._stopping.is_set():
-            self._promote_when_due()
+            self.promoter.when_due()
             try:
                 got = self.health.call(self._reserve, rr, batch, stop=self._stopping)
             except REDIS_DOWN:
@@ -262,22 +262,9 @@ class WorkerProcess:
             self.health.failed(exc)
             self._stopping.wait(IDLE_WAIT_S)
 
-    # -- promotion: the one place due scheduled jobs become ready ----------------------------------
-    def _promote_when_due(self) -> None:
-        """Every ``PROMOTE_EVERY_S``, busy or idle (one runner of the process does it)."""
-        now = time.monotonic()
-        if now - self._last_promote < PROMOTE_EVERY_S:
-            return
-        self._last_promote = now
-        try:
-            self.promote_due()
-        except REDIS_DOWN as exc:
-            self.health.failed(exc)
-
     def promote_due(self) -> int:
-        """Move every due scheduled job of this process's queues to ready (waking idle
-        runners everywhere); returns how many."""
-        return sum(_promote_all(q) for q in self.queues)
+        """Move every due scheduled job of this process's queues to ready; returns how many."""
+        return self.promoter.promote_due()
 
     def _drained(self) -> bool:
         """Burst mode's end: nothing ready (after promoting what is due) or in flight."""
@@ -329,11 +316,3 @@ class WorkerProcess:
         except REDIS_DOWN as exc:
             self.health.failed(exc)
 
-
-def _promote_all(q: Queue, limit: int = 1000) -> int:
-    total = 0
-    while True:
-        n = q.promote(limit)
-        total += n
-        if n < limit:
-            return total

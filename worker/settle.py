@@ -127,8 +127,9 @@ class Settler:
                 self.lease_lost(r.job, exc)
                 return False
             except REDIS_DOWN:
-                log.error("could not hand back job %s (redis unreachable); its lease will expire "
-                          "and the sweeper returns it", r.job.id, extra=job_fields(r.job, "expired"))
+                log.error("could not hand back job %s (redis unreachable); its lease will "
+                          "expire and the sweeper returns it", r.job.id,
+                          extra=job_fields(r.job, "expired"))
                 return False
         self._record(r, outcome)
         return True
