@@ -115,8 +115,11 @@ class Pipeline:
         """A duplicate of work this process saw complete needs no business lock: answer it
         from the in-process cache before queueing up for the lock (everything else, duplicates
         completed elsewhere included, is decided by the store under the lock)."""
-        store, job = self.app.idempotency, r.job
-        if not job.lock_key or store is None or store.cache is None or not job.idempotency_key:
+        job = r.job
+        if not job.lock_key:
+            return None
+        store = self.app.idempotency
+        if store is None or store.cache is None or not job.idempotency_key:
             return None
         record = store.cache.get(job.idempotency_key)
         if (record is None or record.status != "completed"
