@@ -106,6 +106,8 @@ class Job:
     checkpoint: Any = None
     replayed_at: int = 0  # when an operator last replayed it from the dead-letter queue
     payload_error: str = ""  # set when the stored payload could not be decoded
+    snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
+    cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
 
     @property
     def lease(self) -> tuple[str, int]:
@@ -178,6 +180,8 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         checkpoint=checkpoint,
         replayed_at=_int(fields, "replayed_at"),
         payload_error=payload_error,
+        snoozes=_int(fields, "snoozes"),
+        cancel=fields.get("cancel", ""),
     )
 
 

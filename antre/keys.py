@@ -115,6 +115,10 @@ class QueueKeys:
         return f"{self.tag}:parked_types"
 
     @property
+    def cancels(self) -> str:  # HASH job id -> JSON {by, to, reason, at}: operator's requests
+        return f"{self.tag}:cancels"
+
+    @property
     def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
         return f"{self.tag}:tombstones"
 

@@ -27,7 +27,8 @@ from .scripts import Batch, Scripts
 RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
                   "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
                   "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
-                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at")
+                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at",
+                  "snoozes", "cancel")
 DONE_RETENTION_MS = 3_600_000
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -183,14 +184,14 @@ class Queue:
 
     def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",
               traceback: str = "", spend_attempt: bool = True, undeliver: bool = False,
-              counter: str = "retried") -> None:
+              counter: str = "retried", count_snooze: bool = False) -> None:
         """in-flight → scheduled (or ready when ``delay_ms`` <= 0)."""
         k = self.keys
         now = self.clock()
         reply = self.scripts.retry(
             keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats],
             args=[job.id, job.epoch, now, now + max(0, int(delay_ms)), int(spend_attempt),
-                  int(undeliver), error, kind, traceback, counter])
+                  int(undeliver), error, kind, traceback, counter, int(count_snooze)])
         _lease_result(reply, job.id)
 
     def hand_back(self, job: Job) -> None:
@@ -200,7 +201,7 @@ class Queue:
     def snooze(self, job: Job, delay_ms: int, why: str, counter: str = "snoozed") -> None:
         """Rate limited, lock busy, breaker open: later, no attempt spent."""
         self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True, counter=counter,
-                   error="", kind=why)
+                   error="", kind=why, count_snooze=True)
 
     def bury(self, job: Job, *, reason: str, error: str = "", kind: str = "permanent",
              traceback: str = "", signature: str | None = None, spend_attempt: bool = True) -> str:
@@ -212,6 +213,17 @@ class Queue:
             args=[job.id, job.epoch, self.clock(), reason, error or reason, kind, traceback, sig,
                   k.dead_type_prefix, k.dead_group_prefix, int(spend_attempt)])
         return _lease_result(reply, job.id)[3:]
+
+    def finish_cancelled(self, job: Job, *, to: str, reason: str) -> None:
+        """in-flight → the DLQ with ``reason`` (``to='dlq'``) or gone (``'discard'``): an
+        operator's cancel request carried out. Raises ``LeaseLost`` if the lease changed."""
+        k = self.keys
+        reply = self.scripts.cancel_finish(
+            keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups, k.cancels],
+            args=[job.id, job.epoch, self.clock(), to, reason,
+                  f"cancelled: {error_signature(reason)}", k.dead_type_prefix,
+                  k.dead_group_prefix])
+        _lease_result(reply, job.id)
 
     def extend(self, job_id: str, epoch: int, ms: int, *, mode: str = "from_now",
                cap_ms: int = 0) -> int:

@@ -26,7 +26,7 @@ NAMES = (
     # login throttling (antre/logins.py)
     "failure_add",
     # incident controls (antre/pause.py, antre/purge.py)
-    "pause_set", "unpark", "purge",
+    "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
 )
 
 
@@ -71,6 +71,8 @@ class Scripts:
     pause_set: redis.commands.core.Script
     unpark: redis.commands.core.Script
     purge: redis.commands.core.Script
+    cancel_request: redis.commands.core.Script
+    cancel_finish: redis.commands.core.Script
 
 
 class Batch:
