@@ -1,5 +1,5 @@
 """``antre`` commands for every action the dashboard offers (CLI parity): pause / resume,
-delete a job, purge, paced bulk tasks and their controls, extend a lease, run a scheduled job
+cancel a running job, delete a job, purge, paced bulk tasks and their controls, extend a lease, run a scheduled job
 now, force-release a lock, reset a circuit breaker.
 
 Each one changes Redis through the core (the same functions the dashboard's actions call),
@@ -22,6 +22,7 @@ import redis
 
 from antre import Antre
 from antre.bulk import BulkReplays, TaskNotFound, TaskStateError
+from antre.cancel import CancelError, Cancels
 from antre.errors import LeaseLost
 from antre.flow import FlowControl
 from antre.pause import PauseError, Pauses, unknown_target
@@ -136,8 +137,18 @@ def cmd_job(args: argparse.Namespace) -> int:
             return _refuse(f"{exc} (look up the current epoch: antre status / the API)")
         return Outcome(True, f"lease of job {args.job_id} extended by {args.seconds}s",
                        detail={"deadline_after": deadline, "epoch": args.epoch})
+    def cancel() -> Outcome:
+        try:
+            req = Cancels(app.redis, app.clock, app.scripts).request(
+                args.queue, args.job_id, operator(), args.to, args.reason)
+        except CancelError as exc:
+            return _refuse(str(exc))
+        return Outcome(True, f"cancel of job {args.job_id} requested: its worker stops it, "
+                             f"then it goes to {'the DLQ' if req.to == 'dlq' else 'nowhere'}",
+                       detail={"to": req.to})
     fn, action = {"delete": (delete, "job.delete"), "run-now": (run_now, "scheduled.run_now"),
-                  "extend": (extend, "inflight.extend")}[args.job_cmd]
+                  "extend": (extend, "inflight.extend"),
+                  "cancel": (cancel, "job.cancel")}[args.job_cmd]
     return run_audited(app, action, target, args.reason, fn)
 
 
@@ -278,17 +289,20 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--type", default=None, help="only this job type")
         _common(p, reason_required=name == "pause")
 
-    j = sub.add_parser("job", help="one job: delete | run-now | extend")
+    j = sub.add_parser("job", help="one job: delete | run-now | extend | cancel")
     jsub = j.add_subparsers(dest="job_cmd", required=True)
     for name, what in (("delete", "delete a ready or scheduled job"),
                        ("run-now", "move a scheduled job to the ready list"),
-                       ("extend", "extend an in-flight job's lease")):
+                       ("extend", "extend an in-flight job's lease"),
+                       ("cancel", "stop a running job (to the DLQ, or --to discard)")):
         p = jsub.add_parser(name, help=what)
         p.add_argument("queue")
         p.add_argument("job_id")
         if name == "extend":
             p.add_argument("--epoch", type=int, required=True, help="the lease epoch you saw")
             p.add_argument("--seconds", type=int, default=30)
+        if name == "cancel":
+            p.add_argument("--to", choices=["dlq", "discard"], default="dlq")
         _common(p)
 
     p = sub.add_parser("purge", help="remove a filtered set of ready, scheduled or dead jobs "

@@ -135,3 +135,14 @@ def test_changes_need_the_audit_database(monkeypatch, redis_url, capsys):
     monkeypatch.delenv("ANTRE_DATABASE_URL", raising=False)
     assert main(["pause", "default", "--reason", "x"]) == 2
     assert "ANTRE_DATABASE_URL" in capsys.readouterr().err
+
+
+def test_cancel_a_running_job_and_refuse_a_finished_one(env, capsys):
+    q = env.queue("billing")
+    job_id = q.enqueue("charge", {}, idempotency_key="k1")
+    assert main(["job", "cancel", "billing", job_id, "--reason", "x"]) == 1
+    assert "it is ready" in capsys.readouterr().err
+    (job,) = q.reserve("w")
+    assert main(["job", "cancel", "billing", job_id, "--to", "discard", "--reason", "dup"]) == 0
+    assert q.get(job_id).cancel and env.redis.hexists(q.keys.cancels, job_id)
+    assert [o for _, o, _ in audited(env, "job.cancel")] == ["ok", "refused"]

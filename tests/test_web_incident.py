@@ -159,3 +159,24 @@ def test_breaker_reset_through_the_api(web):
     assert c.post("/api/flow/breakers/nope/reset", json={},
                   headers=basic("operator")).status_code == 404
     assert [e.outcome for e in web.audit("flow.reset_breaker")] == ["failed", "ok"]
+
+
+def test_cancel_a_running_job_from_the_in_flight_page_and_the_api(web):
+    web.q.enqueue("email", {}, idempotency_key="k1")
+    (running,) = web.q.reserve("w1")
+    done = web.q.enqueue("email", {}, idempotency_key="k2")
+    c = web.client("operator")
+    page = c.get("/inflight/?queue=default").get_data(as_text=True)
+    assert ">Cancel job<" in page
+    resp = post(c, f"/queues/default/jobs/{running.id}/cancel", {"to": "dlq", "reason": "stop"},
+                follow_redirects=True)
+    assert "cancel of job" in resp.get_data(as_text=True)
+    assert web.svc.cancels.pending("default")[running.id].by == "operator"
+    api = web.app.test_client()
+    resp = api.post(f"/api/queues/default/jobs/{done}/cancel", json={"reason": "x"},
+                    headers=basic("operator"))
+    assert resp.status_code == 409 and "not running" in resp.get_json()["message"]
+    resp = api.post(f"/api/queues/default/jobs/{running.id}/cancel", json={"to": "bin"},
+                    headers=basic("operator"))
+    assert resp.status_code == 400
+    assert sorted(e.outcome for e in web.audit("job.cancel")) == ["failed", "ok", "refused"]

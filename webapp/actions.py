@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from antre.bulk import TaskNotFound, TaskStateError
+from antre.cancel import CancelError
 from antre.errors import LeaseLost
 from antre.flow import FlowControl
 from antre.pause import PauseError
@@ -393,3 +394,18 @@ def purge_change(queue: str, task_id: str, op: str, reason: str | None) -> Resul
         return Result(True, f"purge {task_id}: {task.state} ({task.replayed} removed)", 200,
                       {"task": task.to_dict()})
     return guarded(f"purge.{op}", f"{queue}/{task_id}", _reason(reason), run)
+
+
+def cancel_job(queue: str, job_id: str, to: str, reason: str | None) -> Result:
+    """Ask the worker running ``job_id`` to stop it; it ends in the DLQ or is discarded."""
+    def run() -> Result:
+        svc = _svc()
+        try:
+            req = svc.cancels.request(queue, job_id, _actor(), to, _reason(reason))
+        except CancelError as exc:
+            return Result(False, str(exc), 409 if "not running" in str(exc) else 400)
+        where = "the dead-letter queue" if req.to == "dlq" else "discarded"
+        return Result(True, f"cancel of job {job_id} requested: its worker stops it within "
+                            f"the handler's grace period, then it is {where}", 200,
+                      {"to": req.to})
+    return guarded("job.cancel", f"{queue}/{job_id}", _reason(reason), run)

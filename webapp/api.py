@@ -465,6 +465,17 @@ def delete_job(queue: str, job_id: str) -> Response:
     return _answer(actions.delete_job(check_queue(queue), job_id, _body().get("reason")))
 
 
+@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
+@requires("operator", "job.cancel")
+@doc(body={"to": "string", **REASON})
+def cancel_job(queue: str, job_id: str) -> Response:
+    """Stop a running job: ``to`` 'dlq' (default; reason 'cancelled by NAME') or 'discard';
+    409 when the job is not running."""
+    body = _body()
+    return _answer(actions.cancel_job(check_queue(queue), job_id, str(body.get("to") or "dlq"),
+                                      body.get("reason")))
+
+
 @bp.get("/queues/<queue>/purge/count")
 @requires("viewer")
 @doc(query=PURGE_Q)

@@ -1,5 +1,5 @@
-"""Incident controls in the browser: pause / resume a queue or a job type, delete one ready or
-scheduled job, purge a filtered set of ready, scheduled or dead jobs (dry-run count, typed
+"""Incident controls in the browser: pause / resume a queue or a job type, cancel a running
+job (to the DLQ or discarded), delete one ready or scheduled job, purge a filtered set of ready, scheduled or dead jobs (dry-run count, typed
 confirmation, a paced task with pause and cancel). Every change goes through ``actions``."""
 
 from __future__ import annotations
@@ -47,6 +47,14 @@ def resume(queue: str) -> Response:
 def delete_job(queue: str, job_id: str) -> Response:
     _flash(actions.delete_job(check_queue(queue), job_id, request.form.get("reason")))
     return redirect(safe_next(url_for("scheduled.index", queue=queue)), code=303)
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
+@requires("operator", "job.cancel")
+def cancel_job(queue: str, job_id: str) -> Response:
+    _flash(actions.cancel_job(check_queue(queue), job_id, request.form.get("to") or "dlq",
+                              request.form.get("reason")))
+    return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)
 
 
 # -- purge ------------------------------------------------------------------------------------

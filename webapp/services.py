@@ -22,6 +22,7 @@ import antre
 import antre.sql
 from antre.audit import AuditLog
 from antre.bulk import BulkReplays
+from antre.cancel import Cancels
 from antre.clock import Clock, system_ms
 from antre.logins import LoginThrottle
 from antre.fencing import LockFences
@@ -84,6 +85,10 @@ class Services:
     @property
     def pauses(self) -> Pauses:
         return Pauses(self.redis, self.clock, self.antre.scripts)
+
+    @property
+    def cancels(self) -> Cancels:
+        return Cancels(self.redis, self.clock, self.antre.scripts)
 
     @property
     def purger(self) -> Purger:

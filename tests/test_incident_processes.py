@@ -1,4 +1,4 @@
-"""A pause holds across two real worker processes: none of the paused queue's (or job type's)
+"""Incident controls with real worker processes. A pause holds across two of them: none of the paused queue's (or job type's)
 jobs start while paused, a job already in flight finishes, and after the resume every job runs
 once, none lost, no attempt spent."""
 
@@ -50,3 +50,21 @@ def test_pause_holds_across_two_worker_processes(app, r, tmp_path, procs):  # no
     assert set(states.values()) == {("done", 1, 0)}  # once each, no attempt spent
     assert len(ids) == 23
     assert all(p.poll() is None for p in procs)  # both processes ran all along
+
+
+def test_cancel_abandons_a_handler_that_ignores_it_in_a_real_worker(app, r, tmp_path,  # noqa: F811
+                                                                    procs):
+    from antre.cancel import Cancels
+    from worker.executor import EXIT_RECYCLE
+
+    q = app.queue()
+    job_id = q.enqueue("ignores_cancel", {}, idempotency_key="ic:1")
+    p = child(app.redis_url, tmp_path)
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, 20, "the handler to start")
+    Cancels(app.redis).request("default", job_id, "oncall", "dlq", "runaway export")
+    assert p.wait(20) == EXIT_RECYCLE  # abandoned after 0.5 s of grace, process recycled
+    job = q.get(job_id)
+    assert (job.state, job.reason, job.attempt) == (
+        "dead", "cancelled by oncall: runaway export", 0)
+    assert q.where(job_id) == ["dead"] and r.llen("test:done") == 0
