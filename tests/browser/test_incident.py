@@ -65,7 +65,7 @@ def test_operator_pauses_during_traffic_resumes_and_cancels_a_running_job(stack,
     job_row = page.locator(f"#live tr[data-row='{job_id}']")
     expect(job_row).to_be_visible(timeout=JOB_TIMEOUT_MS)
     form = job_row.locator("form.cancel-form")
-    form.get_by_placeholder("reason (for the audit log)").fill("runaway report, browser test")
+    form.get_by_placeholder("why cancel (for the audit log)").fill("runaway report, browser test")
     form.get_by_label("where the cancelled job goes").select_option("dlq")
     form.get_by_role("button", name="Cancel job").click()
     expect(page.locator(".flash.ok")).to_contain_text(f"cancel of job {job_id} requested")
