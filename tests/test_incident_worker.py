@@ -184,3 +184,20 @@ def test_a_job_held_back_past_its_snooze_cap_goes_to_the_dlq_with_the_reason(app
     assert job.reason.startswith("held back 3 times without running (last: lock_busy), "
                                  "over its cap of 3")
     assert w.counts["snooze_capped"] == 1
+
+
+def test_a_burst_worker_ends_while_its_queue_is_paused_and_runs_nothing(app, clock):
+    from antre.pause import Pauses
+    runs = []
+
+    @app.handler("ping")
+    def ping(ctx, payload):
+        runs.append(payload)
+
+    app.enqueue("ping", {"n": 1}, idempotency_key="p:1")
+    Pauses(app.redis, clock).pause("default", None, "alice", "drill")
+    counts = make_worker(app, clock).run_burst()
+    assert runs == [] and counts.get("processed", 0) == 0
+    Pauses(app.redis, clock).resume("default", None)
+    make_worker(app, clock).run_burst()
+    assert runs == [{"n": 1}]
