@@ -69,6 +69,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     for q in overview.queues:
         print(f"{q.name:<16}{q.ready:>9}{q.scheduled:>9}{q.inflight:>9}{q.dead:>9}"
               f"{q.oldest_ready_age_ms / 1000:>9.1f}s")
+        for p in q.paused:  # incident controls
+            print(f"  paused: {p.job_type or 'whole queue'} by {p.by} at {_ts(p.at_ms)} UTC: "
+                  f"{p.reason}")
     alive = [w for w in workers if w.alive(now) and w.kind == "process"]
     print(f"workers: {len(alive)} live processes, "
           f"{sum(1 for w in workers if not w.alive(now))} stale or stopped")

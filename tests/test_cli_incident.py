@@ -146,3 +146,11 @@ def test_cancel_a_running_job_and_refuse_a_finished_one(env, capsys):
     assert main(["job", "cancel", "billing", job_id, "--to", "discard", "--reason", "dup"]) == 0
     assert q.get(job_id).cancel and env.redis.hexists(q.keys.cancels, job_id)
     assert [o for _, o, _ in audited(env, "job.cancel")] == ["ok", "refused"]
+
+
+def test_status_shows_who_paused_what(env, capsys):
+    env.queue("billing").enqueue("charge", {}, idempotency_key="k1")
+    assert main(["pause", "billing", "--type", "charge", "--reason", "psp down"]) == 0
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    assert f"paused: charge by {ACTOR}" in capsys.readouterr().out

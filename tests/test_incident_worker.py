@@ -201,3 +201,15 @@ def test_a_burst_worker_ends_while_its_queue_is_paused_and_runs_nothing(app, clo
     Pauses(app.redis, clock).resume("default", None)
     make_worker(app, clock).run_burst()
     assert runs == [{"n": 1}]
+
+
+def test_the_sweeper_forgets_cancel_requests_of_jobs_that_finished_anyway(app, clock):
+    from worker.duties import sweep_once
+    q = app.queue()
+    job_id = q.enqueue("ping", {}, idempotency_key="p:9")
+    (job,) = q.reserve("w")
+    Cancels(app.redis, clock).request("default", job_id, "alice", "dlq", "")
+    assert sweep_once(app)["cancels_pruned"] == 0  # still running: kept
+    q.ack(job, "done before the worker noticed")
+    assert sweep_once(app)["cancels_pruned"] == 1
+    assert app.redis.hlen(q.keys.cancels) == 0

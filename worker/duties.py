@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from antre import Antre, Queue, keys, sampling
 from antre.alerts import AlertEngine
 from antre.bulk import BulkReplays
+from antre.cancel import Cancels
 from antre.pause import Pauses
 from antre.clock import Clock
 from antre.readmodels import ReadModels
@@ -41,8 +42,9 @@ class Duty:
 
 def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
     """One sweeper pass over every queue: expired leases back to ready (or to the DLQ when
-    poison), then parked jobs of resumed job types back to ready. Returns totals."""
-    out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0}
+    poison), then parked jobs of resumed job types back to ready, and cancel requests of jobs
+    that finished anyway forgotten. Returns totals."""
+    out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0, "cancels_pruned": 0}
     for name in ReadModels(app.redis).queue_names():
         q = Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts)
         out["queues"] += 1
@@ -54,6 +56,7 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
                 break
         # parked jobs of a job type whose resume stopped half-way go back to ready
         out["unparked"] += Pauses(app.redis, q.clock, app.scripts).unpark_stale(name)
+        out["cancels_pruned"] += Cancels(app.redis, q.clock, app.scripts).prune(name)
     return out
 
 
