@@ -5,8 +5,9 @@ Every Redis call is bounded: a purge walks its source in chunks of at most ``CHU
 one ``purge.lua`` call that looks at the chunk and removes what matches. The ready list (and the
 parked lists of paused job types, which are ready jobs too) is walked from the oldest end with
 a cursor (the next id to look at, and its distance from that end); a removed id is marked in
-place and dropped by the next reserve that pops it (see ``purge.lua``); scheduled and dead are walked by score with a (score, id)
-cursor, on the per-type / per-group index when the filter names one. The same walk with
+place and dropped by the next reserve that pops it (see ``purge.lua``). Scheduled and dead are
+walked in index order, the next chunk starting after ``ZRANK`` of the last id kept, on the
+per-type / per-group index when the filter names one. The same walk with
 ``dry=True`` counts, so a dry run and the real purge apply the same rules. The paced, tracked
 form (rate, maximum, progress, pause, cancel) is a ``BulkTask`` of kind ``purge`` in
 ``antre.bulk``.

@@ -110,46 +110,55 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 # -- jobs -------------------------------------------------------------------------------------
+def _delete(app: Antre, args: argparse.Namespace) -> Outcome:
+    try:
+        where = Purger(app.redis, app.clock, app.scripts).delete(args.queue, args.job_id)
+    except PurgeError as exc:
+        return _refuse(str(exc))
+    return Outcome(True, f"job {args.job_id} deleted from {where}")
+
+
+def _run_now(app: Antre, args: argparse.Namespace) -> Outcome:
+    if not app.queue(args.queue).run_now(args.job_id):
+        return _refuse(f"job {args.job_id} is not scheduled in {args.queue}; nothing was "
+                       "changed")
+    return Outcome(True, f"job {args.job_id} moved to the ready list")
+
+
+def _extend(app: Antre, args: argparse.Namespace) -> Outcome:
+    if not 1 <= args.seconds <= MAX_EXTEND_S:
+        return _refuse(f"--seconds must be from 1 to {MAX_EXTEND_S}")
+    try:
+        deadline = app.queue(args.queue).extend(args.job_id, args.epoch, args.seconds * 1000,
+                                                mode="add")
+    except LeaseLost as exc:
+        return _refuse(f"{exc} (look up the current epoch: antre status / the API)")
+    return Outcome(True, f"lease of job {args.job_id} extended by {args.seconds}s",
+                   detail={"deadline_after": deadline, "epoch": args.epoch})
+
+
+def _cancel(app: Antre, args: argparse.Namespace) -> Outcome:
+    try:
+        req = Cancels(app.redis, app.clock, app.scripts).request(
+            args.queue, args.job_id, operator(), args.to, args.reason)
+    except CancelError as exc:
+        return _refuse(str(exc))
+    return Outcome(True, f"cancel of job {args.job_id} requested: its worker stops it, then "
+                         f"it goes to {'the DLQ' if req.to == 'dlq' else 'nowhere'}",
+                   detail={"to": req.to})
+
+
+JOB_COMMANDS: dict[str, tuple[Callable[[Antre, argparse.Namespace], Outcome], str]] = {
+    "delete": (_delete, "job.delete"), "run-now": (_run_now, "scheduled.run_now"),
+    "extend": (_extend, "inflight.extend"), "cancel": (_cancel, "job.cancel"),
+}
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     app = _app(args.app)
-    target = f"{args.queue}/{args.job_id}"
-    q = app.queue(args.queue)
-
-    def delete() -> Outcome:
-        try:
-            where = Purger(app.redis, app.clock, app.scripts).delete(args.queue, args.job_id)
-        except PurgeError as exc:
-            return _refuse(str(exc))
-        return Outcome(True, f"job {args.job_id} deleted from {where}")
-
-    def run_now() -> Outcome:
-        if not q.run_now(args.job_id):
-            return _refuse(f"job {args.job_id} is not scheduled in {args.queue}; nothing was "
-                           "changed")
-        return Outcome(True, f"job {args.job_id} moved to the ready list")
-
-    def extend() -> Outcome:
-        if not 1 <= args.seconds <= MAX_EXTEND_S:
-            return _refuse(f"--seconds must be from 1 to {MAX_EXTEND_S}")
-        try:
-            deadline = q.extend(args.job_id, args.epoch, args.seconds * 1000, mode="add")
-        except LeaseLost as exc:
-            return _refuse(f"{exc} (look up the current epoch: antre status / the API)")
-        return Outcome(True, f"lease of job {args.job_id} extended by {args.seconds}s",
-                       detail={"deadline_after": deadline, "epoch": args.epoch})
-    def cancel() -> Outcome:
-        try:
-            req = Cancels(app.redis, app.clock, app.scripts).request(
-                args.queue, args.job_id, operator(), args.to, args.reason)
-        except CancelError as exc:
-            return _refuse(str(exc))
-        return Outcome(True, f"cancel of job {args.job_id} requested: its worker stops it, "
-                             f"then it goes to {'the DLQ' if req.to == 'dlq' else 'nowhere'}",
-                       detail={"to": req.to})
-    fn, action = {"delete": (delete, "job.delete"), "run-now": (run_now, "scheduled.run_now"),
-                  "extend": (extend, "inflight.extend"),
-                  "cancel": (cancel, "job.cancel")}[args.job_cmd]
-    return run_audited(app, action, target, args.reason, fn)
+    fn, action = JOB_COMMANDS[args.job_cmd]
+    return run_audited(app, action, f"{args.queue}/{args.job_id}", args.reason,
+                       lambda: fn(app, args))
 
 
 # -- purge and bulk tasks ---------------------------------------------------------------------
@@ -158,18 +167,22 @@ def _purge_filter(args: argparse.Namespace) -> PurgeFilter:
                        args.value)
 
 
+def _dry_run(purger: Purger, queue: str, flt: PurgeFilter) -> int:
+    try:
+        flt.check()
+    except PurgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{purger.count(queue, flt)} jobs match ({flt.describe()}) in {queue}")
+    return 0
+
+
 def cmd_purge(args: argparse.Namespace) -> int:
     app = _app(args.app)
     flt = _purge_filter(args)
     purger = Purger(app.redis, app.clock, app.scripts)
     if args.dry_run:
-        try:
-            flt.check()
-        except PurgeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(f"{purger.count(args.queue, flt)} jobs match ({flt.describe()}) in {args.queue}")
-        return 0
+        return _dry_run(purger, args.queue, flt)
 
     def start() -> Outcome:
         try:
@@ -283,12 +296,22 @@ def _common(p: argparse.ArgumentParser, reason_required: bool = False) -> None:
 
 
 def add_parsers(sub: Any) -> None:
+    _add_pause(sub)
+    _add_job(sub)
+    _add_purge(sub)
+    _add_tasks(sub)
+    _add_flow(sub)
+
+
+def _add_pause(sub: Any) -> None:
     for name in ("pause", "resume"):
         p = sub.add_parser(name, help=f"{name} a queue, or one job type in it (--type)")
         p.add_argument("queue")
         p.add_argument("--type", default=None, help="only this job type")
         _common(p, reason_required=name == "pause")
 
+
+def _add_job(sub: Any) -> None:
     j = sub.add_parser("job", help="one job: delete | run-now | extend | cancel")
     jsub = j.add_subparsers(dest="job_cmd", required=True)
     for name, what in (("delete", "delete a ready or scheduled job"),
@@ -305,6 +328,8 @@ def add_parsers(sub: Any) -> None:
             p.add_argument("--to", choices=["dlq", "discard"], default="dlq")
         _common(p)
 
+
+def _add_purge(sub: Any) -> None:
     p = sub.add_parser("purge", help="remove a filtered set of ready, scheduled or dead jobs "
                                      "(paced; --dry-run counts)")
     p.add_argument("queue")
@@ -320,6 +345,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--maximum", type=int, default=1_000_000)
     _common(p)
 
+
+def _add_tasks(sub: Any) -> None:
     p = sub.add_parser("bulk-replay", help="paced replay of the filtered dead-letter set")
     p.add_argument("queue")
     p.add_argument("--type", default=None)
@@ -327,7 +354,6 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--rate", type=float, default=5.0)
     p.add_argument("--maximum", type=int, default=1000)
     _common(p)
-
     p = sub.add_parser("tasks", help="bulk replays and purges of a queue, with progress")
     p.add_argument("queue")
     p.add_argument("--json", action="store_true")
@@ -338,6 +364,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("task_id")
     _common(p)
 
+
+def _add_flow(sub: Any) -> None:
     p = sub.add_parser("lock", help="force-release a business lock held by TOKEN")
     p.add_argument("lock_cmd", choices=["release"])
     p.add_argument("key")
