@@ -88,13 +88,11 @@ class Pauses:
         k = keys.QueueKeys(queue)
         moved = 0
         while True:
-            n = int(self.scripts.unpark(
+            ids, jobs = self.scripts.unpark(
                 keys=[k.parked(job_type), k.ready, k.wake, k.paused, k.parked_types],
-                args=[job_type, chunk]))
-            if n <= 0:
-                return moved
-            moved += n
-            if n < chunk:
+                args=[job_type, chunk])
+            moved += max(0, int(jobs))
+            if int(ids) < chunk:  # the list is empty now, or the type is paused again
                 return moved
 
     def unpark_stale(self, queue: str) -> int:
