@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
+from flask.typing import ResponseReturnValue
 
 from antre.purge import SOURCES, PurgeError, PurgeFilter
 from antre.readmodels import PauseInfo
@@ -29,14 +30,14 @@ def _type_arg(src: Any) -> str | None:
 
 @bp.post("/queues/<queue>/pause")
 @requires("operator", "queue.pause")
-def pause(queue: str) -> Response:
+def pause(queue: str) -> ResponseReturnValue:
     _flash(actions.pause(check_queue(queue), _type_arg(request.form), request.form.get("reason")))
     return redirect(safe_next(url_for("overview.index")), code=303)
 
 
 @bp.post("/queues/<queue>/resume")
 @requires("operator", "queue.resume")
-def resume(queue: str) -> Response:
+def resume(queue: str) -> ResponseReturnValue:
     _flash(actions.resume(check_queue(queue), _type_arg(request.form),
                           request.form.get("reason")))
     return redirect(safe_next(url_for("overview.index")), code=303)
@@ -44,14 +45,14 @@ def resume(queue: str) -> Response:
 
 @bp.post("/queues/<queue>/jobs/<job_id>/delete")
 @requires("operator", "job.delete")
-def delete_job(queue: str, job_id: str) -> Response:
+def delete_job(queue: str, job_id: str) -> ResponseReturnValue:
     _flash(actions.delete_job(check_queue(queue), job_id, request.form.get("reason")))
     return redirect(safe_next(url_for("scheduled.index", queue=queue)), code=303)
 
 
 @bp.post("/queues/<queue>/jobs/<job_id>/cancel")
 @requires("operator", "job.cancel")
-def cancel_job(queue: str, job_id: str) -> Response:
+def cancel_job(queue: str, job_id: str) -> ResponseReturnValue:
     _flash(actions.cancel_job(check_queue(queue), job_id, request.form.get("to") or "dlq",
                               request.form.get("reason")))
     return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)
@@ -99,7 +100,7 @@ def purge_page() -> str:
 
 @bp.post("/purge/<queue>/start")
 @requires("operator", "purge.start")
-def purge_start(queue: str) -> Response:
+def purge_start(queue: str) -> ResponseReturnValue:
     flt = purge_filter(request.form, check=False)
     try:
         rate = float(request.form.get("rate") or 0)
@@ -111,26 +112,26 @@ def purge_start(queue: str) -> Response:
     return redirect(url_for("control.purge_page", queue=queue, **_purge_args(flt)), code=303)
 
 
-def _purge_change(queue: str, task_id: str, op: str) -> Response:
+def _purge_change(queue: str, task_id: str, op: str) -> ResponseReturnValue:
     _flash(actions.purge_change(check_queue(queue), task_id, op, request.form.get("reason")))
     return redirect(url_for("control.purge_page", queue=queue), code=303)
 
 
 @bp.post("/purge/<queue>/<task_id>/pause")
 @requires("operator", "purge.pause")
-def purge_pause(queue: str, task_id: str) -> Response:
+def purge_pause(queue: str, task_id: str) -> ResponseReturnValue:
     return _purge_change(queue, task_id, "pause")
 
 
 @bp.post("/purge/<queue>/<task_id>/resume")
 @requires("operator", "purge.resume")
-def purge_resume(queue: str, task_id: str) -> Response:
+def purge_resume(queue: str, task_id: str) -> ResponseReturnValue:
     return _purge_change(queue, task_id, "resume")
 
 
 @bp.post("/purge/<queue>/<task_id>/cancel")
 @requires("operator", "purge.cancel")
-def purge_cancel(queue: str, task_id: str) -> Response:
+def purge_cancel(queue: str, task_id: str) -> ResponseReturnValue:
     return _purge_change(queue, task_id, "cancel")
 
 
