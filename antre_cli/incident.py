@@ -189,6 +189,9 @@ def cmd_purge(args: argparse.Namespace) -> int:
             flt.check()
         except PurgeError as exc:
             return _refuse(str(exc))
+        bad = _known(app, args.queue, None)
+        if bad:
+            return _refuse(bad)
         count = purger.count(args.queue, flt)
         if count == 0:
             return _refuse(f"no job matches ({flt.describe()}); nothing was changed")

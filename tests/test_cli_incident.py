@@ -89,6 +89,8 @@ def test_purge_dry_run_confirmation_paced_task_and_controls(env, capsys):
     assert "--confirm 3" in capsys.readouterr().err
     assert main(["purge", "billing", "--type", "nosuch", "--confirm", "purge"]) == 1
     assert "no job matches" in capsys.readouterr().err
+    assert main(["purge", "nosuch", "--confirm", "purge"]) == 1
+    assert "no queue 'nosuch'" in capsys.readouterr().err
     assert main([*base, "--confirm", "3", "--rate", "1", "--reason", "bad tenant"]) == 0
     assert "purge" in capsys.readouterr().out
     assert main(["tasks", "billing", "--json"]) == 0
@@ -100,7 +102,7 @@ def test_purge_dry_run_confirmation_paced_task_and_controls(env, capsys):
     assert main(["task", "cancel", "billing", task["id"], "--reason", "enough"]) == 0
     assert main(["task", "cancel", "billing", "nope"]) == 1
     outcomes = [o for _, o, _ in audited(env, "purge.start")]
-    assert sorted(outcomes) == ["ok", "refused", "refused"]
+    assert sorted(outcomes) == ["ok", "refused", "refused", "refused"]
     assert [o for _, o, _ in audited(env, "purge.pause")] == ["refused", "ok"]
     assert [o for _, o, _ in audited(env, "purge.cancel")] == ["ok"]
     assert [o for _, o, _ in audited(env, "dlq.bulk_replay.cancel")] == ["refused"]  # unknown
