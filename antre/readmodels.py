@@ -163,13 +163,14 @@ class ReadModels:
         pipe.zcard(k.inflight)
         pipe.zcard(k.dead)
         pipe.zcard(k.done)
-        pipe.lindex(k.ready, -1)
+        pipe.lrange(k.ready, -16, -1)  # the oldest end (a few: purge marks may sit there)
         pipe.hgetall(k.stats)
         pipe.hgetall(k.paused)
         pipe.smembers(k.parked_types)
         pipe.get(k.tombstones)
-        ready, scheduled, inflight, dead, done, oldest, stats, paused, parked_types, marks = \
+        ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks = \
             pipe.execute()
+        oldest = next((i for i in reversed(tail) if not i.startswith("{")), None)
         now = self.clock()
         age = 0
         if oldest:

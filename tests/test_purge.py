@@ -184,3 +184,12 @@ def test_list_walk_survives_workers_taking_jobs_between_chunks(q, purger):
     assert len(q.reserve("w", 1000)) == 140
     assert ReadModels(q.redis, q.clock).queue_info("jobs").ready == 0
     assert q.redis.get(q.keys.tombstones) == "0"
+
+
+def test_oldest_ready_age_looks_past_the_marks_of_purged_jobs(q, purger, clock):
+    add(q, "a", 3)
+    clock.advance(5_000)
+    add(q, "b", 1)
+    clock.advance(1_000)
+    assert purger.purge("jobs", PurgeFilter("ready", job_type="a"), 10) == 3
+    assert ReadModels(q.redis, clock).queue_info("jobs").oldest_ready_age_ms == 1_000
