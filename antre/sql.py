@@ -223,6 +223,9 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(255), nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    #: Signed into every dashboard session; a session whose number differs is over. Changed on
+    #: logout-everywhere, role change, disable / enable and password change (``antre.users``).
+    session_gen: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
 
     __table_args__ = (
         CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),
