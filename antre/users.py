@@ -14,6 +14,7 @@ deleted user's sessions.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from collections.abc import Callable
@@ -23,12 +24,12 @@ from typing import Any, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
-from .sql import ROLES, User, ms_to_datetime
+from .sql import ROLES, RevokedSession, User, dialect_insert, ms_to_datetime
 
 __all__ = ["MIN_PASSWORD_LENGTH", "ROLES", "UnknownUser", "UserExists", "UserInfo", "UserStore",
            "WeakPassword", "check_name", "check_password", "normalise_name", "role_at_least"]
@@ -40,6 +41,7 @@ _GEN_START_MAX = 2**30  # leaves room below 2**31 (a PostgreSQL integer) for the
 
 _T = cast(Table, User.__table__)  # declarative __table__ is typed as FromClause
 _C = _T.c
+_R = cast(Table, RevokedSession.__table__)
 
 _RANK = {r: i for i, r in enumerate(ROLES)}
 
@@ -107,6 +109,10 @@ def _info(row: Any) -> UserInfo:
         disabled=bool(row.disabled),
         session_gen=int(row.session_gen),
     )
+
+
+def _sid_digest(sid: str) -> str:
+    return hashlib.sha256(sid.encode()).hexdigest()
 
 
 def _check_role(role: str) -> None:
@@ -224,10 +230,23 @@ class UserStore:
             ok = False
         return ok and row is not None
 
-    def get_by_id(self, user_id: int) -> UserInfo | None:
+    def for_session(self, user_id: int, sid: str) -> UserInfo | None:
+        """The user of a session (one query), or None when there is no such user or the
+        session ``sid`` was ended by ``end_session``."""
+        revoked = exists().where(_R.c.sid == _sid_digest(sid))
         with self._sf() as s:
-            row = s.execute(select(_T).where(_C.id == user_id)).first()
-        return _info(row) if row is not None else None
+            row = s.execute(select(_T, revoked.label("revoked")).where(_C.id == user_id)).first()
+        return _info(row) if row is not None and not row.revoked else None
+
+    def end_session(self, sid: str, expires_ms: int) -> None:
+        """End one session (a logout) until ``expires_ms``, when it would end anyway; forgets
+        the ended sessions that are past that."""
+        with self._sf() as s, s.begin():
+            dialect = s.get_bind().dialect.name
+            s.execute(dialect_insert(_R, dialect).values(
+                sid=_sid_digest(sid), expires_at=ms_to_datetime(expires_ms)
+            ).on_conflict_do_nothing())
+            s.execute(delete(_R).where(_R.c.expires_at < ms_to_datetime(self.clock())))
 
     def get(self, name: str) -> UserInfo | None:
         with self._sf() as s:

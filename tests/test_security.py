@@ -334,6 +334,21 @@ def _replay(web, saved: dict):
     return c
 
 
+def test_6_a_cookie_saved_before_logout_no_longer_works(web):
+    c, elsewhere = web.client("operator"), web.client("operator")
+    saved = _cookie(c)
+    assert post(c, "/logout").status_code == 302
+    assert _replay(web, saved).get("/").status_code == 302  # the copy is dead too
+    assert elsewhere.get("/").status_code == 200  # another session of the user goes on
+    web.clock.advance(13 * 3600 * 1000)  # ended sessions are forgotten once they would expire
+    fresh = web.client("viewer")
+    post(fresh, "/logout")
+    from antre.sql import RevokedSession, datetime_to_ms
+    with web.svc.session_factory() as s:
+        (row,) = s.query(RevokedSession).all()  # the first one is gone
+    assert datetime_to_ms(row.expires_at) > web.clock()
+
+
 def test_6_a_cookie_saved_before_logout_everywhere_no_longer_works(web):
     c = web.client("operator")
     saved = _cookie(c)
@@ -497,7 +512,7 @@ def test_9_reads_are_refused_while_the_user_database_is_down(web, monkeypatch):
     def boom(*a, **k):
         raise OperationalError("SELECT", {}, Exception("down"))
 
-    monkeypatch.setattr(web.svc.users, "get_by_id", boom)
+    monkeypatch.setattr(web.svc.users, "for_session", boom)
     for url in ("/", "/users/", "/api/users", "/audit/"):
         resp = c.get(url)
         assert resp.status_code == 503, url

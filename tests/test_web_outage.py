@@ -82,7 +82,7 @@ def test_database_down_banner_and_changes_refused(web, monkeypatch):
     assert locks.status_code == 200 and "database unreachable" in locks.get_data(as_text=True)
     # the user database too: nobody can be authenticated, so nothing is served (503), not
     # even reads on the strength of the role the cookie once had
-    for name in ("get", "get_by_id", "verify"):
+    for name in ("get", "for_session", "verify"):
         monkeypatch.setattr(web.svc.users, name, boom)
     monkeypatch.setattr(web.svc.audit, "list", boom)
     monkeypatch.setattr(web.svc.audit, "record", boom)

@@ -30,6 +30,7 @@ from .security import (
     count_anonymous,
     csrf_token,
     current_user,
+    end_session,
     requires,
     start_session,
     svc_limiter,
@@ -81,7 +82,7 @@ def login_post() -> Response | tuple[str, int]:
 
 @bp.post("/logout")
 def logout() -> Response:
-    session.clear()
+    end_session()
     flash("Logged out.", "ok")
     return redirect(url_for("auth.login"))
 

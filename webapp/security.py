@@ -7,7 +7,8 @@
   or HTTP Basic credentials on ``/api/`` and ``/metrics`` (scripts). The session holds the
   user's id, the user's session generation and when it was signed; the user is re-read from SQL
   on every request, so a role change, a disable, a delete, a password change or "log out
-  everywhere" ends the session at once, and a session ends ``PERMANENT_SESSION_LIFETIME`` after
+  everywhere" ends the session at once (and a logout ends that one session: its random id is
+  recorded as ended), and a session ends ``PERMANENT_SESSION_LIFETIME`` after
   its login whatever happens. While the user database is unreachable, the answer is 503.
 - Roles: viewer reads; operator replays, discards, extends, releases, runs now, bulk; admin
   also manages users. Views declare theirs with ``@requires("operator", "dlq.replay")``; a
@@ -58,7 +59,7 @@ from flask import (
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from antre.users import normalise_name, role_at_least
+from antre.users import UserInfo, normalise_name, role_at_least
 
 from . import services
 
@@ -354,18 +355,36 @@ def session_lifetime_ms() -> int:
     return int(current_app.permanent_session_lifetime.total_seconds() * 1000)
 
 
-def start_session(info: Any) -> None:
+def start_session(info: UserInfo | None) -> None:
     """A new session (and CSRF token) for ``info``: no fixation; signed with the user's id,
     session generation and the time of login."""
     session.clear()
+    if info is None:  # deleted meanwhile: no session
+        return
     session["uid"], session["gen"] = info.id, info.session_gen
+    session["sid"] = secrets.token_urlsafe(18)  # this session, for its logout
     session["iat"] = services.get().clock()
     session.permanent = True
     csrf_token()
 
 
-def _session_valid(info: Any) -> bool:
-    if info is None or info.disabled or session.get("gen") != info.session_gen:
+def end_session() -> None:
+    """Log out: this session's id is recorded as ended until it would expire anyway (so a copy
+    of the cookie no longer works), then the cookie is cleared."""
+    sid = session.get("sid")
+    if sid:
+        expires_ms = int(session.get("iat") or 0) + session_lifetime_ms()
+        try:
+            services.get().users.end_session(str(sid), expires_ms)
+        except SQLAlchemyError as exc:
+            services.get().outages.failed("database")
+            log.error("logout could not be recorded (%s): the cookie stays valid until it "
+                      "expires or the user logs out everywhere", exc)
+    session.clear()
+
+
+def _session_valid(info: UserInfo) -> bool:
+    if info.disabled or session.get("gen") != info.session_gen:
         return False
     age_ms = services.get().clock() - int(session.get("iat") or 0)
     return 0 <= age_ms < session_lifetime_ms()
@@ -379,12 +398,12 @@ def _session_user() -> CurrentUser | None:
         return None
     svc = services.get()
     try:
-        info = svc.users.get_by_id(uid)
+        info = svc.users.for_session(uid, str(session.get("sid") or ""))
         svc.outages.ok("database")
     except SQLAlchemyError as exc:
         svc.outages.failed("database")
         raise DatabaseDown(str(exc)) from exc
-    if not _session_valid(info):
+    if info is None or not _session_valid(info):
         session.clear()
         return None
     return CurrentUser(info.name, info.role, "session", info.id)
