@@ -373,6 +373,31 @@ def test_6_deleting_and_recreating_a_name_does_not_revive_old_cookies(web):
     assert old.get("/users/").status_code == 302  # not an admin session: no session at all
 
 
+def test_6_migration_0003_on_a_database_with_users(db_url):
+    import sqlalchemy as sa
+    from alembic import command
+    from antre.sql import alembic_config, make_engine, migrate
+
+    engine = make_engine(db_url)
+    try:
+        migrate(engine, "0002")
+        with engine.begin() as c:
+            c.execute(sa.text("INSERT INTO antre_users (name, role, password_hash, created_at, "
+                              "disabled) VALUES ('old', 'admin', 'h', '2026-01-01', false)"))
+        migrate(engine)
+        with engine.connect() as c:
+            assert c.execute(sa.text("SELECT session_gen FROM antre_users")).scalar_one() == 0
+        assert "antre_revoked_sessions" in sa.inspect(engine).get_table_names()
+        cfg = alembic_config()
+        with engine.begin() as c:
+            cfg.attributes["connection"] = c
+            command.downgrade(cfg, "0002")
+        assert "antre_revoked_sessions" not in sa.inspect(engine).get_table_names()
+        assert "session_gen" not in {c["name"] for c in sa.inspect(engine).get_columns("antre_users")}
+    finally:
+        engine.dispose()
+
+
 def test_6_old_name_based_cookies_are_not_accepted(web):
     c = web.app.test_client()
     with c.session_transaction() as s:
@@ -726,3 +751,20 @@ def test_13_the_demo_first_admin_gets_a_long_password(redis_url, tmp_path, monke
     monkeypatch.setenv("ANTRE_ADMIN_PASSWORD", "short")
     with pytest.raises(ValueError, match="at least 12"):
         _ensure_admin(app)
+
+
+def test_13_antre_web_refuses_a_weak_first_admin_password(redis_url, sqlite_url, monkeypatch,
+                                                          capsys):
+    import antre_cli.web
+
+    def no_gunicorn(self):
+        raise AssertionError("gunicorn was started")
+
+    monkeypatch.setattr(antre_cli.web._Gunicorn, "run", no_gunicorn)
+    monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
+    monkeypatch.setenv("ANTRE_DATABASE_URL", sqlite_url)
+    monkeypatch.setenv("ANTRE_SECRET_KEY", TEST_SECRET_KEY)
+    monkeypatch.setenv("ANTRE_ADMIN_PASSWORD", "change-me")
+    assert serve(None, port=1) == 2
+    assert "at least 12 characters" in capsys.readouterr().err
+    assert Antre(redis_url=redis_url, database_url=sqlite_url).users.count() == 0
