@@ -4,7 +4,6 @@ credentials is also driven in Chromium (tests/browser/test_security_browser.py).
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import hmac
@@ -19,7 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 from argon2 import PasswordHasher
-from flask import session
 from test_web_support import (
     PASSWORD,
     TEST_SECRET_KEY,
@@ -29,11 +27,10 @@ from test_web_support import (
     post,
 )
 
-import antre
 from antre import Antre
-from antre.alerts import AlertEngine, NoLiveWorker, post_json
+from antre.alerts import post_json
 from antre.audit import LIMITS, MAX_DETAIL_CHARS
-from antre.clock import ManualClock, system_ms
+from antre.clock import ManualClock
 from antre.queue import Queue
 from antre_cli.main import main as cli
 from antre_cli.web import serve
