@@ -219,6 +219,16 @@ def test_3_a_per_account_cap_holds_across_addresses(web):
     assert resp.status_code == 429
 
 
+def test_3_one_address_alone_cannot_lock_an_account_for_everyone(web):
+    c = web.app.test_client()
+    attacker = {"REMOTE_ADDR": "10.6.6.6"}
+    statuses = [c.get("/api/overview", headers=basic("admin", "wrong"),
+                      environ_base=attacker).status_code for _ in range(40)]
+    assert statuses.count(401) == 5  # then 429: the rest were not even tried
+    resp = c.get("/api/overview", headers=basic("admin"), environ_base={"REMOTE_ADDR": "10.1.1.1"})
+    assert resp.status_code == 200
+
+
 def test_3_behind_a_trusted_proxy_the_client_address_counts(redis_url, sqlite_url):
     app = _app(redis_url, sqlite_url, ANTRE_TRUSTED_PROXIES=1)
     app.extensions["antre"].users.add("viewer", "viewer", PASSWORD)
