@@ -81,3 +81,46 @@ def test_cross_site_form_post_with_cached_basic_credentials_is_refused(stack, ch
         assert stack.client.users.get(name + "-t") is None
     finally:
         ctx.close()
+
+
+def _log_in(chromium, stack, name: str, password: str):
+    ctx = chromium.new_context(base_url=stack.base_url, viewport={"width": 1400, "height": 900})
+    ctx.set_default_timeout(15_000)
+    page = ctx.new_page()
+    page.goto("/login")
+    page.get_by_label("User").fill(name)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/")
+    return ctx, page
+
+
+def test_password_change_in_the_browser_ends_the_other_sessions(stack, chromium):
+    from playwright.sync_api import expect
+
+    from .conftest import screenshot
+
+    name = f"pat{uuid.uuid4().hex[:6]}"
+    stack.client.users.add(name, "viewer", "first-password-1")
+    (ctx1, here), (ctx2, there) = (_log_in(chromium, stack, name, "first-password-1")
+                                   for _ in range(2))
+    try:
+        here.locator("header .who a").click()
+        expect(here.get_by_role("heading", name="Your account")).to_be_visible()
+        here.get_by_label("Current password").fill("first-password-1")
+        here.get_by_label("New password", exact=True).fill("second-password-2")
+        here.get_by_label("New password again").fill("second-password-2")
+        screenshot(here, "account-password-change")
+        here.get_by_role("button", name="Change password").click()
+        expect(here.locator(".flash.ok")).to_contain_text("password changed")
+        there.goto("/")  # the other browser's session ended
+        expect(there.get_by_role("heading", name="Log in")).to_be_visible()
+        here.goto("/")  # this one goes on
+        expect(here.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+        assert stack.client.users.verify(name, "second-password-2") is not None
+        here.goto("/account")
+        here.get_by_role("button", name="Log out everywhere").click()
+        expect(here.get_by_role("heading", name="Log in")).to_be_visible()
+    finally:
+        ctx1.close()
+        ctx2.close()
