@@ -86,10 +86,12 @@ def _relay(d: Duties) -> Any:
 
 
 def _alerts(d: Duties) -> Any:
-    """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once."""
+    """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once, signed
+    with ANTRE_ALERT_WEBHOOK_SECRET when set."""
     engine = AlertEngine(d.app.redis, d.clock or d.app.clock, rules=d.app.alert_config.rules(),
                          webhook_url=os.environ.get("ANTRE_ALERT_WEBHOOK") or None,
                          dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""),
+                         webhook_secret=os.environ.get("ANTRE_ALERT_WEBHOOK_SECRET") or None,
                          outbox_age_s=_outbox_age(d))
     events = engine.check()
     for event in events:
