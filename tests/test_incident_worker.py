@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from antre import Antre
+from antre import Antre, keys
 from antre.cancel import CancelError, Cancels
 from antre.clock import ManualClock
 from worker.executor import EXIT_RECYCLE, WorkerProcess
@@ -213,3 +213,23 @@ def test_the_sweeper_forgets_cancel_requests_of_jobs_that_finished_anyway(app, c
     q.ack(job, "done before the worker noticed")
     assert sweep_once(app)["cancels_pruned"] == 1
     assert app.redis.hlen(q.keys.cancels) == 0
+
+
+def test_the_bulk_duty_steps_a_paced_purge_and_audits_its_end(app, clock):
+    from antre.bulk import BulkReplays
+    from antre.purge import PurgeFilter
+    from worker.duties import Duties
+
+    q = app.queue()
+    for i in range(4):
+        q.enqueue("ping", {"i": i}, idempotency_key=f"p:{i}")
+    task = BulkReplays(app.redis, clock).start_purge("default", PurgeFilter("ready"), 2, 10,
+                                                     "alice", "flood")
+    duties = Duties(app, clock=clock)
+    for _ in range(3):
+        clock.advance(1_000)
+        duties.run("bulk_replays")
+        app.redis.delete(keys.maintenance_lock("bulk_replays"))  # the next tick
+    assert BulkReplays(app.redis, clock).get("default", task.id).state == "done"
+    (entry,) = app.audit.list(action="purge.done")
+    assert (entry.user, entry.reason, entry.detail["removed"]) == ("alice", "flood", 4)

@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from antre import Antre, Queue, keys, sampling
 from antre.alerts import AlertEngine
-from antre.bulk import BulkReplays
+from antre.bulk import BulkReplays, BulkTask
 from antre.cancel import Cancels
 from antre.pause import Pauses
 from antre.clock import Clock
@@ -73,7 +73,30 @@ def _sample(d: Duties) -> Any:
 
 
 def _bulk(d: Duties) -> Any:
-    return BulkReplays(d.app.redis, d.clock or d.app.clock).step_all()
+    bulk = BulkReplays(d.app.redis, d.clock or d.app.clock)
+    running = {t.id for t in bulk.list() if t.state == "running" and t.kind == "purge"}
+    moved = bulk.step_all()
+    for task in bulk.list(kind="purge"):
+        if task.id in running and task.state == "done":
+            _audit_purge_done(d, task)
+    return moved
+
+
+def _audit_purge_done(d: Duties, task: BulkTask) -> None:
+    """A finished purge gets an audit entry of its own with what it removed (its start has the
+    operator's entry with the dry-run count)."""
+    log.info("purge %s done: %d jobs removed (%s)", task.id, task.replayed, task.description,
+             extra={"event": "purge_done", "queue": task.queue})
+    if d.app.audit is None:
+        return
+    try:
+        d.app.audit.record(user=task.user, role="system", action="purge.done",
+                           target=f"{task.queue}/{task.id}", reason=task.reason, outcome="ok",
+                           detail={"removed": task.replayed, "dry_run": task.total,
+                                   "filter": task.filter}, remote_addr="")
+    except SQLAlchemyError as exc:
+        log.warning("could not audit the end of purge %s: %s", task.id, exc,
+                    extra={"event": "duty_failed"})
 
 
 def _prune(d: Duties) -> Any:
