@@ -96,6 +96,19 @@ class BulkTask:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+@dataclass(frozen=True)
+class BulkResult:
+    """What an unpaced filtered replay or discard did, with the DLQ's size before and after."""
+
+    done: int
+    skipped: int
+    dead_before: int
+    dead_after: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
 def filter_to_dict(flt: DeadFilter) -> dict[str, Any]:
     return asdict(flt)
 
@@ -168,7 +181,7 @@ class BulkReplays:
         return self.reads.count_dead(queue, flt)
 
     def _apply(self, queue: str, flt: DeadFilter, maximum: int,
-               op: Callable[[str], bool]) -> dict[str, int]:
+               op: Callable[[str], bool]) -> BulkResult:
         before = self.reads.count_dead(queue)
         done = skipped = 0
         if maximum > 0:
@@ -179,14 +192,13 @@ class BulkReplays:
                     skipped += 1
                 if done >= maximum:
                     break
-        return {"done": done, "skipped": skipped, "dead_before": before,
-                "dead_after": self.reads.count_dead(queue)}
+        return BulkResult(done, skipped, before, self.reads.count_dead(queue))
 
-    def replay_filtered_now(self, queue: str, flt: DeadFilter, maximum: int) -> dict[str, int]:
+    def replay_filtered_now(self, queue: str, flt: DeadFilter, maximum: int) -> BulkResult:
         """Replay up to ``maximum`` matching dead jobs at once (CLI/API; no pacing)."""
         return self._apply(queue, flt, maximum, self._queue(queue).replay)
 
-    def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int) -> dict[str, int]:
+    def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int) -> BulkResult:
         """Discard up to ``maximum`` matching dead jobs."""
         return self._apply(queue, flt, maximum, self._queue(queue).discard)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from antre.bulk import BulkReplays, TaskNotFound, TaskStateError
+from antre.bulk import BulkReplays, BulkResult, TaskNotFound, TaskStateError
 from antre.clock import ManualClock
 from antre.queue import Queue
 from antre.readmodels import DeadFilter, ReadModels
@@ -149,9 +149,9 @@ def test_replay_filtered_now_and_discard_filtered(env):
     bury_jobs(q, clock, 5, job_type="email")
     bury_jobs(q, clock, 3, job_type="sms")
     out = bulk.replay_filtered_now("default", DeadFilter(job_type="email"), maximum=3)
-    assert out["done"] == 3 and out["dead_before"] == 8 and out["dead_after"] == 5
+    assert out.done == 3 and out.dead_before == 8 and out.dead_after == 5
     out = bulk.discard_filtered("default", DeadFilter(job_type="sms"), maximum=100)
-    assert out == {"done": 3, "skipped": 0, "dead_before": 5, "dead_after": 2}
+    assert out == BulkResult(done=3, skipped=0, dead_before=5, dead_after=2)
     assert reads.count_dead("default") == 2
 
 

@@ -212,17 +212,17 @@ def discard_filtered(queue: str, flt: DeadFilter, maximum: int, confirm: str,
                                  "or the word 'discard'; nothing was changed", 400,
                           {"dry_run": count})
         out = svc.bulk.discard_filtered(queue, flt, max(0, min(maximum, MAX_BULK)))
-        return Result(True, f"discarded {out['done']} dead jobs ({flt.describe()})", 200,
-                      {"dry_run": count, "filter": flt.describe(), **out})
+        return Result(True, f"discarded {out.done} dead jobs ({flt.describe()})", 200,
+                      {"dry_run": count, "filter": flt.describe(), **out.to_dict()})
     return guarded("dlq.discard_filtered", f"{queue} [{flt.describe()}]", _reason(reason), run)
 
 
 def replay_filtered_now(queue: str, flt: DeadFilter, maximum: int, reason: str | None) -> Result:
     def run() -> Result:
         out = _svc().bulk.replay_filtered_now(queue, flt, max(0, min(maximum, MAX_BULK)))
-        return Result(True, f"replayed {out['done']} dead jobs ({flt.describe()})"
+        return Result(True, f"replayed {out.done} dead jobs ({flt.describe()})"
                             + _not_idempotent_warning(flt), 200,
-                      {"filter": flt.describe(), **out})
+                      {"filter": flt.describe(), **out.to_dict()})
     return guarded("dlq.replay_filtered_now", f"{queue} [{flt.describe()}]", _reason(reason),
                    run)
 
