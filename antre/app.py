@@ -14,7 +14,7 @@ import redis
 from . import sql
 from .audit import AuditLog
 from .clock import Clock, system_ms
-from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
+from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
 from .fencing import LockFences
 from .idempotency import CompletedCache, IdempotencyStore
 from .outbox import Outbox
@@ -23,7 +23,7 @@ from .errors import InvalidJob
 from .flow import FlowPolicy
 from .keys import valid_name
 from .locks import Lock, Locks, held_lock
-from .queue import JobSpec, Queue
+from .queue import Queue
 from .retry import RetryPolicy
 from .scripts import Scripts
 from .tracing import enqueue_span

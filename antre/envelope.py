@@ -1,17 +1,27 @@
-"""The job envelope and its codec to and from a Redis hash. Pure: no I/O."""
+"""The job envelope and its codec, both ways, with its validation. Pure: no I/O.
+
+- producing: a ``JobSpec`` (what a producer asks for) is validated and encoded by
+  ``encode_new`` into the values of a new job hash, in ``NEW_FIELDS`` order; ``pack_new``
+  turns them into the one argument per job that ``enqueue.lua`` reads;
+- consuming: ``from_fields`` decodes a job hash (or ``from_row`` a reserved job's
+  ``RESERVE_FIELDS``) into a ``Job``, never raising on bad content.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .errors import InvalidJob
 from .keys import valid_name
 
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
+MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 STATES = ("ready", "scheduled", "inflight", "done", "dead")
 
@@ -212,3 +222,96 @@ def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str |
     _utf8("idempotency_key", idempotency_key)
     if lock_key:
         _utf8("lock_key", lock_key)
+
+
+# -- producing: a new job -------------------------------------------------------------------
+
+@dataclass
+class JobSpec:
+    """One job to enqueue (see ``Queue.enqueue`` for the meaning of each field)."""
+
+    job_type: str
+    payload: Any
+    idempotency_key: str
+    lock_key: str | None = None
+    delay_s: float = 0.0
+    max_attempts: int = 5
+    timeout_s: float = 30.0
+    visibility_timeout_s: float = 30.0
+    max_deliveries: int = 10
+    headers: dict[str, str] = field(default_factory=dict)
+    trace_id: str | None = None
+    job_id: str | None = None
+
+
+# the fields of a new job hash; enqueue.lua reads id, type, visible_at by position: first
+NEW_FIELDS = ("id", "type", "visible_at", "queue", "idem_key", "payload", "attempt",
+              "max_attempts", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
+              "vt_ms", "epoch", "deliveries", "max_deliveries")
+NEW_FIELDS_JSON = json.dumps(list(NEW_FIELDS))
+
+
+def check_spec(spec: JobSpec, queue: str) -> None:
+    """Raise ``InvalidJob`` (saying what to pass instead) unless ``spec`` can be stored."""
+    check_names(queue, spec.job_type, spec.idempotency_key, spec.lock_key)
+    check_headers(spec.headers)
+    if spec.trace_id is not None and not TRACEPARENT.match(str(spec.trace_id)):
+        raise InvalidJob(f"trace_id {spec.trace_id!r} is not a W3C traceparent "
+                         "(00-<32 hex>-<16 hex>-<2 hex>)")
+    for name in ("max_attempts", "max_deliveries"):
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+            raise InvalidJob(f"{name} must be a whole number from 1 to 10000, not {value!r}")
+    for name, low in (("timeout_s", 0.001), ("visibility_timeout_s", 0.001), ("delay_s", 0)):
+        value = getattr(spec, name)
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or not low <= value <= MAX_SECONDS):
+            raise InvalidJob(f"{name} must be a finite number of seconds from {low} to "
+                             f"{MAX_SECONDS}, not {value!r}")
+    if spec.job_id and not valid_name(spec.job_id):  # '' or None: a new id is made
+        raise InvalidJob(f"bad job id {spec.job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+
+
+def encode_new(spec: JobSpec, queue: str, now_ms: int,
+               max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> list[str]:
+    """Validate ``spec`` and return the values of the new job's hash, in ``NEW_FIELDS`` order
+    (raises ``InvalidJob``). A missing job id or trace id is made here."""
+    check_spec(spec, queue)
+    return [
+        spec.job_id or new_job_id(),
+        spec.job_type,
+        str(now_ms + int(spec.delay_s * 1000)),
+        queue,
+        spec.idempotency_key,
+        encode_payload(spec.payload, max_payload_bytes),
+        "0",
+        str(spec.max_attempts),
+        str(now_ms),
+        spec.trace_id or new_traceparent(),
+        spec.lock_key or "",
+        json.dumps(spec.headers, separators=(",", ":")) if spec.headers else "{}",
+        repr(float(spec.timeout_s)),
+        str(int(spec.visibility_timeout_s * 1000)),
+        "0",
+        "0",
+        str(spec.max_deliveries),
+    ]
+
+
+def pack_new(values: Sequence[str]) -> str:
+    """One new job as ``enqueue.lua`` reads it: a JSON array of its ``NEW_FIELDS`` values."""
+    return json.dumps(values, separators=(",", ":"))
+
+
+# -- consuming: a reserved job --------------------------------------------------------------
+
+# what a worker needs of a job it reserves (errors, traceback and result stay in Redis)
+RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
+                  "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
+                  "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
+                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at")
+
+
+def from_row(row: Sequence[str | None]) -> Job:
+    """Decode the ``RESERVE_FIELDS`` values ``reserve.lua`` returns for one job."""
+    return from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None})
