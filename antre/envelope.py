@@ -41,28 +41,34 @@ MAX_PAYLOAD_DEPTH = 100
 
 
 def _too_deep(payload: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
-    """Nesting deeper than ``limit``, found without recursion (json.dumps would hit the
-    interpreter's recursion limit, and a RecursionError there can leave CPython 3.11 unsteady)."""
-    stack = [(payload, 1)]
-    while stack:
-        obj, depth = stack.pop()
-        if isinstance(obj, dict):
-            children: Any = obj.values()
-        elif isinstance(obj, (list, tuple)):
-            children = obj
-        else:
-            continue
+    """Nesting deeper than ``limit``, found level by level without recursion (json.dumps would
+    hit the interpreter's recursion limit, and a RecursionError there can leave CPython 3.11
+    unsteady). A container that holds itself counts as too deep."""
+    level = [payload] if isinstance(payload, _CONTAINERS) else []
+    depth = 1
+    while level:
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        children: list[Any] = []
+        for obj in level:
+            children.extend(obj.values() if isinstance(obj, dict) else obj)
+        level = [child for child in children if isinstance(child, _CONTAINERS)]
+        depth += 1
     return False
+
+
+_CONTAINERS = (dict, list, tuple)
+# built once: json.dumps with keyword arguments builds a new encoder on every call (~5 µs)
+_encode_payload_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True,
+                                        allow_nan=False).encode
+_encode_compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     if _too_deep(payload):
         raise InvalidJob(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it")
     try:
-        text = json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        text = _encode_payload_json(payload)
     except RecursionError:
         raise InvalidJob("payload is nested too deeply to store; flatten it") from None
     except (TypeError, ValueError) as exc:
@@ -70,7 +76,7 @@ def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> 
             f"payload is not JSON-serialisable ({exc}); pass dicts, lists, strings, numbers, "
             "booleans and None, and convert dates, decimals and objects first"
         ) from None
-    size = len(text.encode())
+    size = len(text) if text.isascii() else len(text.encode())
     if size > max_bytes:
         raise InvalidJob(
             f"payload is {size} bytes, over the limit of {max_bytes} bytes; store large data "
@@ -200,6 +206,8 @@ def _utf8(name: str, value: str) -> None:
 
 
 def check_headers(headers: Any) -> None:
+    if type(headers) is dict and not headers:
+        return  # no headers: the common case
     if not isinstance(headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         raise InvalidJob("headers must be a dict of str to str, e.g. {'tenant': 'acme'}")
@@ -258,18 +266,27 @@ def check_spec(spec: JobSpec, queue: str) -> None:
     if spec.trace_id is not None and not TRACEPARENT.match(str(spec.trace_id)):
         raise InvalidJob(f"trace_id {spec.trace_id!r} is not a W3C traceparent "
                          "(00-<32 hex>-<16 hex>-<2 hex>)")
-    for name in ("max_attempts", "max_deliveries"):
-        value = getattr(spec, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
-            raise InvalidJob(f"{name} must be a whole number from 1 to 10000, not {value!r}")
-    for name, low in (("timeout_s", 0.001), ("visibility_timeout_s", 0.001), ("delay_s", 0)):
-        value = getattr(spec, name)
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or not low <= value <= MAX_SECONDS):
-            raise InvalidJob(f"{name} must be a finite number of seconds from {low} to "
-                             f"{MAX_SECONDS}, not {value!r}")
+    _check_count("max_attempts", spec.max_attempts)
+    _check_count("max_deliveries", spec.max_deliveries)
+    _check_seconds("timeout_s", spec.timeout_s, 0.001)
+    _check_seconds("visibility_timeout_s", spec.visibility_timeout_s, 0.001)
+    _check_seconds("delay_s", spec.delay_s, 0)
     if spec.job_id and not valid_name(spec.job_id):  # '' or None: a new id is made
         raise InvalidJob(f"bad job id {spec.job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+
+
+def _check_count(name: str, value: Any) -> None:
+    if type(value) is int and 1 <= value <= 10_000:
+        return  # the common case, without the isinstance chain
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+        raise InvalidJob(f"{name} must be a whole number from 1 to 10000, not {value!r}")
+
+
+def _check_seconds(name: str, value: Any, low: float) -> None:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or not low <= value <= MAX_SECONDS):
+        raise InvalidJob(f"{name} must be a finite number of seconds from {low} to "
+                         f"{MAX_SECONDS}, not {value!r}")
 
 
 def encode_new(spec: JobSpec, queue: str, now_ms: int,
@@ -289,7 +306,7 @@ def encode_new(spec: JobSpec, queue: str, now_ms: int,
         str(now_ms),
         spec.trace_id or new_traceparent(),
         spec.lock_key or "",
-        json.dumps(spec.headers, separators=(",", ":")) if spec.headers else "{}",
+        _encode_compact_json(spec.headers) if spec.headers else "{}",
         repr(float(spec.timeout_s)),
         str(int(spec.visibility_timeout_s * 1000)),
         "0",
@@ -300,7 +317,7 @@ def encode_new(spec: JobSpec, queue: str, now_ms: int,
 
 def pack_new(values: Sequence[str]) -> str:
     """One new job as ``enqueue.lua`` reads it: a JSON array of its ``NEW_FIELDS`` values."""
-    return json.dumps(values, separators=(",", ":"))
+    return _encode_compact_json(values)
 
 
 # -- consuming: a reserved job --------------------------------------------------------------

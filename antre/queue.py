@@ -20,7 +20,7 @@ from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_SECONDS, NEW_FIELDS, NEW_F
                        from_row, pack_new)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
-from .scripts import Batch, Scripts
+from .scripts import Batch, Scripts, script_and_command
 
 # the codec lives in antre/envelope.py; these names stay importable from here
 __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
@@ -60,6 +60,10 @@ class Queue:
         self.scripts = scripts or Scripts(client)
         # on a cluster each queue's wake list is in its own slot: one BLPOP cannot watch several
         self.cluster = isinstance(client, RedisCluster)
+        k = self.keys  # built once: each key property formats a string
+        self._enqueue_keys = [k.ready, k.scheduled, k.stats, k.types, k.wake]
+        self._job_prefix = k.job_prefix
+        self._index_command = ("SADD", keys.queues_index(), name)
 
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
@@ -70,7 +74,17 @@ class Queue:
                 lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> str:
         """Store a job; returns its id. A job id that already exists is left as it is."""
         spec = JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **options)
-        return self.enqueue_many([spec])[0]
+        return self.enqueue_one(spec)
+
+    def enqueue_one(self, spec: JobSpec) -> str:
+        """``enqueue_many([spec])`` in one round trip, on the leanest path (see
+        ``scripts.script_and_command``)."""
+        now = self.clock()
+        values = encode_new(spec, self.name, now, self.max_payload_bytes)
+        script_and_command(self.redis, self.scripts.enqueue, self._enqueue_keys,
+                           [self._job_prefix, now, NEW_FIELDS_JSON, pack_new(values)],
+                           self._index_command)
+        return values[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
         """Store many jobs in few round trips (one script call per ``chunk`` jobs)."""

@@ -59,6 +59,41 @@ def test_batch_raises_the_first_error_after_running_everything(r):
     assert r.get("t") == "1"
 
 
+def test_a_single_enqueue_is_one_round_trip_with_the_queue_indexed(q, r):
+    q.enqueue("t", {}, idempotency_key="warm")  # the server knows the script from now on
+    r.config_resetstat()
+    sent = []
+    pool = q.redis.connection_pool
+    conn = pool.get_connection()
+    send = conn.send_packed_command
+    conn.send_packed_command = lambda *a, **kw: (sent.append(a), send(*a, **kw))[1]
+    pool.release(conn)
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    del conn.send_packed_command
+    assert len(sent) == 1  # one write to the socket: the script and the index together
+    stats = calls(r)
+    assert stats["evalsha"] == 1 and stats["sadd"] == 2  # the index, and the types in the script
+    assert not [name for name in stats if name.startswith("script")]
+    assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
+
+
+def test_a_single_enqueue_reloads_flushed_scripts_once(q, r):
+    q.enqueue("t", {}, idempotency_key="warm")
+    r.script_flush()
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    assert q.get(job_id).payload == {"n": 1}
+    assert int(r.hget(q.keys.stats, "enqueued")) == 2  # stored once, not twice
+
+
+def test_a_failing_single_enqueue_raises_and_leaves_the_connection_in_step(q, r):
+    r.set(q.keys.types, "not a set")  # the script's SADD of the job type fails
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        q.enqueue("t", {}, idempotency_key="k1")
+    r.delete(q.keys.types)
+    job_id = q.enqueue("t", {}, idempotency_key="k2")  # same pooled connection, next reply
+    assert q.where(job_id) == ["ready"] and r.smembers(q.keys.types) == {"t"}
+
+
 def test_lock_index_follows_acquire_and_release(r):
     clock = ManualClock()
     locks = Locks(r, clock=clock)
