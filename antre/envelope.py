@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import orjson
+
 from .errors import InvalidJob
 from .keys import valid_name
 
@@ -315,9 +317,10 @@ def encode_new(spec: JobSpec, queue: str, now_ms: int,
     ]
 
 
-def pack_new(values: Sequence[str]) -> str:
-    """One new job as ``enqueue.lua`` reads it: a JSON array of its ``NEW_FIELDS`` values."""
-    return _encode_compact_json(values)
+def pack_new(values: Sequence[str]) -> bytes:
+    """One new job as ``enqueue.lua`` reads it: a JSON array of its ``NEW_FIELDS`` values
+    (orjson: every value is valid text by now, see ``check_spec``; 1 µs instead of 4)."""
+    return orjson.dumps(values)
 
 
 # -- consuming: a reserved job --------------------------------------------------------------
