@@ -20,7 +20,7 @@ from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_SECONDS, NEW_FIELDS, NEW_F
                        from_row, pack_new)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
-from .scripts import Batch, Scripts, script_and_command
+from .scripts import Batch, Scripts, direct, direct_ok, script_and_command
 
 # the codec lives in antre/envelope.py; these names stay importable from here
 __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
@@ -109,6 +109,23 @@ class Queue:
         rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats],
                                     args=[k.job_prefix, self.clock(), count, worker_id,
                                           *RESERVE_FIELDS])
+        return [from_row(row) for row in rows]
+
+    def wait_and_reserve(self, worker_id: str, count: int, timeout_s: float) -> list[Job]:
+        """An idle runner's wait: block until a job is enqueued or promoted (or ``timeout_s``),
+        then reserve up to ``count`` jobs. Both go in one write: Redis runs the reserve the
+        moment the wait ends, so a woken runner gets its jobs with the wake (one round trip and
+        one thread wake-up, not two). That reserve reads the server's clock (the client's is up
+        to ``timeout_s`` old by then), so it is used with the system clock only; with another
+        clock, on a cluster or a single-connection client it is ``wait_for_work`` + ``reserve``."""
+        if self.clock is not system_ms or not direct_ok(self.redis):
+            self.wait_for_work(timeout_s)
+            return self.reserve(worker_id, count)
+        k = self.keys
+        _, rows = direct(self.redis, [
+            (None, ("BLPOP", k.wake, timeout_s), ()),
+            (self.scripts.reserve, [k.ready, k.inflight, k.stats],
+             [k.job_prefix, "server", count, worker_id, *RESERVE_FIELDS])])
         return [from_row(row) for row in rows]
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked") -> None:

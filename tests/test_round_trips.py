@@ -5,6 +5,9 @@ is replaced, a connection killed while in use is retried once by the idempotency
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psycopg
 import pytest
 from sqlalchemy import text
@@ -92,6 +95,45 @@ def test_a_failing_single_enqueue_raises_and_leaves_the_connection_in_step(q, r)
     r.delete(q.keys.types)
     job_id = q.enqueue("t", {}, idempotency_key="k2")  # same pooled connection, next reply
     assert q.where(job_id) == ["ready"] and r.smembers(q.keys.types) == {"t"}
+
+
+def test_an_idle_wait_returns_the_job_enqueued_during_it_reserved_on_the_servers_clock(r):
+    q = Queue(r, "jobs")  # the system clock: the reserve rides behind the wait
+    q.enqueue("t", {}, idempotency_key="warm")
+    q.reserve("w0")  # the queue is empty again; its wake token is still there
+    r.delete(q.keys.wake)
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.extend(q.wait_and_reserve("w1", 4, 10.0)))
+    waiter.start()
+    while not [c for c in r.client_list() if c.get("cmd") == "blpop"]:
+        threading.Event().wait(0.001)  # until the waiter blocks (not a timeout)
+    before_ms = int(time.time() * 1000)
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    waiter.join(10)
+    after_ms = int(time.time() * 1000)
+    assert [j.id for j in got] == [job_id] and got[0].epoch == 1
+    assert before_ms - 50 <= got[0].reserved_at <= after_ms + 50  # the server's clock, not the
+    assert got[0].deadline == got[0].reserved_at + 30_000          # client's at the send
+    assert q.where(job_id) == ["inflight"]
+
+
+def test_an_idle_wait_reloads_a_flushed_reserve_without_waiting_again(r):
+    q = Queue(r, "jobs")
+    job_id = q.enqueue("t", {}, idempotency_key="k1")  # leaves one wake token
+    r.script_flush()
+    r.config_resetstat()
+    assert [j.id for j in q.wait_and_reserve("w1", 1, 10.0)] == [job_id]
+    stats = calls(r)
+    assert stats["blpop"] == 1 and stats["evalsha"] == 2  # NOSCRIPT, then the reserve alone
+    assert r.llen(q.keys.wake) == 0 and q.where(job_id) == ["inflight"]
+
+
+def test_an_idle_wait_with_an_injected_clock_reserves_on_that_clock(r):
+    clock = ManualClock(1_700_000_000_000)
+    q = Queue(r, "jobs", clock=clock)
+    job_id = q.enqueue("t", {}, idempotency_key="k1")
+    [job] = q.wait_and_reserve("w1", 1, 10.0)
+    assert job.id == job_id and job.reserved_at == clock()
 
 
 def test_lock_index_follows_acquire_and_release(r):
