@@ -191,10 +191,10 @@ class WorkerProcess:
     # -- the runner threads --------------------------------------------------------------------
     def _runner(self, n: int) -> None:
         rr, batch = n, 1
-        got: list[Running] = []
+        got: list[Running] | None = None  # None: reserve next; []: the wait's reserve got none
         while not self._stopping.is_set():
             self.promoter.when_due()
-            if not got:
+            if got is None:
                 try:
                     got = self.health.call(self._reserve, rr, batch, stop=self._stopping)
                 except REDIS_DOWN:
@@ -208,7 +208,7 @@ class WorkerProcess:
                 started = time.monotonic()
                 self._work(got)
                 batch = self._next_batch(batch, len(got), time.monotonic() - started)
-                got = []
+                got = None
             elif self._burst and self._drained():
                 return
             else:
@@ -261,10 +261,10 @@ class WorkerProcess:
             with self._lock:
                 self._running.pop(r.job.id, None)
 
-    def _idle(self, batch: int) -> list[Running]:
+    def _idle(self, batch: int) -> list[Running] | None:
         """Wait to be woken by the enqueue or promote script's token. With one queue the
-        reserve rides behind the wait (``Queue.wait_and_reserve``): the woken runner gets its
-        jobs in the same round trip, which it then works."""
+        reserve rides behind the wait (``Queue.wait_and_reserve``) and its jobs (maybe none)
+        are returned; ``None`` when the runner still has to reserve."""
         try:
             if len(self.queues) == 1:
                 q = self.queues[0]
@@ -276,7 +276,7 @@ class WorkerProcess:
         except Exception:
             log.exception("reserve failed", extra={"event": "error"})
             self._stopping.wait(1.0)
-        return []
+        return None
 
     def promote_due(self) -> int:
         """Move every due scheduled job of this process's queues to ready; returns how many."""
