@@ -2,7 +2,9 @@
 -- KEYS[1] ready (LIST)   KEYS[2] inflight (ZSET by deadline)   KEYS[3] stats (HASH)
 -- KEYS[4] paused (HASH: '*' or job type -> JSON)   KEYS[5] parked types (SET)
 -- KEYS[6] tombstones (STRING counter of purged ids still marked in the lists)
--- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] worker id
+-- ARGV[1] job_prefix   ARGV[2] now_ms, or 'server': the server's clock (a reserve sent behind a
+-- blocking wait runs when the wait ends, so the client's now would be stale; Queue.wait_and_reserve)
+-- ARGV[3] max jobs   ARGV[4] worker id
 -- ARGV[5] parked-list prefix (+ job type)
 -- ARGV[6 ..] the fields to return for each job
 -- Returns: array of HMGET arrays (values of ARGV[6 ..]), one per reserved job
@@ -15,6 +17,10 @@
 -- the type puts the parked list back at the oldest end of ready (unpark.lua). Ids starting with
 -- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+if ARGV[2] == 'server' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 -- >>> incident controls: pause, purge marks
 local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at most
 local npaused = redis.call('HLEN', KEYS[4])
