@@ -39,10 +39,11 @@ def record_failure(r: Running, error: str, *, permanent: bool) -> None:
 
 def cancelled(r: Running) -> Outcome:
     """The outcome of a cancelled job: its idempotency claim (if it holds one) is released,
-    or failed for good when it goes to the DLQ; nothing of its run commits."""
+    or failed for good when it goes to the DLQ; nothing of its run commits. A handler that
+    returns after the heartbeat abandoned it only tells the idempotency record now."""
     req = r.cancel
     assert req is not None
+    record_failure(r, req.dlq_reason, permanent=req.to == "dlq")
     if r.closed or r.lease_lost:
         return DropStale("cancelled after its lease was given up")
-    record_failure(r, req.dlq_reason, permanent=req.to == "dlq")
     return Cancelled(req.to, req.dlq_reason)

@@ -19,8 +19,9 @@ from antre.clock import Clock
 from antre.locks import Locks
 from antre.logs import job_fields
 
-from .failures import cancelled, failure_outcome
+from .failures import failure_outcome
 from .held import Running
+from .outcomes import Cancelled
 from .settle import Settler
 
 log = logging.getLogger("antre.worker")
@@ -115,9 +116,13 @@ class Leases:
     def _check_cancel(self, r: Running, now: int) -> None:
         """Past the grace, a cancelled handler that has not returned is abandoned like a hard
         timeout: the job ends where the operator chose, the process is recycled."""
-        if r.cancel is None or now - r.cancel_seen_ms < self._grace_s(r) * 1000:
+        req = r.cancel
+        if req is None or now - r.cancel_seen_ms < self._grace_s(r) * 1000:
             return
-        self.settler.settle(r, cancelled(r))
+        # no SQL here: the stuck handler may hold the database (a SQLite writer locks it all);
+        # its idempotency record is told if it ever returns, else its lease runs out
+        if not self.settler.settle(r, Cancelled(req.to, req.dlq_reason)):
+            return  # the handler returned meanwhile and its runner settled the job
         r.closed = True
         log.error("cancelled job %s did not stop within %gs; abandoned, recycling this "
                   "process", r.job.id, self._grace_s(r),
