@@ -93,9 +93,9 @@ FILTER_Q = {"type": "string", "group": "string", "window": "string", "since_ms":
 @bp.get("/overview")
 @requires("viewer")
 def overview() -> Response:
-    """Depth per queue, rates per minute, lock conflicts, live workers."""
-    data = overview_data()
-    return jsonify(_plain({k: v for k, v in data.items()}))
+    """Depth per queue, rates per minute, flow control, lock conflicts (last 5 minutes, hour,
+    ever; the most contended keys), live workers."""
+    return jsonify(_plain(overview_data()))
 
 
 @bp.get("/queues")

@@ -11,6 +11,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import actions, services
 from .common import (
     WINDOWS_MS,
+    answer,
+    selected_ids,
     arg_int,
     check_queue,
     dead_filter,
@@ -25,12 +27,15 @@ from .security import requires
 bp = Blueprint("dlq", __name__, url_prefix="/dlq")
 
 
-def dlq_data(queue: str) -> dict[str, Any]:
+def dlq_data(queue: str, src: Any = None) -> dict[str, Any]:
+    """The page's data; ``src``: where the filter and page come from (the query string, or
+    the form of an action on selected rows, which carries them)."""
     svc = services.get()
     now = svc.clock()
-    flt = dead_filter(request.args, now)
-    window = request.args.get("window") or ""
-    offset, limit = page_args()
+    src = request.args if src is None else src
+    flt = dead_filter(src, now)
+    window = src.get("window") or ""
+    offset, limit = page_args(src=src)
     page = svc.reads.dead(queue, flt, offset, limit)
     return {"queue": queue, "flt": flt, "window": window if window in WINDOWS_MS else "",
             "windows": list(WINDOWS_MS), "page": page, "as_of": page.as_of,
@@ -95,6 +100,27 @@ def replay(queue: str, job_id: str) -> Response:
 def discard(queue: str, job_id: str) -> Response:
     _flash(actions.discard_one(check_queue(queue), job_id, request.form.get("reason")))
     return _back(queue)
+
+
+@bp.post("/<queue>/selected")
+@requires("operator", "dlq.selected")
+def selected(queue: str) -> Any:
+    """Replay or discard the ticked rows: one audit entry per job, one answer for all."""
+    check_queue(queue)
+    op = request.form.get("op")
+    if op not in ("replay", "discard"):
+        abort(400, "op must be 'replay' or 'discard'")
+    ids = selected_ids(actions.MAX_SELECTED)
+    reason = request.form.get("reason")
+    if op == "replay":
+        result = actions.each_selected("replayed", ids,
+                                       lambda i: actions.replay_one(queue, i, reason))
+    else:
+        result = actions.each_selected("discarded", ids,
+                                       lambda i: actions.discard_one(queue, i, reason))
+    return answer(result, lambda r: render("_dlq.html", "_dlq.html", outcome=r,
+                                           **dlq_data(queue, request.form)),
+                  safe_next(url_for("dlq.index", queue=queue)))
 
 
 @bp.post("/<queue>/bulk")
