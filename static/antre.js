@@ -78,7 +78,7 @@
     var last = Number(elt.dataset.polledAt || 0);
     var forced = elt.dataset.forcePoll === "1";
     elt.dataset.forcePoll = "";
-    var first = !last;  // the initial load of a region (hx-trigger "load") always runs
+    var first = !last;  // a region filled on "load" (e.g. the charts) always loads once
     if (!first && (document.visibilityState !== "visible" || busy(elt) ||
         (!forced && (every === 0 || Date.now() - last < every * 1000 - 200)))) {
       evt.preventDefault();
@@ -326,6 +326,12 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
+    // regions drawn with the page count as just polled; those filled on "load" do not
+    document.querySelectorAll("[data-poll]").forEach(function (el) {
+      if (!/(^|[ ,])load([ ,]|$)/.test(el.getAttribute("hx-trigger") || "")) {
+        el.dataset.polledAt = String(Date.now());
+      }
+    });
     setupPrefs();
     setup(document);
     window.setInterval(tick, 250);

@@ -193,7 +193,9 @@ def locks() -> Response:
     return jsonify({"held": _plain(svc.locks.held()),
                     "top_conflicts": [{"key": k, "conflicts": n}
                                       for k, n in svc.locks.top_conflicts(20)],
+                    "contention": _plain(svc.locks.contention(20)),
                     "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
+                    "conflicts_5m": svc.locks.conflicts_since(now - 300_000),
                     "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000), "as_of": now})
 
 
