@@ -3,7 +3,7 @@ partial with the result in place for htmx, a flash and a redirect without script
 
 from __future__ import annotations
 
-from test_web_support import htmx, post
+from test_web_support import basic, htmx, post
 
 pytest_plugins = ("test_web_support",)  # the `web` fixture
 
@@ -98,3 +98,38 @@ def test_run_selected_scheduled_retries_now(web):
     assert "2 jobs moved to the ready list" in resp.get_data(as_text=True)
     assert [web.q.where(i) for i in ids] == [["ready"], ["ready"]]
     assert len(web.audit("scheduled.run_now")) == 2
+
+
+def test_the_api_mirrors_the_selection(web):
+    ids = [web.dead_job(key=f"api-{i}") for i in range(3)]
+    c = web.app.test_client()
+    op = basic("operator")
+    resp = c.post("/api/queues/default/selection/replay",
+                  json={"ids": ids[:2] + ["gone"], "reason": "api batch"}, headers=op)
+    assert resp.status_code == 409  # one of them was not dead: nothing hidden
+    body = resp.get_json()
+    assert body["done"] == ids[:2] and len(body["problems"]) == 1
+    assert body["message"] == "2 jobs replayed; 1 job not"
+    assert len([e for e in web.audit("dlq.replay") if e.reason == "api batch"]) == 3
+    resp = c.post("/api/queues/default/selection/discard", json={"ids": [ids[2]]}, headers=op)
+    assert resp.status_code == 200 and web.q.where(ids[2]) == []
+    resp = c.post("/api/queues/default/selection/replay", json={"ids": "x"}, headers=op)
+    assert resp.status_code == 400 and "ids" in resp.get_json()["error"]
+    resp = c.post("/api/queues/default/selection/replay", json={"ids": [ids[0]]},
+                  headers=basic("viewer"))
+    assert resp.status_code == 403
+    spec = c.get("/api/openapi.json", headers=op).get_json()
+    ids_schema = (spec["paths"]["/api/queues/{queue}/selection/replay"]["post"]["requestBody"]
+                  ["content"]["application/json"]["schema"]["properties"]["ids"])
+    assert ids_schema == {"type": "array", "items": {"type": "string"}}
+
+
+def test_the_api_extends_selected_leases(web):
+    web.q.enqueue("email", {}, idempotency_key="api-lease")
+    (job,) = web.q.reserve("w1")
+    c = web.app.test_client()
+    resp = c.post("/api/queues/default/selection/extend",
+                  json={"ids": [f"{job.epoch}:{job.id}"], "seconds": 120},
+                  headers=basic("operator"))
+    assert resp.status_code == 200 and resp.get_json()["done"] == [job.id]
+    assert web.q.get(job.id).deadline >= web.clock() + 120_000

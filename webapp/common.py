@@ -227,6 +227,14 @@ def selected_ids(limit: int) -> list[str]:
     return ids
 
 
+def lease_ref(value: str) -> tuple[int, str]:
+    """A selected in-flight row: ``<epoch>:<job id>`` (the lease the operator saw)."""
+    epoch, _, job_id = str(value).partition(":")
+    if not epoch.isdigit() or not job_id:
+        abort(400, f"bad row {value!r}: expected <epoch>:<job id>")
+    return int(epoch), job_id
+
+
 def answer(result: Any, partial: Any, back_url: str) -> Any:
     """A selection's answer: for htmx, the refreshed partial (``partial(result)``) with the
     result shown in place; without scripts, a flash message and a redirect back."""

@@ -11,6 +11,7 @@ from .common import (
     answer,
     arg_int,
     check_queue,
+    lease_ref,
     page_args,
     queue_arg,
     render,
@@ -42,14 +43,6 @@ def index() -> str:
                   **inflight_data(queue, *page_args()))
 
 
-def _epoch_and_id(value: str) -> tuple[int, str]:
-    """A ticked row's value: ``<epoch>:<job id>`` (the lease the operator saw)."""
-    epoch, _, job_id = value.partition(":")
-    if not epoch.isdigit() or not job_id:
-        abort(400, f"bad row {value!r}: expected <epoch>:<job id>")
-    return int(epoch), job_id
-
-
 @bp.post("/<queue>/selected")
 @requires("operator", "inflight.selected")
 def selected(queue: str) -> Any:
@@ -57,7 +50,7 @@ def selected(queue: str) -> Any:
     check_queue(queue)
     if request.form.get("op", "extend") != "extend":
         abort(400, "op must be 'extend'")
-    rows = [_epoch_and_id(v) for v in selected_ids(actions.MAX_SELECTED)]
+    rows = [lease_ref(v) for v in selected_ids(actions.MAX_SELECTED)]
     seconds = arg_int("seconds", 0, 0, src=request.form)
     reason = request.form.get("reason")
     by_id = {job_id: epoch for epoch, job_id in rows}
