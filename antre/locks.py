@@ -126,7 +126,7 @@ class Locks:
         minute = now // MINUTE_MS
         self.scripts.lock_conflict(
             keys=[keys.lock_conflicts(), keys.lock_conflict_times(),
-                  keys.lock_conflict_minute(minute)],
+                  keys.lock_conflict_minute(minute), keys.lock_conflict_count()],
             args=[key, now, f"{now}:{key}:{os.urandom(3).hex()}",
                   (BUCKETS + 1) * MINUTE_MS])
 
@@ -159,6 +159,9 @@ class Locks:
 
     def conflicts_since(self, since_ms: int) -> int:
         return int(self.redis.zcount(keys.lock_conflict_times(), since_ms, "+inf"))
+
+    def conflicts_total(self) -> int:
+        return int(self.redis.get(keys.lock_conflict_count()) or 0)
 
     def contention(self, limit: int = 20) -> list[LockContention]:
         """The most contended keys (most conflicts in the last hour, then the last 5 minutes, then ever), each with its

@@ -107,10 +107,6 @@ class Overview:
     def total(self, attr: str) -> int:
         return sum(int(getattr(q, attr)) for q in self.queues)
 
-    def total_stat(self, name: str) -> int:
-        """A counter of the queues' ``stats`` hashes, summed (``lock_busy``, ``expired``...)."""
-        return sum(int(q.stats.get(name, 0)) for q in self.queues)
-
 
 @dataclass(frozen=True)
 class QueueRates:
@@ -125,8 +121,8 @@ class QueueRates:
 @dataclass(frozen=True)
 class StatusSummary:
     """What the overview page, ``GET /api/overview`` and ``antre status`` show: depth per
-    queue, rates, flow control, lock conflicts (all keys: last 5 minutes / hour / ever, from
-    the queues' ``lock_busy`` counters) and the most contended keys, live workers."""
+    queue, rates, flow control, lock conflicts (all keys: last 5 minutes / hour / ever) and
+    the most contended keys, live workers."""
     overview: Overview
     rates: dict[str, QueueRates]
     breakers: list[BreakerState]
