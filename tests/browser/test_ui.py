@@ -181,3 +181,22 @@ def test_no_page_scrolls_sideways_on_a_phone(stack, login):
     screenshot(page, "phone-job")
     page.goto("/dlq/")
     screenshot(page, "phone-dlq")
+
+
+def test_chart_ticks_do_not_repeat_and_the_numbers_are_a_table(stack, login):
+    page = login("admin")
+    asof = page.locator("#charts p.asof")
+    # the pool's sampler records every 10 s: wait for three samples (a few tens of seconds)
+    expect(asof).to_contain_text(re.compile(r"\b([3-9]|\d\d+) samples"), timeout=60_000)
+    samples = int(re.search(r"(\d+) samples", asof.text_content()).group(1))
+    expect(page.locator("#charts .plot .xtick text").first).to_be_visible()
+    for plot in page.locator("#charts .plot").all():
+        labels = plot.locator(".xtick text").all_text_contents()
+        assert len(labels) >= 2 and len(labels) == len(set(labels)), labels
+    figure = page.locator("#charts figure.chart").first
+    assert "depth" in figure.get_attribute("aria-label")
+    figure.get_by_text("Numbers as a table").click()
+    table = figure.locator("details[open] table")
+    expect(table.locator("thead th")).to_have_text(["Time (UTC)", "ready", "scheduled",
+                                                    "inflight", "dead"])
+    assert table.locator("tbody tr").count() >= samples
