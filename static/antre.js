@@ -66,7 +66,8 @@
   // -- polling -------------------------------------------------------------------------------
   function busy(region) {
     var active = document.activeElement;
-    if (active && active !== document.body && region.contains(active)) { return true; }
+    if (active && active !== document.body && region.contains(active) &&
+        !active.classList.contains("result")) { return true; }
     if (region.querySelector("input.sel-row:checked")) { return true; }
     return region.querySelector("form.dirty") !== null;
   }
@@ -337,7 +338,16 @@
     window.setInterval(tick, 250);
     window.setInterval(function () { renderTimes(document); }, 1000);
   });
-  document.addEventListener("htmx:afterSettle", function (evt) { setup(evt.detail.elt || document); });
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    setup(evt.detail.elt || document);
+    // after an action (not a poll) the button that was pressed is gone: keyboard focus goes to
+    // the result, which screen readers also announce (role=status)
+    var cfg = evt.detail.requestConfig;
+    if (cfg && cfg.verb === "post" && evt.detail.target) {
+      var result = evt.detail.target.querySelector(".result");
+      if (result) { result.focus(); }
+    }
+  });
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState === "visible") { pollNow(); }
   });

@@ -16,7 +16,7 @@ def test_replay_three_selected_dead_jobs_in_one_htmx_post(web):
     assert resp.status_code == 200
     body = resp.get_data(as_text=True)
     assert "<html" not in body  # the partial only: htmx swaps it into the live region
-    assert 'role="status">3 jobs replayed' in body
+    assert 'role="status" tabindex="-1">3 jobs replayed' in body
     for job_id in ids[:3]:
         assert f'data-row="{job_id}"' not in body
         assert web.q.where(job_id) == ["ready"]

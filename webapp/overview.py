@@ -14,7 +14,7 @@ from antre.readmodels import StatusSummary
 from antre.status import status_summary
 
 from . import actions, services
-from .common import WINDOWS_MS, check_queue, fmt_ts, render, safe_next
+from .common import WINDOWS_MS, check_queue, render, safe_next
 from .security import requires
 
 bp = Blueprint("overview", __name__)

@@ -103,6 +103,7 @@ def test_keyboard_only_replay_of_one_job(stack, login):
     page.keyboard.press("Enter")
 
     expect(page.locator("#live .result[role=status]")).to_contain_text("1 job replayed")
+    expect(page.locator("#live .result")).to_be_focused()  # focus is not lost with the button
     expect(page.locator(f"#live tr[data-row='{job_id}']")).to_have_count(0)
     (entry,) = _replay_entries(stack, [job_id])
     assert entry.reason == "keyboard only" and entry.outcome == "ok"
