@@ -167,7 +167,7 @@ def test_cancel_a_running_job_from_the_in_flight_page_and_the_api(web):
     done = web.q.enqueue("email", {}, idempotency_key="k2")
     c = web.client("operator")
     page = c.get("/inflight/?queue=default").get_data(as_text=True)
-    assert ">Cancel job<" in page
+    assert ">Cancel selected<" in page
     resp = post(c, f"/queues/default/jobs/{running.id}/cancel", {"to": "dlq", "reason": "stop"},
                 follow_redirects=True)
     assert "cancel of job" in resp.get_data(as_text=True)
