@@ -180,3 +180,20 @@ def test_cancel_a_running_job_from_the_in_flight_page_and_the_api(web):
                     headers=basic("operator"))
     assert resp.status_code == 400
     assert sorted(e.outcome for e in web.audit("job.cancel")) == ["failed", "ok", "refused"]
+
+
+def test_cancel_and_delete_from_the_action_bars(web):
+    web.q.enqueue("email", {}, idempotency_key="k1")
+    (running,) = web.q.reserve("w1")
+    later = web.q.enqueue("email", {}, idempotency_key="k2", delay_s=60)
+    c = web.client("operator")
+    resp = post(c, "/inflight/default/selected",
+                {"op": "cancel", "to": "discard", "reason": "runaway",
+                 "ids": f"{running.epoch}:{running.id}", "seconds": "30"})
+    assert resp.status_code in (200, 303)
+    assert web.svc.cancels.pending("default")[running.id].to == "discard"
+    resp = post(c, "/scheduled/default/selected", {"op": "delete", "reason": "bad",
+                                                   "ids": later})
+    assert resp.status_code in (200, 303) and web.q.get(later) is None
+    assert [e.outcome for e in web.audit("job.cancel")] == ["ok"]
+    assert [e.outcome for e in web.audit("job.delete")] == ["ok"]
