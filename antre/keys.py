@@ -98,6 +98,20 @@ class QueueKeys:
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
         return f"{self.tag}:durations"
 
+    # -- finder and job timelines (issue 11) -------------------------------------------------
+    # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/lua/_lib.lua
+    # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
+    @property
+    def timeline_prefix(self) -> str:  # LIST per job: its events as JSON, oldest first, capped
+        return f"{self.tag}:tl:"
+
+    def timeline(self, job_id: str) -> str:
+        return f"{self.timeline_prefix}{job_id}"
+
+    @property
+    def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
+        return f"{self.tag}:idem"
+
 
 def queues_index() -> str:
     """SET of queue names that ever had a job."""

@@ -105,7 +105,11 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         print("error: name job ids, or --all with an optional --type/--group filter",
               file=sys.stderr)
         return 1
-    act = queue.replay if args.dlq_cmd == "replay" else queue.discard
+    note = {"via": "cli", "reason": args.reason} if args.reason else {"via": "cli"}
+
+    def act(job_id: str) -> bool:
+        fn = queue.replay if args.dlq_cmd == "replay" else queue.discard
+        return fn(job_id, _operator(), note)
     if args.dlq_cmd == "replay" and app.idempotency is not None:
         for job_id in ids:  # a replay on purpose lets a permanently failed key run again
             job = queue.get(job_id)

@@ -2,6 +2,7 @@
 -- KEYS[1] ready (LIST)   KEYS[2] inflight (ZSET by deadline)   KEYS[3] stats (HASH)
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] worker id
 -- ARGV[5 ..] the fields to return for each job
+-- Each reserved job gets a 'reserved' event on its timeline (actor: the worker).
 -- Returns: array of HMGET arrays (values of ARGV[5 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
@@ -26,10 +27,12 @@ for _, id in ipairs(ids) do
     local epoch = num_field(key, 'epoch', -1)
     if epoch < 0 then epoch = now end
     redis.call('HSET', key, 'epoch', epoch + 1)
-    bump(key, 'deliveries', 1)
+    local delivery = bump(key, 'deliveries', 1)
     redis.call('HSET', key, 'state', 'inflight', 'deadline', deadline, 'reserved_at', now,
                'worker_id', worker)
     redis.call('ZADD', KEYS[2], deadline, id)
+    tl_add(tl_key(prefix, id), now, 'reserved', worker,
+           {epoch = epoch + 1, delivery = delivery, deadline = deadline})
     out[#out + 1] = redis.call('HMGET', key, unpack(fields))
   end
 end
