@@ -111,8 +111,10 @@ class AuditLog:
 
     def _filtered(
         self, q: Select[*_Ts], action: str | None, user: str | None,
-        since_ms: int | None = None, until_ms: int | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, target: str | None = None,
     ) -> Select[*_Ts]:
+        if target is not None:  # e.g. '<queue>/<job id>': the entries of one job
+            q = q.where(_C.target == target)
         if action is not None:
             q = q.where(_C.action == action)
         if user is not None:
@@ -126,17 +128,20 @@ class AuditLog:
     def list(
         self, limit: int = 100, offset: int = 0, action: str | None = None,
         user: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
+        target: str | None = None,
     ) -> list[AuditRow]:
         """Newest first; ``since_ms`` inclusive, ``until_ms`` exclusive."""
-        q = self._filtered(select(_T), action, user, since_ms, until_ms).order_by(
+        q = self._filtered(select(_T), action, user, since_ms, until_ms, target).order_by(
             _C.at.desc(), _C.id.desc())
         q = q.limit(max(0, int(limit))).offset(max(0, int(offset)))
         with self._sf() as s:
             return [_row(r) for r in s.execute(q)]
 
     def count(self, action: str | None = None, user: str | None = None,
-              since_ms: int | None = None, until_ms: int | None = None) -> int:
-        q = self._filtered(select(func.count()).select_from(_T), action, user, since_ms, until_ms)
+              since_ms: int | None = None, until_ms: int | None = None,
+              target: str | None = None) -> int:
+        q = self._filtered(select(func.count()).select_from(_T), action, user, since_ms, until_ms,
+                           target)
         with self._sf() as s:
             return int(s.execute(q).scalar_one())
 
@@ -146,18 +151,19 @@ class AuditLog:
             return list(s.execute(select(_C.action).distinct().order_by(_C.action)).scalars())
 
     def _all(self, action: str | None, user: str | None, since_ms: int | None = None,
-             until_ms: int | None = None) -> builtins.list[AuditRow]:
-        q = self._filtered(select(_T), action, user, since_ms, until_ms).order_by(_C.id)
+             until_ms: int | None = None, target: str | None = None) -> builtins.list[AuditRow]:
+        q = self._filtered(select(_T), action, user, since_ms, until_ms, target).order_by(_C.id)
         with self._sf() as s:
             return [_row(r) for r in s.execute(q)]
 
     def export_csv(self, action: str | None = None, user: str | None = None,
-                   since_ms: int | None = None, until_ms: int | None = None) -> str:
+                   since_ms: int | None = None, until_ms: int | None = None,
+                   target: str | None = None) -> str:
         """All (matching) entries, oldest first, as CSV with a header row; ``detail`` as JSON."""
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(CSV_COLUMNS)
-        for r in self._all(action, user, since_ms, until_ms):
+        for r in self._all(action, user, since_ms, until_ms, target):
             d = r.to_dict()
             cells = []
             for k in CSV_COLUMNS:
@@ -177,7 +183,7 @@ class AuditLog:
 
     def export_json(
         self, action: str | None = None, user: str | None = None,
-        since_ms: int | None = None, until_ms: int | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, target: str | None = None,
     ) -> builtins.list[dict[str, Any]]:
         """All (matching) entries, oldest first, as JSON-ready dicts."""
-        return [r.to_dict() for r in self._all(action, user, since_ms, until_ms)]
+        return [r.to_dict() for r in self._all(action, user, since_ms, until_ms, target)]

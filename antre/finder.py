@@ -21,6 +21,7 @@ from . import keys
 from .clock import Clock, system_ms
 from .envelope import STATES
 from .idempotency import IdempotencyStore
+from .readmodels import Page, ReadModels
 
 CHUNK = 500  # ids read per Redis command of a payload search
 SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cursor
@@ -322,6 +323,28 @@ class Finder:
             return ResultStatus(idempotency_key, status, None, record.job_id,
                                 error=record.last_error or "", source="sql")
         return ResultStatus(idempotency_key, "unknown")
+
+    # -- browsing ---------------------------------------------------------------------------------
+    def ready_of_type(self, queue: str, job_type: str, offset: int, limit: int,
+                      scan: int) -> Page:
+        """Ready jobs of one type, oldest first, among the oldest ``scan`` ready jobs (the ready
+        list has no per-type index: read in chunks of ``CHUNK`` ids, never all of it).
+        ``total`` counts the matches in that window."""
+        k = keys.QueueKeys(queue)
+        matching: list[str] = []
+        for start in range(0, scan, CHUNK):
+            stop = min(start + CHUNK, scan)
+            ids = cast(list[str], self.redis.lrange(k.ready, -stop, -start - 1))
+            ids.reverse()
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hget(k.job(job_id), "type")
+            matching += [j for j, t in zip(ids, pipe.execute()) if t == job_type]
+            if len(ids) < stop - start:
+                break
+        reads = ReadModels(self.redis, self.clock)
+        return Page(reads.rows(queue, matching[offset:offset + limit]), len(matching), offset,
+                    limit, self.clock())
 
     # -- payload search -------------------------------------------------------------------------
     def _lists(self, queue: str | None, state: str | None) -> list[tuple[str, str]]:

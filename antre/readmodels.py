@@ -258,6 +258,10 @@ class ReadModels:
         out.sort(key=lambda e: (-e.count, -e.last_seen))
         return out
 
+    def rows(self, queue: str, ids: list[str]) -> list[JobRow]:
+        """Table rows of the given jobs (one pipelined HMGET each)."""
+        return self._rows(queue, ids)
+
     def job(self, queue: str, job_id: str) -> Job | None:
         fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))
         return from_fields(fields) if fields else None

@@ -21,6 +21,8 @@ from . import (
     auth,
     common,
     dlq,
+    find,
+    find_api,
     idempotency,
     inflight,
     locks,
@@ -35,7 +37,8 @@ from . import (
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
-              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp)
+              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp,
+              find.bp, find_api.bp)  # finder, job timelines, browse (issue 11)
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
