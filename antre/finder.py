@@ -21,11 +21,12 @@ from . import keys
 from .clock import Clock, system_ms
 from .envelope import STATES
 from .idempotency import IdempotencyStore
-from .readmodels import Page, ReadModels
+from .readmodels import JobRow, Page, ReadModels
 
 CHUNK = 500  # ids read per Redis command of a payload search
 SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cursor
 MAX_HITS = 100  # hits returned by one step
+STUCK_SCAN = 2_000  # in-flight jobs sorted worst first (by running or silent time)
 TIMELINE_CAP = 100  # antre/lua/_lib.lua TL_CAP
 SEARCH_ORDER = ("ready", "scheduled", "inflight", "dead", "done")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
@@ -345,6 +346,22 @@ class Finder:
         reads = ReadModels(self.redis, self.clock)
         return Page(reads.rows(queue, matching[offset:offset + limit]), len(matching), offset,
                     limit, self.clock())
+
+    def inflight_worst_first(self, queue: str, sort: str, offset: int, limit: int,
+                             scan: int = STUCK_SCAN) -> Page:
+        """In-flight jobs, worst first: ``running`` (longest running) or ``silent`` (longest
+        since the lease was last extended), among the ``scan`` soonest lease deadlines."""
+        k = keys.QueueKeys(queue)
+        ids = cast(list[str], self.redis.zrange(k.inflight, 0, scan - 1))
+        reads = ReadModels(self.redis, self.clock)
+        now = self.clock()
+        rows = reads.rows(queue, ids)
+
+        def worst(row: JobRow) -> int:
+            return row.running_ms(now) if sort == "running" else row.silent_ms(now)
+        rows.sort(key=worst, reverse=True)
+        total = int(self.redis.zcard(k.inflight))
+        return Page(rows[offset:offset + limit], min(total, scan), offset, limit, now)
 
     # -- payload search -------------------------------------------------------------------------
     def _lists(self, queue: str | None, state: str | None) -> list[tuple[str, str]]:

@@ -143,6 +143,12 @@ def locks_held() -> str:
     return f"{PREFIX}:{{locks}}:held"
 
 
+def locks_since() -> str:
+    """HASH business key -> '<acquired ms>|<holder job>' of each held lock (the Locks page's
+    "held since" and "by which job"; same slot as ``locks_held``, kept by the lock scripts)."""
+    return f"{PREFIX}:{{locks}}:since"
+
+
 def lock_conflicts() -> str:
     """ZSET business key -> conflicts counted."""
     return f"{PREFIX}:{{locks}}:conflicts"

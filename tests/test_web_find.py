@@ -192,3 +192,44 @@ def test_api_bad_input_is_a_clear_4xx(web, url, status):
     resp = web.app.test_client().get(url, headers=basic("viewer"))
     assert resp.status_code == status
     assert resp.get_json()["error"]
+
+
+# -- stuck-job views -----------------------------------------------------------------------------
+def test_inflight_page_shows_running_silence_checkpoint_sorted_worst_first(web):
+    q = web.q
+    old = q.enqueue("slow", {}, idempotency_key="s:old")
+    (a,) = q.reserve("w1")
+    web.clock.advance(60_000)
+    new = q.enqueue("slow", {}, idempotency_key="s:new")
+    (b,) = q.reserve("w1")
+    q.extend(b.id, b.epoch, 600_000, mode="at_least")  # b's deadline is later, heartbeat now
+    q.checkpoint(b, {"step": 2})
+    web.clock.advance(10_000)
+    q.extend(a.id, a.epoch, 900_000, mode="add", actor="op")  # a: later deadline than b
+    c = web.client("viewer")
+    order = lambda html: re.findall(r'data-row="([0-9a-f]{32})"', html)  # noqa: E731
+    by_deadline = c.get("/inflight/?queue=default").get_data(as_text=True)
+    assert order(by_deadline) == [new, old]
+    running = c.get("/inflight/?queue=default&sort=running").get_data(as_text=True)
+    assert order(running) == [old, new]
+    assert "1m10s" in running  # old has run 70 s
+    silent = c.get("/inflight/?queue=default&sort=silent").get_data(as_text=True)
+    assert order(silent) == [new, old]  # b's last heartbeat is 10 s old, a's extension is fresh
+    assert "10.0s ago" in silent  # b's checkpoint
+    assert c.get("/inflight/?queue=default&sort=bogus").status_code == 400
+
+
+def test_locks_page_shows_since_when_and_which_job_holds_each_lock(web):
+    locks = web.producer.locks
+    locks.acquire("customer:1", 60_000, owner="host:1:aa", holder_job="default/job-one")
+    web.clock.advance(30_000)
+    locks.acquire("customer:2", 60_000, owner="host:2:bb")
+    html = web.client("viewer").get("/locks/").get_data(as_text=True)
+    assert html.index("customer:1") < html.index("customer:2")  # held longest first
+    assert "30.0s" in html and 'href="/jobs/default/job-one"' in html
+    assert "not recorded" in html
+    held = {h.key: h for h in locks.held()}
+    assert held["customer:1"].holder_job == "default/job-one"
+    assert held["customer:1"].holder_worker == "host:1:aa"
+    assert locks.release_token("customer:1", held["customer:1"].holder)
+    assert web.producer.redis.hget("antre:{locks}:since", "customer:1") is None
