@@ -22,7 +22,9 @@ from .security import requires
 bp = Blueprint("find", __name__)
 
 MAX_TEXT = 500
-BROWSE_SCAN = 5_000  # ready ids looked at per page when filtering the ready list by type
+BROWSE_SCAN = 1_000  # ready ids looked at per page when filtering the ready list by type
+FIRST_STEP_MS = 80  # the search page's first step: first hits on screen fast
+NEXT_STEP_MS = 150  # each polled step after it
 
 
 def finder() -> Finder:
@@ -74,7 +76,7 @@ def index() -> Any:
                                            "(a job done more than an hour ago is pruned). To "
                                            "search payloads, type field=value, e.g. order_id=1234.")
     try:
-        step = finder().search(text, queue, state)
+        step = finder().search(text, queue, state, budget_ms=FIRST_STEP_MS)
     except BadQuery as exc:
         return _page(400, q=text, queue=queue or "", state=state or "", error=str(exc))
     return _page(q=text, queue=queue or "", state=state or "", step=step,
@@ -91,7 +93,7 @@ def more() -> Any:
     if not cursor:
         abort(400, "cursor is required: start the search from /find")
     try:
-        step = finder().search(text, queue, state, cursor=cursor)
+        step = finder().search(text, queue, state, cursor=cursor, budget_ms=NEXT_STEP_MS)
     except BadQuery as exc:
         abort(400, str(exc))
     so_far = _int_arg("n") + len(step.hits)
