@@ -96,11 +96,16 @@ local function idem_index_key(job_prefix)
   return string.sub(job_prefix, 1, -5) .. 'idem'
 end
 
-local function tl_add(key, now, kind, actor, detail, extra)
+local function tl_add_json(key, now, kind, actor_json, detail_json, extra)
+  -- actor and details already JSON-encoded (the hot paths build them once, or by hand)
   local ev = '{"t":' .. string.format('%d', now) .. ',"k":"' .. kind .. '","a":' ..
-             cjson.encode(actor or '') .. ',"d":' .. cjson.encode(detail or {})
+             actor_json .. ',"d":' .. detail_json
   if extra and extra ~= '' then ev = ev .. ',"x":' .. extra end
   if redis.call('RPUSH', key, ev .. '}') > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
+end
+
+local function tl_add(key, now, kind, actor, detail, extra)
+  tl_add_json(key, now, kind, cjson.encode(actor or ''), cjson.encode(detail or {}), extra)
 end
 
 local function unindex_key(index, ikey, id)

@@ -14,6 +14,7 @@ local fields = {}
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local out = {}
 local orphans = 0
+local worker_json = cjson.encode(worker)
 for _, id in ipairs(ids) do
   local key = prefix .. id
   if redis.call('EXISTS', key) == 0 then
@@ -31,8 +32,9 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'state', 'inflight', 'deadline', deadline, 'reserved_at', now,
                'worker_id', worker)
     redis.call('ZADD', KEYS[2], deadline, id)
-    tl_add(tl_key(prefix, id), now, 'reserved', worker,
-           {epoch = epoch + 1, delivery = delivery, deadline = deadline})
+    tl_add_json(tl_key(prefix, id), now, 'reserved', worker_json,
+                string.format('{"epoch":%d,"delivery":%d,"deadline":%d}', epoch + 1, delivery,
+                              deadline))
     out[#out + 1] = redis.call('HMGET', key, unpack(fields))
   end
 end
