@@ -283,9 +283,11 @@ class Finder:
         pipe.hmget(k.job(job_id), "created_at", "trace_id", "state")
         raw, (created, trace_id, state) = pipe.execute()
         events = [_event(r) for r in raw]
-        if state and not (events and events[0].kind == "enqueued"):
+        if events and events[0].kind == "enqueued":
+            events[0].details.setdefault("trace_id", trace_id or "")
+        elif state:  # an immediate job's enqueue is read from its hash (no event stored)
             events.insert(0, TimelineEvent(_int(created), "enqueued", "producer",
-                                           {"delay_ms": 0}))
+                                           {"delay_ms": 0, "trace_id": trace_id or ""}))
         return Timeline(queue, job_id, events, job_exists=bool(state),
                         capped=len(raw) >= TIMELINE_CAP, trace_id=trace_id or "")
 
