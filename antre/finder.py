@@ -21,7 +21,7 @@ from . import keys
 from .clock import Clock, system_ms
 from .envelope import STATES
 from .idempotency import IdempotencyStore
-from .readmodels import JobRow, Page, ReadModels
+from .readmodels import Page, ReadModels
 
 CHUNK = 500  # ids read per Redis command of a payload search
 SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cursor
@@ -355,15 +355,20 @@ class Finder:
         since the lease was last extended), among the ``scan`` soonest lease deadlines."""
         k = keys.QueueKeys(queue)
         ids = cast(list[str], self.redis.zrange(k.inflight, 0, scan - 1))
-        reads = ReadModels(self.redis, self.clock)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(k.job(job_id), "reserved_at", "extended_at")
         now = self.clock()
-        rows = reads.rows(queue, ids)
 
-        def worst(row: JobRow) -> int:
-            return row.running_ms(now) if sort == "running" else row.silent_ms(now)
-        rows.sort(key=worst, reverse=True)
+        def since_ms(times: list[Any]) -> int:
+            reserved, extended = _int(times[0]), _int(times[1])
+            last = reserved if sort == "running" else max(reserved, extended)
+            return now - last if last else 0
+        worst = sorted(zip(ids, pipe.execute()), key=lambda p: since_ms(p[1]), reverse=True)
+        page_ids = [job_id for job_id, _ in worst[offset:offset + limit]]
         total = int(self.redis.zcard(k.inflight))
-        return Page(rows[offset:offset + limit], min(total, scan), offset, limit, now)
+        return Page(ReadModels(self.redis, self.clock).rows(queue, page_ids), min(total, scan),
+                    offset, limit, now)
 
     # -- payload search -------------------------------------------------------------------------
     def _lists(self, queue: str | None, state: str | None) -> list[tuple[str, str]]:
