@@ -180,6 +180,21 @@ def cmd_find(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_result(args: argparse.Namespace) -> int:
+    """``Antre.result``: completed (with the stored result), pending, failed or unknown."""
+    app = _app(args.app)
+    answer = app.result(args.key)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(answer), indent=2, default=str))
+    else:
+        print(f"{answer.status}" + (f" (job {answer.job_id})" if answer.job_id else ""))
+        if answer.status == "completed":
+            print(json.dumps(answer.result, default=str))
+        elif answer.error:
+            print(answer.error)
+    return 0 if answer.status != "unknown" else 1
+
+
 # -- users ----------------------------------------------------------------------------------
 def cmd_user(args: argparse.Namespace) -> int:
     app = _app(args.app)
@@ -269,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--limit", type=int, default=0, help="stop after this many hits")
     f.add_argument("--json", action="store_true")
 
+    rs = sub.add_parser("result", help="an idempotency key's result: completed (with it), "
+                                       "pending, failed or unknown")
+    rs.add_argument("key")
+    rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+    rs.add_argument("--json", action="store_true")
+
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
@@ -288,5 +309,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
-                "demo": cmd_demo, "find": cmd_find}
+                "demo": cmd_demo, "find": cmd_find, "result": cmd_result}
     return handlers[args.command](args)

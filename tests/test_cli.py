@@ -112,3 +112,19 @@ def test_find_bad_input_says_what_to_type(env, capsys):
     assert "cannot read" in capsys.readouterr().err
     assert main(["find", "i=99"]) == 1
     assert "0 found" in capsys.readouterr().err
+
+
+def test_result_says_completed_pending_failed_unknown(env, capsys):
+    dead(env, 1)  # charge:0
+    q = env.queue("billing")
+    q.enqueue("charge", {}, idempotency_key="paid")
+    q.ack(q.reserve("w1")[0], {"receipt": 7})
+    q.enqueue("charge", {}, idempotency_key="waiting")
+    assert main(["result", "paid"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == '{"receipt": 7}'
+    assert main(["result", "waiting", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "pending"
+    assert main(["result", "charge:0"]) == 0
+    assert capsys.readouterr().out.startswith("failed")
+    assert main(["result", "never"]) == 1
+    assert capsys.readouterr().out.strip() == "unknown"

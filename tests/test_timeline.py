@@ -117,6 +117,17 @@ def test_failure_snooze_hand_back_bury_replay_run_now_due(q, finder, clock):
     assert events[12].details["bulk_task"] == "t1"
 
 
+def test_deduplicated_ack_and_handler_extension(q, finder, clock):
+    job_id = q.enqueue("t", {}, idempotency_key="k7")
+    job = one(q)
+    q.extend(job.id, job.epoch, 5_000)  # ctx.extend_lease: mode from_now
+    q.ack(job, {"stored": 1}, counter="deduplicated")
+    events = finder.timeline("jobs", job_id).events
+    assert [(e.kind, e.actor) for e in events][2:] == [("extended", "host:123:ab"),
+                                                       ("deduplicated", "host:123:ab")]
+    assert events[2].details["by"] == "handler"
+
+
 def test_sweeper_events_and_poison_bury(q, finder, clock):
     job_id = q.enqueue("t", {}, idempotency_key="k3", max_deliveries=2,
                        visibility_timeout_s=1)
@@ -164,6 +175,7 @@ def test_trimmed_done_job_takes_timeline_and_index_entry_along(r, clock, finder)
     q = Queue(r, "small", clock=clock, done_max=1)
     first = q.enqueue("t", {}, idempotency_key="a")
     q.ack(one(q))
+    clock.advance(1)  # the older done job is the one trimmed
     second = q.enqueue("t", {}, idempotency_key="b")
     q.ack(one(q))
     assert q.get(first) is None and not r.exists(q.keys.timeline(first))

@@ -5,6 +5,7 @@ timeline (``/jobs/<queue>/<id>``) and paged lists of every state (``/browse/<que
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -99,6 +100,19 @@ def more() -> Any:
     so_far = _int_arg("n") + len(step.hits)
     return render("_find_more.html", "_find_more.html", step=step, queue=queue or "",
                   state=state or "", more_url=more_url, hits_so_far=so_far)
+
+
+@bp.app_template_filter("ts_ms")
+def ts_ms(ms: Any) -> str:
+    """'2026-11-30 08:13:17.123 UTC': timeline events often share a second."""
+    try:
+        value = int(ms)
+    except (TypeError, ValueError):
+        return ""
+    if value <= 0:
+        return "—"
+    return datetime.fromtimestamp(value / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] \
+        + " UTC"
 
 
 def _int_arg(name: str) -> int:
