@@ -53,3 +53,23 @@ def test_paste_a_job_id_into_the_finder_and_read_its_whole_life(stack, login):
 
     page.get_by_role("link", name="Audit entries for this job").click()
     expect(page.locator("#live")).to_contain_text("dlq.replay")
+
+
+def test_payload_search_from_the_finder_box_lists_hits_as_they_come(stack, login):
+    ref = stack.new_ref("search")
+    order = abs(hash(ref)) % 10_000_000
+    job_id = stack.enqueue("flaky_fetch", ref, order={"id": order})
+    wait_until("the flaky job to be retried", lambda: stack.client.queue("default").get(job_id)
+               .attempt >= 1)
+
+    page = login("viewer")
+    box = page.get_by_role("searchbox", name="Find a job by id, idempotency key or payload field")
+    box.fill(f"order.id={order}")
+    box.press("Enter")
+    hits = page.locator("#search-hits tr.hit")
+    expect(hits).to_have_count(1, timeout=JOB_TIMEOUT_MS)
+    expect(hits.first).to_contain_text(job_id)
+    expect(page.locator("#search-hits td.search-done")).to_contain_text("Search finished")
+    screenshot(page, "payload-search")
+    hits.first.get_by_role("link", name=job_id).click()
+    expect(page.locator("#timeline tr.ev-failed").first).to_contain_text("retryable")
