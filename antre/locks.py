@@ -20,9 +20,9 @@ from .scripts import Batch, Scripts
 class LockBusy(AntreError):
     """Somebody else holds the lock."""
 
-    def __init__(self, key: str, holder: str, ttl_ms: int) -> None:
+    def __init__(self, key: str, holder: str, ttl_ms: int, fence: int = 0) -> None:
         super().__init__(f"lock {key!r} is held by {holder or '?'} for another {ttl_ms} ms")
-        self.key, self.holder, self.ttl_ms = key, holder, ttl_ms
+        self.key, self.holder, self.ttl_ms, self.fence = key, holder, ttl_ms, fence
 
 
 @dataclass
@@ -87,7 +87,7 @@ class Locks:
                 self.redis.hset(keys.locks_since(), key, f"{now}|{holder_job}")
             return Lock(key, token, int(reply[1]), int(ttl_ms))
         self.count_conflict(key)
-        raise LockBusy(key, str(reply[1]), int(reply[2]))
+        raise LockBusy(key, str(reply[1]), int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
 
     def raise_fence(self, key: str, floor: int) -> int:
         """Make the next acquire of ``key`` hand out a token above ``floor`` (never lowers the

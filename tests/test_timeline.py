@@ -350,3 +350,61 @@ def test_worker_events_carry_the_worker_id_with_its_pid(redis_url, clock):
     assert all(f":{os.getpid()}:" in e.actor for e in events
                if e.kind in ("reserved", "checkpoint", "failed", "completed"))
     assert json.loads(events[-1].details["result"]) == "fine"
+
+
+# -- what the worker's pipeline adds to the events (its settle step passes it to the scripts) ----
+def test_worker_notes_lock_busy_with_fence_then_completion_with_fences(redis_url, sqlite_url,
+                                                                       clock):
+    app = Antre(redis_url=redis_url, database_url=sqlite_url, clock=clock)
+    seen = {}
+
+    @app.handler("locked")
+    def locked(ctx, payload):
+        seen["held"] = {h.key: h for h in app.locks.held()}
+        return "posted"
+
+    other = app.locks.acquire("acct:1", 60_000, owner="other:9:zz")
+    job_id = app.enqueue("locked", {}, idempotency_key="l:1", lock_key="acct:1")
+    w = WorkerProcess(app, queues=["default"], clock=clock, heartbeat_s=60, stop_grace_s=2)
+    w.run_burst()
+    snoozed = app.finder.timeline("default", job_id).events[-1]
+    assert snoozed.kind == "snoozed" and snoozed.actor == w.worker_id
+    assert (snoozed.details["why"], snoozed.details["lock"], snoozed.details["holder_fence"],
+            snoozed.details["holder"]) == ("lock_busy", "acct:1", other.fence, other.token)
+    assert "lock busy" in snoozed.details["note"]
+    app.locks.release(other)
+    clock.advance(5_000)
+    w.run_burst()
+    events = app.finder.timeline("default", job_id).events
+    done = events[-1]
+    assert [e.kind for e in events][-3:] == ["due", "reserved", "completed"]
+    assert done.details["lock"] == "acct:1" and done.details["lock_fence"] == other.fence + 1
+    assert done.details["idempotency_fence"] == 2  # the lease epoch of the delivery that ran
+    assert done.details["ran_ms"] >= 0 and done.actor == w.worker_id
+    assert seen["held"]["acct:1"].holder_job == f"default/{job_id}"
+    app.engine.dispose()
+
+
+def test_worker_hand_back_on_shutdown_says_why(redis_url, clock):
+    import threading
+    app = Antre(redis_url=redis_url, clock=clock)
+    started, release = threading.Event(), threading.Event()
+
+    @app.handler("hang")
+    def hang(ctx, payload):
+        started.set()
+        release.wait(10)
+
+    job_id = app.enqueue("hang", {}, idempotency_key="h:1")
+    w = WorkerProcess(app, queues=["default"], clock=clock, heartbeat_s=60, stop_grace_s=0.3)
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        assert started.wait(5)
+        w.stop()
+        t.join(5)
+    finally:
+        release.set()
+    last = app.finder.timeline("default", job_id).events[-1]
+    assert (last.kind, last.actor) == ("handed_back", w.worker_id)
+    assert "shutting down" in last.details["why"]
