@@ -233,3 +233,19 @@ def test_locks_page_shows_since_when_and_which_job_holds_each_lock(web):
     assert held["customer:1"].holder_worker == "host:1:aa"
     assert locks.release_token("customer:1", held["customer:1"].holder)
     assert web.producer.redis.hget("antre:{locks}:since", "customer:1") is None
+
+
+def test_search_page_stops_adding_rows_at_the_cap(web, monkeypatch):
+    from webapp import find
+    from antre.queue import JobSpec
+    monkeypatch.setattr(find, "NEXT_STEP_MS", 0)  # one chunk per step: not done after it
+    web.q.enqueue_many([JobSpec("t", {"v": 1}, f"cap{i}") for i in range(5)])
+    c = web.client("viewer")
+    query = {"q": "v=1", "cursor": "default|ready|0", "n": 0}
+    html = c.get("/find/more", query_string=query).get_data(as_text=True)
+    assert "hx-get" in html and "Stopped at" not in html  # under the cap: goes on
+    monkeypatch.setattr(find, "PAGE_HITS", 3)
+    html = c.get("/find/more", query_string=query).get_data(as_text=True)
+    assert "Stopped at 5 hits" in html and "hx-get" not in html
+    api = c.get("/api/find", query_string={"q": "v=1"}, headers=basic("viewer")).get_json()
+    assert len(api["hits"]) == 5 and api["done"]

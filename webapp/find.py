@@ -26,6 +26,7 @@ MAX_TEXT = 500
 BROWSE_SCAN = 1_000  # ready ids looked at per page when filtering the ready list by type
 FIRST_STEP_MS = 80  # the search page's first step: first hits on screen fast
 NEXT_STEP_MS = 150  # each polled step after it
+PAGE_HITS = 1_000  # a search page stops adding rows here (narrow the search, or use the API)
 
 
 def finder() -> Finder:
@@ -57,7 +58,7 @@ def _page(status: int = 200, **ctx: Any) -> tuple[str, int]:
     svc = services.get()
     base = {"q": "", "queue": "", "state": "", "step": None, "error": "", "message": "",
             "queues": svc.reads.queue_names(), "states": STATES, "as_of": svc.clock(),
-            "more_url": more_url, "hits_so_far": 0}
+            "more_url": more_url, "hits_so_far": 0, "hit_cap": PAGE_HITS}
     return render("find.html", "_find.html", **{**base, **ctx}), status
 
 
@@ -99,7 +100,7 @@ def more() -> Any:
         abort(400, str(exc))
     so_far = _int_arg("n") + len(step.hits)
     return render("_find_more.html", "_find_more.html", step=step, queue=queue or "",
-                  state=state or "", more_url=more_url, hits_so_far=so_far)
+                  state=state or "", more_url=more_url, hits_so_far=so_far, hit_cap=PAGE_HITS)
 
 
 @bp.app_template_filter("ts_ms")

@@ -48,12 +48,14 @@ def _search(expression: str) -> Response:
 @bp.get("/find")
 @requires("viewer")
 def find() -> Response:
-    """Find a job: ``id``, ``key`` (exact) or ``q`` (either) answer where it is; ``field``
-    (``order_id=1234``, dotted paths) runs one bounded step of a payload search: hits, progress
-    and the ``cursor`` to pass back until it is null."""
+    """Find a job: ``id``, ``key`` (exact) or ``q`` (either, or a field as the finder box)
+    answer where it is; ``field`` (``order_id=1234``, dotted paths) runs one bounded step of a
+    payload search: hits, progress and the ``cursor`` to pass back until it is null."""
     args = request.args
     for how in ("id", "key", "q"):
         text = (args.get(how) or "").strip()
+        if how == "q" and "=" in text and finder().resolve(text) is None:
+            return _search(text)  # as the finder box: not an id or a key, so a field
         if text:
             return _located(text, how)
     field = (args.get("field") or "").strip()
