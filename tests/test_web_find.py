@@ -232,7 +232,8 @@ def test_locks_page_shows_since_when_and_which_job_holds_each_lock(web):
     assert held["customer:1"].holder_job == "default/job-one"
     assert held["customer:1"].holder_worker == "host:1:aa"
     assert locks.release_token("customer:1", held["customer:1"].holder)
-    assert web.producer.redis.hget("antre:{locks}:since", "customer:1") is None
+    from antre import keys
+    assert web.producer.redis.hget(keys.locks_since(), "customer:1") is None
 
 
 def test_search_page_stops_adding_rows_at_the_cap(web, monkeypatch):
