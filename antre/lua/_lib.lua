@@ -86,6 +86,7 @@ end
 -- the index, keys.QueueKeys.idem_index '<tag>:idem', with idem_index_key). Every event is one
 -- JSON object: {"t": ms, "k": kind, "a": actor, "d": {details}, "x": the caller's own JSON}.
 -- A job hash that is deleted takes its timeline and its index entry with it (forget_job).
+-- A failure's traceback keeps its last 2,000 characters here (the job's 'errors' keep 8,000).
 local TL_CAP = 100
 
 local function tl_key(job_prefix, id)

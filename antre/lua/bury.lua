@@ -16,7 +16,7 @@ redis.call('HSET', KEYS[1], 'deadline', 0)
 if KEYS[6] then
   tl_add(KEYS[6], now, 'buried', actor_of(KEYS[1], ARGV[13]),
          {reason = ARGV[4], error = ARGV[5], kind = ARGV[6],
-          traceback = string.sub(ARGV[7], 1, 4000)}, ARGV[12])
+          traceback = string.sub(ARGV[7], -2000)}, ARGV[12])
 end
 local group = bury_job(KEYS[1], id, now, ARGV[4], ARGV[8], KEYS[3], KEYS[4], KEYS[5], ARGV[9], ARGV[10])
 return 'OK:' .. group

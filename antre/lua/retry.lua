@@ -22,7 +22,7 @@ if KEYS[6] then
     tl_add(KEYS[6], now, 'handed_back', actor, {}, ARGV[11])
   elseif ARGV[7] ~= '' then
     tl_add(KEYS[6], now, 'failed', actor,
-           {error = ARGV[7], kind = ARGV[8], traceback = string.sub(ARGV[9], 1, 4000),
+           {error = ARGV[7], kind = ARGV[8], traceback = string.sub(ARGV[9], -2000),
             attempt = num_field(KEYS[1], 'attempt', 0), attempt_spent = ARGV[5] == '1',
             next_at = visible_at}, ARGV[11])
   else
