@@ -20,6 +20,7 @@ def test_paste_a_job_id_into_the_finder_and_read_its_whole_life(stack, login):
     wait_until("the worker to run and fail the charge job", lambda: ref in stack.marks("failed"))
 
     page = login("operator")
+    page.wait_for_load_state("load")  # the deferred scripts (finder.js among them) have run
     page.keyboard.press("/")  # focuses the finder box from anywhere on the page
     box = page.get_by_role("searchbox", name="Find a job by id, idempotency key or payload field")
     expect(box).to_be_focused()
