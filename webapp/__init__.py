@@ -1,15 +1,17 @@
 """The operations dashboard: ``create_app(config)`` builds the Flask app.
 
 Config keys: ``ANTRE_REDIS_URL``, ``ANTRE_DATABASE_URL`` (default: ``antre.db`` in the current
-directory), ``SECRET_KEY`` (default: env ``ANTRE_SECRET_KEY``, else random per process: set it
-when running several gunicorn workers), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose
-handlers tell which job types are not idempotent) and ``ANTRE_CLOCK`` (tests).
+directory), ``SECRET_KEY`` (default: env ``ANTRE_SECRET_KEY``; required: at least 32 bytes and
+not a placeholder, else ``InsecureConfig`` says how to make one), ``ANTRE_TRUSTED_PROXIES``
+(default: env of that name, else 0: how many reverse proxies' ``X-Forwarded-*`` headers to
+believe), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose handlers tell which job types are
+not idempotent) and ``ANTRE_CLOCK`` (tests). ``PERMANENT_SESSION_LIFETIME`` (default 12 hours,
+env ``ANTRE_SESSION_HOURS``) is the absolute lifetime of a session from its login.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -35,25 +37,36 @@ from . import (
     workers,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp,
               find.bp, find_api.bp)  # finder, job timelines, browse (issue 11)
 
 
+def asset_dir(name: str) -> str:
+    """``templates`` or ``static``: inside the installed package (the wheel maps the repo's
+    top-level folders there), else the repo's top level (a checkout or an editable install)."""
+    inside = os.path.join(HERE, name)
+    return inside if os.path.isdir(inside) else os.path.join(ROOT, name)
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
-    app = Flask(__name__, template_folder=os.path.join(ROOT, "templates"),
-                static_folder=os.path.join(ROOT, "static"), static_url_path="/static")
+    app = Flask(__name__, template_folder=asset_dir("templates"),
+                static_folder=asset_dir("static"), static_url_path="/static")
     app.config.update(
-        SECRET_KEY=os.environ.get("ANTRE_SECRET_KEY") or secrets.token_hex(32),
+        SECRET_KEY=os.environ.get("ANTRE_SECRET_KEY") or None,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=os.environ.get("ANTRE_SECURE_COOKIES", "") == "1",
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=float(os.environ.get("ANTRE_SESSION_HOURS")
+                                                         or 12)),
+        ANTRE_TRUSTED_PROXIES=int(os.environ.get("ANTRE_TRUSTED_PROXIES") or 0),
         MAX_CONTENT_LENGTH=1024 * 1024,
         JSON_SORT_KEYS=False,
     )
     app.config.update(config or {})
+    security.check_secret_key(app.config.get("SECRET_KEY"))  # before connecting to anything
     services.install(app, dict(app.config))
     security.install(app)
     common.install(app)
@@ -62,4 +75,6 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     return app
 
 
-__all__ = ["create_app"]
+InsecureConfig = security.InsecureConfig
+
+__all__ = ["InsecureConfig", "create_app"]

@@ -1,8 +1,9 @@
 """JSON API for scripts: every read view and every action of the dashboard.
 
 Authentication: the session cookie (then POSTs need the ``X-CSRF-Token`` header, as in the
-browser), or HTTP Basic with a dashboard user's name and password (no CSRF token needed:
-browsers do not attach Basic credentials to cross-site requests on their own). Roles as in the
+browser), or HTTP Basic with a dashboard user's name and password. Every POST takes a JSON
+body (``Content-Type: application/json``; anything else is 415) and is refused when the browser
+says it comes from another site (``Origin`` / ``Sec-Fetch-Site``). Roles as in the
 dashboard. ``GET /api/openapi.json`` describes every route below; it is generated from the URL
 map, so a route cannot be left out.
 """
@@ -10,6 +11,7 @@ map, so a route cannot be left out.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +21,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, request
 from antre.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, audit_filter, check_queue, dead_filter, page_args
+from .common import arg_int, audit_filter, check_queue, dead_filter, lease_ref, page_args
 from .overview import overview_data
 from .security import requires
 
@@ -51,15 +53,15 @@ def _plain(value: Any) -> Any:
 
 
 JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "string[]": (list,)}
 
 
 def _body() -> dict[str, Any]:
-    """The request's JSON object (or form), checked against the fields this endpoint documents
-    in the OpenAPI document: a field of the wrong type is a 400 that names it."""
+    """The request's JSON object, checked against the fields this endpoint documents in the
+    OpenAPI document: a field of the wrong type is a 400 that names it. (A form body never gets
+    here: ``security`` refuses API writes that are not JSON.)"""
     data = request.get_json(silent=True)
-    if data is None:
-        data = request.form.to_dict()
     if not isinstance(data, dict):
         abort(400, "the body must be a JSON object")
     spec = DOCS.get(request.endpoint or "", {})
@@ -68,8 +70,8 @@ def _body() -> dict[str, Any]:
             abort(400, f"'{name}' is required")
     for name, kind in spec.get("body", {}).items():
         value = data.get(name)
-        if value is None or (request.is_json is False and kind in ("integer", "number")):
-            continue  # absent; form fields are strings, converted (and checked) by the view
+        if value is None:
+            continue
         ok = isinstance(value, JSON_TYPES.get(kind, (object,)))
         if kind in ("integer", "number") and isinstance(value, bool):
             ok = False
@@ -93,9 +95,9 @@ FILTER_Q = {"type": "string", "group": "string", "window": "string", "since_ms":
 @bp.get("/overview")
 @requires("viewer")
 def overview() -> Response:
-    """Depth per queue, rates per minute, lock conflicts, live workers."""
-    data = overview_data()
-    return jsonify(_plain({k: v for k, v in data.items()}))
+    """Depth per queue, rates per minute, flow control, lock conflicts (last 5 minutes, hour,
+    ever; the most contended keys), live workers."""
+    return jsonify(_plain(overview_data()))
 
 
 @bp.get("/queues")
@@ -193,7 +195,9 @@ def locks() -> Response:
     return jsonify({"held": _plain(svc.locks.held()),
                     "top_conflicts": [{"key": k, "conflicts": n}
                                       for k, n in svc.locks.top_conflicts(20)],
+                    "contention": _plain(svc.locks.contention(20)),
                     "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
+                    "conflicts_5m": svc.locks.conflicts_since(now - 300_000),
                     "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000), "as_of": now})
 
 
@@ -284,6 +288,71 @@ def extend(queue: str, job_id: str) -> Response:
                                   body.get("reason")))
 
 
+# -- selections: the dashboard's action bar; one audit entry per job ---------------------------
+SELECTION = {"ids": "string[]", **REASON}
+
+
+def _ids() -> list[str]:
+    """``ids`` of the body: a JSON list of strings, or repeated form fields."""
+    body = _body()
+    ids = body.get("ids") if request.is_json else request.form.getlist("ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+        abort(400, "'ids' must be a non-empty list of job ids")
+    if len(ids) > actions.MAX_SELECTED:
+        abort(400, f"{len(ids)} ids; at most {actions.MAX_SELECTED} at a time")
+    return list(dict.fromkeys(ids))
+
+
+@bp.post("/queues/<queue>/selection/replay")
+@requires("operator", "dlq.selected")
+@doc(body=SELECTION, required=("ids",))
+def replay_selected(queue: str) -> Response:
+    """Replay the listed dead jobs; ``done`` and ``problems`` say which were and were not."""
+    check_queue(queue)
+    reason = _body().get("reason")
+    return _answer(actions.each_selected("replayed", _ids(),
+                                         lambda i: actions.replay_one(queue, i, reason)))
+
+
+@bp.post("/queues/<queue>/selection/discard")
+@requires("operator", "dlq.selected")
+@doc(body=SELECTION, required=("ids",))
+def discard_selected(queue: str) -> Response:
+    """Discard the listed dead jobs."""
+    check_queue(queue)
+    reason = _body().get("reason")
+    return _answer(actions.each_selected("discarded", _ids(),
+                                         lambda i: actions.discard_one(queue, i, reason)))
+
+
+@bp.post("/queues/<queue>/selection/run-now")
+@requires("operator", "scheduled.selected")
+@doc(body=SELECTION, required=("ids",))
+def run_now_selected(queue: str) -> Response:
+    """Move the listed scheduled jobs to the ready list now."""
+    check_queue(queue)
+    reason = _body().get("reason")
+    return _answer(actions.each_selected("moved to the ready list", _ids(),
+                                         lambda i: actions.run_now(queue, i, reason)))
+
+
+@bp.post("/queues/<queue>/selection/extend")
+@requires("operator", "inflight.selected")
+@doc(body={**SELECTION, "seconds": "integer"}, required=("ids", "seconds"))
+def extend_selected(queue: str) -> Response:
+    """Extend the listed leases (``ids``: ``<epoch>:<job id>``) by N seconds each."""
+    check_queue(queue)
+    body = _body()
+    try:
+        seconds = int(body["seconds"])
+    except (KeyError, TypeError, ValueError):
+        abort(400, "seconds (an integer) is required")
+    by_id = {job_id: epoch for epoch, job_id in map(lease_ref, _ids())}
+    return _answer(actions.each_selected(
+        "extended", list(by_id),
+        lambda i: actions.extend(queue, i, by_id[i], seconds, body.get("reason"))))
+
+
 @bp.post("/locks/release")
 @requires("operator", "locks.release")
 @doc(body={"key": "string", "token": "string", **REASON}, required=("key", "token"))
@@ -307,8 +376,10 @@ def bulk_start(queue: str) -> Response:
     body = _body()
     try:
         rate, maximum = float(body["rate"]), int(body["maximum"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         abort(400, "rate (jobs/s) and maximum are required numbers")
+    if not math.isfinite(rate):
+        abort(400, "rate must be a finite number of jobs per second")
     flt = dead_filter(body, svc.clock())
     return _answer(actions.bulk_start(check_queue(queue), flt, rate, maximum,
                                       body.get("reason")))
@@ -411,8 +482,39 @@ def user_delete(name: str) -> Response:
     return _answer(actions.user_delete(name, _body().get("reason")))
 
 
+@bp.post("/users/<name>/password")
+@requires("admin", "users.password.reset")
+@doc(body={"password": "string", **REASON}, required=("password",))
+def user_password(name: str) -> Response:
+    """Set a user's password; their open sessions end (admin)."""
+    body = _body()
+    return _answer(actions.password_reset(name, str(body.get("password", "")),
+                                          body.get("reason")))
+
+
+@bp.post("/users/<name>/logout-everywhere")
+@requires("admin", "users.logout_everywhere")
+@doc(body=REASON)
+def user_logout_everywhere(name: str) -> Response:
+    """End every open session of a user (admin)."""
+    return _answer(actions.user_end_sessions(name, _body().get("reason")))
+
+
+@bp.post("/account/password")
+@requires("viewer", "users.password.change")
+@doc(body={"current_password": "string", "new_password": "string"},
+     required=("current_password", "new_password"))
+def account_password() -> Response:
+    """Change your own password (the current one is asked again); your other sessions end."""
+    body = _body()
+    return _answer(actions.password_change(str(body.get("current_password", "")),
+                                           str(body.get("new_password", ""))))
+
+
 # -- the OpenAPI document ---------------------------------------------------------------------
 def _schema(kind: str) -> dict[str, Any]:
+    if kind.endswith("[]"):
+        return {"type": "array", "items": {"type": kind[:-2]}}
     return {"type": kind}
 
 

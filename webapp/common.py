@@ -4,13 +4,16 @@ formatting filters, request parsing."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import (
     Flask,
+    flash,
     redirect,
     url_for,
     Response,
@@ -21,7 +24,7 @@ from flask import (
     request,
     session,
 )
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -142,6 +145,20 @@ def fmt_ts(ms: Any) -> str:
     return dt.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def when(ms: Any) -> Markup:
+    """A ``<time>`` antre.js shows as "3 min ago" with the absolute time (UTC or local, the
+    operator's choice) on hover; without scripts it reads as the absolute UTC time. Takes epoch
+    ms or a datetime (naive ones are UTC, as the database stores them)."""
+    if isinstance(ms, datetime):
+        ms = int((ms if ms.tzinfo else ms.replace(tzinfo=UTC)).timestamp() * 1000)
+    text = fmt_ts(ms)
+    if text in ("", "—"):
+        return Markup(escape(text))
+    iso = datetime.fromtimestamp(int(ms) / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return Markup('<time class="when" datetime="{}" data-ms="{}" title="{}">{}</time>').format(
+        iso, int(ms), text, text)
+
+
 def fmt_dur(ms: Any) -> str:
     try:
         ms = int(ms)
@@ -163,13 +180,19 @@ def pretty_json(value: Any) -> str:
 
 
 # -- request parsing ---------------------------------------------------------------------------
+_INT_RE = re.compile(r"^\s*[+-]?\d{1,18}\s*$")
+
+
 def arg_int(name: str, default: int, lo: int = 0, hi: int = 10**12, src: Any = None) -> int:
+    """A whole number from the query (or ``src``), clamped to ``lo..hi``; anything else
+    (``inf``, ``1e400``, ``abc``, ``2.5``) is a 400 that names the field."""
     src = request.args if src is None else src
-    try:
-        value = int(float(src.get(name, default)))
-    except (TypeError, ValueError):
-        abort(400, f"{name} must be a number")
-    return max(lo, min(hi, value))
+    raw = src.get(name)
+    if raw in (None, ""):
+        return max(lo, min(hi, default))
+    if not _INT_RE.match(str(raw)):
+        abort(400, f"{name} must be a whole number")
+    return max(lo, min(hi, int(raw)))
 
 
 def queue_arg(default: str | None = None, busiest: str | None = None) -> str:
@@ -197,9 +220,38 @@ def check_queue(name: str) -> str:
     return name
 
 
-def page_args(default_limit: int = 50) -> tuple[int, int]:
+def page_args(default_limit: int = 50, src: Any = None) -> tuple[int, int]:
     """``offset`` and ``limit`` (1..500) of a paged table or API read."""
-    return arg_int("offset", 0), arg_int("limit", default_limit, 1, 500)
+    return arg_int("offset", 0, src=src), arg_int("limit", default_limit, 1, 500, src=src)
+
+
+def selected_ids(limit: int) -> list[str]:
+    """The rows ticked in a selectable table (form field ``ids``), in order, without repeats."""
+    ids = list(dict.fromkeys(v for v in request.form.getlist("ids") if v))
+    if not ids:
+        abort(400, "no rows selected: tick the jobs to act on, then press the button")
+    if len(ids) > limit:
+        abort(400, f"{len(ids)} rows selected; at most {limit} at a time")
+    return ids
+
+
+def lease_ref(value: str) -> tuple[int, str]:
+    """A selected in-flight row: ``<epoch>:<job id>`` (the lease the operator saw)."""
+    epoch, _, job_id = str(value).partition(":")
+    if not epoch.isdigit() or not job_id:
+        abort(400, f"bad row {value!r}: expected <epoch>:<job id>")
+    return int(epoch), job_id
+
+
+def answer(result: Any, partial: Any, back_url: str) -> Any:
+    """A selection's answer: for htmx, the refreshed partial (``partial(result)``) with the
+    result shown in place; without scripts, a flash message and a redirect back."""
+    if is_htmx():
+        return partial(result)
+    flash(result.message, "ok" if result.ok else "error")
+    for problem in result.detail.get("problems", [])[:10]:
+        flash(problem, "error")
+    return redirect(back_url, code=303)
 
 
 def time_window(src: Any, now_ms: int) -> tuple[int | None, int | None]:
@@ -260,11 +312,21 @@ def filter_args(flt: DeadFilter, window: str = "") -> dict[str, Any]:
     return out
 
 
+def is_local_path(target: str) -> bool:
+    """Whether ``target`` is a path on this site: it starts with one ``/``, has no scheme or
+    host however a browser reads it, and holds no whitespace, control character or backslash
+    (browsers drop tabs and newlines, so ``/%09/evil.example`` would become ``//evil.example``)."""
+    if not target.startswith("/") or target.startswith("//") or len(target) > 2000:
+        return False
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F or c == "\\" for c in target):
+        return False
+    parts = urlsplit(target)
+    return not parts.scheme and not parts.netloc
+
+
 def safe_next(default: str) -> str:
     nxt = request.form.get("next") or request.args.get("next") or ""
-    if nxt.startswith("/") and not nxt.startswith("//") and "\\" not in nxt:
-        return nxt
-    return default
+    return nxt if is_local_path(nxt) else default
 
 
 def install(app: Flask) -> None:
@@ -274,6 +336,7 @@ def install(app: Flask) -> None:
     for exc in DB_ERRORS:
         app.register_error_handler(exc, lambda e: _outage("database", e))
     app.jinja_env.filters["ts"] = fmt_ts
+    app.jinja_env.filters["when"] = when
     app.jinja_env.filters["jobs"] = count_of
     app.jinja_env.filters["dur"] = fmt_dur
     app.jinja_env.filters["pretty_json"] = pretty_json
