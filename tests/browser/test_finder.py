@@ -74,3 +74,16 @@ def test_payload_search_from_the_finder_box_lists_hits_as_they_come(stack, login
     screenshot(page, "payload-search")
     hits.first.get_by_role("link", name=job_id).click()
     expect(page.locator("#timeline tr.ev-failed").first).to_contain_text("retryable")
+
+
+def test_finder_pages_do_not_scroll_sideways_on_a_phone(stack, login):
+    ref = stack.new_ref("phone")
+    job_id = stack.enqueue("charge", ref)
+    wait_until("the charge job to fail", lambda: ref in stack.marks("failed"))
+    page = login("viewer", viewport={"width": 390, "height": 844})
+    for url in (f"/jobs/default/{job_id}", "/find?q=ref=" + ref, "/browse/default/dead",
+                "/browse/default/ready", "/inflight/?queue=default&sort=silent"):
+        page.goto(url)
+        page.wait_for_load_state("networkidle")
+        widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert widths[0] <= widths[1], f"{url} scrolls sideways at 390 px: {widths}"
