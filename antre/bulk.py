@@ -194,13 +194,18 @@ class BulkReplays:
                     break
         return BulkResult(done, skipped, before, self.reads.count_dead(queue))
 
-    def replay_filtered_now(self, queue: str, flt: DeadFilter, maximum: int) -> BulkResult:
-        """Replay up to ``maximum`` matching dead jobs at once (CLI/API; no pacing)."""
-        return self._apply(queue, flt, maximum, self._queue(queue).replay)
+    def replay_filtered_now(self, queue: str, flt: DeadFilter, maximum: int,
+                            actor: str = "") -> BulkResult:
+        """Replay up to ``maximum`` matching dead jobs at once (CLI/API; no pacing).
+        ``actor``: who, on each job's timeline."""
+        q, note = self._queue(queue), {"bulk": f"replay now [{flt.describe()}]"}
+        return self._apply(queue, flt, maximum, lambda job_id: q.replay(job_id, actor, note))
 
-    def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int) -> BulkResult:
+    def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int,
+                         actor: str = "") -> BulkResult:
         """Discard up to ``maximum`` matching dead jobs."""
-        return self._apply(queue, flt, maximum, self._queue(queue).discard)
+        q, note = self._queue(queue), {"bulk": f"discard [{flt.describe()}]"}
+        return self._apply(queue, flt, maximum, lambda job_id: q.discard(job_id, actor, note))
 
     # -- tasks -----------------------------------------------------------------------------
     def start(self, queue: str, flt: DeadFilter, rate_per_s: float, maximum: int, user: str,
@@ -343,12 +348,13 @@ class BulkReplays:
             return 0, 0, task.cursor, False
         walk = self._walk(task.queue, flt, cursor)
         q = self._queue(task.queue)
+        note = {"bulk_task": task.id, "reason": task.reason}
         while replayed + skipped < budget:
             nxt = next(walk, None)
             if nxt is None:
                 return replayed, skipped, list(cursor) if cursor else None, True
             cursor = (nxt[1], nxt[0])
-            if q.replay(nxt[0]):
+            if q.replay(nxt[0], task.user, note):
                 replayed += 1
             else:
                 skipped += 1

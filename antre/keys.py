@@ -121,6 +121,19 @@ class QueueKeys:
     @property
     def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
         return f"{self.tag}:tombstones"
+    # -- finder and job timelines (issue 11) -------------------------------------------------
+    # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/lua/_lib.lua
+    # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
+    @property
+    def timeline_prefix(self) -> str:  # LIST per job: its events as JSON, oldest first, capped
+        return f"{self.tag}:tl:"
+
+    def timeline(self, job_id: str) -> str:
+        return f"{self.timeline_prefix}{job_id}"
+
+    @property
+    def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
+        return f"{self.tag}:idem"
 
 
 def queues_index() -> str:
@@ -151,6 +164,12 @@ def lock_fence(key: str) -> str:
 def locks_held() -> str:
     """ZSET business key -> lock expiry ms (index for the Locks page; pruned on read)."""
     return f"{PREFIX}:{{locks}}:held"
+
+
+def locks_since() -> str:
+    """HASH business key -> '<acquired ms>|<holder job>' of each held lock (the Locks page's
+    "held since" and "by which job"; same slot as ``locks_held``, kept by the lock scripts)."""
+    return f"{PREFIX}:{{locks}}:since"
 
 
 def lock_conflicts() -> str:

@@ -24,6 +24,8 @@ from . import (
     common,
     control,
     dlq,
+    find,
+    find_api,
     idempotency,
     inflight,
     locks,
@@ -39,7 +41,9 @@ from . import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
-              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, control.bp)
+              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp,
+              find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
+              control.bp)  # incident controls: pause, cancel, purge
 
 
 def asset_dir(name: str) -> str:

@@ -2,6 +2,8 @@
 -- completed effects are skipped).
 -- KEYS[1] job   KEYS[2] dead   KEYS[3] ready   KEYS[4] stats
 -- ARGV[1] id   ARGV[2] now_ms   ARGV[3] dead-by-type prefix   ARGV[4] dead-by-group prefix
+-- KEYS[5] the job's timeline (optional)   ARGV[5] actor (the operator)   ARGV[6] the caller's
+-- event details as JSON ('': e.g. the bulk task)
 -- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed).
 local id, now = ARGV[1], tonumber(ARGV[2])
 local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
@@ -13,5 +15,6 @@ redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'vi
            'reason', '', 'replayed_at', now)
 bump(KEYS[1], 'replays', 1)
 redis.call('LPUSH', KEYS[3], id)
+if KEYS[5] then tl_add(KEYS[5], now, 'replayed', ARGV[5] or '', {}, ARGV[6]) end
 redis.call('HINCRBY', KEYS[4], 'replayed', 1)
 return 1
