@@ -205,7 +205,7 @@ class Queue:
             keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups, k.cancels],
             args=[job.id, job.epoch, self.clock(), to, reason,
                   f"cancelled: {error_signature(reason)}", k.dead_type_prefix,
-                  k.dead_group_prefix])
+                  k.dead_group_prefix, k.job_prefix])
         _lease_result(reply, job.id)
 
     def extend(self, job_id: str, epoch: int, ms: int, *, mode: str = "from_now",

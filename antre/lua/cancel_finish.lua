@@ -3,7 +3,7 @@
 -- KEYS[6] cancels (HASH)
 -- ARGV[1] id   ARGV[2] epoch   ARGV[3] now_ms   ARGV[4] 'dlq' | 'discard'
 -- ARGV[5] reason ('cancelled by NAME: why')   ARGV[6] error signature
--- ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group prefix
+-- ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group prefix   ARGV[9] job_prefix
 -- Returns: 'OK', or 'LOST:<why>' with nothing changed. No attempt is spent.
 local id, epoch, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local lost = lease_error(KEYS[1], epoch)
@@ -12,7 +12,7 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[6], id)
 redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
 if ARGV[4] == 'discard' then
-  redis.call('DEL', KEYS[1])
+  forget_job(ARGV[9], id)  -- the hash, its timeline, its idempotency-index entry
   redis.call('HINCRBY', KEYS[4], 'discarded', 1)
   return 'OK'
 end

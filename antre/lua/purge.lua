@@ -58,7 +58,7 @@ if mode == 'zset' then
       if not dry then
         if ARGV[7] and ARGV[7] ~= '' then forget_dead(id) end
         redis.call('ZREM', KEYS[1], id)
-        redis.call('DEL', prefix .. id)
+        forget_job(prefix, id)  -- the hash, its timeline, its idempotency-index entry
       else
         kept = id
       end
@@ -95,7 +95,7 @@ for i = #ids, 1, -1 do
     matched = matched + 1
     if not dry then
       redis.call('LSET', KEYS[1], lo + i - 1, '{purged}' .. ids[i])
-      redis.call('DEL', prefix .. ids[i])
+      forget_job(prefix, ids[i])
     end
   end
 end
