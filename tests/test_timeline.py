@@ -427,6 +427,6 @@ def test_bulk_replay_and_bulk_discard_name_the_operator_and_the_task(q, finder, 
         ("replayed", "erin", task.id)] * 2
     assert replayed[0].details["reason"] == "upstream back"
     out = bulk.discard_filtered("jobs", DeadFilter(), 10, actor="frank")
-    assert out["done"] == 1
+    assert out.done == 1
     gone = finder.timeline("jobs", ids[2]).events[-1]
     assert (gone.kind, gone.actor, gone.details["bulk"]) == ("discarded", "frank", "discard [all]")
