@@ -21,6 +21,12 @@ how a receiver verifies it.
 
 Run ``check`` from one node per tick (the worker pool's duty holds the ``alerts`` maintenance
 key, as for the sweeper); the dashboard reads ``active()`` for its banner.
+
+Every threshold is configuration (``AlertConfig``: ``ANTRE_ALERT_*`` environment variables, or
+``Antre(alerts=AlertConfig(...))``); a threshold set to ``off`` drops its rule. Besides the
+original rules: a retry storm (retries per minute), a duplicate-delivery spike (deliveries
+answered from the idempotency store), the outbox backlog's age, fence refusals and lost locks
+(counted by the worker in the queue's stats), and a queue or job type paused for too long.
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -75,6 +82,7 @@ class Snapshot:
     queues: dict[str, QueueInfo]
     live_workers: int
     points: dict[str, list[list[Any]]]  # queue -> [[ms, {counter: value}], ...] oldest first
+    outbox_age_s: float | None = None  # the oldest unsent outbox row; None: none, or no SQL
 
     def increase(self, queue: str, counter: str, window_ms: int) -> int:
         """How much ``counter`` of ``queue`` grew over the last ``window_ms`` (a lower bound
@@ -172,9 +180,134 @@ class NoLiveWorker:
                         f"no live worker while {ready} jobs are ready", "/workers")]
 
 
-def default_rules() -> list[Rule]:
-    return [dlq_growth(), OldestReady(), lease_expiration_spike(), lock_conflict_spike(),
-            NoLiveWorker()]
+def retry_storm(max_per_min: int = 60) -> CounterSpike:
+    return CounterSpike("retry_storm", "retried", max_per_min, 60.0,
+                        "retries (attempts spent)", "/scheduled")
+
+
+def duplicate_delivery_spike(max_in_window: int = 50, window_s: float = 300.0) -> CounterSpike:
+    return CounterSpike("duplicate_delivery_spike", "deduplicated", max_in_window, window_s,
+                        "deliveries answered from the idempotency store (duplicates)", "/")
+
+
+def fence_refusal_spike(max_in_window: int = 5, window_s: float = 300.0) -> CounterSpike:
+    return CounterSpike("fence_refusals", "fence_rejected", max_in_window, window_s,
+                        "runs refused by the SQL fence (a newer lock holder committed)",
+                        "/locks")
+
+
+def lost_lock_spike(max_in_window: int = 5, window_s: float = 300.0) -> CounterSpike:
+    return CounterSpike("lost_locks", "lock_lost", max_in_window, window_s,
+                        "business locks lost while their job ran", "/locks")
+
+
+@dataclass(frozen=True)
+class OutboxBacklogAge:
+    """The oldest outbox row not yet relayed to Redis is older than ``max_age_s`` (the relay
+    is stuck or too slow)."""
+
+    max_age_s: float = 60.0
+    name: str = "outbox_backlog_age"
+    window_ms: int = 0
+
+    def evaluate(self, snap: Snapshot) -> list[Reading]:
+        age = snap.outbox_age_s or 0.0
+        return [Reading(self.name, ALL_QUEUES, age > self.max_age_s, round(age, 3),
+                        self.max_age_s, f"the oldest outbox row waits for the relay since "
+                        f"{_span(age)} (threshold {_span(self.max_age_s)})", "/")]
+
+
+@dataclass(frozen=True)
+class PausedTooLong:
+    """A queue or a job type has been paused for more than ``max_min`` minutes."""
+
+    max_min: float = 30.0
+    name: str = "paused_too_long"
+    window_ms: int = 0
+
+    def evaluate(self, snap: Snapshot) -> list[Reading]:
+        out = []
+        for queue, info in snap.queues.items():
+            oldest = min((p.at_ms for p in info.paused), default=snap.now)
+            minutes = max(0, snap.now - oldest) / 60_000
+            what = ", ".join(p.job_type or "the whole queue" for p in info.paused) or "nothing"
+            out.append(Reading(
+                self.name, queue, minutes > self.max_min, round(minutes, 2), self.max_min,
+                f"queue {queue}: {what} paused for {_span(minutes * 60)} "
+                f"(threshold {_span(self.max_min * 60)}); resume it or say why",
+                f"/?queue={quote(queue)}"))
+        return out
+
+
+Threshold = float | None  # None: the rule is off
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Every alert threshold; ``from_env`` reads ``ANTRE_ALERT_<FIELD>`` (upper case) for each
+    field, e.g. ``ANTRE_ALERT_RETRIES_PER_MIN=120``; ``off`` turns a rule off."""
+
+    window_s: float = 300.0  # the window of every 'N in the window' rule
+    dlq_growth_max: Threshold = 10
+    oldest_ready_s: Threshold = 300
+    lease_expirations_max: Threshold = 20
+    lock_conflicts_max: Threshold = 100
+    no_live_worker: Threshold = 1  # any value but off: on
+    retries_per_min: Threshold = 60
+    duplicates_max: Threshold = 50
+    outbox_age_s: Threshold = 60
+    fence_refusals_max: Threshold = 5
+    lost_locks_max: Threshold = 5
+    paused_max_min: Threshold = 30
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "AlertConfig":
+        """Defaults, then ``ANTRE_ALERT_*`` from ``env`` (the process environment), then
+        ``overrides`` (keyword arguments win). Raises ``ValueError`` naming a bad value."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"ANTRE_ALERT_{f.name.upper()}")
+            if raw is not None and raw.strip() != "":
+                values[f.name] = _threshold(f"ANTRE_ALERT_{f.name.upper()}", raw)
+        config = replace(cls(), **values, **overrides)
+        if config.window_s is None or float(config.window_s) <= 0:
+            raise ValueError("ANTRE_ALERT_WINDOW_S must be a positive number of seconds")
+        return config
+
+    def rules(self) -> list[Rule]:
+        w = float(self.window_s)
+        candidates: list[tuple[Threshold, Callable[[float], Rule]]] = [
+            (self.dlq_growth_max, lambda t: dlq_growth(int(t), w)),
+            (self.oldest_ready_s, lambda t: OldestReady(t)),
+            (self.lease_expirations_max, lambda t: lease_expiration_spike(int(t), w)),
+            (self.lock_conflicts_max, lambda t: lock_conflict_spike(int(t), w)),
+            (self.no_live_worker, lambda t: NoLiveWorker()),
+            (self.retries_per_min, lambda t: retry_storm(int(t))),
+            (self.duplicates_max, lambda t: duplicate_delivery_spike(int(t), w)),
+            (self.outbox_age_s, lambda t: OutboxBacklogAge(t)),
+            (self.fence_refusals_max, lambda t: fence_refusal_spike(int(t), w)),
+            (self.lost_locks_max, lambda t: lost_lock_spike(int(t), w)),
+            (self.paused_max_min, lambda t: PausedTooLong(t)),
+        ]
+        return [make(float(t)) for t, make in candidates if t is not None]
+
+
+def _threshold(name: str, raw: str) -> Threshold:
+    if raw.strip().lower() in ("off", "none", "false"):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: use a number, or 'off' to turn the rule off") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{name}={raw!r}: use a number from 0 up, or 'off'")
+    return value
+
+
+def default_rules(config: AlertConfig | None = None) -> list[Rule]:
+    """The rules with the thresholds of ``config`` (default: ``AlertConfig.from_env()``)."""
+    return (config or AlertConfig.from_env()).rules()
 
 
 @dataclass(frozen=True)
@@ -296,9 +429,11 @@ class AlertEngine:
     def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
                  rules: Iterable[Rule] | None = None, webhook_url: str | None = None,
                  post: Post | None = None, *, dashboard_url: str = "",
-                 webhook_secret: str | None = None) -> None:
+                 webhook_secret: str | None = None,
+                 outbox_age_s: Callable[[], float | None] | None = None) -> None:
         self.redis, self.clock = client, clock
         self.rules = list(default_rules() if rules is None else rules)
+        self.outbox_age_s = outbox_age_s
         self.webhook_url = webhook_url or None
         self.post = post or functools.partial(post_json, secret=webhook_secret or None)
         self.dashboard_url = dashboard_url
@@ -400,7 +535,15 @@ class AlertEngine:
             raw[name] = json.dumps(kept[-MAX_POINTS:], separators=(",", ":"))
         if infos:
             self.redis.hset(keys.alert_points(), mapping={n: raw[n] for n in infos})
-        return Snapshot(now, infos, live, points)
+        return Snapshot(now, infos, live, points, self._outbox_age())
+
+    def _outbox_age(self) -> float | None:
+        """Measured by the caller (SQL); kept in Redis for ``/metrics`` as a signal."""
+        if self.outbox_age_s is None:
+            return None
+        age = self.outbox_age_s()
+        self.redis.hset(keys.alert_signals(), "outbox_oldest_age_s", "" if age is None else age)
+        return age
 
 
 def _counters(rules: list[Rule]) -> list[str]:

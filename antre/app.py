@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, cast
 import redis
 
 from . import sql
+from .alerts import AlertConfig
 from .audit import AuditLog
 from .clock import Clock, system_ms
 from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
@@ -47,11 +48,25 @@ class HandlerSpec:
     lock_ttl_s: float = 30.0
     downstream: str | None = None
     flow: FlowPolicy | None = None  # concurrency / rate limits for this job type, all workers
+    # incident controls: how long a cancelled handler may take to stop before it is abandoned
+    # (its process recycled); how old a job may be when reserved (None: the app's default);
+    # how often it may be held back without running (None: the app's default)
+    cancel_grace_s: float = 10.0
+    max_age_s: float | None = None
+    max_snoozes: int | None = None
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
                 "visibility_timeout_s": self.visibility_timeout_s,
                 "max_deliveries": self.max_deliveries}
+
+
+DEFAULT_MAX_SNOOZES = 1000
+
+
+def _env_float(name: str) -> float | None:
+    value = os.environ.get(name)
+    return float(value) if value else None
 
 
 def _env_int(name: str, default: int) -> int:
@@ -69,7 +84,9 @@ class Antre:
     def __init__(self, redis_url: str | None = None, database_url: str | None = None, *,
                  default_queue: str = "default", clock: Clock = system_ms,
                  max_payload_bytes: int | None = None,
-                 redis_client: "redis.Redis | None" = None) -> None:
+                 redis_client: "redis.Redis | None" = None,
+                 alerts: AlertConfig | None = None, max_age_s: float | None = None,
+                 max_snoozes: int | None = None) -> None:
         self._redis_url = redis_url
         self._database_url = database_url
         self.default_queue = default_queue
@@ -88,6 +105,35 @@ class Antre:
         self._sql: dict[str, Any] = {}
         self._init_lock = threading.Lock()  # lazy connections are built once across threads
         self.migrate_on_start = True
+        self._alerts = alerts
+        self._max_age_s = max_age_s
+        self._max_snoozes = max_snoozes
+
+    def max_age_s_for(self, spec: HandlerSpec) -> float | None:
+        """A job older than this when reserved goes to the DLQ as expired, without running:
+        the handler's ``max_age_s``, else ``Antre(max_age_s=)``, else ``ANTRE_MAX_AGE_S``
+        (none by default: no limit)."""
+        if spec.max_age_s is not None:
+            return spec.max_age_s
+        if self._max_age_s is not None:
+            return self._max_age_s
+        return _env_float("ANTRE_MAX_AGE_S")
+
+    def max_snoozes_for(self, spec: HandlerSpec) -> int:
+        """How many times a job may be held back (lock busy, flow control, idempotency busy)
+        before it goes to the DLQ with the reason: the handler's ``max_snoozes``, else
+        ``Antre(max_snoozes=)``, else ``ANTRE_MAX_SNOOZES`` (default 1000)."""
+        if spec.max_snoozes is not None:
+            return spec.max_snoozes
+        if self._max_snoozes is not None:
+            return self._max_snoozes
+        return _env_int("ANTRE_MAX_SNOOZES", DEFAULT_MAX_SNOOZES)
+
+    @property
+    def alert_config(self) -> AlertConfig:
+        """Alert thresholds: ``alerts=`` given to the app, else ``ANTRE_ALERT_*`` from the
+        environment (read when needed, like the URLs)."""
+        return self._alerts or AlertConfig.from_env()
 
     # -- connections -------------------------------------------------------------------------
     @property
@@ -203,7 +249,7 @@ class Antre:
         """Register ``fn(ctx, payload)`` for job type ``name``. Options: queue, max_attempts,
         timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
         idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
-        flow (a ``FlowPolicy`` for this job type)."""
+        flow (a ``FlowPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 

@@ -124,6 +124,8 @@ class Job:
     checkpoint: Any = None
     replayed_at: int = 0  # when an operator last replayed it from the dead-letter queue
     payload_error: str = ""  # set when the stored payload could not be decoded
+    snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
+    cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
 
     @property
     def lease(self) -> tuple[str, int]:
@@ -196,6 +198,8 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         checkpoint=checkpoint,
         replayed_at=_int(fields, "replayed_at"),
         payload_error=payload_error,
+        snoozes=_int(fields, "snoozes"),
+        cancel=fields.get("cancel", ""),
     )
 
 
@@ -329,7 +333,8 @@ def pack_new(values: Sequence[str]) -> bytes:
 RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
                   "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
                   "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
-                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at")
+                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at",
+                  "snoozes", "cancel")
 
 
 def from_row(row: Sequence[str | None]) -> Job:

@@ -98,6 +98,29 @@ class QueueKeys:
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
         return f"{self.tag}:durations"
 
+    # -- incident controls (pause, parked jobs, purge) -------------------------------------
+    @property
+    def paused(self) -> str:  # HASH '*' (whole queue) or job type -> JSON {by, at, reason}
+        return f"{self.tag}:paused"
+
+    @property
+    def parked_prefix(self) -> str:  # LIST per paused job type, LPUSH newest, RPOP oldest
+        return f"{self.tag}:parked:"
+
+    def parked(self, job_type: str) -> str:
+        return f"{self.parked_prefix}{job_type}"
+
+    @property
+    def parked_types(self) -> str:  # SET of job types with a parked list (may be empty)
+        return f"{self.tag}:parked_types"
+
+    @property
+    def cancels(self) -> str:  # HASH job id -> JSON {by, to, reason, at}: operator's requests
+        return f"{self.tag}:cancels"
+
+    @property
+    def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
+        return f"{self.tag}:tombstones"
     # -- finder and job timelines (issue 11) -------------------------------------------------
     # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/lua/_lib.lua
     # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
@@ -212,6 +235,12 @@ def flow_index() -> str:
 def alert_points() -> str:
     """HASH queue -> JSON list of ``[ms, {counter: value}]`` the alert rules compare against."""
     return f"{PREFIX}:{{alerts}}:points"
+
+
+def alert_signals() -> str:
+    """HASH signal -> value measured by the alert check outside Redis (the outbox's oldest
+    unsent row, from SQL), for ``/metrics``."""
+    return f"{PREFIX}:{{alerts}}:signals"
 
 
 def login_failures(digest: str) -> str:

@@ -61,6 +61,8 @@ METRIC_NAMES = (
     "antre_processing_duration_seconds", "antre_workers_live", "antre_worker_restarts_total",
     "antre_circuit_breaker_state", "antre_circuit_breaker_opens_total",
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
+    "antre_paused", "antre_paused_seconds", "antre_parked_jobs",
+    "antre_fence_refusals_total", "antre_lost_locks_total", "antre_outbox_oldest_age_seconds",
 )
 
 
@@ -173,6 +175,7 @@ class AntreCollector:
 
     def _collect(self) -> Iterator[Metric]:
         yield from self._queues()
+        yield from self._pauses()
         yield from self._workers()
         yield from self._flow()
 
@@ -199,6 +202,11 @@ class AntreCollector:
                                                 "answered from the idempotency store", labels=q),
             "lock_busy": CounterMetricFamily("antre_lock_conflict_count", "Jobs snoozed because "
                                              "their business lock was held", labels=q),
+            "fence_rejected": CounterMetricFamily("antre_fence_refusals", "Runs refused by the "
+                                                  "SQL fence (a newer lock holder committed)",
+                                                  labels=q),
+            "lock_lost": CounterMetricFamily("antre_lost_locks", "Business locks lost while "
+                                             "their job ran (not committed, snoozed)", labels=q),
         }
         ack_latency = SummaryMetricFamily("antre_ack_latency_seconds", "Enqueue to ack, all job "
                                           "types (from the ack script's counters)", labels=q)
@@ -235,6 +243,31 @@ class AntreCollector:
         conflicts.add_metric([], int(self.redis.zcard(keys.lock_conflict_times())))
         yield from (depth, inflight, oldest, dlq, dlq_t, events, *singles.values(), ack_latency,
                     *hists.values(), conflicts)
+
+    def _pauses(self) -> Iterator[Metric]:
+        """Incident controls: 1 per paused queue (job_type '*') or job type, for how long, and
+        the jobs parked because their type is paused."""
+        reads = ReadModels(self.redis, self.clock)
+        now = self.clock()
+        labels = ["queue", "job_type"]
+        paused = GaugeMetricFamily("antre_paused", "1 while a queue (job_type '*') or a job type "
+                                   "is paused by an operator", labels=labels)
+        since = GaugeMetricFamily("antre_paused_seconds", "How long it has been paused",
+                                  labels=labels)
+        parked = GaugeMetricFamily("antre_parked_jobs", "Ready jobs held back because their "
+                                   "job type is paused", labels=["queue"])
+        for name in reads.queue_names():
+            info = reads.queue_info(name)
+            for p in info.paused:
+                paused.add_metric([name, p.job_type or "*"], 1)
+                since.add_metric([name, p.job_type or "*"], max(0, now - p.at_ms) / 1000)
+            parked.add_metric([name], info.parked)
+        outbox = GaugeMetricFamily("antre_outbox_oldest_age_seconds", "Age of the oldest "
+                                   "outbox row not relayed yet (measured by the alert check; "
+                                   "0 when none)")
+        raw = self.redis.hget(keys.alert_signals(), "outbox_oldest_age_s")
+        outbox.add_metric([], float(raw) if raw else 0.0)
+        yield from (paused, since, parked, outbox)
 
     def _workers(self) -> Iterator[Metric]:
         registry = WorkerRegistry(self.redis, self.clock)

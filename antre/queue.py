@@ -112,9 +112,10 @@ class Queue:
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
-        rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats],
+        rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats, k.paused,
+                                          k.parked_types, k.tombstones],
                                     args=[k.job_prefix, self.clock(), count, worker_id,
-                                          *RESERVE_FIELDS])
+                                          k.parked_prefix, *RESERVE_FIELDS])
         return [from_row(row) for row in rows]
 
     def wait_and_reserve(self, worker_id: str, count: int, timeout_s: float) -> list[Job]:
@@ -130,8 +131,9 @@ class Queue:
         k = self.keys
         _, rows = direct(self.redis, [
             (None, ("BLPOP", k.wake, timeout_s), ()),
-            (self.scripts.reserve, [k.ready, k.inflight, k.stats],
-             [k.job_prefix, "server", count, worker_id, *RESERVE_FIELDS])])
+            (self.scripts.reserve, [k.ready, k.inflight, k.stats, k.paused, k.parked_types,
+                                    k.tombstones],
+             [k.job_prefix, "server", count, worker_id, k.parked_prefix, *RESERVE_FIELDS])])
         return [from_row(row) for row in rows]
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
@@ -160,14 +162,15 @@ class Queue:
 
     def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",
               traceback: str = "", spend_attempt: bool = True, undeliver: bool = False,
-              counter: str = "retried", note: Note = None) -> None:
+              counter: str = "retried", note: Note = None, count_snooze: bool = False) -> None:
         """in-flight → scheduled (or ready when ``delay_ms`` <= 0)."""
         k = self.keys
         now = self.clock()
         reply = self.scripts.retry(
             keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats, k.timeline(job.id)],
             args=[job.id, job.epoch, now, now + max(0, int(delay_ms)), int(spend_attempt),
-                  int(undeliver), error, kind, traceback, counter, _note(note), ""])
+                  int(undeliver), error, kind, traceback, counter, _note(note), "",
+                  int(count_snooze)])
         _lease_result(reply, job.id)
 
     def hand_back(self, job: Job, note: Note = None) -> None:
@@ -180,7 +183,7 @@ class Queue:
         """Rate limited, lock busy, breaker open: later, no attempt spent. ``note``: what held
         it back (the lock and its fence, the limiter, ...) for the job's timeline."""
         self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True, counter=counter,
-                   error="", kind=why, note=note)
+                   error="", kind=why, note=note, count_snooze=True)
 
     def bury(self, job: Job, *, reason: str, error: str = "", kind: str = "permanent",
              traceback: str = "", signature: str | None = None, spend_attempt: bool = True,
@@ -193,6 +196,17 @@ class Queue:
             args=[job.id, job.epoch, self.clock(), reason, error or reason, kind, traceback, sig,
                   k.dead_type_prefix, k.dead_group_prefix, int(spend_attempt), _note(note), ""])
         return _lease_result(reply, job.id)[3:]
+
+    def finish_cancelled(self, job: Job, *, to: str, reason: str) -> None:
+        """in-flight → the DLQ with ``reason`` (``to='dlq'``) or gone (``'discard'``): an
+        operator's cancel request carried out. Raises ``LeaseLost`` if the lease changed."""
+        k = self.keys
+        reply = self.scripts.cancel_finish(
+            keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups, k.cancels],
+            args=[job.id, job.epoch, self.clock(), to, reason,
+                  f"cancelled: {error_signature(reason)}", k.dead_type_prefix,
+                  k.dead_group_prefix, k.job_prefix])
+        _lease_result(reply, job.id)
 
     def extend(self, job_id: str, epoch: int, ms: int, *, mode: str = "from_now",
                cap_ms: int = 0, actor: str = "", note: Note = None) -> int:
@@ -269,7 +283,11 @@ class Queue:
         pipe.zscore(k.inflight, job_id)
         pipe.zscore(k.done, job_id)
         pipe.zscore(k.dead, job_id)
-        found = pipe.execute()
+        pipe.smembers(k.parked_types)
+        *found, parked_types = pipe.execute()
+        if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None
+                                    for t in parked_types):
+            found[0] = "parked"  # held because its job type is paused: still a ready job
         return [name for name, hit in zip(("ready", "scheduled", "inflight", "done", "dead"), found)
                 if hit is not None]
 

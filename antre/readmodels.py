@@ -25,9 +25,37 @@ ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", 
 
 
 @dataclass(frozen=True)
+class PauseInfo:
+    """A paused queue (``job_type`` None) or job type: who paused it, when and why."""
+
+    queue: str
+    job_type: str | None
+    by: str
+    at_ms: int
+    reason: str
+
+    @property
+    def target(self) -> str:
+        return self.queue if self.job_type is None else f"{self.queue}/{self.job_type}"
+
+
+def pause_infos(queue: str, raw: dict[str, str]) -> list[PauseInfo]:
+    """The paused HASH of a queue ('*' or job type -> JSON) as read models, queue first."""
+    out = []
+    for target, text in sorted(raw.items(), key=lambda kv: (kv[0] != "*", kv[0])):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = {}
+        out.append(PauseInfo(queue, None if target == "*" else target, str(data.get("by", "?")),
+                             _int(data.get("at")), str(data.get("reason", ""))))
+    return out
+
+
+@dataclass(frozen=True)
 class QueueInfo:
     name: str
-    ready: int
+    ready: int  # in the ready list, plus jobs parked because their type is paused
     scheduled: int
     inflight: int
     dead: int
@@ -35,6 +63,12 @@ class QueueInfo:
     oldest_ready_age_ms: int
     stats: dict[str, int]
     as_of: int
+    paused: tuple[PauseInfo, ...] = ()
+    parked: int = 0
+
+    @property
+    def queue_paused(self) -> PauseInfo | None:
+        return next((p for p in self.paused if p.job_type is None), None)
 
 
 @dataclass(frozen=True)
@@ -171,16 +205,35 @@ class ReadModels:
         pipe.zcard(k.inflight)
         pipe.zcard(k.dead)
         pipe.zcard(k.done)
-        pipe.lindex(k.ready, -1)
+        pipe.lrange(k.ready, -16, -1)  # the oldest end (a few: purge marks may sit there)
         pipe.hgetall(k.stats)
-        ready, scheduled, inflight, dead, done, oldest, stats = pipe.execute()
+        pipe.hgetall(k.paused)
+        pipe.smembers(k.parked_types)
+        pipe.get(k.tombstones)
+        ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks = \
+            pipe.execute()
+        oldest = next((i for i in reversed(tail) if not i.startswith("{")), None)
         now = self.clock()
         age = 0
         if oldest:
             since = _int(self.redis.hget(k.job(oldest), "visible_at"))
             age = max(0, now - since) if since else 0
+        parked = self.parked_count(name, parked_types)
+        # purged ids are marked in the lists until a reserve pops them (antre/lua/purge.lua)
+        ready = max(0, ready + parked - _int(marks))
         return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
-                         {s: _int(v) for s, v in stats.items()}, now)
+                         {s: _int(v) for s, v in stats.items()}, now,
+                         tuple(pause_infos(name, paused)), parked)
+
+    def parked_count(self, queue: str, job_types: set[str]) -> int:
+        """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined)."""
+        if not job_types:
+            return 0
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for t in sorted(job_types):
+            pipe.llen(k.parked(t))
+        return sum(int(n) for n in pipe.execute())
 
     def overview(self) -> Overview:
         return Overview([self.queue_info(n) for n in self.queue_names()], self.clock())
@@ -237,7 +290,7 @@ class ReadModels:
         k = keys.QueueKeys(queue)
         ids = (cast(list[str], self.redis.lrange(k.ready, -(offset + limit), -(offset + 1)))
                if limit else [])
-        ids.reverse()
+        ids = [i for i in reversed(ids) if not i.startswith("{")]  # marks of purged ids
         return Page(self._rows(queue, ids), int(self.redis.llen(k.ready)), offset, limit,
                     self.clock())
 

@@ -25,6 +25,8 @@ NAMES = (
     "breaker_failure", "breaker_release",
     # login throttling (antre/logins.py)
     "failure_add",
+    # incident controls (antre/pause.py, antre/purge.py)
+    "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
 )
 
 
@@ -68,6 +70,11 @@ class Scripts:
     breaker_failure: redis.commands.core.Script
     breaker_release: redis.commands.core.Script
     failure_add: redis.commands.core.Script
+    pause_set: redis.commands.core.Script
+    unpark: redis.commands.core.Script
+    purge: redis.commands.core.Script
+    cancel_request: redis.commands.core.Script
+    cancel_finish: redis.commands.core.Script
 
 
 class Batch:

@@ -1,10 +1,11 @@
-"""``antre``: demo, worker, web, sweep, status, dlq, find, user."""
+"""``antre``: demo, worker, web, sweep, status, dlq, find, user; the incident controls and
+every other dashboard action are in ``incident`` (pause, resume, job, purge, bulk-replay,
+tasks, task, lock, breaker)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import json
 import os
 import secrets
@@ -26,6 +27,7 @@ from antre.status import status_summary
 from worker.cli import main as worker_main
 from worker.loader import load_app
 
+from . import incident
 from .demo import run_demo
 from .web import serve
 
@@ -41,7 +43,7 @@ def _app(path: str | None) -> Antre:
 
 
 def _operator() -> str:
-    return f"cli:{os.environ.get('USER') or getpass.getuser()}"
+    return incident.operator()
 
 
 def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
@@ -80,6 +82,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     for q in overview.queues:
         print(f"{q.name:<16}{q.ready:>9}{q.scheduled:>9}{q.inflight:>9}{q.dead:>9}"
               f"{q.oldest_ready_age_ms / 1000:>9.1f}s")
+        for p in q.paused:  # incident controls
+            print(f"  paused: {p.job_type or 'whole queue'} by {p.by} at {_ts(p.at_ms)} UTC: "
+                  f"{p.reason}")
     alive = [w for w in workers if w.alive(now) and w.kind == "process"]
     print(f"workers: {len(alive)} live processes, "
           f"{sum(1 for w in workers if not w.alive(now))} stale or stopped")
@@ -361,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     for sp in (ua, up):
         sp.add_argument("--password", help=pw_help)
     usub.add_parser("list")
+    incident.add_parsers(sub)
     return p
 
 
@@ -372,5 +378,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
-                "demo": cmd_demo, "find": cmd_find, "result": cmd_result}
+                "demo": cmd_demo, "find": cmd_find, "result": cmd_result, **incident.HANDLERS}
     return handlers[args.command](args)

@@ -60,3 +60,23 @@ def test_locks_on_cluster(rc):
     with pytest.raises(LockBusy):
         locks.acquire("sku:2", 10_000)  # the conflict scripts run in the {locks} slot
     assert [(c.key, c.last_5m, c.last_1h) for c in locks.contention()] == [("sku:2", 1, 1)]
+
+
+@pytest.mark.parametrize("name", ["orders", "q3"])
+def test_incident_controls_on_cluster(rc, name):
+    from antre.cancel import Cancels
+    from antre.pause import Pauses
+    from antre.purge import PurgeFilter, Purger
+
+    clock = ManualClock()
+    q = Queue(rc, name, clock=clock)
+    q.enqueue_many([JobSpec(t, {"i": i}, f"{t}{i}") for i in range(4) for t in ("a", "b")])
+    pauses = Pauses(rc, clock)
+    pauses.pause(name, "a", "op", "drill")
+    assert {j.type for j in q.reserve("w1", count=8)} == {"b"}  # 'a' parked
+    assert Purger(rc, clock).purge(name, PurgeFilter("ready", job_type="a"), 2) == 2
+    assert pauses.resume(name, "a") == 2
+    (job, *_) = q.reserve("w1", count=8)
+    Cancels(rc, clock).request(name, job.id, "op", "discard", "")
+    q.finish_cancelled(job, to="discard", reason="cancelled by op")
+    assert q.get(job.id) is None

@@ -39,7 +39,7 @@ def test_sweep_once_requeues_expired_leases_in_every_queue(app, clock):
     assert sweep_once(app)["requeued"] == 0
     clock.advance(10_001)
     res = sweep_once(app)
-    assert res == {"queues": 2, "requeued": 2, "buried": 0}
+    assert res == {"queues": 2, "requeued": 2, "buried": 0, "unparked": 0, "cancels_pruned": 0}
     assert a.where(ja) == ["ready"] and b.where(jb) == ["ready"]
     # due scheduled jobs are promoted in one place: by the worker processes of their queue
     assert b.where(later) == ["scheduled"] and "promoter" not in Duties(app).duties

@@ -421,12 +421,12 @@ def test_bulk_replay_and_bulk_discard_name_the_operator_and_the_task(q, finder, 
     bulk = BulkReplays(q.redis, clock)
     task = bulk.start("jobs", DeadFilter(), 100.0, 2, "erin", "upstream back")
     clock.advance(1_000)
-    bulk.step("jobs", task["id"])
+    bulk.step("jobs", task.id)
     replayed = [finder.timeline("jobs", j).events[-1] for j in ids[:2]]
     assert [(e.kind, e.actor, e.details["bulk_task"]) for e in replayed] == [
-        ("replayed", "erin", task["id"])] * 2
+        ("replayed", "erin", task.id)] * 2
     assert replayed[0].details["reason"] == "upstream back"
     out = bulk.discard_filtered("jobs", DeadFilter(), 10, actor="frank")
-    assert out["done"] == 1
+    assert out.done == 1
     gone = finder.timeline("jobs", ids[2]).events[-1]
     assert (gone.kind, gone.actor, gone.details["bulk"]) == ("discarded", "frank", "discard [all]")

@@ -399,20 +399,20 @@ def test_bulk_replay_start_pause_resume_cancel(web):
                                          "reason": "provider back"}, follow_redirects=True)
     assert "bulk replay" in resp.get_data(as_text=True)
     (task,) = web.svc.bulk.list("default")
-    assert task["total"] == 10 and task["maximum"] == 8 and task["user"] == "operator"
+    assert task.total == 10 and task.maximum == 8 and task.user == "operator"
     web.clock.advance(1000)
     assert web.svc.bulk.step_all() == 2
     tasks = c.get("/dlq/tasks?queue=default", headers=htmx()).get_data(as_text=True)
     assert 'value="2"' in tasks and "2 replayed / 8" in tasks and ">Pause<" in tasks
-    post(c, f"/dlq/default/bulk/{task['id']}/pause", {"reason": "watching"})
+    post(c, f"/dlq/default/bulk/{task.id}/pause", {"reason": "watching"})
     web.clock.advance(3000)
     assert web.svc.bulk.step_all() == 0
-    post(c, f"/dlq/default/bulk/{task['id']}/resume")
+    post(c, f"/dlq/default/bulk/{task.id}/resume")
     web.clock.advance(1000)
     assert web.svc.bulk.step_all() == 2
-    post(c, f"/dlq/default/bulk/{task['id']}/cancel")
-    assert web.svc.bulk.get("default", task["id"])["state"] == "cancelled"
-    again = post(c, f"/dlq/default/bulk/{task['id']}/resume", follow_redirects=True)
+    post(c, f"/dlq/default/bulk/{task.id}/cancel")
+    assert web.svc.bulk.get("default", task.id).state == "cancelled"
+    again = post(c, f"/dlq/default/bulk/{task.id}/resume", follow_redirects=True)
     assert "cannot set it running" in again.get_data(as_text=True)
     actions = [e.action for e in web.audit() if e.action.startswith("dlq.bulk_replay")]
     assert actions == ["dlq.bulk_replay.resume", "dlq.bulk_replay.cancel",

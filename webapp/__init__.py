@@ -22,6 +22,7 @@ from . import (
     audit,
     auth,
     common,
+    control,
     dlq,
     find,
     find_api,
@@ -41,7 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp,
-              find.bp, find_api.bp)  # finder, job timelines, browse (issue 11)
+              find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
+              control.bp)  # incident controls: pause, cancel, purge
 
 
 def asset_dir(name: str) -> str:
@@ -70,6 +72,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     services.install(app, dict(app.config))
     security.install(app)
     common.install(app)
+    control.install_globals(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     return app

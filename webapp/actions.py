@@ -8,9 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from antre.bulk import TaskNotFound, TaskStateError
+from antre.cancel import CancelError
 from antre.errors import LeaseLost
 from antre.flow import FlowControl
-from antre.readmodels import DeadFilter
+from antre.pause import PauseError
+from antre.pause import unknown_target as pause_target_unknown
+from antre.purge import PurgeError, PurgeFilter
+from antre.readmodels import DeadFilter, PauseInfo
 from antre.users import UnknownUser, UserExists, WeakPassword
 
 from . import services
@@ -189,10 +193,10 @@ def bulk_start(queue: str, flt: DeadFilter, rate: float, maximum: int,
         except ValueError as exc:
             return Result(False, str(exc), 400)
         warn = _not_idempotent_warning(flt)
-        return Result(True, f"bulk replay {task['id']} started: {task['total']} jobs match "
-                            f"({flt.describe()}), at most {task['maximum']} at "
-                            f"{task['rate_per_s']:g} jobs/s.{warn}", 200,
-                      {"task": task, "filter": flt.describe(), "dry_run": task["total"],
+        return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "
+                            f"({flt.describe()}), at most {task.maximum} at "
+                            f"{task.rate_per_s:g} jobs/s.{warn}", 200,
+                      {"task": task.to_dict(), "filter": flt.describe(), "dry_run": task.total,
                        "dead_before": svc.reads.count_dead(queue)})
     return guarded("dlq.bulk_replay.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
 
@@ -217,9 +221,9 @@ def bulk_change(queue: str, task_id: str, op: str, reason: str | None) -> Result
             return Result(False, f"no bulk replay {task_id} in {queue}", 409)
         except TaskStateError as exc:
             return Result(False, str(exc), 409)
-        return Result(True, f"bulk replay {task_id}: {task['state']} (replayed "
-                            f"{task['replayed']}, skipped {task['skipped']})", 200,
-                      {"task": task})
+        return Result(True, f"bulk {task.kind} {task_id}: {task.state} (done "
+                            f"{task.replayed}, skipped {task.skipped})", 200,
+                      {"task": task.to_dict()})
     return guarded(f"dlq.bulk_replay.{op}", f"{queue}/{task_id}", _reason(reason), run)
 
 
@@ -238,8 +242,8 @@ def discard_filtered(queue: str, flt: DeadFilter, maximum: int, confirm: str,
                                  "or the word 'discard'; nothing was changed", 400,
                           {"dry_run": count})
         out = svc.bulk.discard_filtered(queue, flt, max(0, min(maximum, MAX_BULK)), _actor())
-        return Result(True, f"discarded {out['done']} dead jobs ({flt.describe()})", 200,
-                      {"dry_run": count, "filter": flt.describe(), **out})
+        return Result(True, f"discarded {out.done} dead jobs ({flt.describe()})", 200,
+                      {"dry_run": count, "filter": flt.describe(), **out.to_dict()})
     return guarded("dlq.discard_filtered", f"{queue} [{flt.describe()}]", _reason(reason), run)
 
 
@@ -247,9 +251,9 @@ def replay_filtered_now(queue: str, flt: DeadFilter, maximum: int, reason: str |
     def run() -> Result:
         out = _svc().bulk.replay_filtered_now(queue, flt, max(0, min(maximum, MAX_BULK)),
                                               _actor())
-        return Result(True, f"replayed {out['done']} dead jobs ({flt.describe()})"
+        return Result(True, f"replayed {out.done} dead jobs ({flt.describe()})"
                             + _not_idempotent_warning(flt), 200,
-                      {"filter": flt.describe(), **out})
+                      {"filter": flt.describe(), **out.to_dict()})
     return guarded("dlq.replay_filtered_now", f"{queue} [{flt.describe()}]", _reason(reason),
                    run)
 
@@ -356,3 +360,127 @@ def user_end_sessions(name: str, reason: str | None) -> Result:
             return Result(False, f"no user {name}", 400)
         return Result(True, f"every session of {name} is logged out")
     return guarded("users.logout_everywhere", name, _reason(reason), run)
+
+
+# -- incident controls: pause / resume, delete, purge -----------------------------------------
+def unknown_target(queue: str, job_type: str | None) -> Result | None:
+    """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
+    svc = _svc()
+    message = pause_target_unknown(svc.redis, queue, job_type,
+                                   {n: s.queue for n, s in svc.antre.handlers.items()},
+                                   svc.antre.queues())
+    return None if message is None else Result(False, message, 400)
+
+
+def pause(queue: str, job_type: str | None, reason: str | None) -> Result:
+    def run() -> Result:
+        bad = unknown_target(queue, job_type)
+        if bad is not None:
+            return bad
+        try:
+            info = _svc().pauses.pause(queue, job_type, _actor(), _reason(reason))
+        except PauseError as exc:
+            return Result(False, f"{exc}; nothing was changed", 409 if "already" in str(exc)
+                          else 400)
+        return Result(True, f"{info.target} paused: workers reserve none of its jobs until it "
+                            "is resumed (jobs in flight finish)", 200,
+                      {"paused": _plain_pause(info)})
+    return guarded("queue.pause", _target(queue, job_type), _reason(reason), run)
+
+
+def resume(queue: str, job_type: str | None, reason: str | None) -> Result:
+    def run() -> Result:
+        bad = unknown_target(queue, job_type)
+        if bad is not None:
+            return bad
+        svc = _svc()
+        before = svc.pauses.get(queue, job_type)
+        try:
+            moved = svc.pauses.resume(queue, job_type)
+        except PauseError as exc:
+            return Result(False, f"{exc}; nothing was changed", 409)
+        return Result(True, f"{_target(queue, job_type)} resumed ({moved} parked jobs back "
+                            "in the ready list)", 200,
+                      {"unparked": moved, "was": _plain_pause(before) if before else None})
+    return guarded("queue.resume", _target(queue, job_type), _reason(reason), run)
+
+
+def _target(queue: str, job_type: str | None) -> str:
+    return queue if job_type is None else f"{queue}/{job_type}"
+
+
+def _plain_pause(info: PauseInfo) -> dict[str, Any]:
+    return {"queue": info.queue, "job_type": info.job_type, "by": info.by, "at_ms": info.at_ms,
+            "reason": info.reason}
+
+
+def delete_job(queue: str, job_id: str, reason: str | None) -> Result:
+    def run() -> Result:
+        try:
+            where = _svc().purger.delete(queue, job_id)
+        except PurgeError as exc:
+            return Result(False, str(exc), 409)
+        return Result(True, f"job {job_id} deleted from {where}", 200, {"was": where})
+    return guarded("job.delete", f"{queue}/{job_id}", _reason(reason), run)
+
+
+def purge_start(queue: str, flt: PurgeFilter, rate: float, maximum: int, confirm: str,
+                reason: str | None) -> Result:
+    """A paced purge of the filtered set, once ``confirm`` is the dry-run count or 'purge'."""
+    def run() -> Result:
+        svc = _svc()
+        try:
+            flt.check()
+        except PurgeError as exc:
+            return Result(False, str(exc), 400)
+        bad = unknown_target(queue, None)
+        if bad is not None:
+            return bad
+        count = svc.purger.count(queue, flt)
+        if count == 0:
+            return Result(False, f"no job matches ({flt.describe()}); nothing was changed", 400,
+                          {"dry_run": 0, "filter": flt.describe()})
+        if not confirmed(confirm, count, "purge"):
+            return Result(False, f"not confirmed: type {count} (the number of matching jobs) "
+                                 "or the word 'purge'; nothing was changed", 400,
+                          {"dry_run": count, "filter": flt.describe()})
+        try:
+            task = svc.bulk.start_purge(queue, flt, rate, min(maximum, MAX_BULK), _actor(),
+                                        _reason(reason))
+        except ValueError as exc:
+            return Result(False, str(exc), 400)
+        return Result(True, f"purge {task.id} started: {count} jobs match ({flt.describe()}), "
+                            f"at most {task.maximum} at {task.rate_per_s:g} jobs/s", 200,
+                      {"task": task.to_dict(), "filter": flt.to_dict(), "dry_run": count})
+    return guarded("purge.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
+
+
+def purge_change(queue: str, task_id: str, op: str, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        task = svc.bulk.get(queue, task_id)
+        if task is None or task.kind != "purge":
+            return Result(False, f"no purge {task_id} in {queue}", 409)
+        fn = {"pause": svc.bulk.pause, "resume": svc.bulk.resume, "cancel": svc.bulk.cancel}[op]
+        try:
+            task = fn(queue, task_id)
+        except TaskStateError as exc:
+            return Result(False, str(exc), 409)
+        return Result(True, f"purge {task_id}: {task.state} ({task.replayed} removed)", 200,
+                      {"task": task.to_dict()})
+    return guarded(f"purge.{op}", f"{queue}/{task_id}", _reason(reason), run)
+
+
+def cancel_job(queue: str, job_id: str, to: str, reason: str | None) -> Result:
+    """Ask the worker running ``job_id`` to stop it; it ends in the DLQ or is discarded."""
+    def run() -> Result:
+        svc = _svc()
+        try:
+            req = svc.cancels.request(queue, job_id, _actor(), to, _reason(reason))
+        except CancelError as exc:
+            return Result(False, str(exc), 409 if "not running" in str(exc) else 400)
+        where = "the dead-letter queue" if req.to == "dlq" else "discarded"
+        return Result(True, f"cancel of job {job_id} requested: its worker stops it within "
+                            f"the handler's grace period, then it is {where}", 200,
+                      {"to": req.to})
+    return guarded("job.cancel", f"{queue}/{job_id}", _reason(reason), run)

@@ -22,6 +22,7 @@ from antre.sql import ROLES
 
 from . import actions, services
 from .common import arg_int, audit_filter, check_queue, dead_filter, lease_ref, page_args
+from .control import purge_filter
 from .overview import overview_data
 from .security import requires
 
@@ -173,7 +174,7 @@ def job(queue: str, job_id: str) -> Response:
 @requires("viewer")
 def replays(queue: str) -> Response:
     """Bulk replay tasks of a queue, newest first."""
-    return jsonify({"tasks": services.get().bulk.list(check_queue(queue))})
+    return jsonify({"tasks": [t.to_dict() for t in services.get().bulk.list(check_queue(queue))]})
 
 
 @bp.get("/queues/<queue>/replays/<task_id>")
@@ -183,7 +184,7 @@ def replay_task(queue: str, task_id: str) -> Response:
     task = services.get().bulk.get(check_queue(queue), task_id)
     if task is None:
         abort(404, f"no bulk replay {task_id} in {queue}")
-    return jsonify(task)
+    return jsonify(task.to_dict())
 
 
 @bp.get("/locks")
@@ -363,6 +364,14 @@ def release_lock() -> Response:
                                         body.get("reason")))
 
 
+@bp.post("/flow/breakers/<name>/reset")
+@requires("operator", "flow.reset_breaker")
+@doc(body=REASON)
+def reset_breaker(name: str) -> Response:
+    """Close a circuit breaker by hand and forget its failures."""
+    return _answer(actions.reset_breaker(name, _body().get("reason")))
+
+
 BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
              "until_ms": "integer", "maximum": "integer", **REASON}
 
@@ -509,6 +518,124 @@ def account_password() -> Response:
     body = _body()
     return _answer(actions.password_change(str(body.get("current_password", "")),
                                            str(body.get("new_password", ""))))
+
+
+# -- incident controls: pause / resume, delete, purge ---------------------------------------
+PAUSE_BODY = {"type": "string", **REASON}
+PURGE_Q = {"source": "string", "type": "string", "group": "string", "older_than_s": "number",
+           "field": "string", "value": "string"}
+
+
+def _job_type(body: dict[str, Any]) -> str | None:
+    value = str(body.get("type") or "").strip()
+    return value or None
+
+
+@bp.get("/pauses")
+@requires("viewer")
+def pauses() -> Response:
+    """Every paused queue and job type: who paused it, when and why."""
+    svc = services.get()
+    return jsonify({"paused": _plain(svc.pauses.all()), "as_of": svc.clock()})
+
+
+@bp.post("/queues/<queue>/pause")
+@requires("operator", "queue.pause")
+@doc(body=PAUSE_BODY)
+def pause(queue: str) -> Response:
+    """Pause a queue (or one job type with ``type``): workers reserve none of its jobs."""
+    body = _body()
+    return _answer(actions.pause(check_queue(queue), _job_type(body), body.get("reason")))
+
+
+@bp.post("/queues/<queue>/resume")
+@requires("operator", "queue.resume")
+@doc(body=PAUSE_BODY)
+def resume(queue: str) -> Response:
+    """Resume a paused queue (or job type); parked jobs go back to the ready list."""
+    body = _body()
+    return _answer(actions.resume(check_queue(queue), _job_type(body), body.get("reason")))
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/delete")
+@requires("operator", "job.delete")
+@doc(body=REASON)
+def delete_job(queue: str, job_id: str) -> Response:
+    """Delete one ready or scheduled job; 409 when it is running, dead, done or gone."""
+    return _answer(actions.delete_job(check_queue(queue), job_id, _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
+@requires("operator", "job.cancel")
+@doc(body={"to": "string", **REASON})
+def cancel_job(queue: str, job_id: str) -> Response:
+    """Stop a running job: ``to`` 'dlq' (default; reason 'cancelled by NAME') or 'discard';
+    409 when the job is not running."""
+    body = _body()
+    return _answer(actions.cancel_job(check_queue(queue), job_id, str(body.get("to") or "dlq"),
+                                      body.get("reason")))
+
+
+@bp.get("/queues/<queue>/purge/count")
+@requires("viewer")
+@doc(query=PURGE_Q)
+def purge_count(queue: str) -> Response:
+    """Dry run: how many jobs of ``source`` (ready, scheduled, dead) match the filter now."""
+    svc = services.get()
+    flt = purge_filter(request.args)
+    return jsonify({"count": svc.purger.count(check_queue(queue), flt), "filter": flt.to_dict(),
+                    "as_of": svc.clock()})
+
+
+@bp.get("/queues/<queue>/purges")
+@requires("viewer")
+def purges(queue: str) -> Response:
+    """Purge tasks of a queue, newest first, with their progress."""
+    tasks = services.get().bulk.list(check_queue(queue), kind="purge")
+    return jsonify({"tasks": [t.to_dict() for t in tasks]})
+
+
+@bp.post("/queues/<queue>/purges")
+@requires("operator", "purge.start")
+@doc(body={**PURGE_Q, "rate": "number", "maximum": "integer", "confirm": "string", **REASON},
+     required=("rate", "confirm"))
+def purge_start(queue: str) -> Response:
+    """Start a paced purge of the filtered set; ``confirm`` is the dry-run count or 'purge'."""
+    body = _body()
+    try:
+        rate, maximum = float(body["rate"]), int(body.get("maximum") or 1_000_000)
+    except (KeyError, TypeError, ValueError):
+        abort(400, "rate (jobs/s) is a required number; maximum an integer")
+    return _answer(actions.purge_start(check_queue(queue), purge_filter(body, check=False),
+                                       rate, maximum,
+                                       str(body.get("confirm", "")), body.get("reason")))
+
+
+@bp.post("/queues/<queue>/purges/<task_id>/pause")
+@requires("operator", "purge.pause")
+@doc(body=REASON)
+def purge_pause(queue: str, task_id: str) -> Response:
+    """Pause a running purge."""
+    return _answer(actions.purge_change(check_queue(queue), task_id, "pause",
+                                        _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/purges/<task_id>/resume")
+@requires("operator", "purge.resume")
+@doc(body=REASON)
+def purge_resume(queue: str, task_id: str) -> Response:
+    """Resume a paused purge."""
+    return _answer(actions.purge_change(check_queue(queue), task_id, "resume",
+                                        _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/purges/<task_id>/cancel")
+@requires("operator", "purge.cancel")
+@doc(body=REASON)
+def purge_cancel(queue: str, task_id: str) -> Response:
+    """Cancel a purge (what it removed stays removed)."""
+    return _answer(actions.purge_change(check_queue(queue), task_id, "cancel",
+                                        _body().get("reason")))
 
 
 # -- the OpenAPI document ---------------------------------------------------------------------

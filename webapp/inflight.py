@@ -56,17 +56,24 @@ def index() -> str:
 @bp.post("/<queue>/selected")
 @requires("operator", "inflight.selected")
 def selected(queue: str) -> Any:
-    """Extend the leases of the ticked rows by ``seconds``: one audit entry per job."""
+    """Extend the leases of the ticked rows by ``seconds``, or cancel them (``op=cancel``, to
+    ``to``): one audit entry per job."""
     check_queue(queue)
-    if request.form.get("op", "extend") != "extend":
-        abort(400, "op must be 'extend'")
+    op = request.form.get("op", "extend")
+    if op not in ("extend", "cancel"):
+        abort(400, "op must be 'extend' or 'cancel'")
     rows = [lease_ref(v) for v in selected_ids(actions.MAX_SELECTED)]
     seconds = arg_int("seconds", 0, 0, src=request.form)
     reason = request.form.get("reason")
     by_id = {job_id: epoch for epoch, job_id in rows}
-    result = actions.each_selected(
-        "extended", list(by_id),
-        lambda i: actions.extend(queue, i, by_id[i], seconds, reason))
+    if op == "cancel":  # incident controls: one audit entry (job.cancel) per job
+        to = request.form.get("to") or "dlq"
+        result = actions.each_selected("asked to stop", list(by_id),
+                                       lambda i: actions.cancel_job(queue, i, to, reason))
+    else:
+        result = actions.each_selected(
+            "extended", list(by_id),
+            lambda i: actions.extend(queue, i, by_id[i], seconds, reason))
     return answer(result, lambda r: render("_inflight.html", "_inflight.html", outcome=r,
                                            **inflight_data(queue, *page_args(src=request.form))),
                   url_for("inflight.index", queue=queue))

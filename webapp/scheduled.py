@@ -29,14 +29,19 @@ def _page(queue: str, outcome: actions.Result | None = None, src: Any = None) ->
 @bp.post("/<queue>/selected")
 @requires("operator", "scheduled.selected")
 def selected(queue: str) -> Any:
-    """Run the ticked retries now: one audit entry per job."""
+    """Run the ticked retries now, or delete them: one audit entry per job."""
     check_queue(queue)
-    if request.form.get("op", "run_now") != "run_now":
-        abort(400, "op must be 'run_now'")
+    op = request.form.get("op", "run_now")
+    if op not in ("run_now", "delete"):
+        abort(400, "op must be 'run_now' or 'delete'")
     ids = selected_ids(actions.MAX_SELECTED)
     reason = request.form.get("reason")
-    result = actions.each_selected("moved to the ready list", ids,
-                                   lambda i: actions.run_now(queue, i, reason))
+    if op == "delete":  # incident controls: one audit entry (job.delete) per job
+        result = actions.each_selected("deleted", ids,
+                                       lambda i: actions.delete_job(queue, i, reason))
+    else:
+        result = actions.each_selected("moved to the ready list", ids,
+                                       lambda i: actions.run_now(queue, i, reason))
     return answer(result, lambda r: _page(queue, r, request.form),
                   url_for("scheduled.index", queue=queue))
 

@@ -22,11 +22,14 @@ import antre
 import antre.sql
 from antre.audit import AuditLog
 from antre.bulk import BulkReplays
+from antre.cancel import Cancels
 from antre.clock import Clock, system_ms
 from antre.logins import LoginThrottle
 from antre.fencing import LockFences
 from antre.idempotency import IdempotencyStore
 from antre.locks import Locks
+from antre.pause import Pauses
+from antre.purge import Purger
 from antre.readmodels import ReadModels
 from antre.registry import WorkerRegistry
 from antre.users import UserStore
@@ -78,6 +81,18 @@ class Services:
     @property
     def redis(self) -> redis.Redis:
         return self.antre.redis
+
+    @property
+    def pauses(self) -> Pauses:
+        return Pauses(self.redis, self.clock, self.antre.scripts)
+
+    @property
+    def cancels(self) -> Cancels:
+        return Cancels(self.redis, self.clock, self.antre.scripts)
+
+    @property
+    def purger(self) -> Purger:
+        return Purger(self.redis, self.clock, self.antre.scripts)
 
     def idempotent(self, job_type: str) -> bool | None:
         """False when the app knows the handler and it is marked not idempotent."""

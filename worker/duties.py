@@ -20,10 +20,13 @@ from typing import Any
 
 import redis
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.exc import SQLAlchemyError
 
 from antre import Antre, Queue, keys, sampling
 from antre.alerts import AlertEngine
-from antre.bulk import BulkReplays
+from antre.bulk import BulkReplays, BulkTask
+from antre.cancel import Cancels
+from antre.pause import Pauses
 from antre.clock import Clock
 from antre.readmodels import ReadModels
 
@@ -39,8 +42,9 @@ class Duty:
 
 def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
     """One sweeper pass over every queue: expired leases back to ready (or to the DLQ when
-    poison). Returns totals."""
-    out = {"queues": 0, "requeued": 0, "buried": 0}
+    poison), then parked jobs of resumed job types back to ready, and cancel requests of jobs
+    that finished anyway forgotten. Returns totals."""
+    out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0, "cancels_pruned": 0}
     for name in ReadModels(app.redis).queue_names():
         q = Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts)
         out["queues"] += 1
@@ -50,6 +54,9 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
             out["buried"] += res.buried
             if res.requeued + res.buried < limit:
                 break
+        # parked jobs of a job type whose resume stopped half-way go back to ready
+        out["unparked"] += Pauses(app.redis, q.clock, app.scripts).unpark_stale(name)
+        out["cancels_pruned"] += Cancels(app.redis, q.clock, app.scripts).prune(name)
     return out
 
 
@@ -66,7 +73,30 @@ def _sample(d: Duties) -> Any:
 
 
 def _bulk(d: Duties) -> Any:
-    return BulkReplays(d.app.redis, d.clock or d.app.clock).step_all()
+    bulk = BulkReplays(d.app.redis, d.clock or d.app.clock)
+    running = {t.id for t in bulk.list() if t.state == "running" and t.kind == "purge"}
+    moved = bulk.step_all()
+    for task in bulk.list(kind="purge"):
+        if task.id in running and task.state == "done":
+            _audit_purge_done(d, task)
+    return moved
+
+
+def _audit_purge_done(d: Duties, task: BulkTask) -> None:
+    """A finished purge gets an audit entry of its own with what it removed (its start has the
+    operator's entry with the dry-run count)."""
+    log.info("purge %s done: %d jobs removed (%s)", task.id, task.replayed, task.description,
+             extra={"event": "purge_done", "queue": task.queue})
+    if d.app.audit is None:
+        return
+    try:
+        d.app.audit.record(user=task.user, role="system", action="purge.done",
+                           target=f"{task.queue}/{task.id}", reason=task.reason, outcome="ok",
+                           detail={"removed": task.replayed, "dry_run": task.total,
+                                   "filter": task.filter}, remote_addr="")
+    except SQLAlchemyError as exc:
+        log.warning("could not audit the end of purge %s: %s", task.id, exc,
+                    extra={"event": "duty_failed"})
 
 
 def _prune(d: Duties) -> Any:
@@ -81,15 +111,34 @@ def _relay(d: Duties) -> Any:
 def _alerts(d: Duties) -> Any:
     """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once, signed
     with ANTRE_ALERT_WEBHOOK_SECRET when set."""
-    engine = AlertEngine(d.app.redis, d.clock or d.app.clock,
+    engine = AlertEngine(d.app.redis, d.clock or d.app.clock, rules=d.app.alert_config.rules(),
                          webhook_url=os.environ.get("ANTRE_ALERT_WEBHOOK") or None,
                          dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""),
-                         webhook_secret=os.environ.get("ANTRE_ALERT_WEBHOOK_SECRET") or None)
+                         webhook_secret=os.environ.get("ANTRE_ALERT_WEBHOOK_SECRET") or None,
+                         outbox_age_s=_outbox_age(d))
     events = engine.check()
     for event in events:
         log.warning("alert %s: %s", event.status, event.alert.message,
                     extra={"event": "alert", "queue": event.queue})
     return events
+
+
+def _outbox_age(d: Duties) -> Callable[[], float | None] | None:
+    """The age of the oldest unsent outbox row, for the outbox alert (None without SQL, or
+    while the database is unreachable: the outage has its own banner)."""
+    outbox = d.app.outbox if d.app.database_url else None
+    if outbox is None:
+        return None
+    clock = d.clock or d.app.clock
+
+    def age_s() -> float | None:
+        try:
+            oldest = outbox.oldest_pending_ms()
+        except SQLAlchemyError as exc:
+            log.warning("outbox age unknown: %s", exc, extra={"event": "duty_failed"})
+            return None
+        return None if oldest is None else max(0, clock() - oldest) / 1000
+    return age_s
 
 
 DUTIES = (

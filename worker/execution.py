@@ -26,7 +26,7 @@ from antre.metrics import DurationBuffer
 from antre.retry import describe
 from antre.tracing import execution_span
 
-from .failures import failure_outcome
+from .failures import cancelled, failure_outcome
 from .held import Running
 from .leases import Leases, quietly
 from .outcomes import Ack, DropStale, HandBack, Outcome, Snooze, jitter_ms
@@ -64,9 +64,12 @@ class Execution:
             self._measure(r)
             _report_flow(r, exc)
             _rollback(r.ctx.opened_db)
-            return self.failed(r, exc)
+            return cancelled(r) if r.cancel is not None else self.failed(r, exc)
         self._measure(r)
         _report_flow(r, None)
+        if r.cancel is not None:  # cancelled while it ran: nothing of the run commits
+            _rollback(r.ctx.opened_db)
+            return cancelled(r)
         return self.complete(r, result)
 
     def _context(self, r: Running) -> JobContext:
@@ -120,7 +123,8 @@ class Execution:
                 lock.lost = True
         if not lock.lost:
             return None
-        return Snooze(jitter_ms(200, 1000), "lock_lost", level=logging.WARNING,
+        return Snooze(jitter_ms(200, 1000), "lock_lost", counter="lock_lost",
+                      level=logging.WARNING,
                       note=f"lock {r.job.lock_key} was lost while the job ran; not committing")
 
     def _commit(self, r: Running, db: Any, result: Any) -> None:
@@ -154,8 +158,8 @@ class Execution:
                 self.locks.raise_fence(exc.lock_key, exc.current)
             except redis.RedisError:
                 pass  # tried again on the next refusal
-        return Snooze(jitter_ms(200, 1000), "fence_rejected", count_as="fence_rejected",
-                      level=logging.WARNING, note=str(exc),
+        return Snooze(jitter_ms(200, 1000), "fence_rejected", counter="fence_rejected",
+                      count_as="fence_rejected", level=logging.WARNING, note=str(exc),
                       details={"lock": exc.lock_key, "fence": exc.fence,
                                "committed_fence": exc.current})
 

@@ -1,6 +1,7 @@
 """A handler's failure as an outcome: the retry policy decides (``antre.retry.classify``), and
 the idempotency record of a delivery that owns its key is told first (released for a retry,
-failed for good when buried). Shared by the execution step and the hard timeout."""
+failed for good when buried). Shared by the execution step and the hard timeout; so is the
+outcome of an operator's cancel request (``cancelled``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from antre.logs import job_fields
 from antre.retry import Decision, RetryPolicy, classify, describe
 
 from .held import Running
-from .outcomes import Outcome, from_decision
+from .outcomes import Cancelled, DropStale, Outcome, from_decision
 
 log = logging.getLogger("antre.worker")
 
@@ -34,3 +35,15 @@ def record_failure(r: Running, error: str, *, permanent: bool) -> None:
     except Exception as exc:
         log.error("could not record the failure in the idempotency store: %s", exc,
                   extra=job_fields(r.job, "error"))
+
+
+def cancelled(r: Running) -> Outcome:
+    """The outcome of a cancelled job: its idempotency claim (if it holds one) is released,
+    or failed for good when it goes to the DLQ; nothing of its run commits. A handler that
+    returns after the heartbeat abandoned it only tells the idempotency record now."""
+    req = r.cancel
+    assert req is not None
+    record_failure(r, req.dlq_reason, permanent=req.to == "dlq")
+    if r.closed or r.lease_lost:
+        return DropStale("cancelled after its lease was given up")
+    return Cancelled(req.to, req.dlq_reason)

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass, field
 
 from antre import HandlerSpec, JobContext, Queue
+from antre.cancel import CancelRequest
 from antre.envelope import Job
 from antre.flow import Admission
 from antre.idempotency import IdempotencyStore
@@ -34,6 +35,8 @@ class Running:
     settle_lock: threading.Lock = field(default_factory=threading.Lock)
     lock: Lock | None = None  # the business lock held while the job is processed
     lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
+    cancel: CancelRequest | None = None  # an operator asked to stop it (seen at cancel_seen_ms)
+    cancel_seen_ms: int = 0
 
     @property
     def owns_idempotency(self) -> bool:

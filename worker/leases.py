@@ -14,12 +14,14 @@ from typing import Any
 import redis
 
 from antre import Antre, JobTimeout, LeaseLost
+from antre.cancel import Cancels
 from antre.clock import Clock
 from antre.locks import Locks
 from antre.logs import job_fields
 
 from .failures import failure_outcome
 from .held import Running
+from .outcomes import Cancelled
 from .settle import Settler
 
 log = logging.getLogger("antre.worker")
@@ -47,13 +49,18 @@ class Leases:
         self.settler = settler
         self.hard_grace_s = hard_grace_s
         self.on_abandon = on_abandon
+        self.cancels = Cancels(app.redis, clock, app.scripts)
 
     def beat(self, held: list[Running]) -> None:
-        """Enforce timeouts, extend every held lease, renew the business locks."""
+        """Enforce timeouts and cancel requests, extend every held lease, renew the business
+        locks."""
         now = self.clock()
+        self._note_cancels(held, now)
         for r in held:
             if r.started_ms and not r.closed:
                 self._check_timeout(r, now)
+            if r.started_ms and not r.closed:
+                self._check_cancel(r, now)
             if not r.closed and not r.lease_lost:
                 self._extend(r)
             self._renew_lock(r)
@@ -84,6 +91,42 @@ class Leases:
         r.closed = True
         log.error("hard timeout: job %s abandoned; recycling this process", r.job.id,
                   extra=job_fields(r.job, "expired", duration_ms=ran_ms, error_kind="timeout"))
+        self.on_abandon(r)
+
+    # -- an operator's cancel request -----------------------------------------------------------
+    def _note_cancels(self, held: list[Running], now: int) -> None:
+        """Cancel requests of the jobs held (one HGETALL per queue, usually empty): the
+        handler sees ``ctx.cancelled``; the grace period starts now."""
+        queues = {r.queue.name for r in held if not r.closed and r.cancel is None}
+        requests = {name: self.cancels.pending(name) for name in queues}
+        for r in held:
+            req = requests.get(r.queue.name, {}).get(r.job.id)
+            if req is None or r.cancel is not None or r.closed:
+                continue
+            r.cancel, r.cancel_seen_ms = req, now
+            if r.ctx is not None:
+                r.ctx.cancelled.set()
+            log.warning("job %s cancelled by %s; the handler has %gs to stop", r.job.id, req.by,
+                        self._grace_s(r), extra=job_fields(r.job, "cancel_requested"))
+
+    def _grace_s(self, r: Running) -> float:
+        spec = r.spec or self.app.handlers.get(r.job.type)
+        return spec.cancel_grace_s if spec is not None else 10.0
+
+    def _check_cancel(self, r: Running, now: int) -> None:
+        """Past the grace, a cancelled handler that has not returned is abandoned like a hard
+        timeout: the job ends where the operator chose, the process is recycled."""
+        req = r.cancel
+        if req is None or now - r.cancel_seen_ms < self._grace_s(r) * 1000:
+            return
+        # no SQL here: the stuck handler may hold the database (a SQLite writer locks it all);
+        # its idempotency record is told if it ever returns, else its lease runs out
+        if not self.settler.settle(r, Cancelled(req.to, req.dlq_reason)):
+            return  # the handler returned meanwhile and its runner settled the job
+        r.closed = True
+        log.error("cancelled job %s did not stop within %gs; abandoned, recycling this "
+                  "process", r.job.id, self._grace_s(r),
+                  extra=job_fields(r.job, "cancel_abandoned", error_kind="cancelled"))
         self.on_abandon(r)
 
     # -- the lease and what follows it -----------------------------------------------------------

@@ -14,6 +14,9 @@ outcome        Queue transition            event         attempt spent
 ``Bury``       bury                        buried        ``spend_attempt``
 ``HandBack``   hand_back                   handed_back   no
 ``DropStale``  (none: the lease is gone)   dropped       -
+``Cancelled``  finish_cancelled            cancelled     no (DLQ or discarded)
+``Expired``    bury (kind ``expired``)     max_age       no
+``SnoozeCap``  bury (kind ``snooze_cap``)  snooze_capped no
 =============  ==========================  ============  ===========================
 """
 
@@ -90,8 +93,45 @@ class DropStale:
     newly_lost: bool = False
 
 
-Outcome = Ack | Retry | Snooze | Bury | HandBack | DropStale
-OUTCOME_TYPES = (Ack, Retry, Snooze, Bury, HandBack, DropStale)
+# -- incident controls --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cancelled:
+    """An operator cancelled the job: to the DLQ with ``reason`` (``to='dlq'``) or discarded.
+    Its SQL effects were rolled back."""
+
+    to: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Expired:
+    """Older than its handler's ``max_age_s`` when reserved: to the DLQ without running."""
+
+    age_ms: int
+    max_age_s: float
+
+    @property
+    def reason(self) -> str:
+        return (f"expired: {self.age_ms / 1000:.1f}s old when reserved, over its max_age_s "
+                f"of {self.max_age_s:g}s; it did not run")
+
+
+@dataclass(frozen=True)
+class SnoozeCap:
+    """Held back ``snoozes`` times (the last: ``last``): to the DLQ instead of once more."""
+
+    snoozes: int
+    cap: int
+    last: Snooze
+
+    @property
+    def reason(self) -> str:
+        return (f"held back {self.snoozes} times without running (last: {self.last.reason}), "
+                f"over its cap of {self.cap}; look at what holds it, then replay")
+
+
+Outcome = Ack | Retry | Snooze | Bury | HandBack | DropStale | Cancelled | Expired | SnoozeCap
+OUTCOME_TYPES = (Ack, Retry, Snooze, Bury, HandBack, DropStale, Cancelled, Expired, SnoozeCap)
 
 
 def event_of(outcome: Outcome) -> str:
@@ -106,6 +146,12 @@ def event_of(outcome: Outcome) -> str:
         return "buried"
     if isinstance(outcome, HandBack):
         return "handed_back"
+    if isinstance(outcome, Cancelled):
+        return "cancelled"
+    if isinstance(outcome, Expired):
+        return "max_age"  # not 'expired': that is a lease expiry in logs and metrics
+    if isinstance(outcome, SnoozeCap):
+        return "snooze_capped"
     return "dropped"
 
 

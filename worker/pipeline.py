@@ -9,7 +9,10 @@
 The steps, in order (add a step by putting a method of the same shape into ``steps``):
 
 ``stop_check``         shutting down: ``HandBack`` before anything starts
+``cancel_requested``   an operator cancelled it (seen with the job or by the heartbeat):
+                       ``Cancelled``; looked at again right before the handler runs
 ``check_envelope``     undecodable payload or no handler here: ``Bury``; else ``r.spec``
+``too_old``            older than its handler's ``max_age_s`` when reserved: ``Expired``
 ``already_completed``  a duplicate this process saw complete (locked jobs): ``Ack``
 ``take_lock``          the job's business lock (``r.lock``), or ``Snooze`` when busy
 ``admit``              circuit breaker, concurrency slots, rate limit (``r.admission``)
@@ -17,6 +20,9 @@ The steps, in order (add a step by putting a method of the same shape into ``ste
 ``claim_key``          the idempotency claim (``r.store`` once owned), or ``Ack``
                        (completed before), ``Snooze`` (busy, database away) or ``Bury``
 ``execution.run``      the handler and its commit (execution.py): always an outcome
+
+A ``Snooze`` for lock busy, flow control or idempotency busy past the handler's
+``max_snoozes`` becomes ``SnoozeCap`` (to the DLQ with the reason) in ``outcome``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from collections.abc import Callable
 import redis
 
 from antre import Antre, InvalidJob, LockBusy
+from antre.cancel import CancelRequest
 from antre.envelope import Job
 from antre.flow import Admission, FlowControl, FlowPolicy
 from antre.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
@@ -41,12 +48,17 @@ from .execution import Execution
 from .health import RedisHealth
 from .held import Running
 from .leases import quietly
-from .outcomes import Ack, Bury, HandBack, Outcome, Snooze, jitter_ms
+from .failures import cancelled
+from .outcomes import Ack, Bury, Expired, HandBack, Outcome, Snooze, SnoozeCap, jitter_ms
 from .settle import Settler
 
 log = logging.getLogger("antre.worker")
 
 Step = Callable[[Running], Outcome | None]
+# the snoozes counted against a handler's max_snoozes: held back by something that may never
+# clear on its own (a lock nobody releases, an open breaker, a key stuck as busy)
+CAPPED_SNOOZES = frozenset({"lock_busy", "idempotency_busy", "concurrency_limited",
+                            "rate_limited", "breaker_open"})
 
 
 class Pipeline:
@@ -66,11 +78,14 @@ class Pipeline:
         self._local = threading.local()  # per runner thread: a lock to release with the next
         self.steps: tuple[Step, ...] = (
             self.stop_check,
+            self.cancel_requested,
             self.check_envelope,
+            self.too_old,
             self.already_completed,
             self.take_lock,
             self.admit,
             self.claim_key,
+            self.cancel_requested,
             execution.run,
         )
 
@@ -88,14 +103,44 @@ class Pipeline:
         for step in self.steps:
             outcome = step(r)
             if outcome is not None:
-                return outcome
+                return self.cap_snoozes(r, outcome)
         raise RuntimeError(f"job {r.job.id}: the pipeline's last step gave no outcome")
+
+    def cap_snoozes(self, r: Running, outcome: Outcome) -> Outcome:
+        """A job held back more than its handler's ``max_snoozes`` goes to the DLQ with the
+        reason instead of cycling forever."""
+        if not isinstance(outcome, Snooze) or outcome.reason not in CAPPED_SNOOZES:
+            return outcome
+        spec = r.spec or self.app.handlers.get(r.job.type)
+        cap = self.app.max_snoozes_for(spec) if spec is not None else None
+        if cap is None or r.job.snoozes < cap:
+            return outcome
+        return SnoozeCap(r.job.snoozes, cap, outcome)
 
     # -- the steps -----------------------------------------------------------------------------
     def stop_check(self, r: Running) -> Outcome | None:
         if self.stopping.is_set():
             return HandBack(time.monotonic() + self.stop_grace_s)
         return None
+
+    def cancel_requested(self, r: Running) -> Outcome | None:
+        """An operator's cancel request, seen with the job or by the heartbeat: the job ends
+        where they chose, without running (or before the handler starts)."""
+        req = r.cancel or CancelRequest.parse(r.job.cancel)
+        if req is None:
+            return None
+        r.cancel = req
+        return cancelled(r)
+
+    def too_old(self, r: Running) -> Outcome | None:
+        """Older than its handler's ``max_age_s`` when reserved: to the DLQ, not run."""
+        assert r.spec is not None
+        max_age_s = self.app.max_age_s_for(r.spec)
+        age_ms = r.job.reserved_at - r.job.created_at
+        if not max_age_s or age_ms <= max_age_s * 1000:
+            return None
+        self.flush_release()  # the previous job's lock goes now, not with a next acquire
+        return Expired(age_ms, max_age_s)
 
     def check_envelope(self, r: Running) -> Outcome | None:
         job = r.job

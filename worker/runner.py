@@ -283,7 +283,8 @@ class WorkerProcess:
         return self.promoter.promote_due()
 
     def _drained(self) -> bool:
-        """Burst mode's end: nothing ready (after promoting what is due) or in flight."""
+        """Burst mode's end: nothing ready (after promoting what is due) or in flight. The
+        ready jobs of a paused queue do not count: nothing of them may start."""
         with self._lock:
             if self._running:
                 return False
@@ -293,7 +294,10 @@ class WorkerProcess:
             for q in self.queues:
                 pipe.llen(q.keys.ready)
                 pipe.zcard(q.keys.inflight)
-            return not any(pipe.execute())
+                pipe.hexists(q.keys.paused, "*")
+            replies = pipe.execute()
+            return not any(inflight or (ready and not paused) for ready, inflight, paused
+                           in zip(replies[0::3], replies[1::3], replies[2::3]))
         except REDIS_DOWN as exc:
             self.health.failed(exc)
             return False

@@ -26,11 +26,13 @@ from antre.metrics import DurationBuffer
 
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
-from .outcomes import Ack, Bury, DropStale, HandBack, Outcome, Retry, Snooze, event_of
+from .outcomes import (Ack, Bury, Cancelled, DropStale, Expired, HandBack, Outcome, Retry,
+                       Snooze, SnoozeCap, event_of)
 
 log = logging.getLogger("antre.worker")
 
-LATENCY_EVENTS = ("succeeded", "deduplicated", "buried")  # the job's end-to-end latency ends
+LATENCY_EVENTS = ("succeeded", "deduplicated", "buried", "cancelled", "max_age",
+                  "snooze_capped")  # the job's end-to-end latency ends
 
 
 class Settler:
@@ -114,6 +116,14 @@ class Settler:
             q.bury(job, reason=outcome.reason, error=outcome.error or outcome.reason,
                    kind=outcome.kind, traceback=outcome.traceback,
                    spend_attempt=outcome.spend_attempt, note=note)
+        elif isinstance(outcome, Cancelled):
+            q.finish_cancelled(job, to=outcome.to, reason=outcome.reason)
+        elif isinstance(outcome, Expired):
+            q.bury(job, reason=outcome.reason, kind="expired", spend_attempt=False,
+                   signature="expired: older than its max_age_s", note=note)
+        elif isinstance(outcome, SnoozeCap):
+            q.bury(job, reason=outcome.reason, kind="snooze_cap", spend_attempt=False,
+                   signature=f"snooze_cap: {outcome.last.reason}", note=note)
 
     def _hand_back(self, r: Running, outcome: HandBack) -> bool:
         with r.settle_lock:
@@ -196,7 +206,7 @@ def duration_ms(r: Running) -> int | None:
 def _level(outcome: Outcome) -> int:
     if isinstance(outcome, Snooze):
         return outcome.level
-    if isinstance(outcome, (Retry, Bury, DropStale)):
+    if isinstance(outcome, (Retry, Bury, DropStale, Cancelled, Expired, SnoozeCap)):
         return logging.WARNING
     return logging.INFO
 
@@ -208,6 +218,12 @@ def _error_kind(outcome: Outcome) -> str:
         return outcome.reason
     if isinstance(outcome, DropStale):
         return "lease_lost"
+    if isinstance(outcome, Cancelled):
+        return "cancelled"
+    if isinstance(outcome, Expired):
+        return "expired"
+    if isinstance(outcome, SnoozeCap):
+        return "snooze_cap"
     return ""
 
 
@@ -222,6 +238,9 @@ def _note(outcome: Outcome) -> str:
         return f": {outcome.why}; outcome dropped"
     if isinstance(outcome, HandBack):
         return " (no attempt spent)"
+    if isinstance(outcome, (Cancelled, Expired, SnoozeCap)):
+        return f": {outcome.reason}" + (" (discarded)" if isinstance(outcome, Cancelled)
+                                        and outcome.to == "discard" else "")
     return ""
 
 

@@ -1,23 +1,66 @@
 -- reserve: ready -> in-flight under a lease. Bumps each job's lease epoch and delivery count.
 -- KEYS[1] ready (LIST)   KEYS[2] inflight (ZSET by deadline)   KEYS[3] stats (HASH)
+-- KEYS[4] paused (HASH: '*' or job type -> JSON)   KEYS[5] parked types (SET)
+-- KEYS[6] tombstones (STRING counter of purged ids still marked in the lists)
 -- ARGV[1] job_prefix   ARGV[2] now_ms, or 'server': the server's clock (a reserve sent behind a
 -- blocking wait runs when the wait ends, so the client's now would be stale; Queue.wait_and_reserve)
 -- ARGV[3] max jobs   ARGV[4] worker id
--- ARGV[5 ..] the fields to return for each job
+-- ARGV[5] parked-list prefix (+ job type)
+-- ARGV[6 ..] the fields to return for each job
 -- Each reserved job gets a 'reserved' event on its timeline (actor: the worker).
--- Returns: array of HMGET arrays (values of ARGV[5 ..]), one per reserved job
+-- Returns: array of HMGET arrays (values of ARGV[6 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
 -- read as 0 and a corrupted vt_ms as 30 s, so the job still reaches a worker, which buries it.
+-- Paused (incident controls): with '*' in KEYS[4] nothing is reserved. A job whose type is
+-- paused is moved, untouched (no epoch, delivery or attempt spent), to its type's parked list,
+-- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
+-- the type puts the parked list back at the oldest end of ready (unpark.lua). Ids starting with
+-- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if ARGV[2] == 'server' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local ids = redis.call('RPOP', KEYS[1], count)
-if not ids then return {} end
+-- >>> incident controls: pause, purge marks
+local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at most
+local npaused = redis.call('HLEN', KEYS[4])
+if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
+local function paused_type(id)
+  -- the job's type when that type is paused, else nil
+  if npaused == 0 then return nil end
+  local jtype = redis.call('HGET', prefix .. id, 'type')
+  if jtype and redis.call('HEXISTS', KEYS[4], jtype) == 1 then return jtype end
+  return nil
+end
+local ids, parked, tombs = {}, 0, 0
+while #ids < count and parked + tombs < SKIP_MAX do
+  local want = count - #ids
+  local got = redis.call('RPOP', KEYS[1], want)
+  if not got then break end
+  for _, id in ipairs(got) do
+    local jtype = nil
+    if string.byte(id, 1) == 123 then
+      tombs = tombs + 1
+    else
+      jtype = paused_type(id)
+      if jtype then
+        redis.call('LPUSH', ARGV[5] .. jtype, id)
+        redis.call('SADD', KEYS[5], jtype)
+        parked = parked + 1
+      else
+        ids[#ids + 1] = id
+      end
+    end
+  end
+  if #got < want then break end  -- the list is empty now
+end
+if parked > 0 then redis.call('HINCRBY', KEYS[3], 'parked', parked) end
+if tombs > 0 then redis.call('DECRBY', KEYS[6], tombs) end
+if #ids == 0 then return {} end
+-- <<< incident controls
 local fields = {}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
 local out = {}
 local orphans = 0
 local worker_json = cjson.encode(worker)

@@ -8,6 +8,7 @@
 -- KEYS[6] the job's timeline (optional)   ARGV[11] the caller's event details as JSON ('')
 -- ARGV[12] actor ('' = the job's worker). The event is 'handed_back' (counter handed_back),
 -- 'failed' (an error is recorded) or 'snoozed' (why: the error kind).
+-- ARGV[13] count a snooze on the job ('snoozes', capped by the worker) 1|0 (absent: 0)
 -- Returns: 'OK', or 'LOST:<why>' with nothing changed.
 local id, epoch, now, visible_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)
@@ -15,6 +16,7 @@ if lost then return lost end
 redis.call('ZREM', KEYS[2], id)
 if ARGV[5] == '1' then bump(KEYS[1], 'attempt', 1) end
 if ARGV[6] == '1' then bump(KEYS[1], 'deliveries', -1) end
+if ARGV[13] == '1' then bump(KEYS[1], 'snoozes', 1) end
 if ARGV[7] ~= '' then append_error(KEYS[1], now, ARGV[8], ARGV[7], ARGV[9]) end
 if KEYS[6] then
   local actor = actor_of(KEYS[1], ARGV[12])

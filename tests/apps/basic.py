@@ -53,3 +53,11 @@ def hang_forever(ctx, payload):
     """Ignores ``ctx.cancelled``: only a hard timeout (and a recycled process) ends it."""
     _mark(ctx, "started")
     time.sleep(120)
+
+
+@app.handler("ignores_cancel", cancel_grace_s=0.5)
+def ignores_cancel(ctx, payload):
+    """Ignores ``ctx.cancelled``: only the cancel grace (and a recycled process) ends it. Its
+    SQL write (when the app has a database) must never commit."""
+    _mark(ctx, "started")
+    time.sleep(120)

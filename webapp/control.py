@@ -1,0 +1,156 @@
+"""Incident controls in the browser: pause / resume a queue or a job type, cancel a running
+job (to the DLQ or discarded), delete one ready or scheduled job, purge a filtered set of ready, scheduled or dead jobs (dry-run count, typed
+confirmation, a paced task with pause and cancel). Every change goes through ``actions``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, abort, flash, redirect, request, url_for
+from flask.typing import ResponseReturnValue
+
+from antre.purge import SOURCES, PurgeError, PurgeFilter
+from antre.readmodels import PauseInfo
+
+from . import actions, services
+from .common import arg_int, check_queue, queue_arg, render, safe_next
+from .security import requires
+
+bp = Blueprint("control", __name__)
+
+
+def _flash(result: actions.Result) -> None:
+    flash(result.message, "ok" if result.ok else "error")
+
+
+def _type_arg(src: Any) -> str | None:
+    value = (src.get("type") or "").strip()
+    return value or None
+
+
+@bp.post("/queues/<queue>/pause")
+@requires("operator", "queue.pause")
+def pause(queue: str) -> ResponseReturnValue:
+    _flash(actions.pause(check_queue(queue), _type_arg(request.form), request.form.get("reason")))
+    return redirect(safe_next(url_for("overview.index")), code=303)
+
+
+@bp.post("/queues/<queue>/resume")
+@requires("operator", "queue.resume")
+def resume(queue: str) -> ResponseReturnValue:
+    _flash(actions.resume(check_queue(queue), _type_arg(request.form),
+                          request.form.get("reason")))
+    return redirect(safe_next(url_for("overview.index")), code=303)
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/delete")
+@requires("operator", "job.delete")
+def delete_job(queue: str, job_id: str) -> ResponseReturnValue:
+    _flash(actions.delete_job(check_queue(queue), job_id, request.form.get("reason")))
+    return redirect(safe_next(url_for("scheduled.index", queue=queue)), code=303)
+
+
+@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
+@requires("operator", "job.cancel")
+def cancel_job(queue: str, job_id: str) -> ResponseReturnValue:
+    _flash(actions.cancel_job(check_queue(queue), job_id, request.form.get("to") or "dlq",
+                              request.form.get("reason")))
+    return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)
+
+
+# -- purge ------------------------------------------------------------------------------------
+def purge_filter(src: Any, check: bool = True) -> PurgeFilter:
+    """A purge filter from query/form fields (source, type, group, older_than_s, field,
+    value); 400 with the reason when it is not valid (``check=False``: the action checks it,
+    so the refusal is audited)."""
+    older = src.get("older_than_s") or None
+    try:
+        older_s = float(older) if older is not None else None
+    except ValueError:
+        abort(400, "older_than_s must be a number of seconds")
+    field = (src.get("field") or "").strip() or None
+    flt = PurgeFilter(source=src.get("source") or "ready", job_type=_type_arg(src),
+                      group=(src.get("group") or "").strip() or None, older_than_s=older_s,
+                      field=field, value=str(src.get("value", "")) if field else None)
+    if not check:
+        return flt
+    try:
+        return flt.check()
+    except PurgeError as exc:
+        abort(400, str(exc))
+
+
+def _purge_args(flt: PurgeFilter) -> dict[str, Any]:
+    pairs = (("source", flt.source), ("type", flt.job_type), ("group", flt.group),
+             ("older_than_s", flt.older_than_s), ("field", flt.field), ("value", flt.value))
+    return {k: v for k, v in pairs if v is not None}
+
+
+@bp.get("/purge/")
+@requires("viewer")
+def purge_page() -> str:
+    svc = services.get()
+    queue = queue_arg()
+    flt = purge_filter(request.args)
+    return render("purge.html", "_purges.html", queue=queue, flt=flt, sources=SOURCES,
+                  fargs=_purge_args(flt), dry_run=svc.purger.count(queue, flt),
+                  queues=svc.reads.queue_names(), types=svc.reads.dead_types(queue),
+                  tasks=svc.bulk.list(queue, kind="purge"), as_of=svc.clock())
+
+
+@bp.post("/purge/<queue>/start")
+@requires("operator", "purge.start")
+def purge_start(queue: str) -> ResponseReturnValue:
+    flt = purge_filter(request.form, check=False)
+    try:
+        rate = float(request.form.get("rate") or 0)
+    except ValueError:
+        abort(400, "rate must be a number of jobs per second")
+    maximum = arg_int("maximum", 1_000_000, 0, src=request.form)
+    _flash(actions.purge_start(check_queue(queue), flt, rate, maximum,
+                               request.form.get("confirm", ""), request.form.get("reason")))
+    return redirect(url_for("control.purge_page", queue=queue, **_purge_args(flt)), code=303)
+
+
+def _purge_change(queue: str, task_id: str, op: str) -> ResponseReturnValue:
+    _flash(actions.purge_change(check_queue(queue), task_id, op, request.form.get("reason")))
+    return redirect(url_for("control.purge_page", queue=queue), code=303)
+
+
+@bp.post("/purge/<queue>/<task_id>/pause")
+@requires("operator", "purge.pause")
+def purge_pause(queue: str, task_id: str) -> ResponseReturnValue:
+    return _purge_change(queue, task_id, "pause")
+
+
+@bp.post("/purge/<queue>/<task_id>/resume")
+@requires("operator", "purge.resume")
+def purge_resume(queue: str, task_id: str) -> ResponseReturnValue:
+    return _purge_change(queue, task_id, "resume")
+
+
+@bp.post("/purge/<queue>/<task_id>/cancel")
+@requires("operator", "purge.cancel")
+def purge_cancel(queue: str, task_id: str) -> ResponseReturnValue:
+    return _purge_change(queue, task_id, "cancel")
+
+
+def paused_banners() -> list[PauseInfo]:
+    """Every pause of every queue, for the banner on each page (one HGETALL per queue)."""
+    svc = services.get()
+    try:
+        return svc.pauses.all()
+    except services.REDIS_ERRORS:
+        return []  # the outage banner says it
+
+
+def queue_pauses(queue: str) -> list[PauseInfo]:
+    try:
+        return services.get().pauses.of_queue(queue)
+    except services.REDIS_ERRORS:
+        return []
+
+
+def install_globals(app: Any) -> None:
+    app.jinja_env.globals["paused_banners"] = paused_banners
+    app.jinja_env.globals["queue_pauses"] = queue_pauses
