@@ -207,8 +207,8 @@ def queue_arg(default: str | None = None, busiest: str | None = None) -> str:
             name = max(names, key=lambda n: getattr(svc.reads.queue_info(n), busiest))
             if request.method == "GET" and request.endpoint:
                 # name the chosen queue in the URL, so polling and links stay on it
-                abort(redirect(url_for(request.endpoint,
-                                       **{**request.args.to_dict(), "queue": name})))
+                url_args: dict[str, Any] = {**request.args.to_dict(), "queue": name}
+                abort(redirect(url_for(request.endpoint, **url_args)))
     if not valid_name(name):
         abort(400, "bad queue name")
     return name
@@ -331,10 +331,10 @@ def safe_next(default: str) -> str:
 
 def install(app: Flask) -> None:
     app.extensions["antre_last_good"] = LastGood()
-    for exc in REDIS_ERRORS:
-        app.register_error_handler(exc, lambda e: _outage("redis", e))
-    for exc in DB_ERRORS:
-        app.register_error_handler(exc, lambda e: _outage("database", e))
+    for redis_exc in REDIS_ERRORS:
+        app.register_error_handler(redis_exc, lambda e: _outage("redis", e))
+    for db_exc in DB_ERRORS:
+        app.register_error_handler(db_exc, lambda e: _outage("database", e))
     app.jinja_env.filters["ts"] = fmt_ts
     app.jinja_env.filters["when"] = when
     app.jinja_env.filters["jobs"] = count_of

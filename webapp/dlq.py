@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from flask import Blueprint, Response, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
+from werkzeug.wrappers import Response
 
 from . import actions, find, services
 from .common import (

@@ -141,7 +141,7 @@ def _idempotency(key: str) -> tuple[Any, str]:
         return None, "the database is unreachable: idempotency status unknown"
 
 
-def job_page(queue: str, job_id: str) -> Any:
+def job_page(queue: str, job_id: str) -> str:
     """The job with its whole timeline; a discarded job's timeline alone while it is kept."""
     svc = services.get()
     check_queue(queue)
@@ -164,7 +164,7 @@ def job_page(queue: str, job_id: str) -> Any:
 
 @bp.get("/jobs/<queue>/<job_id>")
 @requires("viewer")
-def job(queue: str, job_id: str) -> Any:
+def job(queue: str, job_id: str) -> str:
     return job_page(queue, job_id)
 
 
