@@ -8,6 +8,7 @@ import re
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,12 +28,14 @@ from flask import (
 from markupsafe import Markup, escape
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from werkzeug.wrappers import Response as BaseResponse
 
 from antre.alerts import AlertEngine
 from antre.keys import valid_name
 from antre.readmodels import DeadFilter
 
 from . import services
+from .actions import Result
 from .services import REDIS_ERRORS, redact
 
 DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
@@ -87,7 +90,7 @@ def last_good() -> LastGood:
     return cache
 
 
-def _outage(backend: str, exc: Exception) -> Any:
+def _outage(backend: str, exc: Exception) -> Response | str:
     svc = services.get()
     since = svc.outages.failed(backend)
     services.log.warning("%s unreachable: %s", backend, exc)
@@ -243,7 +246,7 @@ def lease_ref(value: str) -> tuple[int, str]:
     return int(epoch), job_id
 
 
-def answer(result: Any, partial: Any, back_url: str) -> Any:
+def answer(result: Result, partial: Callable[[Result], str], back_url: str) -> str | BaseResponse:
     """A selection's answer: for htmx, the refreshed partial (``partial(result)``) with the
     result shown in place; without scripts, a flash message and a redirect back."""
     if is_htmx():

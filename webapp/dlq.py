@@ -92,7 +92,7 @@ def discard(queue: str, job_id: str) -> Response:
 
 @bp.post("/<queue>/selected")
 @requires("operator", "dlq.selected")
-def selected(queue: str) -> Any:
+def selected(queue: str) -> str | Response:
     """Replay or discard the ticked rows: one audit entry per job, one answer for all."""
     check_queue(queue)
     op = request.form.get("op")
@@ -127,7 +127,7 @@ def bulk_start(queue: str) -> Response:
     return _back(queue)
 
 
-def _bulk_change(queue: str, task_id: str, op: str) -> Any:
+def _bulk_change(queue: str, task_id: str, op: str) -> str | Response:
     result = actions.bulk_change(check_queue(queue), task_id, op, request.form.get("reason"))
     svc = services.get()
     return answer(result, lambda r: render("_bulk.html", "_bulk.html", queue=queue, outcome=r,
@@ -137,19 +137,19 @@ def _bulk_change(queue: str, task_id: str, op: str) -> Any:
 
 @bp.post("/<queue>/bulk/<task_id>/pause")
 @requires("operator", "dlq.bulk_replay.pause")
-def bulk_pause(queue: str, task_id: str) -> Any:
+def bulk_pause(queue: str, task_id: str) -> str | Response:
     return _bulk_change(queue, task_id, "pause")
 
 
 @bp.post("/<queue>/bulk/<task_id>/resume")
 @requires("operator", "dlq.bulk_replay.resume")
-def bulk_resume(queue: str, task_id: str) -> Any:
+def bulk_resume(queue: str, task_id: str) -> str | Response:
     return _bulk_change(queue, task_id, "resume")
 
 
 @bp.post("/<queue>/bulk/<task_id>/cancel")
 @requires("operator", "dlq.bulk_replay.cancel")
-def bulk_cancel(queue: str, task_id: str) -> Any:
+def bulk_cancel(queue: str, task_id: str) -> str | Response:
     return _bulk_change(queue, task_id, "cancel")
 
 

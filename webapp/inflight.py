@@ -56,7 +56,7 @@ def index() -> str:
 
 @bp.post("/<queue>/selected")
 @requires("operator", "inflight.selected")
-def selected(queue: str) -> Any:
+def selected(queue: str) -> str | Response:
     """Extend the leases of the ticked rows by ``seconds``: one audit entry per job."""
     check_queue(queue)
     if request.form.get("op", "extend") != "extend":

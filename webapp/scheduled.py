@@ -29,7 +29,7 @@ def _page(queue: str, outcome: actions.Result | None = None, src: Any = None) ->
 
 @bp.post("/<queue>/selected")
 @requires("operator", "scheduled.selected")
-def selected(queue: str) -> Any:
+def selected(queue: str) -> str | Response:
     """Run the ticked retries now: one audit entry per job."""
     check_queue(queue)
     if request.form.get("op", "run_now") != "run_now":
