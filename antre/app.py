@@ -7,9 +7,11 @@ import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, cast
+from typing import Any, Callable, Iterator
 
 import redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from . import sql
 from .alerts import AlertConfig
@@ -67,6 +69,17 @@ DEFAULT_MAX_SNOOZES = 1000
 def _env_float(name: str) -> float | None:
     value = os.environ.get(name)
     return float(value) if value else None
+@dataclass(frozen=True)
+class SqlParts:
+    """What an ``Antre`` with a database builds on first use, all on one engine."""
+
+    engine: Engine
+    session_factory: sessionmaker[Session]
+    idempotency: IdempotencyStore
+    outbox: Outbox
+    users: UserStore
+    audit: AuditLog
+    fences: LockFences
 
 
 def _env_int(name: str, default: int) -> int:
@@ -102,7 +115,7 @@ class Antre:
         self._redis = redis_client
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
-        self._sql: dict[str, Any] = {}
+        self._sql: SqlParts | None = None
         self._init_lock = threading.Lock()  # lazy connections are built once across threads
         self.migrate_on_start = True
         self._alerts = alerts
@@ -172,59 +185,66 @@ class Antre:
         return self._queues[name]
 
     # -- SQL (idempotency records, outbox, users, audit): None without a database ------------
-    def _sql_part(self, name: str) -> Any:
-        if self.database_url is None:
+    def _sql_parts(self) -> SqlParts | None:
+        database_url = self.database_url
+        if database_url is None:
             return None
-        if not self._sql:
+        if self._sql is None:
             with self._init_lock:
-                if not self._sql:
-                    self._sql = self._connect_sql()
-        return self._sql[name]
+                if self._sql is None:
+                    self._sql = self._connect_sql(database_url)
+        return self._sql
 
-    def _connect_sql(self) -> dict[str, Any]:
-        assert self.database_url is not None
-        engine = sql.make_engine(self.database_url)
+    def _connect_sql(self, database_url: str) -> SqlParts:
+        engine = sql.make_engine(database_url)
         if self.migrate_on_start:
             sql.migrate(engine)
         factory = sql.session_factory(engine)
-        return {
-            "engine": engine, "session_factory": factory,
-            "idempotency": IdempotencyStore(factory, self.clock,
-                                            cache=CompletedCache(clock=self.clock)),
-            "outbox": Outbox(factory, self.clock),
-            "users": UserStore(factory, self.clock),
-            "audit": AuditLog(factory, self.clock),
-            "fences": LockFences(engine.dialect.name, self.clock),
-        }
+        return SqlParts(
+            engine=engine, session_factory=factory,
+            idempotency=IdempotencyStore(factory, self.clock,
+                                         cache=CompletedCache(clock=self.clock)),
+            outbox=Outbox(factory, self.clock),
+            users=UserStore(factory, self.clock),
+            audit=AuditLog(factory, self.clock),
+            fences=LockFences(engine.dialect.name, self.clock),
+        )
 
     @property
-    def engine(self) -> Any:
-        return self._sql_part("engine")
+    def engine(self) -> Engine | None:
+        parts = self._sql_parts()
+        return parts.engine if parts else None
 
     @property
-    def session_factory(self) -> Any:
-        return self._sql_part("session_factory")
+    def session_factory(self) -> sessionmaker[Session] | None:
+        parts = self._sql_parts()
+        return parts.session_factory if parts else None
 
     @property
     def idempotency(self) -> IdempotencyStore | None:
-        return cast("IdempotencyStore | None", self._sql_part("idempotency"))
+        parts = self._sql_parts()
+        return parts.idempotency if parts else None
 
     @property
     def fences(self) -> LockFences | None:
         """Fencing tokens checked in SQL (``antre.fencing``); None without a database."""
-        return cast("LockFences | None", self._sql_part("fences"))
+        parts = self._sql_parts()
+        return parts.fences if parts else None
 
     @property
     def outbox(self) -> Outbox | None:
-        return cast("Outbox | None", self._sql_part("outbox"))
+        parts = self._sql_parts()
+        return parts.outbox if parts else None
 
     @property
     def users(self) -> UserStore | None:
-        return cast("UserStore | None", self._sql_part("users"))
+        parts = self._sql_parts()
+        return parts.users if parts else None
 
     @property
     def audit(self) -> AuditLog | None:
-        return cast("AuditLog | None", self._sql_part("audit"))
+        parts = self._sql_parts()
+        return parts.audit if parts else None
 
     def relay_outbox(self, batch: int = 500) -> int:
         """Push committed outbox rows to Redis (the enqueue script skips ids already there, so

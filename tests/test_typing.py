@@ -1,4 +1,4 @@
-"""The ``antre`` and ``worker`` packages type-check under ``mypy --strict`` (config:
+"""The ``antre``, ``worker`` and ``webapp`` packages type-check under ``mypy --strict`` (config:
 ``[tool.mypy]`` in pyproject.toml).
 
 Skipped when mypy is not installed locally; under ``CI=true`` a missing mypy is a failure.
@@ -16,7 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
-PACKAGES = ("antre", "worker")
+PACKAGES = ("antre", "worker", "webapp")
 
 
 def test_mypy_strict_passes() -> None:

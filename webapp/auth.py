@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from flask import (
     Blueprint,
-    Response,
     flash,
     redirect,
     render_template,
@@ -16,6 +15,7 @@ from flask import (
     url_for,
 )
 from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.wrappers import Response
 
 from antre.users import MIN_PASSWORD_LENGTH, normalise_name
 

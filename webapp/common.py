@@ -8,6 +8,7 @@ import re
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,12 +28,14 @@ from flask import (
 from markupsafe import Markup, escape
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from werkzeug.wrappers import Response as BaseResponse
 
 from antre.alerts import AlertEngine
 from antre.keys import valid_name
 from antre.readmodels import DeadFilter
 
 from . import services
+from .actions import Result
 from .services import REDIS_ERRORS, redact
 
 DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
@@ -87,7 +90,7 @@ def last_good() -> LastGood:
     return cache
 
 
-def _outage(backend: str, exc: Exception) -> Any:
+def _outage(backend: str, exc: Exception) -> Response | str:
     svc = services.get()
     since = svc.outages.failed(backend)
     services.log.warning("%s unreachable: %s", backend, exc)
@@ -207,8 +210,8 @@ def queue_arg(default: str | None = None, busiest: str | None = None) -> str:
             name = max(names, key=lambda n: getattr(svc.reads.queue_info(n), busiest))
             if request.method == "GET" and request.endpoint:
                 # name the chosen queue in the URL, so polling and links stay on it
-                abort(redirect(url_for(request.endpoint,
-                                       **{**request.args.to_dict(), "queue": name})))
+                url_args: dict[str, Any] = {**request.args.to_dict(), "queue": name}
+                abort(redirect(url_for(request.endpoint, **url_args)))
     if not valid_name(name):
         abort(400, "bad queue name")
     return name
@@ -243,7 +246,7 @@ def lease_ref(value: str) -> tuple[int, str]:
     return int(epoch), job_id
 
 
-def answer(result: Any, partial: Any, back_url: str) -> Any:
+def answer(result: Result, partial: Callable[[Result], str], back_url: str) -> str | BaseResponse:
     """A selection's answer: for htmx, the refreshed partial (``partial(result)``) with the
     result shown in place; without scripts, a flash message and a redirect back."""
     if is_htmx():
@@ -331,10 +334,10 @@ def safe_next(default: str) -> str:
 
 def install(app: Flask) -> None:
     app.extensions["antre_last_good"] = LastGood()
-    for exc in REDIS_ERRORS:
-        app.register_error_handler(exc, lambda e: _outage("redis", e))
-    for exc in DB_ERRORS:
-        app.register_error_handler(exc, lambda e: _outage("database", e))
+    for redis_exc in REDIS_ERRORS:
+        app.register_error_handler(redis_exc, lambda e: _outage("redis", e))
+    for db_exc in DB_ERRORS:
+        app.register_error_handler(db_exc, lambda e: _outage("database", e))
     app.jinja_env.filters["ts"] = fmt_ts
     app.jinja_env.filters["when"] = when
     app.jinja_env.filters["jobs"] = count_of

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from flask import Blueprint, Response, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
+from werkzeug.wrappers import Response
 
 from . import actions, find, services
 from .common import (
@@ -91,7 +92,7 @@ def discard(queue: str, job_id: str) -> Response:
 
 @bp.post("/<queue>/selected")
 @requires("operator", "dlq.selected")
-def selected(queue: str) -> Any:
+def selected(queue: str) -> str | Response:
     """Replay or discard the ticked rows: one audit entry per job, one answer for all."""
     check_queue(queue)
     op = request.form.get("op")
@@ -126,7 +127,7 @@ def bulk_start(queue: str) -> Response:
     return _back(queue)
 
 
-def _bulk_change(queue: str, task_id: str, op: str) -> Any:
+def _bulk_change(queue: str, task_id: str, op: str) -> str | Response:
     result = actions.bulk_change(check_queue(queue), task_id, op, request.form.get("reason"))
     svc = services.get()
     return answer(result, lambda r: render("_bulk.html", "_bulk.html", queue=queue, outcome=r,
@@ -136,19 +137,19 @@ def _bulk_change(queue: str, task_id: str, op: str) -> Any:
 
 @bp.post("/<queue>/bulk/<task_id>/pause")
 @requires("operator", "dlq.bulk_replay.pause")
-def bulk_pause(queue: str, task_id: str) -> Any:
+def bulk_pause(queue: str, task_id: str) -> str | Response:
     return _bulk_change(queue, task_id, "pause")
 
 
 @bp.post("/<queue>/bulk/<task_id>/resume")
 @requires("operator", "dlq.bulk_replay.resume")
-def bulk_resume(queue: str, task_id: str) -> Any:
+def bulk_resume(queue: str, task_id: str) -> str | Response:
     return _bulk_change(queue, task_id, "resume")
 
 
 @bp.post("/<queue>/bulk/<task_id>/cancel")
 @requires("operator", "dlq.bulk_replay.cancel")
-def bulk_cancel(queue: str, task_id: str) -> Any:
+def bulk_cancel(queue: str, task_id: str) -> str | Response:
     return _bulk_change(queue, task_id, "cancel")
 
 

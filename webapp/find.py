@@ -11,10 +11,12 @@ from urllib.parse import quote
 
 from flask import Blueprint, abort, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.wrappers import Response
 
 from antre.envelope import STATES
 from antre.finder import BadQuery, Finder, Located, SearchStep
 from antre.keys import valid_name
+from antre.readmodels import Page
 
 from . import services
 from .common import check_queue, page_args, render
@@ -64,7 +66,7 @@ def _page(status: int = 200, **ctx: Any) -> tuple[str, int]:
 
 @bp.get("/find")
 @requires("viewer")
-def index() -> Any:
+def index() -> tuple[str, int] | Response:
     """A job id or an idempotency key goes straight to the job; ``field=value`` searches."""
     text = (request.args.get("q") or "").strip()[:MAX_TEXT]
     queue, state = search_filters(request.args)
@@ -87,7 +89,7 @@ def index() -> Any:
 
 @bp.get("/find/more")
 @requires("viewer")
-def more() -> Any:
+def more() -> str:
     """The next bounded step of a payload search (rows + the next step's trigger)."""
     text = (request.args.get("q") or "").strip()[:MAX_TEXT]
     queue, state = search_filters(request.args)
@@ -141,7 +143,7 @@ def _idempotency(key: str) -> tuple[Any, str]:
         return None, "the database is unreachable: idempotency status unknown"
 
 
-def job_page(queue: str, job_id: str) -> Any:
+def job_page(queue: str, job_id: str) -> str:
     """The job with its whole timeline; a discarded job's timeline alone while it is kept."""
     svc = services.get()
     check_queue(queue)
@@ -164,12 +166,12 @@ def job_page(queue: str, job_id: str) -> Any:
 
 @bp.get("/jobs/<queue>/<job_id>")
 @requires("viewer")
-def job(queue: str, job_id: str) -> Any:
+def job(queue: str, job_id: str) -> str:
     return job_page(queue, job_id)
 
 
 # -- browse every state -------------------------------------------------------------------------
-def browse_page(queue: str, state: str, job_type: str, offset: int, limit: int) -> Any:
+def browse_page(queue: str, state: str, job_type: str, offset: int, limit: int) -> Page:
     reads = services.get().reads
     if state == "ready" and job_type:
         return finder().ready_of_type(queue, job_type, offset, limit, BROWSE_SCAN)
@@ -182,7 +184,7 @@ def browse_page(queue: str, state: str, job_type: str, offset: int, limit: int) 
 
 @bp.get("/browse/<queue>/<state>")
 @requires("viewer")
-def browse(queue: str, state: str) -> Any:
+def browse(queue: str, state: str) -> str:
     """Paged jobs of one state: ready oldest first (optionally of one type), in flight by
     deadline, scheduled by due time, dead and done newest first."""
     svc = services.get()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
+from werkzeug.wrappers import Response
 
 from . import actions, find, services
 from .common import (
@@ -55,7 +56,7 @@ def index() -> str:
 
 @bp.post("/<queue>/selected")
 @requires("operator", "inflight.selected")
-def selected(queue: str) -> Any:
+def selected(queue: str) -> str | Response:
     """Extend the leases of the ticked rows by ``seconds``, or cancel them (``op=cancel``, to
     ``to``): one audit entry per job."""
     check_queue(queue)

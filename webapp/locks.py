@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, flash, redirect, request, url_for
+from typing import Any
+
+from flask import Blueprint, flash, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.wrappers import Response
 
 
 from . import actions, services
@@ -13,7 +16,7 @@ from .security import audit, requires
 bp = Blueprint("locks", __name__, url_prefix="/locks")
 
 
-def locks_data() -> dict:
+def locks_data() -> dict[str, Any]:
     svc = services.get()
     now = svc.clock()
     held = svc.locks.held()

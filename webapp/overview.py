@@ -6,8 +6,9 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from flask import Blueprint, Response, flash, redirect, request, url_for
+from flask import Blueprint, flash, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.wrappers import Response
 
 from antre import sampling
 from antre.readmodels import StatusSummary
@@ -33,7 +34,7 @@ def overview_data() -> StatusSummary:
 def index() -> str:
     summary = overview_data()
     names = [q.name for q in summary.overview.queues]
-    window = request.args.get("window") if request.args.get("window") in CHART_WINDOWS else "1h"
+    window = _window_arg()
     queue = request.args.get("queue") or (names[0] if names else "default")
     return render("overview.html", "_overview.html", window=window, chart_queue=check_queue(queue),
                   queues=names, s=summary, as_of=summary.as_of)
@@ -126,10 +127,15 @@ def chart_data(queue: str, window: str) -> dict[str, Any]:
             "markers": len(markers)}
 
 
+def _window_arg() -> str:
+    window = request.args.get("window") or ""
+    return window if window in CHART_WINDOWS else "1h"
+
+
 @bp.get("/charts")
 @requires("viewer")
 def charts() -> str:
-    window = request.args.get("window") if request.args.get("window") in CHART_WINDOWS else "1h"
+    window = _window_arg()
     queue = check_queue(request.args.get("queue") or "default")
     return render("_charts.html", "_charts.html", window=window, chart_queue=queue,
                   **chart_data(queue, window))

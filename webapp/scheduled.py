@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
+from werkzeug.wrappers import Response
 
 from . import actions, services
 from .common import answer, check_queue, page_args, queue_arg, render, safe_next, selected_ids
@@ -28,7 +29,7 @@ def _page(queue: str, outcome: actions.Result | None = None, src: Any = None) ->
 
 @bp.post("/<queue>/selected")
 @requires("operator", "scheduled.selected")
-def selected(queue: str) -> Any:
+def selected(queue: str) -> str | Response:
     """Run the ticked retries now, or delete them: one audit entry per job."""
     check_queue(queue)
     op = request.form.get("op", "run_now")

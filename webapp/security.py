@@ -58,7 +58,9 @@ from flask import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.wrappers import Response as BaseResponse
 
+from antre.logins import LoginThrottle
 from antre.users import UserInfo, normalise_name, role_at_least
 
 from . import services
@@ -146,7 +148,7 @@ class LoginLimiter:
         self.window_s = window_s
         self.memory = MemoryLimiter(window_s)
 
-    def _shared(self) -> Any:
+    def _shared(self) -> LoginThrottle:
         logins = services.get().logins
         logins.window_ms = int(self.window_s * 1000)
         return logins
@@ -234,7 +236,8 @@ def csrf_token() -> str:
 
 
 def current_user() -> CurrentUser | None:
-    return g.get("user")
+    user: CurrentUser | None = g.get("user")  # set by _load_user_and_check
+    return user
 
 
 def client_addr() -> str:
@@ -470,7 +473,8 @@ def _who() -> CurrentUser | None:
     return _session_user()
 
 
-def _load_user_and_check() -> Response | None:
+def _load_user_and_check() -> BaseResponse | None:
+    """None lets the request through; a response (a refusal or the way to log in) ends it."""
     if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint is None:
         if request.method in UNSAFE and request.endpoint is not None:
             return _write_refused(None)
@@ -482,7 +486,7 @@ def _load_user_and_check() -> Response | None:
     if user is None:
         if wants_json():
             return refuse(401, "log in first (session cookie or HTTP Basic)", "login")
-        return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))  # type: ignore[return-value]
+        return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
     g.user = user
     if request.method in UNSAFE:
         return _write_refused(user)

@@ -3,7 +3,8 @@ log a user out everywhere."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, flash, redirect, request, url_for
+from flask import Blueprint, flash, redirect, request, url_for
+from werkzeug.wrappers import Response
 
 from antre.sql import ROLES
 
