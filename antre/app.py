@@ -46,11 +46,14 @@ class HandlerSpec:
     lock_ttl_s: float = 30.0
     downstream: str | None = None
     flow: FlowPolicy | None = None  # concurrency / rate limits for this job type, all workers
+    unique: bool = False  # enqueue returns the pending job holding the same idempotency key
+    unique_for_s: float = 0.0  # and refuses a key whose job completed this recently
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
                 "visibility_timeout_s": self.visibility_timeout_s,
-                "max_deliveries": self.max_deliveries}
+                "max_deliveries": self.max_deliveries, "unique": self.unique,
+                "unique_for_s": self.unique_for_s}
 
 
 def _env_int(name: str, default: int) -> int:
@@ -202,7 +205,8 @@ class Antre:
         """Register ``fn(ctx, payload)`` for job type ``name``. Options: queue, max_attempts,
         timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
         idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
-        flow (a ``FlowPolicy`` for this job type)."""
+        flow (a ``FlowPolicy`` for this job type), unique and unique_for_s (the defaults of
+        ``enqueue``'s own: see there)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
@@ -239,7 +243,12 @@ class Antre:
                 lock_key: str | None = None, delay_s: float = 0.0, queue: str | None = None,
                 session: Any = None, **options: Any) -> str:
         """Enqueue one job; returns its id. With ``session=`` (a SQLAlchemy session) the job is
-        written to the outbox in the caller's transaction and pushed to Redis by the relay."""
+        written to the outbox in the caller's transaction and pushed to Redis by the relay.
+
+        ``unique=True``: while a job with the same idempotency key is pending (ready,
+        scheduled or in flight) in this queue, no second job is added and that job's id is
+        returned; ``unique_for_s=N`` also refuses the key for N seconds after its job
+        completed (the completed job's id is returned). Decided in the enqueue script."""
         q = self.queue_for(job_type, queue)
         spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
                          delay_s=delay_s, **options)

@@ -61,6 +61,7 @@ METRIC_NAMES = (
     "antre_processing_duration_seconds", "antre_workers_live", "antre_worker_restarts_total",
     "antre_circuit_breaker_state", "antre_circuit_breaker_opens_total",
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
+    "antre_enqueue_deduplicated_total", "antre_dlq_dropped_total",
 )
 
 
@@ -199,6 +200,12 @@ class AntreCollector:
                                                 "answered from the idempotency store", labels=q),
             "lock_busy": CounterMetricFamily("antre_lock_conflict_count", "Jobs snoozed because "
                                              "their business lock was held", labels=q),
+            "enqueue_deduplicated": CounterMetricFamily(
+                "antre_enqueue_deduplicated", "Unique enqueues answered with the pending job "
+                "holding the same idempotency key (no second job added)", labels=q),
+            "dead_dropped": CounterMetricFamily(
+                "antre_dlq_dropped", "Dead jobs dropped by retention (over the queue's "
+                "maximum count or age), oldest first", labels=q),
         }
         ack_latency = SummaryMetricFamily("antre_ack_latency_seconds", "Enqueue to ack, all job "
                                           "types (from the ack script's counters)", labels=q)

@@ -10,7 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -50,6 +50,8 @@ class JobSpec:
     headers: dict[str, str] = field(default_factory=dict)
     trace_id: str | None = None
     job_id: str | None = None
+    unique: bool = False  # while a job holds this idempotency key, enqueue returns its id
+    unique_for_s: float = 0.0  # unique: after it completes, refuse the key this long
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,28 @@ class SweepResult:
     requeued: int
     buried: int
     outcomes: dict[str, str]
+
+
+def _runs(built: list[dict[str, str]], chunk: int) -> Iterator[list[dict[str, str]]]:
+    """Consecutive jobs with the same field names, at most ``chunk`` per run (one script call
+    each: unique jobs and periodic ticks carry extra fields)."""
+    run: list[dict[str, str]] = []
+    for fields in built:
+        if run and (len(run) >= chunk or fields.keys() != run[0].keys()):
+            yield run
+            run = []
+        run.append(fields)
+    if run:
+        yield run
+
+
+def _stored(job_id: str, reply: Any) -> tuple[str, str]:
+    if reply == 1:
+        return job_id, "stored"
+    if reply == 0:
+        return job_id, "exists"
+    outcome, _, holder = str(reply).partition(":")
+    return holder, outcome
 
 
 def _lease_result(reply: str, job_id: str) -> str:
@@ -104,6 +128,23 @@ class Queue:
         job_id = spec.job_id or new_job_id()
         if spec.job_id is not None and not keys.valid_name(job_id):
             raise InvalidJob(f"bad job id {job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        return {**self._base_fields(spec, job_id, now), **self._unique_fields(spec)}
+
+    def _unique_fields(self, spec: JobSpec) -> dict[str, str]:
+        """The optional fields enqueue.lua reads to deduplicate a unique job (issue 13)."""
+        window = spec.unique_for_s
+        if (isinstance(window, bool) or not isinstance(window, (int, float))
+                or not math.isfinite(window) or not 0 <= window <= MAX_SECONDS):
+            raise InvalidJob(f"unique_for_s must be a finite number of seconds from 0 to "
+                             f"{MAX_SECONDS}, not {window!r}")
+        if not isinstance(spec.unique, bool):
+            raise InvalidJob(f"unique must be True or False, not {spec.unique!r}")
+        if not spec.unique:
+            return {}
+        return {"ukey": self.keys.unique(spec.idempotency_key),
+                "unique_ms": str(int(window * 1000))}
+
+    def _base_fields(self, spec: JobSpec, job_id: str, now: int) -> dict[str, str]:
         return {
             "id": job_id,
             "type": spec.job_type,
@@ -131,23 +172,30 @@ class Queue:
         return self.enqueue_many([spec])[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
-        """Store many jobs in few round trips (one script call per ``chunk`` jobs)."""
+        """Store many jobs in few round trips (one script call per ``chunk`` jobs). Returns
+        each job's id; for a unique job whose key is held, the id of the job holding it."""
         now = self.clock()
-        built = [self.build(s, now) for s in specs]
+        return [ids for ids, _ in self.store([self.build(s, now) for s in specs], now, chunk)]
+
+    def store(self, built: list[dict[str, str]], now: int,
+              chunk: int = 500) -> list[tuple[str, str]]:
+        """Send built jobs to enqueue.lua; returns (id, outcome) per job, outcome being
+        'stored', 'exists' or a guard's refusal ('dup', 'recent', 'tick', 'paused'), with id
+        then the job that holds the key or the tick (may be '')."""
         if not built:
             return []
-        names = list(built[0])  # enqueue.lua reads id, type, visible_at by position: first
         k = self.keys
         batch = Batch(self.redis)
-        for start in range(0, len(built), chunk):
+        for part in _runs(built, chunk):
+            names = list(part[0])  # enqueue.lua reads id, type, visible_at by position: first
             args: list[Any] = [k.job_prefix, now, json.dumps(names)]
             args.extend(json.dumps(list(fields.values()), separators=(",", ":"))
-                        for fields in built[start:start + chunk])
+                        for fields in part)
             batch.script(self.scripts.enqueue, [k.ready, k.scheduled, k.stats, k.types, k.wake],
                          args)
         batch.command("sadd", keys.queues_index(), self.name)
-        batch.execute()
-        return [fields["id"] for fields in built]
+        replies = [r for reply in batch.execute()[:-1] for r in reply]
+        return [_stored(fields["id"], reply) for fields, reply in zip(built, replies)]
 
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:

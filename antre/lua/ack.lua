@@ -11,6 +11,7 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', now, 'result', ARGV[4])
 redis.call('ZADD', KEYS[3], now, id)
 redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
+unique_release(KEYS[1], id, true)
 local created = num_field(KEYS[1], 'created_at', 0)
 if created > 0 and created <= now then
   redis.call('HINCRBY', KEYS[4], 'latency_ms_total', now - created)
