@@ -23,6 +23,7 @@ from .errors import InvalidJob
 from .flow import FlowPolicy
 from .keys import valid_name
 from .locks import Lock, Locks, held_lock
+from .periodic import Schedule, Scheduler, make_schedule
 from .queue import JobSpec, Queue
 from .retry import RetryPolicy
 from .scripts import Scripts
@@ -80,6 +81,7 @@ class Antre:
             "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
         self.handlers: dict[str, HandlerSpec] = {}
         self.downstreams: dict[str, FlowPolicy] = {}
+        self.schedules: dict[str, Schedule] = {}
         if redis_client is not None and not redis_client.get_encoder().decode_responses:
             raise ValueError("Antre needs a Redis client that decodes replies to str: build it "
                              "with decode_responses=True (e.g. redis.Redis.from_url(url, "
@@ -214,6 +216,47 @@ class Antre:
             self.handlers[name] = HandlerSpec(name=name, fn=fn, **options)
             return fn
         return register
+
+    # -- periodic jobs (antre/periodic.py) ---------------------------------------------------
+    def periodic(self, cron: str | None = None, job_type: str = "", *, every_s: int | None = None,
+                 payload: Any = None, timezone: str = "UTC", name: str | None = None,
+                 queue: str | None = None, catch_up: str = "once", max_catch_up: int = 10,
+                 grace_s: float = 60.0, **options: Any) -> Callable[[Handler], Handler]:
+        """Enqueue ``job_type`` on a schedule: ``periodic("*/5 * * * *", "reconcile_stock")``
+        (cron, in ``timezone``) or ``periodic(job_type="flush", every_s=30)``. Each tick is
+        enqueued once cluster-wide by the workers' scheduler duty. ``catch_up`` after a
+        scheduler outage: 'skip', 'once' (default) or 'all' (the latest ``max_catch_up``).
+        ``name`` (default: the job type) tells several schedules of one type apart;
+        ``options`` are job options (max_attempts, timeout_s, ...). Raises ``InvalidJob`` at
+        once on a bad expression, timezone or option. Usable as a decorator of the handler."""
+        schedule = make_schedule(name or job_type, job_type, cron=cron, every_s=every_s,
+                                 payload=payload, timezone=timezone, queue=queue,
+                                 catch_up=catch_up, max_catch_up=max_catch_up, grace_s=grace_s,
+                                 options=options)
+        if schedule.name in self.schedules:
+            raise InvalidJob(f"a schedule named {schedule.name!r} exists already: pass name= "
+                             "to tell two schedules of one job type apart")
+        self.schedules[schedule.name] = schedule
+
+        def register(fn: Handler) -> Handler:
+            if job_type not in self.handlers:
+                self.handler(job_type)(fn)
+            return fn
+        return register
+
+    def resolved_schedules(self) -> list[Schedule]:
+        """The schedules with their queue and job options filled in from their handlers."""
+        out = []
+        for s in self.schedules.values():
+            handler = self.handlers.get(s.job_type)
+            queue = s.queue or (handler.queue if handler else self.default_queue)
+            options = {**(handler.defaults() if handler else {}), **s.options}
+            out.append(dataclasses.replace(s, queue=queue, options=options))
+        return out
+
+    def scheduler(self) -> Scheduler:
+        return Scheduler(self.redis, self.resolved_schedules(), clock=self.clock,
+                         scripts=self.scripts, default_queue=self.default_queue)
 
     def downstream(self, name: str, policy: FlowPolicy) -> None:
         """Limits shared by every handler with ``downstream=name``: concurrency, a token-bucket

@@ -97,6 +97,27 @@ class DeadFilter:
         return ", ".join(parts) or "all"
 
 
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """One periodic schedule on the Schedules page, the API and ``antre schedules list``."""
+
+    name: str
+    job_type: str
+    queue: str
+    trigger: str  # 'cron */5 * * * * (UTC)' or 'every 30 s'
+    catch_up: str
+    paused: bool
+    paused_by: str
+    last_tick_ms: int  # the last tick enqueued (or skipped while paused)
+    last_job_id: str  # the last run's job (a tick or a manual run)
+    last_enqueued_ms: int
+    last_outcome: str  # the last run's job state: ready, inflight, done, dead, ... or never run
+    last_finished_ms: int
+    last_error: str
+    next_run_ms: int
+    as_of: int
+
+
 @dataclass
 class Overview:
     queues: list[QueueInfo] = field(default_factory=list)

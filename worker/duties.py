@@ -1,5 +1,5 @@
 """The pool's scheduled duties on APScheduler: sweeper, promoter, sampler, bulk replays,
-idempotency pruner, outbox relay. Started in the supervisor process only.
+idempotency pruner, outbox relay, periodic jobs, retention. Started in the supervisor process only.
 
 Each duty runs at most once per tick cluster-wide: it first takes a per-duty maintenance key
 with ``SET NX PX`` (a random token, a TTL a little shorter than its interval) and skips the tick
@@ -96,6 +96,15 @@ def _relay(d: Duties) -> Any:
     return d.app.relay_outbox()
 
 
+def _periodic(d: Duties) -> Any:
+    """Enqueue the app's due periodic ticks (``antre.periodic``; each once cluster-wide)."""
+    if not d.app.schedules:
+        return []
+    scheduler = d.app.scheduler()
+    scheduler.clock = d.clock or d.app.clock
+    return scheduler.run_once()
+
+
 def _alerts(d: Duties) -> Any:
     """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once."""
     engine = AlertEngine(d.app.redis, d.clock or d.app.clock,
@@ -116,6 +125,7 @@ DUTIES = (
     Duty("idempotency_pruner", 3600.0, _prune),
     Duty("outbox_relay", 1.0, _relay),
     Duty("alerts", 15.0, _alerts),
+    Duty("periodic", 1.0, _periodic),
 )
 
 

@@ -7,7 +7,8 @@
 -- client's packing cost low for big batches)
 -- Optional fields (present only on such jobs; see "producer guards" below): ukey + unique_ms
 -- (a unique job: the key of its idempotency key's index entry, the unique_for window), sched +
--- tick (a periodic tick: the schedule's state hash and the tick time ms).
+-- tick (a periodic tick: the schedule's state hash and the tick time ms; tick 0 is a manual
+-- run, recorded as the schedule's last run without checking or moving its last tick).
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
 -- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
@@ -39,6 +40,7 @@ local function unique_guard(ukey)
 end
 
 local function tick_guard(sched, tick)
+  if tick == 0 then return nil end  -- a manual run ('run now'): recorded, not a tick
   local st = redis.call('HMGET', sched, 'last_tick', 'last_job', 'paused')
   if tonumber(st[1] or '') and tonumber(st[1]) >= tick then return 'tick:' .. (st[2] or '') end
   if st[3] == '1' then
@@ -62,8 +64,8 @@ local function claim(values, id)
   -- after storing: the job now holds its idempotency key / its schedule's tick
   if pos.ukey then redis.call('SET', values[pos.ukey], id) end
   if pos.sched then
-    redis.call('HSET', values[pos.sched], 'last_tick', values[pos.tick], 'last_job', id,
-               'last_enqueued_at', now)
+    redis.call('HSET', values[pos.sched], 'last_job', id, 'last_enqueued_at', now)
+    if values[pos.tick] ~= '0' then redis.call('HSET', values[pos.sched], 'last_tick', values[pos.tick]) end
   end
 end
 -- end of producer guards -------------------------------------------------------------------
