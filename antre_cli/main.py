@@ -1,4 +1,4 @@
-"""``antre``: demo, worker, web, sweep, status, dlq, user."""
+"""``antre``: demo, worker, web, sweep, status, dlq, schedules, user."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from typing import Any, Sequence
 import redis
 
 from antre import Antre
-from antre.readmodels import DeadFilter, ReadModels
+from antre.periodic import Schedules
+from antre.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.registry import WorkerRegistry
 from worker.cli import main as worker_main
 from worker.loader import load_app
@@ -118,6 +119,39 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0 if done == len(ids) else 1
 
 
+# -- schedules --------------------------------------------------------------------------------
+def _schedule_line(info: ScheduleInfo) -> str:
+    nxt = "paused" if info.paused else _ts(info.next_run_ms)
+    return (f"{info.name:<24}{info.trigger:<32}next {nxt:<20} last {_ts(info.last_enqueued_ms)}"
+            f" ({info.last_outcome})")
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    app = _app(args.app)
+    ops = Schedules(app.redis, clock=app.clock, scripts=app.scripts)
+    if args.sched_cmd == "list":
+        rows = ops.list()
+        if args.json:
+            print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        for row in [] if args.json else rows:
+            print(_schedule_line(row))
+        return 0
+    try:
+        if args.sched_cmd == "run":
+            detail: dict[str, Any] = {"job_id": ops.run_now(args.name)}
+        else:
+            ops.set_paused(args.name, args.sched_cmd == "pause", _operator())
+            detail = {}
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}; see 'antre schedules list'", file=sys.stderr)
+        return 1
+    action = {"run": "schedules.run_now"}.get(args.sched_cmd, f"schedules.{args.sched_cmd}")
+    _audit(app, action, args.name, args.reason, "ok", detail)
+    print(f"{args.name}: {args.sched_cmd} done" +
+          (f" (job {detail['job_id']})" if detail else ""))
+    return 0
+
+
 # -- users ----------------------------------------------------------------------------------
 def cmd_user(args: argparse.Namespace) -> int:
     app = _app(args.app)
@@ -198,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
         qa.add_argument("--limit", type=int, default=1000)
         qa.add_argument("--reason", default="", help="why (written to the audit log)")
 
+    sc = sub.add_parser("schedules", help="periodic schedules: list | pause | resume | run")
+    sc.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+    scsub = sc.add_subparsers(dest="sched_cmd", required=True)
+    scl = scsub.add_parser("list")
+    scl.add_argument("--json", action="store_true")
+    for name in ("pause", "resume", "run"):
+        sca = scsub.add_parser(name)
+        sca.add_argument("name")
+        sca.add_argument("--reason", default="", help="why (written to the audit log)")
+
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
@@ -217,5 +261,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
-                "demo": cmd_demo}
+                "demo": cmd_demo, "schedules": cmd_schedules}
     return handlers[args.command](args)

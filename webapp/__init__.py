@@ -27,6 +27,7 @@ from . import (
     metrics,
     overview,
     scheduled,
+    schedules,
     security,
     services,
     users,
@@ -35,7 +36,7 @@ from . import (
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
-              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp)
+              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp)
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:

@@ -24,6 +24,7 @@ from antre.audit import AuditLog
 from antre.bulk import BulkReplays
 from antre.clock import Clock, system_ms
 from antre.logins import LoginThrottle
+from antre.periodic import Schedules
 from antre.fencing import LockFences
 from antre.idempotency import IdempotencyStore
 from antre.locks import Locks
@@ -78,6 +79,11 @@ class Services:
     @property
     def redis(self) -> redis.Redis:
         return self.antre.redis
+
+    @property
+    def schedules(self) -> Schedules:
+        """Periodic schedules as published in Redis by the workers' scheduler duty."""
+        return Schedules(self.redis, clock=self.clock, scripts=self.antre.scripts)
 
     def idempotent(self, job_type: str) -> bool | None:
         """False when the app knows the handler and it is marked not idempotent."""
