@@ -25,6 +25,7 @@ from .keys import valid_name
 from .locks import Lock, Locks, held_lock
 from .periodic import Schedule, Scheduler, make_schedule
 from .queue import JobSpec, Queue
+from .retention import RetentionPolicy, policy_from_env
 from .retry import RetryPolicy
 from .scripts import Scripts
 from .tracing import enqueue_span
@@ -82,6 +83,7 @@ class Antre:
         self.handlers: dict[str, HandlerSpec] = {}
         self.downstreams: dict[str, FlowPolicy] = {}
         self.schedules: dict[str, Schedule] = {}
+        self.retention_policies: dict[str, RetentionPolicy] = {}  # per queue; else from env
         if redis_client is not None and not redis_client.get_encoder().decode_responses:
             raise ValueError("Antre needs a Redis client that decodes replies to str: build it "
                              "with decode_responses=True (e.g. redis.Redis.from_url(url, "
@@ -126,8 +128,12 @@ class Antre:
         if name not in self._queues:
             self._queues[name] = Queue(self.redis, name, clock=self.clock,
                                        max_payload_bytes=self.max_payload_bytes,
-                                       scripts=self.scripts)
+                                       scripts=self.scripts,
+                                       done_retention_ms=self._done_retention_ms(name))
         return self._queues[name]
+
+    def _done_retention_ms(self, queue: str) -> int:
+        return self.retention_for(queue).done_max_age_s * 1000
 
     # -- SQL (idempotency records, outbox, users, audit): None without a database ------------
     def _sql_part(self, name: str) -> Any:
@@ -257,6 +263,17 @@ class Antre:
     def scheduler(self) -> Scheduler:
         return Scheduler(self.redis, self.resolved_schedules(), clock=self.clock,
                          scripts=self.scripts, default_queue=self.default_queue)
+
+    # -- retention (antre/retention.py) -----------------------------------------------------
+    def retention(self, queue: str, **limits: int) -> RetentionPolicy:
+        """Set ``queue``'s retention: dead_max_jobs, dead_max_age_s, done_max_age_s (the rest
+        from the environment's defaults). Applied by the workers' retention duty."""
+        policy = dataclasses.replace(policy_from_env(), **limits)
+        self.retention_policies[queue] = policy
+        return policy
+
+    def retention_for(self, queue: str) -> RetentionPolicy:
+        return self.retention_policies.get(queue) or policy_from_env()
 
     def downstream(self, name: str, policy: FlowPolicy) -> None:
         """Limits shared by every handler with ``downstream=name``: concurrency, a token-bucket

@@ -203,3 +203,9 @@ def schedules_index() -> str:
     """HASH schedule name -> JSON definition (cron or interval, timezone, job type, queue,
     catch-up policy), written by the schedulers, read by the Schedules page and the CLI."""
     return f"{PREFIX}:{{schedules}}:index"
+
+
+def retention_policies() -> str:
+    """HASH queue -> JSON retention policy in force (written by the retention duty, shown on
+    the dead-letter page)."""
+    return f"{PREFIX}:{{retention}}:policies"

@@ -118,6 +118,18 @@ class ScheduleInfo:
     as_of: int
 
 
+@dataclass(frozen=True)
+class RetentionInfo:
+    """A queue's retention as the dead-letter page shows it: 'keeps 30 days / 100,000 jobs'."""
+
+    queue: str
+    dead_max_jobs: int
+    dead_max_age_s: int
+    done_max_age_s: int
+    dead_dropped: int  # dead jobs dropped by retention so far (oldest first)
+    text: str
+
+
 @dataclass
 class Overview:
     queues: list[QueueInfo] = field(default_factory=list)

@@ -25,6 +25,8 @@ NAMES = (
     "breaker_failure", "breaker_release",
     # login throttling (antre/logins.py)
     "failure_add",
+    # retention (antre/retention.py)
+    "retention",
 )
 
 
@@ -66,6 +68,7 @@ class Scripts:
     breaker_failure: redis.commands.core.Script
     breaker_release: redis.commands.core.Script
     failure_add: redis.commands.core.Script
+    retention: redis.commands.core.Script
 
 
 class Batch:

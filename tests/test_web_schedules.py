@@ -1,8 +1,11 @@
-"""The Schedules page, its API routes and its audited actions (pause, resume, run now)."""
+"""The Schedules page, its API routes and its audited actions (pause, resume, run now); the
+dead-letter page's retention line."""
 
 from __future__ import annotations
 
 import pytest
+
+from antre.retention import Retention, RetentionPolicy
 from test_web_support import basic, post
 
 pytest_plugins = ("test_web_support",)  # the `web` fixture
@@ -81,3 +84,14 @@ def test_api_lists_and_acts(sched):
     resp = c.post("/api/schedules/nope/run-now", json={}, headers=basic("operator"))
     assert resp.status_code == 404 and "no schedule named 'nope'" in resp.get_json()["message"]
     assert sched.audit("schedules.run_now")[0].outcome == "failed"
+
+
+def test_the_dlq_page_says_what_retention_keeps(web):
+    web.dead_job()
+    html = web.client("viewer").get("/dlq/?queue=default").get_data(as_text=True)
+    assert "Retention: keeps 30 days / 100,000 jobs." in html
+    Retention(web.producer.redis).run("default", RetentionPolicy(dead_max_jobs=1))
+    web.dead_job()
+    Retention(web.producer.redis).run("default", RetentionPolicy(dead_max_jobs=1))
+    html = web.client("viewer").get("/dlq/?queue=default").get_data(as_text=True)
+    assert "keeps 30 days / 1 jobs; 1 dead job dropped so far, oldest first." in html

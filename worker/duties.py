@@ -24,6 +24,7 @@ from antre.alerts import AlertEngine
 from antre.bulk import BulkReplays
 from antre.clock import Clock
 from antre.readmodels import ReadModels
+from antre.retention import Retention, SqlRetention
 
 log = logging.getLogger("antre.worker.duties")
 
@@ -105,6 +106,31 @@ def _periodic(d: Duties) -> Any:
     return scheduler.run_once()
 
 
+def _retention(d: Duties) -> Any:
+    """Retention so Redis never fills: per queue, dead jobs past the count or age cap (oldest
+    first), done records past their retention, empty error groups; then sent outbox rows and
+    old audit entries (``antre.retention``)."""
+    clock = d.clock or d.app.clock
+    keeper = Retention(d.app.redis, clock=clock, scripts=d.app.scripts)
+    out = {name: keeper.run(name, d.app.retention_for(name))
+           for name in ReadModels(d.app.redis).queue_names()}
+    dropped = sum(r.dead_dropped for r in out.values())
+    if dropped:
+        log.info("retention: %d dead jobs dropped past their queue's cap", dropped,
+                 extra={"event": "retention"})
+    return {"queues": out, **_prune_sql(d.app, clock())}
+
+
+def _prune_sql(app: Antre, now_ms: int) -> dict[str, int]:
+    keep = SqlRetention.from_env()
+    out = {"outbox_pruned": 0, "audit_pruned": 0}
+    if app.outbox is not None:
+        out["outbox_pruned"] = app.outbox.prune_sent(now_ms - keep.outbox_sent_s * 1000)
+    if app.audit is not None:
+        out["audit_pruned"] = app.audit.prune(now_ms - keep.audit_s * 1000)
+    return out
+
+
 def _alerts(d: Duties) -> Any:
     """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once."""
     engine = AlertEngine(d.app.redis, d.clock or d.app.clock,
@@ -126,6 +152,7 @@ DUTIES = (
     Duty("outbox_relay", 1.0, _relay),
     Duty("alerts", 15.0, _alerts),
     Duty("periodic", 1.0, _periodic),
+    Duty("retention", 60.0, _retention),
 )
 
 
