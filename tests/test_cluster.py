@@ -57,3 +57,24 @@ def test_locks_on_cluster(rc):
     assert again.fence == lock.fence + 1
     handed = locks.acquire("sku:2", 10_000, release=again)  # release + acquire, two slots
     assert [h.key for h in locks.held()] == ["sku:2"] and handed.fence == lock2.fence + 1
+
+
+def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
+    from antre.periodic import Scheduler, Schedules, make_schedule
+    from antre.retention import Retention, RetentionPolicy
+
+    clock = ManualClock(1_700_000_000_000)
+    q = Queue(rc, "reports", clock=clock)
+    first = q.enqueue("t", {}, idempotency_key="u", unique=True)
+    assert q.enqueue_many([JobSpec("t", {}, "u", unique=True)]) == [first]
+    schedule = make_schedule("hourly", "report", every_s=3600, queue="reports")
+    schedulers = [Scheduler(rc, [schedule], clock=clock) for _ in range(2)]
+    schedulers[0].run_once()
+    clock.advance(3_600_000)
+    outcomes = [r.outcome for s in schedulers for r in s.run_once()]
+    assert outcomes == ["stored"]
+    assert Schedules(rc, clock=clock).info("hourly").last_outcome == "ready"
+    for job in q.reserve("w", count=10):
+        q.bury(job, reason="boom")
+    res = Retention(rc, clock=clock).run("reports", RetentionPolicy(dead_max_jobs=1))
+    assert res.dead_dropped == 1 and res.groups_removed == 0
