@@ -62,6 +62,7 @@ METRIC_NAMES = (
     "antre_circuit_breaker_state", "antre_circuit_breaker_opens_total",
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
     "antre_enqueue_deduplicated_total", "antre_dlq_dropped_total",
+    "antre_worker_loop_lag_seconds",
 )
 
 
@@ -249,10 +250,15 @@ class AntreCollector:
         live.add_metric([], registry.live_count())
         restarts = CounterMetricFamily("antre_worker_restarts", "Worker processes restarted by "
                                        "their supervisor", labels=["supervisor", "host"])
+        lag = GaugeMetricFamily("antre_worker_loop_lag_seconds", "Worst lag of a worker "
+                                "process's event loop (async handlers) over its last heartbeat; "
+                                "high when a handler blocks the loop", labels=["worker", "host"])
         for info in registry.list():
             if info.kind == "supervisor":
                 restarts.add_metric([info.id, info.host], info.restarts)
-        yield from (live, restarts)
+            elif info.concurrency and info.alive(self.clock()):
+                lag.add_metric([info.id, info.host], info.loop_lag_ms / 1000)
+        yield from (live, restarts, lag)
 
     def _flow(self) -> Iterator[Metric]:
         flow = FlowControl(self.redis, self.clock)

@@ -3,12 +3,16 @@ bench/.venvs/saq)."""
 import asyncio
 import os
 
-from saq import Queue
+from redis import asyncio as aioredis
+from saq.queue.redis import RedisQueue
 
 from bench import progress
 
-queue = Queue.from_url(os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "500"))
+# each of saq's worker slots dequeues on a connection of its own: the pool must be larger
+# than the concurrency (redis-py's default pool refuses with "Too many connections")
+URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+queue = RedisQueue(aioredis.from_url(URL, max_connections=CONCURRENCY + 100))
 
 
 async def io_wait(ctx):
