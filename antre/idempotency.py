@@ -65,8 +65,10 @@ __all__ = [
     "TAKEN_OVER",
     "Begin",
     "CompletedCache",
+    "Decision",
     "IdempotencyStore",
     "Record",
+    "decide",
     "fingerprint",
 ]
 
@@ -143,6 +145,55 @@ class Begin:
     def should_run(self) -> bool:
         """True when the caller now owns the key and must run the handler."""
         return self.outcome in (ACQUIRED, TAKEN_OVER)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :meth:`IdempotencyStore.begin` does with the row it read (see :func:`decide`).
+
+    ``outcome``: the answer to return (``None``: the row went between the insert and the read;
+    insert again). ``claim``: first compare-and-set the claim on exactly the row read; the
+    answer holds only if that lands (if not, the row changed: read and decide again).
+    """
+
+    outcome: str | None
+    claim: bool = False
+
+
+def decide(existing: Record | None, fingerprint: str, job_id: str, fence: int,
+           now_ms: int) -> Decision:
+    """The at-most-once decision table for a delivery (``job_id``, lease epoch ``fence``) that
+    could not insert the key's row because ``existing`` is there (pure).
+
+    ========================================================  ==========================
+    the row                                                   decision
+    ========================================================  ==========================
+    gone                                                      insert again
+    another fingerprint                                       ``mismatch``
+    ``completed`` / ``failed``                                ``completed`` / ``failed``
+    processing, same job, same fence (the delivery re-enters)  claim -> ``acquired``
+    processing, same job, newer fence (we are stale)          ``busy``
+    processing, released (lease deadline 0)                   claim -> ``acquired``
+    processing, same job with an older fence, or its owner's  claim -> ``taken_over``
+    lease passed
+    processing, another live owner                            ``busy``
+    ========================================================  ==========================
+    """
+    if existing is None:
+        return Decision(None)
+    if existing.fingerprint != fingerprint:
+        return Decision(MISMATCH)
+    if existing.status in (COMPLETED, FAILED):
+        return Decision(existing.status)
+    same_job = existing.job_id == job_id
+    if same_job and existing.fence == fence:
+        return Decision(ACQUIRED, claim=True)
+    if same_job and existing.fence > fence:
+        return Decision(BUSY)
+    if (same_job and existing.fence < fence) or existing.lease_deadline_ms <= now_ms:
+        released = existing.lease_deadline_ms == 0
+        return Decision(ACQUIRED if released else TAKEN_OVER, claim=True)
+    return Decision(BUSY)
 
 
 class CompletedCache:
@@ -376,64 +427,28 @@ class IdempotencyStore:
         cur: Record | None = None
         for _ in range(self.max_rounds):
             now = self.clock()
-            now_dt = ms_to_datetime(now)
-            values: dict[str, Any] = {
-                "key": key,
-                "status": "processing",
-                "fingerprint": fingerprint,
-                "job_type": job_type,
-                "job_id": job_id,
-                "result": None,
-                "last_error": None,
-                "fence": fence,
-                "lock_fence": lock_fence,
-                "owner": owner,
-                "lease_deadline_ms": lease_deadline_ms,
-                "created_at": now_dt,
-                "updated_at": now_dt,
-                "expires_at": ms_to_datetime(now + self.retention_ms),
+            claim: dict[str, Any] = {
+                "fence": fence, "job_id": job_id, "job_type": job_type, "owner": owner,
+                "lease_deadline_ms": lease_deadline_ms, "lock_fence": lock_fence,
+                "updated_at": ms_to_datetime(now),
             }
-            if self._autocommit(self._claim_stmt, values) is not None:
-                return Begin(ACQUIRED, Record(**values))
-
+            row = {**claim, "key": key, "status": "processing", "fingerprint": fingerprint,
+                   "result": None, "last_error": None, "created_at": claim["updated_at"],
+                   "expires_at": ms_to_datetime(now + self.retention_ms)}
+            if self._autocommit(self._claim_stmt, row) is not None:
+                return Begin(ACQUIRED, Record(**row))
             cur = self._read(key)
-            if cur is None:
+            decision = decide(cur, fingerprint, job_id, fence, now)
+            if cur is None or decision.outcome is None:
                 continue  # deleted (reset/prune) between our insert and read: try again
-            if cur.fingerprint != fingerprint:
-                return Begin(MISMATCH, cur)
-            if cur.status == COMPLETED:
-                if self.cache is not None:
+            if not decision.claim:
+                if decision.outcome == COMPLETED and self.cache is not None:
                     self.cache.put(cur)
-                return Begin(COMPLETED, cur)
-            if cur.status == FAILED:
-                return Begin(FAILED, cur)
-
-            # processing
-            claim = {
-                "fence": fence,
-                "job_id": job_id,
-                "job_type": job_type,
-                "owner": owner,
-                "lease_deadline_ms": lease_deadline_ms,
-                "lock_fence": lock_fence,
-                "updated_at": now_dt,
-            }
-            same_job = cur.job_id == job_id
-            if same_job and cur.fence == fence:
-                # The same delivery re-entering (e.g. after a crash inside begin): refresh it.
-                new = self._cas(cur, claim)
-                if new is not None:
-                    return Begin(ACQUIRED, new)
-                continue
-            if same_job and cur.fence > fence:
-                return Begin(BUSY, cur)  # we are a stale delivery of this job
-            released = cur.lease_deadline_ms == 0
-            if (same_job and cur.fence < fence) or cur.lease_deadline_ms <= now:
-                new = self._cas(cur, claim)
-                if new is not None:
-                    return Begin(ACQUIRED if released else TAKEN_OVER, new)
-                continue
-            return Begin(BUSY, cur)
+                return Begin(decision.outcome, cur)
+            new = self._cas(cur, claim)
+            if new is not None:
+                return Begin(decision.outcome, new)
+            # the row changed since we read it: read and decide again
         return Begin(BUSY, cur)
 
     def complete(

@@ -155,7 +155,7 @@ def lock_conflict_times() -> str:
 
 
 def maintenance_lock(name: str) -> str:
-    """STRING token: one sweeper/promoter pass cluster-wide per tick."""
+    """STRING token: one pass of a pool duty (sweeper, sampler, ...) cluster-wide per tick."""
     return f"{PREFIX}:{{maint}}:{name}"
 
 

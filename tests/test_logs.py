@@ -8,8 +8,10 @@ import logging
 
 import pytest
 
-from antre import logs
+from antre import Antre, Retryable, logs
+from antre.clock import ManualClock
 from antre.envelope import Job
+from worker.executor import WorkerProcess
 
 
 @pytest.fixture
@@ -90,3 +92,50 @@ def test_level_and_bad_format(restore):
 def test_safe_url_hides_the_password():
     assert logs.safe_url("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
     assert logs.safe_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+SEED_FIELDS = ("job_id", "job_type", "idempotency_key", "attempt", "lock_key", "trace_id",
+               "duration_ms")
+
+
+def _run_two_jobs(redis_url: str, level: str) -> tuple[dict[str, list[dict]], str, str]:
+    """One job that succeeds and one that fails (retryable), run by a real worker with the
+    ``antre`` logger at ``level``; the JSON lines of each job."""
+    out = io.StringIO()
+    logs.configure("json", level, stream=out)
+    app = Antre(redis_url=redis_url, clock=ManualClock(1_700_000_000_000))
+
+    @app.handler("send_email")
+    def send_email(ctx, payload):
+        return "sent"
+
+    @app.handler("flaky")
+    def flaky(ctx, payload):
+        raise Retryable("smtp down")
+
+    ok = app.enqueue("send_email", {"to": 42}, idempotency_key="email:welcome:42",
+                     lock_key="user:42")
+    bad = app.enqueue("flaky", {}, idempotency_key="flaky:1")
+    WorkerProcess(app, queues=["default"], worker_id="w1", heartbeat_s=60).run_burst()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    return {j: [x for x in lines if x.get("job_id") == j] for j in (ok, bad)}, ok, bad
+
+
+def test_one_processed_job_is_one_line_at_info(redis_url, restore):
+    per_job, ok, bad = _run_two_jobs(redis_url, "INFO")
+    (done,) = per_job[ok]  # not received + started + finished: one line per outcome
+    assert (done["event"], done["level"], done["message"]) == ("succeeded", "INFO",
+                                                                f"succeeded job {ok}")
+    assert {k: done[k] for k in SEED_FIELDS[:5]} == {
+        "job_id": ok, "job_type": "send_email", "idempotency_key": "email:welcome:42",
+        "attempt": 1, "lock_key": "user:42"}
+    assert done["trace_id"].startswith("00-") and done["duration_ms"] >= 0
+    (retried,) = per_job[bad]
+    assert (retried["event"], retried["level"]) == ("retried", "WARNING")
+    assert set(SEED_FIELDS) - {"lock_key"} <= set(retried) and retried["error_kind"]
+
+
+def test_received_and_started_are_debug_lines(redis_url, restore):
+    per_job, ok, _ = _run_two_jobs(redis_url, "DEBUG")
+    events = [(x["event"], x["level"]) for x in per_job[ok] if x["event"] != "lease_extended"]
+    assert events == [("received", "DEBUG"), ("started", "DEBUG"), ("succeeded", "INFO")]

@@ -14,6 +14,7 @@ from antre import Antre, keys
 from antre.clock import ManualClock
 from antre.queue import Queue
 from worker.duties import Duties, sweep_once
+from worker.executor import WorkerProcess
 from worker.loader import AppLoadError, load_app
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,8 +39,12 @@ def test_sweep_once_requeues_expired_leases_in_every_queue(app, clock):
     assert sweep_once(app)["requeued"] == 0
     clock.advance(10_001)
     res = sweep_once(app)
-    assert res == {"queues": 2, "requeued": 2, "buried": 0, "promoted": 1}
-    assert a.where(ja) == ["ready"] and b.where(jb) == ["ready"] and b.where(later) == ["ready"]
+    assert res == {"queues": 2, "requeued": 2, "buried": 0}
+    assert a.where(ja) == ["ready"] and b.where(jb) == ["ready"]
+    # due scheduled jobs are promoted in one place: by the worker processes of their queue
+    assert b.where(later) == ["scheduled"] and "promoter" not in Duties(app).duties
+    assert WorkerProcess(app, queues=["a", "b"], clock=clock).promote_due() == 1
+    assert b.where(later) == ["ready"]
 
 
 def test_a_duty_runs_once_per_tick_cluster_wide(app, clock, r):

@@ -1,5 +1,5 @@
-"""The ``antre`` package type-checks under ``mypy --strict`` (config: ``[tool.mypy]`` in
-pyproject.toml).
+"""The ``antre`` and ``worker`` packages type-check under ``mypy --strict`` (config:
+``[tool.mypy]`` in pyproject.toml).
 
 Skipped when mypy is not installed locally; under ``CI=true`` a missing mypy is a failure.
 """
@@ -16,6 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
+PACKAGES = ("antre", "worker")
 
 
 def test_mypy_strict_passes() -> None:
@@ -24,7 +25,7 @@ def test_mypy_strict_passes() -> None:
             pytest.fail("mypy is not installed (CI=true: install the 'test' extra)")
         pytest.skip("mypy is not installed")
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "antre"],
+        [sys.executable, "-m", "mypy", "--strict", *PACKAGES],
         cwd=REPO_ROOT,
         check=False,
         capture_output=True,
@@ -34,4 +35,4 @@ def test_mypy_strict_passes() -> None:
     output = proc.stdout + proc.stderr
     if proc.returncode != 0:
         print(output)
-    assert proc.returncode == 0, f"mypy --strict antre failed:\n{output}"
+    assert proc.returncode == 0, f"mypy --strict {' '.join(PACKAGES)} failed:\n{output}"

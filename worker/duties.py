@@ -1,5 +1,7 @@
-"""The pool's scheduled duties on APScheduler: sweeper, promoter, sampler, bulk replays,
-idempotency pruner, outbox relay, periodic jobs, retention. Started in the supervisor process only.
+"""The pool's scheduled duties on APScheduler: sweeper, sampler, bulk replays, idempotency
+pruner, outbox relay, alerts, periodic jobs, retention. Started in the supervisor process only.
+(Due scheduled jobs are promoted by the worker processes themselves,
+``WorkerProcess.promote_due``: see docs/ARCHITECTURE.md.)
 
 Each duty runs at most once per tick cluster-wide: it first takes a per-duty maintenance key
 with ``SET NX PX`` (a random token, a TTL a little shorter than its interval) and skips the tick
@@ -38,8 +40,8 @@ class Duty:
 
 def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
     """One sweeper pass over every queue: expired leases back to ready (or to the DLQ when
-    poison), then due scheduled jobs promoted. Returns totals."""
-    out = {"queues": 0, "requeued": 0, "buried": 0, "promoted": 0}
+    poison). Returns totals."""
+    out = {"queues": 0, "requeued": 0, "buried": 0}
     for name in ReadModels(app.redis).queue_names():
         q = Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts)
         out["queues"] += 1
@@ -49,23 +51,7 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
             out["buried"] += res.buried
             if res.requeued + res.buried < limit:
                 break
-        out["promoted"] += _promote_all(q, limit)
     return out
-
-
-def promote_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> int:
-    return sum(_promote_all(Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts),
-                            limit)
-               for name in ReadModels(app.redis).queue_names())
-
-
-def _promote_all(q: Queue, limit: int) -> int:
-    total = 0
-    while True:
-        n = q.promote(limit)
-        total += n
-        if n < limit:
-            return total
 
 
 def _sweep(d: Duties) -> Any:
@@ -74,10 +60,6 @@ def _sweep(d: Duties) -> Any:
         log.info("sweeper: %d expired leases requeued, %d poison jobs buried", res["requeued"],
                  res["buried"], extra={"event": "expired"})
     return res
-
-
-def _promote(d: Duties) -> Any:
-    return promote_once(d.app, d.clock)
 
 
 def _sample(d: Duties) -> Any:
@@ -145,7 +127,6 @@ def _alerts(d: Duties) -> Any:
 
 DUTIES = (
     Duty("sweeper", 1.0, _sweep),
-    Duty("promoter", 1.0, _promote),
     Duty("sampler", 10.0, _sample),
     Duty("bulk_replays", 1.0, _bulk),
     Duty("idempotency_pruner", 3600.0, _prune),

@@ -35,7 +35,7 @@ REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 @dataclass
 class Slot:
     index: int
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     fails: int = 0
     restart_at: float = 0.0

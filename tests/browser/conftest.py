@@ -1,7 +1,7 @@
 """Browser tests: Playwright drives a real Chromium against the dashboard served by gunicorn
 (``python -m antre_cli web``), with a real Redis (the session's ``redis_server``), a SQLite
 database for users and the audit log, and a real worker pool (``python -m antre_cli worker``,
-scheduler included: sweeper, promoter, sampler, bulk replay stepper).
+scheduler included: sweeper, sampler, bulk replay stepper; its workers promote due jobs).
 
 One stack per session (starting it is the slow part); the tests use job references of their
 own so they do not depend on each other. Screenshots go to ``test-artifacts/screenshots/``;

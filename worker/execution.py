@@ -1,0 +1,179 @@
+"""The pipeline's last step: run the handler, then commit or classify its failure.
+
+``Execution.run(r)`` always returns an outcome. Success: the handler's SQL writes, the lock's
+fencing token and the idempotency completion are one transaction, committed only while the
+business lock is still held (``Ack``); a lost lock, a newer token or a database that dropped
+under the commit snooze the job, and nothing of the run counts. Failure: the retry policy
+decides (``Retry`` / ``Snooze`` / ``Bury``, see failures.py). A result or failure that arrives
+after the lease was given up is dropped (``DropStale``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import redis
+
+from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimited
+from antre.clock import Clock
+from antre.fencing import FenceRejected
+from antre.locks import Locks
+from antre.logs import job_fields
+from antre.metrics import DurationBuffer
+from antre.retry import describe
+from antre.tracing import execution_span
+
+from .failures import failure_outcome
+from .held import Running
+from .leases import Leases, quietly
+from .outcomes import Ack, DropStale, HandBack, Outcome, Snooze, jitter_ms
+from .settle import duration_ms
+
+log = logging.getLogger("antre.worker")
+
+
+class Execution:
+    """Runs handlers for one ``WorkerProcess``; ``stopping`` is its shutdown flag."""
+
+    def __init__(self, app: Antre, locks: Locks, leases: Leases, clock: Clock,
+                 durations: DurationBuffer, *, worker_id: str, stopping: threading.Event,
+                 stop_grace_s: float) -> None:
+        self.app = app
+        self.locks = locks
+        self.leases = leases
+        self.clock = clock
+        self.durations = durations
+        self.worker_id = worker_id
+        self.stopping = stopping
+        self.stop_grace_s = stop_grace_s
+
+    def run(self, r: Running) -> Outcome:
+        """Step: run the handler (its timeouts are the heartbeat's, leases.py)."""
+        assert r.spec is not None  # set by the envelope step
+        r.ctx = self._context(r)
+        r.started_ms, r.started_mono = self.clock(), time.monotonic()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
+        try:
+            with execution_span(r.job):
+                result = r.spec.fn(r.ctx, r.job.payload)
+        except Exception as exc:
+            self._measure(r)
+            _report_flow(r, exc)
+            _rollback(r.ctx.opened_db)
+            return self.failed(r, exc)
+        self._measure(r)
+        _report_flow(r, None)
+        return self.complete(r, result)
+
+    def _context(self, r: Running) -> JobContext:
+        job, lock = r.job, r.lock
+        return JobContext(job=job, worker_id=self.worker_id,
+                          _db_factory=self.app.session_factory,
+                          fence=lock.fence if lock else job.epoch, lock=lock,
+                          last_checkpoint=job.checkpoint,
+                          _extend=lambda seconds: self.leases.extend_by(r, seconds),
+                          _checkpoint=lambda state: r.queue.checkpoint(job, state))
+
+    def _measure(self, r: Running) -> None:
+        self.durations.add(r.job.queue, r.job.type, "processing", duration_ms(r) or 0)
+
+    def failed(self, r: Running, exc: Exception) -> Outcome:
+        if r.closed or r.lease_lost or isinstance(exc, LeaseLost):
+            return DropStale(f"failed after its lease was given up ({describe(exc)})")
+        if isinstance(exc, JobTimeout) and self.stopping.is_set() and not r.soft_timed_out:
+            return HandBack(time.monotonic() + self.stop_grace_s)  # cancelled by shutdown
+        assert r.spec is not None
+        return failure_outcome(r, r.spec.retry, exc)
+
+    def complete(self, r: Running, result: Any) -> Outcome:
+        """Commit the run's effects (only while its lock is held), then ``Ack``."""
+        db = r.ctx.opened_db if r.ctx else None  # None: the handler opened none
+        if r.closed or r.lease_lost:
+            _rollback(db)
+            return DropStale("finished after its lease was given up")
+        lock_lost = self._lock_lost(r)
+        if lock_lost is not None:
+            _rollback(db)
+            return lock_lost
+        if db is None and r.store is None:
+            return Ack(result)
+        try:
+            self._commit(r, db, result)
+        except Exception as exc:
+            _rollback(db)
+            return self._commit_failed(r, exc)
+        return Ack(result)
+
+    def _lock_lost(self, r: Running) -> Snooze | None:
+        """Compare-and-expire the lock once more: still ours for the commit, or lost."""
+        lock = r.lock
+        if lock is None:
+            return None
+        if not lock.lost:
+            try:
+                self.locks.renew(lock)
+            except redis.RedisError:
+                lock.lost = True
+        if not lock.lost:
+            return None
+        return Snooze(jitter_ms(200, 1000), "lock_lost", level=logging.WARNING,
+                      note=f"lock {r.job.lock_key} was lost while the job ran; not committing")
+
+    def _commit(self, r: Running, db: Any, result: Any) -> None:
+        lock, job = r.lock, r.job
+        if db is not None and lock is not None and self.app.fences is not None:
+            # SQL effects under a business lock commit only with the newest token
+            self.app.fences.advance(db, lock.key, lock.fence)
+        if r.store is not None:
+            r.store.complete(db, job.idempotency_key, job.epoch, result, job_id=job.id)
+        if db is not None:
+            db.commit()
+
+    def _commit_failed(self, r: Running, exc: Exception) -> Outcome:
+        if isinstance(exc, FenceRejected):
+            return self._fence_rejected(exc)
+        if isinstance(exc, LeaseLost):
+            return DropStale(str(exc), newly_lost=True)
+        if getattr(exc, "connection_invalidated", False):
+            # the connection died under the commit: nothing of it counts as done (a commit
+            # that did land is seen as completed on the next delivery)
+            return Snooze(jitter_ms(200, 1000), "database_unavailable", level=logging.ERROR,
+                          note=f"database connection lost while committing: {exc}")
+        return self.failed(r, exc)
+
+    def _fence_rejected(self, exc: FenceRejected) -> Snooze:
+        """A newer holder of the lock committed first: nothing of this run counts. Retried
+        without spending an attempt; if the Redis token counter had fallen behind SQL (a lost
+        Redis), it is raised first so the next acquire can commit."""
+        if exc.current is not None:
+            try:
+                self.locks.raise_fence(exc.lock_key, exc.current)
+            except redis.RedisError:
+                pass  # tried again on the next refusal
+        return Snooze(jitter_ms(200, 1000), "fence_rejected", count_as="fence_rejected",
+                      level=logging.WARNING, note=str(exc))
+
+
+def _rollback(db: Any) -> None:
+    if db is None:
+        return
+    try:
+        db.rollback()
+    except Exception:
+        log.exception("rollback failed", extra={"event": "error"})
+
+
+def _report_flow(r: Running, exc: BaseException | None) -> None:
+    """Tell the circuit breaker how the downstream did (rate limits and permanent errors say
+    nothing about its health)."""
+    adm = r.admission
+    if adm is None or adm.breaker is None:
+        return
+    if exc is None:
+        quietly(adm.succeeded)
+    elif not isinstance(exc, (Permanent, RateLimited, LeaseLost)):
+        quietly(adm.failed)

@@ -1,0 +1,40 @@
+"""``Running``: what this process knows about one job it holds a lease on, from reserve to
+settlement. The runner creates it, the pipeline's steps fill it in (spec, lock, slots,
+idempotency ownership, context), the heartbeat reads it to extend the lease and enforce the
+timeout, and ``settle()`` closes it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from antre import HandlerSpec, JobContext, Queue
+from antre.envelope import Job
+from antre.flow import Admission
+from antre.idempotency import IdempotencyStore
+from antre.locks import Lock
+
+
+@dataclass
+class Running:
+    """A job this process holds a lease on (reserved, possibly not started yet)."""
+
+    job: Job
+    queue: Queue
+    spec: HandlerSpec | None = None
+    ctx: JobContext | None = None
+    started_ms: int = 0  # 0 until the handler starts
+    started_mono: float = 0.0
+    thread: int = 0
+    store: IdempotencyStore | None = None  # set while this delivery owns its idempotency key
+    soft_timed_out: bool = False
+    closed: bool = False  # settled, handed back or given up: nothing more may touch the lease
+    lease_lost: bool = False
+    admission: Admission | None = None  # flow-control slots held while the handler runs
+    settle_lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: Lock | None = None  # the business lock held while the job is processed
+    lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
+
+    @property
+    def owns_idempotency(self) -> bool:
+        return self.store is not None

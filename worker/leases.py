@@ -1,0 +1,137 @@
+"""Keeping what a running job holds: its Redis lease (extended by the heartbeat, capped by the
+handler's max runtime, or by the handler itself through ``ctx.extend_lease``), the owner lease of
+its idempotency record and its flow-control slots (both follow the Redis lease), its business
+lock (compare-and-expire every third of its TTL), and its timeouts (soft: ``ctx.cancelled``;
+hard: the job is settled as a timeout and the process recycled)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from antre import Antre, JobTimeout, LeaseLost
+from antre.clock import Clock
+from antre.locks import Locks
+from antre.logs import job_fields
+
+from .failures import failure_outcome
+from .held import Running
+from .settle import Settler
+
+log = logging.getLogger("antre.worker")
+
+DEFAULT_MAX_RUNTIME_S = 3600.0  # a job whose handler is unknown here
+
+
+def quietly(fn: Callable[[], Any]) -> None:
+    """Flow-control bookkeeping: slots and probes expire by themselves if this fails."""
+    try:
+        fn()
+    except redis.RedisError as exc:
+        log.debug("flow control bookkeeping failed: %s", exc, extra={"event": "error"})
+
+
+class Leases:
+    """The heartbeat's work on the jobs this process holds (``beat``), and ``extend_by`` for
+    ``ctx.extend_lease``. ``on_abandon(r)`` is called after a hard timeout settled ``r``."""
+
+    def __init__(self, app: Antre, locks: Locks, clock: Clock, settler: Settler, *,
+                 hard_grace_s: float, on_abandon: Callable[[Running], None]) -> None:
+        self.app = app
+        self.locks = locks
+        self.clock = clock
+        self.settler = settler
+        self.hard_grace_s = hard_grace_s
+        self.on_abandon = on_abandon
+
+    def beat(self, held: list[Running]) -> None:
+        """Enforce timeouts, extend every held lease, renew the business locks."""
+        now = self.clock()
+        for r in held:
+            if r.started_ms and not r.closed:
+                self._check_timeout(r, now)
+            if not r.closed and not r.lease_lost:
+                self._extend(r)
+            self._renew_lock(r)
+
+    def _max_runtime_ms(self, r: Running) -> int:
+        spec = r.spec or self.app.handlers.get(r.job.type)
+        return int((spec.max_runtime_s if spec else DEFAULT_MAX_RUNTIME_S) * 1000)
+
+    # -- timeouts ------------------------------------------------------------------------------
+    def _check_timeout(self, r: Running, now: int) -> None:
+        timeout_ms = int(r.job.timeout_s * 1000)
+        ran_ms = now - r.started_ms
+        if ran_ms >= timeout_ms and not r.soft_timed_out and r.ctx is not None:
+            r.soft_timed_out = True
+            r.ctx.cancelled.set()
+            log.warning("job %s passed its timeout of %gs; cancelled", r.job.id, r.job.timeout_s,
+                        extra=job_fields(r.job, "soft_timeout", duration_ms=ran_ms))
+        if ran_ms >= timeout_ms + int(min(self.hard_grace_s, r.job.timeout_s) * 1000):
+            self._abandon(r, ran_ms)
+
+    def _abandon(self, r: Running, ran_ms: int) -> None:
+        """Hard timeout: settle the job as a timeout (fenced, spends an attempt); whatever its
+        thread does later is dropped, and the process is recycled (``on_abandon``)."""
+        exc = JobTimeout(f"ran {ran_ms} ms, past its timeout of {r.job.timeout_s:g}s; "
+                         "the handler was abandoned and its process recycled")
+        spec = r.spec or self.app.handlers.get(r.job.type)
+        self.settler.settle(r, failure_outcome(r, spec.retry if spec else None, exc))
+        r.closed = True
+        log.error("hard timeout: job %s abandoned; recycling this process", r.job.id,
+                  extra=job_fields(r.job, "expired", duration_ms=ran_ms, error_kind="timeout"))
+        self.on_abandon(r)
+
+    # -- the lease and what follows it -----------------------------------------------------------
+    def _extend(self, r: Running) -> None:
+        try:
+            deadline = r.queue.extend(r.job.id, r.job.epoch, r.job.visibility_timeout_ms,
+                                      mode="at_least",
+                                      cap_ms=r.job.reserved_at + self._max_runtime_ms(r))
+        except LeaseLost as exc:
+            r.lease_lost = True
+            if r.ctx is not None:
+                r.ctx.cancelled.set()
+            self.settler.lease_lost(r.job, exc)
+            return
+        self._follow(r, deadline)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("lease extended to %d", deadline, extra=job_fields(r.job, "lease_extended"))
+
+    def extend_by(self, r: Running, seconds: float) -> int:
+        """``ctx.extend_lease``: now + seconds, capped by the handler's max runtime."""
+        deadline = r.queue.extend(r.job.id, r.job.epoch, int(seconds * 1000), mode="from_now",
+                                  cap_ms=r.job.reserved_at + self._max_runtime_ms(r))
+        self._follow(r, deadline)
+        return deadline
+
+    def _follow(self, r: Running, deadline: int) -> None:
+        """The job's new lease deadline, for its flow-control slots and idempotency record."""
+        r.job.deadline = deadline
+        admission = r.admission
+        if admission is not None:
+            quietly(lambda: admission.renew(deadline))
+        if r.store is not None:
+            try:
+                r.store.extend_lease(r.job.idempotency_key, r.job.epoch, deadline,
+                                     job_id=r.job.id)
+            except Exception as exc:
+                log.error("could not extend the idempotency lease: %s", exc,
+                          extra=job_fields(r.job, "error"))
+
+    def _renew_lock(self, r: Running) -> None:
+        """Compare-and-expire the job's business lock every third of its TTL (a lock TTL must
+        be longer than a heartbeat); a failed renewal marks it lost and the commit is refused."""
+        lock = r.lock
+        if lock is None or lock.lost or time.monotonic() - r.lock_renewed < lock.ttl_ms / 3000:
+            return
+        try:
+            if self.locks.renew(lock):
+                r.lock_renewed = time.monotonic()
+        except redis.RedisError as exc:
+            log.warning("could not renew lock %s: %s", lock.key, exc,
+                        extra=job_fields(r.job, "lock_renew_failed"))

@@ -1,0 +1,123 @@
+"""What a job's pipeline decided: one typed ``Outcome``, applied by ``settle()`` (settle.py).
+
+A step of the pipeline (pipeline.py, execution.py) returns ``None`` to let the next step go on,
+or one of these frozen values to end the job's processing. Each kind maps to one fenced Lua
+transition of ``Queue`` (``DropStale`` to none), one log line and one count:
+
+=============  ==========================  ============  ===========================
+outcome        Queue transition            event         attempt spent
+=============  ==========================  ============  ===========================
+``Ack``        ack (batched: ack_many)     succeeded     - (deduplicated: answered
+                                                         from a completed record)
+``Retry``      retry                       retried       yes
+``Snooze``     snooze                      snoozed       no
+``Bury``       bury                        buried        ``spend_attempt``
+``HandBack``   hand_back                   handed_back   no
+``DropStale``  (none: the lease is gone)   dropped       -
+=============  ==========================  ============  ===========================
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from antre.retry import Decision, describe, format_traceback
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Done: ``result`` is stored with the job. ``deduplicated``: the handler did not run, the
+    result is the one a completed idempotency record holds."""
+
+    result: Any = None
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Failed with a retryable error: back in ``delay_ms``, one attempt spent."""
+
+    delay_ms: int
+    error: str
+    kind: str
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class Snooze:
+    """Not now (held back, lock busy, database away, ...): back in ``delay_ms``, no attempt
+    spent. ``counter`` is the queue's stats counter; ``count_as`` an extra count of this
+    process; ``note`` and ``level`` make the outcome's log line say why."""
+
+    delay_ms: int
+    reason: str
+    counter: str = "snoozed"
+    count_as: str = ""
+    note: str = ""
+    level: int = logging.INFO
+
+
+@dataclass(frozen=True)
+class Bury:
+    """To the dead-letter queue with ``reason``."""
+
+    reason: str
+    kind: str
+    error: str = ""
+    traceback: str = ""
+    spend_attempt: bool = False
+
+
+@dataclass(frozen=True)
+class HandBack:
+    """Back to ready at once, no attempt spent (shutdown). Redis being away is waited for until
+    ``give_up_at`` (monotonic seconds); after that the lease expires and the sweeper returns it."""
+
+    give_up_at: float
+
+
+@dataclass(frozen=True)
+class DropStale:
+    """This delivery no longer holds the job (its lease was lost or given up): nothing is
+    written; whoever holds it now settles it. ``newly_lost``: the loss was found by this step
+    (counted as ``lease_lost``), not earlier by the heartbeat."""
+
+    why: str
+    newly_lost: bool = False
+
+
+Outcome = Ack | Retry | Snooze | Bury | HandBack | DropStale
+OUTCOME_TYPES = (Ack, Retry, Snooze, Bury, HandBack, DropStale)
+
+
+def event_of(outcome: Outcome) -> str:
+    """The outcome's event name: its log line's ``event`` and this process's count."""
+    if isinstance(outcome, Ack):
+        return "deduplicated" if outcome.deduplicated else "succeeded"
+    if isinstance(outcome, Retry):
+        return "retried"
+    if isinstance(outcome, Snooze):
+        return "snoozed"
+    if isinstance(outcome, Bury):
+        return "buried"
+    if isinstance(outcome, HandBack):
+        return "handed_back"
+    return "dropped"
+
+
+def from_decision(decision: Decision, exc: BaseException) -> Outcome:
+    """The retry policy's decision about a handler's failure, as an outcome (pure)."""
+    if decision.action == "snooze":
+        return Snooze(decision.delay_ms, decision.kind)
+    if decision.action == "retry":
+        return Retry(decision.delay_ms, describe(exc), decision.kind, format_traceback(exc))
+    return Bury(decision.reason, decision.kind, error=describe(exc),
+                traceback=format_traceback(exc), spend_attempt=True)
+
+
+def jitter_ms(low_ms: int, high_ms: int) -> int:
+    """A short random wait, so jobs refused together do not come back together."""
+    return random.randint(low_ms, high_ms)

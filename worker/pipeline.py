@@ -1,0 +1,267 @@
+"""One job's way from reserve to settlement, as named steps.
+
+``Pipeline.process(r)`` runs ``steps`` in order. A step takes the ``Running`` job and returns
+``None`` ("go on": it may have taken something for the job and noted it on ``r``) or an
+``Outcome`` (outcomes.py), which ends the job's processing. The outcome is settled once, by
+``Settler.settle`` (settle.py), while the job still holds its lock and slots; then
+``give_back`` returns what the steps took (database session, slots, lock).
+
+The steps, in order (add a step by putting a method of the same shape into ``steps``):
+
+``stop_check``         shutting down: ``HandBack`` before anything starts
+``check_envelope``     undecodable payload or no handler here: ``Bury``; else ``r.spec``
+``already_completed``  a duplicate this process saw complete (locked jobs): ``Ack``
+``take_lock``          the job's business lock (``r.lock``), or ``Snooze`` when busy
+``admit``              circuit breaker, concurrency slots, rate limit (``r.admission``)
+                       or ``Snooze`` (held back)
+``claim_key``          the idempotency claim (``r.store`` once owned), or ``Ack``
+                       (completed before), ``Snooze`` (busy, database away) or ``Bury``
+``execution.run``      the handler and its commit (execution.py): always an outcome
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from antre import Antre, InvalidJob, LockBusy
+from antre.envelope import Job
+from antre.flow import Admission, FlowControl, FlowPolicy
+from antre.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
+                               IdempotencyStore, Record, fingerprint)
+from antre.locks import Lock, Locks
+from antre.logs import job_fields
+
+from .execution import Execution
+from .health import RedisHealth
+from .held import Running
+from .leases import quietly
+from .outcomes import Ack, Bury, HandBack, Outcome, Snooze, jitter_ms
+from .settle import Settler
+
+log = logging.getLogger("antre.worker")
+
+Step = Callable[[Running], Outcome | None]
+
+
+class Pipeline:
+    """The per-job steps of one ``WorkerProcess`` (shared by its runner threads)."""
+
+    def __init__(self, app: Antre, locks: Locks, flow: FlowControl, health: RedisHealth,
+                 settler: Settler, execution: Execution, *, worker_id: str,
+                 stopping: threading.Event, stop_grace_s: float) -> None:
+        self.app = app
+        self.locks = locks
+        self.flow = flow
+        self.health = health
+        self.settler = settler
+        self.worker_id = worker_id
+        self.stopping = stopping
+        self.stop_grace_s = stop_grace_s
+        self._local = threading.local()  # per runner thread: a lock to release with the next
+        self.steps: tuple[Step, ...] = (
+            self.stop_check,
+            self.check_envelope,
+            self.already_completed,
+            self.take_lock,
+            self.admit,
+            self.claim_key,
+            execution.run,
+        )
+
+    def process(self, r: Running) -> None:
+        """Run the steps, settle their outcome, give back what they took."""
+        r.thread = threading.get_ident()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("received job %s", r.job.id, extra=job_fields(r.job, "received"))
+        try:
+            self.settler.settle(r, self.outcome(r))
+        finally:
+            self.give_back(r)
+
+    def outcome(self, r: Running) -> Outcome:
+        for step in self.steps:
+            outcome = step(r)
+            if outcome is not None:
+                return outcome
+        raise RuntimeError(f"job {r.job.id}: the pipeline's last step gave no outcome")
+
+    # -- the steps -----------------------------------------------------------------------------
+    def stop_check(self, r: Running) -> Outcome | None:
+        if self.stopping.is_set():
+            return HandBack(time.monotonic() + self.stop_grace_s)
+        return None
+
+    def check_envelope(self, r: Running) -> Outcome | None:
+        job = r.job
+        if job.payload_error:
+            self.flush_release()  # the previous job's lock goes now, not with a next acquire
+            return Bury(f"payload cannot be decoded: {job.payload_error}", "malformed")
+        spec = self.app.handlers.get(job.type)
+        if spec is None:
+            self.flush_release()
+            names = ", ".join(sorted(self.app.handlers)) or "none"
+            return Bury(f"no handler for job type {job.type!r} in this worker (registered: "
+                        f"{names}); deploy a worker that has it, then replay", "unknown_type")
+        r.spec = spec
+        return None
+
+    def already_completed(self, r: Running) -> Outcome | None:
+        """A duplicate of work this process saw complete needs no business lock: answer it
+        from the in-process cache before queueing up for the lock (everything else, duplicates
+        completed elsewhere included, is decided by the store under the lock)."""
+        job = r.job
+        if not job.lock_key:
+            return None
+        store = self.app.idempotency
+        if store is None or store.cache is None or not job.idempotency_key:
+            return None
+        record = store.cache.get(job.idempotency_key)
+        if (record is None or record.status != "completed"
+                or record.fingerprint != fingerprint(job.type, job.payload)):
+            return None
+        return Ack(record.result, deduplicated=True)
+
+    def take_lock(self, r: Running) -> Outcome | None:
+        if not r.job.lock_key:
+            self.flush_release()  # the previous job's lock goes now, not with a next acquire
+            return None
+        assert r.spec is not None
+        previous, self._local.release = getattr(self._local, "release", None), None
+        try:
+            r.lock = self.health.call(self.locks.acquire, r.job.lock_key,
+                                      ttl_ms=int(r.spec.lock_ttl_s * 1000),
+                                      owner=self.worker_id, release=previous)
+        except LockBusy as exc:
+            return Snooze(jitter_ms(200, 1000), "lock_busy", counter="lock_busy",
+                          count_as="lock_busy", note=f"lock busy: {exc}")
+        r.lock_renewed = time.monotonic()  # renewed by the heartbeat from now on
+        return None
+
+    def admit(self, r: Running) -> Outcome | None:
+        """Circuit breaker, concurrency slots and rate limit of the job type and its downstream.
+        Held back: snoozed without spending an attempt."""
+        spec = r.spec
+        assert spec is not None
+        downstream = self.app.downstreams.get(spec.downstream or "")
+        if spec.flow is None and downstream is None:
+            return None
+        adm = self.health.call(self.flow.admit, f"{r.job.id}:{r.job.epoch}", r.job.deadline,
+                               job_type=r.job.type, type_policy=spec.flow,
+                               downstream=spec.downstream, downstream_policy=downstream)
+        if adm.allowed:
+            r.admission = adm
+            return None
+        return Snooze(self._hold_ms(r, adm, downstream), adm.reason, counter=adm.reason,
+                      count_as=adm.reason, note=f"held back: {adm.reason} for {adm.wait_s:.2f}s")
+
+    def _hold_ms(self, r: Running, adm: Admission, downstream: FlowPolicy | None) -> int:
+        """How long a held-back job waits. A slot usually frees when its job ends, not at its
+        deadline. Behind a rate limit or an open breaker the waiting jobs are spread over the
+        time the backlog needs at that rate (or over the cool-down), so they do not all come
+        back at once and spin through reserve and snooze."""
+        wait_s, spread_s = adm.wait_s, 0.25
+        if adm.reason == "concurrency_limited":
+            wait_s = min(wait_s, 1.0)
+        elif downstream is not None:
+            backlog = self.health.call(r.queue.redis.zcard, r.queue.keys.scheduled)
+            spread_s = (backlog / downstream.rate_per_s if downstream.rate_per_s
+                        else downstream.cooldown_s)
+        return int((wait_s + random.uniform(0, min(max(spread_s, 0.25), 600.0))) * 1000)
+
+    def claim_key(self, r: Running) -> Outcome | None:
+        """The at-most-once claim on the job's idempotency key (under its lock, if any)."""
+        job = r.job
+        while True:
+            try:
+                store = self.app.idempotency
+                if store is None or not job.idempotency_key:
+                    return None
+                begin = self._begin(store, r)
+            except InvalidJob as exc:
+                return Bury(f"bad idempotency key: {exc}", "invalid")
+            except Exception as exc:  # the database is unreachable: wait, spend nothing
+                return Snooze(jitter_ms(1000, 5000), "database_unavailable",
+                              level=logging.ERROR, note=f"idempotency store unavailable: {exc}")
+            if not self._reset_on_replay(store, job, begin):
+                return self._on_begin(r, store, begin)
+
+    def _begin(self, store: IdempotencyStore, r: Running) -> Begin:
+        job, lock = r.job, r.lock
+        return store.begin(job.idempotency_key, fingerprint(job.type, job.payload), job.type,
+                           job.id, job.epoch, self.worker_id, job.deadline,
+                           lock_fence=lock.fence if lock else None)
+
+    def _on_begin(self, r: Running, store: IdempotencyStore, begin: Begin) -> Outcome | None:
+        outcome = begin.outcome
+        if outcome in (ACQUIRED, TAKEN_OVER):
+            if outcome == TAKEN_OVER:
+                log.warning("took over idempotency key from a previous owner that did not finish",
+                            extra=job_fields(r.job, "taken_over"))
+            r.store = store
+            return None
+        if outcome == COMPLETED:
+            return Ack(begin.record.result if begin.record is not None else None,
+                       deduplicated=True)
+        if outcome == BUSY:
+            return Snooze(jitter_ms(800, 1200), "idempotency_busy", counter="idempotency_busy")
+        if outcome == MISMATCH:
+            return Bury("idempotency key reused with a different payload",
+                        "idempotency_mismatch", spend_attempt=True)
+        return Bury("idempotency key already failed permanently; replay the job from the "
+                    "dead-letter queue to run it again", "idempotency_failed", spend_attempt=True)
+
+    @staticmethod
+    def _reset_on_replay(store: IdempotencyStore, job: Job, begin: Begin) -> bool:
+        """An operator replayed this job after its key failed: the on-purpose reset (DESIGN:
+        'failed permanently stays failed until a replay resets it'); then claim again."""
+        if begin.outcome != FAILED or not _replayed_after_failure(job, begin.record):
+            return False
+        if not store.reset(job.idempotency_key):
+            return False
+        log.info("replayed on purpose: the failed idempotency key was reset",
+                 extra=job_fields(job, "replay_reset"))
+        return True
+
+    # -- giving back what the steps took ----------------------------------------------------------
+    def give_back(self, r: Running) -> None:
+        try:
+            if r.ctx is not None and r.ctx.opened_db is not None:
+                r.ctx.opened_db.close()
+        finally:
+            lock, r.lock = r.lock, None
+            if r.admission is not None:
+                quietly(r.admission.release)
+            if lock is not None:
+                self._release(lock)
+
+    def _release(self, lock: Lock) -> None:
+        """Within a prefetched batch the release rides with the next job's acquire (one round
+        trip for both); whatever is not taken that way goes before anything else runs."""
+        if self.settler.batching():
+            self.flush_release()
+            self._local.release = lock
+        else:
+            self._release_now(lock)
+
+    def flush_release(self) -> None:
+        lock, self._local.release = getattr(self._local, "release", None), None
+        if lock is not None:
+            self._release_now(lock)
+
+    def _release_now(self, lock: Lock) -> None:
+        try:
+            self.locks.release(lock)
+        except redis.RedisError:
+            pass  # it expires by its TTL
+
+
+def _replayed_after_failure(job: Job, record: Record | None) -> bool:
+    if not job.replayed_at or record is None or record.status != "failed":
+        return False
+    return job.replayed_at >= int(record.updated_at.timestamp() * 1000)

@@ -1,0 +1,318 @@
+"""``WorkerProcess``: job execution in one process. M runner threads reserve jobs (in adaptive
+batches), hand each to the per-job pipeline (pipeline.py) and ack a batch's successes together;
+a heartbeat thread keeps the leases (leases.py) and reports the process to the worker registry.
+
+Every settlement (ack, retry, bury, snooze, hand-back) is one fenced Lua script in ``Queue``,
+applied by ``Settler.settle`` (settle.py). A job is never held only in memory: until its
+settlement lands in Redis it stays in flight under its lease, and the sweeper returns it if we
+vanish. Due scheduled jobs (delayed, retried, snoozed) are promoted by the runners
+(promotion.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections import Counter
+
+from antre import Antre, Queue
+from antre.clock import Clock
+from antre.envelope import Job
+from antre.flow import FlowControl
+from antre.locks import Locks
+from antre.logs import job_fields
+from antre.metrics import DurationBuffer
+from antre.registry import WorkerInfo, WorkerRegistry
+
+from .execution import Execution
+from .health import REDIS_DOWN, RedisHealth
+from .held import Running
+from .leases import Leases
+from .outcomes import HandBack
+from .pipeline import Pipeline
+from .promotion import Promoter
+from .settle import Settler
+
+log = logging.getLogger("antre.worker")
+
+EXIT_RECYCLE = 3  # the process abandoned a hung handler; the supervisor starts a fresh one
+FAST_BATCH_S = 0.05  # a batch done this fast: reserve twice as many next time
+SLOW_BATCH_S = 0.5  # a batch this slow: half as many
+DEFAULT_PREFETCH = 16
+IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before looking again
+
+
+def default_worker_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60]
+    return f"{host or 'host'}:{os.getpid()}:{os.urandom(2).hex()}"
+
+
+class WorkerProcess:
+    """Runs jobs of ``queues`` in ``threads`` threads of this process.
+
+    ``run()`` blocks until ``stop()`` (or a hard timeout recycles the process) and returns the
+    exit code (0, or ``EXIT_RECYCLE``). ``run_burst()`` returns once nothing is ready or in
+    flight in its queues, with counts of what happened.
+    """
+
+    def __init__(self, app: Antre, *, queues: list[str] | None = None, threads: int = 1,
+                 worker_id: str | None = None, supervisor_id: str = "",
+                 clock: Clock | None = None, prefetch: int = DEFAULT_PREFETCH,
+                 heartbeat_s: float = 1.0,
+                 stop_grace_s: float = 30.0, hard_grace_s: float = 5.0) -> None:
+        if threads < 1 or prefetch < 1:
+            raise ValueError("threads and prefetch must be at least 1")
+        self.app = app
+        self.clock: Clock = clock or app.clock
+        self.queue_names = list(queues or app.queues())
+        self.queues = [Queue(app.redis, name, clock=self.clock, scripts=app.scripts,
+                             max_payload_bytes=app.max_payload_bytes)
+                       for name in self.queue_names]
+        self.threads = threads
+        self.worker_id = worker_id or default_worker_id()
+        self.prefetch = prefetch
+        self.heartbeat_s = heartbeat_s
+        self.stop_grace_s = stop_grace_s
+        self.exit_code = 0
+        self.counts: Counter[str] = Counter()
+        self.durations = DurationBuffer()  # written to Redis on each heartbeat
+        self.registry = WorkerRegistry(app.redis, clock=self.clock)
+        self.health = RedisHealth(app.redis_url)
+        self.promoter = Promoter(self.queues, self.health)
+        self._running: dict[str, Running] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._hb_stop = threading.Event()
+        self._burst = False
+        self._stop_requested = False
+        self._stuck: set[int] = set()
+        self._runners: list[threading.Thread] = []
+        self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
+                                supervisor=supervisor_id, queues=self.queue_names,
+                                threads=threads, kind="process")
+        self._assemble(hard_grace_s)
+
+    def _assemble(self, hard_grace_s: float) -> None:
+        """The rooms: settling, leases, the handler's execution, the per-job pipeline."""
+        self.locks = locks = Locks(self.app.redis, clock=self.clock, scripts=self.app.scripts)
+        self.settler = Settler(self.health, self.clock, self.counts, self.durations)
+        self.leases = Leases(self.app, locks, self.clock, self.settler,
+                             hard_grace_s=hard_grace_s, on_abandon=self._abandoned)
+        execution = Execution(self.app, locks, self.leases, self.clock, self.durations,
+                              worker_id=self.worker_id, stopping=self._stopping,
+                              stop_grace_s=self.stop_grace_s)
+        self.pipeline = Pipeline(self.app, locks, FlowControl(self.app.redis, clock=self.clock),
+                                 self.health, self.settler, execution,
+                                 worker_id=self.worker_id, stopping=self._stopping,
+                                 stop_grace_s=self.stop_grace_s)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def run(self) -> int:
+        self._start()
+        while not self._stopping.is_set():
+            self._poll_stop_request()
+            time.sleep(0.05)
+        self._finish()
+        return self.exit_code
+
+    def run_burst(self) -> dict[str, int]:
+        self._burst = True
+        self._start()
+        for t in self._runners:
+            while t.is_alive() and not self._stopping.is_set():
+                self._poll_stop_request()
+                t.join(0.05)
+        self._finish()
+        return dict(self.counts)
+
+    def request_stop(self) -> None:
+        """``stop()`` for signal handlers: only sets a flag that ``run()`` acts on (setting an
+        ``Event`` inside a handler can deadlock with the interrupted thread's own wait)."""
+        self._stop_requested = True
+
+    def _poll_stop_request(self) -> None:
+        if self._stop_requested:
+            self.stop()
+
+    def stop(self) -> None:
+        """Graceful: stop reserving; running jobs get ``stop_grace_s`` to finish."""
+        if not self._stopping.is_set():
+            log.info("stopping: no new jobs; running jobs get %gs to finish", self.stop_grace_s,
+                     extra={"event": "stopping", "worker_id": self.worker_id})
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def running_jobs(self) -> list[Job]:
+        with self._lock:
+            return [r.job for r in self._running.values()]
+
+    def _start(self) -> None:
+        self._info.started_at = self.clock()
+        try:  # connect the SQL parts once, before the threads race to do it
+            _ = self.app.idempotency
+        except Exception as exc:
+            log.error("database unavailable at start: %s; jobs wait until it is back", exc,
+                      extra={"event": "database_down"})
+        self._beat_quietly()
+        self._runners = [threading.Thread(target=self._runner, args=(n,), daemon=True,
+                                          name=f"antre-runner-{n}") for n in range(self.threads)]
+        for t in self._runners:
+            t.start()
+        threading.Thread(target=self._heartbeat_loop, daemon=True, name="antre-heartbeat").start()
+
+    def _finish(self) -> None:
+        deadline = time.monotonic() + self.stop_grace_s
+        for t in self._runners:
+            if t.ident not in self._stuck:
+                t.join(max(0.0, deadline - time.monotonic()))
+        for r in self._held():
+            self.settler.settle(r, HandBack(deadline + 5.0))
+        self._hb_stop.set()
+        self._info.state = "stopped"
+        self._beat_quietly()
+        log.info("worker stopped", extra={"event": "stopped", "worker_id": self.worker_id})
+
+    def _held(self) -> list[Running]:
+        with self._lock:
+            return [r for r in self._running.values() if not r.closed and not r.lease_lost]
+
+    def _abandoned(self, r: Running) -> None:
+        """A hard timeout settled ``r`` while its thread still runs: recycle this process."""
+        self._stuck.add(r.thread)
+        self.exit_code = EXIT_RECYCLE
+        self.stop()
+
+    # -- the runner threads --------------------------------------------------------------------
+    def _runner(self, n: int) -> None:
+        rr, batch = n, 1
+        while not self._stopping.is_set():
+            self.promoter.when_due()
+            try:
+                got = self.health.call(self._reserve, rr, batch, stop=self._stopping)
+            except REDIS_DOWN:
+                return
+            except Exception:
+                log.exception("reserve failed", extra={"event": "error"})
+                self._stopping.wait(1.0)
+                continue
+            rr += 1
+            if got:
+                started = time.monotonic()
+                self._work(got)
+                batch = self._next_batch(batch, len(got), time.monotonic() - started)
+            elif self._burst and self._drained():
+                return
+            else:
+                self._idle()
+
+    def _next_batch(self, batch: int, got: int, took_s: float) -> int:
+        """Adaptive prefetch: short jobs are reserved (and acked) in growing batches, up to
+        ``prefetch``; slow ones one at a time, so a runner does not sit on jobs that idle
+        workers elsewhere could start."""
+        if got == batch and took_s < FAST_BATCH_S:
+            return min(batch * 2, self.prefetch)
+        if took_s > SLOW_BATCH_S:
+            return max(1, batch // 2)
+        return batch
+
+    def _reserve(self, rr: int, batch: int = 1) -> list[Running]:
+        n = len(self.queues)
+        for i in range(n):
+            q = self.queues[(rr + i) % n]
+            jobs = q.reserve(self.worker_id, count=batch)
+            if jobs:
+                held = [Running(job, q) for job in jobs]
+                with self._lock:
+                    for r in held:
+                        self._running[r.job.id] = r
+                return held
+        return []
+
+    def _work(self, held: list[Running]) -> None:
+        # a prefetched batch's successes are acked together when the batch is done
+        self.settler.begin_batch(len(held) > 1)
+        try:
+            for r in held:
+                self._work_one(r)
+        finally:
+            self.pipeline.flush_release()
+            self.settler.flush_acks()
+
+    def _work_one(self, r: Running) -> None:
+        try:
+            self.pipeline.process(r)
+        except Exception:
+            log.exception("unexpected error while processing job %s; its lease will expire "
+                          "and it will be delivered again", r.job.id,
+                          extra=job_fields(r.job, "error"))
+        finally:
+            with self._lock:
+                self._running.pop(r.job.id, None)
+
+    def _idle(self) -> None:
+        try:  # woken by the enqueue or promote script's token, at once
+            self.queues[0].wait_for_work(IDLE_WAIT_S, self.queues[1:])
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
+            self._stopping.wait(IDLE_WAIT_S)
+
+    def promote_due(self) -> int:
+        """Move every due scheduled job of this process's queues to ready; returns how many."""
+        return self.promoter.promote_due()
+
+    def _drained(self) -> bool:
+        """Burst mode's end: nothing ready (after promoting what is due) or in flight."""
+        with self._lock:
+            if self._running:
+                return False
+        try:
+            self.promote_due()
+            pipe = self.app.redis.pipeline(transaction=False)
+            for q in self.queues:
+                pipe.llen(q.keys.ready)
+                pipe.zcard(q.keys.inflight)
+            return not any(pipe.execute())
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
+            return False
+
+    # -- heartbeat: leases, timeouts, registry ---------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self._hb_stop.wait(self.heartbeat_s):
+            try:
+                self.heartbeat_once()
+            except REDIS_DOWN as exc:
+                self.health.failed(exc)
+            except Exception:
+                log.exception("heartbeat failed", extra={"event": "error"})
+
+    def heartbeat_once(self) -> None:
+        """Enforce timeouts, extend every held lease, report to the registry."""
+        with self._lock:
+            held = list(self._running.values())
+        self.leases.beat(held)
+        self._beat()
+
+    def _beat(self) -> None:
+        info = self._info
+        info.current = [j.id for j in self.running_jobs()]
+        info.processed = self.counts["processed"]
+        info.failed = self.counts["failed"]
+        if self._stopping.is_set() and info.state == "running":
+            info.state = "stopping"
+        self.registry.beat(info)
+        self.durations.flush(self.app.redis)
+        self.health.ok()
+
+    def _beat_quietly(self) -> None:
+        try:
+            self._beat()
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
+

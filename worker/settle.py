@@ -1,0 +1,206 @@
+"""``Settler.settle(r, outcome)``: the one place a job's outcome is applied.
+
+One fenced Lua transition per outcome (``Queue.ack / retry / snooze / bury / hand_back``),
+retried through a Redis outage (never given up: an outcome that did not land is redone on the
+next delivery, never acked falsely; only a hand-back at shutdown gives up, and then the lease
+expires), then one log line and one count per outcome kind. Within a prefetched batch the
+acks wait and go together in one round trip (``flush_acks``): each is still its own fenced
+script, and a lease lost meanwhile is refused and logged while nothing else changes.
+
+At the default INFO level the outcome's line is the only line of an ordinary job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from antre.clock import Clock
+from antre.envelope import Job
+from antre.errors import LeaseLost
+from antre.logs import job_fields
+from antre.metrics import DurationBuffer
+
+from .health import REDIS_DOWN, RedisHealth
+from .held import Running
+from .outcomes import Ack, Bury, DropStale, HandBack, Outcome, Retry, Snooze, event_of
+
+log = logging.getLogger("antre.worker")
+
+LATENCY_EVENTS = ("succeeded", "deduplicated", "buried")  # the job's end-to-end latency ends
+
+
+class Settler:
+    """Applies outcomes; counts them in ``counts`` and their latency in ``durations``."""
+
+    def __init__(self, health: RedisHealth, clock: Clock, counts: Counter[str],
+                 durations: DurationBuffer) -> None:
+        self.health = health
+        self.clock = clock
+        self.counts = counts
+        self.durations = durations
+        self._local = threading.local()  # per runner thread: acks waiting for their batch
+
+    # -- batching ----------------------------------------------------------------------------
+    def begin_batch(self, batched: bool) -> None:
+        """From now on this thread's plain acks wait for ``flush_acks`` (when ``batched``)."""
+        self._local.acks = [] if batched else None
+
+    def batching(self) -> bool:
+        return getattr(self._local, "acks", None) is not None
+
+    def flush_acks(self) -> None:
+        """Ack the successes of a prefetched batch in one round trip."""
+        pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
+        self._local.acks = None
+        by_queue: dict[str, list[tuple[Running, Ack]]] = {}
+        for r, ack in pending:
+            by_queue.setdefault(r.queue.name, []).append((r, ack))
+        for done in by_queue.values():
+            self._ack_together(done)
+
+    def _ack_together(self, done: list[tuple[Running, Ack]]) -> None:
+        q = done[0][0].queue
+        lost = {j.id for j in self.health.call(q.ack_many, [(r.job, a.result) for r, a in done])}
+        for r, ack in done:
+            if r.job.id in lost:
+                self.lease_lost(r.job, LeaseLost(f"job {r.job.id}: the lease changed before "
+                                                 "its batched ack; nothing was changed"))
+            else:
+                self._record(r, ack)
+
+    # -- settling ----------------------------------------------------------------------------
+    def settle(self, r: Running, outcome: Outcome) -> bool:
+        """Apply ``outcome`` to the job ``r`` holds; False when nothing was written (already
+        settled, lease lost, or a drop)."""
+        if isinstance(outcome, DropStale):
+            self._record(r, outcome)
+            return False
+        if isinstance(outcome, HandBack):
+            return self._hand_back(r, outcome)
+        with r.settle_lock:
+            if r.closed:
+                return False
+            if isinstance(outcome, Ack) and not outcome.deduplicated and self.batching():
+                self._local.acks.append((r, outcome))  # acked with its batch
+                r.closed = True
+                return True
+            try:
+                self.health.call(self._transition, r, outcome)
+            except LeaseLost as exc:
+                self.lease_lost(r.job, exc)
+                return False
+            r.closed = True  # settled: nothing else may touch this lease
+        self._record(r, outcome)
+        return True
+
+    @staticmethod
+    def _transition(r: Running, outcome: Outcome) -> None:
+        """The outcome's one fenced Lua transition."""
+        q, job = r.queue, r.job
+        if isinstance(outcome, Ack):
+            q.ack(job, outcome.result,
+                  counter="deduplicated" if outcome.deduplicated else "acked")
+        elif isinstance(outcome, Retry):
+            q.retry(job, delay_ms=outcome.delay_ms, error=outcome.error, kind=outcome.kind,
+                    traceback=outcome.traceback)
+        elif isinstance(outcome, Snooze):
+            q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter)
+        elif isinstance(outcome, Bury):
+            q.bury(job, reason=outcome.reason, error=outcome.error or outcome.reason,
+                   kind=outcome.kind, traceback=outcome.traceback,
+                   spend_attempt=outcome.spend_attempt)
+
+    def _hand_back(self, r: Running, outcome: HandBack) -> bool:
+        with r.settle_lock:
+            if r.closed or r.lease_lost:
+                return False
+            r.closed = True  # whatever the handler does later is dropped
+            if r.ctx is not None:
+                r.ctx.cancelled.set()
+            try:
+                self.health.call(r.queue.hand_back, r.job, give_up_at=outcome.give_up_at)
+            except LeaseLost as exc:
+                self.lease_lost(r.job, exc)
+                return False
+            except REDIS_DOWN:
+                log.error("could not hand back job %s (redis unreachable); its lease will "
+                          "expire and the sweeper returns it", r.job.id,
+                          extra=job_fields(r.job, "expired"))
+                return False
+        self._record(r, outcome)
+        return True
+
+    def lease_lost(self, job: Job, exc: BaseException) -> None:
+        self.counts["lease_lost"] += 1
+        log.warning("lease lost: %s", exc, extra=job_fields(job, "lease_lost"))
+
+    # -- one count and one line per outcome ----------------------------------------------------
+    def _record(self, r: Running, outcome: Outcome) -> None:
+        event = event_of(outcome)
+        self._count(r, outcome, event)
+        level = _level(outcome)
+        if log.isEnabledFor(level):
+            log.log(level, "%s job %s%s", event, r.job.id, _note(outcome),
+                    extra=job_fields(r.job, event, duration_ms=duration_ms(r),
+                                     error_kind=_error_kind(outcome), **_details(outcome)))
+
+    def _count(self, r: Running, outcome: Outcome, event: str) -> None:
+        if event in LATENCY_EVENTS:
+            self.durations.add(r.job.queue, r.job.type, "latency",
+                               self.clock() - r.job.created_at)
+        self.counts[event] += 1
+        if isinstance(outcome, Ack):
+            self.counts["processed"] += 1
+        elif isinstance(outcome, (Retry, Bury)):
+            self.counts["failed"] += 1
+        elif isinstance(outcome, Snooze) and outcome.count_as:
+            self.counts[outcome.count_as] += 1
+        elif isinstance(outcome, DropStale) and outcome.newly_lost:
+            self.counts["lease_lost"] += 1
+
+
+def duration_ms(r: Running) -> int | None:
+    """How long the handler has run (None before it started)."""
+    return int((time.monotonic() - r.started_mono) * 1000) if r.started_mono else None
+
+
+def _level(outcome: Outcome) -> int:
+    if isinstance(outcome, Snooze):
+        return outcome.level
+    if isinstance(outcome, (Retry, Bury, DropStale)):
+        return logging.WARNING
+    return logging.INFO
+
+
+def _error_kind(outcome: Outcome) -> str:
+    if isinstance(outcome, (Retry, Bury)):
+        return outcome.kind
+    if isinstance(outcome, Snooze):
+        return outcome.reason
+    if isinstance(outcome, DropStale):
+        return "lease_lost"
+    return ""
+
+
+def _note(outcome: Outcome) -> str:
+    if isinstance(outcome, Snooze) and outcome.note:
+        return f": {outcome.note}"
+    if isinstance(outcome, Retry):
+        return f": {outcome.error}"
+    if isinstance(outcome, Bury):
+        return f": {outcome.reason}"
+    if isinstance(outcome, DropStale):
+        return f": {outcome.why}; outcome dropped"
+    if isinstance(outcome, HandBack):
+        return " (no attempt spent)"
+    return ""
+
+
+def _details(outcome: Outcome) -> dict[str, Any]:
+    if isinstance(outcome, (Retry, Snooze)):
+        return {"delay_ms": outcome.delay_ms}
+    return {}
