@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import threading
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class HandlerSpec:
     flow: FlowPolicy | None = None  # concurrency / rate limits for this job type, all workers
     unique: bool = False  # enqueue returns the pending job holding the same idempotency key
     unique_for_s: float = 0.0  # and refuses a key whose job completed this recently
+    is_async: bool = False  # an ``async def`` handler: run on the worker's event loop
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
@@ -210,7 +212,8 @@ class Antre:
 
     # -- handlers ----------------------------------------------------------------------------
     def handler(self, name: str, **options: Any) -> Callable[[Handler], Handler]:
-        """Register ``fn(ctx, payload)`` for job type ``name``. Options: queue, max_attempts,
+        """Register ``fn(ctx, payload)`` for job type ``name``; an ``async def`` handler runs on
+        the worker's event loop (``antre worker --concurrency N``). Options: queue, max_attempts,
         timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
         idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
         flow (a ``FlowPolicy`` for this job type), unique and unique_for_s (the defaults of
@@ -219,7 +222,8 @@ class Antre:
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
         def register(fn: Handler) -> Handler:
-            self.handlers[name] = HandlerSpec(name=name, fn=fn, **options)
+            self.handlers[name] = HandlerSpec(name=name, fn=fn,
+                                              is_async=inspect.iscoroutinefunction(fn), **options)
             return fn
         return register
 

@@ -17,6 +17,7 @@ reported with the worker's heartbeat (``antre_worker_loop_lag_seconds``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
@@ -207,8 +208,7 @@ class AsyncJobs:
         for job_id, job_type, held, coro in jobs:
             task = self.loop.loop.create_task(self._run(job_type, coro))
             self._tasks[job_id] = task
-            task.add_done_callback(
-                lambda t, jid=job_id, h=held, c=coro: self._ended_task(jid, h, c, t))
+            task.add_done_callback(functools.partial(self._ended_task, job_id, held, coro))
 
     async def _run(self, job_type: str, coro: Coroutine[Any, Any, Any]) -> Any:
         return await Timed(coro, job_type, self.block_warn_s, self.on_block)

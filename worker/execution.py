@@ -10,9 +10,11 @@ after the lease was given up is dropped (``DropStale``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import redis
@@ -68,6 +70,27 @@ class Execution:
         self._measure(r)
         _report_flow(r, None)
         return self.complete(r, result)
+
+    # -- async handlers (aio.py): the same step, split at the await --------------------------
+    def begin(self, r: Running) -> Coroutine[Any, Any, Any]:
+        """Step, for an ``async def`` handler: its coroutine, to run on the worker's loop;
+        ``end`` turns how it ended into the outcome ``run`` would have returned."""
+        assert r.spec is not None  # set by the envelope step
+        r.ctx = self._context(r)
+        r.started_ms, r.started_mono = self.clock(), time.monotonic()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
+        return _traced(r, r.spec.fn(r.ctx, r.job.payload))
+
+    def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
+        self._measure(r)
+        if exc is None:
+            _report_flow(r, None)
+            return self.complete(r, result)
+        failure = _as_failure(r, exc)
+        _report_flow(r, failure)
+        _rollback(r.ctx.opened_db if r.ctx else None)
+        return self.failed(r, failure)
 
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
@@ -156,6 +179,23 @@ class Execution:
                 pass  # tried again on the next refusal
         return Snooze(jitter_ms(200, 1000), "fence_rejected", count_as="fence_rejected",
                       level=logging.WARNING, note=str(exc))
+
+
+async def _traced(r: Running, coro: Coroutine[Any, Any, Any]) -> Any:
+    with execution_span(r.job):
+        return await coro
+
+
+def _as_failure(r: Running, exc: BaseException) -> Exception:
+    """How an async handler ended, as the exception a sync one would have raised: a task
+    cancelled by the soft timeout, a lost lease or shutdown is a ``JobTimeout``."""
+    if isinstance(exc, asyncio.CancelledError):
+        why = ("it ran past its timeout of %gs" % r.job.timeout_s if r.soft_timed_out
+               else "its lease was lost" if r.lease_lost else "the worker is shutting down")
+        return JobTimeout(f"the async handler was cancelled: {why}")
+    if isinstance(exc, Exception):
+        return exc
+    return RuntimeError(f"the async handler raised {exc!r}")
 
 
 def _rollback(db: Any) -> None:

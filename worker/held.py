@@ -6,6 +6,7 @@ timeout, and ``settle()`` closes it."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from antre import HandlerSpec, JobContext, Queue
@@ -34,6 +35,15 @@ class Running:
     settle_lock: threading.Lock = field(default_factory=threading.Lock)
     lock: Lock | None = None  # the business lock held while the job is processed
     lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
+    cancel: Callable[[], None] | None = None  # an async job: cancels its task on the loop
+
+    def stop_handler(self) -> None:
+        """Tell the handler to stop: ``ctx.cancelled`` for a sync one, and an async one's task
+        is cancelled (timeout, lease lost, shutdown)."""
+        if self.ctx is not None:
+            self.ctx.cancelled.set()
+        if self.cancel is not None:
+            self.cancel()
 
     @property
     def owns_idempotency(self) -> bool:

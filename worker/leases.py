@@ -68,7 +68,7 @@ class Leases:
         ran_ms = now - r.started_ms
         if ran_ms >= timeout_ms and not r.soft_timed_out and r.ctx is not None:
             r.soft_timed_out = True
-            r.ctx.cancelled.set()
+            r.stop_handler()
             log.warning("job %s passed its timeout of %gs; cancelled", r.job.id, r.job.timeout_s,
                         extra=job_fields(r.job, "soft_timeout", duration_ms=ran_ms))
         if ran_ms >= timeout_ms + int(min(self.hard_grace_s, r.job.timeout_s) * 1000):
@@ -94,8 +94,7 @@ class Leases:
                                       cap_ms=r.job.reserved_at + self._max_runtime_ms(r))
         except LeaseLost as exc:
             r.lease_lost = True
-            if r.ctx is not None:
-                r.ctx.cancelled.set()
+            r.stop_handler()
             self.settler.lease_lost(r.job, exc)
             return
         self._follow(r, deadline)

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 from antre import Antre, Queue
 from antre.clock import Clock
@@ -27,6 +28,7 @@ from antre.logs import job_fields
 from antre.metrics import DurationBuffer
 from antre.registry import WorkerInfo, WorkerRegistry
 
+from .aio import AsyncJobs, BlockReporter
 from .execution import Execution
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
@@ -43,6 +45,8 @@ FAST_BATCH_S = 0.05  # a batch done this fast: reserve twice as many next time
 SLOW_BATCH_S = 0.5  # a batch this slow: half as many
 DEFAULT_PREFETCH = 16
 IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before looking again
+DEFAULT_CONCURRENCY = 100  # async jobs at once per process when the app has async handlers
+ASYNC_BATCH = 64  # a runner with async slots free reserves up to this many at once
 
 
 def default_worker_id() -> str:
@@ -62,9 +66,12 @@ class WorkerProcess:
                  worker_id: str | None = None, supervisor_id: str = "",
                  clock: Clock | None = None, prefetch: int = DEFAULT_PREFETCH,
                  heartbeat_s: float = 1.0,
-                 stop_grace_s: float = 30.0, hard_grace_s: float = 5.0) -> None:
+                 stop_grace_s: float = 30.0, hard_grace_s: float = 5.0,
+                 concurrency: int | None = None) -> None:
         if threads < 1 or prefetch < 1:
             raise ValueError("threads and prefetch must be at least 1")
+        if concurrency is not None and concurrency < 0:
+            raise ValueError("concurrency must be 0 (no event loop) or more")
         self.app = app
         self.clock: Clock = clock or app.clock
         self.queue_names = list(queues or app.queues())
@@ -90,9 +97,13 @@ class WorkerProcess:
         self._stop_requested = False
         self._stuck: set[int] = set()
         self._runners: list[threading.Thread] = []
+        self._async_done = threading.Event()
+        self.aio = _async_jobs(app, concurrency, self.counts)
+        self._completer: threading.Thread | None = None
         self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                                 supervisor=supervisor_id, queues=self.queue_names,
-                                threads=threads, kind="process")
+                                threads=threads, kind="process",
+                                concurrency=self.aio.concurrency if self.aio else 0)
         self._assemble(hard_grace_s)
 
     def _assemble(self, hard_grace_s: float) -> None:
@@ -162,6 +173,11 @@ class WorkerProcess:
         self._beat_quietly()
         self._runners = [threading.Thread(target=self._runner, args=(n,), daemon=True,
                                           name=f"antre-runner-{n}") for n in range(self.threads)]
+        if self.aio is not None:
+            self.aio.start_loop()
+            self._completer = threading.Thread(target=self._complete_async, daemon=True,
+                                               name="antre-async-completer")
+            self._completer.start()
         for t in self._runners:
             t.start()
         threading.Thread(target=self._heartbeat_loop, daemon=True, name="antre-heartbeat").start()
@@ -171,8 +187,11 @@ class WorkerProcess:
         for t in self._runners:
             if t.ident not in self._stuck:
                 t.join(max(0.0, deadline - time.monotonic()))
+        if self.aio is not None:  # running async jobs get the rest of the grace period
+            self.aio.wait_idle(deadline - time.monotonic())
         for r in self._held():
             self.settler.settle(r, HandBack(deadline + 5.0))
+        self._stop_async()
         self._hb_stop.set()
         self._info.state = "stopped"
         self._beat_quietly()
@@ -202,6 +221,8 @@ class WorkerProcess:
                 self._stopping.wait(1.0)
                 continue
             rr += 1
+            if got is None:  # every async slot is taken: wait for one
+                continue
             if got:
                 started = time.monotonic()
                 self._work(got)
@@ -221,7 +242,13 @@ class WorkerProcess:
             return max(1, batch // 2)
         return batch
 
-    def _reserve(self, rr: int, batch: int = 1) -> list[Running]:
+    def _reserve(self, rr: int, batch: int = 1) -> list[Running] | None:
+        if self.aio is not None:  # no more async jobs than free slots (None: none free)
+            free = self.aio.free()
+            if free <= 0:
+                self.aio.wait_free(IDLE_WAIT_S)
+                return None
+            batch = min(max(batch, ASYNC_BATCH), free)
         n = len(self.queues)
         for i in range(n):
             q = self.queues[(rr + i) % n]
@@ -245,15 +272,77 @@ class WorkerProcess:
             self.settler.flush_acks()
 
     def _work_one(self, r: Running) -> None:
+        on_loop = False
         try:
-            self.pipeline.process(r)
+            if self.aio is not None and self._is_async(r):
+                on_loop = self._start_async(r)
+            else:
+                self.pipeline.process(r)
         except Exception:
             log.exception("unexpected error while processing job %s; its lease will expire "
                           "and it will be delivered again", r.job.id,
                           extra=job_fields(r.job, "error"))
         finally:
-            with self._lock:
-                self._running.pop(r.job.id, None)
+            if not on_loop:  # an async job stays held until the completer settled it
+                self._forget(r)
+
+    def _forget(self, r: Running) -> None:
+        with self._lock:
+            self._running.pop(r.job.id, None)
+
+    # -- async handlers: the loop runs them, the completer settles them (aio.py) ---------------
+    def _is_async(self, r: Running) -> bool:
+        spec = self.app.handlers.get(r.job.type)
+        return spec is not None and spec.is_async
+
+    def _start_async(self, r: Running) -> bool:
+        """The steps up to the handler here; the handler on the loop. True when it runs."""
+        assert self.aio is not None
+        coro = self.pipeline.start(r)
+        if coro is None:
+            return False
+        aio, job_id = self.aio, r.job.id
+        r.cancel = lambda: aio.cancel(job_id)
+        aio.start([(job_id, r.job.type, r, coro)])
+        return True
+
+    def _complete_async(self) -> None:
+        assert self.aio is not None
+        while not self._async_done.is_set():
+            ended = self.aio.completions(0.1)
+            if ended:
+                self._settle_async(ended)
+
+    def _settle_async(self, ended: list[tuple[Any, Any, BaseException | None]]) -> None:
+        """Settle the async jobs that ended (their acks in one round trip), then free their
+        slots."""
+        assert self.aio is not None
+        self.settler.begin_batch(len(ended) > 1)
+        try:
+            for r, result, exc in ended:
+                self._finish_async(r, result, exc)
+        finally:
+            self.pipeline.flush_release()
+            self.settler.flush_acks()
+            self.aio.release(len(ended))
+
+    def _finish_async(self, r: Running, result: Any, exc: BaseException | None) -> None:
+        try:
+            self.pipeline.finish(r, result, exc)
+        except Exception:
+            log.exception("unexpected error while settling job %s; its lease will expire and "
+                          "it will be delivered again", r.job.id,
+                          extra=job_fields(r.job, "error"))
+        finally:
+            self._forget(r)
+
+    def _stop_async(self) -> None:
+        if self.aio is None:
+            return
+        self._async_done.set()
+        if self._completer is not None:
+            self._completer.join(2.0)
+        self.aio.stop()
 
     def _idle(self) -> None:
         try:  # woken by the enqueue or promote script's token, at once
@@ -302,6 +391,8 @@ class WorkerProcess:
     def _beat(self) -> None:
         info = self._info
         info.current = [j.id for j in self.running_jobs()]
+        if self.aio is not None:
+            info.loop_lag_ms = self.aio.loop.take_lag_ms()
         info.processed = self.counts["processed"]
         info.failed = self.counts["failed"]
         if self._stopping.is_set() and info.state == "running":
@@ -316,3 +407,13 @@ class WorkerProcess:
         except REDIS_DOWN as exc:
             self.health.failed(exc)
 
+
+def _async_jobs(app: Antre, concurrency: int | None, counts: Counter[str]) -> AsyncJobs | None:
+    """The process's event loop for ``async def`` handlers: ``concurrency`` jobs at once
+    (default ``DEFAULT_CONCURRENCY`` when the app has an async handler; 0: no loop)."""
+    if concurrency is None:
+        has_async = any(spec.is_async for spec in app.handlers.values())
+        concurrency = DEFAULT_CONCURRENCY if has_async else 0
+    if concurrency == 0:
+        return None
+    return AsyncJobs(concurrency, BlockReporter(counts))
