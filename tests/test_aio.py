@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from contextlib import nullcontext
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_many_coroutines_run_at_once_and_come_back(jobs):
         return i
 
     jobs.concurrency = 100
-    jobs.start([(f"j{i}", "t", f"held{i}", wait(i)) for i in range(100)])
+    jobs.start([(f"j{i}", "t", f"held{i}", wait(i), nullcontext()) for i in range(100)])
     assert jobs.in_flight() == 100 and jobs.free() == 0
     ended = []
     started = time.monotonic()
@@ -51,7 +52,7 @@ def test_an_exception_comes_back_with_its_job(jobs):
     async def boom():
         raise ValueError("nope")
 
-    jobs.start([("j", "t", "held", boom())])
+    jobs.start([("j", "t", "held", boom(), nullcontext())])
     [(held, result, exc)] = jobs.completions(5.0)
     assert held == "held" and result is None and isinstance(exc, ValueError)
 
@@ -60,7 +61,7 @@ def test_cancel_ends_the_task_with_cancelled_error(jobs):
     async def forever():
         await asyncio.sleep(3600)
 
-    jobs.start([("j", "t", "held", forever())])
+    jobs.start([("j", "t", "held", forever(), nullcontext())])
     jobs.cancel("j")
     [(_, _, exc)] = jobs.completions(5.0)
     assert isinstance(exc, asyncio.CancelledError)
@@ -71,7 +72,7 @@ def test_a_blocking_step_is_reported_with_its_job_type(jobs):
         time.sleep(0.25)  # a sync call inside async def: the loop stalls
         await asyncio.sleep(0)
 
-    jobs.start([("j", "send_report", "held", blocks())])
+    jobs.start([("j", "send_report", "held", blocks(), nullcontext())])
     jobs.completions(5.0)
     [(job_type, spent)] = jobs.blocked
     assert job_type == "send_report" and spent >= 0.25

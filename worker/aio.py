@@ -23,6 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine, Generator
+from contextlib import AbstractContextManager
 from typing import Any
 
 log = logging.getLogger("antre.worker")
@@ -144,6 +145,7 @@ class LoopThread:
 
 
 Ended = tuple[Any, Any, BaseException | None]  # (the job held, result, exception)
+AsyncStart = tuple[str, str, Any, Coroutine[Any, Any, Any], AbstractContextManager[Any]]
 
 
 class AsyncJobs:
@@ -195,23 +197,26 @@ class AsyncJobs:
             self._cond.notify_all()
 
     # -- tasks ---------------------------------------------------------------------------------
-    def start(self, jobs: list[tuple[str, str, Any, Coroutine[Any, Any, Any]]]) -> None:
-        """Schedule ``(job id, job type, held, coroutine)`` items on the loop, a slot each (the
-        caller checked ``free()``: slots may go over by the few a racing runner took)."""
+    def start(self, jobs: list[AsyncStart]) -> None:
+        """Schedule ``(job id, job type, held, coroutine, span)`` items on the loop, a slot
+        each (the caller checked ``free()``: slots may go over by the few a racing runner
+        took); ``span`` is a context manager entered around the coroutine (tracing)."""
         if not jobs:
             return
         with self._cond:
             self._used += len(jobs)
         self.loop.call(self._create_tasks, jobs)
 
-    def _create_tasks(self, jobs: list[tuple[str, str, Any, Coroutine[Any, Any, Any]]]) -> None:
-        for job_id, job_type, held, coro in jobs:
-            task = self.loop.loop.create_task(self._run(job_type, coro))
+    def _create_tasks(self, jobs: list[AsyncStart]) -> None:
+        for job_id, job_type, held, coro, span in jobs:
+            task = self.loop.loop.create_task(self._run(job_type, coro, span))
             self._tasks[job_id] = task
             task.add_done_callback(functools.partial(self._ended_task, job_id, held, coro))
 
-    async def _run(self, job_type: str, coro: Coroutine[Any, Any, Any]) -> Any:
-        return await Timed(coro, job_type, self.block_warn_s, self.on_block)
+    async def _run(self, job_type: str, coro: Coroutine[Any, Any, Any],
+                   span: AbstractContextManager[Any]) -> Any:
+        with span:  # only the handler's own steps are timed, not the span's set-up
+            return await Timed(coro, job_type, self.block_warn_s, self.on_block)
 
     def _ended_task(self, job_id: str, held: Any, coro: Coroutine[Any, Any, Any],
                     task: asyncio.Task[Any]) -> None:

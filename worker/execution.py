@@ -80,7 +80,8 @@ class Execution:
         r.started_ms, r.started_mono = self.clock(), time.monotonic()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
-        return _traced(r, r.spec.fn(r.ctx, r.job.payload))
+        coro: Coroutine[Any, Any, Any] = r.spec.fn(r.ctx, r.job.payload)
+        return coro
 
     def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
         self._measure(r)
@@ -179,11 +180,6 @@ class Execution:
                 pass  # tried again on the next refusal
         return Snooze(jitter_ms(200, 1000), "fence_rejected", count_as="fence_rejected",
                       level=logging.WARNING, note=str(exc))
-
-
-async def _traced(r: Running, coro: Coroutine[Any, Any, Any]) -> Any:
-    with execution_span(r.job):
-        return await coro
 
 
 def _as_failure(r: Running, exc: BaseException) -> Exception:

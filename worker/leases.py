@@ -93,6 +93,8 @@ class Leases:
                                       mode="at_least",
                                       cap_ms=r.job.reserved_at + self._max_runtime_ms(r))
         except LeaseLost as exc:
+            if r.closed:  # settled (acked) while we extended: not a loss
+                return
             r.lease_lost = True
             r.stop_handler()
             self.settler.lease_lost(r.job, exc)

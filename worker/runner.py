@@ -27,8 +27,9 @@ from antre.locks import Locks
 from antre.logs import job_fields
 from antre.metrics import DurationBuffer
 from antre.registry import WorkerInfo, WorkerRegistry
+from antre.tracing import execution_span
 
-from .aio import AsyncJobs, BlockReporter
+from .aio import AsyncJobs, AsyncStart, BlockReporter
 from .execution import Execution
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
@@ -262,20 +263,24 @@ class WorkerProcess:
         return []
 
     def _work(self, held: list[Running]) -> None:
-        # a prefetched batch's successes are acked together when the batch is done
+        # a prefetched batch's successes are acked together when the batch is done; its async
+        # jobs go to the loop together
         self.settler.begin_batch(len(held) > 1)
+        to_loop: list[AsyncStart] = []
         try:
             for r in held:
-                self._work_one(r)
+                self._work_one(r, to_loop)
         finally:
             self.pipeline.flush_release()
             self.settler.flush_acks()
+            if self.aio is not None:
+                self.aio.start(to_loop)
 
-    def _work_one(self, r: Running) -> None:
+    def _work_one(self, r: Running, to_loop: list[AsyncStart]) -> None:
         on_loop = False
         try:
             if self.aio is not None and self._is_async(r):
-                on_loop = self._start_async(r)
+                on_loop = self._start_async(r, to_loop)
             else:
                 self.pipeline.process(r)
         except Exception:
@@ -295,15 +300,15 @@ class WorkerProcess:
         spec = self.app.handlers.get(r.job.type)
         return spec is not None and spec.is_async
 
-    def _start_async(self, r: Running) -> bool:
-        """The steps up to the handler here; the handler on the loop. True when it runs."""
+    def _start_async(self, r: Running, to_loop: list[AsyncStart]) -> bool:
+        """The steps up to the handler here; the handler for the loop. True when it runs."""
         assert self.aio is not None
         coro = self.pipeline.start(r)
         if coro is None:
             return False
         aio, job_id = self.aio, r.job.id
         r.cancel = lambda: aio.cancel(job_id)
-        aio.start([(job_id, r.job.type, r, coro)])
+        to_loop.append((job_id, r.job.type, r, coro, execution_span(r.job)))
         return True
 
     def _complete_async(self) -> None:
