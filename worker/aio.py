@@ -31,6 +31,8 @@ log = logging.getLogger("antre.worker")
 LAG_PROBE_S = 0.1  # how often the loop's lag is measured
 BLOCK_WARN_S = 0.1  # a coroutine step longer than this blocked the loop: warn
 WARN_EVERY_S = 10.0  # at most one blocking warning per job type in this span
+LINGER_S = 0.003  # how long the completer waits for more ended jobs to settle together
+MAX_SETTLE_BATCH = 256
 
 OnBlock = Callable[[str, float], None]
 
@@ -237,18 +239,22 @@ class AsyncJobs:
         if task is not None:
             task.cancel()
 
-    def completions(self, timeout_s: float) -> list[Ended]:
-        """The jobs that ended: waits up to ``timeout_s`` for the first, then takes every one
-        already there."""
+    def completions(self, timeout_s: float, linger_s: float = LINGER_S) -> list[Ended]:
+        """The jobs that ended: waits up to ``timeout_s`` for the first, then up to
+        ``linger_s`` more for others, so their acks share a round trip."""
         try:
             out = [self._ended.get(timeout=timeout_s)]
         except queue.Empty:
             return []
-        while True:
+        until = time.monotonic() + linger_s
+        while len(out) < MAX_SETTLE_BATCH:
+            left = until - time.monotonic()
             try:
-                out.append(self._ended.get_nowait())
+                out.append(self._ended.get(timeout=left) if left > 0 else
+                           self._ended.get_nowait())
             except queue.Empty:
                 return out
+        return out
 
     def stop(self) -> None:
         self.loop.stop()

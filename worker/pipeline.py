@@ -265,9 +265,10 @@ class Pipeline:
 
     # -- giving back what the steps took ----------------------------------------------------------
     def give_back(self, r: Running) -> None:
+        ctx, r.ctx = r.ctx, None  # the context's callables hold ``r``: no cycle left for the GC
         try:
-            if r.ctx is not None and r.ctx.opened_db is not None:
-                r.ctx.opened_db.close()
+            if ctx is not None and ctx.opened_db is not None:
+                ctx.opened_db.close()
         finally:
             lock, r.lock = r.lock, None
             if r.admission is not None:
