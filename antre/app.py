@@ -94,6 +94,7 @@ class Antre:
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
         self._sql: dict[str, Any] = {}
+        self._database_checked: bool | None = None  # True: no database (see _no_database)
         self._init_lock = threading.Lock()  # lazy connections are built once across threads
         self.migrate_on_start = True
 
@@ -139,13 +140,19 @@ class Antre:
 
     # -- SQL (idempotency records, outbox, users, audit): None without a database ------------
     def _sql_part(self, name: str) -> Any:
-        if self.database_url is None:
+        if not self._sql and self._no_database():
             return None
         if not self._sql:
             with self._init_lock:
                 if not self._sql:
                     self._sql = self._connect_sql()
         return self._sql[name]
+
+    def _no_database(self) -> bool:
+        """No database URL: read when first needed, then kept (a worker asks per job)."""
+        if self._database_checked is None:
+            self._database_checked = self.database_url is None
+        return self._database_checked
 
     def _connect_sql(self) -> dict[str, Any]:
         assert self.database_url is not None

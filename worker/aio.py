@@ -170,6 +170,8 @@ class AsyncJobs:
         self._cond = threading.Condition()
         self._ended: queue.SimpleQueue[Ended] = queue.SimpleQueue()
         self._tasks: dict[str, asyncio.Task[Any]] = {}  # job id -> task (loop thread only)
+        self._starts: list[AsyncStart] = []  # waiting for the loop to take them
+        self._wake_pending = False
 
     def start_loop(self) -> None:
         self.loop.start()
@@ -202,12 +204,24 @@ class AsyncJobs:
     def start(self, jobs: list[AsyncStart]) -> None:
         """Schedule ``(job id, job type, held, coroutine, span)`` items on the loop, a slot
         each (the caller checked ``free()``: slots may go over by the few a racing runner
-        took); ``span`` is a context manager entered around the coroutine (tracing)."""
+        took); ``span`` is a context manager entered around the coroutine (tracing). Starts
+        that come while the loop has not yet taken the previous ones ride with them (one
+        wake-up of the loop, not one per batch)."""
         if not jobs:
             return
         with self._cond:
             self._used += len(jobs)
-        self.loop.call(self._create_tasks, jobs)
+            self._starts.extend(jobs)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        self.loop.call(self._take_starts)
+
+    def _take_starts(self) -> None:
+        with self._cond:
+            jobs, self._starts = self._starts, []
+            self._wake_pending = False
+        self._create_tasks(jobs)
 
     def _create_tasks(self, jobs: list[AsyncStart]) -> None:
         for job_id, job_type, held, coro, span in jobs:
@@ -240,20 +254,18 @@ class AsyncJobs:
             task.cancel()
 
     def completions(self, timeout_s: float, linger_s: float = LINGER_S) -> list[Ended]:
-        """The jobs that ended: waits up to ``timeout_s`` for the first, then up to
-        ``linger_s`` more for others, so their acks share a round trip."""
+        """The jobs that ended: waits up to ``timeout_s`` for the first, then ``linger_s``
+        for others, so that their acks share a round trip."""
         try:
             out = [self._ended.get(timeout=timeout_s)]
         except queue.Empty:
             return []
-        until = time.monotonic() + linger_s
+        time.sleep(linger_s)
         while len(out) < MAX_SETTLE_BATCH:
-            left = until - time.monotonic()
             try:
-                out.append(self._ended.get(timeout=left) if left > 0 else
-                           self._ended.get_nowait())
+                out.append(self._ended.get_nowait())
             except queue.Empty:
-                return out
+                break
         return out
 
     def stop(self) -> None:
