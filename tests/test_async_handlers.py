@@ -342,3 +342,50 @@ def test_sigterm_mid_async_job_hands_back_without_spending_an_attempt(redis_url,
     job = q.get(job_id)
     assert (job.state, job.attempt, job.deliveries) == ("ready", 0, 0)
     assert q.stats()["handed_back"] == 1 and r.llen("test:done") == 0
+
+
+def test_no_event_loop_for_an_app_with_async_handlers_is_refused(app, clock):
+    @app.handler("fetch")
+    async def fetch(ctx, payload):
+        return None
+
+    with pytest.raises(ValueError, match=r"async handlers \(fetch\).*--concurrency must be at"):
+        make_worker(app, clock, concurrency=0)
+    assert make_worker(app, clock).aio.concurrency == 100  # the default with async handlers
+
+
+def test_a_sync_only_app_gets_no_event_loop(app, clock):
+    @app.handler("plain")
+    def plain(ctx, payload):
+        return None
+
+    assert make_worker(app, clock).aio is None
+
+
+def test_the_cli_passes_concurrency_to_each_process(app):
+    from worker.cli import build_parser
+    from worker.pool import Supervisor
+
+    args = build_parser().parse_args(["worker", "tests.apps.aio:app", "--concurrency", "300"])
+    assert args.concurrency == 300
+    sup = Supervisor("tests.apps.aio:app", 1, 2, ["default"], app=app, concurrency=300)
+    cmd = sup._command(sup.slots[0])
+    assert cmd[cmd.index("--concurrency") + 1] == "300" and "--threads" in cmd
+
+
+def test_the_loop_lag_is_a_metric_per_process(app, clock):
+    from antre.metrics import render
+    from antre.registry import WorkerInfo
+
+    WorkerRegistry(app.redis, clock).beat(WorkerInfo(id="w9", host="h", concurrency=100,
+                                                     loop_lag_ms=250))
+    body = render(app.redis, clock)[0].decode()
+    assert 'antre_worker_loop_lag_seconds{host="h",worker="w9"} 0.25' in body
+
+
+def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, capsys):
+    from worker.cli import main
+
+    monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
+    assert main(["worker", "tests.apps.aio:app", "--concurrency", "0", "--burst"]) == 2
+    assert "--concurrency must be at least 1" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from .duties import sweep_once
 from .executor import DEFAULT_PREFETCH
 from .loader import AppLoadError, load_app
 from .pool import Supervisor
+from .runner import async_concurrency
 
 
 def build_parser(prog: str = "antre") -> argparse.ArgumentParser:
@@ -52,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "sweep":
         print(json.dumps(sweep_once(app)))
         return 0
+    try:
+        async_concurrency(app, args.concurrency)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     queues = [q for q in args.queues.split(",") if q] or None
     pool = Supervisor(args.app_path, args.processes, args.threads, queues, args.burst,
                       not args.no_scheduler, stop_grace_s=args.grace, prefetch=args.prefetch,

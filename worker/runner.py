@@ -71,8 +71,6 @@ class WorkerProcess:
                  concurrency: int | None = None) -> None:
         if threads < 1 or prefetch < 1:
             raise ValueError("threads and prefetch must be at least 1")
-        if concurrency is not None and concurrency < 0:
-            raise ValueError("concurrency must be 0 (no event loop) or more")
         self.app = app
         self.clock: Clock = clock or app.clock
         self.queue_names = list(queues or app.queues())
@@ -413,12 +411,21 @@ class WorkerProcess:
             self.health.failed(exc)
 
 
-def _async_jobs(app: Antre, concurrency: int | None, counts: Counter[str]) -> AsyncJobs | None:
-    """The process's event loop for ``async def`` handlers: ``concurrency`` jobs at once
-    (default ``DEFAULT_CONCURRENCY`` when the app has an async handler; 0: no loop)."""
+def async_concurrency(app: Antre, concurrency: int | None) -> int:
+    """How many async jobs a process runs at once: ``concurrency``, by default
+    ``DEFAULT_CONCURRENCY`` when the app has an async handler, else 0 (no event loop). Raises
+    ``ValueError`` saying what to pass for 0 (or less) with async handlers."""
+    async_types = sorted(name for name, spec in app.handlers.items() if spec.is_async)
     if concurrency is None:
-        has_async = any(spec.is_async for spec in app.handlers.values())
-        concurrency = DEFAULT_CONCURRENCY if has_async else 0
-    if concurrency == 0:
-        return None
-    return AsyncJobs(concurrency, BlockReporter(counts))
+        return DEFAULT_CONCURRENCY if async_types else 0
+    if concurrency < 0 or (concurrency == 0 and async_types):
+        raise ValueError(f"the app has async handlers ({', '.join(async_types)}): their jobs "
+                         "run on an event loop, so --concurrency must be at least 1"
+                         if async_types else "--concurrency must be 0 or more")
+    return concurrency
+
+
+def _async_jobs(app: Antre, concurrency: int | None, counts: Counter[str]) -> AsyncJobs | None:
+    """The process's event loop for ``async def`` handlers (None: no loop)."""
+    n = async_concurrency(app, concurrency)
+    return AsyncJobs(n, BlockReporter(counts)) if n else None
