@@ -185,10 +185,12 @@ class AsyncJobs:
         with self._cond:
             return self._used
 
-    def wait_free(self, timeout_s: float) -> bool:
-        """Block until a slot is free (or ``timeout_s``); True when one is."""
+    def wait_free(self, timeout_s: float, at_least: int = 1) -> bool:
+        """Block until ``at_least`` slots are free (or ``timeout_s``); True when they are."""
+        need = min(at_least, self.concurrency)
         with self._cond:
-            return self._cond.wait_for(lambda: self._used < self.concurrency, timeout_s)
+            return self._cond.wait_for(lambda: self.concurrency - self._used >= need,
+                                       timeout_s)
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Block until no async job is in flight (or ``timeout_s``)."""

@@ -48,6 +48,7 @@ DEFAULT_PREFETCH = 16
 IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before looking again
 DEFAULT_CONCURRENCY = 100  # async jobs at once per process when the app has async handlers
 ASYNC_BATCH = 64  # a runner with async slots free reserves up to this many at once
+ASYNC_MIN_BATCH = 16  # ... and waits until at least this many are free
 
 
 def default_worker_id() -> str:
@@ -242,10 +243,10 @@ class WorkerProcess:
         return batch
 
     def _reserve(self, rr: int, batch: int = 1) -> list[Running] | None:
-        if self.aio is not None:  # no more async jobs than free slots (None: none free)
-            free = self.aio.free()
-            if free <= 0:
-                self.aio.wait_free(IDLE_WAIT_S)
+        if self.aio is not None:  # no more async jobs than free slots (None: too few free)
+            free, least = self.aio.free(), min(ASYNC_MIN_BATCH, self.aio.concurrency)
+            if free < least:  # a few slots at a time would cost a reserve and a wake-up each
+                self.aio.wait_free(IDLE_WAIT_S, least)
                 return None
             batch = min(max(batch, ASYNC_BATCH), free)
         n = len(self.queues)
