@@ -19,8 +19,12 @@ import pytest
 from antre import Antre, Permanent, Retryable
 from antre.clock import ManualClock, system_ms
 from antre.queue import JobSpec, Queue
-from antre.registry import WorkerRegistry
+from antre.metrics import render
+from antre.registry import WorkerInfo, WorkerRegistry
+from worker.cli import build_parser
+from worker.cli import main as worker_main
 from worker.executor import WorkerProcess
+from worker.pool import Supervisor
 
 
 @pytest.fixture
@@ -362,9 +366,6 @@ def test_a_sync_only_app_gets_no_event_loop(app, clock):
 
 
 def test_the_cli_passes_concurrency_to_each_process(app):
-    from worker.cli import build_parser
-    from worker.pool import Supervisor
-
     args = build_parser().parse_args(["worker", "tests.apps.aio:app", "--concurrency", "300"])
     assert args.concurrency == 300
     sup = Supervisor("tests.apps.aio:app", 1, 2, ["default"], app=app, concurrency=300)
@@ -373,9 +374,6 @@ def test_the_cli_passes_concurrency_to_each_process(app):
 
 
 def test_the_loop_lag_is_a_metric_per_process(app, clock):
-    from antre.metrics import render
-    from antre.registry import WorkerInfo
-
     WorkerRegistry(app.redis, clock).beat(WorkerInfo(id="w9", host="h", concurrency=100,
                                                      loop_lag_ms=250))
     body = render(app.redis, clock)[0].decode()
@@ -383,8 +381,6 @@ def test_the_loop_lag_is_a_metric_per_process(app, clock):
 
 
 def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, capsys):
-    from worker.cli import main
-
     monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
-    assert main(["worker", "tests.apps.aio:app", "--concurrency", "0", "--burst"]) == 2
+    assert worker_main(["worker", "tests.apps.aio:app", "--concurrency", "0", "--burst"]) == 2
     assert "--concurrency must be at least 1" in capsys.readouterr().err

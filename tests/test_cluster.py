@@ -8,7 +8,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from antre import LeaseLost
 from antre.clock import ManualClock
 from antre.locks import Locks
+from antre.periodic import Scheduler, Schedules, make_schedule
 from antre.queue import JobSpec, Queue
+from antre.retention import Retention, RetentionPolicy
 
 pytestmark = pytest.mark.cluster
 
@@ -60,9 +62,6 @@ def test_locks_on_cluster(rc):
 
 
 def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
-    from antre.periodic import Scheduler, Schedules, make_schedule
-    from antre.retention import Retention, RetentionPolicy
-
     clock = ManualClock(1_700_000_000_000)
     q = Queue(rc, "reports", clock=clock)
     first = q.enqueue("t", {}, idempotency_key="u", unique=True)
