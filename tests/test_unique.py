@@ -133,3 +133,12 @@ def test_metrics_count_deduplicated_enqueues(q):
 def test_a_bad_window_is_refused_with_the_reason(q, window):
     with pytest.raises(InvalidJob, match="unique_for_s must be"):
         q.enqueue("t", {}, idempotency_key="k", unique=True, unique_for_s=window)
+
+
+def test_a_replayed_unique_job_holds_its_key_again(q):
+    first = q.enqueue("t", {}, idempotency_key="k", unique=True)
+    [job] = q.reserve("w1")
+    q.bury(job, reason="boom")
+    assert q.replay(first)
+    assert q.enqueue("t", {}, idempotency_key="k", unique=True) == first
+    assert q.redis.llen(q.keys.ready) == 1

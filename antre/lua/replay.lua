@@ -13,5 +13,8 @@ redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'vi
            'reason', '', 'replayed_at', now)
 bump(KEYS[1], 'replays', 1)
 redis.call('LPUSH', KEYS[3], id)
+-- a unique job holds its idempotency key again while pending, unless another job took it
+local ukey = redis.call('HGET', KEYS[1], 'ukey')
+if ukey and ukey ~= '' then redis.call('SET', ukey, id, 'NX') end
 redis.call('HINCRBY', KEYS[4], 'replayed', 1)
 return 1
