@@ -2,6 +2,8 @@
 -- completed effects are skipped).
 -- KEYS[1] job   KEYS[2] dead   KEYS[3] ready   KEYS[4] stats
 -- ARGV[1] id   ARGV[2] now_ms   ARGV[3] dead-by-type prefix   ARGV[4] dead-by-group prefix
+-- A unique job (field 'ukey': its idempotency key's index entry, same slot) takes the entry
+-- back unless another job holds it.
 -- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed).
 local id, now = ARGV[1], tonumber(ARGV[2])
 local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
