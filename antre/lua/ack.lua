@@ -3,6 +3,8 @@
 -- ARGV[1] id   ARGV[2] epoch   ARGV[3] now_ms   ARGV[4] result JSON ('' for none)
 -- ARGV[5] keep done jobs this many ms   ARGV[6] keep at most this many done jobs
 -- ARGV[7] job_prefix   ARGV[8] counter to bump ('acked', or 'deduplicated' for idempotency hits)
+-- A unique job frees its idempotency key's index entry (field 'ukey'), or holds it as
+-- 'done:<id>' for its unique_for window (field 'unique_ms'); see unique_release in _lib.lua.
 -- Returns: 'OK', or 'LOST:<why>' with nothing changed.
 local id, epoch, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local lost = lease_error(KEYS[1], epoch)
