@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from antre import Antre, Permanent, Retryable
 from antre.clock import ManualClock, system_ms
@@ -251,6 +252,32 @@ def test_idempotency_holds_for_async_handlers(redis_url, sqlite_url, clock):
     assert q.get(first).result == q.get(second).result == {"invoice": "INV-7"}
     assert q.stats()["deduplicated"] == 1
     assert app.idempotency.lookup("order:7").status == "completed"
+    app.engine.dispose()
+
+
+def test_async_handler_writes_commit_with_the_completion(redis_url, db_url, clock):
+    app = Antre(redis_url=redis_url, database_url=db_url, clock=clock)
+    with app.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (k VARCHAR(20) PRIMARY KEY)"))
+
+    @app.handler("effect")
+    async def effect(ctx, payload):
+        # off the loop: a write that waits for another in-flight job's transaction (SQLite has
+        # one writer) must not stall the loop that job needs to finish
+        await asyncio.to_thread(ctx.db.execute, text("INSERT INTO effects (k) VALUES (:k)"),
+                                {"k": payload["k"]})
+        await asyncio.sleep(0.01)
+        if payload.get("fail"):
+            raise Permanent("no")
+        return "written"
+
+    app.enqueue("effect", {"k": "a"}, idempotency_key="eff:a")
+    app.enqueue("effect", {"k": "b", "fail": True}, idempotency_key="eff:b")
+    make_worker(app, clock).run_burst()
+    with app.engine.connect() as conn:
+        assert [row[0] for row in conn.execute(text("SELECT k FROM effects"))] == ["a"]
+    assert app.idempotency.lookup("eff:a").status == "completed"
+    assert app.idempotency.lookup("eff:b").status == "failed"
     app.engine.dispose()
 
 
