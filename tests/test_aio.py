@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
 from contextlib import nullcontext
@@ -92,7 +93,19 @@ def test_timed_passes_results_and_cancellation_through():
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    asyncio.run(main())
+    # in a thread of its own: a browser test's Playwright may hold a loop in the main thread
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(10)
+    assert not errors and not t.is_alive()
 
 
 def test_the_block_warning_names_the_job_type_once_per_window(caplog):
