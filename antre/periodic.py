@@ -41,6 +41,7 @@ from .readmodels import ScheduleInfo
 from .scripts import Scripts
 
 CATCH_UP = ("skip", "once", "all")
+STALE_AFTER_MS = 5 * 60_000  # no scheduler ran a schedule this long: removed from the code?
 JOB_OPTIONS = frozenset(f.name for f in fields(JobSpec)) - {
     "job_type", "payload", "idempotency_key", "job_id", "delay_s", "trace_id"}
 
@@ -239,11 +240,13 @@ class Scheduler:
         tick (none of its past ticks run) and reads as None."""
         pipe = self.redis.pipeline(transaction=False)
         for s in self.schedules:
-            pipe.hsetnx(self.queue(s).keys.schedule(s.name), "last_tick", latest_tick(s, now))
-            pipe.hget(self.queue(s).keys.schedule(s.name), "last_tick")
+            key = self.queue(s).keys.schedule(s.name)
+            pipe.hsetnx(key, "last_tick", latest_tick(s, now))
+            pipe.hget(key, "last_tick")
+            pipe.hset(key, "seen_at", now)  # a schedule no scheduler runs any more goes stale
         replies = pipe.execute()
-        return [None if created else int(last) for created, last in zip(replies[::2],
-                                                                         replies[1::2])]
+        return [None if created else int(last) for created, last in zip(replies[::3],
+                                                                         replies[1::3])]
 
     def _enqueue(self, schedule: Schedule, ticks: list[int], now: int) -> list[TickResult]:
         if not ticks:
@@ -338,4 +341,5 @@ def _info(s: Schedule, state: dict[str, str], job: list[Any], now: int) -> Sched
         last_outcome=_outcome(job) if last_job else "never run",
         last_finished_ms=int(job[1] or 0) if last_job else 0,
         last_error=(job[2] or job[3] or "") if last_job else "",
-        next_run_ms=next_tick(s, now), as_of=now)
+        next_run_ms=next_tick(s, now), seen_ms=int(state.get("seen_at") or 0),
+        stale=now - int(state.get("seen_at") or 0) > STALE_AFTER_MS, as_of=now)

@@ -115,6 +115,8 @@ class ScheduleInfo:
     last_finished_ms: int
     last_error: str
     next_run_ms: int
+    seen_ms: int  # when a scheduler last ran this schedule
+    stale: bool  # none has for a while: the schedule left the code, or no worker runs duties
     as_of: int
 
 

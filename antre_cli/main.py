@@ -121,7 +121,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 # -- schedules --------------------------------------------------------------------------------
 def _schedule_line(info: ScheduleInfo) -> str:
-    nxt = "paused" if info.paused else _ts(info.next_run_ms)
+    nxt = "paused" if info.paused else "stale" if info.stale else _ts(info.next_run_ms)
     return (f"{info.name:<24}{info.trigger:<32}next {nxt:<20} last {_ts(info.last_enqueued_ms)}"
             f" ({info.last_outcome})")
 

@@ -239,3 +239,12 @@ def test_the_worker_duty_enqueues_due_ticks(app, clock):
     [result] = duties.run("periodic")
     assert result.outcome == "stored"
     assert ready_keys(app) == ["periodic:reconcile_stock:2026-11-30T08:05:00Z"]
+
+
+def test_a_schedule_no_scheduler_runs_any_more_is_shown_stale(app, clock):
+    app.scheduler().run_once()
+    ops = Schedules(app.redis, clock=clock)
+    assert ops.info("reconcile_stock").stale is False
+    clock.advance(6 * MIN_MS)  # removed from the code: no scheduler publishes it any more
+    info = ops.info("reconcile_stock")
+    assert info.stale is True and info.seen_ms == START
