@@ -12,20 +12,33 @@ Rates come from the per-queue ``stats`` counters the Lua scripts keep (``buried`
 compares the counter now with the newest point at least its window old (or the oldest point
 kept, early on).
 
+The webhook POST (``post_json``): redirects are not followed (a 3xx is a failure: a redirect
+would turn the POST into a GET to wherever it points), the whole call, from connecting to the
+last byte, is bounded by ``deadline_s``, only ``http`` and ``https`` URLs are used, and with a
+secret (``ANTRE_ALERT_WEBHOOK_SECRET``) the body is signed: ``X-Antre-Timestamp: <unix s>``
+and ``X-Antre-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">``. The README shows
+how a receiver verifies it.
+
 Run ``check`` from one node per tick (the worker pool's duty holds the ``alerts`` maintenance
 key, as for the sweeper); the dashboard reads ``active()`` for its banner.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import hmac
 import json
 import logging
+import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import redis
 
@@ -211,24 +224,83 @@ class AlertEvent:
         return self.alert.queue
 
 
-def post_json(url: str, payload: dict[str, Any], timeout_s: float = 5.0) -> None:
-    """POST ``payload`` as JSON; raises on a network error or a non-2xx answer."""
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json",
-                                          "User-Agent": "antre-alerts"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        if not 200 <= resp.status < 300:
-            raise OSError(f"webhook answered HTTP {resp.status}")
+SIGNATURE_HEADER = "X-Antre-Signature"
+TIMESTAMP_HEADER = "X-Antre-Timestamp"
+WEBHOOK_DEADLINE_S = 10.0
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """``sha256=<hex>``: HMAC-SHA256 with ``secret`` of ``"<timestamp>." + body``."""
+    mac = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises HTTPError for the 3xx
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _send(req: urllib.request.Request, timeout_s: float) -> None:
+    try:
+        with _OPENER.open(req, timeout=timeout_s) as resp:
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+        exc.close()
+    if not 200 <= status < 300:
+        raise OSError(f"webhook answered HTTP {status}"
+                      + (" (redirects are not followed)" if 300 <= status < 400 else ""))
+
+
+def _within(deadline_s: float, fn: Callable[[], None]) -> None:
+    """Run ``fn`` in a helper thread; raise ``TimeoutError`` if it is not done within
+    ``deadline_s`` (the thread is abandoned; its socket timeout ends it)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fn()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the caller
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True, name="antre-alert-webhook")
+    worker.start()
+    worker.join(deadline_s)
+    if not outcome:
+        raise TimeoutError(f"webhook did not answer within {deadline_s:g}s")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def post_json(url: str, payload: dict[str, Any], deadline_s: float = WEBHOOK_DEADLINE_S,
+              secret: str | None = None, now_s: Callable[[], float] = time.time) -> None:
+    """POST ``payload`` as JSON, signed when ``secret`` is given; raises on a network error, a
+    non-2xx answer (a redirect included) or when the whole call takes over ``deadline_s``."""
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise ValueError(f"the webhook URL must be http or https, not {url[:40]!r}")
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "antre-alerts"}
+    if secret:
+        ts = int(now_s())
+        headers[TIMESTAMP_HEADER] = str(ts)
+        headers[SIGNATURE_HEADER] = sign(secret, ts, body)
+    req = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    _within(deadline_s, lambda: _send(req, deadline_s))
 
 
 class AlertEngine:
     def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
                  rules: Iterable[Rule] | None = None, webhook_url: str | None = None,
-                 post: Post | None = None, *, dashboard_url: str = "") -> None:
+                 post: Post | None = None, *, dashboard_url: str = "",
+                 webhook_secret: str | None = None) -> None:
         self.redis, self.clock = client, clock
         self.rules = list(default_rules() if rules is None else rules)
         self.webhook_url = webhook_url or None
-        self.post = post or post_json
+        self.post = post or functools.partial(post_json, secret=webhook_secret or None)
         self.dashboard_url = dashboard_url
 
     # -- reading -----------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""The audit log: every change made from the dashboard, CLI or API - who, what, why, when, outcome."""
+"""The audit log: every change made from the dashboard, CLI or API - who, what, why, when, outcome.
+
+Every field is cut to a bounded size when recorded (``LIMITS``; a ``detail`` whose JSON is
+longer than ``MAX_DETAIL_CHARS`` is replaced by its truncated text), so no request can store
+more than a few kilobytes. The exports are generators: rows are read in batches and written as
+they come, never all held in memory.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import builtins
 import csv
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVarTuple, cast
@@ -61,12 +67,49 @@ def _row(r: Any) -> AuditRow:
     return AuditRow(**{name: getattr(r, name) for name in CSV_COLUMNS})
 
 
+LIMITS = {"user": 200, "role": 16, "action": 100, "target": 500, "reason": 2000,
+          "remote_addr": 64}
+MAX_DETAIL_CHARS = 4000
+EXPORT_BATCH = 500
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def _cut(value: str | None, limit: int) -> str | None:
+    if value is None or len(value) <= limit:
+        return value
+    return value[: limit - 1] + "…"
+
+
+def _bounded_detail(detail: dict[str, Any] | None) -> dict[str, Any] | None:
+    if detail is None:
+        return None
+    text = json.dumps(detail, ensure_ascii=False, default=str)
+    if len(text) <= MAX_DETAIL_CHARS:
+        return detail
+    return {"truncated": text[:MAX_DETAIL_CHARS]}
+
+
 def _csv_safe(value: str) -> str:
-    """Neutralise spreadsheet formula injection (OWASP): a cell starting with = + - @ TAB CR
-    gets a leading apostrophe. The JSON export keeps values verbatim."""
-    if value and value[0] in ("=", "+", "-", "@", "\t", "\r"):
+    """Neutralise spreadsheet formula injection (OWASP): a cell whose first character, or first
+    character after leading blanks and control characters, is = + - @ TAB CR LF gets a leading
+    apostrophe. The export also quotes every cell, so a ``;`` or ``,`` inside a value never
+    starts a new cell in a spreadsheet that splits on it. The JSON export keeps values
+    verbatim."""
+    first = value.lstrip("".join(chr(c) for c in range(0x21)) + "\x7f\u00a0")[:1]
+    if value[:1] in _FORMULA_START or first in _FORMULA_START:
         return "'" + value
     return value
+
+
+def _csv_cells(row: AuditRow) -> list[Any]:
+    d = row.to_dict()
+    cells: list[Any] = []
+    for k in CSV_COLUMNS:
+        v = d[k]
+        if k == "detail":
+            v = None if v is None else json.dumps(v, sort_keys=True, ensure_ascii=False)
+        cells.append("" if v is None else _csv_safe(v) if isinstance(v, str) else v)
+    return cells
 
 
 class AuditLog:
@@ -96,14 +139,14 @@ class AuditLog:
                     _T.insert()
                     .values(
                         at=ms_to_datetime(self.clock()),
-                        user=user,
-                        role=role,
-                        action=action,
-                        target=target,
-                        reason=reason,
+                        user=_cut(user, LIMITS["user"]) or "",
+                        role=_cut(role, LIMITS["role"]),
+                        action=_cut(action, LIMITS["action"]) or "",
+                        target=_cut(target, LIMITS["target"]),
+                        reason=_cut(reason, LIMITS["reason"]),
                         outcome=outcome,
-                        detail=detail,
-                        remote_addr=remote_addr,
+                        detail=_bounded_detail(detail),
+                        remote_addr=_cut(remote_addr, LIMITS["remote_addr"]),
                     )
                     .returning(_C.id)
                 ).scalar_one()
@@ -160,39 +203,54 @@ class AuditLog:
         with self._sf() as s:
             return list(s.execute(select(_C.action).distinct().order_by(_C.action)).scalars())
 
-    def _all(self, action: str | None, user: str | None, since_ms: int | None = None,
-             until_ms: int | None = None) -> builtins.list[AuditRow]:
-        q = self._filtered(select(_T), action, user, since_ms, until_ms).order_by(_C.id)
-        with self._sf() as s:
-            return [_row(r) for r in s.execute(q)]
+    def iter_rows(self, action: str | None = None, user: str | None = None,
+                  since_ms: int | None = None, until_ms: int | None = None,
+                  batch: int = EXPORT_BATCH) -> Iterator[AuditRow]:
+        """All (matching) entries, oldest first, read ``batch`` rows at a time (keyset paging
+        on the id, one short transaction per batch)."""
+        after = 0
+        while True:
+            q = self._filtered(select(_T), action, user, since_ms, until_ms).where(
+                _C.id > after).order_by(_C.id).limit(batch)
+            with self._sf() as s:
+                rows = [_row(r) for r in s.execute(q)]
+            yield from rows
+            if len(rows) < batch:
+                return
+            after = rows[-1].id
+
+    def stream_csv(self, action: str | None = None, user: str | None = None,
+                   since_ms: int | None = None, until_ms: int | None = None) -> Iterator[str]:
+        """All (matching) entries, oldest first, as CSV with a header row, every cell quoted;
+        ``detail`` as JSON. Yields a chunk per row."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
+        w.writerow(CSV_COLUMNS)
+        for r in self.iter_rows(action, user, since_ms, until_ms):
+            w.writerow(_csv_cells(r))
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+        yield buf.getvalue()
 
     def export_csv(self, action: str | None = None, user: str | None = None,
                    since_ms: int | None = None, until_ms: int | None = None) -> str:
-        """All (matching) entries, oldest first, as CSV with a header row; ``detail`` as JSON."""
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(CSV_COLUMNS)
-        for r in self._all(action, user, since_ms, until_ms):
-            d = r.to_dict()
-            cells = []
-            for k in CSV_COLUMNS:
-                v = d[k]
-                if k == "detail":
-                    cells.append(
-                        "" if v is None else json.dumps(v, sort_keys=True, ensure_ascii=False)
-                    )
-                elif v is None:
-                    cells.append("")
-                elif isinstance(v, str):
-                    cells.append(_csv_safe(v))
-                else:
-                    cells.append(v)
-            w.writerow(cells)
-        return buf.getvalue()
+        """``stream_csv`` as one string."""
+        return "".join(self.stream_csv(action, user, since_ms, until_ms))
 
     def export_json(
         self, action: str | None = None, user: str | None = None,
         since_ms: int | None = None, until_ms: int | None = None,
     ) -> builtins.list[dict[str, Any]]:
         """All (matching) entries, oldest first, as JSON-ready dicts."""
-        return [r.to_dict() for r in self._all(action, user, since_ms, until_ms)]
+        return [r.to_dict() for r in self.iter_rows(action, user, since_ms, until_ms)]
+
+    def stream_json(
+        self, action: str | None = None, user: str | None = None,
+        since_ms: int | None = None, until_ms: int | None = None,
+    ) -> Iterator[str]:
+        """All (matching) entries, oldest first, as the text of one JSON array (chunks)."""
+        yield "["
+        for i, r in enumerate(self.iter_rows(action, user, since_ms, until_ms)):
+            yield ("," if i else "") + json.dumps(r.to_dict(), ensure_ascii=False)
+        yield "]"

@@ -194,8 +194,9 @@ def alert_points() -> str:
 
 
 def login_failures(digest: str) -> str:
-    """ZSET ``<ms>:<n>`` -> ms: failed logins of one (user name, client address) in the window;
-    ``digest`` is a hash of the pair (never the raw, user-supplied name)."""
+    """ZSET ``<ms>:<n>`` -> ms: failed logins of one throttling bucket (a client address, an
+    account, or the pair) in the window; ``digest`` is a hash of the bucket (never the raw,
+    user-supplied name)."""
     return f"{PREFIX}:{{auth}}:login_failures:{digest}"
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "JSONText",
     "LockFence",
     "OutboxMessage",
+    "RevokedSession",
     "UTCDateTime",
     "User",
     "datetime_to_ms",
@@ -223,11 +224,26 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(255), nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    #: Signed into every dashboard session; a session whose number differs is over. Changed on
+    #: logout-everywhere, role change, disable / enable and password change (``antre.users``).
+    session_gen: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
 
     __table_args__ = (
         CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),
         Index("uq_antre_users_name", "name", unique=True),
     )
+
+
+class RevokedSession(Base):
+    """A dashboard session ended by its logout (``sid``: SHA-256 of the session's random id),
+    kept until the session would have expired anyway."""
+
+    __tablename__ = "antre_revoked_sessions"
+
+    sid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+    __table_args__ = (Index("ix_antre_revoked_sessions_expires_at", "expires_at"),)
 
 
 class AuditEntry(Base):

@@ -1,7 +1,22 @@
-"""Dashboard users: names, roles (viewer < operator < admin) and argon2id password hashes."""
+"""Dashboard users: names, roles (viewer < operator < admin), argon2id password hashes and a
+session generation.
+
+Names: 1-64 characters of letters, digits and ``_ . @ -``, starting with a letter or digit (no
+``/`` or ``:``, so every name fits a URL path segment and an HTTP Basic header). Passwords: at
+least ``MIN_PASSWORD_LENGTH`` characters, and not the user name.
+
+Sessions: a dashboard session carries the user's id and ``session_gen``; the store changes the
+generation on every role change, disable / enable, password change and ``end_sessions``, which
+ends every session signed before. A new user's generation starts at a random number, so a user
+created after a deletion (SQLite can hand out the deleted row's id again) does not inherit the
+deleted user's sessions.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -9,17 +24,24 @@ from typing import Any, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import system_ms
-from .sql import ROLES, User, ms_to_datetime
+from .sql import ROLES, RevokedSession, User, dialect_insert, ms_to_datetime
 
-__all__ = ["ROLES", "UnknownUser", "UserExists", "UserInfo", "UserStore", "role_at_least"]
+__all__ = ["MIN_PASSWORD_LENGTH", "ROLES", "UnknownUser", "UserExists", "UserInfo", "UserStore",
+           "WeakPassword", "check_name", "check_password", "normalise_name", "role_at_least"]
+
+MIN_PASSWORD_LENGTH = 12
+MAX_PASSWORD_LENGTH = 1024
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+_GEN_START_MAX = 2**30  # leaves room below 2**31 (a PostgreSQL integer) for the bumps
 
 _T = cast(Table, User.__table__)  # declarative __table__ is typed as FromClause
 _C = _T.c
+_R = cast(Table, RevokedSession.__table__)
 
 _RANK = {r: i for i, r in enumerate(ROLES)}
 
@@ -37,6 +59,35 @@ class UnknownUser(KeyError):
     pass
 
 
+class WeakPassword(ValueError):
+    pass
+
+
+def normalise_name(name: str) -> str:
+    """The user name as it is looked up: surrounding whitespace dropped. The login limiter
+    counts this form, so ``" view1"`` and ``"view1"`` share their tries."""
+    return (name or "").strip()[:200]
+
+
+def check_name(name: str) -> str:
+    """The normalised name, or ``ValueError`` saying what a name may contain."""
+    name = normalise_name(name)
+    if not _NAME_RE.match(name):
+        raise ValueError("user name must be 1-64 letters, digits, '_', '.', '@' or '-', "
+                         "starting with a letter or digit")
+    return name
+
+
+def check_password(name: str, password: str) -> None:
+    """``WeakPassword`` unless ``password`` is long enough and not the user name."""
+    if not isinstance(password, str) or len(password) < MIN_PASSWORD_LENGTH:
+        raise WeakPassword(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise WeakPassword(f"password must be at most {MAX_PASSWORD_LENGTH} characters")
+    if password.strip().lower() == normalise_name(name).lower():
+        raise WeakPassword("password must not be the user name")
+
+
 @dataclass(frozen=True)
 class UserInfo:
     """A user without the password hash."""
@@ -46,6 +97,7 @@ class UserInfo:
     role: str
     created_at: datetime
     disabled: bool
+    session_gen: int = 0
 
 
 def _info(row: Any) -> UserInfo:
@@ -55,7 +107,12 @@ def _info(row: Any) -> UserInfo:
         role=row.role,
         created_at=row.created_at,
         disabled=bool(row.disabled),
+        session_gen=int(row.session_gen),
     )
+
+
+def _sid_digest(sid: str) -> str:
+    return hashlib.sha256(sid.encode()).hexdigest()
 
 
 def _check_role(role: str) -> None:
@@ -82,23 +139,12 @@ class UserStore:
             self._dummy_hash = self.hasher.hash("antre-dummy-password-for-constant-time")
         return self._dummy_hash
 
-    @staticmethod
-    def _check_name(name: str) -> str:
-        name = (name or "").strip()
-        if not name or len(name) > 200:
-            raise ValueError("user name must be 1-200 characters")
-        return name
-
-    @staticmethod
-    def _check_password(password: str) -> None:
-        if not isinstance(password, str) or not password:
-            raise ValueError("password must be a non-empty string")
 
     def add(self, name: str, role: str, password: str) -> UserInfo:
         """Create a user; raises ``UserExists`` if the name is taken, ``ValueError`` if invalid."""
-        name = self._check_name(name)
+        name = check_name(name)
         _check_role(role)
-        self._check_password(password)
+        check_password(name, password)
         h = self.hasher.hash(password)
         try:
             with self._sf() as s, s.begin():
@@ -110,6 +156,7 @@ class UserStore:
                         password_hash=h,
                         created_at=ms_to_datetime(self.clock()),
                         disabled=False,
+                        session_gen=secrets.randbelow(_GEN_START_MAX),
                     )
                     .returning(*_T.c)
                 ).one()
@@ -124,7 +171,7 @@ class UserStore:
         A hash made with older parameters is upgraded on a successful login.
         """
         with self._sf() as s:
-            row = s.execute(select(_T).where(_C.name == (name or "").strip())).first()
+            row = s.execute(select(_T).where(_C.name == normalise_name(name))).first()
         stored = row.password_hash if row is not None else self._dummy()
         try:
             ok: bool = self.hasher.verify(stored, password or "")
@@ -146,34 +193,60 @@ class UserStore:
                 is not None
             )
 
-    def set_password(self, name: str, password: str) -> None:
-        self._check_password(password)
-        if not self._set_hash(name, self.hasher.hash(password)):
+    def _change(self, name: str, **values: Any) -> None:
+        """Update one user and end their sessions (the generation moves on); ``UnknownUser``
+        if there is no such user."""
+        with self._sf() as s, s.begin():
+            found = s.execute(
+                update(_T).where(_C.name == name)
+                .values(session_gen=_C.session_gen + 1, **values).returning(_C.id)
+            ).first()
+        if found is None:
             raise UnknownUser(name)
+
+    def set_password(self, name: str, password: str) -> None:
+        """A new password; the user's open sessions end."""
+        check_password(name, password)
+        self._change(name, password_hash=self.hasher.hash(password))
 
     def set_role(self, name: str, role: str) -> None:
         _check_role(role)
-        with self._sf() as s, s.begin():
-            if (
-                s.execute(
-                    update(_T).where(_C.name == name).values(role=role).returning(_C.id)
-                ).first()
-                is None
-            ):
-                raise UnknownUser(name)
+        self._change(name, role=role)
 
     def set_disabled(self, name: str, disabled: bool = True) -> None:
+        self._change(name, disabled=bool(disabled))
+
+    def end_sessions(self, name: str) -> None:
+        """Log the user out everywhere: every session signed before now ends."""
+        self._change(name)
+
+    def password_is(self, name: str, password: str) -> bool:
+        """Whether ``password`` is the user's (enabled or not); for a password change."""
+        with self._sf() as s:
+            row = s.execute(select(_T.c.password_hash).where(_C.name == name)).first()
+        try:
+            ok = bool(self.hasher.verify(row[0] if row else self._dummy(), password or ""))
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            ok = False
+        return ok and row is not None
+
+    def for_session(self, user_id: int, sid: str) -> UserInfo | None:
+        """The user of a session (one query), or None when there is no such user or the
+        session ``sid`` was ended by ``end_session``."""
+        revoked = exists().where(_R.c.sid == _sid_digest(sid))
+        with self._sf() as s:
+            row = s.execute(select(_T, revoked.label("revoked")).where(_C.id == user_id)).first()
+        return _info(row) if row is not None and not row.revoked else None
+
+    def end_session(self, sid: str, expires_ms: int) -> None:
+        """End one session (a logout) until ``expires_ms``, when it would end anyway; forgets
+        the ended sessions that are past that."""
         with self._sf() as s, s.begin():
-            if (
-                s.execute(
-                    update(_T)
-                    .where(_C.name == name)
-                    .values(disabled=bool(disabled))
-                    .returning(_C.id)
-                ).first()
-                is None
-            ):
-                raise UnknownUser(name)
+            dialect = s.get_bind().dialect.name
+            s.execute(dialect_insert(_R, dialect).values(
+                sid=_sid_digest(sid), expires_at=ms_to_datetime(expires_ms)
+            ).on_conflict_do_nothing())
+            s.execute(delete(_R).where(_R.c.expires_at < ms_to_datetime(self.clock())))
 
     def get(self, name: str) -> UserInfo | None:
         with self._sf() as s:

@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 
 from antre.embedded import EmbeddedRedis, die_with_parent_preexec
+from antre.logs import safe_url
 
 
 def _secret(path: str) -> str:
@@ -30,7 +31,7 @@ def _secret(path: str) -> str:
 def _ensure_admin(app: Any) -> str | None:
     """Create or reset the demo's admin; returns the password when it was generated."""
     given = os.environ.get("ANTRE_ADMIN_PASSWORD")
-    password = given or secrets.token_urlsafe(12)
+    password = given or secrets.token_urlsafe(18)  # 24 characters: the password rules hold
     if app.users.get("admin") is None:
         app.users.add("admin", "admin", password)
     else:
@@ -84,7 +85,13 @@ def run_demo(*, port: int, data_dir: str, host: str = "127.0.0.1", processes: in
     from antre_demo import Traffic, make_app, setup  # after the environment above is set
     app = make_app()
     setup(app)
-    generated = _ensure_admin(app)
+    try:
+        generated = _ensure_admin(app)
+    except ValueError as exc:  # ANTRE_ADMIN_PASSWORD breaks the password rules
+        print(f"antre demo: ANTRE_ADMIN_PASSWORD: {exc}", file=sys.stderr)
+        if server is not None:
+            server.stop()
+        return 2
 
     procs = [
         _spawn(["worker", "antre_demo:app", "--processes", str(processes), "--threads",
@@ -107,7 +114,7 @@ def run_demo(*, port: int, data_dir: str, host: str = "127.0.0.1", processes: in
         print("\n" + "=" * 64)
         print(f"  Antre dashboard: {url}   (live after {took:.1f} s)")
         print(f"  login: admin / {generated or '$ANTRE_ADMIN_PASSWORD'}")
-        print(f"  Redis: {os.environ['ANTRE_REDIS_URL']}")
+        print(f"  Redis: {safe_url(os.environ['ANTRE_REDIS_URL'])}")
         print(f"  data:  {data_dir}      Ctrl-C stops everything")
         print("=" * 64 + "\n", flush=True)
     producer = None

@@ -11,13 +11,16 @@ import secrets
 import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 import redis
 
 from antre import Antre
+from antre.logs import safe_url
 from antre.periodic import Schedules
 from antre.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.registry import WorkerRegistry
+from antre.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
 from worker.cli import main as worker_main
 from worker.loader import load_app
 
@@ -46,6 +49,12 @@ def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
                          reason=reason, outcome=outcome, detail=detail, remote_addr="")
 
 
+def _no_secret(text: str, url: str) -> str:
+    """``text`` with the URL's password blanked, wherever it shows."""
+    password = urlsplit(url).password
+    return text.replace(password, "***") if password else text
+
+
 # -- status ---------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
     app = _app(args.app)
@@ -53,8 +62,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         overview = ReadModels(app.redis).overview()
         workers = WorkerRegistry(app.redis).list()
     except redis.RedisError as exc:
-        print(f"error: Redis at {app.redis_url} is unreachable ({exc}); start it or set "
-              "ANTRE_REDIS_URL", file=sys.stderr)
+        print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
+              f"({_no_secret(str(exc), app.redis_url)}); start it or set ANTRE_REDIS_URL",
+              file=sys.stderr)
         return 2
     now = overview.as_of
     if args.json:
@@ -153,6 +163,45 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 
 # -- users ----------------------------------------------------------------------------------
+def _password(args: argparse.Namespace) -> tuple[str, bool]:
+    """The password given (``--password`` or ``$ANTRE_PASSWORD``), else a generated one."""
+    given = args.password or os.environ.get("ANTRE_PASSWORD")
+    return (given, False) if given else (secrets.token_urlsafe(18), True)
+
+
+def _user_add(app: Antre, args: argparse.Namespace) -> str:
+    password, generated = _password(args)
+    app.users.add(args.name, args.role, password)  # type: ignore[union-attr]
+    _audit(app, "users.add", args.name, args.reason, "ok", {"role": args.role})
+    return f"user {args.name} ({args.role}) added" + (
+        f"; password: {password}" if generated else "")
+
+
+def _user_passwd(app: Antre, args: argparse.Namespace) -> str:
+    password, generated = _password(args)
+    app.users.set_password(args.name, password)  # type: ignore[union-attr]
+    _audit(app, "users.password.reset", args.name, args.reason, "ok", {})
+    return f"password of {args.name} set; their open sessions are logged out" + (
+        f"; password: {password}" if generated else "")
+
+
+def _user_delete(app: Antre, args: argparse.Namespace) -> str:
+    if not app.users.delete(args.name):  # type: ignore[union-attr]
+        raise UnknownUser(args.name)
+    _audit(app, "users.delete", args.name, args.reason, "ok", {})
+    return f"user {args.name} deleted"
+
+
+def _user_logout(app: Antre, args: argparse.Namespace) -> str:
+    app.users.end_sessions(args.name)  # type: ignore[union-attr]
+    _audit(app, "users.logout_everywhere", args.name, args.reason, "ok", {})
+    return f"every session of {args.name} is logged out"
+
+
+USER_COMMANDS = {"add": _user_add, "passwd": _user_passwd, "delete": _user_delete,
+                 "logout-everywhere": _user_logout}
+
+
 def cmd_user(args: argparse.Namespace) -> int:
     app = _app(args.app)
     if app.users is None:
@@ -160,15 +209,16 @@ def cmd_user(args: argparse.Namespace) -> int:
         return 2
     if args.user_cmd == "list":
         for u in app.users.list():
-            print(f"{u.name:<20} {u.role}")
+            print(f"{u.name:<20} {u.role}{'  (disabled)' if u.disabled else ''}")
         return 0
-    password = args.password or os.environ.get("ANTRE_PASSWORD")
-    generated = not password
-    password = password or secrets.token_urlsafe(12)
-    app.users.add(args.name, args.role, password)
-    _audit(app, "user.add", args.name, "cli", "ok", {"role": args.role})
-    print(f"user {args.name} ({args.role}) added" +
-          (f"; password: {password}" if generated else ""))
+    try:
+        print(USER_COMMANDS[args.user_cmd](app, args))
+    except UnknownUser:
+        print(f"error: no user {args.name!r} (antre user list shows them)", file=sys.stderr)
+        return 1
+    except (UserExists, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -245,10 +295,18 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
-    ua = usub.add_parser("add")
-    ua.add_argument("name")
+    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name; default: "
+               "$ANTRE_PASSWORD, else generated and printed")
+    ua = usub.add_parser("add", help="add a user")
     ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
-    ua.add_argument("--password", help="default: $ANTRE_PASSWORD, else generated and printed")
+    up = usub.add_parser("passwd", help="set a user's password (their sessions end)")
+    ud = usub.add_parser("delete", help="delete a user")
+    ul = usub.add_parser("logout-everywhere", help="end every open session of a user")
+    for sp in (ua, up, ud, ul):
+        sp.add_argument("name")
+        sp.add_argument("--reason", default="", help="why (written to the audit log)")
+    for sp in (ua, up):
+        sp.add_argument("--password", help=pw_help)
     usub.add_parser("list")
     return p
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import secrets
+import sys
 from typing import Any, Callable
 
 from gunicorn.app.base import BaseApplication
 
 from antre import Antre
 from webapp import create_app
+from webapp.security import InsecureConfig, check_secret_key
 from worker.loader import load_app
 
 
@@ -46,15 +47,20 @@ def bootstrap_admin(app_path: str | None) -> str | None:
     users = app.users
     if users is None or users.count() > 0:
         return None
-    users.add("admin", "admin", password)
+    users.add("admin", "admin", password)  # the password rules apply (ValueError)
     return "admin"
 
 
 def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
           workers: int = 2) -> int:
-    # every gunicorn worker builds its own app: they must share one session-signing key
-    os.environ.setdefault("ANTRE_SECRET_KEY", secrets.token_hex(32))
-    if bootstrap_admin(app_path):
+    # every gunicorn worker builds its own app: they share the key from the environment
+    try:
+        check_secret_key(os.environ.get("ANTRE_SECRET_KEY"))
+        created = bootstrap_admin(app_path)
+    except (InsecureConfig, ValueError) as exc:
+        print(f"antre web: {exc}", file=sys.stderr)
+        return 2
+    if created:
         print("antre web: no users yet; created 'admin' with $ANTRE_ADMIN_PASSWORD", flush=True)
     options = {
         "bind": f"{host}:{port}",

@@ -88,7 +88,7 @@ def main() -> int:
         memory = client.info("memory")["used_memory_human"]
         app = create_app({"ANTRE_REDIS_URL": server.url,
                           "ANTRE_DATABASE_URL": f"sqlite:///{tmp}/antre.db",
-                          "SECRET_KEY": "bench"})
+                          "SECRET_KEY": "bench-only-session-key-8e1d4c7a2f9b6e3d0c5a"})
         app.extensions["antre"].users.add("op", "operator", "bench-password")
         web = app.test_client()
         login(web)

@@ -42,58 +42,59 @@ def users(sf, clock):
 
 
 def test_add_and_verify(users, sf):
-    u = users.add("alice", "operator", "s3cret!")
+    u = users.add("alice", "operator", "s3cret!-long-enough")
     assert (u.name, u.role, u.disabled) == ("alice", "operator", False)
     with sf() as s:
         stored = s.execute(select(User.password_hash).where(User.name == "alice")).scalar_one()
     assert stored.startswith("$argon2id$") and "s3cret" not in stored
-    assert users.verify("alice", "s3cret!").name == "alice"
+    assert users.verify("alice", "s3cret!-long-enough").name == "alice"
     assert users.verify("alice", "wrong") is None
-    assert users.verify("nobody", "s3cret!") is None
+    assert users.verify("nobody", "s3cret!-long-enough") is None
     assert users.verify("alice", "") is None
 
 
 def test_duplicate_and_invalid(users):
-    users.add("bob", "viewer", "pw")
+    users.add("bob", "viewer", "password-one-1")
     with pytest.raises(UserExists):
-        users.add("bob", "admin", "pw2")
+        users.add("bob", "admin", "password-two-2")
     with pytest.raises(ValueError):
-        users.add("carol", "root", "pw")
+        users.add("carol", "root", "password-one-1")
     with pytest.raises(ValueError):
-        users.add("", "viewer", "pw")
+        users.add("", "viewer", "password-one-1")
     with pytest.raises(ValueError):
         users.add("dave", "viewer", "")
 
 
 def test_set_password_role_disable_list_delete(users):
-    users.add("bob", "viewer", "old")
-    users.add("amy", "admin", "pw")
-    users.set_password("bob", "new")
-    assert users.verify("bob", "old") is None and users.verify("bob", "new") is not None
+    users.add("bob", "viewer", "old-password-1")
+    users.add("amy", "admin", "password-one-1")
+    users.set_password("bob", "new-password-1")
+    assert users.verify("bob", "old-password-1") is None
+    assert users.verify("bob", "new-password-1") is not None
     users.set_role("bob", "operator")
     assert users.get("bob").role == "operator"
     with pytest.raises(ValueError):
         users.set_role("bob", "superuser")
     users.set_disabled("bob")
-    assert users.verify("bob", "new") is None
+    assert users.verify("bob", "new-password-1") is None
     users.set_disabled("bob", False)
-    assert users.verify("bob", "new") is not None
+    assert users.verify("bob", "new-password-1") is not None
     assert [u.name for u in users.list()] == ["amy", "bob"] and users.count() == 2
     assert users.delete("bob") is True and users.delete("bob") is False
     with pytest.raises(UnknownUser):
-        users.set_password("bob", "x")
+        users.set_password("bob", "x-long-password")
     with pytest.raises(UnknownUser):
         users.set_role("bob", "admin")
 
 
 def test_weak_hash_is_upgraded_on_login(users, sf, clock):
-    users.add("old", "viewer", "pw")
+    users.add("old", "viewer", "password-one-1")
     strong = UserStore(sf, clock=clock)  # default argon2 parameters
-    assert strong.verify("old", "pw") is not None
+    assert strong.verify("old", "password-one-1") is not None
     with sf() as s:
         h = s.execute(select(User.password_hash).where(User.name == "old")).scalar_one()
     assert not strong.hasher.check_needs_rehash(h)
-    assert users.verify("old", "pw") is not None  # still verifies whatever the parameters
+    assert users.verify("old", "password-one-1") is not None  # still verifies whatever the parameters
 
 
 def test_role_order():

@@ -114,9 +114,9 @@ def test_bulk_via_api(web):
 def test_users_via_api(web):
     c = web.app.test_client()
     ad = basic("admin")
-    assert c.post("/api/users", json={"name": "eve", "role": "viewer", "password": "pw"},
+    assert c.post("/api/users", json={"name": "eve", "role": "viewer", "password": "eve-password-1"},
                   headers=ad).status_code == 200
-    assert c.post("/api/users", json={"name": "eve", "role": "viewer", "password": "pw"},
+    assert c.post("/api/users", json={"name": "eve", "role": "viewer", "password": "eve-password-1"},
                   headers=ad).status_code == 400
     assert c.post("/api/users/eve/role", json={"role": "admin"}, headers=ad).status_code == 200
     assert c.post("/api/users/eve/delete", json={}, headers=ad).status_code == 200

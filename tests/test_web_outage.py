@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from argon2 import PasswordHasher
 from sqlalchemy.exc import OperationalError
-from test_web_support import PASSWORD, basic, htmx, login, post
+from test_web_support import PASSWORD, TEST_SECRET_KEY, basic, htmx, login, post
 
 pytest_plugins = ("test_web_support",)  # the `web` fixture
 
@@ -19,7 +19,7 @@ PAGES = ["/", "/inflight/", "/scheduled/", "/dlq/", "/dlq/tasks", "/locks/", "/w
 
 def _app(redis_url, sqlite_url):
     app = create_app({"ANTRE_REDIS_URL": redis_url, "ANTRE_DATABASE_URL": sqlite_url,
-                      "TESTING": True, "SECRET_KEY": "x"})
+                      "TESTING": True, "SECRET_KEY": TEST_SECRET_KEY})
     svc = app.extensions["antre"]
     svc.users.hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
     svc.users.add("operator", "operator", PASSWORD)
@@ -76,19 +76,24 @@ def test_database_down_banner_and_changes_refused(web, monkeypatch):
     def boom(*a, **k):
         raise OperationalError("SELECT", {}, Exception("connection refused"))
 
-    monkeypatch.setattr(web.svc.users, "get", boom)
-    monkeypatch.setattr(web.svc.audit, "list", boom)
-    monkeypatch.setattr(web.svc.audit, "record", boom)
     monkeypatch.setattr(web.svc.fences, "current_many", boom)
     web.producer.locks.acquire("sku:1", 30_000)
     locks = c.get("/locks/")  # Redis still answers: the page shows what it knows
     assert locks.status_code == 200 and "database unreachable" in locks.get_data(as_text=True)
-    body = c.get("/").get_data(as_text=True)
-    assert "The database at" in body and "is unreachable since" in body
-    resp = c.get("/audit/")
-    assert resp.status_code == 200 and "The database at" in resp.get_data(as_text=True)
-    resp = post(c, f"/dlq/default/{dead}/replay", follow_redirects=True)
-    assert "changes are refused until it is back" in resp.get_data(as_text=True)
+    # the user database too: nobody can be authenticated, so nothing is served (503), not
+    # even reads on the strength of the role the cookie once had
+    for name in ("get", "for_session", "verify"):
+        monkeypatch.setattr(web.svc.users, name, boom)
+    monkeypatch.setattr(web.svc.audit, "list", boom)
+    monkeypatch.setattr(web.svc.audit, "record", boom)
+    for url in ("/", "/audit/", "/locks/"):
+        resp = c.get(url)
+        body = resp.get_data(as_text=True)
+        assert resp.status_code == 503 and "The database at" in body and "is unreachable" in body
+    resp = web.app.test_client().get("/api/overview", headers=basic("operator"))
+    assert resp.status_code == 503 and resp.get_json()["backend"] == "database"
+    resp = post(c, f"/dlq/default/{dead}/replay")
+    assert resp.status_code == 503
     assert web.svc.reads.count_dead("default") == 1
     monkeypatch.undo()
     assert "The database at" not in c.get("/").get_data(as_text=True)
@@ -110,7 +115,8 @@ def test_login_page_when_database_down(sqlite_url, url, monkeypatch):
 
 def test_app_starts_when_the_database_is_down(redis_url):
     db = f"postgresql+psycopg://u@127.0.0.1:{free_port()}/nope?connect_timeout=2"
-    app = create_app({"ANTRE_REDIS_URL": redis_url, "ANTRE_DATABASE_URL": db, "TESTING": True})
+    app = create_app({"ANTRE_REDIS_URL": redis_url, "ANTRE_DATABASE_URL": db, "TESTING": True,
+                      "SECRET_KEY": TEST_SECRET_KEY})
     c = app.test_client()
     page = c.get("/login")
     assert page.status_code == 200 and "The database at" in page.get_data(as_text=True)

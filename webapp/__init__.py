@@ -1,15 +1,17 @@
 """The operations dashboard: ``create_app(config)`` builds the Flask app.
 
 Config keys: ``ANTRE_REDIS_URL``, ``ANTRE_DATABASE_URL`` (default: ``antre.db`` in the current
-directory), ``SECRET_KEY`` (default: env ``ANTRE_SECRET_KEY``, else random per process: set it
-when running several gunicorn workers), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose
-handlers tell which job types are not idempotent) and ``ANTRE_CLOCK`` (tests).
+directory), ``SECRET_KEY`` (default: env ``ANTRE_SECRET_KEY``; required: at least 32 bytes and
+not a placeholder, else ``InsecureConfig`` says how to make one), ``ANTRE_TRUSTED_PROXIES``
+(default: env of that name, else 0: how many reverse proxies' ``X-Forwarded-*`` headers to
+believe), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose handlers tell which job types are
+not idempotent) and ``ANTRE_CLOCK`` (tests). ``PERMANENT_SESSION_LIFETIME`` (default 12 hours,
+env ``ANTRE_SESSION_HOURS``) is the absolute lifetime of a session from its login.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -43,15 +45,18 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app = Flask(__name__, template_folder=os.path.join(ROOT, "templates"),
                 static_folder=os.path.join(ROOT, "static"), static_url_path="/static")
     app.config.update(
-        SECRET_KEY=os.environ.get("ANTRE_SECRET_KEY") or secrets.token_hex(32),
+        SECRET_KEY=os.environ.get("ANTRE_SECRET_KEY") or None,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=os.environ.get("ANTRE_SECURE_COOKIES", "") == "1",
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=float(os.environ.get("ANTRE_SESSION_HOURS")
+                                                         or 12)),
+        ANTRE_TRUSTED_PROXIES=int(os.environ.get("ANTRE_TRUSTED_PROXIES") or 0),
         MAX_CONTENT_LENGTH=1024 * 1024,
         JSON_SORT_KEYS=False,
     )
     app.config.update(config or {})
+    security.check_secret_key(app.config.get("SECRET_KEY"))  # before connecting to anything
     services.install(app, dict(app.config))
     security.install(app)
     common.install(app)
@@ -60,4 +65,6 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     return app
 
 
-__all__ = ["create_app"]
+InsecureConfig = security.InsecureConfig
+
+__all__ = ["InsecureConfig", "create_app"]

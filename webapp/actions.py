@@ -11,10 +11,10 @@ from antre.bulk import TaskNotFound, TaskStateError
 from antre.errors import LeaseLost
 from antre.flow import FlowControl
 from antre.readmodels import DeadFilter
-from antre.users import UnknownUser, UserExists
+from antre.users import UnknownUser, UserExists, WeakPassword
 
 from . import services
-from .security import audit, current_user
+from .security import audit, current_user, start_session
 from .services import REDIS_ERRORS, Services
 
 MAX_EXTEND_S = 24 * 3600
@@ -272,6 +272,8 @@ def user_set_role(name: str, role: str, reason: str | None) -> Result:
             svc.users.set_role(name, role)
         except (UnknownUser, ValueError) as exc:
             return Result(False, str(exc).strip("'\""), 400)
+        if me is not None and me.name == name and me.via == "session":
+            start_session(svc.users.get(name))  # the change ends sessions; not this one
         return Result(True, f"user {name} is now {role}", 200,
                       {"role_before": before.role if before else None, "role_after": role})
     return guarded("users.set_role", name, _reason(reason), run)
@@ -303,3 +305,50 @@ def user_delete(name: str, reason: str | None) -> Result:
             return Result(False, f"no user {name}", 400)
         return Result(True, f"user {name} deleted")
     return guarded("users.delete", name, _reason(reason), run)
+
+
+def password_change(current: str, new: str) -> Result:
+    """The logged-in user changes their own password (the current one is asked again). Their
+    other sessions end; this one carries on, signed with the new session generation."""
+    me = current_user()
+    assert me is not None  # @requires
+
+    def run() -> Result:
+        svc = _svc()
+        if not svc.users.password_is(me.name, current):
+            return Result(False, "the current password is wrong; nothing was changed", 403)
+        try:
+            svc.users.set_password(me.name, new)
+        except WeakPassword as exc:
+            return Result(False, f"{exc}; nothing was changed", 400)
+        if me.via == "session":
+            start_session(svc.users.get(me.name))
+        return Result(True, "password changed; your other sessions are logged out")
+    return guarded("users.password.change", me.name, "", run)
+
+
+def password_reset(name: str, password: str, reason: str | None) -> Result:
+    """An admin sets another user's password; that user's open sessions end."""
+    def run() -> Result:
+        try:
+            _svc().users.set_password(name, password)
+        except WeakPassword as exc:
+            return Result(False, f"{exc}; nothing was changed", 400)
+        except UnknownUser:
+            return Result(False, f"no user {name}", 400)
+        me = current_user()
+        if me is not None and me.name == name and me.via == "session":
+            start_session(_svc().users.get(name))
+        return Result(True, f"password of {name} reset; their open sessions are logged out")
+    return guarded("users.password.reset", name, _reason(reason), run)
+
+
+def user_end_sessions(name: str, reason: str | None) -> Result:
+    """Log a user out everywhere: every session signed before now ends."""
+    def run() -> Result:
+        try:
+            _svc().users.end_sessions(name)
+        except UnknownUser:
+            return Result(False, f"no user {name}", 400)
+        return Result(True, f"every session of {name} is logged out")
+    return guarded("users.logout_everywhere", name, _reason(reason), run)

@@ -1,8 +1,9 @@
 """JSON API for scripts: every read view and every action of the dashboard.
 
 Authentication: the session cookie (then POSTs need the ``X-CSRF-Token`` header, as in the
-browser), or HTTP Basic with a dashboard user's name and password (no CSRF token needed:
-browsers do not attach Basic credentials to cross-site requests on their own). Roles as in the
+browser), or HTTP Basic with a dashboard user's name and password. Every POST takes a JSON
+body (``Content-Type: application/json``; anything else is 415) and is refused when the browser
+says it comes from another site (``Origin`` / ``Sec-Fetch-Site``). Roles as in the
 dashboard. ``GET /api/openapi.json`` describes every route below; it is generated from the URL
 map, so a route cannot be left out.
 """
@@ -10,6 +11,7 @@ map, so a route cannot be left out.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -55,11 +57,10 @@ JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def _body() -> dict[str, Any]:
-    """The request's JSON object (or form), checked against the fields this endpoint documents
-    in the OpenAPI document: a field of the wrong type is a 400 that names it."""
+    """The request's JSON object, checked against the fields this endpoint documents in the
+    OpenAPI document: a field of the wrong type is a 400 that names it. (A form body never gets
+    here: ``security`` refuses API writes that are not JSON.)"""
     data = request.get_json(silent=True)
-    if data is None:
-        data = request.form.to_dict()
     if not isinstance(data, dict):
         abort(400, "the body must be a JSON object")
     spec = DOCS.get(request.endpoint or "", {})
@@ -68,8 +69,8 @@ def _body() -> dict[str, Any]:
             abort(400, f"'{name}' is required")
     for name, kind in spec.get("body", {}).items():
         value = data.get(name)
-        if value is None or (request.is_json is False and kind in ("integer", "number")):
-            continue  # absent; form fields are strings, converted (and checked) by the view
+        if value is None:
+            continue
         ok = isinstance(value, JSON_TYPES.get(kind, (object,)))
         if kind in ("integer", "number") and isinstance(value, bool):
             ok = False
@@ -339,8 +340,10 @@ def bulk_start(queue: str) -> Response:
     body = _body()
     try:
         rate, maximum = float(body["rate"]), int(body["maximum"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         abort(400, "rate (jobs/s) and maximum are required numbers")
+    if not math.isfinite(rate):
+        abort(400, "rate must be a finite number of jobs per second")
     flt = dead_filter(body, svc.clock())
     return _answer(actions.bulk_start(check_queue(queue), flt, rate, maximum,
                                       body.get("reason")))
@@ -441,6 +444,35 @@ def user_enable(name: str) -> Response:
 def user_delete(name: str) -> Response:
     """Delete a user (admin)."""
     return _answer(actions.user_delete(name, _body().get("reason")))
+
+
+@bp.post("/users/<name>/password")
+@requires("admin", "users.password.reset")
+@doc(body={"password": "string", **REASON}, required=("password",))
+def user_password(name: str) -> Response:
+    """Set a user's password; their open sessions end (admin)."""
+    body = _body()
+    return _answer(actions.password_reset(name, str(body.get("password", "")),
+                                          body.get("reason")))
+
+
+@bp.post("/users/<name>/logout-everywhere")
+@requires("admin", "users.logout_everywhere")
+@doc(body=REASON)
+def user_logout_everywhere(name: str) -> Response:
+    """End every open session of a user (admin)."""
+    return _answer(actions.user_end_sessions(name, _body().get("reason")))
+
+
+@bp.post("/account/password")
+@requires("viewer", "users.password.change")
+@doc(body={"current_password": "string", "new_password": "string"},
+     required=("current_password", "new_password"))
+def account_password() -> Response:
+    """Change your own password (the current one is asked again); your other sessions end."""
+    body = _body()
+    return _answer(actions.password_change(str(body.get("current_password", "")),
+                                           str(body.get("new_password", ""))))
 
 
 # -- the OpenAPI document ---------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, request
 
 from . import services
 from .common import WINDOWS_MS, audit_filter, page_args, render
@@ -41,7 +41,8 @@ def index() -> str:
 @bp.get("/export.csv")
 @requires("viewer")
 def export_csv() -> Response:
-    body = services.get().audit.export_csv(**_filters())
+    """Streamed: rows are read in batches and sent as they come."""
+    body = services.get().audit.stream_csv(**_filters())
     return Response(body, mimetype="text/csv",
                     headers={"Content-Disposition": "attachment; filename=antre-audit.csv"})
 
@@ -49,6 +50,7 @@ def export_csv() -> Response:
 @bp.get("/export.json")
 @requires("viewer")
 def export_json() -> Response:
-    resp = jsonify(services.get().audit.export_json(**_filters()))
-    resp.headers["Content-Disposition"] = "attachment; filename=antre-audit.json"
-    return resp
+    """Streamed, as the CSV export."""
+    body = services.get().audit.stream_json(**_filters())
+    return Response(body, mimetype="application/json",
+                    headers={"Content-Disposition": "attachment; filename=antre-audit.json"})

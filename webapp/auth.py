@@ -1,4 +1,7 @@
-"""Log in and out. Login attempts are rate-limited per (user name, client address)."""
+"""Log in and out, and the user's own account: change the password, log out everywhere.
+
+Login attempts are rate-limited per client address, per account and per (account, address)
+(``security.LoginLimiter``)."""
 
 from __future__ import annotations
 
@@ -14,14 +17,22 @@ from flask import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import services
+from antre.users import MIN_PASSWORD_LENGTH, normalise_name
+
+from . import actions, services
 from .common import safe_next
 from .security import (
+    Attempt,
     CurrentUser,
     audit,
     check_login_csrf,
     client_addr,
+    count_anonymous,
     csrf_token,
+    current_user,
+    end_session,
+    requires,
+    start_session,
     svc_limiter,
 )
 
@@ -34,46 +45,74 @@ def login() -> str:
     return render_template("login.html", next=safe_next(""))
 
 
+def _login_page(error: str, status: int) -> tuple[str, int]:
+    return render_template("login.html", next=safe_next(""), error=error), status
+
+
 @bp.post("/login")
 def login_post() -> Response | tuple[str, int]:
     refused = check_login_csrf()
     if refused is not None:
         return refused
-    name = (request.form.get("username") or "").strip()[:200]
-    password = request.form.get("password") or ""
-    key = (name, client_addr())
+    name = normalise_name(request.form.get("username") or "")
+    attempt = Attempt.of(name, client_addr())
     limiter = svc_limiter()
-    wait = limiter.blocked_for(key)
+    wait = limiter.blocked_for(attempt)
     if wait:
-        audit("login", name, "refused", None, {"why": "rate limited"},
-              user=CurrentUser(name or "(anonymous)", "", "form"))
-        return render_template("login.html", next=safe_next(""),
-                               error=f"Too many failed attempts; try again in {int(wait) + 1}s."), 429
+        count_anonymous("login", 429)  # counted, not audited: nobody proved who they are
+        return _login_page(f"Too many failed attempts; try again in {int(wait) + 1}s.", 429)
     svc = services.get()
     try:
-        info = svc.users.verify(name, password)
+        info = svc.users.verify(name, request.form.get("password") or "")
         svc.outages.ok("database")
     except SQLAlchemyError:
         svc.outages.failed("database")
-        return render_template("login.html", next=safe_next(""),
-                               error="The user database is unreachable; try again shortly."), 503
+        return _login_page("The user database is unreachable; try again shortly.", 503)
     if info is None:
-        limiter.failed(key)
+        limiter.failed(attempt)
         audit("login", name, "failed", None, {"why": "wrong user name or password"},
               user=CurrentUser(name or "(anonymous)", "", "form"))
-        return render_template("login.html", next=safe_next(""),
-                               error="Wrong user name or password."), 401
-    limiter.succeeded(key)
-    session.clear()  # a new session (and CSRF token) for the logged-in user: no fixation
-    session["user"], session["role"] = info.name, info.role
-    session.permanent = True
-    csrf_token()
-    audit("login", info.name, "ok", None, None, user=CurrentUser(info.name, info.role, "form"))
+        return _login_page("Wrong user name or password.", 401)
+    limiter.succeeded(attempt)
+    start_session(info)
+    audit("login", info.name, "ok", None, None,
+          user=CurrentUser(info.name, info.role, "form", info.id))
     return redirect(safe_next(url_for("overview.index")))
 
 
 @bp.post("/logout")
 def logout() -> Response:
-    session.clear()
+    end_session()
     flash("Logged out.", "ok")
     return redirect(url_for("auth.login"))
+
+
+# -- the user's own account -------------------------------------------------------------------
+@bp.get("/account")
+@requires("viewer")
+def account() -> str:
+    return render_template("account.html", min_length=MIN_PASSWORD_LENGTH)
+
+
+@bp.post("/account/password")
+@requires("viewer", "users.password.change")
+def change_password() -> Response:
+    f = request.form
+    if (f.get("new_password") or "") != (f.get("confirm_password") or ""):
+        flash("The new password and its confirmation differ; nothing was changed.", "error")
+        return redirect(url_for("auth.account"), code=303)
+    result = actions.password_change(f.get("current_password") or "",
+                                     f.get("new_password") or "")
+    flash(result.message, "ok" if result.ok else "error")
+    return redirect(url_for("auth.account"), code=303)
+
+
+@bp.post("/account/logout-everywhere")
+@requires("viewer", "users.logout_everywhere")
+def logout_everywhere() -> Response:
+    me = current_user()
+    assert me is not None  # @requires
+    result = actions.user_end_sessions(me.name, request.form.get("reason") or "self")
+    session.clear()
+    flash(result.message, "ok" if result.ok else "error")
+    return redirect(url_for("auth.login"), code=303)

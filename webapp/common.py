@@ -4,10 +4,12 @@ formatting filters, request parsing."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import (
     Flask,
@@ -163,13 +165,19 @@ def pretty_json(value: Any) -> str:
 
 
 # -- request parsing ---------------------------------------------------------------------------
+_INT_RE = re.compile(r"^\s*[+-]?\d{1,18}\s*$")
+
+
 def arg_int(name: str, default: int, lo: int = 0, hi: int = 10**12, src: Any = None) -> int:
+    """A whole number from the query (or ``src``), clamped to ``lo..hi``; anything else
+    (``inf``, ``1e400``, ``abc``, ``2.5``) is a 400 that names the field."""
     src = request.args if src is None else src
-    try:
-        value = int(float(src.get(name, default)))
-    except (TypeError, ValueError):
-        abort(400, f"{name} must be a number")
-    return max(lo, min(hi, value))
+    raw = src.get(name)
+    if raw in (None, ""):
+        return max(lo, min(hi, default))
+    if not _INT_RE.match(str(raw)):
+        abort(400, f"{name} must be a whole number")
+    return max(lo, min(hi, int(raw)))
 
 
 def queue_arg(default: str | None = None, busiest: str | None = None) -> str:
@@ -260,11 +268,21 @@ def filter_args(flt: DeadFilter, window: str = "") -> dict[str, Any]:
     return out
 
 
+def is_local_path(target: str) -> bool:
+    """Whether ``target`` is a path on this site: it starts with one ``/``, has no scheme or
+    host however a browser reads it, and holds no whitespace, control character or backslash
+    (browsers drop tabs and newlines, so ``/%09/evil.example`` would become ``//evil.example``)."""
+    if not target.startswith("/") or target.startswith("//") or len(target) > 2000:
+        return False
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F or c == "\\" for c in target):
+        return False
+    parts = urlsplit(target)
+    return not parts.scheme and not parts.netloc
+
+
 def safe_next(default: str) -> str:
     nxt = request.form.get("next") or request.args.get("next") or ""
-    if nxt.startswith("/") and not nxt.startswith("//") and "\\" not in nxt:
-        return nxt
-    return default
+    return nxt if is_local_path(nxt) else default
 
 
 def install(app: Flask) -> None:

@@ -3,6 +3,7 @@ bulk replay of a filtered set (tracked task), discard a filtered set (typed conf
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from flask import Blueprint, Response, abort, flash, redirect, request, url_for
@@ -110,6 +111,8 @@ def bulk_start(queue: str) -> Response:
         rate = float(request.form.get("rate") or 0)
     except ValueError:
         abort(400, "rate must be a number of jobs per second")
+    if not math.isfinite(rate):
+        abort(400, "rate must be a finite number of jobs per second")
     maximum = arg_int("maximum", 0, 0, src=request.form)
     _flash(actions.bulk_start(check_queue(queue), flt, rate, maximum, request.form.get("reason")))
     return _back(queue)

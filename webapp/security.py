@@ -1,30 +1,47 @@
-"""Who is asking, what they may do, and the CSRF check. Installed app-wide by ``install``.
+"""Who is asking, what they may do, and the checks every request passes. Installed app-wide by
+``install``; the threat model is in ``SECURITY.md``.
 
+- The session-signing key (``SECRET_KEY`` / ``ANTRE_SECRET_KEY``) must be at least 32 bytes and
+  not a known placeholder: ``create_app`` refuses to build the app otherwise (``InsecureConfig``).
 - Every request except ``/login`` and ``/static/`` needs a user: the session cookie (browser),
-  or HTTP Basic credentials on ``/api/`` (scripts). The role is re-read from SQL on every
-  request, so a role change or a deleted user takes effect at once.
+  or HTTP Basic credentials on ``/api/`` and ``/metrics`` (scripts). The session holds the
+  user's id, the user's session generation and when it was signed; the user is re-read from SQL
+  on every request, so a role change, a disable, a delete, a password change or "log out
+  everywhere" ends the session at once (and a logout ends that one session: its random id is
+  recorded as ended), and a session ends ``PERMANENT_SESSION_LIFETIME`` after
+  its login whatever happens. While the user database is unreachable, the answer is 503.
 - Roles: viewer reads; operator replays, discards, extends, releases, runs now, bulk; admin
   also manages users. Views declare theirs with ``@requires("operator", "dlq.replay")``; a
   refusal is 403 with a message and an audit entry.
-- Every POST needs the session's CSRF token (form field ``csrf_token`` or header
-  ``X-CSRF-Token``), except API calls authenticated by HTTP Basic (browsers never attach Basic
-  credentials cross-site on their own). A missing or wrong token is refused with 400, audited.
-- Login attempts: at most ``LOGIN_LIMIT`` failures per (user name, client address) per
-  ``LOGIN_WINDOW_S``, counted in Redis, so the limit holds across every gunicorn worker and
-  host (``antre.logins``); while Redis is unreachable, in this process's memory.
+- Every write (POST, PUT, PATCH, DELETE) is refused when the browser says it comes from another
+  site (``Sec-Fetch-Site: cross-site`` / ``same-site``, or an ``Origin`` other than this host).
+  Session writes need the session's CSRF token (form field ``csrf_token`` or header
+  ``X-CSRF-Token``). API writes need a JSON body (``Content-Type: application/json``), which a
+  cross-site form cannot send. The Basic challenge (``WWW-Authenticate``) is only sent to
+  scripts, never to a browser navigating, so a browser is not invited to cache Basic
+  credentials.
+- Login attempts (form and Basic): failures are counted per client address, per account, and
+  per (account, address), in Redis so the limits hold across every gunicorn worker and host
+  (``antre.logins``); while Redis is unreachable, in this process's bounded memory. The address
+  limit is checked before any password hash is computed. Behind a reverse proxy, set
+  ``ANTRE_TRUSTED_PROXIES`` to the number of proxies so the client address is the real one.
+- Refusals of anonymous requests are counted (``antre_anonymous_refusals`` in the process's
+  memory, logged), not written to the audit log: nobody to name, and an easy flood.
 """
 
 from __future__ import annotations
 
 import functools
 import hmac
+import logging
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import (
     Flask,
@@ -40,92 +57,175 @@ from flask import (
     url_for,
 )
 from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from antre.users import role_at_least
+from antre.users import UserInfo, normalise_name, role_at_least
 
 from . import services
 
-LOGIN_LIMIT = 5
+log = logging.getLogger("antre.webapp.security")
+
+PAIR_LIMIT = 5     # failures per (account, address) per window
+ACCOUNT_LIMIT = 20  # failures per account from all addresses per window
+ADDRESS_LIMIT = 30  # failures per address over all account names per window
+LOGIN_LIMIT = PAIR_LIMIT
 LOGIN_WINDOW_S = 60.0
+MEMORY_LIMITER_KEYS = 10_000
 PUBLIC_ENDPOINTS = {"auth.login", "auth.login_post", "static"}
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
+MIN_SECRET_BYTES = 32
+PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "replace-me", "replaceme",
+                       "placeholder", "your-secret", "yoursecret", "insecure", "example")
+SECRET_HINT = ('generate one with  python3 -c "import secrets; print(secrets.token_hex(32))"  '
+               "and set it as ANTRE_SECRET_KEY (the same value for every dashboard process)")
+HSTS = "max-age=31536000; includeSubDomains"
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'; "
+       "object-src 'none'")
+
+
+class InsecureConfig(RuntimeError):
+    """The dashboard would be unsafe with this configuration; the message says what to do."""
+
+
+def secret_key_problem(secret: Any) -> str | None:
+    """What is wrong with a session-signing key, or None when it is fit for production."""
+    if not secret:
+        return "ANTRE_SECRET_KEY is not set"
+    raw = secret if isinstance(secret, bytes) else str(secret).encode()
+    if len(raw) < MIN_SECRET_BYTES:
+        return f"ANTRE_SECRET_KEY is too short ({len(raw)} bytes; at least {MIN_SECRET_BYTES})"
+    low = raw.decode("utf-8", "replace").lower()
+    if any(marker in low for marker in PLACEHOLDER_MARKERS) or len(set(raw)) < 8:
+        return "ANTRE_SECRET_KEY is a known placeholder"
+    return None
+
+
+def check_secret_key(secret: Any) -> None:
+    problem = secret_key_problem(secret)
+    if problem:
+        raise InsecureConfig(f"refusing to start the dashboard: {problem}. It signs the session "
+                             f"cookies: whoever knows it can log in as any user. {SECRET_HINT}.")
 
 
 @dataclass(frozen=True)
 class CurrentUser:
     name: str
     role: str
-    via: str  # 'session' | 'basic'
+    via: str  # 'session' | 'basic' | 'form'
+    id: int = 0
 
     def can(self, role: str) -> bool:
         return role_at_least(self.role, role)
 
 
-class LoginLimiter:
-    """Failed logins per (user name, client address): counted in Redis for every dashboard
-    process (``services.get().logins``) and, as the fallback while Redis is unreachable, in
-    this process's memory."""
+# -- login throttling -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attempt:
+    """One login attempt's buckets: the account name as looked up, and the client address."""
 
-    def __init__(self, limit: int = LOGIN_LIMIT, window_s: float = LOGIN_WINDOW_S) -> None:
-        self.limit, self.window_s = limit, window_s
-        self.memory = MemoryLimiter(limit, window_s)
+    name: str
+    addr: str
+
+    @classmethod
+    def of(cls, name: str, addr: str) -> Attempt:
+        return cls(normalise_name(name).lower(), addr)
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """``(bucket, limit)``, the address first: it is checked before any hashing."""
+        return [(f"addr\x00{self.addr}", ADDRESS_LIMIT), (f"user\x00{self.name}", ACCOUNT_LIMIT),
+                (f"pair\x00{self.name}\x00{self.addr}", PAIR_LIMIT)]
+
+
+class LoginLimiter:
+    """Failed logins per address, per account and per (account, address): counted in Redis for
+    every dashboard process (``services.get().logins``) and, as the fallback while Redis is
+    unreachable, in this process's memory."""
+
+    def __init__(self, window_s: float = LOGIN_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.memory = MemoryLimiter(window_s)
 
     def _shared(self) -> Any:
         logins = services.get().logins
-        logins.limit, logins.window_ms = self.limit, int(self.window_s * 1000)
+        logins.window_ms = int(self.window_s * 1000)
         return logins
 
-    def blocked_for(self, key: tuple[str, str]) -> float:
-        local = self.memory.blocked_for(key)
+    def _one(self, bucket: str, limit: int) -> float:
+        local = self.memory.blocked_for(bucket, limit)
         try:
-            return max(local, self._shared().blocked_for_ms(*key) / 1000)
+            return max(local, self._shared().blocked_for_ms(bucket, limit) / 1000)
         except services.REDIS_ERRORS:
             return local
 
-    def failed(self, key: tuple[str, str]) -> None:
-        self.memory.failed(key)
-        try:
-            self._shared().failed(*key)
-        except services.REDIS_ERRORS:
-            pass  # counted in memory
+    def blocked_for(self, attempt: Attempt) -> float:
+        """Seconds until ``attempt`` may be tried (0: now)."""
+        for bucket, limit in attempt.buckets():
+            wait = self._one(bucket, limit)
+            if wait:
+                return wait
+        return 0.0
 
-    def succeeded(self, key: tuple[str, str]) -> None:
-        self.memory.succeeded(key)
+    def failed(self, attempt: Attempt) -> None:
+        for bucket, _ in attempt.buckets():
+            self.memory.failed(bucket)
+            try:
+                self._shared().failed(bucket)
+            except services.REDIS_ERRORS:
+                pass  # counted in memory
+
+    def succeeded(self, attempt: Attempt) -> None:
+        """Forget the (account, address) failures; the address and account counts stay, so a
+        valid login cannot be used to reset them between guesses."""
+        bucket = attempt.buckets()[-1][0]
+        self.memory.succeeded(bucket)
         try:
-            self._shared().succeeded(*key)
+            self._shared().succeeded(bucket)
         except services.REDIS_ERRORS:
             pass
 
 
 class MemoryLimiter:
-    """Failures per key in a sliding window (memory of this process, thread-safe)."""
+    """Failures per bucket in a sliding window (memory of this process, thread-safe), keeping
+    at most ``max_keys`` buckets (the least recently failed go first)."""
 
-    def __init__(self, limit: int = LOGIN_LIMIT, window_s: float = LOGIN_WINDOW_S) -> None:
-        self.limit, self.window_s = limit, window_s
-        self._failures: dict[tuple[str, str], deque[float]] = {}
+    def __init__(self, window_s: float = LOGIN_WINDOW_S,
+                 max_keys: int = MEMORY_LIMITER_KEYS) -> None:
+        self.window_s, self.max_keys = window_s, max_keys
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _recent(self, key: tuple[str, str], now: float) -> deque[float]:
-        q = self._failures.setdefault(key, deque())
+    def _recent(self, key: str, now: float) -> deque[float]:
+        q = self._failures.get(key) or deque()
         while q and q[0] <= now - self.window_s:
             q.popleft()
         return q
 
-    def blocked_for(self, key: tuple[str, str]) -> float:
+    def blocked_for(self, key: str, limit: int) -> float:
         now = time.monotonic()
         with self._lock:
             q = self._recent(key, now)
-            return (q[0] + self.window_s - now) if len(q) >= self.limit else 0.0
+            return (q[0] + self.window_s - now) if len(q) >= limit else 0.0
 
-    def failed(self, key: tuple[str, str]) -> None:
+    def failed(self, key: str) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._recent(key, time.monotonic()).append(time.monotonic())
+            q = self._recent(key, now)
+            q.append(now)
+            self._failures[key] = q
+            self._failures.move_to_end(key)
+            while len(self._failures) > self.max_keys:
+                self._failures.popitem(last=False)
 
-    def succeeded(self, key: tuple[str, str]) -> None:
+    def succeeded(self, key: str) -> None:
         with self._lock:
             self._failures.pop(key, None)
 
+    def __len__(self) -> int:
+        return len(self._failures)
 
+
+# -- request helpers --------------------------------------------------------------------------
 def csrf_token() -> str:
     token = session.get("csrf")
     if not token:
@@ -156,22 +256,52 @@ def audit(action: str, target: str | None, outcome: str, reason: str | None = No
         services.log.error("audit write failed (%s): %s %s %s", exc, action, target, outcome)
 
 
+class AnonymousRefusals:
+    """Refusals nobody can be named for, counted per action (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, action: str) -> int:
+        with self._lock:
+            self.counts[action] = n = self.counts.get(action, 0) + 1
+            return n
+
+
 def wants_json() -> bool:
     return request.path.startswith("/api/")
 
 
+def _is_browser_navigation() -> bool:
+    if request.headers.get("Sec-Fetch-Mode") == "navigate":
+        return True
+    return "text/html" in (request.headers.get("Accept") or "")
+
+
+def count_anonymous(action: str, status: int) -> None:
+    counter: AnonymousRefusals = current_app.extensions["antre_anonymous_refusals"]
+    n = counter.add(action)
+    if n == 1 or n % 100 == 0:
+        log.warning("anonymous request refused (%s, %s) from %s: %d so far in this process",
+                    action, status, client_addr(), n)
+
+
 def refuse(status: int, message: str, action: str, target: str | None = None) -> Response:
-    """Answer a refused request (400/401/403) and audit it (401 excepted: nobody to name)."""
-    if status != 401:
+    """Answer a refused request (400/401/403/415); audit it when a user can be named,
+    else count it."""
+    if status != 401 and current_user() is not None:
         audit(action, target or request.path, "refused", request.form.get("reason") or None,
               {"status": status, "why": message, "method": request.method})
+    elif status != 401:
+        count_anonymous(action, status)
     if wants_json():
         resp = jsonify({"error": message, "status": status})
     else:
         resp = Response(render_template("refused.html", status=status, message=message),
                         mimetype="text/html")
     resp.status_code = status
-    if status == 401 and wants_json():
+    if status == 401 and wants_json() and not _is_browser_navigation():
         resp.headers["WWW-Authenticate"] = 'Basic realm="antre", charset="UTF-8"'
     return resp
 
@@ -199,39 +329,84 @@ def _target(kwargs: dict[str, Any]) -> str:
     return "/".join(str(v) for v in kwargs.values()) or request.path
 
 
+# -- who is asking ----------------------------------------------------------------------------
+class DatabaseDown(Exception):
+    """The user database could not be read: the request cannot be authenticated."""
+
+
 def _basic_user() -> CurrentUser | None:
     auth = request.authorization
     if auth is None or auth.type != "basic" or not auth.username:
         return None
     svc = services.get()
-    key = (auth.username, client_addr())
-    limiter: LoginLimiter = svc_limiter()
-    if limiter.blocked_for(key):
+    attempt = Attempt.of(auth.username, client_addr())
+    limiter = svc_limiter()
+    if limiter.blocked_for(attempt):
         abort(429)
     info = svc.users.verify(auth.username, auth.password or "")
     if info is None:
-        limiter.failed(key)
+        limiter.failed(attempt)
         return None
-    limiter.succeeded(key)
-    return CurrentUser(info.name, info.role, "basic")
+    limiter.succeeded(attempt)
+    return CurrentUser(info.name, info.role, "basic", info.id)
+
+
+def session_lifetime_ms() -> int:
+    return int(current_app.permanent_session_lifetime.total_seconds() * 1000)
+
+
+def start_session(info: UserInfo | None) -> None:
+    """A new session (and CSRF token) for ``info``: no fixation; signed with the user's id,
+    session generation and the time of login."""
+    session.clear()
+    if info is None:  # deleted meanwhile: no session
+        return
+    session["uid"], session["gen"] = info.id, info.session_gen
+    session["sid"] = secrets.token_urlsafe(18)  # this session, for its logout
+    session["iat"] = services.get().clock()
+    session.permanent = True
+    csrf_token()
+
+
+def end_session() -> None:
+    """Log out: this session's id is recorded as ended until it would expire anyway (so a copy
+    of the cookie no longer works), then the cookie is cleared."""
+    sid = session.get("sid")
+    if sid:
+        expires_ms = int(session.get("iat") or 0) + session_lifetime_ms()
+        try:
+            services.get().users.end_session(str(sid), expires_ms)
+        except SQLAlchemyError as exc:
+            services.get().outages.failed("database")
+            log.error("logout could not be recorded (%s): the cookie stays valid until it "
+                      "expires or the user logs out everywhere", exc)
+    session.clear()
+
+
+def _session_valid(info: UserInfo) -> bool:
+    if info.disabled or session.get("gen") != info.session_gen:
+        return False
+    age_ms = services.get().clock() - int(session.get("iat") or 0)
+    return 0 <= age_ms < session_lifetime_ms()
 
 
 def _session_user() -> CurrentUser | None:
-    name = session.get("user")
-    if not name:
+    uid = session.get("uid")
+    if not isinstance(uid, int) or isinstance(uid, bool):
+        if session.get("user"):  # a cookie of the name-based format: log in again
+            session.clear()
         return None
     svc = services.get()
     try:
-        info = svc.users.get(name)
+        info = svc.users.for_session(uid, str(session.get("sid") or ""))
         svc.outages.ok("database")
-    except SQLAlchemyError:
+    except SQLAlchemyError as exc:
         svc.outages.failed("database")
-        return CurrentUser(name, session.get("role", "viewer"), "session")
-    if info is None or info.disabled:
+        raise DatabaseDown(str(exc)) from exc
+    if info is None or not _session_valid(info):
         session.clear()
         return None
-    session["role"] = info.role
-    return CurrentUser(info.name, info.role, "session")
+    return CurrentUser(info.name, info.role, "session", info.id)
 
 
 def svc_limiter() -> LoginLimiter:
@@ -239,38 +414,83 @@ def svc_limiter() -> LoginLimiter:
     return limiter
 
 
-def _load_user_and_check() -> Response | None:
-    if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint is None:
-        return None
-    user = None
+def _database_down() -> Response:
+    message = "the user database is unreachable, so nobody can be authenticated; try again"
+    if wants_json():
+        resp = jsonify({"error": message, "backend": "database", "status": 503})
+    else:
+        resp = Response(render_template("outage.html", stale_html=None), mimetype="text/html")
+    resp.status_code = 503
+    resp.headers["Retry-After"] = "5"
+    return resp
+
+
+def _cross_site() -> str | None:
+    """Why this request looks sent by another site, or None."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site in ("cross-site", "same-site"):
+        return f"Sec-Fetch-Site: {site}"
+    origin = request.headers.get("Origin")
+    if origin is not None and (origin == "null" or urlsplit(origin).netloc != request.host):
+        return f"Origin {origin[:100]} is not {request.host[:100]}"
+    return None
+
+
+def _write_refused(user: CurrentUser | None) -> Response | None:
+    """The checks every write passes: same site, JSON for the API, CSRF token for sessions."""
+    why = _cross_site()
+    if why:
+        return refuse(403, f"refused: a change sent from another site ({why})",
+                      request.endpoint or "?")
+    if wants_json() and request.mimetype != "application/json":
+        return refuse(415, "API changes take a JSON body (Content-Type: application/json)",
+                      request.endpoint or "?")
+    if user is not None and user.via == "session" and not _csrf_ok(
+            request.headers.get("X-CSRF-Token") or request.form.get("csrf_token") or ""):
+        return refuse(400, "refused: missing or wrong CSRF token (reload the page and try "
+                           "again)", request.endpoint or "?")
+    return None
+
+
+def _csrf_ok(sent: str) -> bool:
+    expected = session.get("csrf") or ""
+    return bool(expected) and hmac.compare_digest(str(sent), str(expected))
+
+
+def _who() -> CurrentUser | None:
     if request.path.startswith(("/api/", "/metrics")) and request.authorization is not None:
         try:
             user = _basic_user()
-        except SQLAlchemyError:
+        except SQLAlchemyError as exc:
             services.get().outages.failed("database")
-            return refuse(401, "the user database is unreachable; try again", "login")
+            raise DatabaseDown(str(exc)) from exc
         if user is None:
-            return refuse(401, "wrong user name or password", "login")
-    else:
-        user = _session_user()
+            abort(refuse(401, "wrong user name or password", "login"))
+        return user
+    return _session_user()
+
+
+def _load_user_and_check() -> Response | None:
+    if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint is None:
+        if request.method in UNSAFE and request.endpoint is not None:
+            return _write_refused(None)
+        return None
+    try:
+        user = _who()
+    except DatabaseDown:
+        return _database_down()
     if user is None:
         if wants_json():
             return refuse(401, "log in first (session cookie or HTTP Basic)", "login")
         return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))  # type: ignore[return-value]
     g.user = user
-    if request.method in UNSAFE and user.via == "session":
-        sent = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token") or ""
-        expected = session.get("csrf") or ""
-        if not expected or not hmac.compare_digest(str(sent), str(expected)):
-            return refuse(400, "refused: missing or wrong CSRF token (reload the page and "
-                               "try again)", request.endpoint or "?")
+    if request.method in UNSAFE:
+        return _write_refused(user)
     return None
 
 
 def check_login_csrf() -> Response | None:
-    sent = request.form.get("csrf_token") or ""
-    expected = session.get("csrf") or ""
-    if not expected or not hmac.compare_digest(str(sent), str(expected)):
+    if not _csrf_ok(request.form.get("csrf_token") or ""):
         return refuse(400, "refused: missing or wrong CSRF token (reload the page and try "
                            "again)", "login")
     return None
@@ -280,17 +500,27 @@ def _security_headers(resp: Response) -> Response:
     resp.headers.setdefault("X-Content-Type-Options", "nosniff")
     resp.headers.setdefault("X-Frame-Options", "DENY")
     resp.headers.setdefault("Referrer-Policy", "same-origin")
-    resp.headers.setdefault(
-        "Content-Security-Policy",
-        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+    resp.headers.setdefault("Content-Security-Policy", CSP)
+    if request.is_secure or current_app.config.get("SESSION_COOKIE_SECURE"):
+        resp.headers.setdefault("Strict-Transport-Security", HSTS)
     if request.endpoint != "static":
         resp.headers.setdefault("Cache-Control", "no-store")
     return resp
 
 
+def trust_proxies(app: Flask, count: int) -> None:
+    """Behind ``count`` reverse proxies: take the client address, scheme and host from their
+    ``X-Forwarded-*`` headers (only the last ``count`` hops: a client cannot forge them)."""
+    if count > 0:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=count, x_proto=count,  # type: ignore[method-assign]
+                                x_host=count)
+
+
 def install(app: Flask) -> None:
+    check_secret_key(app.config.get("SECRET_KEY"))
+    trust_proxies(app, int(app.config.get("ANTRE_TRUSTED_PROXIES") or 0))
     app.extensions["antre_login_limiter"] = LoginLimiter()
+    app.extensions["antre_anonymous_refusals"] = AnonymousRefusals()
     app.before_request(_load_user_and_check)
     app.after_request(_security_headers)
     app.jinja_env.globals["csrf_token"] = csrf_token

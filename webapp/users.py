@@ -1,4 +1,5 @@
-"""Users (admin only): list, add, change role, disable / enable, delete."""
+"""Users (admin only): list, add, change role, disable / enable, delete, reset a password,
+log a user out everywhere."""
 
 from __future__ import annotations
 
@@ -57,3 +58,16 @@ def enable(name: str) -> Response:
 @requires("admin", "users.delete")
 def delete(name: str) -> Response:
     return _back(actions.user_delete(name, request.form.get("reason")))
+
+
+@bp.post("/<name>/password")
+@requires("admin", "users.password.reset")
+def reset_password(name: str) -> Response:
+    return _back(actions.password_reset(name, request.form.get("password", ""),
+                                        request.form.get("reason")))
+
+
+@bp.post("/<name>/logout-everywhere")
+@requires("admin", "users.logout_everywhere")
+def logout_everywhere(name: str) -> Response:
+    return _back(actions.user_end_sessions(name, request.form.get("reason")))

@@ -114,10 +114,12 @@ def _prune_sql(app: Antre, now_ms: int) -> dict[str, int]:
 
 
 def _alerts(d: Duties) -> Any:
-    """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once."""
+    """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once, signed
+    with ANTRE_ALERT_WEBHOOK_SECRET when set."""
     engine = AlertEngine(d.app.redis, d.clock or d.app.clock,
                          webhook_url=os.environ.get("ANTRE_ALERT_WEBHOOK") or None,
-                         dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""))
+                         dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""),
+                         webhook_secret=os.environ.get("ANTRE_ALERT_WEBHOOK_SECRET") or None)
     events = engine.check()
     for event in events:
         log.warning("alert %s: %s", event.status, event.alert.message,
