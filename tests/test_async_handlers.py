@@ -272,6 +272,8 @@ def test_async_handler_writes_commit_with_the_completion(redis_url, db_url, cloc
         return "written"
 
     app.enqueue("effect", {"k": "a"}, idempotency_key="eff:a")
+    make_worker(app, clock).run_burst()
+    # one after the other: two SQLite writers in flight at once may refuse each other (BUSY)
     app.enqueue("effect", {"k": "b", "fail": True}, idempotency_key="eff:b")
     make_worker(app, clock).run_burst()
     with app.engine.connect() as conn:
