@@ -5,7 +5,8 @@ from .context import JobContext
 from .errors import InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited, Retryable
 from .flow import FlowPolicy
 from .locks import LockBusy
-from .queue import JobSpec, Queue
+from .envelope import JobSpec
+from .queue import Queue
 from .retry import RetryPolicy
 
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",

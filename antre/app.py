@@ -15,7 +15,7 @@ import redis
 from . import sql
 from .audit import AuditLog
 from .clock import Clock, system_ms
-from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, new_job_id
+from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
 from .fencing import LockFences
 from .idempotency import CompletedCache, IdempotencyStore
 from .outbox import Outbox
@@ -25,11 +25,11 @@ from .flow import FlowPolicy
 from .keys import valid_name
 from .locks import Lock, Locks, held_lock
 from .periodic import Schedule, Scheduler, make_schedule
-from .queue import JobSpec, Queue
+from .queue import Queue
 from .retention import RetentionPolicy, policy_from_env
 from .retry import RetryPolicy
 from .scripts import Scripts
-from .tracing import enqueue_span
+from .tracing import enqueue_span, inject_traceparent, recording
 
 Handler = Callable[[Any, Any], Any]
 
@@ -323,11 +323,18 @@ class Antre:
         q = self.queue_for(job_type, queue)
         spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
                          delay_s=delay_s, **options)
-        with enqueue_span(job_type, q.name) as traceparent:
-            spec.trace_id = spec.trace_id or traceparent
-            if session is not None:
-                return self.outbox_add(session, q, spec)
-            return q.enqueue_many([spec])[0]
+        if recording():  # a PRODUCER span, whose traceparent the job carries
+            with enqueue_span(job_type, q.name) as traceparent:
+                spec.trace_id = spec.trace_id or traceparent
+                return self._store(q, spec, session)
+        # no span would be recorded: a trace in progress (if any) is carried on as it is
+        spec.trace_id = spec.trace_id or inject_traceparent()
+        return self._store(q, spec, session)
+
+    def _store(self, q: Queue, spec: JobSpec, session: Any) -> str:
+        if session is not None:
+            return self.outbox_add(session, q, spec)
+        return q.enqueue_one(spec)
 
     def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
         """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips."""

@@ -36,7 +36,7 @@ from . import keys
 from .clock import Clock, system_ms
 from .envelope import encode_payload
 from .errors import InvalidJob
-from .queue import JobSpec, Queue
+from .queue import Encoded, JobSpec, Queue
 from .readmodels import ScheduleInfo
 from .scripts import Scripts
 
@@ -257,12 +257,14 @@ class Scheduler:
                 for tick, (job_id, outcome) in zip(ticks, q.store(built, now))]
 
 
-def tick_fields(q: Queue, schedule: Schedule, tick_ms: int, now: int) -> dict[str, str]:
-    """The job hash of one tick (``tick_ms`` 0: a manual run, recorded but not a tick)."""
+def tick_fields(q: Queue, schedule: Schedule, tick_ms: int, now: int) -> Encoded:
+    """The new job of one tick (``tick_ms`` 0: a manual run, recorded but not a tick), with the
+    fields enqueue.lua checks the tick by."""
     idem = tick_key(schedule.name, tick_ms) if tick_ms else \
         f"periodic:{schedule.name}:manual:{now}"
-    spec = JobSpec(schedule.job_type, schedule.payload, idem, **schedule.options)
-    return {**q.build(spec, now), "sched": q.keys.schedule(schedule.name), "tick": str(tick_ms)}
+    names, values = q.encode(JobSpec(schedule.job_type, schedule.payload, idem,
+                                     **schedule.options), now)
+    return (*names, "sched", "tick"), [*values, q.keys.schedule(schedule.name), str(tick_ms)]
 
 
 class Schedules:

@@ -7,9 +7,7 @@ depends on time reads ``clock()``; tests pass a ``ManualClock`` instead of sleep
 from __future__ import annotations
 
 import json
-import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
@@ -17,41 +15,19 @@ from redis.cluster import RedisCluster
 
 from . import keys
 from .clock import Clock, system_ms
-from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, Job, check_headers, check_names,
-                       encode_payload, from_fields, new_job_id, new_traceparent)
+from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_SECONDS, NEW_FIELDS, NEW_FIELDS_JSON,
+                       RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, encode_new, from_fields,
+                       from_row, pack_new)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
-from .scripts import Batch, Scripts
+from .scripts import Batch, Scripts, direct, direct_ok, script_and_command
 
-# what a worker needs of a job it reserves (errors, traceback and result stay in Redis)
-RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
-                  "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
-                  "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
-                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at")
+# the codec lives in antre/envelope.py; these names stay importable from here
+__all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
+           "JobSpec", "Queue", "SweepResult"]
+
 DONE_RETENTION_MS = 3_600_000
-MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
-TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 DONE_MAX = 10_000
-
-
-@dataclass
-class JobSpec:
-    """One job to enqueue (see ``Queue.enqueue`` for the meaning of each field)."""
-
-    job_type: str
-    payload: Any
-    idempotency_key: str
-    lock_key: str | None = None
-    delay_s: float = 0.0
-    max_attempts: int = 5
-    timeout_s: float = 30.0
-    visibility_timeout_s: float = 30.0
-    max_deliveries: int = 10
-    headers: dict[str, str] = field(default_factory=dict)
-    trace_id: str | None = None
-    job_id: str | None = None
-    unique: bool = False  # while a job holds this idempotency key, enqueue returns its id
-    unique_for_s: float = 0.0  # unique: after it completes, refuse the key this long
 
 
 @dataclass(frozen=True)
@@ -61,17 +37,22 @@ class SweepResult:
     outcomes: dict[str, str]
 
 
-def _runs(built: list[dict[str, str]], chunk: int) -> Iterator[list[dict[str, str]]]:
+Encoded = tuple[tuple[str, ...], list[str]]  # a new job's field names and values
+
+
+def _runs(encoded: list[Encoded], chunk: int) -> Iterator[tuple[tuple[str, ...], list[list[str]]]]:
     """Consecutive jobs with the same field names, at most ``chunk`` per run (one script call
     each: unique jobs and periodic ticks carry extra fields)."""
-    run: list[dict[str, str]] = []
-    for fields in built:
-        if run and (len(run) >= chunk or fields.keys() != run[0].keys()):
-            yield run
+    names: tuple[str, ...] = ()
+    run: list[list[str]] = []
+    for job_names, values in encoded:
+        if run and (len(run) >= chunk or job_names != names):
+            yield names, run
             run = []
-        run.append(fields)
+        names = job_names
+        run.append(values)
     if run:
-        yield run
+        yield names, run
 
 
 def _stored(job_id: str, reply: Any) -> tuple[str, str]:
@@ -106,96 +87,69 @@ class Queue:
         self.scripts = scripts or Scripts(client)
         # on a cluster each queue's wake list is in its own slot: one BLPOP cannot watch several
         self.cluster = isinstance(client, RedisCluster)
+        k = self.keys  # built once: each key property formats a string
+        self._enqueue_keys = [k.ready, k.scheduled, k.stats, k.types, k.wake]
+        self._job_prefix = k.job_prefix
+        self._index_command = ("SADD", keys.queues_index(), name)
 
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
         """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
-        check_names(self.name, spec.job_type, spec.idempotency_key, spec.lock_key)
-        check_headers(spec.headers)
-        if spec.trace_id is not None and not TRACEPARENT.match(str(spec.trace_id)):
-            raise InvalidJob(f"trace_id {spec.trace_id!r} is not a W3C traceparent "
-                             "(00-<32 hex>-<16 hex>-<2 hex>)")
-        for name in ("max_attempts", "max_deliveries"):
-            value = getattr(spec, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
-                raise InvalidJob(f"{name} must be a whole number from 1 to 10000, not {value!r}")
-        for name, low in (("timeout_s", 0.001), ("visibility_timeout_s", 0.001), ("delay_s", 0)):
-            value = getattr(spec, name)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or not low <= value <= MAX_SECONDS):
-                raise InvalidJob(f"{name} must be a finite number of seconds from {low} to "
-                                 f"{MAX_SECONDS}, not {value!r}")
-        job_id = spec.job_id or new_job_id()
-        if spec.job_id is not None and not keys.valid_name(job_id):
-            raise InvalidJob(f"bad job id {job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
-        return {**self._base_fields(spec, job_id, now), **self._unique_fields(spec)}
+        return dict(zip(*self.encode(spec, now)))
 
-    def _unique_fields(self, spec: JobSpec) -> dict[str, str]:
-        """The optional fields enqueue.lua reads to deduplicate a unique job (issue 13)."""
-        window = spec.unique_for_s
-        if (isinstance(window, bool) or not isinstance(window, (int, float))
-                or not math.isfinite(window) or not 0 <= window <= MAX_SECONDS):
-            raise InvalidJob(f"unique_for_s must be a finite number of seconds from 0 to "
-                             f"{MAX_SECONDS}, not {window!r}")
-        if not isinstance(spec.unique, bool):
-            raise InvalidJob(f"unique must be True or False, not {spec.unique!r}")
+    def encode(self, spec: JobSpec, now: int) -> Encoded:
+        """The new job's field names and values (``NEW_FIELDS``, then a unique job's
+        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it)."""
+        values = encode_new(spec, self.name, now, self.max_payload_bytes)
         if not spec.unique:
-            return {}
-        return {"ukey": self.keys.unique(spec.idempotency_key),
-                "unique_ms": str(int(window * 1000))}
-
-    def _base_fields(self, spec: JobSpec, job_id: str, now: int) -> dict[str, str]:
-        return {
-            "id": job_id,
-            "type": spec.job_type,
-            "visible_at": str(now + int(spec.delay_s * 1000)),
-            "queue": self.name,
-            "idem_key": spec.idempotency_key,
-            "payload": encode_payload(spec.payload, self.max_payload_bytes),
-            "attempt": "0",
-            "max_attempts": str(spec.max_attempts),
-            "created_at": str(now),
-            "trace_id": spec.trace_id or new_traceparent(),
-            "lock_key": spec.lock_key or "",
-            "headers": json.dumps(spec.headers, separators=(",", ":")) if spec.headers else "{}",
-            "timeout_s": repr(float(spec.timeout_s)),
-            "vt_ms": str(int(spec.visibility_timeout_s * 1000)),
-            "epoch": "0",
-            "deliveries": "0",
-            "max_deliveries": str(spec.max_deliveries),
-        }
+            return NEW_FIELDS, values
+        return (NEW_FIELDS + ("ukey", "unique_ms"),
+                [*values, self.keys.unique(spec.idempotency_key),
+                 str(int(spec.unique_for_s * 1000))])
 
     def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
                 lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> str:
         """Store a job; returns its id. A job id that already exists is left as it is."""
         spec = JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **options)
-        return self.enqueue_many([spec])[0]
+        return self.enqueue_one(spec)
+
+    def enqueue_one(self, spec: JobSpec) -> str:
+        """``enqueue_many([spec])`` in one round trip, on the leanest path (see
+        ``scripts.script_and_command``)."""
+        if spec.unique:  # its reply may name another job
+            return self.enqueue_many([spec])[0]
+        now = self.clock()
+        values = encode_new(spec, self.name, now, self.max_payload_bytes)
+        script_and_command(self.redis, self.scripts.enqueue, self._enqueue_keys,
+                           [self._job_prefix, now, NEW_FIELDS_JSON, pack_new(values)],
+                           self._index_command)
+        return values[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
         """Store many jobs in few round trips (one script call per ``chunk`` jobs). Returns
         each job's id; for a unique job whose key is held, the id of the job holding it."""
         now = self.clock()
-        return [ids for ids, _ in self.store([self.build(s, now) for s in specs], now, chunk)]
+        return [job_id for job_id, _ in self.store([self.encode(s, now) for s in specs], now,
+                                                   chunk)]
 
-    def store(self, built: list[dict[str, str]], now: int,
+    def store(self, encoded: list[Encoded], now: int,
               chunk: int = 500) -> list[tuple[str, str]]:
-        """Send built jobs to enqueue.lua; returns (id, outcome) per job, outcome being
-        'stored', 'exists' or a guard's refusal ('dup', 'recent', 'tick', 'paused'), with id
+        """Send encoded jobs to enqueue.lua; returns (id, outcome) per job, outcome being
+        'stored', 'exists' or a guard's refusal ('dup', 'recent', 'tick', 'paused'), the id
         then the job that holds the key or the tick (may be '')."""
-        if not built:
+        if not encoded:
             return []
         k = self.keys
         batch = Batch(self.redis)
-        for part in _runs(built, chunk):
-            names = list(part[0])  # enqueue.lua reads id, type, visible_at by position: first
-            args: list[Any] = [k.job_prefix, now, json.dumps(names)]
-            args.extend(json.dumps(list(fields.values()), separators=(",", ":"))
-                        for fields in part)
+        for names, part in _runs(encoded, chunk):
+            args: list[Any] = [k.job_prefix, now,
+                               NEW_FIELDS_JSON if names == NEW_FIELDS else json.dumps(names)]
+            args.extend(pack_new(values) for values in part)
             batch.script(self.scripts.enqueue, [k.ready, k.scheduled, k.stats, k.types, k.wake],
                          args)
         batch.command("sadd", keys.queues_index(), self.name)
         replies = [r for reply in batch.execute()[:-1] for r in reply]
-        return [_stored(fields["id"], reply) for fields, reply in zip(built, replies)]
+        return [_stored(values[0], reply) for (_, values), reply in zip(encoded, replies)]
 
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
@@ -203,8 +157,24 @@ class Queue:
         rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats],
                                     args=[k.job_prefix, self.clock(), count, worker_id,
                                           *RESERVE_FIELDS])
-        return [from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None})
-                for row in rows]
+        return [from_row(row) for row in rows]
+
+    def wait_and_reserve(self, worker_id: str, count: int, timeout_s: float) -> list[Job]:
+        """An idle runner's wait: block until a job is enqueued or promoted (or ``timeout_s``),
+        then reserve up to ``count`` jobs. Both go in one write: Redis runs the reserve the
+        moment the wait ends, so a woken runner gets its jobs with the wake (one round trip and
+        one thread wake-up, not two). That reserve reads the server's clock (the client's is up
+        to ``timeout_s`` old by then), so it is used with the system clock only; with another
+        clock, on a cluster or a single-connection client it is ``wait_for_work`` + ``reserve``."""
+        if self.clock is not system_ms or not direct_ok(self.redis):
+            self.wait_for_work(timeout_s)
+            return self.reserve(worker_id, count)
+        k = self.keys
+        _, rows = direct(self.redis, [
+            (None, ("BLPOP", k.wake, timeout_s), ()),
+            (self.scripts.reserve, [k.ready, k.inflight, k.stats],
+             [k.job_prefix, "server", count, worker_id, *RESERVE_FIELDS])])
+        return [from_row(row) for row in rows]
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked") -> None:
         """in-flight → done. Raises ``LeaseLost`` if ``job.epoch`` is no longer the lease."""

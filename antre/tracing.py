@@ -6,7 +6,9 @@ provider is configured. The link between producer and handler is the W3C ``trace
 producer stores in the envelope's ``trace_id``:
 
 - at enqueue: ``with enqueue_span(job_type, queue) as tp: ...enqueue(..., trace_id=tp)`` (a
-  PRODUCER span; ``tp`` is its traceparent, or ``None``: then the queue makes a fresh one);
+  PRODUCER span; ``tp`` is its traceparent, or ``None``: then the queue makes a fresh one).
+  ``Antre.enqueue`` opens it only when ``recording()``: without an SDK no span would be kept,
+  and the trace in progress, if any, is carried on by ``inject_traceparent()`` alone;
 - in the worker: ``with execution_span(job): handler(...)`` starts a CONSUMER span whose parent
   is the job's traceparent, plus a "queue wait" span from enqueue to reservation, so one trace
   shows the producer, the time in the queue and the handler; spans a handler opens (HTTP
@@ -40,10 +42,15 @@ def _tracer(provider: Any = None) -> Any:
     return trace.get_tracer(TRACER_NAME, tracer_provider=provider)
 
 
+def recording() -> bool:
+    """True when an SDK tracer provider is installed, so spans started here are recorded."""
+    return AVAILABLE and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def inject_traceparent() -> str | None:
     """The current span context as a W3C traceparent, or ``None`` outside a recorded span."""
-    if not AVAILABLE:
-        return None
+    if not AVAILABLE or not trace.get_current_span().get_span_context().is_valid:
+        return None  # nothing to carry on (checked first: the propagator costs ~5 µs)
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier)
     return carrier.get("traceparent")
@@ -150,4 +157,5 @@ __all__ = [
     "execution_span",
     "extract",
     "inject_traceparent",
+    "recording",
 ]

@@ -2,12 +2,16 @@
 and the real worker), idempotency + lock, latency at a paced rate, round trips per job, memory.
 
 Every function takes the private server's URL and returns a dict of figures. Worker runs are
-real subprocesses (``python -m worker ... --burst``); completion is seen through
-``bench.progress`` (no extra round trip per job).
+what a user starts: ``antre worker bench.apps.noop:app`` (as ``python -m antre_cli worker
+...``) with no flags and the default environment (INFO JSON logs, scheduler and sweeper on)
+unless a row names what it changes; jobs are produced with ``app.enqueue`` /
+``app.enqueue_many`` of the same app. Completion is seen through ``bench.progress`` (no extra
+round trip per job); the worker's CPU per job is read from its process tree (``TreeCpu``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import statistics
@@ -15,13 +19,16 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 
+import psutil
+
+from antre import Antre
 from antre.queue import JobSpec, Queue
 from bench import progress
-from worker.executor import DEFAULT_PREFETCH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = "bench.apps.noop:app"
@@ -34,13 +41,61 @@ PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-def _env(url: str, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"BENCH_REDIS_URL": url, "ANTRE_REDIS_URL": url, "PYTHONPATH": ROOT,
-                "ANTRE_LOG_LEVEL": "WARNING"})
-    env.pop("BENCH_DATABASE_URL", None)
+# what a user's shell would not have: the bench's own ANTRE_* and BENCH_* settings
+_NOT_DEFAULT = ("ANTRE_LOG_LEVEL", "ANTRE_LOG_FORMAT", "ANTRE_DATABASE_URL",
+                "BENCH_DATABASE_URL", "BENCH_LOCK", "BENCH_WRITE", "BENCH_COUNT_RTT")
+
+
+def _env(url: str, **extra: str | None) -> dict[str, str]:
+    """The default environment plus the server's URL (and what ``extra`` sets)."""
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_DEFAULT}
+    env.update({"BENCH_REDIS_URL": url, "ANTRE_REDIS_URL": url, "PYTHONPATH": ROOT})
     env.update({k: v for k, v in extra.items() if v is not None})
     return env
+
+
+class TreeCpu:
+    """CPU seconds (user + system) of a process and all its descendants, read between two
+    moments: ``start()`` when the first job finished, ``stop()`` when the last did."""
+
+    def __init__(self, *pids: int) -> None:
+        self.roots = [psutil.Process(pid) for pid in pids]
+        self.seen: dict[int, float] = {}
+        self.at_start: float | None = None
+        self.jobs_at_start = 0
+
+    def total(self) -> float:
+        procs = []
+        for root in self.roots:
+            try:
+                procs += [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                self.seen[proc.pid] = t.user + t.system  # a process that exits keeps its last
+            except psutil.NoSuchProcess:
+                pass
+        return sum(self.seen.values())
+
+    def start(self, jobs_done: int) -> None:
+        self.at_start, self.jobs_at_start = self.total(), jobs_done
+
+    def us_per_job(self, jobs_done: int) -> float | None:
+        if self.at_start is None or jobs_done <= self.jobs_at_start:
+            return None
+        return round((self.total() - self.at_start) / (jobs_done - self.jobs_at_start) * 1e6)
+
+
+def producer(url: str) -> Antre:
+    """The bench app (``bench.apps.noop:app``) as a producer imports it: jobs go in through
+    ``app.enqueue`` / ``app.enqueue_many`` with the handlers' defaults."""
+    os.environ["BENCH_REDIS_URL"] = url  # the module reads it when imported
+    import bench.apps.noop as noop
+    if noop.app.redis_url != url:  # imported before, for another server
+        noop = importlib.reload(noop)
+    return noop.app
 
 
 def flush(client: redis.Redis) -> None:
@@ -74,46 +129,58 @@ def ceiling(url: str, n: int = 20_000, batch: int = 100) -> dict[str, Any]:
             "pipeline_batch": batch}
 
 
-def _specs(n: int, prefix: str = "k", lock: bool = False, job_type: str = "noop") -> list[JobSpec]:
+def _specs(app: Antre, n: int, prefix: str = "k", lock: bool = False,
+           job_type: str = "noop") -> list[JobSpec]:
     run = uuid.uuid4().hex[:6]
-    return [JobSpec(job_type, {"i": i}, f"{prefix}:{run}:{i}",
-                    lock_key=f"lock:{i}" if lock else None) for i in range(n)]
+    return [app.spec(job_type, {"i": i}, idempotency_key=f"{prefix}:{run}:{i}",
+                     lock_key=f"lock:{i}" if lock else None) for i in range(n)]
 
 
 def enqueue(url: str, n_single: int = 5_000, n_many: int = 50_000, chunk: int = 1_000
             ) -> dict[str, Any]:
+    """``app.enqueue`` one job at a time, then ``app.enqueue_many`` in chunks: jobs/s (wall)
+    and the producer's CPU µs per job."""
     client = redis.Redis.from_url(url, decode_responses=True)
+    app = producer(url)
     flush(client)
-    q = Queue(client, "bench")
-    specs = _specs(n_single)
-    t = time.perf_counter()
-    for s in specs:
-        q.enqueue(s.job_type, s.payload, idempotency_key=s.idempotency_key)
-    single = n_single / (time.perf_counter() - t)
+    app.enqueue("noop", {}, idempotency_key="warm")  # connect and load the script first
+    run = uuid.uuid4().hex[:6]
+    t, cpu = time.perf_counter(), time.process_time()
+    for i in range(n_single):
+        app.enqueue("noop", {"i": i}, idempotency_key=f"s:{run}:{i}")
+    single, single_cpu = time.perf_counter() - t, time.process_time() - cpu
     flush(client)
-    specs = _specs(n_many)
-    t = time.perf_counter()
+    specs = _specs(app, n_many)
+    t, cpu = time.perf_counter(), time.process_time()
     for start in range(0, n_many, chunk):
-        q.enqueue_many(specs[start:start + chunk])
-    many = n_many / (time.perf_counter() - t)
+        app.enqueue_many(specs[start:start + chunk])
+    many, many_cpu = time.perf_counter() - t, time.process_time() - cpu
     flush(client)
     client.close()
-    return {"enqueue_per_s": round(single), "enqueue_many_per_s": round(many),
+    return {"enqueue_per_s": round(n_single / single),
+            "enqueue_cpu_us": round(single_cpu / n_single * 1e6, 1),
+            "enqueue_many_per_s": round(n_many / many),
+            "enqueue_many_cpu_us": round(many_cpu / n_many * 1e6, 1),
             "enqueue_many_chunk": chunk, "n_single": n_single, "n_many": n_many}
 
 
-def fill(client: redis.Redis, n: int, queue: str = "default", lock: bool = False) -> None:
-    q = Queue(client, queue)
-    specs = _specs(n, lock=lock)
+def fill(url: str, n: int, lock: bool = False, prefix: str = "k") -> None:
+    """``n`` no-op jobs through ``app.enqueue_many``, 2,000 per call."""
+    app = producer(url)
+    specs = _specs(app, n, prefix=prefix, lock=lock)
     for start in range(0, n, 2_000):
-        q.enqueue_many(specs[start:start + 2_000])
+        app.enqueue_many(specs[start:start + 2_000])
 
 
-def wait_progress(client: redis.Redis, n: int, procs: list[subprocess.Popen], timeout: float
-                  ) -> tuple[int, float, float]:
+def wait_progress(client: redis.Redis, n: int, procs: list[subprocess.Popen], timeout: float,
+                  cpu: TreeCpu | None = None) -> tuple[int, float, float]:
+    """Wait for ``n`` jobs done (or the workers gone, or ``timeout``); ``cpu`` is started
+    when the first job is seen done."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = progress.read(client)
+        if cpu is not None and cpu.at_start is None and got[0] >= 1:
+            cpu.start(got[0])
         if got[0] >= n:
             return got
         if procs and all(p.poll() is not None for p in procs):
@@ -186,47 +253,69 @@ def raw_loop(url: str, n: int, procs: int = 1, count: int = 100, mode: str = "ac
     executor does), ``ack+metrics`` (plus the executor's two duration-histogram pipelines)."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
-    fill(client, n)
+    fill(url, n)
     before = commandstats(client)
     ps = [subprocess.Popen([sys.executable, "-c", RAW_CONSUMER, url, str(count), mode], cwd=ROOT,
                            env=_env(url), start_new_session=True) for _ in range(procs)]
-    got = wait_progress(client, n, ps, timeout=300)
+    cpu = TreeCpu(*(p.pid for p in ps))
+    got = wait_progress(client, n, ps, timeout=300, cpu=cpu)
+    cpu_us = cpu.us_per_job(progress.read(client)[0])
     for p in ps:
         p.wait(60)
     after = commandstats(client)
     evalsha = after.get("evalsha", 0) - before.get("evalsha", 0)
-    out = _result(n, got, procs, reserve_count=count, settle=mode, evalsha_per_job=round(evalsha / n, 3))
+    out = _result(n, got, procs, reserve_count=count, settle=mode, worker_cpu_us_per_job=cpu_us,
+                  evalsha_per_job=round(evalsha / n, 3))
     client.close()
     return out
 
 
-def worker_run(url: str, n: int, procs: int = 1, threads: int = 4,
-               prefetch: int = DEFAULT_PREFETCH,
+def worker_cmd(args: Sequence[str] = ()) -> list[str]:
+    """``antre worker bench.apps.noop:app`` plus ``args`` (run as ``python -m antre_cli``, the
+    console script's module, so the worktree's code is the one that runs)."""
+    return [sys.executable, "-m", "antre_cli", "worker", APP, *args]
+
+
+def describe(args: Sequence[str] = (), env: dict[str, str] | None = None) -> str:
+    """The command line a user would type for this configuration."""
+    prefix = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    return " ".join(x for x in (prefix, "antre worker app:app", *args) if x)
+
+
+def _processes(args: Sequence[str]) -> int:
+    return int(args[list(args).index("--processes") + 1]) if "--processes" in args else 1
+
+
+def worker_run(url: str, n: int, args: Sequence[str] = (), env: dict[str, str] | None = None,
                database_url: str | None = None, lock: bool = False, count_rtt: bool = False,
                timeout: float = 300, write: bool = False) -> dict[str, Any]:
-    """The real worker pool: ``python -m worker bench.apps.noop:app --burst``."""
+    """The real worker pool as a user starts it (``antre worker app:app`` + ``args``, the
+    default environment + ``env``), draining ``n`` jobs enqueued before it starts."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
-    fill(client, n, lock=lock)
+    fill(url, n, lock=lock)
     before, cmds_before = commandstats(client), client.info("stats")["total_commands_processed"]
-    cmd = [sys.executable, "-m", "worker", "worker", APP, "--processes", str(procs),
-           "--threads", str(threads), "--prefetch", str(prefetch), "--no-scheduler"]
     # not --burst: a burst worker exits while snoozed jobs (database busy) are still scheduled
-    env = _env(url, BENCH_DATABASE_URL=database_url, BENCH_COUNT_RTT="1" if count_rtt else None,
-               BENCH_WRITE="1" if write else None)
+    full_env = _env(url, BENCH_DATABASE_URL=database_url,
+                    BENCH_COUNT_RTT="1" if count_rtt else None,
+                    BENCH_WRITE="1" if write else None, **(env or {}))
     log_path = os.path.join(ROOT, "bench", "out", "worker-run.log")
     with open(log_path, "wb") as log:  # a file, not a pipe: a full pipe would stall the worker
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=log)
-        got = wait_progress(client, n, [p], timeout)
+        p = subprocess.Popen(worker_cmd(args), cwd=ROOT, env=full_env, start_new_session=True,
+                             stdout=log, stderr=log)
+        cpu = TreeCpu(p.pid)
+        got = wait_progress(client, n, [p], timeout, cpu)
+        cpu_us = cpu.us_per_job(progress.read(client)[0])
         stop([p])
     with open(log_path, "rb") as f:
         err = f.read()[-2000:].decode(errors="replace")
     after, cmds_after = commandstats(client), client.info("stats")["total_commands_processed"]
     evalsha = after.get("evalsha", 0) - before.get("evalsha", 0)
     extra: dict[str, Any] = {
-        "threads": threads, "prefetch": prefetch, "evalsha_per_job": round(evalsha / n, 3),
+        "command": describe(args, env), "worker_cpu_us_per_job": cpu_us,
+        "evalsha_per_job": round(evalsha / n, 3),
         "redis_commands_per_job": round((cmds_after - cmds_before) / n, 2),
+        "log_bytes_per_job": round(os.path.getsize(log_path) / n),
         "database": _db_kind(database_url), "lock_per_job": lock, "row_written": write}
     if count_rtt:
         sends = sum(int(v) for v in client.hgetall("bench:rtt").values())
@@ -234,7 +323,7 @@ def worker_run(url: str, n: int, procs: int = 1, threads: int = 4,
     if got[0] < n:
         extra["error"] = f"only {got[0]}/{n} done; stderr tail: {err}"
     client.close()
-    return _result(n, got, procs, **extra)
+    return _result(n, got, _processes(args), **extra)
 
 
 def _db_kind(url: str | None) -> str:
@@ -261,58 +350,67 @@ def pg_schema_url(base: str) -> tuple[str, Any]:
     return url, drop
 
 
-def latency(url: str, rate: float = 200.0, seconds: float = 10.0, threads: int = 4
-            ) -> dict[str, Any]:
-    """p50/p99 enqueue-to-start with one worker process and a producer paced at ``rate``."""
+def latency(url: str, rate: float = 200.0, seconds: float = 10.0, args: Sequence[str] = (),
+            env: dict[str, str] | None = None) -> dict[str, Any]:
+    """p50/p99 enqueue-to-start: ``antre worker app:app`` (+ ``args``), a producer paced at
+    ``rate`` calling ``app.enqueue``; the handler records when it started."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
-    cmd = [sys.executable, "-m", "worker", "worker", APP, "--processes", "1", "--threads",
-           str(threads), "--no-scheduler"]
-    p = subprocess.Popen(cmd, cwd=ROOT, env=_env(url), start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    q = Queue(client, "default")
-    # warm up: the worker is up when it ran one job
-    q.enqueue("latency", {"t": time.time()}, idempotency_key="warm")
-    deadline = time.monotonic() + 30
-    while client.llen("bench:latency") < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    client.delete("bench:latency")
-    n = int(rate * seconds)
+    app = producer(url)
+    with open(os.path.join(ROOT, "bench", "out", "latency.log"), "wb") as log:
+        p = subprocess.Popen(worker_cmd(args), cwd=ROOT, env=_env(url, **(env or {})),
+                             start_new_session=True, stdout=log, stderr=log)
+        # warm up: the worker is up when it ran one job
+        app.enqueue("latency", {"t": time.time()}, idempotency_key="warm")
+        if wait_samples(client, 1):
+            client.delete("bench:latency")
+            n = int(rate * seconds)
+            paced(n, rate, lambda i: app.enqueue("latency", {"t": time.time()},
+                                                 idempotency_key=f"lat:{i}"))
+            wait_samples(client, n)
+        stop([p])
+    out = latency_figures(client, rate)
+    client.close()
+    return {**out, "command": describe(args, env)}
+
+
+def paced(n: int, rate: float, send: Any) -> None:
     start = time.perf_counter()
     for i in range(n):
-        target = start + i / rate
-        delay = target - time.perf_counter()
+        delay = start + i / rate - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        q.enqueue("latency", {"t": time.time()}, idempotency_key=f"lat:{i}")
-    deadline = time.monotonic() + 30
+        send(i)
+
+
+def wait_samples(client: redis.Redis, n: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
     while client.llen("bench:latency") < n and time.monotonic() < deadline:
         time.sleep(0.05)
+    return client.llen("bench:latency") >= n
+
+
+def latency_figures(client: redis.Redis, rate: float) -> dict[str, Any]:
+    """Percentiles of the enqueue-to-start samples (ms) in ``bench:latency``."""
     samples = sorted(float(x) for x in client.lrange("bench:latency", 0, -1))
-    stop([p])
-    client.close()
     if not samples:
-        return {"error": "no samples"}
+        return {"error": "no samples", "rate_per_s": rate}
     pick = lambda f: round(samples[min(len(samples) - 1, int(f * len(samples)))], 2)
     return {"rate_per_s": rate, "n": len(samples), "p50_ms": pick(0.50), "p90_ms": pick(0.90),
             "p99_ms": pick(0.99), "max_ms": round(samples[-1], 2),
-            "mean_ms": round(statistics.fmean(samples), 2), "threads": threads}
+            "mean_ms": round(statistics.fmean(samples), 2)}
 
 
-def memory(url: str, n: int, threads: int = 4, prefetch: int = DEFAULT_PREFETCH,
-           depth: int = 20_000,
-           sample_s: float = 0.5) -> dict[str, Any]:
-    """RSS of one worker process while it runs ``n`` no-op jobs; a producer keeps the ready
-    list at most ``depth`` long so Redis memory stays flat."""
-    import psutil
+def memory(url: str, n: int, depth: int = 20_000, sample_s: float = 0.5) -> dict[str, Any]:
+    """RSS of the worker process of ``antre worker app:app`` (defaults) while it runs ``n``
+    no-op jobs; a producer keeps the ready list at most ``depth`` long so Redis memory stays
+    flat."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
     q = Queue(client, "default")
-    fill(client, min(n, depth))
+    fill(url, min(n, depth))
     produced = min(n, depth)
-    cmd = [sys.executable, "-m", "worker", "worker", APP, "--processes", "1", "--threads",
-           str(threads), "--prefetch", str(prefetch), "--no-scheduler"]
-    p = subprocess.Popen(cmd, cwd=ROOT, env=_env(url), start_new_session=True,
+    p = subprocess.Popen(worker_cmd(), cwd=ROOT, env=_env(url), start_new_session=True,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     samples: list[tuple[int, int]] = []  # (jobs done, rss bytes)
     child = None
@@ -331,9 +429,7 @@ def memory(url: str, n: int, threads: int = 4, prefetch: int = DEFAULT_PREFETCH,
             break
         if produced < n and client.llen(q.keys.ready) < depth // 2:
             k = min(depth // 2, n - produced)
-            specs = _specs(k, prefix=f"m{produced}")
-            for start in range(0, k, 2_000):
-                q.enqueue_many(specs[start:start + 2_000])
+            fill(url, k, prefix=f"m{produced}")
             produced += k
         time.sleep(sample_s)
     stop([p])

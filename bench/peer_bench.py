@@ -3,13 +3,17 @@
 
 For each peer: flush the server, enqueue N jobs with the peer's own client (timed, for
 information), start one worker process, and time from the first job finished to the last one
-(``bench.progress``), then stop the worker. Concurrency inside that one process is each
-system's usual one: 4 threads where the system has threads, the async default (10) for arq and
-saq, one job at a time for RQ.
+(``bench.progress``), then stop the worker; the worker's CPU per job is read from its process
+tree as for Antre. Each worker is started as its docs start it, at its default verbosity (no
+``-q`` / ``-l`` flags for any of them); concurrency inside that one process is each system's
+usual one: 4 threads where the system has threads, the async default (10) for arq and saq, one
+job at a time for RQ. ``single_enqueue`` and ``latency`` time a peer's producer inside its
+own virtualenv (one ``send`` per job; a producer paced at 200 jobs/s).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +33,7 @@ VENVS = os.path.join(HERE, ".venvs")
 PEERS: dict[str, dict[str, Any]] = {
     "rq-simple": {
         "venv": "rq", "pip": ["rq"], "module": "rq_tasks",
-        "cmd": ["rq", "worker", "--burst", "-q", "-w", "rq.worker.SimpleWorker", "-u", "{url}",
+        "cmd": ["rq", "worker", "--burst", "-w", "rq.worker.SimpleWorker", "-u", "{url}",
                 "bench"],
         "note": "SimpleWorker (no fork), 1 job at a time",
         "kill9": "job stays in StartedJobRegistry until its heartbeat/TTL lapses; the next worker's "
@@ -39,7 +43,7 @@ PEERS: dict[str, dict[str, Any]] = {
     },
     "rq-fork": {
         "venv": "rq", "pip": ["rq"], "module": "rq_tasks", "env": {"BENCH_SYNC": "1"},
-        "cmd": ["rq", "worker", "--burst", "-q", "-u", "{url}", "bench"],
+        "cmd": ["rq", "worker", "--burst", "-u", "{url}", "bench"],
         "note": "default Worker: forks a work horse per job",
         "kill9": "as rq-simple (killing the work horse alone marks the job failed at once: "
                  "'Work-horse terminated unexpectedly')",
@@ -70,6 +74,13 @@ PEERS: dict[str, dict[str, Any]] = {
                  "60 s by default): at-least-once (from docs of RedisBroker)",
         "keeps_job_in_redis": True,
     },
+    "dramatiq-2p": {
+        "venv": "dramatiq", "pip": ["dramatiq[redis]"], "module": "dramatiq_tasks",
+        "cmd": ["dramatiq", "dramatiq_tasks", "--processes", "2", "--threads", "4"],
+        "note": "Redis broker, 2 processes x 4 threads (both cores)", "processes": 2,
+        "kill9": "as dramatiq",
+        "keeps_job_in_redis": True,
+    },
     "huey": {
         "venv": "huey", "pip": ["huey"], "module": "huey_tasks",
         "cmd": ["huey_consumer", "huey_tasks.huey", "-w", "4", "-k", "thread"],
@@ -81,8 +92,7 @@ PEERS: dict[str, dict[str, Any]] = {
     "celery": {
         "venv": "celery", "pip": ["celery[redis]"], "module": "celery_tasks",
         "cmd": ["celery", "-A", "celery_tasks", "worker", "-P", "threads", "-c", "4",
-                "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING",
-                "-Q", "celery"],
+                "--without-gossip", "--without-mingle", "--without-heartbeat", "-Q", "celery"],
         "note": "Redis broker, acks_late=True, threads pool x 4, prefetch multiplier 4",
         "kill9": "with acks_late the unacked message is restored and redelivered after the "
                  "broker's visibility_timeout (1 h by default on Redis) or when a worker restores "
@@ -115,10 +125,7 @@ def version(name: str, dist: str) -> str:
 def run_peer(url: str, name: str, n: int) -> dict[str, Any]:
     peer = PEERS[name]
     ensure_venv(peer["venv"], peer["pip"])
-    bindir = os.path.join(VENVS, peer["venv"], "bin")
-    env = ab._env(url, **peer.get("env", {}))
-    env["PYTHONPATH"] = os.pathsep.join([ab.ROOT, HERE + "/peers"])
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env, bindir = _peer_env(url, peer)
     client = redis.Redis.from_url(url, decode_responses=True)
     ab.flush(client)
     t = time.perf_counter()
@@ -131,14 +138,90 @@ def run_peer(url: str, name: str, n: int) -> dict[str, Any]:
     log = open(os.path.join(ab.ROOT, "bench", "out", f"{name}.log"), "ab")
     p = subprocess.Popen(cmd, cwd=os.path.join(HERE, "peers"), env=env, start_new_session=True,
                          stdout=log, stderr=log)
-    got = ab.wait_progress(client, n, [p], timeout=max(120, n / 50))
+    cpu = ab.TreeCpu(p.pid)
+    got = ab.wait_progress(client, n, [p], timeout=max(120, n / 50), cpu=cpu)
+    cpu_us = cpu.us_per_job(progress.read(client)[0])
     ab.stop([p])
     log.close()
     client.close()
-    out = ab._result(n, got, 1, enqueue_per_s=round(n / enqueue_s))
+    out = ab._result(n, got, peer.get("processes", 1), enqueue_per_s=round(n / enqueue_s),
+                     worker_cpu_us_per_job=cpu_us, command=" ".join(peer["cmd"]))
     if got[0] < n:
         out["error"] = f"only {got[0]}/{n} done (see bench/out/{name}.log)"
     return out
+
+
+def _peer_env(url: str, peer: dict[str, Any]) -> tuple[dict[str, str], str]:
+    env = ab._env(url, **peer.get("env", {}))
+    env["PYTHONPATH"] = os.pathsep.join([ab.ROOT, HERE + "/peers"])
+    bindir = os.path.join(VENVS, peer["venv"], "bin")
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env, bindir
+
+
+SINGLE = r"""
+import json, sys, time
+mod = __import__(sys.argv[1]); n = int(sys.argv[2])
+mod.enqueue(20)  # connect first
+wall, cpu = time.perf_counter(), time.process_time()
+mod.enqueue(n)
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+print(json.dumps({"enqueue_per_s": round(n / wall), "enqueue_cpu_us": round(cpu / n * 1e6, 1)}))
+"""
+
+
+def single_enqueue(url: str, name: str, n: int) -> dict[str, Any]:
+    """The peer's own ``enqueue(n)`` (one send per job) timed inside its virtualenv."""
+    peer = PEERS[name]
+    ensure_venv(peer["venv"], peer["pip"])
+    env, _ = _peer_env(url, peer)
+    client = redis.Redis.from_url(url, decode_responses=True)
+    ab.flush(client)
+    out = subprocess.run([venv_python(peer["venv"]), "-c", SINGLE, peer["module"], str(n)],
+                         cwd=os.path.join(HERE, "peers"), env=env, check=True,
+                         capture_output=True, text=True)
+    ab.flush(client)
+    client.close()
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "n_single": n}
+
+
+PACED = r"""
+import sys, time
+mod = __import__(sys.argv[1]); n, rate = int(sys.argv[2]), float(sys.argv[3])
+start = time.perf_counter()
+for i in range(n):
+    delay = start + i / rate - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+    mod.send_latency()
+"""
+
+
+def latency(url: str, name: str, rate: float = 200.0, seconds: float = 10.0) -> dict[str, Any]:
+    """p50/p99 enqueue-to-start of the peer's worker (its docs' command) with the peer's
+    producer paced at ``rate``; the task records when it started (``send_latency``)."""
+    peer = PEERS[name]
+    ensure_venv(peer["venv"], peer["pip"])
+    env, bindir = _peer_env(url, peer)
+    client = redis.Redis.from_url(url, decode_responses=True)
+    ab.flush(client)
+    cwd = os.path.join(HERE, "peers")
+    cmd = [c.format(url=url) for c in peer["cmd"] if c != "--burst"]
+    cmd[0] = os.path.join(bindir, cmd[0])
+    produce = [venv_python(peer["venv"]), "-c", PACED, peer["module"]]
+    with open(os.path.join(ab.ROOT, "bench", "out", f"latency-{name}.log"), "ab") as log:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=log,
+                             stderr=log)
+        subprocess.run([*produce, "1", str(rate)], cwd=cwd, env=env, check=True)  # warm up
+        if ab.wait_samples(client, 1):
+            client.delete("bench:latency")
+            n = int(rate * seconds)
+            subprocess.run([*produce, str(n), str(rate)], cwd=cwd, env=env, check=True)
+            ab.wait_samples(client, n)
+        ab.stop([p])
+    out = ab.latency_figures(client, rate)
+    client.close()
+    return {**out, "command": " ".join(peer["cmd"])}
 
 
 DISTS = {"rq": "rq", "arq": "arq", "saq": "saq", "dramatiq": "dramatiq", "huey": "huey",
@@ -160,17 +243,13 @@ def kill9_check(url: str, name: str, wait_s: float = 20.0) -> dict[str, Any]:
     if name == "antre":
         env = ab._env(url)
         cwd = ab.ROOT
-        cmd = [sys.executable, "-m", "worker", "worker", ab.APP, "--processes", "1",
-               "--threads", "1"]
+        cmd = ab.worker_cmd(["--threads", "1"])
         from antre.queue import Queue
         Queue(client, "default").enqueue("slow", {}, idempotency_key="kill9",
                                          visibility_timeout_s=5)
     else:
         peer = PEERS[name]
-        bindir = os.path.join(VENVS, peer["venv"], "bin")
-        env = ab._env(url, **peer.get("env", {}))
-        env["PYTHONPATH"] = os.pathsep.join([ab.ROOT, HERE + "/peers"])
-        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        env, bindir = _peer_env(url, peer)
         cwd = os.path.join(HERE, "peers")
         mod = peer["module"]
         subprocess.run([venv_python(peer["venv"]), "-c", f"import {mod}; {mod}.enqueue_slow()"],

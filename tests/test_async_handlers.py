@@ -411,5 +411,11 @@ def test_the_loop_lag_is_a_metric_per_process(app, clock):
 
 def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, capsys):
     monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
-    assert worker_main(["worker", "tests.apps.aio:app", "--concurrency", "0", "--burst"]) == 2
+    log = logging.getLogger("antre")
+    saved = (log.handlers[:], log.level, log.propagate)  # the CLI configures logging
+    try:
+        assert worker_main(["worker", "tests.apps.aio:app", "--concurrency", "0",
+                            "--burst"]) == 2
+    finally:
+        log.handlers[:], log.level, log.propagate = saved
     assert "--concurrency must be at least 1" in capsys.readouterr().err

@@ -94,6 +94,40 @@ def test_safe_url_hides_the_password():
     assert logs.safe_url("redis://host:6379/0") == "redis://host:6379/0"
 
 
+def _record(created: float, **extra):
+    record = logging.LogRecord("antre.worker", logging.INFO, __file__, 1, "msg %s", ("é",), None)
+    record.created, record.msecs = created, int((created - int(created)) * 1000)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_json_timestamps_follow_the_record_across_seconds():
+    from datetime import UTC, datetime
+    fmt = logs.JsonFormatter()
+    for created in (1_764_489_599.998, 1_764_489_600.001, 1_764_489_600.5, 1_764_489_661.25):
+        rec = json.loads(fmt.format(_record(created)))
+        expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+        assert rec["ts"] == expected.replace("+00:00", "Z")
+
+
+def test_text_timestamps_are_local_time_with_milliseconds():
+    from datetime import datetime
+    fmt = logs.TextFormatter()
+    for created in (1_764_489_599.998, 1_764_489_600.25):
+        line = fmt.format(_record(created))
+        assert line.startswith(datetime.fromtimestamp(created).strftime("%H:%M:%S.%f")[:-3] + " ")
+
+
+def test_json_line_keeps_any_extra_in_order_even_what_the_fast_encoder_refuses():
+    fmt = logs.JsonFormatter()
+    rec = json.loads(fmt.format(_record(1_764_489_600.0, event="finished", job_id="j1",
+                                        outcome="ack", big=2**70, empty="", when=object())))
+    assert list(rec)[:6] == ["ts", "level", "logger", "message", "event", "job_id"]
+    assert rec["big"] == 2**70 and rec["outcome"] == "ack" and "empty" not in rec
+    assert rec["message"] == "msg é" and rec["when"].startswith("<object")
+    assert list(rec)[-1] == "pid"
+
+
 SEED_FIELDS = ("job_id", "job_type", "idempotency_key", "attempt", "lock_key", "trace_id",
                "duration_ms")
 

@@ -5,6 +5,9 @@ is replaced, a connection killed while in use is retried once by the idempotency
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psycopg
 import pytest
 from sqlalchemy import text
@@ -57,6 +60,80 @@ def test_batch_raises_the_first_error_after_running_everything(r):
     with pytest.raises(Exception, match="not an integer"):
         batch.execute()
     assert r.get("t") == "1"
+
+
+def test_a_single_enqueue_is_one_round_trip_with_the_queue_indexed(q, r):
+    q.enqueue("t", {}, idempotency_key="warm")  # the server knows the script from now on
+    r.config_resetstat()
+    sent = []
+    pool = q.redis.connection_pool
+    conn = pool.get_connection()
+    send = conn.send_packed_command
+    conn.send_packed_command = lambda *a, **kw: (sent.append(a), send(*a, **kw))[1]
+    pool.release(conn)
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    del conn.send_packed_command
+    assert len(sent) == 1  # one write to the socket: the script and the index together
+    stats = calls(r)
+    assert stats["evalsha"] == 1 and stats["sadd"] == 2  # the index, and the types in the script
+    assert not [name for name in stats if name.startswith("script")]
+    assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
+
+
+def test_a_single_enqueue_reloads_flushed_scripts_once(q, r):
+    q.enqueue("t", {}, idempotency_key="warm")
+    r.script_flush()
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    assert q.get(job_id).payload == {"n": 1}
+    assert int(r.hget(q.keys.stats, "enqueued")) == 2  # stored once, not twice
+
+
+def test_a_failing_single_enqueue_raises_and_leaves_the_connection_in_step(q, r):
+    r.set(q.keys.types, "not a set")  # the script's SADD of the job type fails
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        q.enqueue("t", {}, idempotency_key="k1")
+    r.delete(q.keys.types)
+    job_id = q.enqueue("t", {}, idempotency_key="k2")  # same pooled connection, next reply
+    assert q.where(job_id) == ["ready"] and r.smembers(q.keys.types) == {"t"}
+
+
+def test_an_idle_wait_returns_the_job_enqueued_during_it_reserved_on_the_servers_clock(r):
+    q = Queue(r, "jobs")  # the system clock: the reserve rides behind the wait
+    q.enqueue("t", {}, idempotency_key="warm")
+    q.reserve("w0")  # the queue is empty again; its wake token is still there
+    r.delete(q.keys.wake)
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.extend(q.wait_and_reserve("w1", 4, 10.0)))
+    waiter.start()
+    while not [c for c in r.client_list() if c.get("cmd") == "blpop"]:
+        threading.Event().wait(0.001)  # until the waiter blocks (not a timeout)
+    before_ms = int(time.time() * 1000)
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    waiter.join(10)
+    after_ms = int(time.time() * 1000)
+    assert [j.id for j in got] == [job_id] and got[0].epoch == 1
+    assert before_ms - 50 <= got[0].reserved_at <= after_ms + 50  # the server's clock, not the
+    assert got[0].deadline == got[0].reserved_at + 30_000          # client's at the send
+    assert q.where(job_id) == ["inflight"]
+
+
+def test_an_idle_wait_reloads_a_flushed_reserve_without_waiting_again(r):
+    q = Queue(r, "jobs")
+    job_id = q.enqueue("t", {}, idempotency_key="k1")  # leaves one wake token
+    r.script_flush()
+    r.config_resetstat()
+    assert [j.id for j in q.wait_and_reserve("w1", 1, 10.0)] == [job_id]
+    stats = calls(r)
+    assert stats["blpop"] == 1 and stats["evalsha"] == 2  # NOSCRIPT, then the reserve alone
+    assert r.llen(q.keys.wake) == 0 and q.where(job_id) == ["inflight"]
+
+
+def test_an_idle_wait_with_an_injected_clock_reserves_on_that_clock(r):
+    clock = ManualClock(1_700_000_000_000)
+    q = Queue(r, "jobs", clock=clock)
+    job_id = q.enqueue("t", {}, idempotency_key="k1")
+    [job] = q.wait_and_reserve("w1", 1, 10.0)
+    assert job.id == job_id and job.reserved_at == clock()
 
 
 def test_lock_index_follows_acquire_and_release(r):

@@ -210,27 +210,30 @@ class WorkerProcess:
     # -- the runner threads --------------------------------------------------------------------
     def _runner(self, n: int) -> None:
         rr, batch = n, 1
+        got: list[Running] | None = None  # None: reserve next; []: the wait's reserve got none
         while not self._stopping.is_set():
             self.promoter.when_due()
-            try:
-                got = self.health.call(self._reserve, rr, batch, stop=self._stopping)
-            except REDIS_DOWN:
-                return
-            except Exception:
-                log.exception("reserve failed", extra={"event": "error"})
-                self._stopping.wait(1.0)
-                continue
-            rr += 1
-            if got is None:  # every async slot is taken: wait for one
-                continue
+            if got is None:
+                try:
+                    got = self.health.call(self._reserve, rr, batch, stop=self._stopping)
+                except REDIS_DOWN:
+                    return
+                except Exception:
+                    log.exception("reserve failed", extra={"event": "error"})
+                    self._stopping.wait(1.0)
+                    continue
+                rr += 1
+                if got is None:  # too few async slots were free: waited for some, reserve again
+                    continue
             if got:
                 started = time.monotonic()
                 self._work(got)
                 batch = self._next_batch(batch, len(got), time.monotonic() - started)
+                got = None
             elif self._burst and self._drained():
                 return
             else:
-                self._idle()
+                got = self._idle(batch)
 
     def _next_batch(self, batch: int, got: int, took_s: float) -> int:
         """Adaptive prefetch: short jobs are reserved (and acked) in growing batches, up to
@@ -252,14 +255,17 @@ class WorkerProcess:
         n = len(self.queues)
         for i in range(n):
             q = self.queues[(rr + i) % n]
-            jobs = q.reserve(self.worker_id, count=batch)
-            if jobs:
-                held = [Running(job, q) for job in jobs]
-                with self._lock:
-                    for r in held:
-                        self._running[r.job.id] = r
+            held = self._hold(q, q.reserve(self.worker_id, count=batch))
+            if held:
                 return held
         return []
+
+    def _hold(self, q: Queue, jobs: list[Job]) -> list[Running]:
+        held = [Running(job, q) for job in jobs]
+        with self._lock:
+            for r in held:
+                self._running[r.job.id] = r
+        return held
 
     def _work(self, held: list[Running]) -> None:
         # a prefetched batch's successes are acked together when the batch is done; its async
@@ -348,12 +354,24 @@ class WorkerProcess:
             self._completer.join(2.0)
         self.aio.stop()
 
-    def _idle(self) -> None:
-        try:  # woken by the enqueue or promote script's token, at once
+    def _idle(self, batch: int) -> list[Running] | None:
+        """Wait to be woken by the enqueue or promote script's token. With one queue the
+        reserve rides behind the wait (``Queue.wait_and_reserve``) and its jobs (maybe none)
+        are returned; ``None`` when the runner still has to reserve."""
+        if self.aio is not None:  # the reserve behind the wait takes no more than free slots
+            batch = min(batch, self.aio.free())
+        try:
+            if len(self.queues) == 1 and batch > 0:
+                q = self.queues[0]
+                return self._hold(q, q.wait_and_reserve(self.worker_id, batch, IDLE_WAIT_S))
             self.queues[0].wait_for_work(IDLE_WAIT_S, self.queues[1:])
         except REDIS_DOWN as exc:
             self.health.failed(exc)
             self._stopping.wait(IDLE_WAIT_S)
+        except Exception:
+            log.exception("reserve failed", extra={"event": "error"})
+            self._stopping.wait(1.0)
+        return None
 
     def promote_due(self) -> int:
         """Move every due scheduled job of this process's queues to ready; returns how many."""

@@ -1,12 +1,18 @@
 -- reserve: ready -> in-flight under a lease. Bumps each job's lease epoch and delivery count.
 -- KEYS[1] ready (LIST)   KEYS[2] inflight (ZSET by deadline)   KEYS[3] stats (HASH)
--- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] worker id
+-- ARGV[1] job_prefix   ARGV[2] now_ms, or 'server': the server's clock (a reserve sent behind a
+-- blocking wait runs when the wait ends, so the client's now would be stale; Queue.wait_and_reserve)
+-- ARGV[3] max jobs   ARGV[4] worker id
 -- ARGV[5 ..] the fields to return for each job
 -- Returns: array of HMGET arrays (values of ARGV[5 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
 -- read as 0 and a corrupted vt_ms as 30 s, so the job still reaches a worker, which buries it.
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+if ARGV[2] == 'server' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local ids = redis.call('RPOP', KEYS[1], count)
 if not ids then return {} end
 local fields = {}

@@ -29,3 +29,24 @@ def slow():
 
 def enqueue_slow() -> None:
     slow()
+
+
+_latency_client = None
+
+
+@huey.task()
+def latency(sent_at):
+    """Enqueue-to-start: the producer put its wall clock in the message."""
+    import time
+
+    import redis
+    global _latency_client
+    started = time.time()
+    if _latency_client is None:
+        _latency_client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    _latency_client.rpush("bench:latency", f"{(started - sent_at) * 1000:.3f}")
+
+
+def send_latency() -> None:
+    import time
+    latency(time.time())
