@@ -154,6 +154,22 @@ def lock_conflict_times() -> str:
     return f"{PREFIX}:{{locks}}:conflict_times"
 
 
+def lock_conflict_count() -> str:
+    """STRING counter: conflicts ever, all keys."""
+    return f"{PREFIX}:{{locks}}:conflicts:count"
+
+
+def lock_conflict_minute(minute: int) -> str:
+    """ZSET business key -> conflicts in one minute (``minute`` = epoch ms // 60000); expires an
+    hour after the minute ends, so the last 5 minutes / hour per key are a few small ZSETs."""
+    return f"{PREFIX}:{{locks}}:conflicts:m:{minute}"
+
+
+def lock_contention_scratch() -> str:
+    """ZSET, exists only inside ``lock_contention.lua``: the last hour's buckets summed."""
+    return f"{PREFIX}:{{locks}}:conflicts:scratch"
+
+
 def maintenance_lock(name: str) -> str:
     """STRING token: one pass of a pool duty (sweeper, sampler, ...) cluster-wide per tick."""
     return f"{PREFIX}:{{maint}}:{name}"

@@ -17,6 +17,11 @@ from .errors import AntreError
 from .scripts import Batch, Scripts
 
 
+MINUTE_MS = 60_000
+BUCKETS = 60  # minute buckets of per-key conflicts: the last hour
+SHORT_BUCKETS = 5  # the "last 5 minutes" figure: this minute and the four before
+
+
 class LockBusy(AntreError):
     """Somebody else holds the lock."""
 
@@ -32,6 +37,15 @@ class Lock:
     fence: int
     ttl_ms: int
     lost: bool = False
+
+
+@dataclass(frozen=True)
+class LockContention:
+    """Conflicts on one business key: over the last 5 minutes, the last hour, and ever."""
+    key: str
+    last_5m: int
+    last_1h: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -106,12 +120,15 @@ class Locks:
         return ok
 
     def count_conflict(self, key: str) -> None:
+        """One script in the {locks} slot: the key's total, the hour's timeline and the key's
+        count in this minute's bucket (``contention`` reads the buckets)."""
         now = self.clock()
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zincrby(keys.lock_conflicts(), 1, key)
-        pipe.zadd(keys.lock_conflict_times(), {f"{now}:{key}:{os.urandom(3).hex()}": now})
-        pipe.zremrangebyscore(keys.lock_conflict_times(), "-inf", now - 3_600_000)
-        pipe.execute()
+        minute = now // MINUTE_MS
+        self.scripts.lock_conflict(
+            keys=[keys.lock_conflicts(), keys.lock_conflict_times(),
+                  keys.lock_conflict_minute(minute), keys.lock_conflict_count()],
+            args=[key, now, f"{now}:{key}:{os.urandom(3).hex()}",
+                  (BUCKETS + 1) * MINUTE_MS])
 
     def held(self, limit: int = 200) -> list[HeldLock]:
         """Locks currently held (index pruned of released and expired ones on read)."""
@@ -142,6 +159,24 @@ class Locks:
 
     def conflicts_since(self, since_ms: int) -> int:
         return int(self.redis.zcount(keys.lock_conflict_times(), since_ms, "+inf"))
+
+    def conflicts_total(self) -> int:
+        return int(self.redis.get(keys.lock_conflict_count()) or 0)
+
+    def contention(self, limit: int = 20) -> list[LockContention]:
+        """The most contended keys (most conflicts in the last hour, then the last 5 minutes, then ever), each with its
+        conflicts over the last 5 minutes (this minute and the 4 before), the last hour (60
+        minute buckets) and in total. One script, bounded by ``limit``."""
+        minute = self.clock() // MINUTE_MS
+        buckets = [keys.lock_conflict_minute(minute - i) for i in range(BUCKETS)]
+        flat = cast(list[str], self.scripts.lock_contention(
+            keys=[keys.lock_conflicts(), keys.lock_contention_scratch(), *buckets],
+            args=[int(limit), SHORT_BUCKETS]))
+        rows = [LockContention(flat[i], int(float(flat[i + 1])), int(float(flat[i + 2])),
+                               int(float(flat[i + 3]))) for i in range(0, len(flat), 4)]
+        rows.sort(key=lambda c: c.key)
+        rows.sort(key=lambda c: (c.last_1h, c.last_5m, c.total), reverse=True)
+        return rows[:limit]
 
 
 class LockRenewer:

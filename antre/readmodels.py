@@ -15,6 +15,8 @@ import redis
 from . import keys
 from .clock import Clock, system_ms
 from .envelope import Job, from_fields
+from .flow import BreakerState, RateLimiterState, SemaphoreState
+from .locks import LockContention
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
@@ -139,6 +141,35 @@ class Overview:
 
     def total(self, attr: str) -> int:
         return sum(int(getattr(q, attr)) for q in self.queues)
+
+
+@dataclass(frozen=True)
+class QueueRates:
+    """Jobs per minute of one queue over the last 5 minutes, from the sampler's figures (None
+    until two samples exist)."""
+    acked: float | None
+    retried: float | None
+    buried: float | None
+    expired: float | None
+
+
+@dataclass(frozen=True)
+class StatusSummary:
+    """What the overview page, ``GET /api/overview`` and ``antre status`` show: depth per
+    queue, rates, flow control, lock conflicts (all keys: last 5 minutes / hour / ever) and
+    the most contended keys, live workers."""
+    overview: Overview
+    rates: dict[str, QueueRates]
+    breakers: list[BreakerState]
+    semaphores: list[SemaphoreState]
+    rate_limiters: list[RateLimiterState]
+    conflicts_5m: int
+    conflicts_1h: int
+    conflicts_total: int
+    contention: list[LockContention]
+    live_workers: int
+    oldest_ready_ms: int
+    as_of: int
 
 
 def _int(v: Any) -> int:

@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError, ResponseError
 NAMES = (
     "enqueue", "reserve", "ack", "retry", "bury", "extend_lease", "promote_due",
     "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
-    "lock_renew", "lock_fence_raise", "checkpoint",
+    "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/flow.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
@@ -59,6 +59,8 @@ class Scripts:
     lock_release: redis.commands.core.Script
     lock_renew: redis.commands.core.Script
     lock_fence_raise: redis.commands.core.Script
+    lock_conflict: redis.commands.core.Script
+    lock_contention: redis.commands.core.Script
     checkpoint: redis.commands.core.Script
     sem_acquire: redis.commands.core.Script
     sem_release: redis.commands.core.Script

@@ -21,6 +21,7 @@ from antre.periodic import Schedules
 from antre.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.registry import WorkerRegistry
 from antre.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
+from antre.status import status_summary
 from worker.cli import main as worker_main
 from worker.loader import load_app
 
@@ -59,16 +60,16 @@ def _no_secret(text: str, url: str) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     app = _app(args.app)
     try:
-        overview = ReadModels(app.redis).overview()
+        summary = status_summary(app.redis)
         workers = WorkerRegistry(app.redis).list()
     except redis.RedisError as exc:
         print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
               f"({_no_secret(str(exc), app.redis_url)}); start it or set ANTRE_REDIS_URL",
               file=sys.stderr)
         return 2
-    now = overview.as_of
+    now, overview = summary.as_of, summary.overview
     if args.json:
-        print(json.dumps({"as_of": now,
+        print(json.dumps({**dataclasses.asdict(summary),
                           "queues": [dataclasses.asdict(q) for q in overview.queues],
                           "workers": [dict(dataclasses.asdict(w), alive=w.alive(now))
                                       for w in workers]}, indent=2))
@@ -81,6 +82,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     alive = [w for w in workers if w.alive(now) and w.kind == "process"]
     print(f"workers: {len(alive)} live processes, "
           f"{sum(1 for w in workers if not w.alive(now))} stale or stopped")
+    print(f"lock conflicts: {summary.conflicts_5m} in 5 min, {summary.conflicts_1h} in 1 h, "
+          f"{summary.conflicts_total} ever"
+          + "".join(f"; {c.key}: {c.last_5m}/{c.last_1h}/{c.total}"
+                    for c in summary.contention[:3]))
     return 0
 
 

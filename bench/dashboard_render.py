@@ -1,6 +1,8 @@
 """Dashboard render time on a big queue: 1,000,000 ready jobs and 100,000 dead-letter entries
 (plus in-flight and scheduled jobs), each page rendered through the Flask app with a logged-in
-operator against a private Redis. Reports the median and worst of several renders per page.
+operator against a private Redis. Reports the median and worst of several renders per page, and
+the round trip of the action bar's htmx POSTs (replay 1 / 50 selected dead jobs, extend 1 lease;
+each answer is the refreshed partial; SQLite audit log, one entry per job).
 
     python3 bench/dashboard_render.py [--ready 1000000] [--dead 100000] [--runs 7]
 
@@ -72,6 +74,43 @@ def login(client) -> None:
     assert resp.status_code == 302, resp.status_code
 
 
+def time_actions(web, q: Queue, runs: int) -> list[dict]:
+    """Round trips of the action bar (htmx POST, the refreshed partial back): replay one
+    selected dead job, replay 50, extend one lease. Every run acts on other jobs."""
+    with web.session_transaction() as s:
+        csrf = s["csrf"]
+    headers = {"HX-Request": "true"}
+    dead = iter(q.redis.zrange(q.keys.dead, 0, runs * 51))
+    leases = iter(q.redis.zrange(q.keys.inflight, 0, runs))
+    actions = {
+        "row action: replay 1 selected": lambda: ("/dlq/bench/selected",
+                                                  {"op": "replay", "ids": [next(dead)]}),
+        "row action: replay 50 selected": lambda: ("/dlq/bench/selected", {
+            "op": "replay", "ids": [next(dead) for _ in range(50)]}),
+        "row action: extend 1 lease": lambda: ("/inflight/bench/selected", {
+            "op": "extend", "seconds": "60", "ids": [_lease_ref(q, next(leases))]}),
+    }
+    rows = []
+    for name, make in actions.items():
+        times = []
+        for _ in range(runs):
+            url, data = make()
+            t0 = time.perf_counter()
+            resp = web.post(url, data={**data, "csrf_token": csrf, "reason": "bench"},
+                            headers=headers)
+            times.append((time.perf_counter() - t0) * 1000)
+            assert resp.status_code == 200 and b"not in the" not in resp.data, (url, resp.data[:300])
+        rows.append({"page": name, "url": url, "median_ms": round(statistics.median(times), 1),
+                     "max_ms": round(max(times), 1)})
+        print(f"{name:<32} {rows[-1]['median_ms']:>8.1f} ms (max {rows[-1]['max_ms']:.1f})",
+              flush=True)
+    return rows
+
+
+def _lease_ref(q: Queue, job_id: str) -> str:
+    return f"{q.redis.hget(q.keys.job(job_id), 'epoch')}:{job_id}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ready", type=int, default=1_000_000)
@@ -121,6 +160,7 @@ def main() -> int:
                          "max_ms": round(max(times), 1)})
             print(f"{name:<24} {rows[-1]['median_ms']:>8.1f} ms (max {rows[-1]['max_ms']:.1f})",
                   flush=True)
+        rows += time_actions(web, q, args.runs)
         depth = {"ready": client.llen(q.keys.ready), "dead": client.zcard(q.keys.dead),
                  "inflight": client.zcard(q.keys.inflight),
                  "scheduled": client.zcard(q.keys.scheduled)}

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from antre import Antre
+from antre.locks import LockBusy
 from antre_cli.main import main
 from antre_cli.web import bootstrap_admin
 
@@ -33,6 +34,23 @@ def test_status_json(env, capsys):
     assert main(["status", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["queues"][0]["name"] == "billing" and out["queues"][0]["ready"] == 1
+
+
+def test_status_shows_the_overview_summary(env, capsys):
+    env.queue("billing").enqueue("charge", {}, idempotency_key="k")
+    held = env.locks.acquire("sku:7", 60_000, owner="a")
+    with pytest.raises(LockBusy):
+        env.locks.acquire("sku:7", 60_000, owner="b")
+    env.locks.release(held)
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "billing" in out and "lock conflicts: 1 in 5 min, 1 in 1 h" in out
+    assert "sku:7: 1/1/1" in out
+    assert main(["status", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)  # the same StatusSummary as /api/overview
+    assert data["conflicts_5m"] == 1 and data["contention"][0]["key"] == "sku:7"
+    assert data["rates"]["billing"] == {"acked": None, "retried": None, "buried": None,
+                                        "expired": None}
 
 
 def test_status_says_what_to_do_when_redis_is_down(monkeypatch, capsys):

@@ -7,7 +7,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from antre import LeaseLost
 from antre.clock import ManualClock
-from antre.locks import Locks
+from antre.locks import LockBusy, Locks
 from antre.periodic import Scheduler, Schedules, make_schedule
 from antre.queue import JobSpec, Queue
 from antre.retention import Retention, RetentionPolicy
@@ -59,6 +59,9 @@ def test_locks_on_cluster(rc):
     assert again.fence == lock.fence + 1
     handed = locks.acquire("sku:2", 10_000, release=again)  # release + acquire, two slots
     assert [h.key for h in locks.held()] == ["sku:2"] and handed.fence == lock2.fence + 1
+    with pytest.raises(LockBusy):
+        locks.acquire("sku:2", 10_000)  # the conflict scripts run in the {locks} slot
+    assert [(c.key, c.last_5m, c.last_1h) for c in locks.contention()] == [("sku:2", 1, 1)]
 
 
 def test_unique_enqueue_ticks_and_retention_on_cluster(rc):

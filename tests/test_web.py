@@ -15,8 +15,9 @@ from antre.registry import WorkerInfo
 
 PAGES = ["/", "/charts?queue=default&window=1h", "/inflight/", "/scheduled/", "/dlq/",
          "/dlq/tasks?queue=default", "/locks/", "/workers/", "/idempotency/?key=k1", "/audit/"]
-ACTION_BUTTONS = (">Replay<", ">Discard<", ">Extend<", ">Run now<", ">Release<", ">Pause<",
-                  ">Cancel<", "Start replay", "Discard the set")
+ACTION_BUTTONS = (">Replay selected<", ">Discard selected<", ">Extend selected<",
+                  ">Run selected now<", ">Replay this job<", ">Release<", ">Pause<", ">Cancel<",
+                  "Start replay", "Discard the set")
 
 
 def populate(web):
@@ -257,7 +258,8 @@ def test_buttons_are_not_rendered_for_viewers(web):
             if label in obody:
                 seen_op.add(label)
         assert 'method="post"' not in vbody.replace('action="/logout"', "").split("</header>")[1]
-    assert seen_op >= {">Replay<", ">Discard<", ">Extend<", ">Run now<", ">Release<",
+    assert seen_op >= {">Replay selected<", ">Discard selected<", ">Extend selected<",
+                       ">Run selected now<", ">Replay this job<", ">Release<",
                        ">Pause<", ">Cancel<", "Start replay", "Discard the set"}
 
 

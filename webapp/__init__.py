@@ -36,14 +36,22 @@ from . import (
     workers,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp)
 
 
+def asset_dir(name: str) -> str:
+    """``templates`` or ``static``: inside the installed package (the wheel maps the repo's
+    top-level folders there), else the repo's top level (a checkout or an editable install)."""
+    inside = os.path.join(HERE, name)
+    return inside if os.path.isdir(inside) else os.path.join(ROOT, name)
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
-    app = Flask(__name__, template_folder=os.path.join(ROOT, "templates"),
-                static_folder=os.path.join(ROOT, "static"), static_url_path="/static")
+    app = Flask(__name__, template_folder=asset_dir("templates"),
+                static_folder=asset_dir("static"), static_url_path="/static")
     app.config.update(
         SECRET_KEY=os.environ.get("ANTRE_SECRET_KEY") or None,
         SESSION_COOKIE_HTTPONLY=True,

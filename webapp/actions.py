@@ -5,7 +5,7 @@ write the audit entry (ok, failed or refused) with before/after figures. The HTM
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from antre.bulk import TaskNotFound, TaskStateError
 from antre.errors import LeaseLost
@@ -19,6 +19,7 @@ from .services import REDIS_ERRORS, Services
 
 MAX_EXTEND_S = 24 * 3600
 MAX_BULK = 1_000_000
+MAX_SELECTED = 500  # rows one selection may act on (a page holds at most 500)
 
 
 @dataclass
@@ -172,6 +173,24 @@ def release_lock(key: str, token: str, reason: str | None) -> Result:
                                  "expired or re-taken since); nothing was changed", 409)
         return Result(True, f"lock {key!r} released", 200, {"token": token})
     return guarded("locks.release", key, _reason(reason), run)
+
+
+# -- selected rows ----------------------------------------------------------------------------
+def each_selected(verb: str, ids: list[str], one: Callable[[str], Result]) -> Result:
+    """``one`` per selected job (each writes its own audit entry), summed up in one result:
+    ``"3 jobs replayed"``, with what went wrong for the others."""
+    results = [(job_id, one(job_id)) for job_id in ids]
+    done = [job_id for job_id, r in results if r.ok]
+    problems = [r.message for _, r in results if not r.ok]
+    message = f"{_jobs(len(done))} {verb}"
+    if problems:
+        message += f"; {_jobs(len(problems))} not"
+    status = 200 if not problems else max(r.status for _, r in results if not r.ok)
+    return Result(not problems, message, status, {"done": done, "problems": problems})
+
+
+def _jobs(n: int) -> str:
+    return "1 job" if n == 1 else f"{n} jobs"
 
 
 # -- filtered sets ----------------------------------------------------------------------------

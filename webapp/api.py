@@ -21,7 +21,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, request
 from antre.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, audit_filter, check_queue, dead_filter, page_args
+from .common import arg_int, audit_filter, check_queue, dead_filter, lease_ref, page_args
 from .overview import overview_data
 from .security import requires
 
@@ -53,7 +53,8 @@ def _plain(value: Any) -> Any:
 
 
 JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "string[]": (list,)}
 
 
 def _body() -> dict[str, Any]:
@@ -94,9 +95,9 @@ FILTER_Q = {"type": "string", "group": "string", "window": "string", "since_ms":
 @bp.get("/overview")
 @requires("viewer")
 def overview() -> Response:
-    """Depth per queue, rates per minute, lock conflicts, live workers."""
-    data = overview_data()
-    return jsonify(_plain({k: v for k, v in data.items()}))
+    """Depth per queue, rates per minute, flow control, lock conflicts (last 5 minutes, hour,
+    ever; the most contended keys), live workers."""
+    return jsonify(_plain(overview_data()))
 
 
 @bp.get("/queues")
@@ -194,7 +195,9 @@ def locks() -> Response:
     return jsonify({"held": _plain(svc.locks.held()),
                     "top_conflicts": [{"key": k, "conflicts": n}
                                       for k, n in svc.locks.top_conflicts(20)],
+                    "contention": _plain(svc.locks.contention(20)),
                     "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
+                    "conflicts_5m": svc.locks.conflicts_since(now - 300_000),
                     "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000), "as_of": now})
 
 
@@ -283,6 +286,71 @@ def extend(queue: str, job_id: str) -> Response:
         abort(400, "epoch and seconds (integers) are required")
     return _answer(actions.extend(check_queue(queue), job_id, epoch, seconds,
                                   body.get("reason")))
+
+
+# -- selections: the dashboard's action bar; one audit entry per job ---------------------------
+SELECTION = {"ids": "string[]", **REASON}
+
+
+def _ids() -> list[str]:
+    """``ids`` of the body: a JSON list of strings, or repeated form fields."""
+    body = _body()
+    ids = body.get("ids") if request.is_json else request.form.getlist("ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+        abort(400, "'ids' must be a non-empty list of job ids")
+    if len(ids) > actions.MAX_SELECTED:
+        abort(400, f"{len(ids)} ids; at most {actions.MAX_SELECTED} at a time")
+    return list(dict.fromkeys(ids))
+
+
+@bp.post("/queues/<queue>/selection/replay")
+@requires("operator", "dlq.selected")
+@doc(body=SELECTION, required=("ids",))
+def replay_selected(queue: str) -> Response:
+    """Replay the listed dead jobs; ``done`` and ``problems`` say which were and were not."""
+    check_queue(queue)
+    reason = _body().get("reason")
+    return _answer(actions.each_selected("replayed", _ids(),
+                                         lambda i: actions.replay_one(queue, i, reason)))
+
+
+@bp.post("/queues/<queue>/selection/discard")
+@requires("operator", "dlq.selected")
+@doc(body=SELECTION, required=("ids",))
+def discard_selected(queue: str) -> Response:
+    """Discard the listed dead jobs."""
+    check_queue(queue)
+    reason = _body().get("reason")
+    return _answer(actions.each_selected("discarded", _ids(),
+                                         lambda i: actions.discard_one(queue, i, reason)))
+
+
+@bp.post("/queues/<queue>/selection/run-now")
+@requires("operator", "scheduled.selected")
+@doc(body=SELECTION, required=("ids",))
+def run_now_selected(queue: str) -> Response:
+    """Move the listed scheduled jobs to the ready list now."""
+    check_queue(queue)
+    reason = _body().get("reason")
+    return _answer(actions.each_selected("moved to the ready list", _ids(),
+                                         lambda i: actions.run_now(queue, i, reason)))
+
+
+@bp.post("/queues/<queue>/selection/extend")
+@requires("operator", "inflight.selected")
+@doc(body={**SELECTION, "seconds": "integer"}, required=("ids", "seconds"))
+def extend_selected(queue: str) -> Response:
+    """Extend the listed leases (``ids``: ``<epoch>:<job id>``) by N seconds each."""
+    check_queue(queue)
+    body = _body()
+    try:
+        seconds = int(body["seconds"])
+    except (KeyError, TypeError, ValueError):
+        abort(400, "seconds (an integer) is required")
+    by_id = {job_id: epoch for epoch, job_id in map(lease_ref, _ids())}
+    return _answer(actions.each_selected(
+        "extended", list(by_id),
+        lambda i: actions.extend(queue, i, by_id[i], seconds, body.get("reason"))))
 
 
 @bp.post("/locks/release")
@@ -477,6 +545,8 @@ def account_password() -> Response:
 
 # -- the OpenAPI document ---------------------------------------------------------------------
 def _schema(kind: str) -> dict[str, Any]:
+    if kind.endswith("[]"):
+        return {"type": "array", "items": {"type": kind[:-2]}}
     return {"type": kind}
 
 

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from flask import (
     Flask,
+    flash,
     redirect,
     url_for,
     Response,
@@ -23,7 +24,7 @@ from flask import (
     request,
     session,
 )
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -144,6 +145,20 @@ def fmt_ts(ms: Any) -> str:
     return dt.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def when(ms: Any) -> Markup:
+    """A ``<time>`` antre.js shows as "3 min ago" with the absolute time (UTC or local, the
+    operator's choice) on hover; without scripts it reads as the absolute UTC time. Takes epoch
+    ms or a datetime (naive ones are UTC, as the database stores them)."""
+    if isinstance(ms, datetime):
+        ms = int((ms if ms.tzinfo else ms.replace(tzinfo=UTC)).timestamp() * 1000)
+    text = fmt_ts(ms)
+    if text in ("", "—"):
+        return Markup(escape(text))
+    iso = datetime.fromtimestamp(int(ms) / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return Markup('<time class="when" datetime="{}" data-ms="{}" title="{}">{}</time>').format(
+        iso, int(ms), text, text)
+
+
 def fmt_dur(ms: Any) -> str:
     try:
         ms = int(ms)
@@ -205,9 +220,38 @@ def check_queue(name: str) -> str:
     return name
 
 
-def page_args(default_limit: int = 50) -> tuple[int, int]:
+def page_args(default_limit: int = 50, src: Any = None) -> tuple[int, int]:
     """``offset`` and ``limit`` (1..500) of a paged table or API read."""
-    return arg_int("offset", 0), arg_int("limit", default_limit, 1, 500)
+    return arg_int("offset", 0, src=src), arg_int("limit", default_limit, 1, 500, src=src)
+
+
+def selected_ids(limit: int) -> list[str]:
+    """The rows ticked in a selectable table (form field ``ids``), in order, without repeats."""
+    ids = list(dict.fromkeys(v for v in request.form.getlist("ids") if v))
+    if not ids:
+        abort(400, "no rows selected: tick the jobs to act on, then press the button")
+    if len(ids) > limit:
+        abort(400, f"{len(ids)} rows selected; at most {limit} at a time")
+    return ids
+
+
+def lease_ref(value: str) -> tuple[int, str]:
+    """A selected in-flight row: ``<epoch>:<job id>`` (the lease the operator saw)."""
+    epoch, _, job_id = str(value).partition(":")
+    if not epoch.isdigit() or not job_id:
+        abort(400, f"bad row {value!r}: expected <epoch>:<job id>")
+    return int(epoch), job_id
+
+
+def answer(result: Any, partial: Any, back_url: str) -> Any:
+    """A selection's answer: for htmx, the refreshed partial (``partial(result)``) with the
+    result shown in place; without scripts, a flash message and a redirect back."""
+    if is_htmx():
+        return partial(result)
+    flash(result.message, "ok" if result.ok else "error")
+    for problem in result.detail.get("problems", [])[:10]:
+        flash(problem, "error")
+    return redirect(back_url, code=303)
 
 
 def time_window(src: Any, now_ms: int) -> tuple[int | None, int | None]:
@@ -292,6 +336,7 @@ def install(app: Flask) -> None:
     for exc in DB_ERRORS:
         app.register_error_handler(exc, lambda e: _outage("database", e))
     app.jinja_env.filters["ts"] = fmt_ts
+    app.jinja_env.filters["when"] = when
     app.jinja_env.filters["jobs"] = count_of
     app.jinja_env.filters["dur"] = fmt_dur
     app.jinja_env.filters["pretty_json"] = pretty_json

@@ -14,6 +14,8 @@ from antre.retention import Retention
 from . import actions, services
 from .common import (
     WINDOWS_MS,
+    answer,
+    selected_ids,
     arg_int,
     check_queue,
     dead_filter,
@@ -28,12 +30,15 @@ from .security import requires
 bp = Blueprint("dlq", __name__, url_prefix="/dlq")
 
 
-def dlq_data(queue: str) -> dict[str, Any]:
+def dlq_data(queue: str, src: Any = None) -> dict[str, Any]:
+    """The page's data; ``src``: where the filter and page come from (the query string, or
+    the form of an action on selected rows, which carries them)."""
     svc = services.get()
     now = svc.clock()
-    flt = dead_filter(request.args, now)
-    window = request.args.get("window") or ""
-    offset, limit = page_args()
+    src = request.args if src is None else src
+    flt = dead_filter(src, now)
+    window = src.get("window") or ""
+    offset, limit = page_args(src=src)
     page = svc.reads.dead(queue, flt, offset, limit)
     return {"queue": queue, "flt": flt, "window": window if window in WINDOWS_MS else "",
             "windows": list(WINDOWS_MS), "page": page, "as_of": page.as_of,
@@ -102,6 +107,27 @@ def discard(queue: str, job_id: str) -> Response:
     return _back(queue)
 
 
+@bp.post("/<queue>/selected")
+@requires("operator", "dlq.selected")
+def selected(queue: str) -> Any:
+    """Replay or discard the ticked rows: one audit entry per job, one answer for all."""
+    check_queue(queue)
+    op = request.form.get("op")
+    if op not in ("replay", "discard"):
+        abort(400, "op must be 'replay' or 'discard'")
+    ids = selected_ids(actions.MAX_SELECTED)
+    reason = request.form.get("reason")
+    if op == "replay":
+        result = actions.each_selected("replayed", ids,
+                                       lambda i: actions.replay_one(queue, i, reason))
+    else:
+        result = actions.each_selected("discarded", ids,
+                                       lambda i: actions.discard_one(queue, i, reason))
+    return answer(result, lambda r: render("_dlq.html", "_dlq.html", outcome=r,
+                                           **dlq_data(queue, request.form)),
+                  safe_next(url_for("dlq.index", queue=queue)))
+
+
 @bp.post("/<queue>/bulk")
 @requires("operator", "dlq.bulk_replay.start")
 def bulk_start(queue: str) -> Response:
@@ -118,26 +144,29 @@ def bulk_start(queue: str) -> Response:
     return _back(queue)
 
 
-def _bulk_change(queue: str, task_id: str, op: str) -> Response:
-    _flash(actions.bulk_change(check_queue(queue), task_id, op, request.form.get("reason")))
-    return _back(queue)
+def _bulk_change(queue: str, task_id: str, op: str) -> Any:
+    result = actions.bulk_change(check_queue(queue), task_id, op, request.form.get("reason"))
+    svc = services.get()
+    return answer(result, lambda r: render("_bulk.html", "_bulk.html", queue=queue, outcome=r,
+                                           tasks=svc.bulk.list(queue), as_of=svc.clock()),
+                  safe_next(url_for("dlq.index", queue=queue)))
 
 
 @bp.post("/<queue>/bulk/<task_id>/pause")
 @requires("operator", "dlq.bulk_replay.pause")
-def bulk_pause(queue: str, task_id: str) -> Response:
+def bulk_pause(queue: str, task_id: str) -> Any:
     return _bulk_change(queue, task_id, "pause")
 
 
 @bp.post("/<queue>/bulk/<task_id>/resume")
 @requires("operator", "dlq.bulk_replay.resume")
-def bulk_resume(queue: str, task_id: str) -> Response:
+def bulk_resume(queue: str, task_id: str) -> Any:
     return _bulk_change(queue, task_id, "resume")
 
 
 @bp.post("/<queue>/bulk/<task_id>/cancel")
 @requires("operator", "dlq.bulk_replay.cancel")
-def bulk_cancel(queue: str, task_id: str) -> Response:
+def bulk_cancel(queue: str, task_id: str) -> Any:
     return _bulk_change(queue, task_id, "cancel")
 
 

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, flash, redirect, request, url_for
+from flask import Blueprint, Response, abort, flash, redirect, request, url_for
 
 from . import actions, services
-from .common import arg_int, check_queue, page_args, queue_arg, render, safe_next
+from .common import (
+    answer,
+    arg_int,
+    check_queue,
+    lease_ref,
+    page_args,
+    queue_arg,
+    render,
+    safe_next,
+    selected_ids,
+)
 from .security import requires
 
 bp = Blueprint("inflight", __name__, url_prefix="/inflight")
@@ -31,6 +41,25 @@ def index() -> str:
     queue = queue_arg(busiest="inflight")
     return render("inflight.html", "_inflight.html",
                   **inflight_data(queue, *page_args()))
+
+
+@bp.post("/<queue>/selected")
+@requires("operator", "inflight.selected")
+def selected(queue: str) -> Any:
+    """Extend the leases of the ticked rows by ``seconds``: one audit entry per job."""
+    check_queue(queue)
+    if request.form.get("op", "extend") != "extend":
+        abort(400, "op must be 'extend'")
+    rows = [lease_ref(v) for v in selected_ids(actions.MAX_SELECTED)]
+    seconds = arg_int("seconds", 0, 0, src=request.form)
+    reason = request.form.get("reason")
+    by_id = {job_id: epoch for epoch, job_id in rows}
+    result = actions.each_selected(
+        "extended", list(by_id),
+        lambda i: actions.extend(queue, i, by_id[i], seconds, reason))
+    return answer(result, lambda r: render("_inflight.html", "_inflight.html", outcome=r,
+                                           **inflight_data(queue, *page_args(src=request.form))),
+                  url_for("inflight.index", queue=queue))
 
 
 @bp.post("/<queue>/<job_id>/extend")

@@ -18,8 +18,8 @@ def locks_data() -> dict:
     now = svc.clock()
     held = svc.locks.held()
     return {"held": held, "committed": committed_fences([h.key for h in held]),
-            "top": svc.locks.top_conflicts(20),
-            "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
+            "contention": svc.locks.contention(20),
+            "conflicts_5m": svc.locks.conflicts_since(now - 300_000),
             "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000), "as_of": now}
 
 

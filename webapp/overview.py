@@ -10,57 +10,33 @@ from flask import Blueprint, Response, flash, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
 
 from antre import sampling
-from antre.flow import FlowControl
+from antre.readmodels import StatusSummary
+from antre.status import status_summary
 
 from . import actions, services
-from .common import WINDOWS_MS, check_queue, fmt_ts, render, safe_next
+from .common import WINDOWS_MS, check_queue, render, safe_next
 from .security import requires
 
 bp = Blueprint("overview", __name__)
 
 CHART_WINDOWS = ("1h", "6h", "24h")
 MAX_POINTS = 720
-RATE_WINDOW_MS = 5 * 60_000
 
 
-def _rate_per_min(samples: list[dict[str, int]], name: str) -> float | None:
-    if len(samples) < 2:
-        return None
-    first, last = samples[0], samples[-1]
-    dt = (last["t"] - first["t"]) / 60_000
-    if dt <= 0:
-        return None
-    return max(0, last.get(name, 0) - first.get(name, 0)) / dt
-
-
-def overview_data() -> dict[str, Any]:
+def overview_data() -> StatusSummary:
     svc = services.get()
-    ov = svc.reads.overview()
-    now = ov.as_of
-    rates = {}
-    for q in ov.queues:
-        recent = sampling.series(svc.redis, q.name, now - RATE_WINDOW_MS)
-        rates[q.name] = {c: _rate_per_min(recent, c)
-                         for c in ("acked", "retried", "buried", "expired")}
-    flow = FlowControl(svc.redis, svc.clock)
-    return {"overview": ov, "rates": rates, "as_of": now,
-            "breakers": flow.breakers(), "semaphores": flow.semaphores(),
-            "rate_limiters": flow.rate_limiters(),
-            "conflicts_1m": svc.locks.conflicts_since(now - 60_000),
-            "conflicts_1h": svc.locks.conflicts_since(now - 3_600_000),
-            "live_workers": svc.registry.live_count(),
-            "oldest_ready_ms": max((q.oldest_ready_age_ms for q in ov.queues), default=0)}
+    return status_summary(svc.redis, svc.clock, locks=svc.locks)
 
 
 @bp.get("/")
 @requires("viewer")
 def index() -> str:
-    data = overview_data()
-    names = [q.name for q in data["overview"].queues]
+    summary = overview_data()
+    names = [q.name for q in summary.overview.queues]
     window = request.args.get("window") if request.args.get("window") in CHART_WINDOWS else "1h"
     queue = request.args.get("queue") or (names[0] if names else "default")
     return render("overview.html", "_overview.html", window=window, chart_queue=check_queue(queue),
-                  queues=names, **data)
+                  queues=names, s=summary, as_of=summary.as_of)
 
 
 def _thin(samples: list[dict[str, int]]) -> list[dict[str, int]]:
@@ -85,12 +61,20 @@ def _markers(since: int) -> list[dict[str, Any]]:
     return out
 
 
+# tick labels by zoom level: seconds only when ticks are under a minute apart, dates only when a
+# day or more apart, so no two ticks read the same
+TICK_FORMATS = [{"dtickrange": [None, 60_000], "value": "%H:%M:%S"},
+                {"dtickrange": [60_000, 86_400_000], "value": "%H:%M"},
+                {"dtickrange": [86_400_000, None], "value": "%b %d"}]
+
+
 def _figure(title: str, samples: list[dict[str, int]], traces: list[tuple[str, list[Any]]],
             markers: list[dict[str, Any]], ytitle: str) -> dict[str, Any]:
-    xs = [fmt_ts(s["t"]).replace(" UTC", "") for s in samples]
+    """A Plotly figure; x values are epoch ms (antre.js shifts them for local time)."""
+    xs = [s["t"] for s in samples]
     data: list[dict[str, Any]] = [{"type": "scatter", "mode": "lines", "name": name, "x": xs,
                                    "y": ys} for name, ys in traces]
-    mx = [fmt_ts(m["t"]).replace(" UTC", "") for m in markers]
+    mx = [m["t"] for m in markers]
     if markers:
         data.append({"type": "scatter", "mode": "markers", "name": "operator actions",
                      "x": mx, "y": [0] * len(mx), "hovertext": [m["text"] for m in markers],
@@ -99,9 +83,23 @@ def _figure(title: str, samples: list[dict[str, int]], traces: list[tuple[str, l
                "line": {"dash": "dot", "width": 1}} for x in mx]
     layout = {"title": {"text": title}, "height": 280, "margin": {"l": 50, "r": 10, "t": 40,
               "b": 40}, "shapes": shapes, "yaxis": {"title": {"text": ytitle}, "rangemode":
-              "tozero"}, "xaxis": {"type": "date", "tickformat": "%H:%M"},
+              "tozero"}, "xaxis": {"type": "date", "tickformatstops": TICK_FORMATS,
+                                   "nticks": 8},
               "legend": {"orientation": "h", "y": -0.2}}
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": layout, "summary": _summary(title, traces)}
+
+
+def _summary(title: str, traces: list[tuple[str, list[Any]]]) -> str:
+    """The chart in words (its accessible name): the latest value and the peak of each line."""
+    parts = []
+    for name, ys in traces:
+        if ys:
+            parts.append(f"{name} {_num(ys[-1])} now, peak {_num(max(ys))}")
+    return f"{title}: " + ("; ".join(parts) if parts else "no samples yet")
+
+
+def _num(v: Any) -> str:
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
 def _diffs(samples: list[dict[str, int]], name: str) -> list[float]:

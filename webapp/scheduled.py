@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, flash, redirect, request, url_for
+from typing import Any
+
+from flask import Blueprint, Response, abort, flash, redirect, request, url_for
 
 from . import actions, services
-from .common import check_queue, page_args, queue_arg, render, safe_next
+from .common import answer, check_queue, page_args, queue_arg, render, safe_next, selected_ids
 from .security import requires
 
 bp = Blueprint("scheduled", __name__, url_prefix="/scheduled")
@@ -14,11 +16,29 @@ bp = Blueprint("scheduled", __name__, url_prefix="/scheduled")
 @bp.get("/")
 @requires("viewer")
 def index() -> str:
+    return _page(queue_arg(busiest="scheduled"))
+
+
+def _page(queue: str, outcome: actions.Result | None = None, src: Any = None) -> str:
     svc = services.get()
-    queue = queue_arg(busiest="scheduled")
-    page = svc.reads.scheduled(queue, *page_args())
-    return render("scheduled.html", "_scheduled.html", queue=queue, page=page,
+    page = svc.reads.scheduled(queue, *page_args(src=src))
+    return render("scheduled.html", "_scheduled.html", queue=queue, page=page, outcome=outcome,
                   as_of=page.as_of, queues=svc.reads.queue_names())
+
+
+@bp.post("/<queue>/selected")
+@requires("operator", "scheduled.selected")
+def selected(queue: str) -> Any:
+    """Run the ticked retries now: one audit entry per job."""
+    check_queue(queue)
+    if request.form.get("op", "run_now") != "run_now":
+        abort(400, "op must be 'run_now'")
+    ids = selected_ids(actions.MAX_SELECTED)
+    reason = request.form.get("reason")
+    result = actions.each_selected("moved to the ready list", ids,
+                                   lambda i: actions.run_now(queue, i, reason))
+    return answer(result, lambda r: _page(queue, r, request.form),
+                  url_for("scheduled.index", queue=queue))
 
 
 @bp.post("/<queue>/<job_id>/run-now")

@@ -246,14 +246,17 @@ def screenshot(page: Any, name: str) -> Path:
 
 @pytest.fixture
 def login(stack, chromium) -> Iterator[Callable[[str], Any]]:
-    """``login("operator")``: a fresh browser context, logged in; returns its page."""
+    """``login("operator")``: a fresh browser context, logged in; returns its page.
+    ``login("admin", color_scheme="dark", viewport={...})`` passes context options on."""
     from playwright.sync_api import expect
 
     contexts: list[Any] = []
     errors: list[str] = []
 
-    def do(role: str) -> Any:
-        ctx = chromium.new_context(base_url=stack.base_url, viewport={"width": 1400, "height": 900})
+    def do(role: str, **options: Any) -> Any:
+        """``options``: Playwright context options (``color_scheme="dark"``, ``viewport``...)."""
+        options = {"viewport": {"width": 1400, "height": 900}, **options}
+        ctx = chromium.new_context(base_url=stack.base_url, **options)
         ctx.set_default_timeout(15_000)
         contexts.append(ctx)
         page = ctx.new_page()

@@ -37,7 +37,7 @@ def test_operator_replays_a_job_that_really_failed(stack, login):
     expect(row).to_be_visible(timeout=JOB_TIMEOUT_MS)  # the live region polls every 2 s
     expect(row).to_contain_text("charge")
     expect(row).to_contain_text(f"card declined for ref {ref}")
-    expect(row.get_by_role("button", name="Replay")).to_be_visible()
+    expect(row.get_by_role("checkbox", name=f"Select job {job_id}")).to_be_visible()
     screenshot(page, "dlq")
 
     row.get_by_role("link", name=job_id).click()
@@ -86,6 +86,9 @@ def test_paced_bulk_replay_shows_progress(stack, login):
     form.get_by_label("Rate").fill("1")
     form.get_by_placeholder("reason (for the audit log)").fill("upstream back, browser test")
     form.get_by_role("button", name="Start replay of 5 jobs").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Start replaying 5 dead jobs?")
+    dialog.get_by_role("button", name="Confirm").click()
     expect(page.locator(".flash.ok")).to_contain_text("5 jobs match")
     expect(page.locator(".flash.ok")).to_contain_text("at 1 jobs/s")
 
@@ -114,6 +117,17 @@ def _deadline_ms(row) -> int:
     return int(row.locator(".countdown").get_attribute("data-deadline"))
 
 
+def _extend_selected(page, job_id: str, seconds: int, reason: str) -> None:
+    """Tick the job, extend the selection by ``seconds`` from the action bar, confirm."""
+    page.get_by_role("checkbox", name=f"Select job {job_id}").check()
+    bar = page.locator("#live .action-bar")
+    bar.get_by_label("Reason").fill(reason)
+    bar.get_by_label("Extend by").fill(str(seconds))
+    bar.get_by_role("button", name="Extend selected").click()
+    page.locator("dialog#confirm").get_by_role("button", name="Confirm").click()
+    expect(page.locator("#live .result.ok")).to_contain_text("1 job extended")
+
+
 def test_operator_extends_a_running_lease(stack, login):
     ref = stack.new_ref("report")
     job_id = stack.enqueue("slow_report", ref, seconds=20)
@@ -129,11 +143,8 @@ def test_operator_extends_a_running_lease(stack, login):
     screenshot(page, "inflight")
     before = _deadline_ms(row)
 
-    row.get_by_placeholder("reason (for the audit log)").fill("needs more time, browser test")
-    row.get_by_label("by").fill("600")
-    row.get_by_role("button", name="Extend").click()
-    expect(page.locator(".flash.ok")).to_contain_text(f"lease of job {job_id} extended by 600s")
-    # the page after the redirect shows the new deadline: about 10 minutes later
+    _extend_selected(page, job_id, 600, "needs more time, browser test")
+    # the refreshed rows show the new deadline: about 10 minutes later
     row = page.locator(f"#live tr[data-row='{job_id}']")
     expect(row.locator(".countdown")).to_have_text(re.compile(r"^1[01]m\d\ds$"))
     after = _deadline_ms(row)
@@ -157,9 +168,7 @@ def test_extended_lease_survives_the_next_heartbeat(stack, login):
     page.goto("/inflight/")
     row = page.locator(f"#live tr[data-row='{job_id}']")
     expect(row).to_be_visible(timeout=JOB_TIMEOUT_MS)
-    row.get_by_label("by").fill("600")
-    row.get_by_role("button", name="Extend").click()
-    expect(page.locator(".flash.ok")).to_contain_text("extended by 600s")
+    _extend_selected(page, job_id, 600, "")
     key = stack.client.queue("default").keys.job(job_id)
     extended = int(stack.r.hget(key, "deadline"))
     extended_at = int(time.time() * 1000)
