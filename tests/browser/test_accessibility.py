@@ -60,6 +60,7 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         ("/", "#live .cards"),
         ("/inflight/", f"tr[data-row='{made['slow']}']"),
         ("/scheduled/", "td.err:has-text('upstream 503')"),
+        ("/schedules/", "tr[data-schedule='nightly_digest']"),
         ("/dlq/", f"tr[data-row='{made['dead']}']"),
         (f"/dlq/default/{made['dead']}", "dl.facts"),
         ("/locks/", "code:text-is('browser:a11y:1')"),
