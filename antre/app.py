@@ -32,6 +32,9 @@ from .scripts import Scripts
 from .tracing import enqueue_span, inject_traceparent, recording
 
 Handler = Callable[[Any, Any], Any]
+# a worker's idle runner threads each hold a connection while they wait on the wake list:
+# redis-py's default pool of 100 refused "Too many connections" at --threads 128
+MAX_REDIS_CONNECTIONS = 1_000
 
 
 @dataclass
@@ -117,7 +120,8 @@ class Antre:
             if self._redis is None:
                 self._redis = redis.Redis.from_url(
                     self.redis_url, decode_responses=True, socket_timeout=10,
-                    socket_connect_timeout=5, health_check_interval=30)
+                    socket_connect_timeout=5, health_check_interval=30,
+                    max_connections=MAX_REDIS_CONNECTIONS)
         return self._redis
 
     @property

@@ -419,3 +419,20 @@ def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, caps
     finally:
         log.handlers[:], log.level, log.propagate = saved
     assert "--concurrency must be at least 1" in capsys.readouterr().err
+
+
+def test_a_worker_with_many_threads_gets_a_connection_each(redis_url, clock):
+    app = Antre(redis_url=redis_url, clock=clock)
+    seen: set[str] = set()
+    lock = threading.Lock()
+
+    @app.handler("wait")
+    def wait(ctx, payload):
+        time.sleep(0.05)
+        with lock:
+            seen.add(threading.current_thread().name)
+
+    app.queue().enqueue_many([JobSpec("wait", {"i": i}, f"w:{i}") for i in range(400)])
+    counts = make_worker(app, clock, threads=128).run_burst()
+    assert counts["succeeded"] == 400 and "lease_lost" not in counts
+    assert len(seen) > 100  # redis-py's default pool of 100 connections would have refused
