@@ -17,6 +17,7 @@ from .audit import AuditLog
 from .clock import Clock, system_ms
 from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
 from .fencing import LockFences
+from .finder import Finder, JobStatus, ResultStatus
 from .idempotency import CompletedCache, IdempotencyStore
 from .outbox import Outbox
 from .users import UserStore
@@ -351,6 +352,22 @@ class Antre:
         q.build(spec, self.clock())  # validate now, in the caller's transaction
         self.outbox.add(session, q.name, spec.job_id, dataclasses.asdict(spec))
         return spec.job_id
+
+    # -- the producer's view (issue 11) ---------------------------------------------------------
+    @property
+    def finder(self) -> Finder:
+        """Find jobs by id, idempotency key or payload field; read their timelines."""
+        return Finder(self.redis, self.clock, self.idempotency)
+
+    def job(self, job_id: str) -> JobStatus:
+        """The job's state (ready, scheduled, inflight, done, dead; 'unknown' once it is gone),
+        attempts and, when done, its result."""
+        return self.finder.job_status(job_id)
+
+    def result(self, idempotency_key: str) -> ResultStatus:
+        """``status`` 'completed' with the stored ``result``, 'pending', 'failed' (with
+        ``error``) or 'unknown' for the operation named by ``idempotency_key``."""
+        return self.finder.result(idempotency_key)
 
     @contextlib.contextmanager
     def lock(self, key: str, ttl_ms: int = 30_000, owner: str = "") -> Iterator[Lock]:

@@ -169,8 +169,10 @@ class AuditLog:
 
     def _filtered(
         self, q: Select[*_Ts], action: str | None, user: str | None,
-        since_ms: int | None = None, until_ms: int | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, target: str | None = None,
     ) -> Select[*_Ts]:
+        if target is not None:  # e.g. '<queue>/<job id>': the entries of one job
+            q = q.where(_C.target == target)
         if action is not None:
             q = q.where(_C.action == action)
         if user is not None:
@@ -184,17 +186,20 @@ class AuditLog:
     def list(
         self, limit: int = 100, offset: int = 0, action: str | None = None,
         user: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
+        target: str | None = None,
     ) -> list[AuditRow]:
         """Newest first; ``since_ms`` inclusive, ``until_ms`` exclusive."""
-        q = self._filtered(select(_T), action, user, since_ms, until_ms).order_by(
+        q = self._filtered(select(_T), action, user, since_ms, until_ms, target).order_by(
             _C.at.desc(), _C.id.desc())
         q = q.limit(max(0, int(limit))).offset(max(0, int(offset)))
         with self._sf() as s:
             return [_row(r) for r in s.execute(q)]
 
     def count(self, action: str | None = None, user: str | None = None,
-              since_ms: int | None = None, until_ms: int | None = None) -> int:
-        q = self._filtered(select(func.count()).select_from(_T), action, user, since_ms, until_ms)
+              since_ms: int | None = None, until_ms: int | None = None,
+              target: str | None = None) -> int:
+        q = self._filtered(select(func.count()).select_from(_T), action, user, since_ms, until_ms,
+                           target)
         with self._sf() as s:
             return int(s.execute(q).scalar_one())
 
@@ -205,12 +210,12 @@ class AuditLog:
 
     def iter_rows(self, action: str | None = None, user: str | None = None,
                   since_ms: int | None = None, until_ms: int | None = None,
-                  batch: int = EXPORT_BATCH) -> Iterator[AuditRow]:
+                  batch: int = EXPORT_BATCH, target: str | None = None) -> Iterator[AuditRow]:
         """All (matching) entries, oldest first, read ``batch`` rows at a time (keyset paging
         on the id, one short transaction per batch)."""
         after = 0
         while True:
-            q = self._filtered(select(_T), action, user, since_ms, until_ms).where(
+            q = self._filtered(select(_T), action, user, since_ms, until_ms, target).where(
                 _C.id > after).order_by(_C.id).limit(batch)
             with self._sf() as s:
                 rows = [_row(r) for r in s.execute(q)]
@@ -220,13 +225,14 @@ class AuditLog:
             after = rows[-1].id
 
     def stream_csv(self, action: str | None = None, user: str | None = None,
-                   since_ms: int | None = None, until_ms: int | None = None) -> Iterator[str]:
+                   since_ms: int | None = None, until_ms: int | None = None,
+                   target: str | None = None) -> Iterator[str]:
         """All (matching) entries, oldest first, as CSV with a header row, every cell quoted;
         ``detail`` as JSON. Yields a chunk per row."""
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
         w.writerow(CSV_COLUMNS)
-        for r in self.iter_rows(action, user, since_ms, until_ms):
+        for r in self.iter_rows(action, user, since_ms, until_ms, target=target):
             w.writerow(_csv_cells(r))
             yield buf.getvalue()
             buf.seek(0)
@@ -234,23 +240,25 @@ class AuditLog:
         yield buf.getvalue()
 
     def export_csv(self, action: str | None = None, user: str | None = None,
-                   since_ms: int | None = None, until_ms: int | None = None) -> str:
+                   since_ms: int | None = None, until_ms: int | None = None,
+                   target: str | None = None) -> str:
         """``stream_csv`` as one string."""
-        return "".join(self.stream_csv(action, user, since_ms, until_ms))
+        return "".join(self.stream_csv(action, user, since_ms, until_ms, target))
 
     def export_json(
         self, action: str | None = None, user: str | None = None,
-        since_ms: int | None = None, until_ms: int | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, target: str | None = None,
     ) -> builtins.list[dict[str, Any]]:
         """All (matching) entries, oldest first, as JSON-ready dicts."""
-        return [r.to_dict() for r in self.iter_rows(action, user, since_ms, until_ms)]
+        return [r.to_dict() for r in self.iter_rows(action, user, since_ms, until_ms,
+                                                    target=target)]
 
     def stream_json(
         self, action: str | None = None, user: str | None = None,
-        since_ms: int | None = None, until_ms: int | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, target: str | None = None,
     ) -> Iterator[str]:
         """All (matching) entries, oldest first, as the text of one JSON array (chunks)."""
         yield "["
-        for i, r in enumerate(self.iter_rows(action, user, since_ms, until_ms)):
+        for i, r in enumerate(self.iter_rows(action, user, since_ms, until_ms, target=target)):
             yield ("," if i else "") + json.dumps(r.to_dict(), ensure_ascii=False)
         yield "]"

@@ -122,13 +122,18 @@ class BulkReplays:
         return {"done": done, "skipped": skipped, "dead_before": before,
                 "dead_after": self.reads.count_dead(queue)}
 
-    def replay_filtered_now(self, queue: str, flt: DeadFilter, maximum: int) -> dict[str, int]:
-        """Replay up to ``maximum`` matching dead jobs at once (CLI/API; no pacing)."""
-        return self._apply(queue, flt, maximum, self._queue(queue).replay)
+    def replay_filtered_now(self, queue: str, flt: DeadFilter, maximum: int,
+                            actor: str = "") -> dict[str, int]:
+        """Replay up to ``maximum`` matching dead jobs at once (CLI/API; no pacing).
+        ``actor``: who, on each job's timeline."""
+        q, note = self._queue(queue), {"bulk": f"replay now [{flt.describe()}]"}
+        return self._apply(queue, flt, maximum, lambda job_id: q.replay(job_id, actor, note))
 
-    def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int) -> dict[str, int]:
+    def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int,
+                         actor: str = "") -> dict[str, int]:
         """Discard up to ``maximum`` matching dead jobs."""
-        return self._apply(queue, flt, maximum, self._queue(queue).discard)
+        q, note = self._queue(queue), {"bulk": f"discard [{flt.describe()}]"}
+        return self._apply(queue, flt, maximum, lambda job_id: q.discard(job_id, actor, note))
 
     # -- tasks -----------------------------------------------------------------------------
     def start(self, queue: str, flt: DeadFilter, rate_per_s: float, maximum: int, user: str,
@@ -241,13 +246,14 @@ class BulkReplays:
         if budget > 0:
             walk = self._walk(queue, flt, cursor)
             q = self._queue(queue)
+            note = {"bulk_task": task_id, "reason": task.get("reason") or ""}
             while replayed + skipped < budget:
                 nxt = next(walk, None)
                 if nxt is None:
                     finished = True
                     break
                 cursor = (nxt[1], nxt[0])
-                if q.replay(nxt[0]):
+                if q.replay(nxt[0], str(task.get("user") or ""), note):
                     replayed += 1
                 else:
                     skipped += 1

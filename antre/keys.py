@@ -98,6 +98,20 @@ class QueueKeys:
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
         return f"{self.tag}:durations"
 
+    # -- finder and job timelines (issue 11) -------------------------------------------------
+    # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/lua/_lib.lua
+    # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
+    @property
+    def timeline_prefix(self) -> str:  # LIST per job: its events as JSON, oldest first, capped
+        return f"{self.tag}:tl:"
+
+    def timeline(self, job_id: str) -> str:
+        return f"{self.timeline_prefix}{job_id}"
+
+    @property
+    def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
+        return f"{self.tag}:idem"
+
     # -- producer side: unique jobs, periodic schedules, retention (issue 13) ---------------
     @property
     def unique_prefix(self) -> str:  # STRING per idempotency key of a unique job (see below)
@@ -142,6 +156,12 @@ def lock_fence(key: str) -> str:
 def locks_held() -> str:
     """ZSET business key -> lock expiry ms (index for the Locks page; pruned on read)."""
     return f"{PREFIX}:{{locks}}:held"
+
+
+def locks_since() -> str:
+    """HASH business key -> '<acquired ms>|<holder job>' of each held lock (the Locks page's
+    "held since" and "by which job"; same slot as ``locks_held``, kept by the lock scripts)."""
+    return f"{PREFIX}:{{locks}}:since"
 
 
 def lock_conflicts() -> str:

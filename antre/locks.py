@@ -25,9 +25,9 @@ SHORT_BUCKETS = 5  # the "last 5 minutes" figure: this minute and the four befor
 class LockBusy(AntreError):
     """Somebody else holds the lock."""
 
-    def __init__(self, key: str, holder: str, ttl_ms: int) -> None:
+    def __init__(self, key: str, holder: str, ttl_ms: int, fence: int = 0) -> None:
         super().__init__(f"lock {key!r} is held by {holder or '?'} for another {ttl_ms} ms")
-        self.key, self.holder, self.ttl_ms = key, holder, ttl_ms
+        self.key, self.holder, self.ttl_ms, self.fence = key, holder, ttl_ms, fence
 
 
 @dataclass
@@ -54,6 +54,13 @@ class HeldLock:
     holder: str
     ttl_ms: int
     fence: int
+    since_ms: int = 0  # when it was acquired (0: not recorded)
+    holder_job: str = ""  # '<queue>/<job id>' when the acquirer named it
+
+    @property
+    def holder_worker(self) -> str:
+        """The owner part of the token (a worker id: host:pid:nonce)."""
+        return self.holder.rsplit(":", 1)[0]
 
 
 class Locks:
@@ -64,10 +71,10 @@ class Locks:
         self.scripts = scripts or Scripts(client)
         # the held-locks index goes into the lock scripts, except on a cluster (another slot)
         self.cluster = isinstance(client, RedisCluster)
-        self._index = [] if self.cluster else [keys.locks_held()]
+        self._index = [] if self.cluster else [keys.locks_held(), keys.locks_since()]
 
     def acquire(self, key: str, ttl_ms: int, owner: str = "", *,
-                release: Lock | None = None) -> Lock:
+                release: Lock | None = None, holder_job: str = "") -> Lock:
         """Take the lock or raise ``LockBusy`` (and count a conflict on ``key``).
 
         One script, which also indexes the key as held (on a Redis Cluster the index is in
@@ -76,11 +83,12 @@ class Locks:
         token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
         now = self.clock()
         lock_keys = [keys.lock(key), keys.lock_fence(key)]
-        args: list[str | int] = [token, int(ttl_ms), key, now]
+        args: list[str | int] = [token, int(ttl_ms), key, now, holder_job]
         if release is not None and not self.cluster:
             _, reply = (Batch(self.redis)
                         .script(self.scripts.lock_release,
-                                [keys.lock(release.key)] + self._index, [release.token, release.key])
+                                [keys.lock(release.key), *self._index],
+                                [release.token, release.key])
                         .script(self.scripts.lock_acquire, lock_keys + self._index, args)
                         .execute())
         else:
@@ -90,9 +98,10 @@ class Locks:
         if int(reply[0]) == 1:
             if self.cluster:
                 self.redis.zadd(keys.locks_held(), {key: now + int(ttl_ms)})
+                self.redis.hset(keys.locks_since(), key, f"{now}|{holder_job}")
             return Lock(key, token, int(reply[1]), int(ttl_ms))
         self.count_conflict(key)
-        raise LockBusy(key, str(reply[1]), int(reply[2]))
+        raise LockBusy(key, str(reply[1]), int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
 
     def raise_fence(self, key: str, floor: int) -> int:
         """Make the next acquire of ``key`` hand out a token above ``floor`` (never lowers the
@@ -117,6 +126,7 @@ class Locks:
                                             args=[token, key]))
         if ok and self.cluster:
             self.redis.zrem(keys.locks_held(), key)
+            self.redis.hdel(keys.locks_since(), key)
         return ok
 
     def count_conflict(self, key: str) -> None:
@@ -140,16 +150,22 @@ class Locks:
             pipe.get(keys.lock(name))
             pipe.pttl(keys.lock(name))
             pipe.get(keys.lock_fence(name))
+        pipe.hmget(keys.locks_since(), names)
         replies = pipe.execute()
+        since = replies.pop()
         out, gone = [], []
         for i, name in enumerate(names):
             holder, ttl, fence = replies[3 * i: 3 * i + 3]
             if holder is None:
                 gone.append(name)
             else:
-                out.append(HeldLock(name, holder, int(ttl), int(fence or 0)))
+                at, _, job = (since[i] or "").partition("|")
+                out.append(HeldLock(name, holder, int(ttl), int(fence or 0),
+                                    int(at) if at.isdigit() else 0, job))
         if gone:
             self.redis.zrem(keys.locks_held(), *gone)
+            self.redis.hdel(keys.locks_since(), *gone)
+        out.sort(key=lambda h: h.since_ms or 1 << 62)  # held longest first
         return out
 
     def top_conflicts(self, limit: int = 10) -> list[tuple[str, int]]:

@@ -28,6 +28,12 @@ __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TR
 
 DONE_RETENTION_MS = 3_600_000
 DONE_MAX = 10_000
+DISCARDED_TIMELINE_MS = 7 * 86_400_000  # a discarded job's timeline stays this long
+Note = dict[str, Any] | None  # a transition's details from the caller, on the job's timeline
+
+
+def _note(note: Note) -> str:
+    return json.dumps(note, default=str, separators=(",", ":")) if note else ""
 
 
 @dataclass(frozen=True)
@@ -176,75 +182,83 @@ class Queue:
              [k.job_prefix, "server", count, worker_id, *RESERVE_FIELDS])])
         return [from_row(row) for row in rows]
 
-    def ack(self, job: Job, result: Any = None, *, counter: str = "acked") -> None:
-        """in-flight → done. Raises ``LeaseLost`` if ``job.epoch`` is no longer the lease."""
-        _lease_result(self._ack(job, result, counter, self.scripts.ack), job.id)
+    def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
+            note: Note = None) -> None:
+        """in-flight → done. Raises ``LeaseLost`` if ``job.epoch`` is no longer the lease.
+        ``note``: details for the 'completed' event of the job's timeline (run time, fence)."""
+        _lease_result(self.scripts.ack(*self._ack_call(job, result, counter, note)), job.id)
 
-    def ack_many(self, done: Sequence[tuple[Job, Any]]) -> list[Job]:
+    def ack_many(self, done: Sequence[tuple[Job, Any]],
+                 notes: Sequence[Note] | None = None) -> list[Job]:
         """Ack several jobs in one round trip; returns the jobs whose lease was lost."""
         batch = Batch(self.redis)
-        for job, result in done:
-            batch.script(self.scripts.ack, *self._ack_call(job, result, "acked"))
+        for i, (job, result) in enumerate(done):
+            note = notes[i] if notes is not None else None
+            batch.script(self.scripts.ack, *self._ack_call(job, result, "acked", note))
         replies = batch.execute()
         return [job for (job, _), reply in zip(done, replies) if str(reply).startswith("LOST:")]
 
-    def _ack(self, job: Job, result: Any, counter: str, script: Any) -> Any:
-        return script(*self._ack_call(job, result, counter))
-
-    def _ack_call(self, job: Job, result: Any, counter: str) -> tuple[list[str], list[Any]]:
+    def _ack_call(self, job: Job, result: Any, counter: str,
+                  note: Note = None) -> tuple[list[str], list[Any]]:
         k = self.keys
         text = "" if result is None else json.dumps(result, default=str, separators=(",", ":"))
-        return ([k.job(job.id), k.inflight, k.done, k.stats],
+        return ([k.job(job.id), k.inflight, k.done, k.stats, k.timeline(job.id)],
                 [job.id, job.epoch, self.clock(), text, self.done_retention_ms,
-                 self.done_max, k.job_prefix, counter])
+                 self.done_max, k.job_prefix, counter, _note(note), ""])
 
     def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",
               traceback: str = "", spend_attempt: bool = True, undeliver: bool = False,
-              counter: str = "retried") -> None:
+              counter: str = "retried", note: Note = None) -> None:
         """in-flight → scheduled (or ready when ``delay_ms`` <= 0)."""
         k = self.keys
         now = self.clock()
         reply = self.scripts.retry(
-            keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats],
+            keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats, k.timeline(job.id)],
             args=[job.id, job.epoch, now, now + max(0, int(delay_ms)), int(spend_attempt),
-                  int(undeliver), error, kind, traceback, counter])
+                  int(undeliver), error, kind, traceback, counter, _note(note), ""])
         _lease_result(reply, job.id)
 
-    def hand_back(self, job: Job) -> None:
+    def hand_back(self, job: Job, note: Note = None) -> None:
         """Graceful shutdown: back to ready, no attempt spent, the delivery not counted."""
-        self.retry(job, delay_ms=0, spend_attempt=False, undeliver=True, counter="handed_back")
+        self.retry(job, delay_ms=0, spend_attempt=False, undeliver=True, counter="handed_back",
+                   note=note)
 
-    def snooze(self, job: Job, delay_ms: int, why: str, counter: str = "snoozed") -> None:
-        """Rate limited, lock busy, breaker open: later, no attempt spent."""
+    def snooze(self, job: Job, delay_ms: int, why: str, counter: str = "snoozed",
+               note: Note = None) -> None:
+        """Rate limited, lock busy, breaker open: later, no attempt spent. ``note``: what held
+        it back (the lock and its fence, the limiter, ...) for the job's timeline."""
         self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True, counter=counter,
-                   error="", kind=why)
+                   error="", kind=why, note=note)
 
     def bury(self, job: Job, *, reason: str, error: str = "", kind: str = "permanent",
-             traceback: str = "", signature: str | None = None, spend_attempt: bool = True) -> str:
+             traceback: str = "", signature: str | None = None, spend_attempt: bool = True,
+             note: Note = None) -> str:
         """in-flight → dead. Returns the error group id."""
         k = self.keys
         sig = signature or f"{kind}: {error_signature(error or reason)}"
         reply = self.scripts.bury(
-            keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups],
+            keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups, k.timeline(job.id)],
             args=[job.id, job.epoch, self.clock(), reason, error or reason, kind, traceback, sig,
-                  k.dead_type_prefix, k.dead_group_prefix, int(spend_attempt)])
+                  k.dead_type_prefix, k.dead_group_prefix, int(spend_attempt), _note(note), ""])
         return _lease_result(reply, job.id)[3:]
 
     def extend(self, job_id: str, epoch: int, ms: int, *, mode: str = "from_now",
-               cap_ms: int = 0) -> int:
+               cap_ms: int = 0, actor: str = "", note: Note = None) -> int:
         """Move the lease deadline; returns the new deadline. ``mode='add'`` adds ``ms`` to the
-        current deadline (the dashboard's button); ``'from_now'`` sets now + ms (heartbeats)."""
+        current deadline (the dashboard's button); ``'from_now'`` sets now + ms (heartbeats).
+        ``actor``: who, for the timeline (default: the worker holding the job)."""
         k = self.keys
         reply = self.scripts.extend_lease(
-            keys=[k.job(job_id), k.inflight],
-            args=[job_id, epoch, self.clock(), int(ms), mode, int(cap_ms)])
+            keys=[k.job(job_id), k.inflight, k.timeline(job_id)],
+            args=[job_id, epoch, self.clock(), int(ms), mode, int(cap_ms), actor, _note(note)])
         return int(_lease_result(reply, job_id))
 
     def checkpoint(self, job: Job, state: Any) -> None:
         """Persist a running job's progress (lease-fenced); a retry starts from it."""
         text = json.dumps(state, default=str, separators=(",", ":"))
-        _lease_result(self.scripts.checkpoint(keys=[self.keys.job(job.id)],
-                                              args=[job.epoch, text]), job.id)
+        k = self.keys
+        _lease_result(self.scripts.checkpoint(keys=[k.job(job.id), k.timeline(job.id)],
+                                              args=[job.epoch, text, self.clock(), ""]), job.id)
         job.checkpoint = state
 
     # -- maintenance -----------------------------------------------------------------------
@@ -261,21 +275,27 @@ class Queue:
         outcomes = dict(zip(reply[2::2], reply[3::2]))
         return SweepResult(int(reply[0]), int(reply[1]), outcomes)
 
-    def replay(self, job_id: str) -> bool:
+    # ``actor`` (an operator's name) and ``note`` (e.g. the bulk task) go on the timeline
+    def replay(self, job_id: str, actor: str = "", note: Note = None) -> bool:
         k = self.keys
-        return bool(self.scripts.replay(keys=[k.job(job_id), k.dead, k.ready, k.stats],
-                                        args=[job_id, self.clock(), k.dead_type_prefix,
-                                              k.dead_group_prefix]))
+        return bool(self.scripts.replay(
+            keys=[k.job(job_id), k.dead, k.ready, k.stats, k.timeline(job_id)],
+            args=[job_id, self.clock(), k.dead_type_prefix, k.dead_group_prefix, actor,
+                  _note(note)]))
 
-    def discard(self, job_id: str) -> bool:
+    def discard(self, job_id: str, actor: str = "", note: Note = None) -> bool:
+        """dead → gone; the job's timeline stays ``DISCARDED_TIMELINE_MS`` to say who did it."""
         k = self.keys
-        return bool(self.scripts.discard(keys=[k.job(job_id), k.dead, k.stats],
-                                         args=[job_id, k.dead_type_prefix, k.dead_group_prefix]))
+        return bool(self.scripts.discard(
+            keys=[k.job(job_id), k.dead, k.stats, k.timeline(job_id), k.idem_index],
+            args=[job_id, k.dead_type_prefix, k.dead_group_prefix, self.clock(), actor,
+                  _note(note), DISCARDED_TIMELINE_MS]))
 
-    def run_now(self, job_id: str) -> bool:
+    def run_now(self, job_id: str, actor: str = "", note: Note = None) -> bool:
         k = self.keys
-        return bool(self.scripts.run_now(keys=[k.job(job_id), k.scheduled, k.ready],
-                                         args=[job_id, self.clock()]))
+        return bool(self.scripts.run_now(
+            keys=[k.job(job_id), k.scheduled, k.ready, k.timeline(job_id)],
+            args=[job_id, self.clock(), actor, _note(note)]))
 
     def wait_for_work(self, timeout_s: float, others: Sequence["Queue"] = ()) -> bool:
         """Block until a job is enqueued or promoted in this queue (or ``others``, which must

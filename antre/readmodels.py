@@ -20,7 +20,8 @@ from .locks import LockContention
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
-              "finished_at", "created_at", "deliveries", "idem_key", "first_failed_at")
+              "finished_at", "created_at", "deliveries", "idem_key", "first_failed_at",
+              "extended_at", "checkpoint_at")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,16 @@ class JobRow:
     created_at: int
     idempotency_key: str
     first_failed_at: int
+    extended_at: int = 0  # last lease extension (a heartbeat, the handler, an operator)
+    checkpoint_at: int = 0  # last checkpoint saved
+
+    def running_ms(self, now_ms: int) -> int:
+        return now_ms - self.reserved_at if self.reserved_at else 0
+
+    def silent_ms(self, now_ms: int) -> int:
+        """Since the lease was last extended (or reserved): a stuck job's silence."""
+        last = max(self.extended_at, self.reserved_at)
+        return now_ms - last if last else 0
 
 
 @dataclass(frozen=True)
@@ -230,7 +241,8 @@ class ReadModels:
                 error_kind=f["error_kind"] or "", reason=f["reason"] or "",
                 group=f["group"] or "", finished_at=_int(f["finished_at"]),
                 created_at=_int(f["created_at"]), idempotency_key=f["idem_key"] or "",
-                first_failed_at=_int(f["first_failed_at"])))
+                first_failed_at=_int(f["first_failed_at"]), extended_at=_int(f["extended_at"]),
+                checkpoint_at=_int(f["checkpoint_at"])))
         return rows
 
     def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,
@@ -323,6 +335,10 @@ class ReadModels:
                                   _int(rec.get("last"))))
         out.sort(key=lambda e: (-e.count, -e.last_seen))
         return out
+
+    def rows(self, queue: str, ids: list[str]) -> list[JobRow]:
+        """Table rows of the given jobs (one pipelined HMGET each)."""
+        return self._rows(queue, ids)
 
     def job(self, queue: str, job_id: str) -> Job | None:
         fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))

@@ -71,12 +71,6 @@ def policy_from_env(environ: Any = None) -> RetentionPolicy:
                          ) from None
 
 
-def job_key_prefixes(k: keys.QueueKeys) -> list[str]:
-    """Prefixes of the per-job keys dropped together with a job's record (its hash is
-    ``k.job_prefix`` + id and always dropped)."""
-    return []
-
-
 @dataclass(frozen=True)
 class SqlRetention:
     """How long sent outbox rows and audit entries are kept (the retention duty prunes)."""
@@ -165,5 +159,5 @@ class Retention:
             keys=[k.dead, k.done, k.stats, k.error_groups],
             args=[k.job_prefix, self.clock(), policy.dead_max_jobs, policy.dead_max_age_s * 1000,
                   policy.done_max_age_s * 1000, chunk, k.dead_type_prefix, k.dead_group_prefix,
-                  json.dumps(job_key_prefixes(k)), *groups])
+                  *groups])
         return RetentionResult(int(reply[0]), int(reply[1]), int(reply[2]))

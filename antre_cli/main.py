@@ -1,4 +1,4 @@
-"""``antre``: demo, worker, web, sweep, status, dlq, schedules, user."""
+"""``antre``: demo, worker, web, sweep, status, dlq, find, schedules, user."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import redis
 
 from antre import Antre
+from antre.envelope import STATES
+from antre.finder import BadQuery, Located
 from antre.logs import safe_url
 from antre.periodic import Schedules
 from antre.readmodels import DeadFilter, ReadModels, ScheduleInfo
@@ -121,7 +123,11 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         print("error: name job ids, or --all with an optional --type/--group filter",
               file=sys.stderr)
         return 1
-    act = queue.replay if args.dlq_cmd == "replay" else queue.discard
+    note = {"via": "cli", "reason": args.reason} if args.reason else {"via": "cli"}
+
+    def act(job_id: str) -> bool:
+        fn = queue.replay if args.dlq_cmd == "replay" else queue.discard
+        return fn(job_id, _operator(), note)
     if args.dlq_cmd == "replay" and app.idempotency is not None:
         for job_id in ids:  # a replay on purpose lets a permanently failed key run again
             job = queue.get(job_id)
@@ -165,6 +171,77 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     print(f"{args.name}: {args.sched_cmd} done" +
           (f" (job {detail['job_id']})" if detail else ""))
     return 0
+
+
+# -- find (issue 11) --------------------------------------------------------------------------
+def _print_job(app: Antre, found: Located, as_json: bool) -> int:
+    status = app.finder.job_status(found.job_id)
+    timeline = app.finder.timeline(found.queue, found.job_id)
+    if as_json:
+        print(json.dumps({"job": dataclasses.asdict(status),
+                          "timeline": dataclasses.asdict(timeline)}, indent=2, default=str))
+        return 0
+    print(f"job {found.job_id} in {found.queue}: {found.state} ({status.job_type}, attempt "
+          f"{status.attempts}/{status.max_attempts}, key {status.idempotency_key})")
+    for ev in timeline.events:
+        details = ", ".join(f"{k}={v}" for k, v in ev.details.items() if k != "traceback")
+        print(f"  {_ts(ev.at_ms)}  {ev.kind:<13} {ev.actor or '-':<28} {details[:160]}")
+    return 0
+
+
+def _search(app: Antre, args: argparse.Namespace) -> int:
+    cursor, hits = None, 0
+    try:
+        while True:
+            step = app.finder.search(args.text, args.queue, args.state, cursor=cursor)
+            for h in step.hits:
+                hits += 1
+                print(json.dumps(dataclasses.asdict(h)) if args.json else
+                      f"{h.job_id}  {h.queue:<12} {h.state:<9} {h.job_type:<16} {h.matched}",
+                      flush=True)
+            print(f"scanned {step.scanned} of {step.total}, {hits} found", file=sys.stderr)
+            if step.done or (args.limit and hits >= args.limit):
+                break
+            cursor = step.cursor
+    except KeyboardInterrupt:
+        print(f"stopped: {hits} found", file=sys.stderr)
+    return 0 if hits else 1
+
+
+def cmd_find(args: argparse.Namespace) -> int:
+    """A job id or an idempotency key: the job and its timeline; field=value: payload search."""
+    app = _app(args.app)
+    text = args.text.strip()
+    try:
+        found = app.finder.resolve(text)
+        if found is not None:
+            return _print_job(app, found, args.json)
+        if "=" not in text:
+            print(f"error: no job has the id or idempotency key {text!r}; to search payloads "
+                  "give field=value, e.g. antre find order_id=1234", file=sys.stderr)
+            return 1
+        return _search(app, args)
+    except BadQuery as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        print(f"error: Redis at {app.redis_url} is unreachable ({exc})", file=sys.stderr)
+        return 2
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    """``Antre.result``: completed (with the stored result), pending, failed or unknown."""
+    app = _app(args.app)
+    answer = app.result(args.key)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(answer), indent=2, default=str))
+    else:
+        print(f"{answer.status}" + (f" (job {answer.job_id})" if answer.job_id else ""))
+        if answer.status == "completed":
+            print(json.dumps(answer.result, default=str))
+        elif answer.error:
+            print(answer.error)
+    return 0 if answer.status != "unknown" else 1
 
 
 # -- users ----------------------------------------------------------------------------------
@@ -297,6 +374,21 @@ def build_parser() -> argparse.ArgumentParser:
         sca.add_argument("name")
         sca.add_argument("--reason", default="", help="why (written to the audit log)")
 
+    f = sub.add_parser("find", help="a job by id or idempotency key (with its timeline), or "
+                                    "jobs by payload field: antre find order_id=1234")
+    f.add_argument("text", help="job id, idempotency key, or field=value (dotted paths)")
+    f.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+    f.add_argument("--queue", default=None, help="search one queue (default: all)")
+    f.add_argument("--state", default=None, choices=STATES, help="search one state")
+    f.add_argument("--limit", type=int, default=0, help="stop after this many hits")
+    f.add_argument("--json", action="store_true")
+
+    rs = sub.add_parser("result", help="an idempotency key's result: completed (with it), "
+                                       "pending, failed or unknown")
+    rs.add_argument("key")
+    rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+    rs.add_argument("--json", action="store_true")
+
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
@@ -324,5 +416,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
-                "demo": cmd_demo, "schedules": cmd_schedules}
+                "demo": cmd_demo, "schedules": cmd_schedules, "find": cmd_find,
+                "result": cmd_result}
     return handlers[args.command](args)

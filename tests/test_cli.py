@@ -123,3 +123,49 @@ def test_schedules_list_pause_resume_run_are_audited(env, capsys):
 def test_schedules_on_an_unknown_name_fail_clearly(env, capsys):
     assert main(["schedules", "run", "nope"]) == 1
     assert "no schedule named 'nope'" in capsys.readouterr().err
+
+
+# -- antre find (issue 11) ---------------------------------------------------------------------
+def test_find_by_id_key_and_field_prints_job_timeline_and_hits(env, capsys):
+    a, b = dead(env, 2)
+    assert main(["dlq", "--queue", "billing", "replay", a, "--reason", "card fixed"]) == 0
+    capsys.readouterr()
+    assert main(["find", a]) == 0
+    out = capsys.readouterr().out
+    assert f"job {a} in billing: ready" in out
+    assert [line.split()[2] for line in out.splitlines()[1:]] == [
+        "enqueued", "reserved", "buried", "replayed"]
+    assert "cli:" in out.splitlines()[-1]
+    assert main(["find", "charge:1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["job"]["job_id"] == b and got["job"]["state"] == "dead"
+    assert main(["find", "i=1", "--queue", "billing", "--state", "dead", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line)["job_id"] for line in captured.out.splitlines()] == [b]
+    assert "scanned" in captured.err
+
+
+def test_find_bad_input_says_what_to_type(env, capsys):
+    dead(env, 1)
+    assert main(["find", "no-such-job"]) == 1
+    assert "field=value" in capsys.readouterr().err
+    assert main(["find", "a..b=1"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["find", "i=99"]) == 1
+    assert "0 found" in capsys.readouterr().err
+
+
+def test_result_says_completed_pending_failed_unknown(env, capsys):
+    dead(env, 1)  # charge:0
+    q = env.queue("billing")
+    q.enqueue("charge", {}, idempotency_key="paid")
+    q.ack(q.reserve("w1")[0], {"receipt": 7})
+    q.enqueue("charge", {}, idempotency_key="waiting")
+    assert main(["result", "paid"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == '{"receipt": 7}'
+    assert main(["result", "waiting", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "pending"
+    assert main(["result", "charge:0"]) == 0
+    assert capsys.readouterr().out.startswith("failed")
+    assert main(["result", "never"]) == 1
+    assert capsys.readouterr().out.strip() == "unknown"

@@ -149,3 +149,23 @@ def test_sent_outbox_rows_are_pruned_in_batches(redis_url, sqlite_url, clock):
     assert app.outbox.prune_sent(timedelta(days=7), batch=2) == 5
     app.engine.dispose()
     app.redis.close()
+
+
+def test_an_expired_done_job_takes_its_timeline_and_key_index_with_it(q, clock, keeper):
+    job_id = q.enqueue("t", {}, idempotency_key="k", delay_s=1)  # a delayed job has a timeline
+    clock.advance(1_000)
+    q.promote()
+    [job] = q.reserve("w")
+    q.ack(job, {"ok": True})
+    assert q.redis.exists(q.keys.timeline(job_id)) and q.redis.hget(q.keys.idem_index, "k")
+    clock.advance(3_600_001)
+    assert keeper.run("jobs", RetentionPolicy(done_max_age_s=3600)).done_dropped == 1
+    assert not q.redis.exists(q.keys.job(job_id), q.keys.timeline(job_id))
+    assert q.redis.hget(q.keys.idem_index, "k") is None
+
+
+def test_a_dropped_dead_job_takes_its_timeline_with_it(q, clock, keeper):
+    old, young = bury(q, clock, 2)
+    assert q.redis.exists(q.keys.timeline(old))
+    keeper.run("jobs", RetentionPolicy(dead_max_jobs=1))
+    assert not q.redis.exists(q.keys.timeline(old)) and q.redis.exists(q.keys.timeline(young))

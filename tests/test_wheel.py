@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -94,7 +95,8 @@ def served(venv: Path, redis_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     env = _clean_env(ANTRE_REDIS_URL=redis_url,
                      ANTRE_DATABASE_URL=f"sqlite:///{tmp_path / 'antre.db'}",
-                     ANTRE_ADMIN_PASSWORD=ADMIN_PASSWORD)
+                     ANTRE_ADMIN_PASSWORD=ADMIN_PASSWORD,
+                     ANTRE_SECRET_KEY=secrets.token_urlsafe(48))
     log = open(tmp_path / "web.log", "wb")
     proc = subprocess.Popen([str(venv / "bin" / "antre"), "web", "--port", str(port),
                              "--workers", "1"], cwd=str(tmp_path), env=env, stdout=log,

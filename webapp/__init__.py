@@ -23,6 +23,8 @@ from . import (
     auth,
     common,
     dlq,
+    find,
+    find_api,
     idempotency,
     inflight,
     locks,
@@ -39,7 +41,8 @@ from . import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
-              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp)
+              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
+              find.bp, find_api.bp)  # finder, job timelines, browse (issue 11)
 
 
 def asset_dir(name: str) -> str:

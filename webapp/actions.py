@@ -62,6 +62,16 @@ def _reason(reason: str | None) -> str:
     return (reason or "").strip()[:2000]
 
 
+def _actor() -> str:
+    """Who, on the job's timeline: the logged-in user."""
+    user = current_user()
+    return user.name if user else "(anonymous)"
+
+
+def _note(reason: str | None) -> dict[str, Any] | None:
+    return {"reason": _reason(reason)} if _reason(reason) else None
+
+
 # -- one job ----------------------------------------------------------------------------------
 def replay_one(queue: str, job_id: str, reason: str | None) -> Result:
     def run() -> Result:
@@ -72,7 +82,7 @@ def replay_one(queue: str, job_id: str, reason: str | None) -> Result:
         if job is not None and svc.idempotent(job.type) is False:
             warn = (f" Warning: handler '{job.type}' is marked not idempotent; its effects may "
                     "happen twice.")
-        if not svc.antre.queue(queue).replay(job_id):
+        if not svc.antre.queue(queue).replay(job_id, _actor(), _note(reason)):
             return Result(False, f"job {job_id} is not in the dead-letter queue of {queue} "
                                  "(already replayed or discarded?); nothing was changed", 409,
                           {"dead_before": before})
@@ -86,7 +96,7 @@ def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
     def run() -> Result:
         svc = _svc()
         before = svc.reads.count_dead(queue)
-        if not svc.antre.queue(queue).discard(job_id):
+        if not svc.antre.queue(queue).discard(job_id, _actor(), _note(reason)):
             return Result(False, f"job {job_id} is not in the dead-letter queue of {queue}; "
                                  "nothing was changed", 409, {"dead_before": before})
         return Result(True, f"job {job_id} discarded", 200,
@@ -96,7 +106,7 @@ def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
 
 def run_now(queue: str, job_id: str, reason: str | None) -> Result:
     def run() -> Result:
-        if not _svc().antre.queue(queue).run_now(job_id):
+        if not _svc().antre.queue(queue).run_now(job_id, _actor(), _note(reason)):
             return Result(False, f"job {job_id} is no longer scheduled (it already ran or "
                                  "moved); nothing was changed", 409)
         return Result(True, f"job {job_id} moved to the ready list")
@@ -139,7 +149,8 @@ def extend(queue: str, job_id: str, epoch: int, seconds: int, reason: str | None
         detail = {"epoch": epoch, "seconds": seconds,
                   "deadline_before": before.deadline if before else None}
         try:
-            deadline = svc.antre.queue(queue).extend(job_id, epoch, seconds * 1000, mode="add")
+            deadline = svc.antre.queue(queue).extend(job_id, epoch, seconds * 1000, mode="add",
+                                                     actor=_actor(), note=_note(reason))
         except LeaseLost as exc:
             return Result(False, "the lease changed under you (job was re-delivered/finished); "
                                  f"nothing was changed. ({exc})", 409, detail)
@@ -253,7 +264,7 @@ def discard_filtered(queue: str, flt: DeadFilter, maximum: int, confirm: str,
             return Result(False, f"not confirmed: type {count} (the number of matching jobs) "
                                  "or the word 'discard'; nothing was changed", 400,
                           {"dry_run": count})
-        out = svc.bulk.discard_filtered(queue, flt, max(0, min(maximum, MAX_BULK)))
+        out = svc.bulk.discard_filtered(queue, flt, max(0, min(maximum, MAX_BULK)), _actor())
         return Result(True, f"discarded {out['done']} dead jobs ({flt.describe()})", 200,
                       {"dry_run": count, "filter": flt.describe(), **out})
     return guarded("dlq.discard_filtered", f"{queue} [{flt.describe()}]", _reason(reason), run)
@@ -261,7 +272,8 @@ def discard_filtered(queue: str, flt: DeadFilter, maximum: int, confirm: str,
 
 def replay_filtered_now(queue: str, flt: DeadFilter, maximum: int, reason: str | None) -> Result:
     def run() -> Result:
-        out = _svc().bulk.replay_filtered_now(queue, flt, max(0, min(maximum, MAX_BULK)))
+        out = _svc().bulk.replay_filtered_now(queue, flt, max(0, min(maximum, MAX_BULK)),
+                                              _actor())
         return Result(True, f"replayed {out['done']} dead jobs ({flt.describe()})"
                             + _not_idempotent_warning(flt), 200,
                       {"filter": flt.describe(), **out})

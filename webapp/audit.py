@@ -19,7 +19,7 @@ def _filters() -> dict[str, Any]:
 
 def _link_args() -> dict[str, Any]:
     """The filters as they were asked for (a window stays a window in export links)."""
-    return {k: v for k in ("action", "user", "window", "since_ms", "until_ms")
+    return {k: v for k in ("action", "user", "window", "since_ms", "until_ms", "target")
             if (v := request.args.get(k))}
 
 

@@ -282,7 +282,7 @@ def audit_filter(src: Any, now_ms: int) -> dict[str, Any]:
     15m..7d, or ``since_ms`` / ``until_ms``); keyword arguments of ``AuditLog.list`` & co."""
     since, until = time_window(src, now_ms)
     return {"action": src.get("action") or None, "user": src.get("user") or None,
-            "since_ms": since, "until_ms": until}
+            "since_ms": since, "until_ms": until, "target": (src.get("target") or None)}
 
 
 def dead_filter(src: Any, now_ms: int) -> DeadFilter:

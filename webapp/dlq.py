@@ -7,11 +7,10 @@ import math
 from typing import Any
 
 from flask import Blueprint, Response, abort, flash, redirect, request, url_for
-from sqlalchemy.exc import SQLAlchemyError
 
 from antre.retention import Retention
 
-from . import actions, services
+from . import actions, find, services
 from .common import (
     WINDOWS_MS,
     answer,
@@ -69,20 +68,7 @@ def tasks() -> str:
 @bp.get("/<queue>/<job_id>")
 @requires("viewer")
 def job(queue: str, job_id: str) -> str:
-    svc = services.get()
-    check_queue(queue)
-    found = svc.reads.job(queue, job_id)
-    if found is None:
-        abort(404, f"no job {job_id} in queue {queue} (discarded, or done and pruned)")
-    record, idem_error = None, ""
-    try:
-        record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
-    except SQLAlchemyError:
-        svc.outages.failed("database")
-        idem_error = "the database is unreachable: idempotency status unknown"
-    return render("job.html", "_job.html", queue=queue, job=found, record=record,
-                  idem_error=idem_error, idempotent=svc.idempotent(found.type),
-                  as_of=svc.clock())
+    return find.job_page(queue, job_id)  # the job page with its timeline
 
 
 def _back(queue: str) -> Response:

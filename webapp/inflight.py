@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, flash, redirect, request, url_for
 
-from . import actions, services
+from . import actions, find, services
 from .common import (
     answer,
     arg_int,
@@ -25,22 +25,32 @@ bp = Blueprint("inflight", __name__, url_prefix="/inflight")
 EXPIRING_MS = 5_000
 
 
-def inflight_data(queue: str, offset: int, limit: int) -> dict[str, Any]:
+SORTS = ("deadline", "silent", "running")  # worst first: lease ending, no heartbeat, longest
+
+
+def inflight_data(queue: str, offset: int, limit: int, sort: str = "deadline") -> dict[str, Any]:
     svc = services.get()
-    page = svc.reads.inflight(queue, offset, limit)
+    if sort == "deadline":
+        page = svc.reads.inflight(queue, offset, limit)
+    else:
+        page = find.finder().inflight_worst_first(queue, sort, offset, limit)
     owners = {}
     for wid in {r.worker_id for r in page.rows if r.worker_id}:
         owners[wid] = svc.registry.get(wid)
     return {"queue": queue, "page": page, "owners": owners, "as_of": page.as_of,
-            "expiring_ms": EXPIRING_MS, "queues": svc.reads.queue_names()}
+            "expiring_ms": EXPIRING_MS, "queues": svc.reads.queue_names(), "sort": sort,
+            "sorts": SORTS}
 
 
 @bp.get("/")
 @requires("viewer")
 def index() -> str:
     queue = queue_arg(busiest="inflight")
+    sort = request.args.get("sort") or "deadline"
+    if sort not in SORTS:
+        abort(400, f"sort must be one of {', '.join(SORTS)}")
     return render("inflight.html", "_inflight.html",
-                  **inflight_data(queue, *page_args()))
+                  **inflight_data(queue, *page_args(), sort=sort))
 
 
 @bp.post("/<queue>/selected")

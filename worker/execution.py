@@ -179,7 +179,9 @@ class Execution:
             except redis.RedisError:
                 pass  # tried again on the next refusal
         return Snooze(jitter_ms(200, 1000), "fence_rejected", count_as="fence_rejected",
-                      level=logging.WARNING, note=str(exc))
+                      level=logging.WARNING, note=str(exc),
+                      details={"lock": exc.lock_key, "fence": exc.fence,
+                               "committed_fence": exc.current})
 
 
 def _as_failure(r: Running, exc: BaseException) -> Exception:

@@ -58,6 +58,7 @@ class Snooze:
     count_as: str = ""
     note: str = ""
     level: int = logging.INFO
+    details: dict[str, Any] | None = None  # for the job's timeline: the lock and fence, ...
 
 
 @dataclass(frozen=True)

@@ -171,10 +171,13 @@ class Pipeline:
         try:
             r.lock = self.health.call(self.locks.acquire, r.job.lock_key,
                                       ttl_ms=int(r.spec.lock_ttl_s * 1000),
-                                      owner=self.worker_id, release=previous)
+                                      owner=self.worker_id, release=previous,
+                                      holder_job=f"{r.queue.name}/{r.job.id}")
         except LockBusy as exc:
             return Snooze(jitter_ms(200, 1000), "lock_busy", counter="lock_busy",
-                          count_as="lock_busy", note=f"lock busy: {exc}")
+                          count_as="lock_busy", note=f"lock busy: {exc}",
+                          details={"lock": exc.key, "holder": exc.holder,
+                                   "holder_fence": exc.fence, "ttl_ms": exc.ttl_ms})
         r.lock_renewed = time.monotonic()  # renewed by the heartbeat from now on
         return None
 
@@ -193,7 +196,8 @@ class Pipeline:
             r.admission = adm
             return None
         return Snooze(self._hold_ms(r, adm, downstream), adm.reason, counter=adm.reason,
-                      count_as=adm.reason, note=f"held back: {adm.reason} for {adm.wait_s:.2f}s")
+                      count_as=adm.reason, note=f"held back: {adm.reason} for {adm.wait_s:.2f}s",
+                      details={"downstream": spec.downstream or "", "wait_s": adm.wait_s})
 
     def _hold_ms(self, r: Running, adm: Admission, downstream: FlowPolicy | None) -> int:
         """How long a held-back job waits. A slot usually frees when its job ends, not at its
@@ -244,7 +248,9 @@ class Pipeline:
             return Ack(begin.record.result if begin.record is not None else None,
                        deduplicated=True)
         if outcome == BUSY:
-            return Snooze(jitter_ms(800, 1200), "idempotency_busy", counter="idempotency_busy")
+            return Snooze(jitter_ms(800, 1200), "idempotency_busy", counter="idempotency_busy",
+                          details={"key": r.job.idempotency_key,
+                                   "owner": begin.record.owner if begin.record else None})
         if outcome == MISMATCH:
             return Bury("idempotency key reused with a different payload",
                         "idempotency_mismatch", spend_attempt=True)

@@ -64,7 +64,8 @@ class Settler:
 
     def _ack_together(self, done: list[tuple[Running, Ack]]) -> None:
         q = done[0][0].queue
-        lost = {j.id for j in self.health.call(q.ack_many, [(r.job, a.result) for r, a in done])}
+        lost = {j.id for j in self.health.call(q.ack_many, [(r.job, a.result) for r, a in done],
+                                               notes=[timeline_note(r, a) for r, a in done])}
         for r, ack in done:
             if r.job.id in lost:
                 self.lease_lost(r.job, LeaseLost(f"job {r.job.id}: the lease changed before "
@@ -100,19 +101,19 @@ class Settler:
     @staticmethod
     def _transition(r: Running, outcome: Outcome) -> None:
         """The outcome's one fenced Lua transition."""
-        q, job = r.queue, r.job
+        q, job, note = r.queue, r.job, timeline_note(r, outcome)
         if isinstance(outcome, Ack):
             q.ack(job, outcome.result,
-                  counter="deduplicated" if outcome.deduplicated else "acked")
+                  counter="deduplicated" if outcome.deduplicated else "acked", note=note)
         elif isinstance(outcome, Retry):
             q.retry(job, delay_ms=outcome.delay_ms, error=outcome.error, kind=outcome.kind,
-                    traceback=outcome.traceback)
+                    traceback=outcome.traceback, note=note)
         elif isinstance(outcome, Snooze):
-            q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter)
+            q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter, note=note)
         elif isinstance(outcome, Bury):
             q.bury(job, reason=outcome.reason, error=outcome.error or outcome.reason,
                    kind=outcome.kind, traceback=outcome.traceback,
-                   spend_attempt=outcome.spend_attempt)
+                   spend_attempt=outcome.spend_attempt, note=note)
 
     def _hand_back(self, r: Running, outcome: HandBack) -> bool:
         with r.settle_lock:
@@ -121,7 +122,8 @@ class Settler:
             r.closed = True  # whatever the handler does later is dropped
             r.stop_handler()
             try:
-                self.health.call(r.queue.hand_back, r.job, give_up_at=outcome.give_up_at)
+                self.health.call(r.queue.hand_back, r.job, give_up_at=outcome.give_up_at,
+                                 note=timeline_note(r, outcome))
             except LeaseLost as exc:
                 self.lease_lost(r.job, exc)
                 return False
@@ -160,6 +162,29 @@ class Settler:
             self.counts[outcome.count_as] += 1
         elif isinstance(outcome, DropStale) and outcome.newly_lost:
             self.counts["lease_lost"] += 1
+
+
+def timeline_note(r: Running, outcome: Outcome) -> dict[str, Any] | None:
+    """What the worker knows of an outcome, for the job's timeline (the settling script
+    appends it to its event): the handler's run time; for an ack the fences its effects
+    committed under (the lease epoch fences the idempotency record, the lock's token fences
+    SQL effects under a business lock); for a snooze why, with its details."""
+    note: dict[str, Any] = {}
+    ran = duration_ms(r)
+    if ran is not None:
+        note["ran_ms"] = ran
+    if isinstance(outcome, Ack):
+        if r.owns_idempotency:
+            note["idempotency_fence"] = r.job.epoch
+        if r.lock is not None:
+            note["lock"], note["lock_fence"] = r.lock.key, r.lock.fence
+    elif isinstance(outcome, Snooze):
+        note.update(outcome.details or {})
+        if outcome.note:
+            note["note"] = outcome.note
+    elif isinstance(outcome, HandBack):
+        note["why"] = "the worker is shutting down"
+    return note or None
 
 
 def duration_ms(r: Running) -> int | None:

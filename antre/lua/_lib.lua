@@ -93,3 +93,51 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   unique_release(job_key, id, false)
   return group
 end
+
+-- == Job timelines and the idempotency-key index (issue 11) ===================================
+-- A job's timeline is a LIST '<tag>:tl:<id>' (keys.QueueKeys.timeline), oldest event first,
+-- capped at TL_CAP; scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
+-- the index, keys.QueueKeys.idem_index '<tag>:idem', with idem_index_key). Every event is one
+-- JSON object: {"t": ms, "k": kind, "a": actor, "d": {details}, "x": the caller's own JSON}.
+-- A job hash that is deleted takes its timeline and its index entry with it (forget_job).
+-- A failure's traceback keeps its last 2,000 characters here (the job's 'errors' keep 8,000).
+local TL_CAP = 100
+
+local function tl_key(job_prefix, id)
+  return string.sub(job_prefix, 1, -5) .. 'tl:' .. id
+end
+
+local function idem_index_key(job_prefix)
+  return string.sub(job_prefix, 1, -5) .. 'idem'
+end
+
+local function tl_add_json(key, now, kind, actor_json, detail_json, extra)
+  -- actor and details already JSON-encoded (the hot paths build them once, or by hand)
+  local ev = '{"t":' .. string.format('%d', now) .. ',"k":"' .. kind .. '","a":' ..
+             actor_json .. ',"d":' .. detail_json
+  if extra and extra ~= '' then ev = ev .. ',"x":' .. extra end
+  if redis.call('RPUSH', key, ev .. '}') > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
+end
+
+local function tl_add(key, now, kind, actor, detail, extra)
+  tl_add_json(key, now, kind, cjson.encode(actor or ''), cjson.encode(detail or {}), extra)
+end
+
+local function unindex_key(index, ikey, id)
+  -- the index keeps the newest job of a key: only that job's end removes the entry
+  if ikey and ikey ~= '' and redis.call('HGET', index, ikey) == id then
+    redis.call('HDEL', index, ikey)
+  end
+end
+
+local function forget_job(job_prefix, id)
+  local key = job_prefix .. id
+  unindex_key(idem_index_key(job_prefix), redis.call('HGET', key, 'idem_key'), id)
+  redis.call('DEL', key, tl_key(job_prefix, id))
+end
+
+local function actor_of(job_key, given)
+  -- the caller's actor (an operator, the sweeper), else the worker holding the job
+  if given and given ~= '' then return given end
+  return redis.call('HGET', job_key, 'worker_id') or ''
+end

@@ -5,6 +5,9 @@
 -- three are id, type, visible_at
 -- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
 -- client's packing cost low for big batches)
+-- Each stored job is indexed by its idempotency key (field 'idem_key', keys.QueueKeys.idem_index:
+-- the newest job of a key). A job enqueued with a delay gets an 'enqueued' event (delay_ms); the
+-- others' is read from the hash (created_at, trace_id), so an immediate job costs no timeline.
 -- Optional fields (present only on such jobs; see "producer guards" below): ukey + unique_ms
 -- (a unique job: the key of its idempotency key's index entry, the unique_for window), sched +
 -- tick (a periodic tick: the schedule's state hash and the tick time ms; tick 0 is a manual
@@ -17,6 +20,9 @@ local prefix, now = ARGV[1], tonumber(ARGV[2])
 local names = cjson.decode(ARGV[3])
 local n = #names
 local out = {}
+local idem_at = 0
+for i = 1, n do if names[i] == 'idem_key' then idem_at = i end end
+local idem_index = idem_index_key(prefix)
 local stored = 0
 local readied = 0
 
@@ -87,9 +93,11 @@ for a = 4, #ARGV do
     end
     redis.call('HSET', key, unpack(fields))
     redis.call('SADD', KEYS[4], jtype)
+    if idem_at > 0 then redis.call('HSET', idem_index, values[idem_at], id) end
     if visible_at > now then
       redis.call('HSET', key, 'state', 'scheduled')
       redis.call('ZADD', KEYS[2], visible_at, id)
+      tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})
     else
       redis.call('HSET', key, 'state', 'ready')
       redis.call('LPUSH', KEYS[1], id)

@@ -4,6 +4,7 @@
 -- blocking wait runs when the wait ends, so the client's now would be stale; Queue.wait_and_reserve)
 -- ARGV[3] max jobs   ARGV[4] worker id
 -- ARGV[5 ..] the fields to return for each job
+-- Each reserved job gets a 'reserved' event on its timeline (actor: the worker).
 -- Returns: array of HMGET arrays (values of ARGV[5 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
@@ -19,6 +20,7 @@ local fields = {}
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local out = {}
 local orphans = 0
+local worker_json = cjson.encode(worker)
 for _, id in ipairs(ids) do
   local key = prefix .. id
   if redis.call('EXISTS', key) == 0 then
@@ -32,10 +34,13 @@ for _, id in ipairs(ids) do
     local epoch = num_field(key, 'epoch', -1)
     if epoch < 0 then epoch = now end
     redis.call('HSET', key, 'epoch', epoch + 1)
-    bump(key, 'deliveries', 1)
+    local delivery = bump(key, 'deliveries', 1)
     redis.call('HSET', key, 'state', 'inflight', 'deadline', deadline, 'reserved_at', now,
                'worker_id', worker)
     redis.call('ZADD', KEYS[2], deadline, id)
+    tl_add_json(tl_key(prefix, id), now, 'reserved', worker_json,
+                string.format('{"epoch":%d,"delivery":%d,"deadline":%d}', epoch + 1, delivery,
+                              deadline))
     out[#out + 1] = redis.call('HMGET', key, unpack(fields))
   end
 end

@@ -6,18 +6,12 @@
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] dead: max jobs kept   ARGV[4] dead: max age ms
 -- ARGV[5] done: max age ms   ARGV[6] at most this many jobs dropped by this call
 -- ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group prefix
--- ARGV[9] JSON array of per-job key prefixes deleted with a job (e.g. its timeline), may be []
--- ARGV[10 ..] error group ids to check: each one with no dead job left is removed
+-- ARGV[9 ..] error group ids to check: each one with no dead job left is removed
+-- A job dropped takes its timeline and its idempotency-key index entry with it (forget_job).
 -- Returns: {dead jobs dropped, done jobs dropped, error groups removed}
 local prefix, now, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6])
 local max_jobs, max_age, done_age = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local extra = cjson.decode(ARGV[9])
 local touched = {}
-
-local function delete_job(id)
-  redis.call('DEL', prefix .. id)
-  for _, p in ipairs(extra) do redis.call('DEL', p .. id) end
-end
 
 local function drop_dead(id)
   local f = redis.call('HMGET', prefix .. id, 'type', 'group')
@@ -27,7 +21,7 @@ local function drop_dead(id)
     redis.call('ZREM', ARGV[8] .. f[2], id)
     touched[f[2]] = true
   end
-  delete_job(id)
+  forget_job(prefix, id)
 end
 
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - max_age, 'LIMIT', 0, limit)
@@ -47,10 +41,10 @@ if limit - dropped > 0 then
 end
 for _, id in ipairs(done) do
   redis.call('ZREM', KEYS[2], id)
-  delete_job(id)
+  forget_job(prefix, id)
 end
 
-for i = 10, #ARGV do touched[ARGV[i]] = true end
+for i = 9, #ARGV do touched[ARGV[i]] = true end
 local groups = 0
 for group in pairs(touched) do
   if redis.call('ZCARD', ARGV[8] .. group) == 0 and redis.call('HDEL', KEYS[4], group) == 1 then

@@ -5,6 +5,9 @@
 -- ARGV[1] id   ARGV[2] epoch   ARGV[3] now_ms   ARGV[4] visible_at_ms   ARGV[5] spend attempt 1|0
 -- ARGV[6] undo the delivery count 1|0   ARGV[7] error ('' records no error)   ARGV[8] error kind
 -- ARGV[9] traceback   ARGV[10] stats counter to bump
+-- KEYS[6] the job's timeline (optional)   ARGV[11] the caller's event details as JSON ('')
+-- ARGV[12] actor ('' = the job's worker). The event is 'handed_back' (counter handed_back),
+-- 'failed' (an error is recorded) or 'snoozed' (why: the error kind).
 -- Returns: 'OK', or 'LOST:<why>' with nothing changed.
 local id, epoch, now, visible_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)
@@ -13,6 +16,20 @@ redis.call('ZREM', KEYS[2], id)
 if ARGV[5] == '1' then bump(KEYS[1], 'attempt', 1) end
 if ARGV[6] == '1' then bump(KEYS[1], 'deliveries', -1) end
 if ARGV[7] ~= '' then append_error(KEYS[1], now, ARGV[8], ARGV[7], ARGV[9]) end
+if KEYS[6] then
+  local actor = actor_of(KEYS[1], ARGV[12])
+  if ARGV[10] == 'handed_back' then
+    tl_add(KEYS[6], now, 'handed_back', actor, {}, ARGV[11])
+  elseif ARGV[7] ~= '' then
+    tl_add(KEYS[6], now, 'failed', actor,
+           {error = ARGV[7], kind = ARGV[8], traceback = string.sub(ARGV[9], -2000),
+            attempt = num_field(KEYS[1], 'attempt', 0), attempt_spent = ARGV[5] == '1',
+            next_at = visible_at}, ARGV[11])
+  else
+    tl_add(KEYS[6], now, 'snoozed', actor, {why = ARGV[8], counter = ARGV[10],
+                                            until_ms = visible_at}, ARGV[11])
+  end
+end
 redis.call('HSET', KEYS[1], 'visible_at', visible_at, 'deadline', 0)
 if visible_at <= now then
   redis.call('HSET', KEYS[1], 'state', 'ready')

@@ -3,6 +3,7 @@
 -- KEYS[1] inflight   KEYS[2] ready   KEYS[3] dead   KEYS[4] stats   KEYS[5] errgroups
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] dead-by-type prefix
 -- ARGV[5] dead-by-group prefix
+-- Each swept job gets a 'swept' event (and a 'buried' one when poison) by the 'sweeper'.
 -- Returns: {requeued count, buried count, id, outcome, id, outcome, ...}
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 1, 'LIMIT', 0, tonumber(ARGV[3]))
@@ -18,11 +19,15 @@ for _, id in ipairs(ids) do
     append_error(key, now, 'lease_expired', msg, '')
     redis.call('HSET', key, 'deadline', 0)
     redis.call('HINCRBY', KEYS[4], 'expired', 1)
+    local tl = tl_key(prefix, id)
+    tl_add(tl, now, 'swept', 'sweeper', {worker = f[1] or '', delivery = deliveries,
+                                         outcome = deliveries >= maxd and 'dead' or 'ready'})
     if deliveries >= maxd then
       local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker died or ' ..
                      'hung each time (poison job; limit ' .. maxd .. ' deliveries)'
       bury_job(key, id, now, reason, 'poison: worker died or hung on every delivery',
                KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
+      tl_add(tl, now, 'buried', 'sweeper', {reason = reason, kind = 'poison'})
       buried = buried + 1
       out[#out + 1] = id
       out[#out + 1] = 'dead'

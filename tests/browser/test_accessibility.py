@@ -59,6 +59,7 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
     pages = [
         ("/", "#live .cards"),
         ("/inflight/", f"tr[data-row='{made['slow']}']"),
+        ("/inflight/?queue=default&sort=silent", f"tr[data-row='{made['slow']}']"),  # issue 11
         ("/scheduled/", "td.err:has-text('upstream 503')"),
         ("/schedules/", "tr[data-schedule='nightly_digest']"),
         ("/dlq/", f"tr[data-row='{made['dead']}']"),
@@ -68,6 +69,10 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         (f"/idempotency/?key=browser:charge:{made['dead_ref']}", "dl.facts"),
         ("/audit/", "td:text-is('login')"),
         ("/users/", "td:text-is('viewer')"),
+        # the finder (issue 11): search results, browse pages
+        (f"/find?q=ref={made['dead_ref']}", "td.search-done"),
+        ("/browse/default/dead", f"tr[data-row='{made['dead']}']"),
+        ("/browse/default/ready", "table.browse"),
     ]
     problems: dict[str, list[str]] = {}
 
