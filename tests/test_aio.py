@@ -111,9 +111,14 @@ def test_timed_passes_results_and_cancellation_through():
 def test_the_block_warning_names_the_job_type_once_per_window(caplog):
     counts: Counter[str] = Counter()
     report = BlockReporter(counts, every_s=60)
-    with caplog.at_level(logging.WARNING, logger="antre.worker"):
-        report("send_report", 0.25)
-        report("send_report", 0.3)
+    worker_log = logging.getLogger("antre.worker")
+    worker_log.addHandler(caplog.handler)  # also when a CLI test stopped 'antre' propagating
+    try:
+        with caplog.at_level(logging.WARNING, logger="antre.worker"):
+            report("send_report", 0.25)
+            report("send_report", 0.3)
+    finally:
+        worker_log.removeHandler(caplog.handler)
     assert counts["loop_blocked"] == 2
-    [record] = caplog.records
+    [record] = {id(r): r for r in caplog.records}.values()
     assert "job type send_report blocked the event loop for 250 ms" in record.getMessage()

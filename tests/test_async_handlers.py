@@ -311,10 +311,15 @@ def test_a_handler_that_blocks_the_loop_is_named_in_a_warning(app, clock, q, cap
         time.sleep(0.25)  # a sync call inside async def
 
     app.enqueue("blocking_report", {}, idempotency_key="br")
-    with caplog.at_level(logging.WARNING, logger="antre.worker"):
-        counts = make_worker(app, clock).run_burst()
+    worker_log = logging.getLogger("antre.worker")
+    worker_log.addHandler(caplog.handler)  # also when a CLI test stopped 'antre' propagating
+    try:
+        with caplog.at_level(logging.WARNING, logger="antre.worker"):
+            counts = make_worker(app, clock).run_burst()
+    finally:
+        worker_log.removeHandler(caplog.handler)
     assert counts["loop_blocked"] == 1
-    [record] = [r for r in caplog.records if r.event == "loop_blocked"]
+    [record] = {id(r): r for r in caplog.records if r.event == "loop_blocked"}.values()
     assert "job type blocking_report blocked the event loop" in record.getMessage()
 
 
