@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import threading
 from dataclasses import dataclass, field
@@ -27,12 +28,17 @@ from .errors import InvalidJob
 from .flow import FlowPolicy
 from .keys import valid_name
 from .locks import Lock, Locks, held_lock
+from .periodic import Schedule, Scheduler, make_schedule
 from .queue import Queue
+from .retention import RetentionPolicy, policy_from_env
 from .retry import RetryPolicy
 from .scripts import Scripts
 from .tracing import enqueue_span, inject_traceparent, recording
 
 Handler = Callable[[Any, Any], Any]
+# a worker's idle runner threads each hold a connection while they wait on the wake list:
+# redis-py's default pool of 100 refused "Too many connections" at --threads 128
+MAX_REDIS_CONNECTIONS = 1_000
 
 
 @dataclass
@@ -56,11 +62,15 @@ class HandlerSpec:
     cancel_grace_s: float = 10.0
     max_age_s: float | None = None
     max_snoozes: int | None = None
+    unique: bool = False  # enqueue returns the pending job holding the same idempotency key
+    unique_for_s: float = 0.0  # and refuses a key whose job completed this recently
+    is_async: bool = False  # an ``async def`` handler: run on the worker's event loop
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
                 "visibility_timeout_s": self.visibility_timeout_s,
-                "max_deliveries": self.max_deliveries}
+                "max_deliveries": self.max_deliveries, "unique": self.unique,
+                "unique_for_s": self.unique_for_s}
 
 
 DEFAULT_MAX_SNOOZES = 1000
@@ -108,6 +118,8 @@ class Antre:
             "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
         self.handlers: dict[str, HandlerSpec] = {}
         self.downstreams: dict[str, FlowPolicy] = {}
+        self.schedules: dict[str, Schedule] = {}
+        self.retention_policies: dict[str, RetentionPolicy] = {}  # per queue; else from env
         if redis_client is not None and not redis_client.get_encoder().decode_responses:
             raise ValueError("Antre needs a Redis client that decodes replies to str: build it "
                              "with decode_responses=True (e.g. redis.Redis.from_url(url, "
@@ -116,6 +128,7 @@ class Antre:
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
         self._sql: SqlParts | None = None
+        self._database_checked: bool | None = None  # True: no database (see _no_database)
         self._init_lock = threading.Lock()  # lazy connections are built once across threads
         self.migrate_on_start = True
         self._alerts = alerts
@@ -167,7 +180,8 @@ class Antre:
             if self._redis is None:
                 self._redis = redis.Redis.from_url(
                     self.redis_url, decode_responses=True, socket_timeout=10,
-                    socket_connect_timeout=5, health_check_interval=30)
+                    socket_connect_timeout=5, health_check_interval=30,
+                    max_connections=MAX_REDIS_CONNECTIONS)
         return self._redis
 
     @property
@@ -181,21 +195,32 @@ class Antre:
         if name not in self._queues:
             self._queues[name] = Queue(self.redis, name, clock=self.clock,
                                        max_payload_bytes=self.max_payload_bytes,
-                                       scripts=self.scripts)
+                                       scripts=self.scripts,
+                                       done_retention_ms=self._done_retention_ms(name))
         return self._queues[name]
+
+    def _done_retention_ms(self, queue: str) -> int:
+        return self.retention_for(queue).done_max_age_s * 1000
 
     # -- SQL (idempotency records, outbox, users, audit): None without a database ------------
     def _sql_parts(self) -> SqlParts | None:
-        database_url = self.database_url
-        if database_url is None:
+        if self._sql is None and self._no_database():
             return None
         if self._sql is None:
             with self._init_lock:
                 if self._sql is None:
-                    self._sql = self._connect_sql(database_url)
+                    self._sql = self._connect_sql()
         return self._sql
 
-    def _connect_sql(self, database_url: str) -> SqlParts:
+    def _no_database(self) -> bool:
+        """No database URL: read when first needed, then kept (a worker asks per job)."""
+        if self._database_checked is None:
+            self._database_checked = self.database_url is None
+        return self._database_checked
+
+    def _connect_sql(self) -> SqlParts:
+        database_url = self.database_url
+        assert database_url is not None
         engine = sql.make_engine(database_url)
         if self.migrate_on_start:
             sql.migrate(engine)
@@ -266,17 +291,72 @@ class Antre:
 
     # -- handlers ----------------------------------------------------------------------------
     def handler(self, name: str, **options: Any) -> Callable[[Handler], Handler]:
-        """Register ``fn(ctx, payload)`` for job type ``name``. Options: queue, max_attempts,
+        """Register ``fn(ctx, payload)`` for job type ``name``; an ``async def`` handler runs on
+        the worker's event loop (``antre worker --concurrency N``). Options: queue, max_attempts,
         timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
         idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
-        flow (a ``FlowPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes."""
+        flow (a ``FlowPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes,
+        unique and unique_for_s (the defaults of ``enqueue``'s own: see there)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
         def register(fn: Handler) -> Handler:
-            self.handlers[name] = HandlerSpec(name=name, fn=fn, **options)
+            self.handlers[name] = HandlerSpec(name=name, fn=fn,
+                                              is_async=inspect.iscoroutinefunction(fn), **options)
             return fn
         return register
+
+    # -- periodic jobs (antre/periodic.py) ---------------------------------------------------
+    def periodic(self, cron: str | None = None, job_type: str = "", *, every_s: int | None = None,
+                 payload: Any = None, timezone: str = "UTC", name: str | None = None,
+                 queue: str | None = None, catch_up: str = "once", max_catch_up: int = 10,
+                 grace_s: float = 60.0, **options: Any) -> Callable[[Handler], Handler]:
+        """Enqueue ``job_type`` on a schedule: ``periodic("*/5 * * * *", "reconcile_stock")``
+        (cron, in ``timezone``) or ``periodic(job_type="flush", every_s=30)``. Each tick is
+        enqueued once cluster-wide by the workers' scheduler duty. ``catch_up`` after a
+        scheduler outage: 'skip', 'once' (default) or 'all' (the latest ``max_catch_up``).
+        ``name`` (default: the job type) tells several schedules of one type apart;
+        ``options`` are job options (max_attempts, timeout_s, ...). Raises ``InvalidJob`` at
+        once on a bad expression, timezone or option. Usable as a decorator of the handler."""
+        schedule = make_schedule(name or job_type, job_type, cron=cron, every_s=every_s,
+                                 payload=payload, timezone=timezone, queue=queue,
+                                 catch_up=catch_up, max_catch_up=max_catch_up, grace_s=grace_s,
+                                 options=options)
+        if schedule.name in self.schedules:
+            raise InvalidJob(f"a schedule named {schedule.name!r} exists already: pass name= "
+                             "to tell two schedules of one job type apart")
+        self.schedules[schedule.name] = schedule
+
+        def register(fn: Handler) -> Handler:
+            if job_type not in self.handlers:
+                self.handler(job_type)(fn)
+            return fn
+        return register
+
+    def resolved_schedules(self) -> list[Schedule]:
+        """The schedules with their queue and job options filled in from their handlers."""
+        out = []
+        for s in self.schedules.values():
+            handler = self.handlers.get(s.job_type)
+            queue = s.queue or (handler.queue if handler else self.default_queue)
+            options = {**(handler.defaults() if handler else {}), **s.options}
+            out.append(dataclasses.replace(s, queue=queue, options=options))
+        return out
+
+    def scheduler(self) -> Scheduler:
+        return Scheduler(self.redis, self.resolved_schedules(), clock=self.clock,
+                         scripts=self.scripts, default_queue=self.default_queue)
+
+    # -- retention (antre/retention.py) -----------------------------------------------------
+    def retention(self, queue: str, **limits: int) -> RetentionPolicy:
+        """Set ``queue``'s retention: dead_max_jobs, dead_max_age_s, done_max_age_s (the rest
+        from the environment's defaults). Applied by the workers' retention duty."""
+        policy = dataclasses.replace(policy_from_env(), **limits)
+        self.retention_policies[queue] = policy
+        return policy
+
+    def retention_for(self, queue: str) -> RetentionPolicy:
+        return self.retention_policies.get(queue) or policy_from_env()
 
     def downstream(self, name: str, policy: FlowPolicy) -> None:
         """Limits shared by every handler with ``downstream=name``: concurrency, a token-bucket
@@ -306,7 +386,12 @@ class Antre:
                 lock_key: str | None = None, delay_s: float = 0.0, queue: str | None = None,
                 session: Any = None, **options: Any) -> str:
         """Enqueue one job; returns its id. With ``session=`` (a SQLAlchemy session) the job is
-        written to the outbox in the caller's transaction and pushed to Redis by the relay."""
+        written to the outbox in the caller's transaction and pushed to Redis by the relay.
+
+        ``unique=True``: while a job with the same idempotency key is pending (ready,
+        scheduled or in flight) in this queue, no second job is added and that job's id is
+        returned; ``unique_for_s=N`` also refuses the key for N seconds after its job
+        completed (the completed job's id is returned). Decided in the enqueue script."""
         q = self.queue_for(job_type, queue)
         spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
                          delay_s=delay_s, **options)

@@ -152,6 +152,21 @@ class AuditLog:
                 ).scalar_one()
             )
 
+    def prune(self, before_ms: int, *, batch: int = 5000) -> int:
+        """Delete entries older than ``before_ms`` in batches (never one long transaction);
+        returns how many."""
+        cutoff = ms_to_datetime(before_ms)
+        total = 0
+        while True:
+            with self._sf() as s, s.begin():
+                ids = s.execute(select(_C.id).where(_C.at < cutoff).order_by(_C.id)
+                                .limit(batch)).scalars().all()
+                if ids:
+                    s.execute(_T.delete().where(_C.id.in_(ids)))
+            total += len(ids)
+            if len(ids) < batch:
+                return total
+
     def _filtered(
         self, q: Select[*_Ts], action: str | None, user: str | None,
         since_ms: int | None = None, until_ms: int | None = None, target: str | None = None,

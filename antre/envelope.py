@@ -256,6 +256,8 @@ class JobSpec:
     headers: dict[str, str] = field(default_factory=dict)
     trace_id: str | None = None
     job_id: str | None = None
+    unique: bool = False  # while a job holds this idempotency key, enqueue returns its id
+    unique_for_s: float = 0.0  # unique: after it completes, refuse the key this long
 
 
 # the fields of a new job hash; enqueue.lua reads id, type, visible_at by position: first
@@ -277,8 +279,16 @@ def check_spec(spec: JobSpec, queue: str) -> None:
     _check_seconds("timeout_s", spec.timeout_s, 0.001)
     _check_seconds("visibility_timeout_s", spec.visibility_timeout_s, 0.001)
     _check_seconds("delay_s", spec.delay_s, 0)
+    if spec.unique is not False:  # unique jobs (issue 13): the common case costs one test
+        _check_unique(spec)
     if spec.job_id and not valid_name(spec.job_id):  # '' or None: a new id is made
         raise InvalidJob(f"bad job id {spec.job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+
+
+def _check_unique(spec: JobSpec) -> None:
+    if not isinstance(spec.unique, bool):
+        raise InvalidJob(f"unique must be True or False, not {spec.unique!r}")
+    _check_seconds("unique_for_s", spec.unique_for_s, 0)
 
 
 def _check_count(name: str, value: Any) -> None:

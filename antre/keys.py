@@ -135,6 +135,21 @@ class QueueKeys:
     def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
         return f"{self.tag}:idem"
 
+    # -- producer side: unique jobs, periodic schedules, retention (issue 13) ---------------
+    @property
+    def unique_prefix(self) -> str:  # STRING per idempotency key of a unique job (see below)
+        return f"{self.tag}:uniq:"
+
+    def unique(self, idempotency_key: str) -> str:
+        """STRING: the id of the pending job holding ``idempotency_key`` (a unique job), or
+        ``done:<id>`` with a TTL while a completed job's ``unique_for_s`` window lasts."""
+        return f"{self.unique_prefix}{idempotency_key}"
+
+    def schedule(self, name: str) -> str:
+        """HASH: a periodic schedule's state (last_tick, last_job, last_enqueued_at, paused,
+        paused_by), in the queue's slot so the enqueue script checks the tick atomically."""
+        return f"{self.tag}:schedule:{name}"
+
 
 def queues_index() -> str:
     """SET of queue names that ever had a job."""
@@ -248,3 +263,15 @@ def login_failures(digest: str) -> str:
     account, or the pair) in the window; ``digest`` is a hash of the bucket (never the raw,
     user-supplied name)."""
     return f"{PREFIX}:{{auth}}:login_failures:{digest}"
+
+
+def schedules_index() -> str:
+    """HASH schedule name -> JSON definition (cron or interval, timezone, job type, queue,
+    catch-up policy), written by the schedulers, read by the Schedules page and the CLI."""
+    return f"{PREFIX}:{{schedules}}:index"
+
+
+def retention_policies() -> str:
+    """HASH queue -> JSON retention policy in force (written by the retention duty, shown on
+    the dead-letter page)."""
+    return f"{PREFIX}:{{retention}}:policies"

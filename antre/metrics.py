@@ -63,6 +63,8 @@ METRIC_NAMES = (
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
     "antre_paused", "antre_paused_seconds", "antre_parked_jobs",
     "antre_fence_refusals_total", "antre_lost_locks_total", "antre_outbox_oldest_age_seconds",
+    "antre_enqueue_deduplicated_total", "antre_dlq_dropped_total",
+    "antre_worker_loop_lag_seconds",
 )
 
 
@@ -207,6 +209,12 @@ class AntreCollector:
                                                   labels=q),
             "lock_lost": CounterMetricFamily("antre_lost_locks", "Business locks lost while "
                                              "their job ran (not committed, snoozed)", labels=q),
+            "enqueue_deduplicated": CounterMetricFamily(
+                "antre_enqueue_deduplicated", "Unique enqueues answered with the pending job "
+                "holding the same idempotency key (no second job added)", labels=q),
+            "dead_dropped": CounterMetricFamily(
+                "antre_dlq_dropped", "Dead jobs dropped by retention (over the queue's "
+                "maximum count or age), oldest first", labels=q),
         }
         ack_latency = SummaryMetricFamily("antre_ack_latency_seconds", "Enqueue to ack, all job "
                                           "types (from the ack script's counters)", labels=q)
@@ -275,10 +283,15 @@ class AntreCollector:
         live.add_metric([], registry.live_count())
         restarts = CounterMetricFamily("antre_worker_restarts", "Worker processes restarted by "
                                        "their supervisor", labels=["supervisor", "host"])
+        lag = GaugeMetricFamily("antre_worker_loop_lag_seconds", "Worst lag of a worker "
+                                "process's event loop (async handlers) over its last heartbeat; "
+                                "high when a handler blocks the loop", labels=["worker", "host"])
         for info in registry.list():
             if info.kind == "supervisor":
                 restarts.add_metric([info.id, info.host], info.restarts)
-        yield from (live, restarts)
+            elif info.concurrency and info.alive(self.clock()):
+                lag.add_metric([info.id, info.host], info.loop_lag_ms / 1000)
+        yield from (live, restarts, lag)
 
     def _flow(self) -> Iterator[Metric]:
         flow = FlowControl(self.redis, self.clock)

@@ -138,7 +138,7 @@ class Outbox:
             v = datetime.fromisoformat(v)
         return datetime_to_ms(v)
 
-    def prune_sent(self, older_than: int | datetime | timedelta) -> int:
+    def prune_sent(self, older_than: int | datetime | timedelta, *, batch: int = 5000) -> int:
         """Delete rows sent before a cutoff; returns how many.
 
         ``older_than`` is the cutoff as epoch milliseconds (int) or a datetime, or an age
@@ -150,8 +150,13 @@ class Outbox:
             cutoff = older_than
         else:
             cutoff = ms_to_datetime(int(older_than))
-        with self._sf() as s, s.begin():
-            res = s.execute(
-                delete(_T).where(_C.sent_at.is_not(None), _C.sent_at < cutoff).returning(_C.id)
-            )
-            return len(res.all())
+        total = 0
+        while True:  # in batches: never one long transaction
+            with self._sf() as s, s.begin():
+                ids = s.execute(select(_C.id).where(_C.sent_at.is_not(None), _C.sent_at < cutoff)
+                                .order_by(_C.id).limit(batch)).scalars().all()
+                if ids:
+                    s.execute(delete(_T).where(_C.id.in_(ids)))
+            total += len(ids)
+            if len(ids) < batch:
+                return total

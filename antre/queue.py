@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -43,6 +43,33 @@ class SweepResult:
     outcomes: dict[str, str]
 
 
+Encoded = tuple[tuple[str, ...], list[str]]  # a new job's field names and values
+
+
+def _runs(encoded: list[Encoded], chunk: int) -> Iterator[tuple[tuple[str, ...], list[list[str]]]]:
+    """Consecutive jobs with the same field names, at most ``chunk`` per run (one script call
+    each: unique jobs and periodic ticks carry extra fields)."""
+    names: tuple[str, ...] = ()
+    run: list[list[str]] = []
+    for job_names, values in encoded:
+        if run and (len(run) >= chunk or job_names != names):
+            yield names, run
+            run = []
+        names = job_names
+        run.append(values)
+    if run:
+        yield names, run
+
+
+def _stored(job_id: str, reply: Any) -> tuple[str, str]:
+    if reply == 1:
+        return job_id, "stored"
+    if reply == 0:
+        return job_id, "exists"
+    outcome, _, holder = str(reply).partition(":")
+    return holder, outcome
+
+
 def _lease_result(reply: str, job_id: str) -> str:
     if reply.startswith("LOST:"):
         raise LeaseLost(f"job {job_id}: {reply[5:]}; nothing was changed")
@@ -74,7 +101,17 @@ class Queue:
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
         """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
-        return dict(zip(NEW_FIELDS, encode_new(spec, self.name, now, self.max_payload_bytes)))
+        return dict(zip(*self.encode(spec, now)))
+
+    def encode(self, spec: JobSpec, now: int) -> Encoded:
+        """The new job's field names and values (``NEW_FIELDS``, then a unique job's
+        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it)."""
+        values = encode_new(spec, self.name, now, self.max_payload_bytes)
+        if not spec.unique:
+            return NEW_FIELDS, values
+        return (NEW_FIELDS + ("ukey", "unique_ms"),
+                [*values, self.keys.unique(spec.idempotency_key),
+                 str(int(spec.unique_for_s * 1000))])
 
     def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
                 lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> str:
@@ -85,6 +122,8 @@ class Queue:
     def enqueue_one(self, spec: JobSpec) -> str:
         """``enqueue_many([spec])`` in one round trip, on the leanest path (see
         ``scripts.script_and_command``)."""
+        if spec.unique:  # its reply may name another job
+            return self.enqueue_many([spec])[0]
         now = self.clock()
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
         script_and_command(self.redis, self.scripts.enqueue, self._enqueue_keys,
@@ -93,21 +132,30 @@ class Queue:
         return values[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
-        """Store many jobs in few round trips (one script call per ``chunk`` jobs)."""
+        """Store many jobs in few round trips (one script call per ``chunk`` jobs). Returns
+        each job's id; for a unique job whose key is held, the id of the job holding it."""
         now = self.clock()
-        encoded = [encode_new(s, self.name, now, self.max_payload_bytes) for s in specs]
+        return [job_id for job_id, _ in self.store([self.encode(s, now) for s in specs], now,
+                                                   chunk)]
+
+    def store(self, encoded: list[Encoded], now: int,
+              chunk: int = 500) -> list[tuple[str, str]]:
+        """Send encoded jobs to enqueue.lua; returns (id, outcome) per job, outcome being
+        'stored', 'exists' or a guard's refusal ('dup', 'recent', 'tick', 'paused'), the id
+        then the job that holds the key or the tick (may be '')."""
         if not encoded:
             return []
         k = self.keys
         batch = Batch(self.redis)
-        for start in range(0, len(encoded), chunk):
-            args: list[Any] = [k.job_prefix, now, NEW_FIELDS_JSON]
-            args.extend(pack_new(values) for values in encoded[start:start + chunk])
+        for names, part in _runs(encoded, chunk):
+            args: list[Any] = [k.job_prefix, now,
+                               NEW_FIELDS_JSON if names == NEW_FIELDS else json.dumps(names)]
+            args.extend(pack_new(values) for values in part)
             batch.script(self.scripts.enqueue, [k.ready, k.scheduled, k.stats, k.types, k.wake],
                          args)
         batch.command("sadd", keys.queues_index(), self.name)
-        batch.execute()
-        return [values[0] for values in encoded]
+        replies = [r for reply in batch.execute()[:-1] for r in reply]
+        return [_stored(values[0], reply) for (_, values), reply in zip(encoded, replies)]
 
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:

@@ -144,6 +144,41 @@ class DeadFilter:
         return ", ".join(parts) or "all"
 
 
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """One periodic schedule on the Schedules page, the API and ``antre schedules list``."""
+
+    name: str
+    job_type: str
+    queue: str
+    trigger: str  # 'cron */5 * * * * (UTC)' or 'every 30 s'
+    catch_up: str
+    paused: bool
+    paused_by: str
+    last_tick_ms: int  # the last tick enqueued (or skipped while paused)
+    last_job_id: str  # the last run's job (a tick or a manual run)
+    last_enqueued_ms: int
+    last_outcome: str  # the last run's job state: ready, inflight, done, dead, ... or never run
+    last_finished_ms: int
+    last_error: str
+    next_run_ms: int
+    seen_ms: int  # when a scheduler last ran this schedule
+    stale: bool  # none has for a while: the schedule left the code, or no worker runs duties
+    as_of: int
+
+
+@dataclass(frozen=True)
+class RetentionInfo:
+    """A queue's retention as the dead-letter page shows it: 'keeps 30 days / 100,000 jobs'."""
+
+    queue: str
+    dead_max_jobs: int
+    dead_max_age_s: int
+    done_max_age_s: int
+    dead_dropped: int  # dead jobs dropped by retention so far (oldest first)
+    text: str
+
+
 @dataclass
 class Overview:
     queues: list[QueueInfo] = field(default_factory=list)

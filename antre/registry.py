@@ -31,6 +31,8 @@ class WorkerInfo:
     restarts: int = 0  # for a supervisor: children restarted
     kind: str = "process"  # 'process' or 'supervisor'
     state: str = "running"  # running | stopping | stopped
+    concurrency: int = 0  # async jobs this process may run at once on its event loop (0: none)
+    loop_lag_ms: int = 0  # the event loop's worst lag since the previous heartbeat
 
     def alive(self, now_ms: int, stale_after_ms: int = STALE_AFTER_MS) -> bool:
         return self.state != "stopped" and now_ms - self.heartbeat_at < stale_after_ms
@@ -98,4 +100,5 @@ def _decode(data: dict[str, str]) -> WorkerInfo:
                       threads=num("threads"), started_at=num("started_at"),
                       heartbeat_at=num("heartbeat_at"), current=lst("current"),
                       processed=num("processed"), failed=num("failed"), restarts=num("restarts"),
-                      kind=data.get("kind", "process"), state=data.get("state", "running"))
+                      kind=data.get("kind", "process"), state=data.get("state", "running"),
+                      concurrency=num("concurrency"), loop_lag_ms=num("loop_lag_ms"))

@@ -27,6 +27,8 @@ NAMES = (
     "failure_add",
     # incident controls (antre/pause.py, antre/purge.py)
     "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
+    # retention (antre/retention.py)
+    "retention",
 )
 
 
@@ -75,6 +77,7 @@ class Scripts:
     purge: redis.commands.core.Script
     cancel_request: redis.commands.core.Script
     cancel_finish: redis.commands.core.Script
+    retention: redis.commands.core.Script
 
 
 class Batch:

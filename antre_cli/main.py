@@ -1,6 +1,6 @@
-"""``antre``: demo, worker, web, sweep, status, dlq, find, user; the incident controls and
-every other dashboard action are in ``incident`` (pause, resume, job, purge, bulk-replay,
-tasks, task, lock, breaker)."""
+"""``antre``: demo, worker, web, sweep, status, dlq, find, schedules, user; the incident
+controls and every other dashboard action are in ``incident`` (pause, resume, job, purge,
+bulk-replay, tasks, task, lock, breaker)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from antre import Antre
 from antre.envelope import STATES
 from antre.finder import BadQuery, Located
 from antre.logs import safe_url
-from antre.readmodels import DeadFilter, ReadModels
+from antre.periodic import Schedules
+from antre.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.registry import WorkerRegistry
 from antre.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
 from antre.status import status_summary
@@ -142,6 +143,39 @@ def cmd_dlq(args: argparse.Namespace) -> int:
            args.reason, "ok", {"requested": len(ids), "changed": done, "queue": args.queue})
     print(f"{args.dlq_cmd}: {done} of {len(ids)} jobs")
     return 0 if done == len(ids) else 1
+
+
+# -- schedules --------------------------------------------------------------------------------
+def _schedule_line(info: ScheduleInfo) -> str:
+    nxt = "paused" if info.paused else "stale" if info.stale else _ts(info.next_run_ms)
+    return (f"{info.name:<24}{info.trigger:<32}next {nxt:<20} last {_ts(info.last_enqueued_ms)}"
+            f" ({info.last_outcome})")
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    app = _app(args.app)
+    ops = Schedules(app.redis, clock=app.clock, scripts=app.scripts)
+    if args.sched_cmd == "list":
+        rows = ops.list()
+        if args.json:
+            print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        for row in [] if args.json else rows:
+            print(_schedule_line(row))
+        return 0
+    try:
+        if args.sched_cmd == "run":
+            detail: dict[str, Any] = {"job_id": ops.run_now(args.name)}
+        else:
+            ops.set_paused(args.name, args.sched_cmd == "pause", _operator())
+            detail = {}
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}; see 'antre schedules list'", file=sys.stderr)
+        return 1
+    action = {"run": "schedules.run_now"}.get(args.sched_cmd, f"schedules.{args.sched_cmd}")
+    _audit(app, action, args.name, args.reason, "ok", detail)
+    print(f"{args.name}: {args.sched_cmd} done" +
+          (f" (job {detail['job_id']})" if detail else ""))
+    return 0
 
 
 # -- find (issue 11) --------------------------------------------------------------------------
@@ -335,6 +369,16 @@ def build_parser() -> argparse.ArgumentParser:
         qa.add_argument("--limit", type=int, default=1000)
         qa.add_argument("--reason", default="", help="why (written to the audit log)")
 
+    sc = sub.add_parser("schedules", help="periodic schedules: list | pause | resume | run")
+    sc.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+    scsub = sc.add_subparsers(dest="sched_cmd", required=True)
+    scl = scsub.add_parser("list")
+    scl.add_argument("--json", action="store_true")
+    for name in ("pause", "resume", "run"):
+        sca = scsub.add_parser(name)
+        sca.add_argument("name")
+        sca.add_argument("--reason", default="", help="why (written to the audit log)")
+
     f = sub.add_parser("find", help="a job by id or idempotency key (with its timeline), or "
                                     "jobs by payload field: antre find order_id=1234")
     f.add_argument("text", help="job id, idempotency key, or field=value (dotted paths)")
@@ -378,5 +422,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
-                "demo": cmd_demo, "find": cmd_find, "result": cmd_result, **incident.HANDLERS}
+                "demo": cmd_demo, "schedules": cmd_schedules, "find": cmd_find,
+                "result": cmd_result, **incident.HANDLERS}
     return handlers[args.command](args)

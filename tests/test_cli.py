@@ -102,6 +102,29 @@ def test_web_creates_the_first_admin_only_on_an_empty_user_table(env, monkeypatc
     assert env.users.verify("admin", "another") is None
 
 
+def test_schedules_list_pause_resume_run_are_audited(env, capsys):
+    env.periodic("0 * * * *", "report", payload={"kind": "hourly"})
+    env.scheduler().run_once()
+    assert main(["schedules", "list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("report") and "cron 0 * * * * (UTC)" in out and "never run" in out
+    assert main(["schedules", "pause", "report", "--reason", "month end"]) == 0
+    assert main(["schedules", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.split("\n", 1)[1])[0]["paused"] is True
+    assert main(["schedules", "resume", "report"]) == 0
+    assert main(["schedules", "run", "report"]) == 0
+    job_id = capsys.readouterr().out.strip().rsplit(" ", 1)[1].rstrip(")")
+    assert env.queue().get(job_id).payload == {"kind": "hourly"}
+    actions = [(e.action, e.reason) for e in env.audit.list()]
+    assert ("schedules.pause", "month end") in actions
+    assert ("schedules.resume", "") in actions and ("schedules.run_now", "") in actions
+
+
+def test_schedules_on_an_unknown_name_fail_clearly(env, capsys):
+    assert main(["schedules", "run", "nope"]) == 1
+    assert "no schedule named 'nope'" in capsys.readouterr().err
+
+
 # -- antre find (issue 11) ---------------------------------------------------------------------
 def test_find_by_id_key_and_field_prints_job_timeline_and_hits(env, capsys):
     a, b = dead(env, 2)

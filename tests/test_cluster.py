@@ -8,7 +8,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from antre import LeaseLost
 from antre.clock import ManualClock
 from antre.locks import LockBusy, Locks
+from antre.periodic import Scheduler, Schedules, make_schedule
 from antre.queue import JobSpec, Queue
+from antre.retention import Retention, RetentionPolicy
 
 pytestmark = pytest.mark.cluster
 
@@ -80,3 +82,21 @@ def test_incident_controls_on_cluster(rc, name):
     Cancels(rc, clock).request(name, job.id, "op", "discard", "")
     q.finish_cancelled(job, to="discard", reason="cancelled by op")
     assert q.get(job.id) is None
+
+
+def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
+    clock = ManualClock(1_700_000_000_000)
+    q = Queue(rc, "reports", clock=clock)
+    first = q.enqueue("t", {}, idempotency_key="u", unique=True)
+    assert q.enqueue_many([JobSpec("t", {}, "u", unique=True)]) == [first]
+    schedule = make_schedule("hourly", "report", every_s=3600, queue="reports")
+    schedulers = [Scheduler(rc, [schedule], clock=clock) for _ in range(2)]
+    schedulers[0].run_once()
+    clock.advance(3_600_000)
+    outcomes = [r.outcome for s in schedulers for r in s.run_once()]
+    assert outcomes == ["stored"]
+    assert Schedules(rc, clock=clock).info("hourly").last_outcome == "ready"
+    for job in q.reserve("w", count=10):
+        q.bury(job, reason="boom")
+    res = Retention(rc, clock=clock).run("reports", RetentionPolicy(dead_max_jobs=1))
+    assert res.dead_dropped == 1 and res.groups_removed == 0

@@ -32,6 +32,7 @@ from . import (
     metrics,
     overview,
     scheduled,
+    schedules,
     security,
     services,
     users,
@@ -41,7 +42,7 @@ from . import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
-              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp,
+              idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
               control.bp)  # incident controls: pause, cancel, purge
 

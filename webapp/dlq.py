@@ -9,6 +9,8 @@ from typing import Any
 from flask import Blueprint, abort, flash, redirect, request, url_for
 from werkzeug.wrappers import Response
 
+from antre.retention import Retention
+
 from . import actions, find, services
 from .common import (
     WINDOWS_MS,
@@ -44,7 +46,9 @@ def dlq_data(queue: str, src: Any = None) -> dict[str, Any]:
             "types": svc.reads.dead_types(queue), "dry_run": svc.bulk.dry_run(queue, flt),
             "queues": svc.reads.queue_names(), "tasks": svc.bulk.list(queue),
             "not_idempotent": sorted(n for n, s in svc.antre.handlers.items()
-                                     if not s.idempotent)}
+                                     if not s.idempotent),
+            "retention": Retention(svc.redis, clock=svc.clock,
+                                   scripts=svc.antre.scripts).info(queue)}
 
 
 @bp.get("/")

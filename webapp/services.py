@@ -25,6 +25,7 @@ from antre.bulk import BulkReplays
 from antre.cancel import Cancels
 from antre.clock import Clock, system_ms
 from antre.logins import LoginThrottle
+from antre.periodic import Schedules
 from antre.fencing import LockFences
 from antre.idempotency import IdempotencyStore
 from antre.locks import Locks
@@ -93,6 +94,11 @@ class Services:
     @property
     def purger(self) -> Purger:
         return Purger(self.redis, self.clock, self.antre.scripts)
+
+    @property
+    def schedules(self) -> Schedules:
+        """Periodic schedules as published in Redis by the workers' scheduler duty."""
+        return Schedules(self.redis, clock=self.clock, scripts=self.antre.scripts)
 
     def idempotent(self, job_type: str) -> bool | None:
         """False when the app knows the handler and it is marked not idempotent."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -42,6 +43,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--prefetch", type=int, default=DEFAULT_PREFETCH,
                    help="most jobs a runner thread reserves at once (adaptive: short jobs "
                    "grow the batch, slow ones shrink it to 1)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="async jobs at once on this process's event loop")
     p.add_argument("--heartbeat", type=float, default=1.0)
     p.add_argument("--grace", type=float, default=30.0)
     p.add_argument("--parent-pid", type=int, default=0)
@@ -59,10 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AppLoadError as exc:
         logging.getLogger("antre.worker").error("%s", exc, extra={"event": "bad_app"})
         return 2
+    # what start-up loaded (the app, SQLAlchemy, ...) lives as long as the process: out of the
+    # cyclic GC's way, so a full collection scans only what the jobs allocate
+    gc.collect()
+    gc.freeze()
     queues = [q for q in args.queues.split(",") if q] or None
     worker = WorkerProcess(app, queues=queues, threads=args.threads, worker_id=args.worker_id,
                            supervisor_id=args.supervisor_id, prefetch=args.prefetch,
-                           heartbeat_s=args.heartbeat, stop_grace_s=args.grace)
+                           heartbeat_s=args.heartbeat, stop_grace_s=args.grace,
+                           concurrency=args.concurrency)
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
     if args.burst:

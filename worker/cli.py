@@ -13,6 +13,7 @@ from .duties import sweep_once
 from .executor import DEFAULT_PREFETCH
 from .loader import AppLoadError, load_app
 from .pool import Supervisor
+from .runner import async_concurrency
 
 
 def build_parser(prog: str = "antre") -> argparse.ArgumentParser:
@@ -29,6 +30,10 @@ def build_parser(prog: str = "antre") -> argparse.ArgumentParser:
                    help="do not run the sweeper and the other scheduled duties here")
     w.add_argument("--grace", type=float, default=30.0,
                    help="seconds running jobs get to finish on SIGTERM")
+    w.add_argument("--concurrency", type=int, default=None,
+                   help="async jobs (async def handlers) each process runs at once on its "
+                   "event loop, besides --threads for sync ones (default: 100 when the app "
+                   "has an async handler; 0: no event loop)")
     w.add_argument("--prefetch", type=int, default=DEFAULT_PREFETCH,
                    help="most jobs a runner thread reserves at once (adaptive: short jobs "
                    "grow the batch, slow ones shrink it to 1)")
@@ -48,8 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "sweep":
         print(json.dumps(sweep_once(app)))
         return 0
+    try:
+        async_concurrency(app, args.concurrency)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     queues = [q for q in args.queues.split(",") if q] or None
     pool = Supervisor(args.app_path, args.processes, args.threads, queues, args.burst,
                       not args.no_scheduler, stop_grace_s=args.grace, prefetch=args.prefetch,
-                      app=app)
+                      app=app, concurrency=args.concurrency)
     return pool.run()

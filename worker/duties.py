@@ -1,7 +1,7 @@
 """The pool's scheduled duties on APScheduler: sweeper, sampler, bulk replays, idempotency
-pruner, outbox relay, alerts. Started in the supervisor process only. (Due scheduled jobs are
-promoted by the worker processes themselves, ``WorkerProcess.promote_due``: see
-docs/ARCHITECTURE.md.)
+pruner, outbox relay, alerts, periodic jobs, retention. Started in the supervisor process only.
+(Due scheduled jobs are promoted by the worker processes themselves,
+``WorkerProcess.promote_due``: see docs/ARCHITECTURE.md.)
 
 Each duty runs at most once per tick cluster-wide: it first takes a per-duty maintenance key
 with ``SET NX PX`` (a random token, a TTL a little shorter than its interval) and skips the tick
@@ -29,6 +29,7 @@ from antre.cancel import Cancels
 from antre.pause import Pauses
 from antre.clock import Clock
 from antre.readmodels import ReadModels
+from antre.retention import Retention, SqlRetention
 
 log = logging.getLogger("antre.worker.duties")
 
@@ -108,6 +109,40 @@ def _relay(d: Duties) -> Any:
     return d.app.relay_outbox()
 
 
+def _periodic(d: Duties) -> Any:
+    """Enqueue the app's due periodic ticks (``antre.periodic``; each once cluster-wide)."""
+    if not d.app.schedules:
+        return []
+    scheduler = d.app.scheduler()
+    scheduler.clock = d.clock or d.app.clock
+    return scheduler.run_once()
+
+
+def _retention(d: Duties) -> Any:
+    """Retention so Redis never fills: per queue, dead jobs past the count or age cap (oldest
+    first), done records past their retention, empty error groups; then sent outbox rows and
+    old audit entries (``antre.retention``)."""
+    clock = d.clock or d.app.clock
+    keeper = Retention(d.app.redis, clock=clock, scripts=d.app.scripts)
+    out = {name: keeper.run(name, d.app.retention_for(name))
+           for name in ReadModels(d.app.redis).queue_names()}
+    dropped = sum(r.dead_dropped for r in out.values())
+    if dropped:
+        log.info("retention: %d dead jobs dropped past their queue's cap", dropped,
+                 extra={"event": "retention"})
+    return {"queues": out, **_prune_sql(d.app, clock())}
+
+
+def _prune_sql(app: Antre, now_ms: int) -> dict[str, int]:
+    keep = SqlRetention.from_env()
+    out = {"outbox_pruned": 0, "audit_pruned": 0}
+    if app.outbox is not None:
+        out["outbox_pruned"] = app.outbox.prune_sent(now_ms - keep.outbox_sent_s * 1000)
+    if app.audit is not None:
+        out["audit_pruned"] = app.audit.prune(now_ms - keep.audit_s * 1000)
+    return out
+
+
 def _alerts(d: Duties) -> Any:
     """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once, signed
     with ANTRE_ALERT_WEBHOOK_SECRET when set."""
@@ -148,6 +183,8 @@ DUTIES = (
     Duty("idempotency_pruner", 3600.0, _prune),
     Duty("outbox_relay", 1.0, _relay),
     Duty("alerts", 15.0, _alerts),
+    Duty("periodic", 1.0, _periodic),
+    Duty("retention", 60.0, _retention),
 )
 
 

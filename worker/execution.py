@@ -10,9 +10,11 @@ after the lease was given up is dropped (``DropStale``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import redis
@@ -71,6 +73,28 @@ class Execution:
             _rollback(r.ctx.opened_db)
             return cancelled(r)
         return self.complete(r, result)
+
+    # -- async handlers (aio.py): the same step, split at the await --------------------------
+    def begin(self, r: Running) -> Coroutine[Any, Any, Any]:
+        """Step, for an ``async def`` handler: its coroutine, to run on the worker's loop;
+        ``end`` turns how it ended into the outcome ``run`` would have returned."""
+        assert r.spec is not None  # set by the envelope step
+        r.ctx = self._context(r)
+        r.started_ms, r.started_mono = self.clock(), time.monotonic()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
+        coro: Coroutine[Any, Any, Any] = r.spec.fn(r.ctx, r.job.payload)
+        return coro
+
+    def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
+        self._measure(r)
+        if exc is None:
+            _report_flow(r, None)
+            return self.complete(r, result)
+        failure = _as_failure(r, exc)
+        _report_flow(r, failure)
+        _rollback(r.ctx.opened_db if r.ctx else None)
+        return self.failed(r, failure)
 
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
@@ -162,6 +186,18 @@ class Execution:
                       count_as="fence_rejected", level=logging.WARNING, note=str(exc),
                       details={"lock": exc.lock_key, "fence": exc.fence,
                                "committed_fence": exc.current})
+
+
+def _as_failure(r: Running, exc: BaseException) -> Exception:
+    """How an async handler ended, as the exception a sync one would have raised: a task
+    cancelled by the soft timeout, a lost lease or shutdown is a ``JobTimeout``."""
+    if isinstance(exc, asyncio.CancelledError):
+        why = ("it ran past its timeout of %gs" % r.job.timeout_s if r.soft_timed_out
+               else "its lease was lost" if r.lease_lost else "the worker is shutting down")
+        return JobTimeout(f"the async handler was cancelled: {why}")
+    if isinstance(exc, Exception):
+        return exc
+    return RuntimeError(f"the async handler raised {exc!r}")
 
 
 def _rollback(db: Any) -> None:

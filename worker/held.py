@@ -6,6 +6,7 @@ timeout, and ``settle()`` closes it."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from antre import HandlerSpec, JobContext, Queue
@@ -37,6 +38,15 @@ class Running:
     lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
     cancel: CancelRequest | None = None  # an operator asked to stop it (seen at cancel_seen_ms)
     cancel_seen_ms: int = 0
+    cancel_task: Callable[[], None] | None = None  # an async job: cancels its task on the loop
+
+    def stop_handler(self) -> None:
+        """Tell the handler to stop: ``ctx.cancelled`` for a sync one, and an async one's task
+        is cancelled (timeout, lease lost, shutdown, an operator's cancel)."""
+        if self.ctx is not None:
+            self.ctx.cancelled.set()
+        if self.cancel_task is not None:
+            self.cancel_task()
 
     @property
     def owns_idempotency(self) -> bool:

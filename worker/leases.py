@@ -61,7 +61,7 @@ class Leases:
                 self._check_timeout(r, now)
             if r.started_ms and not r.closed:
                 self._check_cancel(r, now)
-            if not r.closed and not r.lease_lost:
+            if not r.closed and not r.lease_lost and _extend_due(r, now):
                 self._extend(r)
             self._renew_lock(r)
 
@@ -75,7 +75,7 @@ class Leases:
         ran_ms = now - r.started_ms
         if ran_ms >= timeout_ms and not r.soft_timed_out and r.ctx is not None:
             r.soft_timed_out = True
-            r.ctx.cancelled.set()
+            r.stop_handler()
             log.warning("job %s passed its timeout of %gs; cancelled", r.job.id, r.job.timeout_s,
                         extra=job_fields(r.job, "soft_timeout", duration_ms=ran_ms))
         if ran_ms >= timeout_ms + int(min(self.hard_grace_s, r.job.timeout_s) * 1000):
@@ -136,9 +136,10 @@ class Leases:
                                       mode="at_least",
                                       cap_ms=r.job.reserved_at + self._max_runtime_ms(r))
         except LeaseLost as exc:
+            if r.closed:  # settled (acked) while we extended: not a loss
+                return
             r.lease_lost = True
-            if r.ctx is not None:
-                r.ctx.cancelled.set()
+            r.stop_handler()
             self.settler.lease_lost(r.job, exc)
             return
         self._follow(r, deadline)
@@ -178,3 +179,10 @@ class Leases:
         except redis.RedisError as exc:
             log.warning("could not renew lock %s: %s", lock.key, exc,
                         extra=job_fields(r.job, "lock_renew_failed"))
+
+
+def _extend_due(r: Running, now: int) -> bool:
+    """A lease with more than two thirds of its visibility timeout left is not extended yet: it
+    cannot be lost before its deadline, and hundreds of async jobs in flight then cost no
+    hundreds of round trips per heartbeat."""
+    return r.job.deadline - now <= r.job.visibility_timeout_ms * 2 // 3

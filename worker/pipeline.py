@@ -31,7 +31,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import redis
 
@@ -76,6 +77,7 @@ class Pipeline:
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
         self._local = threading.local()  # per runner thread: a lock to release with the next
+        self.execution = execution
         self.steps: tuple[Step, ...] = (
             self.stop_check,
             self.cancel_requested,
@@ -98,6 +100,39 @@ class Pipeline:
             self.settler.settle(r, self.outcome(r))
         finally:
             self.give_back(r)
+
+    # -- async handlers (aio.py) ----------------------------------------------------------------
+    def start(self, r: Running) -> Coroutine[Any, Any, Any] | None:
+        """An async job: the steps up to the handler, then the handler's coroutine for the
+        loop (``finish`` settles it when it ends); None when a step settled the job."""
+        r.thread = 0  # no runner thread waits for it
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("received job %s", r.job.id, extra=job_fields(r.job, "received"))
+        try:
+            outcome = self.prepare(r)
+            if outcome is None:
+                return self.execution.begin(r)
+            self.settler.settle(r, outcome)
+        except BaseException:
+            self.give_back(r)
+            raise
+        self.give_back(r)
+        return None
+
+    def finish(self, r: Running, result: Any, exc: BaseException | None) -> None:
+        """An async job's handler ended: settle its outcome, give back what the steps took."""
+        try:
+            self.settler.settle(r, self.execution.end(r, result, exc))
+        finally:
+            self.give_back(r)
+
+    def prepare(self, r: Running) -> Outcome | None:
+        """Every step but the last (the handler's run)."""
+        for step in self.steps[:-1]:
+            outcome = step(r)
+            if outcome is not None:
+                return outcome
+        return None
 
     def outcome(self, r: Running) -> Outcome:
         for step in self.steps:
@@ -281,9 +316,10 @@ class Pipeline:
 
     # -- giving back what the steps took ----------------------------------------------------------
     def give_back(self, r: Running) -> None:
+        ctx, r.ctx = r.ctx, None  # the context's callables hold ``r``: no cycle left for the GC
         try:
-            if r.ctx is not None and r.ctx.opened_db is not None:
-                r.ctx.opened_db.close()
+            if ctx is not None and ctx.opened_db is not None:
+                ctx.opened_db.close()
         finally:
             lock, r.lock = r.lock, None
             if r.admission is not None:

@@ -47,7 +47,7 @@ class Supervisor:
     def __init__(self, app_path: str, processes: int = 1, threads: int = 1,
                  queues: list[str] | None = None, burst: bool = False, scheduler: bool = True,
                  *, stop_grace_s: float = 30.0, heartbeat_s: float = 1.0, prefetch: int = DEFAULT_PREFETCH,
-                 app: Antre | None = None) -> None:
+                 app: Antre | None = None, concurrency: int | None = None) -> None:
         if processes < 1 or threads < 1:
             raise ValueError("processes and threads must be at least 1")
         self.app_path = app_path
@@ -56,6 +56,7 @@ class Supervisor:
         self.queues = list(queues or self.app.queues())
         self.burst, self.scheduler = burst, scheduler
         self.stop_grace_s, self.heartbeat_s, self.prefetch = stop_grace_s, heartbeat_s, prefetch
+        self.concurrency = concurrency  # async jobs per process (None: the child decides)
         self.id = "sup-" + default_worker_id()
         self.restarts = 0
         self.slots = [Slot(i) for i in range(processes)]
@@ -138,6 +139,8 @@ class Supervisor:
                "--supervisor-id", self.id, "--prefetch", str(self.prefetch),
                "--heartbeat", str(self.heartbeat_s), "--grace", str(self.stop_grace_s),
                "--parent-pid", str(os.getpid())]
+        if self.concurrency is not None:
+            cmd += ["--concurrency", str(self.concurrency)]
         return cmd + (["--burst"] if self.burst else [])
 
     def _spawn(self, slot: Slot) -> None:

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 from antre import Antre, Queue
 from antre.clock import Clock
@@ -26,7 +27,9 @@ from antre.locks import Locks
 from antre.logs import job_fields
 from antre.metrics import DurationBuffer
 from antre.registry import WorkerInfo, WorkerRegistry
+from antre.tracing import execution_span
 
+from .aio import AsyncJobs, AsyncStart, BlockReporter
 from .execution import Execution
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
@@ -43,6 +46,9 @@ FAST_BATCH_S = 0.05  # a batch done this fast: reserve twice as many next time
 SLOW_BATCH_S = 0.5  # a batch this slow: half as many
 DEFAULT_PREFETCH = 16
 IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before looking again
+DEFAULT_CONCURRENCY = 100  # async jobs at once per process when the app has async handlers
+ASYNC_BATCH = 64  # a runner with async slots free reserves up to this many at once
+ASYNC_MIN_BATCH = 16  # ... and waits until at least this many are free
 
 
 def default_worker_id() -> str:
@@ -62,7 +68,8 @@ class WorkerProcess:
                  worker_id: str | None = None, supervisor_id: str = "",
                  clock: Clock | None = None, prefetch: int = DEFAULT_PREFETCH,
                  heartbeat_s: float = 1.0,
-                 stop_grace_s: float = 30.0, hard_grace_s: float = 5.0) -> None:
+                 stop_grace_s: float = 30.0, hard_grace_s: float = 5.0,
+                 concurrency: int | None = None) -> None:
         if threads < 1 or prefetch < 1:
             raise ValueError("threads and prefetch must be at least 1")
         self.app = app
@@ -90,9 +97,13 @@ class WorkerProcess:
         self._stop_requested = False
         self._stuck: set[int] = set()
         self._runners: list[threading.Thread] = []
+        self._async_done = threading.Event()
+        self.aio = _async_jobs(app, concurrency, self.counts)
+        self._completer: threading.Thread | None = None
         self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                                 supervisor=supervisor_id, queues=self.queue_names,
-                                threads=threads, kind="process")
+                                threads=threads, kind="process",
+                                concurrency=self.aio.concurrency if self.aio else 0)
         self._assemble(hard_grace_s)
 
     def _assemble(self, hard_grace_s: float) -> None:
@@ -162,6 +173,11 @@ class WorkerProcess:
         self._beat_quietly()
         self._runners = [threading.Thread(target=self._runner, args=(n,), daemon=True,
                                           name=f"antre-runner-{n}") for n in range(self.threads)]
+        if self.aio is not None:
+            self.aio.start_loop()
+            self._completer = threading.Thread(target=self._complete_async, daemon=True,
+                                               name="antre-async-completer")
+            self._completer.start()
         for t in self._runners:
             t.start()
         threading.Thread(target=self._heartbeat_loop, daemon=True, name="antre-heartbeat").start()
@@ -171,8 +187,11 @@ class WorkerProcess:
         for t in self._runners:
             if t.ident not in self._stuck:
                 t.join(max(0.0, deadline - time.monotonic()))
+        if self.aio is not None:  # running async jobs get the rest of the grace period
+            self.aio.wait_idle(deadline - time.monotonic())
         for r in self._held():
             self.settler.settle(r, HandBack(deadline + 5.0))
+        self._stop_async()
         self._hb_stop.set()
         self._info.state = "stopped"
         self._beat_quietly()
@@ -204,6 +223,8 @@ class WorkerProcess:
                     self._stopping.wait(1.0)
                     continue
                 rr += 1
+                if got is None:  # too few async slots were free: waited for some, reserve again
+                    continue
             if got:
                 started = time.monotonic()
                 self._work(got)
@@ -224,7 +245,13 @@ class WorkerProcess:
             return max(1, batch // 2)
         return batch
 
-    def _reserve(self, rr: int, batch: int = 1) -> list[Running]:
+    def _reserve(self, rr: int, batch: int = 1) -> list[Running] | None:
+        if self.aio is not None:  # no more async jobs than free slots (None: too few free)
+            free, least = self.aio.free(), min(ASYNC_MIN_BATCH, self.aio.concurrency)
+            if free < least:  # a few slots at a time would cost a reserve and a wake-up each
+                self.aio.wait_free(IDLE_WAIT_S, least)
+                return None
+            batch = min(max(batch, ASYNC_BATCH), free)
         n = len(self.queues)
         for i in range(n):
             q = self.queues[(rr + i) % n]
@@ -241,32 +268,100 @@ class WorkerProcess:
         return held
 
     def _work(self, held: list[Running]) -> None:
-        # a prefetched batch's successes are acked together when the batch is done
+        # a prefetched batch's successes are acked together when the batch is done; its async
+        # jobs go to the loop together
         self.settler.begin_batch(len(held) > 1)
+        to_loop: list[AsyncStart] = []
         try:
             for r in held:
-                self._work_one(r)
+                self._work_one(r, to_loop)
         finally:
             self.pipeline.flush_release()
             self.settler.flush_acks()
+            if self.aio is not None:
+                self.aio.start(to_loop)
 
-    def _work_one(self, r: Running) -> None:
+    def _work_one(self, r: Running, to_loop: list[AsyncStart]) -> None:
+        on_loop = False
         try:
-            self.pipeline.process(r)
+            if self.aio is not None and self._is_async(r):
+                on_loop = self._start_async(r, to_loop)
+            else:
+                self.pipeline.process(r)
         except Exception:
             log.exception("unexpected error while processing job %s; its lease will expire "
                           "and it will be delivered again", r.job.id,
                           extra=job_fields(r.job, "error"))
         finally:
-            with self._lock:
-                self._running.pop(r.job.id, None)
+            if not on_loop:  # an async job stays held until the completer settled it
+                self._forget(r)
+
+    def _forget(self, r: Running) -> None:
+        with self._lock:
+            self._running.pop(r.job.id, None)
+
+    # -- async handlers: the loop runs them, the completer settles them (aio.py) ---------------
+    def _is_async(self, r: Running) -> bool:
+        spec = self.app.handlers.get(r.job.type)
+        return spec is not None and spec.is_async
+
+    def _start_async(self, r: Running, to_loop: list[AsyncStart]) -> bool:
+        """The steps up to the handler here; the handler for the loop. True when it runs."""
+        assert self.aio is not None
+        coro = self.pipeline.start(r)
+        if coro is None:
+            return False
+        aio, job_id = self.aio, r.job.id
+        r.cancel_task = lambda: aio.cancel(job_id)
+        to_loop.append((job_id, r.job.type, r, coro, execution_span(r.job)))
+        return True
+
+    def _complete_async(self) -> None:
+        assert self.aio is not None
+        while not self._async_done.is_set():
+            ended = self.aio.completions(0.1)
+            if ended:
+                self._settle_async(ended)
+
+    def _settle_async(self, ended: list[tuple[Any, Any, BaseException | None]]) -> None:
+        """Settle the async jobs that ended (their acks in one round trip), then free their
+        slots."""
+        assert self.aio is not None
+        self.settler.begin_batch(len(ended) > 1)
+        try:
+            for r, result, exc in ended:
+                self._finish_async(r, result, exc)
+        finally:
+            self.pipeline.flush_release()
+            self.settler.flush_acks()
+            self.aio.release(len(ended))
+
+    def _finish_async(self, r: Running, result: Any, exc: BaseException | None) -> None:
+        try:
+            self.pipeline.finish(r, result, exc)
+        except Exception:
+            log.exception("unexpected error while settling job %s; its lease will expire and "
+                          "it will be delivered again", r.job.id,
+                          extra=job_fields(r.job, "error"))
+        finally:
+            self._forget(r)
+
+    def _stop_async(self) -> None:
+        if self.aio is None:
+            return
+        self._async_done.set()
+        if self._completer is not None:
+            self._completer.join(2.0)
+        self.aio.stop()
 
     def _idle(self, batch: int) -> list[Running] | None:
         """Wait to be woken by the enqueue or promote script's token. With one queue the
         reserve rides behind the wait (``Queue.wait_and_reserve``) and its jobs (maybe none)
         are returned; ``None`` when the runner still has to reserve."""
+        if self.aio is not None:  # the reserve behind the wait takes no more than free slots
+            batch = min(batch, self.aio.free())
         try:
-            if len(self.queues) == 1:
+            if len(self.queues) == 1 and batch > 0:
                 q = self.queues[0]
                 return self._hold(q, q.wait_and_reserve(self.worker_id, batch, IDLE_WAIT_S))
             self.queues[0].wait_for_work(IDLE_WAIT_S, self.queues[1:])
@@ -322,6 +417,8 @@ class WorkerProcess:
     def _beat(self) -> None:
         info = self._info
         info.current = [j.id for j in self.running_jobs()]
+        if self.aio is not None:
+            info.loop_lag_ms = self.aio.loop.take_lag_ms()
         info.processed = self.counts["processed"]
         info.failed = self.counts["failed"]
         if self._stopping.is_set() and info.state == "running":
@@ -336,3 +433,22 @@ class WorkerProcess:
         except REDIS_DOWN as exc:
             self.health.failed(exc)
 
+
+def async_concurrency(app: Antre, concurrency: int | None) -> int:
+    """How many async jobs a process runs at once: ``concurrency``, by default
+    ``DEFAULT_CONCURRENCY`` when the app has an async handler, else 0 (no event loop). Raises
+    ``ValueError`` saying what to pass for 0 (or less) with async handlers."""
+    async_types = sorted(name for name, spec in app.handlers.items() if spec.is_async)
+    if concurrency is None:
+        return DEFAULT_CONCURRENCY if async_types else 0
+    if concurrency < 0 or (concurrency == 0 and async_types):
+        raise ValueError(f"the app has async handlers ({', '.join(async_types)}): their jobs "
+                         "run on an event loop, so --concurrency must be at least 1"
+                         if async_types else "--concurrency must be 0 or more")
+    return concurrency
+
+
+def _async_jobs(app: Antre, concurrency: int | None, counts: Counter[str]) -> AsyncJobs | None:
+    """The process's event loop for ``async def`` handlers (None: no loop)."""
+    n = async_concurrency(app, concurrency)
+    return AsyncJobs(n, BlockReporter(counts)) if n else None

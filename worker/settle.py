@@ -130,8 +130,7 @@ class Settler:
             if r.closed or r.lease_lost:
                 return False
             r.closed = True  # whatever the handler does later is dropped
-            if r.ctx is not None:
-                r.ctx.cancelled.set()
+            r.stop_handler()
             try:
                 self.health.call(r.queue.hand_back, r.job, give_up_at=outcome.give_up_at,
                                  note=timeline_note(r, outcome))

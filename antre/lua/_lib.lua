@@ -58,6 +58,19 @@ local function append_error(job_key, now, kind, err, tb)
              'traceback', string.sub(tb, 1, 8000), 'last_failed_at', now)
 end
 
+local function unique_release(job_key, id, keep)
+  -- a unique job ended: free its idempotency key's index entry (issue 13), or, when it
+  -- completed (keep) with a unique_for window, hold the key as 'done:<id>' for that window
+  local f = redis.call('HMGET', job_key, 'ukey', 'unique_ms')
+  if not f[1] or f[1] == '' or redis.call('GET', f[1]) ~= id then return end
+  local window = tonumber(f[2] or '') or 0
+  if keep and window > 0 then
+    redis.call('SET', f[1], 'done:' .. id, 'PX', math.floor(window))
+  else
+    redis.call('DEL', f[1])
+  end
+end
+
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
                         type_prefix, group_prefix)
   -- moves a job (already removed from its previous place) into the dead-letter indexes
@@ -77,6 +90,7 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   rec.last = now
   redis.call('HSET', errgroups, group, cjson.encode(rec))
   redis.call('HINCRBY', stats, 'buried', 1)
+  unique_release(job_key, id, false)
   return group
 end
 

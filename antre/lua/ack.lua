@@ -5,6 +5,8 @@
 -- ARGV[7] job_prefix   ARGV[8] counter to bump ('acked', or 'deduplicated' for idempotency hits)
 -- KEYS[5] the job's timeline (LIST; optional)   ARGV[9] the caller's event details as JSON
 -- ('' none: the worker's run time, SQL fence)   ARGV[10] actor ('' = the job's worker)
+-- A unique job frees its idempotency key's index entry (field 'ukey'), or holds it as
+-- 'done:<id>' for its unique_for window (field 'unique_ms'); see unique_release in _lib.lua.
 -- Returns: 'OK', or 'LOST:<why>' with nothing changed.
 local id, epoch, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local lost = lease_error(KEYS[1], epoch)
@@ -20,6 +22,7 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', now, 'result', ARGV[4])
 redis.call('ZADD', KEYS[3], now, id)
 redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
+unique_release(KEYS[1], id, true)
 local created = num_field(KEYS[1], 'created_at', 0)
 if created > 0 and created <= now then
   redis.call('HINCRBY', KEYS[4], 'latency_ms_total', now - created)

@@ -8,7 +8,14 @@
 -- Each stored job is indexed by its idempotency key (field 'idem_key', keys.QueueKeys.idem_index:
 -- the newest job of a key). A job enqueued with a delay gets an 'enqueued' event (delay_ms); the
 -- others' is read from the hash (created_at, trace_id), so an immediate job costs no timeline.
--- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged).
+-- Optional fields (present only on such jobs; see "producer guards" below): ukey + unique_ms
+-- (a unique job: the key of its idempotency key's index entry, the unique_for window), sched +
+-- tick (a periodic tick: the schedule's state hash and the tick time ms; tick 0 is a manual
+-- run, recorded as the schedule's last run without checking or moving its last tick).
+-- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
+-- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
+-- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
+-- was already enqueued, by job <id>), 'paused:' (the schedule is paused; the tick is skipped).
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local names = cjson.decode(ARGV[3])
 local n = #names
@@ -18,13 +25,67 @@ for i = 1, n do if names[i] == 'idem_key' then idem_at = i end end
 local idem_index = idem_index_key(prefix)
 local stored = 0
 local readied = 0
+
+-- producer guards (issue 13): unique jobs and periodic ticks ------------------------------
+local pos = {}
+for i = 1, n do pos[names[i]] = i end
+local pending = {ready = true, scheduled = true, inflight = true}
+
+local function unique_guard(ukey)
+  local held = redis.call('GET', ukey)
+  if not held then return nil end
+  if string.sub(held, 1, 5) == 'done:' then
+    redis.call('HINCRBY', KEYS[3], 'enqueue_refused_recent', 1)
+    return 'recent:' .. string.sub(held, 6)
+  end
+  if pending[redis.call('HGET', prefix .. held, 'state') or ''] then
+    redis.call('HINCRBY', KEYS[3], 'enqueue_deduplicated', 1)
+    return 'dup:' .. held
+  end
+  return nil
+end
+
+local function tick_guard(sched, tick)
+  if tick == 0 then return nil end  -- a manual run ('run now'): recorded, not a tick
+  local st = redis.call('HMGET', sched, 'last_tick', 'last_job', 'paused')
+  if tonumber(st[1] or '') and tonumber(st[1]) >= tick then return 'tick:' .. (st[2] or '') end
+  if st[3] == '1' then
+    redis.call('HSET', sched, 'last_tick', tick)
+    return 'paused:'
+  end
+  return nil
+end
+
+local function guard(values)
+  -- nil: store the job; else the reply for a job that is not stored
+  if pos.sched then
+    local refused = tick_guard(values[pos.sched], tonumber(values[pos.tick]))
+    if refused then return refused end
+  end
+  if pos.ukey then return unique_guard(values[pos.ukey]) end
+  return nil
+end
+
+local function claim(values, id)
+  -- after storing: the job now holds its idempotency key / its schedule's tick
+  if pos.ukey then redis.call('SET', values[pos.ukey], id) end
+  if pos.sched then
+    redis.call('HSET', values[pos.sched], 'last_job', id, 'last_enqueued_at', now)
+    if values[pos.tick] ~= '0' then redis.call('HSET', values[pos.sched], 'last_tick', values[pos.tick]) end
+  end
+end
+-- end of producer guards -------------------------------------------------------------------
 for a = 4, #ARGV do
   local values = cjson.decode(ARGV[a])
   local id, jtype, visible_at = values[1], values[2], tonumber(values[3])
   local key = prefix .. id
-  if redis.call('EXISTS', key) == 1 then
+  local refused = guard(values)
+  if refused then
+    out[#out + 1] = refused
+  elseif redis.call('EXISTS', key) == 1 then
     out[#out + 1] = 0
   else
+    claim(values, id)
     local fields = {}
     for i = 1, n do
       fields[#fields + 1] = names[i]

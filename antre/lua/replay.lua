@@ -4,6 +4,8 @@
 -- ARGV[1] id   ARGV[2] now_ms   ARGV[3] dead-by-type prefix   ARGV[4] dead-by-group prefix
 -- KEYS[5] the job's timeline (optional)   ARGV[5] actor (the operator)   ARGV[6] the caller's
 -- event details as JSON ('': e.g. the bulk task)
+-- A unique job (field 'ukey': its idempotency key's index entry, same slot) takes the entry
+-- back unless another job holds it.
 -- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed).
 local id, now = ARGV[1], tonumber(ARGV[2])
 local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
@@ -16,5 +18,8 @@ redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'vi
 bump(KEYS[1], 'replays', 1)
 redis.call('LPUSH', KEYS[3], id)
 if KEYS[5] then tl_add(KEYS[5], now, 'replayed', ARGV[5] or '', {}, ARGV[6]) end
+-- a unique job holds its idempotency key again while pending, unless another job took it
+local ukey = redis.call('HGET', KEYS[1], 'ukey')
+if ukey and ukey ~= '' then redis.call('SET', ukey, id, 'NX') end
 redis.call('HINCRBY', KEYS[4], 'replayed', 1)
 return 1

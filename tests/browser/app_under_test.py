@@ -11,6 +11,8 @@ test can tell what really happened.
 - ``slow_report``: runs ~``seconds`` s, extending its own lease once and checkpointing its
   progress, so there is a running lease to look at and extend.
 - ``echo``: the start-up probe.
+- ``nightly_digest``: a periodic schedule (once a year, so it only runs when asked to: the
+  Schedules page's "Run now").
 """
 
 from __future__ import annotations
@@ -73,3 +75,9 @@ def slow_report(ctx, payload):
 def echo(ctx, payload):
     _mark("done", str(payload["ref"]))
     return payload
+
+
+@app.periodic("0 3 1 1 *", "nightly_digest", payload={"ref": "digest"})
+def nightly_digest(ctx, payload):
+    _mark("done", f"digest:{ctx.job.id}")
+    return {"sent": True}

@@ -61,6 +61,7 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         ("/inflight/", f"tr[data-row='{made['slow']}']"),
         ("/inflight/?queue=default&sort=silent", f"tr[data-row='{made['slow']}']"),  # issue 11
         ("/scheduled/", "td.err:has-text('upstream 503')"),
+        ("/schedules/", "tr[data-schedule='nightly_digest']"),
         ("/dlq/", f"tr[data-row='{made['dead']}']"),
         (f"/dlq/default/{made['dead']}", "dl.facts"),
         ("/locks/", "code:text-is('browser:a11y:1')"),

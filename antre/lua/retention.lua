@@ -1,0 +1,54 @@
+-- retention: one bounded pass of a queue's retention (so Redis, run with noeviction, never
+-- fills): dead jobs past the maximum age, then the oldest dead jobs past the maximum count,
+-- then done jobs past their retention; error groups left without jobs disappear.
+-- KEYS[1] dead (ZSET by died_at)   KEYS[2] done (ZSET by finished_at)   KEYS[3] stats (HASH)
+-- KEYS[4] errgroups (HASH)
+-- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] dead: max jobs kept   ARGV[4] dead: max age ms
+-- ARGV[5] done: max age ms   ARGV[6] at most this many jobs dropped by this call
+-- ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group prefix
+-- ARGV[9 ..] error group ids to check: each one with no dead job left is removed
+-- A job dropped takes its timeline and its idempotency-key index entry with it (forget_job).
+-- Returns: {dead jobs dropped, done jobs dropped, error groups removed}
+local prefix, now, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6])
+local max_jobs, max_age, done_age = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local touched = {}
+
+local function drop_dead(id)
+  local f = redis.call('HMGET', prefix .. id, 'type', 'group')
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', ARGV[7] .. ((f[1] and f[1] ~= '') and f[1] or '(unknown)'), id)
+  if f[2] and f[2] ~= '' then
+    redis.call('ZREM', ARGV[8] .. f[2], id)
+    touched[f[2]] = true
+  end
+  forget_job(prefix, id)
+end
+
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - max_age, 'LIMIT', 0, limit)
+for _, id in ipairs(dead) do drop_dead(id) end
+local dropped = #dead
+local excess = math.min(redis.call('ZCARD', KEYS[1]) - max_jobs, limit - dropped)
+if excess > 0 then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, excess - 1)
+  for _, id in ipairs(oldest) do drop_dead(id) end
+  dropped = dropped + #oldest
+end
+if dropped > 0 then redis.call('HINCRBY', KEYS[3], 'dead_dropped', dropped) end
+
+local done = {}
+if limit - dropped > 0 then
+  done = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - done_age, 'LIMIT', 0, limit - dropped)
+end
+for _, id in ipairs(done) do
+  redis.call('ZREM', KEYS[2], id)
+  forget_job(prefix, id)
+end
+
+for i = 9, #ARGV do touched[ARGV[i]] = true end
+local groups = 0
+for group in pairs(touched) do
+  if redis.call('ZCARD', ARGV[8] .. group) == 0 and redis.call('HDEL', KEYS[4], group) == 1 then
+    groups = groups + 1
+  end
+end
+return {dropped, #done, groups}
