@@ -264,7 +264,6 @@ class JobSpec:
 NEW_FIELDS = ("id", "type", "visible_at", "queue", "idem_key", "payload", "attempt",
               "max_attempts", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
               "vt_ms", "epoch", "deliveries", "max_deliveries")
-NEW_FIELDS_JSON = json.dumps(list(NEW_FIELDS))
 
 
 def check_spec(spec: JobSpec, queue: str) -> None:

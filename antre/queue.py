@@ -15,7 +15,7 @@ from redis.cluster import RedisCluster
 
 from . import keys
 from .clock import Clock, system_ms
-from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_SECONDS, NEW_FIELDS, NEW_FIELDS_JSON,
+from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, encode_new, from_fields,
                        from_row, pack_new)
 from .errors import InvalidJob, LeaseLost
@@ -127,7 +127,7 @@ class Queue:
         now = self.clock()
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
         script_and_command(self.redis, self.scripts.enqueue, self._enqueue_keys,
-                           [self._job_prefix, now, NEW_FIELDS_JSON, pack_new(values)],
+                           [self._job_prefix, now, "", pack_new(values)],
                            self._index_command)
         return values[0]
 
@@ -149,7 +149,7 @@ class Queue:
         batch = Batch(self.redis)
         for names, part in _runs(encoded, chunk):
             args: list[Any] = [k.job_prefix, now,
-                               NEW_FIELDS_JSON if names == NEW_FIELDS else json.dumps(names)]
+                               "" if names == NEW_FIELDS else json.dumps(names)]
             args.extend(pack_new(values) for values in part)
             batch.script(self.scripts.enqueue, [k.ready, k.scheduled, k.stats, k.types, k.wake],
                          args)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib import resources
 
 import pytest
 
 from antre import InvalidJob, LeaseLost
 from antre.clock import ManualClock
+from antre.envelope import NEW_FIELDS
 from antre.queue import JobSpec, Queue
 
 
@@ -50,6 +53,32 @@ def test_enqueue_with_delay_is_scheduled_until_promoted(q, clock):
     clock.advance(10_000)
     assert q.promote() == 1
     assert_one_place(q, job_id, "ready")
+
+
+def test_enqueue_scripts_standard_field_list_is_new_fields():
+    """enqueue.lua names the standard fields itself (the client sends '' for them)."""
+    src = resources.files("antre.lua").joinpath("enqueue.lua").read_text()
+    listed = re.search(r"local STANDARD = \{(.*?)\}", src, re.S).group(1)
+    assert tuple(re.findall(r"'([a-z_]+)'", listed)) == NEW_FIELDS
+
+
+@pytest.mark.parametrize("delay_s", [0, 60])
+def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
+    job_id = q.enqueue("t", {"v": 1}, idempotency_key="k", delay_s=delay_s)
+    stored = q.redis.hgetall(q.keys.job(job_id))
+    assert set(stored) == {*NEW_FIELDS, "state"}
+    assert stored["state"] == ("scheduled" if delay_s else "ready")
+    assert stored["id"] == job_id and stored["idem_key"] == "k"
+
+
+def test_the_wake_list_stays_capped_at_64_tokens(q):
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(40)], chunk=10)
+    assert q.redis.llen(q.keys.wake) == 40  # 10 per call, below the cap: nothing trimmed
+    q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(100)], chunk=10)
+    assert q.redis.llen(q.keys.wake) == 64
+    for i in range(5):
+        q.enqueue("t", {}, idempotency_key=f"s{i}")
+    assert q.redis.llen(q.keys.wake) == 64
 
 
 def test_enqueue_same_job_id_twice_stores_once(q):

@@ -19,11 +19,13 @@ end
 
 local function wake(wake_key, n)
   -- tokens for idle workers blocked on the wake list (BLPOP): a few per call, capped
+  -- (LTRIM only when the push took the list past 64: one call, not two, in the common case)
   if n > 0 then
     local tokens = {}
     for i = 1, math.min(n, 16) do tokens[i] = '1' end
-    redis.call('LPUSH', wake_key, unpack(tokens))
-    redis.call('LTRIM', wake_key, 0, 63)
+    if redis.call('LPUSH', wake_key, unpack(tokens)) > 64 then
+      redis.call('LTRIM', wake_key, 0, 63)
+    end
   end
 end
 

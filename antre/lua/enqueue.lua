@@ -1,34 +1,42 @@
 -- enqueue: store new jobs and make them ready, or scheduled when visible later.
 -- KEYS[1] ready (LIST)   KEYS[2] scheduled (ZSET)   KEYS[3] stats (HASH)   KEYS[4] types (SET)
 -- KEYS[5] wake (LIST): a token per ready job (at most 16 per call, 64 kept) wakes idle workers
--- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] JSON array of the n field names; the first
--- three are id, type, visible_at
+-- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] the n field names: '' for the standard ones
+-- (envelope.NEW_FIELDS, listed in STANDARD below), else a JSON array of them; the first three
+-- are id, type, visible_at
 -- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
 -- client's packing cost low for big batches)
--- Each stored job is indexed by its idempotency key (field 'idem_key', keys.QueueKeys.idem_index:
--- the newest job of a key). A job enqueued with a delay gets an 'enqueued' event (delay_ms); the
--- others' is read from the hash (created_at, trace_id), so an immediate job costs no timeline.
--- Optional fields (present only on such jobs; see "producer guards" below): ukey + unique_ms
--- (a unique job: the key of its idempotency key's index entry, the unique_for window), sched +
--- tick (a periodic tick: the schedule's state hash and the tick time ms; tick 0 is a manual
--- run, recorded as the schedule's last run without checking or moving its last tick).
+-- Each stored job is one HSET of all its fields and its state. Each is indexed by its
+-- idempotency key (field 'idem_key', keys.QueueKeys.idem_index: the newest job of a key). A job
+-- enqueued with a delay gets an 'enqueued' event (delay_ms); the others' is read from the hash
+-- (created_at, trace_id), so an immediate job costs no timeline.
+-- Optional fields (present only on such jobs, which then name their fields; see "producer
+-- guards" below): ukey + unique_ms (a unique job: the key of its idempotency key's index entry,
+-- the unique_for window), sched + tick (a periodic tick: the schedule's state hash and the tick
+-- time ms; tick 0 is a manual run, recorded as the schedule's last run without checking or
+-- moving its last tick).
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
 -- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
 -- was already enqueued, by job <id>), 'paused:' (the schedule is paused; the tick is skipped).
 local prefix, now = ARGV[1], tonumber(ARGV[2])
-local names = cjson.decode(ARGV[3])
+-- envelope.NEW_FIELDS (tests/test_core_lua.py checks that the two lists agree)
+local STANDARD = {'id', 'type', 'visible_at', 'queue', 'idem_key', 'payload', 'attempt',
+                  'max_attempts', 'created_at', 'trace_id', 'lock_key', 'headers', 'timeout_s',
+                  'vt_ms', 'epoch', 'deliveries', 'max_deliveries'}
+local names, pos = STANDARD, nil
+if ARGV[3] ~= '' then
+  names, pos = cjson.decode(ARGV[3]), {}
+  for i = 1, #names do pos[names[i]] = i end
+end
 local n = #names
-local out = {}
-local idem_at = 0
-for i = 1, n do if names[i] == 'idem_key' then idem_at = i end end
+local idem_at = pos and (pos.idem_key or 0) or 5
 local idem_index = idem_index_key(prefix)
+local out = {}
 local stored = 0
 local readied = 0
 
--- producer guards (issue 13): unique jobs and periodic ticks ------------------------------
-local pos = {}
-for i = 1, n do pos[names[i]] = i end
+-- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
 local pending = {ready = true, scheduled = true, inflight = true}
 
 local function unique_guard(ukey)
@@ -75,34 +83,42 @@ local function claim(values, id)
   end
 end
 -- end of producer guards -------------------------------------------------------------------
+
+local function store(key, id, values)
+  -- one HSET: every field and the state; then the job's place (ready list or schedule)
+  local visible_at = tonumber(values[3])
+  local later = visible_at > now
+  local fields = {}
+  for i = 1, n do
+    fields[2 * i - 1] = names[i]
+    fields[2 * i] = values[i]
+  end
+  fields[2 * n + 1] = 'state'
+  fields[2 * n + 2] = later and 'scheduled' or 'ready'
+  redis.call('HSET', key, unpack(fields))
+  redis.call('SADD', KEYS[4], values[2])
+  if idem_at > 0 then redis.call('HSET', idem_index, values[idem_at], id) end
+  if later then
+    redis.call('ZADD', KEYS[2], visible_at, id)
+    tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})
+  else
+    redis.call('LPUSH', KEYS[1], id)
+    readied = readied + 1
+  end
+end
+
 for a = 4, #ARGV do
   local values = cjson.decode(ARGV[a])
-  local id, jtype, visible_at = values[1], values[2], tonumber(values[3])
+  local id = values[1]
   local key = prefix .. id
-  local refused = guard(values)
+  local refused = pos and guard(values)
   if refused then
     out[#out + 1] = refused
   elseif redis.call('EXISTS', key) == 1 then
     out[#out + 1] = 0
   else
-    claim(values, id)
-    local fields = {}
-    for i = 1, n do
-      fields[#fields + 1] = names[i]
-      fields[#fields + 1] = values[i]
-    end
-    redis.call('HSET', key, unpack(fields))
-    redis.call('SADD', KEYS[4], jtype)
-    if idem_at > 0 then redis.call('HSET', idem_index, values[idem_at], id) end
-    if visible_at > now then
-      redis.call('HSET', key, 'state', 'scheduled')
-      redis.call('ZADD', KEYS[2], visible_at, id)
-      tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})
-    else
-      redis.call('HSET', key, 'state', 'ready')
-      redis.call('LPUSH', KEYS[1], id)
-      readied = readied + 1
-    end
+    if pos then claim(values, id) end
+    store(key, id, values)
     stored = stored + 1
     out[#out + 1] = 1
   end
