@@ -4,11 +4,11 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONPATH=/app
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# PYTHONPATH=/app: the `antre` console script can import the app module (antre_demo) from
-# /app, and the web app finds static/ and templates/ beside the source.
+# The image runs the installed wheel (antre, antre_web with its templates/ and static/,
+# antre_worker, antre_demo), not the source tree: no PYTHONPATH. Put your own app module in
+# an image built FROM this one (pip install it, or set PYTHONPATH to where it lives).
 WORKDIR /app
 COPY . /app
 RUN pip install ".[postgres]" \

@@ -28,7 +28,7 @@ from antre.flow import FlowControl
 from antre.pause import PauseError, Pauses, unknown_target
 from antre.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.readmodels import DeadFilter
-from worker.loader import load_app
+from antre_worker.loader import load_app
 
 MAX_EXTEND_S = 24 * 3600
 

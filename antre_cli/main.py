@@ -25,8 +25,8 @@ from antre.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.registry import WorkerRegistry
 from antre.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
 from antre.status import status_summary
-from worker.cli import main as worker_main
-from worker.loader import load_app
+from antre_worker.cli import main as worker_main
+from antre_worker.loader import load_app
 
 from . import incident
 from .demo import run_demo

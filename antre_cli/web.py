@@ -9,9 +9,9 @@ from typing import Any, Callable
 from gunicorn.app.base import BaseApplication
 
 from antre import Antre
-from webapp import create_app
-from webapp.security import InsecureConfig, check_secret_key
-from worker.loader import load_app
+from antre_web import create_app
+from antre_web.security import InsecureConfig, check_secret_key
+from antre_worker.loader import load_app
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]

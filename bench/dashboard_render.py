@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis
 from antre.queue import JobSpec, Queue
-from webapp import create_app
+from antre_web import create_app
 
 TYPES = ("send_email", "charge_card", "sync_stock", "render_invoice")
 ERRORS = ("smtp 554 rejected for user {n}", "card {n} declined", "sku {n} not found",

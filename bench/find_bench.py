@@ -29,7 +29,7 @@ from antre.embedded import EmbeddedRedis  # noqa: E402
 from antre.finder import Finder  # noqa: E402
 from antre.queue import JobSpec, Queue  # noqa: E402
 from bench.dashboard_render import login, populate  # noqa: E402
-from webapp import create_app  # noqa: E402
+from antre_web import create_app  # noqa: E402
 
 MARK = 987_654_321  # the order id planted in a few jobs the search must find
 

@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import pytest
 
-from worker.aio import AsyncJobs, BlockReporter, Timed
+from antre_worker.aio import AsyncJobs, BlockReporter, Timed
 
 
 @pytest.fixture

@@ -22,10 +22,10 @@ from antre.clock import ManualClock, system_ms
 from antre.queue import JobSpec, Queue
 from antre.metrics import render
 from antre.registry import WorkerInfo, WorkerRegistry
-from worker.cli import build_parser
-from worker.cli import main as worker_main
-from worker.executor import WorkerProcess
-from worker.pool import Supervisor
+from antre_worker.cli import build_parser
+from antre_worker.cli import main as worker_main
+from antre_worker.executor import WorkerProcess
+from antre_worker.pool import Supervisor
 
 
 @pytest.fixture
@@ -330,7 +330,7 @@ REPO = Path(__file__).resolve().parent.parent
 def spawn_child(redis_url: str, log_path: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
     with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "worker.child", "tests.apps.aio:app",
+        return subprocess.Popen([sys.executable, "-m", "antre_worker.child", "tests.apps.aio:app",
                                  "--threads", "1", "--concurrency", "20", "--heartbeat", "0.2",
                                  *extra], cwd=REPO, env=env, stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL)

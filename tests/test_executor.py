@@ -1,4 +1,4 @@
-"""worker.executor in-process: every job outcome, on a real Redis, with an injected clock."""
+"""antre_worker.executor in-process: every job outcome, on a real Redis, with an injected clock."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from antre import Antre, Permanent, RateLimited, Retryable, keys
 from antre.clock import ManualClock
 from antre.queue import Queue
 from antre.registry import WorkerRegistry
-from worker.executor import EXIT_RECYCLE, WorkerProcess
+from antre_worker.executor import EXIT_RECYCLE, WorkerProcess
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from antre import Antre
 from antre.clock import ManualClock
 from antre.fencing import FenceRejected, LockFences
 from antre.sql import session_factory
-from worker.executor import WorkerProcess
+from antre_worker.executor import WorkerProcess
 
 
 @pytest.fixture

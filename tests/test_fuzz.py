@@ -277,7 +277,7 @@ def test_reserve_survives_missing_vt_ms(q):
 
 def _worker_process():
     try:
-        from worker.executor import WorkerProcess
+        from antre_worker.executor import WorkerProcess
     except ImportError:  # worker/ not there yet
         pytest.skip("worker/executor.py is not available")
     return WorkerProcess

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from antre import Antre, keys
 from antre.cancel import CancelError, Cancels
 from antre.clock import ManualClock
-from worker.executor import EXIT_RECYCLE, WorkerProcess
+from antre_worker.executor import EXIT_RECYCLE, WorkerProcess
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def test_a_burst_worker_ends_while_its_queue_is_paused_and_runs_nothing(app, clo
 
 
 def test_the_sweeper_forgets_cancel_requests_of_jobs_that_finished_anyway(app, clock):
-    from worker.duties import sweep_once
+    from antre_worker.duties import sweep_once
     q = app.queue()
     job_id = q.enqueue("ping", {}, idempotency_key="p:9")
     (job,) = q.reserve("w")
@@ -218,7 +218,7 @@ def test_the_sweeper_forgets_cancel_requests_of_jobs_that_finished_anyway(app, c
 def test_the_bulk_duty_steps_a_paced_purge_and_audits_its_end(app, clock):
     from antre.bulk import BulkReplays
     from antre.purge import PurgeFilter
-    from worker.duties import Duties
+    from antre_worker.duties import Duties
 
     q = app.queue()
     for i in range(4):

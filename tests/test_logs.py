@@ -11,7 +11,7 @@ import pytest
 from antre import Antre, Retryable, logs
 from antre.clock import ManualClock
 from antre.envelope import Job
-from worker.executor import WorkerProcess
+from antre_worker.executor import WorkerProcess
 
 
 @pytest.fixture

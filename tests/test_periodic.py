@@ -13,7 +13,7 @@ from antre import Antre, InvalidJob
 from antre.clock import ManualClock
 from antre.periodic import (Schedules, due_ticks, latest_tick, make_schedule, next_tick,
                             tick_fields, tick_key)
-from worker.duties import Duties
+from antre_worker.duties import Duties
 
 MIN_MS = 60_000
 

@@ -1,4 +1,4 @@
-"""worker.duties (sweeper and friends), worker.loader and the ``sweep`` CLI."""
+"""antre_worker.duties (sweeper and friends), antre_worker.loader and the ``sweep`` CLI."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from antre import Antre, keys
 from antre.clock import ManualClock
 from antre.queue import Queue
-from worker.duties import Duties, sweep_once
-from worker.executor import WorkerProcess
-from worker.loader import AppLoadError, load_app
+from antre_worker.duties import Duties, sweep_once
+from antre_worker.executor import WorkerProcess
+from antre_worker.loader import AppLoadError, load_app
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from antre.clock import ManualClock
 from antre.queue import Queue
 from antre.readmodels import ReadModels
 from antre.retention import Retention, RetentionPolicy, policy_from_env
-from worker.duties import Duties
+from antre_worker.duties import Duties
 
 DAY_MS = 86_400_000
 

@@ -34,8 +34,8 @@ from antre.clock import ManualClock
 from antre.queue import Queue
 from antre_cli.main import main as cli
 from antre_cli.web import serve
-from webapp import InsecureConfig, create_app
-from webapp.security import MEMORY_LIMITER_KEYS, MemoryLimiter, secret_key_problem
+from antre_web import InsecureConfig, create_app
+from antre_web.security import MEMORY_LIMITER_KEYS, MemoryLimiter, secret_key_problem
 
 pytest_plugins = ("test_web_support",)  # the `web` fixture
 
@@ -674,7 +674,7 @@ def test_12_webhook_body_is_signed(hook_server):
 
 
 def test_12_the_worker_duty_signs_with_the_configured_secret(r, hook_server, monkeypatch):
-    from worker.duties import DUTIES
+    from antre_worker.duties import DUTIES
     url, state = hook_server
     monkeypatch.setenv("ANTRE_ALERT_WEBHOOK", url)
     monkeypatch.setenv("ANTRE_ALERT_WEBHOOK_SECRET", "duty-secret")

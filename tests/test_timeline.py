@@ -13,7 +13,7 @@ from antre import Antre, Permanent, Retryable
 from antre.clock import ManualClock
 from antre.finder import CHUNK, TIMELINE_CAP, BadQuery, Finder, parse_fields
 from antre.queue import Queue
-from worker.executor import WorkerProcess
+from antre_worker.executor import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 

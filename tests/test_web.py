@@ -78,7 +78,7 @@ def test_login_limit_is_shared_by_every_dashboard_process(web, sqlite_url):
     from argon2 import PasswordHasher
 
     from test_web_support import TEST_SECRET_KEY
-    from webapp import create_app
+    from antre_web import create_app
     other_app = create_app({"ANTRE_REDIS_URL": web.svc.redis_url, "ANTRE_DATABASE_URL": sqlite_url,
                             "TESTING": True, "SECRET_KEY": TEST_SECRET_KEY, "ANTRE_CLOCK": web.clock})
     other_app.extensions["antre"].users.hasher = PasswordHasher(time_cost=1, memory_cost=1024,

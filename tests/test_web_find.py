@@ -237,7 +237,7 @@ def test_locks_page_shows_since_when_and_which_job_holds_each_lock(web):
 
 
 def test_search_page_stops_adding_rows_at_the_cap(web, monkeypatch):
-    from webapp import find
+    from antre_web import find
     from antre.queue import JobSpec
     monkeypatch.setattr(find, "NEXT_STEP_MS", 0)  # one chunk per step: not done after it
     web.q.enqueue_many([JobSpec("t", {"v": 1}, f"cap{i}") for i in range(5)])

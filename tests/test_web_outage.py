@@ -11,7 +11,7 @@ pytest_plugins = ("test_web_support",)  # the `web` fixture
 
 import antre
 from antre.embedded import free_port
-from webapp import create_app
+from antre_web import create_app
 
 PAGES = ["/", "/inflight/", "/scheduled/", "/dlq/", "/dlq/tasks", "/locks/", "/workers/",
          "/charts?queue=default&window=1h", "/dlq/default/abc"]

@@ -12,7 +12,7 @@ from argon2 import PasswordHasher
 
 import antre
 from antre.clock import ManualClock, system_ms
-from webapp import create_app
+from antre_web import create_app
 
 PASSWORD = "correct horse battery"
 #: A session-signing key that passes the dashboard's checks (>= 32 bytes, no placeholder).

@@ -65,8 +65,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_carries_templates_and_static_files(venv: Path) -> None:
     out = _run([str(venv / "bin" / "python"), "-c",
-                "import antre, webapp, worker, os; from webapp import asset_dir; "
-                "print(antre.__file__); print(webapp.__file__); print(worker.__file__); "
+                "import antre, antre_web, antre_worker, os; from antre_web import asset_dir; "
+                "print(antre.__file__); print(antre_web.__file__); print(antre_worker.__file__); "
                 "print(asset_dir('templates')); print(asset_dir('static'))"],
                env=_clean_env(), cwd=str(venv))
     paths = out.split()
@@ -75,6 +75,9 @@ def test_the_wheel_carries_templates_and_static_files(venv: Path) -> None:
         assert path.startswith(str(venv)), f"{path} is not inside the venv {venv}"
         assert not path.startswith(str(REPO))
     templates, static = Path(paths[3]), Path(paths[4])
+    # the wheel installs no top-level package named like other projects' ("webapp", "worker")
+    site = Path(paths[0]).parent.parent
+    assert not (site / "webapp").exists() and not (site / "worker").exists()
     assert (templates / "login.html").is_file() and (templates / "_dlq.html").is_file()
     assert (static / "vendor" / "htmx.min.js").is_file() and (static / "antre.css").is_file()
 

@@ -30,7 +30,7 @@ def spawn(redis_url: str, args: list[str], log_path: Path) -> subprocess.Popen:
 
 
 def child(redis_url, tmp_path, *extra):
-    return spawn(redis_url, ["worker.child", APP, "--threads", "1", "--heartbeat", "0.2",
+    return spawn(redis_url, ["antre_worker.child", APP, "--threads", "1", "--heartbeat", "0.2",
                              *extra], tmp_path / "worker.log")
 
 

@@ -1,4 +1,4 @@
-"""One worker process of a pool: ``python -m worker.child APP_PATH [options]``.
+"""One worker process of a pool: ``python -m antre_worker.child APP_PATH [options]``.
 
 Started by ``worker.pool.Supervisor`` (a fresh interpreter per child, so a crash or kill -9
 leaves nothing half-imported behind). SIGTERM/SIGINT stop it gracefully. Exit codes: 0 stopped
@@ -33,7 +33,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m worker.child")
+    p = argparse.ArgumentParser(prog="python -m antre_worker.child")
     p.add_argument("app_path")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--queues", default="")

@@ -1,4 +1,4 @@
-"""``antre worker APP_PATH ...`` and ``antre sweep APP_PATH``; ``python -m worker`` too."""
+"""``antre worker APP_PATH ...`` and ``antre sweep APP_PATH``; ``python -m antre_worker`` too."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kept so ``from worker.executor import WorkerProcess`` goes on working: the executor is now
+"""Kept so ``from antre_worker.executor import WorkerProcess`` goes on working: the executor is now
 split by role (runner.py, pipeline.py, execution.py, outcomes.py, settle.py, leases.py,
 failures.py, held.py; see docs/ARCHITECTURE.md)."""
 

@@ -1,5 +1,5 @@
 """The worker pool: a supervisor that keeps N worker processes alive and runs the scheduled
-duties. Children are fresh interpreters (``python -m worker.child``) that die with the
+duties. Children are fresh interpreters (``python -m antre_worker.child``) that die with the
 supervisor (PR_SET_PDEATHSIG, armed by the child itself)."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class Supervisor:
                     extra={"event": "worker_restart"})
 
     def _command(self, slot: Slot) -> list[str]:
-        cmd = [sys.executable, "-m", "worker.child", self.app_path,
+        cmd = [sys.executable, "-m", "antre_worker.child", self.app_path,
                "--threads", str(self.threads), "--queues", ",".join(self.queues),
                "--supervisor-id", self.id, "--prefetch", str(self.prefetch),
                "--heartbeat", str(self.heartbeat_s), "--grace", str(self.stop_grace_s),
