@@ -6,7 +6,7 @@
 
 N ``ledger`` jobs (each inserts one row per idempotency key into ``chaos_ledger`` through
 ``ctx.db``) plus a few ``poison`` jobs (they kill their worker on every delivery) are run by
-``python -m worker worker bench.apps.chaos:app --processes M --threads T`` while, at random:
+``python -m antre_worker worker bench.apps.chaos:app --processes M --threads T`` while, at random:
 kill -9 of a worker child; SIGSTOP of one for longer than its lease, then SIGCONT; a restart of
 Redis (AOF on); the database connections dropped (PostgreSQL: pg_terminate_backend; SQLite: an
 exclusive lock held for a few seconds); a producer re-sending jobs with new job ids and the
@@ -288,7 +288,7 @@ class Chaos:
                       ANTRE_LOG_FORMAT="json")
         worker_log = os.path.join(HERE, "out", "chaos-workers.log")
         logf = open(worker_log, "wb")  # noqa: SIM115 - closed below
-        cmd = [sys.executable, "-m", "worker", "worker", "bench.apps.chaos:app",
+        cmd = [sys.executable, "-m", "antre_worker", "worker", "bench.apps.chaos:app",
                "--processes", str(a.processes), "--threads", str(a.threads), "--grace", "5"]
         log(f"redis {url} (AOF on), db {a.db}, {a.jobs} jobs + {a.poison} poison, "
             f"{a.processes} processes x {a.threads} threads, lease {a.vt}s")

@@ -132,7 +132,7 @@ def run_antre(url: str, name: str, n: int, timeout_s: float) -> dict[str, Any]:
     for start in range(0, n, 2_000):
         q.enqueue_many([JobSpec(row["job_type"], {"i": i}, f"io:{run}:{i}")
                         for i in range(start, min(n, start + 2_000))])
-    cmd = [sys.executable, "-m", "worker", "worker", "bench.apps.io:app", "--processes", "1",
+    cmd = [sys.executable, "-m", "antre_worker", "worker", "bench.apps.io:app", "--processes", "1",
            "--no-scheduler", *row["args"]]
     with _log(name) as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=ab._env(url), start_new_session=True,

@@ -99,7 +99,7 @@ def test_sweep_cli_prints_one_pass(redis_url, r):
     q.enqueue("t", {}, idempotency_key="x", visibility_timeout_s=1)
     q.reserve("w")  # deadline far in the past for the real clock
     env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "worker", "sweep", "tests.apps.basic:app"],
+    out = subprocess.run([sys.executable, "-m", "antre_worker", "sweep", "tests.apps.basic:app"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["requeued"] == 1
@@ -107,6 +107,6 @@ def test_sweep_cli_prints_one_pass(redis_url, r):
 
 def test_worker_cli_rejects_a_bad_app_path(redis_url):
     env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "worker", "worker", "nope.nope:app", "--burst"],
+    out = subprocess.run([sys.executable, "-m", "antre_worker", "worker", "nope.nope:app", "--burst"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and "cannot import 'nope.nope'" in out.stderr

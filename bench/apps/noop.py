@@ -1,4 +1,4 @@
-"""The Antre app of the no-op benchmarks: ``python -m worker bench.apps.noop:app``.
+"""The Antre app of the no-op benchmarks: ``python -m antre_worker bench.apps.noop:app``.
 
 Environment: ``BENCH_REDIS_URL``; ``BENCH_DATABASE_URL`` (an idempotency record per job when
 set); ``BENCH_LOCK=1`` (jobs carry a lock_key; the worker takes the lock per job);
