@@ -117,7 +117,7 @@ def main() -> int:
         exact = sorted(hits) == sorted(planted)
         app = create_app({"ANTRE_REDIS_URL": server.url,
                           "ANTRE_DATABASE_URL": f"sqlite:///{tmp}/antre.db",
-                          "SECRET_KEY": "bench"})
+                          "SECRET_KEY": "bench-only-session-key-8e1d4c7a2f9b6e3d0c5a"})
         app.extensions["antre"].users.add("op", "operator", "bench-password")
         web = app.test_client()
         login(web)
