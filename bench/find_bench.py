@@ -28,8 +28,7 @@ sys.path.insert(0, ROOT)
 from antre.embedded import EmbeddedRedis  # noqa: E402
 from antre.finder import Finder  # noqa: E402
 from antre.queue import JobSpec, Queue  # noqa: E402
-from bench.dashboard_render import login, populate  # noqa: E402
-from antre_web import create_app  # noqa: E402
+from bench.dashboard_render import operator_client, populate  # noqa: E402
 
 MARK = 987_654_321  # the order id planted in a few jobs the search must find
 
@@ -115,12 +114,7 @@ def main() -> int:
         calls = {k.removeprefix("cmdstat_").upper(): int(v["calls"])
                  for k, v in client.info("commandstats").items()}
         exact = sorted(hits) == sorted(planted)
-        app = create_app({"ANTRE_REDIS_URL": server.url,
-                          "ANTRE_DATABASE_URL": f"sqlite:///{tmp}/antre.db",
-                          "SECRET_KEY": "bench-only-session-key-8e1d4c7a2f9b6e3d0c5a"})
-        app.extensions["antre"].users.add("op", "operator", "bench-password")
-        web = app.test_client()
-        login(web)
+        web = operator_client(server.url, tmp)
         ready_id = client.lindex(q.keys.ready, -1)
         dead_id = client.zrange(q.keys.dead, 0, 0)[0]
         key = client.hget(q.keys.job(ready_id), "idem_key")
