@@ -89,6 +89,23 @@ PEERS: dict[str, dict[str, Any]] = {
                  "redelivery (from docs/source: RedisStorage.dequeue)",
         "keeps_job_in_redis": False,
     },
+    "taskiq-stream": {
+        "venv": "taskiq", "pip": ["taskiq", "taskiq-redis"], "module": "taskiq_tasks",
+        "cmd": ["taskiq", "worker", "taskiq_tasks:broker", "--workers", "1"],
+        "note": "taskiq-redis RedisStreamBroker (consumer group, ack after the task), "
+                "1 worker process, max-async-tasks 100 (its default)",
+        "kill9": "the message stays pending in the consumer group; a worker claims pending "
+                 "messages idle longer than idle_timeout (10 min by default) at start-up "
+                 "(from taskiq-redis RedisStreamBroker: XAUTOCLAIM)",
+        "keeps_job_in_redis": True,
+    },
+    "taskiq-stream-2p": {
+        "venv": "taskiq", "pip": ["taskiq", "taskiq-redis"], "module": "taskiq_tasks",
+        "cmd": ["taskiq", "worker", "taskiq_tasks:broker"],
+        "note": "as taskiq-stream with its default --workers 2 (both cores)", "processes": 2,
+        "kill9": "as taskiq-stream",
+        "keeps_job_in_redis": True,
+    },
     "celery": {
         "venv": "celery", "pip": ["celery[redis]"], "module": "celery_tasks",
         "cmd": ["celery", "-A", "celery_tasks", "worker", "-P", "threads", "-c", "4",
@@ -225,7 +242,7 @@ def latency(url: str, name: str, rate: float = 200.0, seconds: float = 10.0) -> 
 
 
 DISTS = {"rq": "rq", "arq": "arq", "saq": "saq", "dramatiq": "dramatiq", "huey": "huey",
-         "celery": "celery"}
+         "celery": "celery", "taskiq": "taskiq"}
 
 
 def _start_started_worker(url: str, cmd: list[str], cwd: str, env: dict[str, str],
