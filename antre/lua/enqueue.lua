@@ -1,6 +1,9 @@
 -- enqueue: store new jobs and make them ready, or scheduled when visible later.
 -- KEYS[1] ready (LIST)   KEYS[2] scheduled (ZSET)   KEYS[3] stats (HASH)   KEYS[4] types (SET)
 -- KEYS[5] wake (LIST): a token per ready job (at most 16 per call, 64 kept) wakes idle workers
+-- KEYS[6] (optional) the queues index (SET, keys.queues_index): the queue's name (the jobs'
+-- 'queue' field) is added to it, so one call is the whole enqueue; on a cluster, where that
+-- key is in another slot, the client sends that SADD on its own instead
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] the n field names: '' for the standard ones
 -- (envelope.NEW_FIELDS, listed in STANDARD below), else a JSON array of them; the first three
 -- are id, type, visible_at
@@ -34,7 +37,9 @@ local idem_at = pos and (pos.idem_key or 0) or 5
 local idem_index = idem_index_key(prefix)
 local out = {}
 local stored = 0
-local readied = 0
+local readied = {}   -- ids for the ready list: one LPUSH per call (same order as one by one)
+local indexed = {}   -- idempotency key, id, ...: one HSET of the index per call
+local types = {}     -- job types seen in this call: one SADD per type
 
 -- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
 local pending = {ready = true, scheduled = true, inflight = true}
@@ -96,20 +101,31 @@ local function store(key, id, values)
   fields[2 * n + 1] = 'state'
   fields[2 * n + 2] = later and 'scheduled' or 'ready'
   redis.call('HSET', key, unpack(fields))
-  redis.call('SADD', KEYS[4], values[2])
-  if idem_at > 0 then redis.call('HSET', idem_index, values[idem_at], id) end
+  types[values[2]] = true
+  if idem_at > 0 then
+    indexed[#indexed + 1] = values[idem_at]
+    indexed[#indexed + 1] = id
+  end
   if later then
     redis.call('ZADD', KEYS[2], visible_at, id)
     tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})
   else
-    redis.call('LPUSH', KEYS[1], id)
-    readied = readied + 1
+    readied[#readied + 1] = id
   end
 end
 
+local function call_in_parts(cmd, key, list, step)
+  -- one command per ``step`` arguments (unpack of a very long list would overflow Lua's stack)
+  for i = 1, #list, step do
+    redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
+  end
+end
+
+local qname = nil  -- the queue's name, for KEYS[6]
 for a = 4, #ARGV do
   local values = cjson.decode(ARGV[a])
   local id = values[1]
+  qname = qname or values[pos and pos.queue or 4]
   local key = prefix .. id
   local refused = pos and guard(values)
   if refused then
@@ -123,6 +139,14 @@ for a = 4, #ARGV do
     out[#out + 1] = 1
   end
 end
-if stored > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', stored) end
-wake(KEYS[5], readied)
+if stored > 0 then
+  local tlist = {}
+  for t in pairs(types) do tlist[#tlist + 1] = t end
+  call_in_parts('SADD', KEYS[4], tlist, 1000)
+  call_in_parts('HSET', idem_index, indexed, 1000)  -- pairs: the step is even
+  call_in_parts('LPUSH', KEYS[1], readied, 1000)
+  redis.call('HINCRBY', KEYS[3], 'enqueued', stored)
+end
+wake(KEYS[5], #readied)
+if KEYS[6] and qname then redis.call('SADD', KEYS[6], qname) end
 return out
