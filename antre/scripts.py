@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -40,11 +41,36 @@ NAMES = (
 )
 
 
+_LIB_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.M)
+
+
+def _lib_parts(lib: str) -> tuple[str, list[tuple[str, str]]]:
+    """``_lib.lua`` as its header and its top-level definitions: (name, text) in order, each
+    running up to the next one."""
+    found = [(m.start(), m.group(1)) for m in _LIB_DEFINITION.finditer(lib)]
+    ends = [start for start, _ in found[1:]] + [len(lib)]
+    return lib[:found[0][0]], [(name, lib[start:end]) for (start, name), end in zip(found, ends)]
+
+
 @lru_cache(maxsize=None)
 def source(name: str) -> str:
+    """The script ``name`` with the definitions of ``_lib.lua`` it uses (directly or through
+    another one), in the library's order: Redis runs the whole source on every call, and each
+    ``local function`` is a closure made each time (~0.15 µs apiece)."""
     files = resources.files("antre.lua")
-    lib = files.joinpath("_lib.lua").read_text()
-    return lib + "\n" + files.joinpath(f"{name}.lua").read_text()
+    header, parts = _lib_parts(files.joinpath("_lib.lua").read_text())
+    body = files.joinpath(f"{name}.lua").read_text()
+    used: set[str] = set()
+    text = body
+    grew = True
+    while grew:
+        grew = False
+        for part_name, part in parts:
+            if part_name not in used and re.search(rf"\b{part_name}\b", text):
+                used.add(part_name)
+                text += part
+                grew = True
+    return header + "".join(part for n, part in parts if n in used) + "\n" + body
 
 
 class Scripts:

@@ -39,7 +39,7 @@ local out = {}
 local stored = 0
 local readied = {}   -- ids for the ready list: one LPUSH per call (same order as one by one)
 local indexed = {}   -- idempotency key, id, ...: one HSET of the index per call
-local types = {}     -- job types seen in this call: one SADD per type
+local types = {}     -- job types stored by this call (a list, and a set of them): one SADD
 
 -- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
 local pending = {ready = true, scheduled = true, inflight = true}
@@ -93,15 +93,28 @@ local function store(key, id, values)
   -- one HSET: every field and the state; then the job's place (ready list or schedule)
   local visible_at = tonumber(values[3])
   local later = visible_at > now
-  local fields = {}
-  for i = 1, n do
-    fields[2 * i - 1] = names[i]
-    fields[2 * i] = values[i]
+  local state = later and 'scheduled' or 'ready'
+  if pos then
+    local fields = {}
+    for i = 1, n do
+      fields[2 * i - 1] = names[i]
+      fields[2 * i] = values[i]
+    end
+    fields[2 * n + 1] = 'state'
+    fields[2 * n + 2] = state
+    redis.call('HSET', key, unpack(fields))
+  else  -- the standard fields, written out (no table to build and unpack)
+    local v = values
+    redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3], 'queue', v[4],
+               'idem_key', v[5], 'payload', v[6], 'attempt', v[7], 'max_attempts', v[8],
+               'created_at', v[9], 'trace_id', v[10], 'lock_key', v[11], 'headers', v[12],
+               'timeout_s', v[13], 'vt_ms', v[14], 'epoch', v[15], 'deliveries', v[16],
+               'max_deliveries', v[17], 'state', state)
   end
-  fields[2 * n + 1] = 'state'
-  fields[2 * n + 2] = later and 'scheduled' or 'ready'
-  redis.call('HSET', key, unpack(fields))
-  types[values[2]] = true
+  if not types[values[2]] then
+    types[values[2]] = true
+    types[#types + 1] = values[2]
+  end
   if idem_at > 0 then
     indexed[#indexed + 1] = values[idem_at]
     indexed[#indexed + 1] = id
@@ -111,13 +124,6 @@ local function store(key, id, values)
     tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})
   else
     readied[#readied + 1] = id
-  end
-end
-
-local function call_in_parts(cmd, key, list, step)
-  -- one command per ``step`` arguments (unpack of a very long list would overflow Lua's stack)
-  for i = 1, #list, step do
-    redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
   end
 end
 
@@ -139,14 +145,13 @@ for a = 4, #ARGV do
     out[#out + 1] = 1
   end
 end
-if stored > 0 then
-  local tlist = {}
-  for t in pairs(types) do tlist[#tlist + 1] = t end
-  call_in_parts('SADD', KEYS[4], tlist, 1000)
-  call_in_parts('HSET', idem_index, indexed, 1000)  -- pairs: the step is even
-  call_in_parts('LPUSH', KEYS[1], readied, 1000)
-  redis.call('HINCRBY', KEYS[3], 'enqueued', stored)
+-- one command per 1,000 arguments (unpack of a very long list would overflow Lua's stack)
+for i = 1, #types, 1000 do redis.call('SADD', KEYS[4], unpack(types, i, math.min(i + 999, #types))) end
+for i = 1, #indexed, 1000 do  -- pairs: the step is even
+  redis.call('HSET', idem_index, unpack(indexed, i, math.min(i + 999, #indexed)))
 end
+for i = 1, #readied, 1000 do redis.call('LPUSH', KEYS[1], unpack(readied, i, math.min(i + 999, #readied))) end
+if stored > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', stored) end
 wake(KEYS[5], #readied)
 if KEYS[6] and qname then redis.call('SADD', KEYS[6], qname) end
 return out
