@@ -165,8 +165,8 @@ class Queue:
             out = self._pinned.call([(s, self._indexed_keys, a) for s, _, a in calls])
         else:
             batch = Batch(self.redis)
-            for script, script_keys, args in calls:
-                batch.script(cast(Script, script), script_keys, args)
+            for script, script_keys, script_args in calls:
+                batch.script(cast(Script, script), script_keys, script_args)
             batch.command("sadd", keys.queues_index(), self.name)
             out = batch.execute()[:-1]
         replies = [r for reply in out for r in reply]

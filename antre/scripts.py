@@ -20,9 +20,10 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
+_hiredis_pack: Any
 try:
     from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - hiredis is a dependency of redis[hiredis] only
+except ImportError:  # pragma: no cover - without hiredis, redis-py packs
     _hiredis_pack = None
 
 NAMES = (
