@@ -304,13 +304,29 @@ def _check_seconds(name: str, value: Any, low: float) -> None:
                          f"{MAX_SECONDS}, not {value!r}")
 
 
+ENTROPY_HEX = 80  # a new job's random hex digits: 32 for its id, 48 for its traceparent
+
+
+def new_entropy(jobs: int = 1) -> str:
+    """Random hex for ``jobs`` new jobs (``ENTROPY_HEX`` each), from one ``os.urandom``."""
+    return os.urandom(jobs * ENTROPY_HEX // 2).hex()
+
+
 def encode_new(spec: JobSpec, queue: str, now_ms: int,
-               max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> list[str]:
+               max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+               entropy: str | None = None) -> list[str]:
     """Validate ``spec`` and return the values of the new job's hash, in ``NEW_FIELDS`` order
-    (raises ``InvalidJob``). A missing job id or trace id is made here."""
+    (raises ``InvalidJob``). A missing job id or trace id is made here, from ``entropy``
+    (``ENTROPY_HEX`` random hex digits: ``new_entropy``; one ``os.urandom`` for both, or for a
+    whole batch) or, without it, from a new one."""
     check_spec(spec, queue)
+    job_id, trace_id = spec.job_id, spec.trace_id
+    if not job_id or not trace_id:
+        raw = entropy or new_entropy()
+        job_id = job_id or raw[:32]  # as new_job_id: 128 random bits
+        trace_id = trace_id or f"00-{raw[32:64]}-{raw[64:80]}-01"  # as new_traceparent
     return [
-        spec.job_id or new_job_id(),
+        job_id,
         spec.job_type,
         str(now_ms + int(spec.delay_s * 1000)),
         queue,
@@ -319,7 +335,7 @@ def encode_new(spec: JobSpec, queue: str, now_ms: int,
         "0",
         str(spec.max_attempts),
         str(now_ms),
-        spec.trace_id or new_traceparent(),
+        trace_id,
         spec.lock_key or "",
         _encode_compact_json(spec.headers) if spec.headers else "{}",
         repr(float(spec.timeout_s)),

@@ -16,9 +16,9 @@ from redis.commands.core import Script
 
 from . import keys
 from .clock import Clock, system_ms
-from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_SECONDS, NEW_FIELDS,
+from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, encode_new, from_fields,
-                       from_row, pack_new)
+                       from_row, new_entropy, pack_new)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
 from .scripts import Batch, Call, Scripts, direct, direct_ok, script_and_command
@@ -109,10 +109,11 @@ class Queue:
         """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
         return dict(zip(*self.encode(spec, now)))
 
-    def encode(self, spec: JobSpec, now: int) -> Encoded:
+    def encode(self, spec: JobSpec, now: int, entropy: str | None = None) -> Encoded:
         """The new job's field names and values (``NEW_FIELDS``, then a unique job's
-        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it)."""
-        values = encode_new(spec, self.name, now, self.max_payload_bytes)
+        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it). ``entropy``: see
+        ``envelope.encode_new``."""
+        values = encode_new(spec, self.name, now, self.max_payload_bytes, entropy)
         if not spec.unique:
             return NEW_FIELDS, values
         return (NEW_FIELDS + ("ukey", "unique_ms"),
@@ -145,8 +146,11 @@ class Queue:
         """Store many jobs in few round trips (one script call per ``chunk`` jobs). Returns
         each job's id; for a unique job whose key is held, the id of the job holding it."""
         now = self.clock()
-        return [job_id for job_id, _ in self.store([self.encode(s, now) for s in specs], now,
-                                                   chunk)]
+        specs = list(specs)
+        raw = new_entropy(len(specs))  # the random bits of every new id, in one call
+        return [job_id for job_id, _ in self.store(
+            [self.encode(s, now, raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX])
+             for i, s in enumerate(specs)], now, chunk)]
 
     def store(self, encoded: list[Encoded], now: int,
               chunk: int = 500) -> list[tuple[str, str]]:

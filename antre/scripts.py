@@ -211,14 +211,19 @@ def direct(client: "redis.Redis", calls: Sequence[Call]) -> list[Any]:
         pool.release(conn)
 
 
+_forks = [0]  # how many times this process is a fork child (checked instead of getpid())
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
 class _Held:
     """One connection checked out of a pool by one thread of one process; back to the pool
     when the thread ends (its ``threading.local`` slot is dropped) or the ``Pinned`` goes."""
 
-    __slots__ = ("pool", "pid", "conn", "__weakref__")
+    __slots__ = ("pool", "pid", "forks", "conn", "__weakref__")
 
-    def __init__(self, pool: Any, pid: int) -> None:
-        self.pool, self.pid = pool, pid
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.pid, self.forks = pool, os.getpid(), _forks[0]
         self.conn = pool.get_connection()
 
     def __del__(self) -> None:
@@ -275,9 +280,8 @@ class Pinned:
 
     def connection(self) -> Any:
         held = getattr(self._local, "held", None)
-        pid = os.getpid()
-        if held is None or held.pid != pid:
-            held = self._local.held = _Held(self.pool, pid)
+        if held is None or held.forks != _forks[0]:  # new thread, or a forked child
+            held = self._local.held = _Held(self.pool)
         conn = held.conn
         try:  # what ConnectionPool.get_connection checks before it hands a connection out
             if conn.can_read() and self.strict:

@@ -7,6 +7,7 @@ connection goes back to the pool when the thread ends, ``close()`` closes it."""
 from __future__ import annotations
 
 import gc
+import re
 import os
 import threading
 
@@ -15,6 +16,7 @@ import redis
 
 import antre
 from antre import keys
+from antre.envelope import TRACEPARENT
 from antre.queue import JobSpec, Queue
 from antre.scripts import Pinned, Scripts
 
@@ -190,3 +192,15 @@ def test_a_non_utf8_client_packs_with_redis_py(redis_url, r):
     # the job's values travel as UTF-8 JSON whatever the client's encoding (as before)
     assert r.hget(q.keys.job(job_id), "idem_key") == "clé"
     client.close()
+
+
+def test_new_ids_and_traceparents_are_well_formed_and_distinct(r):
+    """One ``os.urandom`` per job (or per batch) makes both its id and its traceparent."""
+    q = Queue(r, "jobs")
+    ids = [q.enqueue("t", {}, idempotency_key=f"k{i}") for i in range(3)]
+    ids += q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(50)])
+    traces = [q.get(i).trace_id for i in ids]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+    assert all(TRACEPARENT.match(t) for t in traces)
+    assert len(set(ids)) == len(ids) == len({t[3:35] for t in traces})  # ids, trace ids
+    assert not set(ids) & {t[3:35] for t in traces}  # the id's bits are not the trace's
