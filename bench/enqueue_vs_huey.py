@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -136,6 +137,8 @@ def main() -> int:
                 results.setdefault(name, []).append(res)
                 print(f"round {r + 1} {name:24} {json.dumps(res)}", flush=True)
             client.flushall()
+    if args.before:
+        shutil.rmtree(trees["before"], ignore_errors=True)
     print("\nmedians (per_s, producer cpu µs/job, server cpu µs/job):")
     for name, runs in results.items():
         med = {k: statistics.median(x[k] for x in runs) for k in ("per_s", "cpu_us",
