@@ -5,8 +5,8 @@
 -- 'queue' field) is added to it, so one call is the whole enqueue; on a cluster, where that
 -- key is in another slot, the client sends that SADD on its own instead
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] the n field names: '' for the standard ones
--- (envelope.NEW_FIELDS, listed in STANDARD below), else a JSON array of them; the first three
--- are id, type, visible_at
+-- (envelope.NEW_FIELDS, written out in store's HSET below), else a JSON array of them; the
+-- first three are id, type, visible_at
 -- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
 -- client's packing cost low for big batches)
 -- Each stored job is one HSET of all its fields and its state. Each is indexed by its
@@ -23,16 +23,14 @@
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
 -- was already enqueued, by job <id>), 'paused:' (the schedule is paused; the tick is skipped).
 local prefix, now = ARGV[1], tonumber(ARGV[2])
--- envelope.NEW_FIELDS (tests/test_core_lua.py checks that the two lists agree)
-local STANDARD = {'id', 'type', 'visible_at', 'queue', 'idem_key', 'payload', 'attempt',
-                  'max_attempts', 'created_at', 'trace_id', 'lock_key', 'headers', 'timeout_s',
-                  'vt_ms', 'epoch', 'deliveries', 'max_deliveries'}
-local names, pos = STANDARD, nil
+-- The standard fields (envelope.NEW_FIELDS) are written out in store's HSET, in that order
+-- (tests/test_core_lua.py checks it); no table of them is built on each call.
+local names, pos, n = nil, nil, 17
 if ARGV[3] ~= '' then
   names, pos = cjson.decode(ARGV[3]), {}
   for i = 1, #names do pos[names[i]] = i end
+  n = #names
 end
-local n = #names
 local idem_at = pos and (pos.idem_key or 0) or 5
 local idem_index = idem_index_key(prefix)
 local out = {}
