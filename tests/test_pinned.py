@@ -204,3 +204,36 @@ def test_new_ids_and_traceparents_are_well_formed_and_distinct(r):
     assert all(TRACEPARENT.match(t) for t in traces)
     assert len(set(ids)) == len(ids) == len({t[3:35] for t in traces})  # ids, trace ids
     assert not set(ids) & {t[3:35] for t in traces}  # the id's bits are not the trace's
+
+
+def test_an_auth_url_reconnects_with_its_password(embedded_redis_factory):
+    server = embedded_redis_factory(tcp=True)
+    admin = _client(server.url)
+    admin.config_set("requirepass", "s3cret")  # new connections must AUTH from now on
+    url = server.url.replace("redis://", "redis://:s3cret@")
+    with pytest.raises(redis.AuthenticationError):
+        _client(server.url).ping()
+    app = antre.Antre(redis_url=url)
+    first = app.enqueue("t", {}, idempotency_key="k1")
+    conn = app.queue().scripts.pinned.connection()
+    app.redis.client_kill_filter(_id=_client_id(conn))
+    second = app.enqueue("t", {}, idempotency_key="k2")  # reconnected, authenticated again
+    q = app.queue()
+    assert [q.where(i) for i in (first, second)] == [["ready"], ["ready"]]
+    admin.config_set("requirepass", "")
+    app.redis.close()
+    admin.close()
+
+
+def test_a_blocking_pool_gets_its_connection_back_from_a_finished_thread(redis_url):
+    pool = redis.BlockingConnectionPool.from_url(redis_url, decode_responses=True,
+                                                 max_connections=2, timeout=5)
+    client = redis.Redis(connection_pool=pool)
+    q = Queue(client, "jobs")
+    for n in range(4):  # more threads than connections, one after the other
+        t = threading.Thread(target=q.enqueue, args=("t", {}), kwargs={"idempotency_key": f"k{n}"})
+        t.start()
+        t.join()
+    gc.collect()
+    assert client.llen(q.keys.ready) == 4  # each thread's connection went back in time
+    client.close()
