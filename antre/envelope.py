@@ -221,10 +221,26 @@ def check_headers(headers: Any) -> None:
         _utf8("a header", k + v)
 
 
+_KNOWN_NAMES: set[str] = set()  # queue names and job types already found valid (a few)
+
+
+def _known_name(name: Any) -> bool:
+    """``valid_name`` of a queue name or job type, remembered: a producer uses a few of them
+    over and over (the set is emptied past 4,096 names)."""
+    if type(name) is str and name in _KNOWN_NAMES:
+        return True
+    if not valid_name(name):
+        return False
+    if len(_KNOWN_NAMES) >= 4096:
+        _KNOWN_NAMES.clear()
+    _KNOWN_NAMES.add(name)
+    return True
+
+
 def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str | None) -> None:
-    if not valid_name(queue):
+    if not _known_name(queue):
         raise InvalidJob(f"bad queue name {queue!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
-    if not valid_name(job_type):
+    if not _known_name(job_type):
         raise InvalidJob(f"bad job type {job_type!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
     if not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 500:
         raise InvalidJob(
@@ -233,7 +249,8 @@ def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str |
         )
     if lock_key is not None and (not lock_key or len(lock_key) > 200 or "{" in lock_key or "}" in lock_key):
         raise InvalidJob(f"bad lock_key {lock_key!r}: 1-200 characters, no braces")
-    _utf8("idempotency_key", idempotency_key)
+    if not idempotency_key.isascii():  # ASCII is valid UTF-8: the common case costs one test
+        _utf8("idempotency_key", idempotency_key)
     if lock_key:
         _utf8("lock_key", lock_key)
 
@@ -298,19 +315,38 @@ def _check_count(name: str, value: Any) -> None:
 
 
 def _check_seconds(name: str, value: Any, low: float) -> None:
+    kind = type(value)
+    if (kind is float or kind is int) and low <= value <= MAX_SECONDS:
+        return  # the common case (a NaN or an infinity fails the range test)
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or not math.isfinite(value) or not low <= value <= MAX_SECONDS):
         raise InvalidJob(f"{name} must be a finite number of seconds from {low} to "
                          f"{MAX_SECONDS}, not {value!r}")
 
 
+ENTROPY_HEX = 80  # a new job's random hex digits: 32 for its id, 48 for its traceparent
+
+
+def new_entropy(jobs: int = 1) -> str:
+    """Random hex for ``jobs`` new jobs (``ENTROPY_HEX`` each), from one ``os.urandom``."""
+    return os.urandom(jobs * ENTROPY_HEX // 2).hex()
+
+
 def encode_new(spec: JobSpec, queue: str, now_ms: int,
-               max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> list[str]:
+               max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+               entropy: str | None = None) -> list[str]:
     """Validate ``spec`` and return the values of the new job's hash, in ``NEW_FIELDS`` order
-    (raises ``InvalidJob``). A missing job id or trace id is made here."""
+    (raises ``InvalidJob``). A missing job id or trace id is made here, from ``entropy``
+    (``ENTROPY_HEX`` random hex digits: ``new_entropy``; one ``os.urandom`` for both, or for a
+    whole batch) or, without it, from a new one."""
     check_spec(spec, queue)
+    job_id, trace_id = spec.job_id, spec.trace_id
+    if not job_id or not trace_id:
+        raw = entropy or new_entropy()
+        job_id = job_id or raw[:32]  # as new_job_id: 128 random bits
+        trace_id = trace_id or f"00-{raw[32:64]}-{raw[64:80]}-01"  # as new_traceparent
     return [
-        spec.job_id or new_job_id(),
+        job_id,
         spec.job_type,
         str(now_ms + int(spec.delay_s * 1000)),
         queue,
@@ -319,7 +355,7 @@ def encode_new(spec: JobSpec, queue: str, now_ms: int,
         "0",
         str(spec.max_attempts),
         str(now_ms),
-        spec.trace_id or new_traceparent(),
+        trace_id,
         spec.lock_key or "",
         _encode_compact_json(spec.headers) if spec.headers else "{}",
         repr(float(spec.timeout_s)),

@@ -12,15 +12,16 @@ from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
 from redis.cluster import RedisCluster
+from redis.commands.core import Script
 
 from . import keys
 from .clock import Clock, system_ms
-from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_SECONDS, NEW_FIELDS,
+from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, encode_new, from_fields,
-                       from_row, pack_new)
+                       from_row, new_entropy, pack_new)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
-from .scripts import Batch, Scripts, direct, direct_ok, script_and_command
+from .scripts import Batch, Call, Scripts, direct, direct_ok, script_and_command
 
 # the codec lives in antre/envelope.py; these names stay importable from here
 __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
@@ -97,16 +98,22 @@ class Queue:
         self._enqueue_keys = [k.ready, k.scheduled, k.stats, k.types, k.wake]
         self._job_prefix = k.job_prefix
         self._index_command = ("SADD", keys.queues_index(), name)
+        # not on a cluster (the index is in another slot): enqueue.lua adds the queue's name to
+        # the index itself (KEYS[6]), and a thread's enqueues share one connection (Pinned)
+        pinned = self.scripts.pinned
+        self._pinned = pinned if pinned is not None and pinned.client is client else None
+        self._indexed_keys = [*self._enqueue_keys, keys.queues_index()]
 
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
         """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
         return dict(zip(*self.encode(spec, now)))
 
-    def encode(self, spec: JobSpec, now: int) -> Encoded:
+    def encode(self, spec: JobSpec, now: int, entropy: str | None = None) -> Encoded:
         """The new job's field names and values (``NEW_FIELDS``, then a unique job's
-        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it)."""
-        values = encode_new(spec, self.name, now, self.max_payload_bytes)
+        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it). ``entropy``: see
+        ``envelope.encode_new``."""
+        values = encode_new(spec, self.name, now, self.max_payload_bytes, entropy)
         if not spec.unique:
             return NEW_FIELDS, values
         return (NEW_FIELDS + ("ukey", "unique_ms"),
@@ -120,23 +127,30 @@ class Queue:
         return self.enqueue_one(spec)
 
     def enqueue_one(self, spec: JobSpec) -> str:
-        """``enqueue_many([spec])`` in one round trip, on the leanest path (see
-        ``scripts.script_and_command``)."""
+        """``enqueue_many([spec])`` in one round trip, on the leanest path: one EVALSHA on the
+        thread's own connection (``scripts.Pinned``); elsewhere ``scripts.script_and_command``
+        (the script and the queue-index SADD written together)."""
         if spec.unique:  # its reply may name another job
             return self.enqueue_many([spec])[0]
         now = self.clock()
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
-        script_and_command(self.redis, self.scripts.enqueue, self._enqueue_keys,
-                           [self._job_prefix, now, "", pack_new(values)],
-                           self._index_command)
+        args = [self._job_prefix, now, "", pack_new(values)]
+        if self._pinned is not None:
+            self._pinned.call([(self.scripts.enqueue, self._indexed_keys, args)])
+        else:
+            script_and_command(self.redis, self.scripts.enqueue, self._enqueue_keys, args,
+                               self._index_command)
         return values[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
         """Store many jobs in few round trips (one script call per ``chunk`` jobs). Returns
         each job's id; for a unique job whose key is held, the id of the job holding it."""
         now = self.clock()
-        return [job_id for job_id, _ in self.store([self.encode(s, now) for s in specs], now,
-                                                   chunk)]
+        specs = list(specs)
+        raw = new_entropy(len(specs))  # the random bits of every new id, in one call
+        return [job_id for job_id, _ in self.store(
+            [self.encode(s, now, raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX])
+             for i, s in enumerate(specs)], now, chunk)]
 
     def store(self, encoded: list[Encoded], now: int,
               chunk: int = 500) -> list[tuple[str, str]]:
@@ -145,16 +159,21 @@ class Queue:
         then the job that holds the key or the tick (may be '')."""
         if not encoded:
             return []
-        k = self.keys
-        batch = Batch(self.redis)
+        calls: list[Call] = []
         for names, part in _runs(encoded, chunk):
-            args: list[Any] = [k.job_prefix, now,
+            args: list[Any] = [self._job_prefix, now,
                                "" if names == NEW_FIELDS else json.dumps(names)]
-            args.extend(pack_new(values) for values in part)
-            batch.script(self.scripts.enqueue, [k.ready, k.scheduled, k.stats, k.types, k.wake],
-                         args)
-        batch.command("sadd", keys.queues_index(), self.name)
-        replies = [r for reply in batch.execute()[:-1] for r in reply]
+            args.extend([pack_new(values) for values in part])
+            calls.append((self.scripts.enqueue, self._enqueue_keys, args))
+        if self._pinned is not None:  # the queue index in the script: one command per chunk
+            out = self._pinned.call([(s, self._indexed_keys, a) for s, _, a in calls])
+        else:
+            batch = Batch(self.redis)
+            for script, script_keys, script_args in calls:
+                batch.script(cast(Script, script), script_keys, script_args)
+            batch.command("sadd", keys.queues_index(), self.name)
+            out = batch.execute()[:-1]
+        replies = [r for reply in out for r in reply]
         return [_stored(values[0], reply) for (_, values), reply in zip(encoded, replies)]
 
     # -- consuming -------------------------------------------------------------------------

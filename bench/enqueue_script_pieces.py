@@ -16,7 +16,8 @@ import redis
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from antre.embedded import EmbeddedRedis
 from antre.envelope import JobSpec, encode_new, pack_new
-from antre.keys import QueueKeys
+from antre.keys import QueueKeys, queues_index
+from antre.scripts import source
 lib = open(os.path.join(sys.path[0], 'antre/lua/_lib.lua')).read()
 enq = open(os.path.join(sys.path[0], 'antre/lua/enqueue.lua')).read()
 variants = {
@@ -25,7 +26,7 @@ variants = {
  'decode only': 'local v = cjson.decode(ARGV[4]) return 1',
  'decode + HSET 18': '''local v = cjson.decode(ARGV[4]) local f={} local N={'id', 'type', 'visible_at', 'queue', 'idem_key', 'payload', 'attempt','max_attempts', 'created_at', 'trace_id', 'lock_key', 'headers', 'timeout_s','vt_ms', 'epoch', 'deliveries', 'max_deliveries'}
 for i=1,17 do f[2*i-1]=N[i] f[2*i]=v[i] end f[35]='state' f[36]='ready' redis.call('HSET', ARGV[1]..v[1], unpack(f)) return 1''',
- 'full': lib + '\n' + enq,
+ 'full': source('enqueue'),  # what Redis runs: the _lib.lua definitions it uses + enqueue.lua
 }
 def cpu(c):
     i = c.info('cpu'); return float(i['used_cpu_user']) + float(i['used_cpu_sys'])
@@ -40,7 +41,7 @@ with EmbeddedRedis(appendonly=False) as s:
             pipe = c.pipeline(transaction=False)
             for i in range(500):
                 vals = encode_new(JobSpec('noop', {'i': i}, f'{name}{b}:{i}'), 'b', now)
-                pipe.evalsha(sha, 5, k.ready, k.scheduled, k.stats, k.types, k.wake, k.job_prefix, now, '', pack_new(vals))
+                pipe.evalsha(sha, 6, k.ready, k.scheduled, k.stats, k.types, k.wake, queues_index(), k.job_prefix, now, '', pack_new(vals))
             t = cpu(c); pipe.execute(); res[name].append((cpu(c) - t) / 500 * 1e6)
     for name, v in res.items():
         print(f'{name:16} median {statistics.median(v):6.2f} us  min {min(v):6.2f}')

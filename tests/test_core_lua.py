@@ -58,8 +58,10 @@ def test_enqueue_with_delay_is_scheduled_until_promoted(q, clock):
 def test_enqueue_scripts_standard_field_list_is_new_fields():
     """enqueue.lua names the standard fields itself (the client sends '' for them)."""
     src = resources.files("antre.lua").joinpath("enqueue.lua").read_text()
-    listed = re.search(r"local STANDARD = \{(.*?)\}", src, re.S).group(1)
-    assert tuple(re.findall(r"'([a-z_]+)'", listed)) == NEW_FIELDS
+    # the standard job's HSET, written out field by field: each name with its position
+    hset = re.search(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S).group(1)
+    pairs = re.findall(r"'([a-z_]+)', v\[(\d+)\]", hset)
+    assert [(name, int(i)) for name, i in pairs] == [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
 
 
 @pytest.mark.parametrize("delay_s", [0, 60])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
+import hiredis
 import psycopg
 import pytest
 from sqlalchemy import text
@@ -62,22 +63,73 @@ def test_batch_raises_the_first_error_after_running_everything(r):
     assert r.get("t") == "1"
 
 
-def test_a_single_enqueue_is_one_round_trip_with_the_queue_indexed(q, r):
+def _commands(chunks) -> list[list[bytes]]:
+    """The commands in bytes written to a socket (RESP arrays, parsed as a reader would)."""
+    reader = hiredis.Reader()
+    for chunk in chunks:
+        reader.feed(chunk)
+    out = []
+    while (command := reader.gets()) is not False:
+        out.append(command)
+    return out
+
+
+def _spy(conn, sent: list) -> None:
+    send = conn.send_packed_command
+    conn.send_packed_command = lambda packed, *a, **kw: (sent.append(list(packed)),
+                                                         send(packed, *a, **kw))[1]
+
+
+def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r):
     q.enqueue("t", {}, idempotency_key="warm")  # the server knows the script from now on
     r.config_resetstat()
-    sent = []
-    pool = q.redis.connection_pool
-    conn = pool.get_connection()
-    send = conn.send_packed_command
-    conn.send_packed_command = lambda *a, **kw: (sent.append(a), send(*a, **kw))[1]
-    pool.release(conn)
+    sent: list = []
+    conn = q.scripts.pinned.connection()  # this thread's connection: every enqueue uses it
+    _spy(conn, sent)
     job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
     del conn.send_packed_command
-    assert len(sent) == 1  # one write to the socket: the script and the index together
+    assert len(sent) == 1  # one write to the socket
+    commands = _commands(sent[0])
+    assert [c[0] for c in commands] == [b"EVALSHA"]  # one command: the index is in the script
+    assert keys.queues_index().encode() in commands[0]
     stats = calls(r)
-    assert stats["evalsha"] == 1 and stats["sadd"] == 2  # the index, and the types in the script
+    assert stats["evalsha"] == 1 and stats["sadd"] == 2  # the index and the type, in the script
     assert not [name for name in stats if name.startswith("script")]
     assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
+
+
+def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r):
+    q.enqueue("t", {}, idempotency_key="warm")
+    r.delete(keys.queues_index())
+    r.config_resetstat()
+    sent: list = []
+    conn = q.scripts.pinned.connection()
+    _spy(conn, sent)
+    ids = q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(5)], chunk=2)
+    del conn.send_packed_command
+    assert len(sent) == 1  # one round trip
+    assert [c[0] for c in _commands(sent[0])] == [b"EVALSHA"] * 3
+    stats = calls(r)
+    assert stats["evalsha"] == 3 and "hset" in stats
+    assert stats["lpush"] == 6  # per call: one LPUSH of its ids and one of the wake tokens
+    assert stats["sadd"] == 6  # per call: the type once and the queue index
+    assert r.lrange(q.keys.ready, 0, -1)[:5] == ids[::-1]  # the order of one LPUSH per job
+    assert r.smembers(keys.queues_index()) == {"jobs"}
+
+
+def test_without_the_pinned_path_the_index_is_sent_beside_the_script(r):
+    """The pooled path (clients ``Pinned`` does not serve: a client-side-caching pool) sends
+    the script with 5 keys and the queue-index SADD beside it, in one write."""
+    q = Queue(r, "jobs", clock=ManualClock())
+    q._pinned = None
+    q.enqueue("t", {}, idempotency_key="warm")
+    r.config_resetstat()
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    stats = calls(r)
+    assert stats["evalsha"] == 1 and stats["sadd"] == 2
+    assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
+    ids = q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(3)])
+    assert [q.where(i) for i in ids] == [["ready"]] * 3
 
 
 def test_a_single_enqueue_reloads_flushed_scripts_once(q, r):

@@ -1,9 +1,12 @@
 -- enqueue: store new jobs and make them ready, or scheduled when visible later.
 -- KEYS[1] ready (LIST)   KEYS[2] scheduled (ZSET)   KEYS[3] stats (HASH)   KEYS[4] types (SET)
 -- KEYS[5] wake (LIST): a token per ready job (at most 16 per call, 64 kept) wakes idle workers
+-- KEYS[6] (optional) the queues index (SET, keys.queues_index): the queue's name (the jobs'
+-- 'queue' field) is added to it, so one call is the whole enqueue; on a cluster, where that
+-- key is in another slot, the client sends that SADD on its own instead
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] the n field names: '' for the standard ones
--- (envelope.NEW_FIELDS, listed in STANDARD below), else a JSON array of them; the first three
--- are id, type, visible_at
+-- (envelope.NEW_FIELDS, written out in store's HSET below), else a JSON array of them; the
+-- first three are id, type, visible_at
 -- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
 -- client's packing cost low for big batches)
 -- Each stored job is one HSET of all its fields and its state. Each is indexed by its
@@ -20,21 +23,21 @@
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
 -- was already enqueued, by job <id>), 'paused:' (the schedule is paused; the tick is skipped).
 local prefix, now = ARGV[1], tonumber(ARGV[2])
--- envelope.NEW_FIELDS (tests/test_core_lua.py checks that the two lists agree)
-local STANDARD = {'id', 'type', 'visible_at', 'queue', 'idem_key', 'payload', 'attempt',
-                  'max_attempts', 'created_at', 'trace_id', 'lock_key', 'headers', 'timeout_s',
-                  'vt_ms', 'epoch', 'deliveries', 'max_deliveries'}
-local names, pos = STANDARD, nil
+-- The standard fields (envelope.NEW_FIELDS) are written out in store's HSET, in that order
+-- (tests/test_core_lua.py checks it); no table of them is built on each call.
+local names, pos, n = nil, nil, 17
 if ARGV[3] ~= '' then
   names, pos = cjson.decode(ARGV[3]), {}
   for i = 1, #names do pos[names[i]] = i end
+  n = #names
 end
-local n = #names
 local idem_at = pos and (pos.idem_key or 0) or 5
 local idem_index = idem_index_key(prefix)
 local out = {}
 local stored = 0
-local readied = 0
+local readied = {}   -- ids for the ready list: one LPUSH per call (same order as one by one)
+local indexed = {}   -- idempotency key, id, ...: one HSET of the index per call
+local types = {}     -- job types stored by this call (a list, and a set of them): one SADD
 
 -- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
 local pending = {ready = true, scheduled = true, inflight = true}
@@ -88,28 +91,45 @@ local function store(key, id, values)
   -- one HSET: every field and the state; then the job's place (ready list or schedule)
   local visible_at = tonumber(values[3])
   local later = visible_at > now
-  local fields = {}
-  for i = 1, n do
-    fields[2 * i - 1] = names[i]
-    fields[2 * i] = values[i]
+  local state = later and 'scheduled' or 'ready'
+  if pos then
+    local fields = {}
+    for i = 1, n do
+      fields[2 * i - 1] = names[i]
+      fields[2 * i] = values[i]
+    end
+    fields[2 * n + 1] = 'state'
+    fields[2 * n + 2] = state
+    redis.call('HSET', key, unpack(fields))
+  else  -- the standard fields, written out (no table to build and unpack)
+    local v = values
+    redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3], 'queue', v[4],
+               'idem_key', v[5], 'payload', v[6], 'attempt', v[7], 'max_attempts', v[8],
+               'created_at', v[9], 'trace_id', v[10], 'lock_key', v[11], 'headers', v[12],
+               'timeout_s', v[13], 'vt_ms', v[14], 'epoch', v[15], 'deliveries', v[16],
+               'max_deliveries', v[17], 'state', state)
   end
-  fields[2 * n + 1] = 'state'
-  fields[2 * n + 2] = later and 'scheduled' or 'ready'
-  redis.call('HSET', key, unpack(fields))
-  redis.call('SADD', KEYS[4], values[2])
-  if idem_at > 0 then redis.call('HSET', idem_index, values[idem_at], id) end
+  if not types[values[2]] then
+    types[values[2]] = true
+    types[#types + 1] = values[2]
+  end
+  if idem_at > 0 then
+    indexed[#indexed + 1] = values[idem_at]
+    indexed[#indexed + 1] = id
+  end
   if later then
     redis.call('ZADD', KEYS[2], visible_at, id)
     tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})
   else
-    redis.call('LPUSH', KEYS[1], id)
-    readied = readied + 1
+    readied[#readied + 1] = id
   end
 end
 
+local qname = nil  -- the queue's name, for KEYS[6]
 for a = 4, #ARGV do
   local values = cjson.decode(ARGV[a])
   local id = values[1]
+  qname = qname or values[pos and pos.queue or 4]
   local key = prefix .. id
   local refused = pos and guard(values)
   if refused then
@@ -123,6 +143,13 @@ for a = 4, #ARGV do
     out[#out + 1] = 1
   end
 end
+-- one command per 1,000 arguments (unpack of a very long list would overflow Lua's stack)
+for i = 1, #types, 1000 do redis.call('SADD', KEYS[4], unpack(types, i, math.min(i + 999, #types))) end
+for i = 1, #indexed, 1000 do  -- pairs: the step is even
+  redis.call('HSET', idem_index, unpack(indexed, i, math.min(i + 999, #indexed)))
+end
+for i = 1, #readied, 1000 do redis.call('LPUSH', KEYS[1], unpack(readied, i, math.min(i + 999, #readied))) end
 if stored > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', stored) end
-wake(KEYS[5], readied)
+wake(KEYS[5], #readied)
+if KEYS[6] and qname then redis.call('SADD', KEYS[6], qname) end
 return out

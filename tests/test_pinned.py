@@ -1,0 +1,239 @@
+"""The producer's per-thread connection (``scripts.Pinned``, issue 14 item 3): a single
+enqueue skips the pool's checkout and release, and loses none of what the pool gave it: a
+connection the server closed is reconnected before anything is written, an error mid-call
+leaves nothing half-read, a forked child never writes on its parent's socket, a thread's
+connection goes back to the pool when the thread ends, ``close()`` closes it."""
+
+from __future__ import annotations
+
+import gc
+import re
+import os
+import threading
+
+import pytest
+import redis
+
+import antre
+from antre import keys
+from antre.envelope import TRACEPARENT
+from antre.queue import JobSpec, Queue
+from antre.scripts import Pinned, Scripts
+
+
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+def _client_id(conn) -> int:
+    conn.send_command("CLIENT", "ID")
+    return int(conn.read_response())
+
+
+def test_a_threads_enqueues_share_one_connection_checked_out_once(redis_url, r):
+    client = _client(redis_url)
+    q = Queue(client, "jobs")
+    pool = client.connection_pool
+    q.enqueue("t", {}, idempotency_key="warm")
+    conn = q.scripts.pinned.connection()
+    before = _client_id(conn)
+    for i in range(5):
+        q.enqueue("t", {"i": i}, idempotency_key=f"k{i}")
+    q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(3)])
+    assert q.scripts.pinned.connection() is conn and _client_id(conn) == before
+    assert conn in pool._in_use_connections  # held out of the pool while the thread lives
+    assert r.llen(q.keys.ready) == 9 and int(r.hget(q.keys.stats, "enqueued")) == 9
+    client.close()
+
+
+def test_a_killed_connection_is_reconnected_before_the_next_enqueue(redis_url, r):
+    client = _client(redis_url)  # redis-py's default: no retries
+    q = Queue(client, "jobs")
+    first = q.enqueue("t", {}, idempotency_key="k1")
+    conn = q.scripts.pinned.connection()
+    r.client_kill_filter(_id=_client_id(conn))  # as an operator's CLIENT KILL, or a timeout
+    second = q.enqueue("t", {}, idempotency_key="k2")  # no error: reconnected first
+    assert [q.where(i) for i in (first, second)] == [["ready"], ["ready"]]
+    assert int(r.hget(q.keys.stats, "enqueued")) == 2
+    client.close()
+
+
+@pytest.mark.parametrize("tcp", [True, False], ids=["tcp", "unix"])
+def test_the_pinned_connection_survives_a_redis_restart(embedded_redis_factory, tcp):
+    server = embedded_redis_factory(tcp=tcp, appendonly=True)
+    app = antre.Antre(redis_url=server.url)  # the app's own client, as a producer has it
+    first = app.enqueue("t", {}, idempotency_key="k1")
+    server.restart()  # the socket is closed under the held connection; the scripts are gone
+    second = app.enqueue("t", {}, idempotency_key="k2")
+    q = app.queue()
+    assert [q.where(i) for i in (first, second)] == [["ready"], ["ready"]]
+    assert int(app.redis.hget(q.keys.stats, "enqueued")) == 2
+    assert app.redis.smembers(keys.queues_index()) == {q.name}
+    app.redis.close()
+
+
+def test_a_server_gone_mid_call_is_a_clear_error_then_the_next_enqueue_works(
+        embedded_redis_factory):
+    server = embedded_redis_factory(tcp=True, appendonly=True)
+    client = _client(server.url)
+    q = Queue(client, "jobs")
+    q.enqueue("t", {}, idempotency_key="k1")
+    server._stop_process()  # the server dies; its data dir (and AOF) stay
+    with pytest.raises(redis.ConnectionError):
+        q.enqueue("t", {}, idempotency_key="k2")
+    server.start()
+    job_id = q.enqueue("t", {}, idempotency_key="k3")
+    assert q.where(job_id) == ["ready"]
+    assert int(client.hget(q.keys.stats, "enqueued")) == 2  # k1 (kept by the AOF) and k3
+    client.close()
+
+
+def test_an_error_reply_leaves_the_connection_in_step(redis_url, r):
+    client = _client(redis_url)
+    q = Queue(client, "jobs")
+    q.enqueue("t", {}, idempotency_key="warm")
+    conn = q.scripts.pinned.connection()
+    r.set(keys.queues_index(), "not a set")  # the script's last SADD fails
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        q.enqueue("t", {}, idempotency_key="k1")
+    r.delete(keys.queues_index())
+    job_id = q.enqueue("t", {}, idempotency_key="k2")
+    assert q.scripts.pinned.connection() is conn and conn._sock is not None
+    assert q.where(job_id) == ["ready"]
+    client.close()
+
+
+def test_a_threads_connection_goes_back_to_the_pool_when_the_thread_ends(redis_url, r):
+    client = _client(redis_url)
+    q = Queue(client, "jobs")
+    pool = client.connection_pool
+    seen: list = []
+    together = threading.Barrier(4)
+
+    def produce(n: int) -> None:
+        q.enqueue("t", {}, idempotency_key=f"k{n}")
+        seen.append(q.scripts.pinned.connection())
+        together.wait(10)  # all four hold theirs at once
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert len(set(map(id, seen))) == 4  # one connection per thread while they ran
+    assert not pool._in_use_connections  # all four back in the pool
+    assert len(pool._available_connections) == pool._created_connections
+    assert r.llen(q.keys.ready) == 4
+    client.close()
+
+
+def test_release_gives_the_connection_back_and_close_disconnects_it(redis_url):
+    client = _client(redis_url)
+    q = Queue(client, "jobs")
+    q.enqueue("t", {}, idempotency_key="k1")
+    conn = q.scripts.pinned.connection()
+    q.scripts.pinned.release()
+    assert conn not in client.connection_pool._in_use_connections
+    q.enqueue("t", {}, idempotency_key="k2")  # checked out again (the same one, idle)
+    conn = q.scripts.pinned.connection()
+    client.close()
+    assert conn._sock is None  # close() disconnects the held connection like any other
+    q.enqueue("t", {}, idempotency_key="k3")  # and a later enqueue connects again
+    assert client.llen(q.keys.ready) == 3
+    client.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_uses_its_own_connection_not_its_parents(redis_url, r):
+    client = _client(redis_url)
+    q = Queue(client, "jobs")
+    q.enqueue("t", {}, idempotency_key="parent1")
+    parent_id = _client_id(q.scripts.pinned.connection())
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: enqueue, report the connection's server-side id
+        code = 1
+        try:
+            q.enqueue("t", {}, idempotency_key="child")
+            os.write(write, str(_client_id(q.scripts.pinned.connection())).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    child_id = int(os.read(read, 64) or b"0")
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert child_id and child_id != parent_id
+    # the parent's connection was neither used nor shut down by the child
+    q.enqueue("t", {}, idempotency_key="parent2")
+    assert _client_id(q.scripts.pinned.connection()) == parent_id
+    assert r.llen(q.keys.ready) == 3
+    client.close()
+
+
+def test_clients_the_pinned_path_does_not_serve(redis_url):
+    single = redis.Redis.from_url(redis_url, decode_responses=True, single_connection_client=True)
+    assert Scripts(single).pinned is None
+    q = Queue(single, "jobs")
+    job_id = q.enqueue("t", {}, idempotency_key="k1")
+    assert q.where(job_id) == ["ready"] and single.smembers(keys.queues_index()) == {"jobs"}
+    single.close()
+    assert Pinned.of(_client(redis_url)) is not None
+
+
+def test_a_non_utf8_client_packs_with_redis_py(redis_url, r):
+    client = redis.Redis.from_url(redis_url, decode_responses=True, encoding="latin-1")
+    q = Queue(client, "jobs")
+    assert not q.scripts.pinned.fast_pack
+    job_id = q.enqueue("t", {"name": "é"}, idempotency_key="clé")
+    assert q.where(job_id) == ["ready"]
+    # the job's values travel as UTF-8 JSON whatever the client's encoding (as before)
+    assert r.hget(q.keys.job(job_id), "idem_key") == "clé"
+    client.close()
+
+
+def test_new_ids_and_traceparents_are_well_formed_and_distinct(r):
+    """One ``os.urandom`` per job (or per batch) makes both its id and its traceparent."""
+    q = Queue(r, "jobs")
+    ids = [q.enqueue("t", {}, idempotency_key=f"k{i}") for i in range(3)]
+    ids += q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(50)])
+    traces = [q.get(i).trace_id for i in ids]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+    assert all(TRACEPARENT.match(t) for t in traces)
+    assert len(set(ids)) == len(ids) == len({t[3:35] for t in traces})  # ids, trace ids
+    assert not set(ids) & {t[3:35] for t in traces}  # the id's bits are not the trace's
+
+
+def test_an_auth_url_reconnects_with_its_password(embedded_redis_factory):
+    server = embedded_redis_factory(tcp=True)
+    admin = _client(server.url)
+    admin.config_set("requirepass", "s3cret")  # new connections must AUTH from now on
+    url = server.url.replace("redis://", "redis://:s3cret@")
+    with pytest.raises(redis.AuthenticationError):
+        _client(server.url).ping()
+    app = antre.Antre(redis_url=url)
+    first = app.enqueue("t", {}, idempotency_key="k1")
+    conn = app.queue().scripts.pinned.connection()
+    app.redis.client_kill_filter(_id=_client_id(conn))
+    second = app.enqueue("t", {}, idempotency_key="k2")  # reconnected, authenticated again
+    q = app.queue()
+    assert [q.where(i) for i in (first, second)] == [["ready"], ["ready"]]
+    admin.config_set("requirepass", "")
+    app.redis.close()
+    admin.close()
+
+
+def test_a_blocking_pool_gets_its_connection_back_from_a_finished_thread(redis_url):
+    pool = redis.BlockingConnectionPool.from_url(redis_url, decode_responses=True,
+                                                 max_connections=2, timeout=5)
+    client = redis.Redis(connection_pool=pool)
+    q = Queue(client, "jobs")
+    for n in range(4):  # more threads than connections, one after the other
+        t = threading.Thread(target=q.enqueue, args=("t", {}), kwargs={"idempotency_key": f"k{n}"})
+        t.start()
+        t.join()
+    gc.collect()
+    assert client.llen(q.keys.ready) == 4  # each thread's connection went back in time
+    client.close()
