@@ -17,7 +17,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 NAMES = (
-    "enqueue", "reserve", "ack", "retry", "bury", "extend_lease", "promote_due",
+    "enqueue", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease", "promote_due",
     "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/flow.py)
@@ -49,6 +49,7 @@ class Scripts:
     enqueue: redis.commands.core.Script
     reserve: redis.commands.core.Script
     ack: redis.commands.core.Script
+    ack_many: redis.commands.core.Script
     retry: redis.commands.core.Script
     bury: redis.commands.core.Script
     extend_lease: redis.commands.core.Script
