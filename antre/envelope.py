@@ -133,8 +133,15 @@ class Job:
 
 
 def _int(fields: Mapping[str, str], name: str, default: int = 0) -> int:
+    raw = fields.get(name)
+    if not raw:
+        return default
     try:
-        return int(float(fields.get(name) or default))
+        return int(raw)  # what the scripts write: digits (the float parse below is slower)
+    except ValueError:
+        pass
+    try:
+        return int(float(raw))
     except (ValueError, OverflowError):  # garbage, NaN, infinities
         return default
 
@@ -142,6 +149,8 @@ def _int(fields: Mapping[str, str], name: str, default: int = 0) -> int:
 def _json(text: str | None, default: Any) -> tuple[Any, str]:
     if text is None or text == "":
         return default, ""
+    if text == "{}":
+        return {}, ""  # most headers and many payloads: a fresh dict, without the parser
     try:
         return json.loads(text), ""
     except ValueError as exc:

@@ -168,7 +168,7 @@ class BufferedHandler(logging.Handler):
         self._lines: list[str] = []
         self._size = 0
         self._pid = -1  # the process whose flusher thread runs
-        self._closed = threading.Event()
+        self._stop_flusher = threading.Event()
 
     @property
     def stream(self) -> IO[str]:
@@ -180,7 +180,7 @@ class BufferedHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
-        if self._pid != os.getpid() or self._closed.is_set():
+        if self._pid != os.getpid() or self._stop_flusher.is_set():
             # the first line (or the first of a forked child: lines from before the fork are
             # the parent's to write; or of a handler closed and used again): start the flusher
             self._lines, self._size = [], 0
@@ -196,13 +196,13 @@ class BufferedHandler(logging.Handler):
 
     def _start_flusher(self) -> None:
         self._pid = os.getpid()
-        self._closed = threading.Event()  # a thread stopped by close() keeps its own
+        self._stop_flusher = threading.Event()  # a thread stopped by close() keeps its own
         if self.interval_s > 0:
             threading.Thread(target=self._flush_loop, daemon=True, name="antre-log-flush").start()
 
     def _flush_loop(self) -> None:
-        closed = self._closed
-        while not closed.wait(self.interval_s):
+        stop = self._stop_flusher
+        while not stop.wait(self.interval_s):
             try:
                 self.flush()
             except Exception:  # a closed or broken stream: the lines are dropped
@@ -243,7 +243,7 @@ class BufferedHandler(logging.Handler):
         except Exception:
             pass
         finally:
-            self._closed.set()
+            self._stop_flusher.set()
             super().close()
 
 

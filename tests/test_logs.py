@@ -240,6 +240,7 @@ def test_shutdown_and_reconfiguring_write_what_waits(restore):
     logging.getLogger("antre.worker").info("at exit")
     logging.shutdown([weakref.ref(handler)])  # what the interpreter runs at a normal exit
     assert json.loads(out2.getvalue())["message"] == "at exit"
+    handler.close()  # closing twice (the interpreter's own shutdown comes after) is harmless
 
 
 def test_default_stream_is_stderr_at_each_write_never_a_closed_one(restore, monkeypatch):
