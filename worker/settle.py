@@ -153,15 +153,17 @@ class Settler:
     def _record(self, r: Running, outcome: Outcome) -> None:
         event = event_of(outcome)
         self._count(r, outcome, event)
-        level = _level(outcome)
+        ack = type(outcome) is Ack  # the common case: INFO, no note, kind or details
+        level = logging.INFO if ack else _level(outcome)
         if log.isEnabledFor(level):
             # the record made here, not by log.log: that one walks the stack for the caller
             # (a tenth of the line's cost), which is always this function
             log.handle(log.makeRecord(
-                log.name, level, __file__, 0, "%s job %s%s", (event, r.job.id, _note(outcome)),
-                None, "_record", job_fields(r.job, event, duration_ms=duration_ms(r),
-                                            error_kind=_error_kind(outcome),
-                                            **_details(outcome))))
+                log.name, level, __file__, 0, "%s job %s%s",
+                (event, r.job.id, "" if ack else _note(outcome)), None, "_record",
+                job_fields(r.job, event, duration_ms=duration_ms(r),
+                           error_kind="" if ack else _error_kind(outcome),
+                           **({} if ack else _details(outcome)))))
 
     def _count(self, r: Running, outcome: Outcome, event: str) -> None:
         if event in LATENCY_EVENTS:
