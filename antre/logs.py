@@ -116,6 +116,67 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = self.formatException(record.exc_info)
         return _encode_line(out)
 
+    def line(self, created: float, level: int, name: str, message: str,
+             extra: dict[str, Any]) -> str:
+        """What ``format`` makes of a record of ``extra`` without an exception, from the parts
+        (``job_line``: no ``LogRecord``)."""
+        out: dict[str, Any] = {"ts": self._utc_second(created) + "Z",
+                               "level": logging.getLevelName(level), "logger": name,
+                               "message": message}
+        for field in FIELDS:
+            value = extra.get(field)
+            if value is not None and value != "":
+                out[field] = value
+        if extra.keys() - _FIELD_SET:  # other extra, in its order
+            for field, value in extra.items():
+                if field not in _FIELD_SET and not field.startswith("_") \
+                        and value is not None and value != "":
+                    out[field] = value
+        if "event" not in out:
+            out["event"] = "log"
+        out["pid"] = os.getpid()
+        return _encode_line(out)
+
+
+_FIELD_SET = frozenset(FIELDS)
+
+
+def job_line(log: logging.Logger, level: int, msg: str, args: tuple[Any, ...],
+             extra: dict[str, Any]) -> None:
+    """``log.log(level, msg, *args, extra=extra)`` for a line per job, the caller having
+    checked ``log.isEnabledFor(level)``. When the logger is as ``configure()`` leaves it (its one
+    handler a JSON ``BufferedHandler`` on the ``antre`` logger, no filters anywhere), the line
+    is made straight from the parts, the same as the formatter makes it from a record (a
+    record and the handler chain were half the line's cost); otherwise (another handler,
+    format or filter: e.g. a test's capture) a record through the logger's handlers. A write
+    error on this path drops the lines, as the flusher thread does."""
+    handler = _plain_json_handler(log)
+    if handler is None or level < handler.level:
+        # the record made here, not by log.log: that one walks the stack for the caller
+        log.handle(log.makeRecord(log.name, level, "", 0, msg, args, None, None, extra))
+        return
+    formatter = handler.formatter
+    assert isinstance(formatter, JsonFormatter)
+    line = formatter.line(time.time(), level, log.name, msg % args, extra)
+    handler.acquire()
+    try:
+        handler.add_line(line, level)
+    finally:
+        handler.release()
+
+
+def _plain_json_handler(log: logging.Logger) -> "BufferedHandler | None":
+    if log.filters or log.handlers or not log.propagate:
+        return None
+    parent = log.parent
+    if parent is None or parent.name != "antre" or parent.filters or len(parent.handlers) != 1:
+        return None
+    handler = parent.handlers[0]
+    if type(handler) is not BufferedHandler or handler.filters \
+            or type(handler.formatter) is not JsonFormatter:
+        return None
+    return handler
+
 
 class TextFormatter(logging.Formatter):
     """``12:00:01.234 INFO  antre.worker  started job 3f2a  [started] job_type=send_email ...``"""
@@ -180,6 +241,11 @@ class BufferedHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
+        self.add_line(line, record.levelno, record)
+
+    def add_line(self, line: str, levelno: int, record: logging.LogRecord | None = None
+                 ) -> None:
+        """A formatted line into the buffer (called under self.lock)."""
         if self._pid != os.getpid() or self._stop_flusher.is_set():
             # the first line (or the first of a forked child: lines from before the fork are
             # the parent's to write; or of a handler closed and used again): start the flusher
@@ -187,12 +253,12 @@ class BufferedHandler(logging.Handler):
             self._start_flusher()
         self._lines.append(line)
         self._size += len(line)
-        if record.levelno >= self.flush_level or self._size >= self.max_bytes \
-                or self.interval_s <= 0:
+        if levelno >= self.flush_level or self._size >= self.max_bytes or self.interval_s <= 0:
             try:
                 self._write()
             except Exception:
-                self.handleError(record)
+                if record is not None:
+                    self.handleError(record)
 
     def _start_flusher(self) -> None:
         self._pid = os.getpid()

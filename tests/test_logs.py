@@ -265,3 +265,31 @@ def test_flush_ms_zero_writes_each_line_at_once(restore, monkeypatch):
     logging.getLogger("antre.worker").info("a")
     logging.getLogger("antre.worker").info("b")
     assert len(out.writes) == 2
+
+
+def test_a_job_line_made_without_a_record_is_the_formatters_line(job, restore):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out)
+    log = logging.getLogger("antre.worker")
+    extra = logs.job_fields(job, "succeeded", duration_ms=3, error_kind="", delay_ms=5,
+                            big=2**70, _private=1, nothing=None)
+    logs.job_line(log, logging.INFO, "%s job %s%s", ("succeeded", job.id, ""), extra)
+    log.info("%s job %s%s", "succeeded", job.id, "", extra=extra)
+    fast, slow = (json.loads(line) for line in out.getvalue().splitlines())
+    assert fast["ts"][:16] == slow["ts"][:16]
+    fast.pop("ts"), slow.pop("ts")
+    assert list(fast.items()) == list(slow.items())  # the same fields in the same order
+    assert fast["message"] == "succeeded job j1" and fast["big"] == 2**70
+
+
+def test_a_job_line_goes_through_filters_and_other_handlers(job, restore):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out)
+    log = logging.getLogger("antre.worker")
+    seen = []
+    log.addFilter(lambda record: seen.append(record.getMessage()) or False)  # drops them all
+    try:
+        logs.job_line(log, logging.INFO, "job %s", (job.id,), logs.job_fields(job, "x"))
+    finally:
+        log.filters.clear()
+    assert seen == ["job j1"] and out.getvalue() == ""

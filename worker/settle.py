@@ -21,7 +21,7 @@ from typing import Any
 from antre.clock import Clock
 from antre.envelope import Job
 from antre.errors import LeaseLost
-from antre.logs import job_fields
+from antre.logs import job_fields, job_line
 from antre.metrics import DurationBuffer
 
 from .health import REDIS_DOWN, RedisHealth
@@ -156,14 +156,10 @@ class Settler:
         ack = type(outcome) is Ack  # the common case: INFO, no note, kind or details
         level = logging.INFO if ack else _level(outcome)
         if log.isEnabledFor(level):
-            # the record made here, not by log.log: that one walks the stack for the caller
-            # (a tenth of the line's cost), which is always this function
-            log.handle(log.makeRecord(
-                log.name, level, __file__, 0, "%s job %s%s",
-                (event, r.job.id, "" if ack else _note(outcome)), None, "_record",
-                job_fields(r.job, event, duration_ms=duration_ms(r),
-                           error_kind="" if ack else _error_kind(outcome),
-                           **({} if ack else _details(outcome)))))
+            job_line(log, level, "%s job %s%s", (event, r.job.id, "" if ack else _note(outcome)),
+                     job_fields(r.job, event, duration_ms=duration_ms(r),
+                                error_kind="" if ack else _error_kind(outcome),
+                                **({} if ack else _details(outcome))))
 
     def _count(self, r: Running, outcome: Outcome, event: str) -> None:
         if event in LATENCY_EVENTS:
