@@ -134,7 +134,7 @@ class JsonFormatter(logging.Formatter):
                     out[field] = value
         if "event" not in out:
             out["event"] = "log"
-        out["pid"] = os.getpid()
+        out["pid"] = _pid[0]
         return _encode_line(out)
 
 
@@ -206,6 +206,10 @@ def formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else TextFormatter()
 
 
+_pid = [os.getpid()]  # this process's id, kept (a system call per job line otherwise)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
 FLUSH_MS = 200  # the longest a buffered INFO line waits (ANTRE_LOG_FLUSH_MS)
 BUFFER_BYTES = 64 * 1024  # a buffer this big is written at once
 PIPE_BUF = 4096  # POSIX: a pipe write this small is atomic (counted in characters here)
@@ -246,7 +250,7 @@ class BufferedHandler(logging.Handler):
     def add_line(self, line: str, levelno: int, record: logging.LogRecord | None = None
                  ) -> None:
         """A formatted line into the buffer (called under self.lock)."""
-        if self._pid != os.getpid() or self._stop_flusher.is_set():
+        if self._pid != _pid[0] or self._stop_flusher.is_set():
             # the first line (or the first of a forked child: lines from before the fork are
             # the parent's to write; or of a handler closed and used again): start the flusher
             self._lines, self._size = [], 0
@@ -261,7 +265,7 @@ class BufferedHandler(logging.Handler):
                     self.handleError(record)
 
     def _start_flusher(self) -> None:
-        self._pid = os.getpid()
+        self._pid = _pid[0]
         self._stop_flusher = threading.Event()  # a thread stopped by close() keeps its own
         if self.interval_s > 0:
             threading.Thread(target=self._flush_loop, daemon=True, name="antre-log-flush").start()
