@@ -101,16 +101,28 @@ class DurationBuffer:
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
+        # (queue, kind, job_type, bucket) -> its three counter keys, built once (a worker
+        # adds two durations per job)
+        self._fields: dict[tuple[str, str, str, str], tuple[tuple[str, str], ...]] = {}
 
     def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
         ms = max(0, int(ms))
-        prefix = f"{kind}|{job_type}|"
+        bucket = bucket_of(ms)
+        fields = self._fields.get((queue, kind, job_type, bucket))
+        if fields is None:
+            if kind not in KINDS:
+                raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
+            prefix = f"{kind}|{job_type}|"
+            fields = self._fields[(queue, kind, job_type, bucket)] = (
+                (queue, prefix + bucket), (queue, prefix + "sum"), (queue, prefix + "count"))
+            if len(self._fields) > 10_000:  # many job types: start over rather than grow
+                self._fields = {}
+        in_bucket, total, count = fields
         with self._lock:
-            for field, by in ((prefix + bucket_of(ms), 1), (prefix + "sum", ms),
-                              (prefix + "count", 1)):
-                self._counts[(queue, field)] = self._counts.get((queue, field), 0) + by
+            counts = self._counts  # (flush swaps it under the lock)
+            counts[in_bucket] = counts.get(in_bucket, 0) + 1
+            counts[total] = counts.get(total, 0) + ms
+            counts[count] = counts.get(count, 0) + 1
 
     def flush(self, client: Any) -> int:
         """Write what was counted; on a Redis error the counts are kept for the next flush."""

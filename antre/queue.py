@@ -29,12 +29,21 @@ __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TR
 
 DONE_RETENTION_MS = 3_600_000
 DONE_MAX = 10_000
+ACK_CHUNK = 200  # jobs per ack_many.lua call
 DISCARDED_TIMELINE_MS = 7 * 86_400_000  # a discarded job's timeline stays this long
 Note = dict[str, Any] | None  # a transition's details from the caller, on the job's timeline
 
 
 def _note(note: Note) -> str:
-    return json.dumps(note, default=str, separators=(",", ":")) if note else ""
+    if not note:
+        return ""
+    if len(note) == 1 and type(note.get("ran_ms")) is int:  # a plain job's ack: no encoder
+        return '{"ran_ms":%d}' % note["ran_ms"]
+    return json.dumps(note, default=str, separators=(",", ":"))
+
+
+def _result(result: Any) -> str:
+    return "" if result is None else json.dumps(result, default=str, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -211,20 +220,36 @@ class Queue:
 
     def ack_many(self, done: Sequence[tuple[Job, Any]],
                  notes: Sequence[Note] | None = None) -> list[Job]:
-        """Ack several jobs in one round trip; returns the jobs whose lease was lost."""
-        batch = Batch(self.redis)
-        for i, (job, result) in enumerate(done):
-            note = notes[i] if notes is not None else None
-            batch.script(self.scripts.ack, *self._ack_call(job, result, "acked", note))
-        replies = batch.execute()
+        """Ack several jobs in one round trip (one ``ack_many.lua`` call per ``ACK_CHUNK``
+        jobs: each job fenced on its own lease, as ``ack``); returns the jobs whose lease was
+        lost (nothing of those changed)."""
+        if not done:
+            return []
+        k, now = self.keys, self.clock()
+        keys_ = [k.inflight, k.done, k.stats]
+        head = [k.job_prefix, now, self.done_retention_ms, self.done_max, "acked"]
+        calls = []
+        for start in range(0, len(done), ACK_CHUNK):
+            args: list[Any] = list(head)
+            for i in range(start, min(start + ACK_CHUNK, len(done))):
+                job, result = done[i]
+                args += (job.id, job.epoch, _result(result),
+                         _note(notes[i]) if notes is not None else "")
+            calls.append(args)
+        if len(calls) == 1:
+            replies = self.scripts.ack_many(keys=keys_, args=calls[0])
+        else:
+            batch = Batch(self.redis)
+            for args in calls:
+                batch.script(self.scripts.ack_many, keys_, args)
+            replies = [r for reply in batch.execute() for r in reply]
         return [job for (job, _), reply in zip(done, replies) if str(reply).startswith("LOST:")]
 
     def _ack_call(self, job: Job, result: Any, counter: str,
                   note: Note = None) -> tuple[list[str], list[Any]]:
         k = self.keys
-        text = "" if result is None else json.dumps(result, default=str, separators=(",", ":"))
         return ([k.job(job.id), k.inflight, k.done, k.stats, k.timeline(job.id)],
-                [job.id, job.epoch, self.clock(), text, self.done_retention_ms,
+                [job.id, job.epoch, self.clock(), _result(result), self.done_retention_ms,
                  self.done_max, k.job_prefix, counter, _note(note), ""])
 
     def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - without hiredis, redis-py packs
     _hiredis_pack = None
 
 NAMES = (
-    "enqueue", "reserve", "ack", "retry", "bury", "extend_lease", "promote_due",
+    "enqueue", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease", "promote_due",
     "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/flow.py)
@@ -89,6 +89,7 @@ class Scripts:
     enqueue: redis.commands.core.Script
     reserve: redis.commands.core.Script
     ack: redis.commands.core.Script
+    ack_many: redis.commands.core.Script
     retry: redis.commands.core.Script
     bury: redis.commands.core.Script
     extend_lease: redis.commands.core.Script

@@ -24,6 +24,11 @@ def q(r, clock):
     return Queue(r, "jobs", clock=clock)
 
 
+def Job_with_epoch(job, epoch):
+    import dataclasses
+    return dataclasses.replace(job, epoch=epoch)
+
+
 def one(q: Queue, worker: str = "w1"):
     jobs = q.reserve(worker)
     assert len(jobs) == 1
@@ -286,6 +291,93 @@ def test_ack_many_reports_lost_leases(q, clock):
     lost = q.ack_many([(j, None) for j in jobs])
     assert [j.id for j in lost] == [jobs[0].id]
     assert q.redis.zcard(q.keys.done) == 2
+
+
+def test_ack_many_does_per_job_what_ack_does(r, clock):
+    """Two queues, the same jobs: one acked job by job, the other in one ack_many call."""
+    stores = {}
+    for name in ("single", "many"):
+        q = Queue(r, name, clock=ManualClock(1_000_000))
+        q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}") for i in range(3)])
+        q.enqueue("t", {}, idempotency_key="u", unique=True, unique_for_s=60)
+        q.clock.advance(250)
+        jobs = q.reserve("host:1:ab", count=4)
+        q.clock.advance(750)
+        done = [(j, {"n": i}) for i, j in enumerate(jobs)]
+        notes = [{"ran_ms": i} for i in range(4)]
+        if name == "single":
+            for (job, result), note in zip(done, notes):
+                q.ack(job, result, note=note)
+        else:
+            assert q.ack_many(done, notes=notes) == []
+        hashes = [r.hgetall(q.keys.job(j.id)) for j in jobs]
+        for h in hashes:
+            h.pop("id"), h.pop("trace_id"), h.pop("queue"), h.pop("ukey", None)
+        events = [[json.loads(e) for e in r.lrange(q.keys.timeline(j.id), 1, -1)] for j in jobs]
+        stores[name] = (hashes, events, q.stats(), r.zcard(q.keys.done), r.zcard(q.keys.inflight),
+                        r.get(q.keys.unique("u")).split(":")[0], r.pttl(q.keys.unique("u")) > 0)
+    assert stores["single"] == stores["many"]
+    hashes, events, stats, ndone, ninflight, unique, held = stores["many"]
+    assert [h["state"] for h in hashes] == ["done"] * 4 and ndone == 4 and ninflight == 0
+    assert stats["acked"] == 4 and stats["latency_ms_total"] == 4 * 1000
+    assert unique == "done" and held
+    assert events[1][-1] == {"t": 1_001_000, "k": "completed", "a": "host:1:ab",
+                             "d": {"result": '{"n":1}', "since_reserved_ms": 750},
+                             "x": {"ran_ms": 1}}
+
+
+def test_ack_many_acks_the_held_leases_and_refuses_the_others(q, clock):
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(4)])
+    jobs = q.reserve("w1", count=4)
+    stale = Job_with_epoch(jobs[1], jobs[1].epoch + 5)
+    q.ack(jobs[2])
+    q.redis.delete(q.keys.job(jobs[3].id))
+    lost = q.ack_many([(jobs[0], None), (stale, None), (jobs[2], None), (jobs[3], None)])
+    assert [j.id for j in lost] == [jobs[1].id, jobs[2].id, jobs[3].id]
+    assert q.where(jobs[0].id) == ["done"] and q.where(jobs[1].id) == ["inflight"]
+    assert q.get(jobs[1].id).state == "inflight"
+    assert q.stats()["acked"] == 2
+
+
+def test_ack_many_sends_big_batches_in_chunks(r, clock):
+    q = Queue(r, "jobs", clock=clock, done_max=100)
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(450)])
+    jobs = q.reserve("w1", count=450)
+    assert q.ack_many([(j, None) for j in jobs]) == []
+    assert q.stats()["acked"] == 450 and r.zcard(q.keys.inflight) == 0
+    assert r.zcard(q.keys.done) <= 100 + 200  # trimmed as it goes, bounded per call
+
+
+def test_done_jobs_are_trimmed_by_age_in_ack_many(r, clock):
+    q = Queue(r, "jobs", clock=clock, done_retention_ms=1_000)
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(6)])
+    old = q.reserve("w1", count=3)
+    q.ack_many([(j, None) for j in old])
+    clock.advance(1_001)
+    young = q.reserve("w1", count=3)
+    q.ack_many([(j, None) for j in young])
+    assert [q.get(j.id) for j in old] == [None] * 3
+    assert set(r.zrange(q.keys.done, 0, -1)) == {j.id for j in young}
+
+
+def test_reserve_returns_what_it_stored(q, clock):
+    job_id = q.enqueue("t", {"a": 1}, idempotency_key="k", visibility_timeout_s=20)
+    q.redis.hset(q.keys.job(job_id), mapping={"epoch": "4", "deliveries": "2"})
+    [job] = q.reserve("w1")
+    stored = q.get(job_id)
+    assert (job.epoch, job.deliveries, job.state, job.deadline, job.worker_id) == (
+        5, 3, "inflight", clock() + 20_000, "w1")
+    assert (stored.epoch, stored.deliveries, stored.state, stored.deadline, stored.worker_id,
+            stored.reserved_at) == (job.epoch, job.deliveries, job.state, job.deadline,
+                                    job.worker_id, job.reserved_at)
+
+
+def test_reserve_takes_a_job_hash_without_any_known_field(q, clock):
+    q.redis.hset(q.keys.job("odd"), "something", "else")  # not an orphan: the hash exists
+    q.redis.lpush(q.keys.ready, "odd")
+    [job] = q.reserve("w1")
+    assert job.epoch == clock() + 1 and job.deliveries == 1 and job.deadline == clock() + 30_000
+    assert "orphans" not in q.stats()
 
 
 def test_done_jobs_are_trimmed(r, clock):

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from antre import InvalidJob, LeaseLost
-from antre.envelope import from_fields
+from antre.envelope import RESERVE_FIELDS, from_fields, from_row
 from antre.queue import JobSpec, Queue
 
 LIMIT = 2_000  # a small payload limit so sizes around it are cheap to generate
@@ -325,3 +325,22 @@ def test_worker_buries_corrupted_jobs_and_keeps_processing(redis_url, corruption
                 assert place == ["dead"], (job_id, job)
     finally:
         client.close()
+
+
+row_values = st.none() | odd_text | st.sampled_from(
+    ["", "0", "7", "-3", "1.5", "1e3", "nan", "inf", "{}", "[]", '{"a":1}', "ready", "30.0"])
+
+
+@given(row=st.lists(row_values, min_size=len(RESERVE_FIELDS), max_size=len(RESERVE_FIELDS)))
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_from_row_reads_a_reserved_row_as_from_fields_reads_the_hash(row):
+    """``from_row`` decodes by position; it must make of any row what ``from_fields`` makes of
+    the same values as a hash (missing = None), garbage included."""
+    as_hash = {n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None}
+    assert _same(from_row(row), from_fields(as_hash))
+
+
+def _same(a, b) -> bool:
+    # NaN-free comparison of every field (a payload may hold NaN: compare its JSON text)
+    return json.dumps(vars(a), sort_keys=True, default=str) == json.dumps(
+        vars(b), sort_keys=True, default=str)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
+import threading
+import weakref
 
 import pytest
 
@@ -173,3 +176,120 @@ def test_received_and_started_are_debug_lines(redis_url, restore):
     per_job, ok, _ = _run_two_jobs(redis_url, "DEBUG")
     events = [(x["event"], x["level"]) for x in per_job[ok] if x["event"] != "lease_extended"]
     assert events == [("received", "DEBUG"), ("started", "DEBUG"), ("succeeded", "INFO")]
+
+
+# -- buffered writes (issue 14: one write system call per line cost more than the line) --------
+class _Writes(io.StringIO):
+    """A stream that keeps each write apart and tells when one came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.came = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        self.came.set()
+        return super().write(text)
+
+
+def test_info_lines_wait_and_a_warning_writes_them_first_in_one_go(restore):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out, flush_ms=60_000)
+    log = logging.getLogger("antre.worker")
+    for i in range(3):
+        log.info("job %d", i)
+    assert out.writes == []
+    log.warning("trouble")
+    assert len(out.writes) == 1
+    assert [json.loads(x)["message"] for x in out.getvalue().splitlines()] == [
+        "job 0", "job 1", "job 2", "trouble"]
+
+
+def test_the_flusher_writes_waiting_lines_without_a_warning(restore):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out, flush_ms=5)
+    logging.getLogger("antre.worker").info("quiet")
+    assert out.came.wait(10)
+    assert json.loads(out.getvalue())["message"] == "quiet"
+
+
+def test_a_full_buffer_is_written_in_pipe_sized_writes_of_whole_lines(restore):
+    out = _Writes()
+    handler = logs.configure("json", "INFO", stream=out, flush_ms=60_000)
+    log = logging.getLogger("antre.worker")
+    n = 0
+    while not out.writes:
+        log.info("line %d %s", n, "x" * 300)
+        n += 1
+    assert sum(len(w) for w in out.writes) >= logs.BUFFER_BYTES
+    assert all(len(w) <= logs.PIPE_BUF and w.endswith("\n") for w in out.writes)
+    handler.flush()
+    assert [json.loads(x)["message"][:8] for x in out.getvalue().splitlines()] == [
+        f"line {i} x"[:8] for i in range(n)]
+
+
+def test_shutdown_and_reconfiguring_write_what_waits(restore):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out, flush_ms=60_000)
+    logging.getLogger("antre.worker").info("before the switch")
+    logs.configure("json", "INFO", stream=io.StringIO(), flush_ms=60_000)
+    assert json.loads(out.getvalue())["message"] == "before the switch"
+    out2 = _Writes()
+    handler = logs.configure("json", "INFO", stream=out2, flush_ms=60_000)
+    logging.getLogger("antre.worker").info("at exit")
+    logging.shutdown([weakref.ref(handler)])  # what the interpreter runs at a normal exit
+    assert json.loads(out2.getvalue())["message"] == "at exit"
+    handler.close()  # closing twice (the interpreter's own shutdown comes after) is harmless
+
+
+def test_default_stream_is_stderr_at_each_write_never_a_closed_one(restore, monkeypatch):
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    monkeypatch.delenv("ANTRE_LOG_FLUSH_MS", raising=False)
+    handler = logs.configure("json", "INFO")
+    assert isinstance(handler, logs.BufferedHandler) and handler.interval_s == 0.2
+    logging.getLogger("antre.worker").warning("one")
+    first.close()  # e.g. a test's captured stderr, gone after the test
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("antre.worker").warning("two")
+    assert json.loads(second.getvalue())["message"] == "two"
+
+
+def test_flush_ms_zero_writes_each_line_at_once(restore, monkeypatch):
+    monkeypatch.setenv("ANTRE_LOG_FLUSH_MS", "0")
+    out = _Writes()
+    monkeypatch.setattr(sys, "stderr", out)
+    logs.configure("json", "INFO")
+    logging.getLogger("antre.worker").info("a")
+    logging.getLogger("antre.worker").info("b")
+    assert len(out.writes) == 2
+
+
+def test_a_job_line_made_without_a_record_is_the_formatters_line(job, restore):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out)
+    log = logging.getLogger("antre.worker")
+    extra = logs.job_fields(job, "succeeded", duration_ms=3, error_kind="", delay_ms=5,
+                            big=2**70, _private=1, nothing=None)
+    logs.job_line(log, logging.INFO, "%s job %s%s", ("succeeded", job.id, ""), extra)
+    log.info("%s job %s%s", "succeeded", job.id, "", extra=extra)
+    fast, slow = (json.loads(line) for line in out.getvalue().splitlines())
+    assert fast["ts"][:16] == slow["ts"][:16]
+    fast.pop("ts"), slow.pop("ts")
+    assert list(fast.items()) == list(slow.items())  # the same fields in the same order
+    assert fast["message"] == "succeeded job j1" and fast["big"] == 2**70
+
+
+def test_a_job_line_goes_through_filters_and_other_handlers(job, restore):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out)
+    log = logging.getLogger("antre.worker")
+    seen = []
+    log.addFilter(lambda record: seen.append(record.getMessage()) or False)  # drops them all
+    try:
+        logs.job_line(log, logging.INFO, "job %s", (job.id,), logs.job_fields(job, "x"))
+    finally:
+        log.filters.clear()
+    assert seen == ["job j1"] and out.getvalue() == ""

@@ -39,8 +39,34 @@ def test_ack_many_is_one_round_trip_without_script_exists(q, r):
     assert q.ack_many([(j, None) for j in jobs]) == []
     stats = calls(r)
     assert not [name for name in stats if name.startswith("script")]
-    assert stats["evalsha"] == 5
+    assert stats["evalsha"] == 1  # one ack_many.lua call for the batch
     assert r.zcard(q.keys.done) == 6
+
+
+def test_reserve_reads_and_writes_each_job_once(q, r):
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(8)])
+    r.config_resetstat()
+    assert len(q.reserve("w1", count=8)) == 8
+    stats = calls(r)
+    # per job one HMGET, one HSET and the timeline's RPUSH; the inflight ZADD once per call
+    assert (stats["hmget"], stats["hset"], stats["rpush"], stats["zadd"]) == (8, 8, 8, 1)
+    assert "exists" not in stats and "hget" not in stats
+
+
+def test_ack_many_reads_and_writes_each_job_once(r):
+    q = Queue(r, "jobs", clock=ManualClock(), done_max=4)
+    q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(12)])
+    first = q.reserve("w1", count=4)
+    assert q.ack_many([(j, None) for j in first]) == []
+    jobs = q.reserve("w1", count=8)
+    r.config_resetstat()
+    assert q.ack_many([(j, None) for j in jobs]) == []
+    stats = calls(r)
+    assert (stats["evalsha"], stats["hmget"], stats["hset"], stats["rpush"]) == (1, 8, 8, 8)
+    # the batch's index moves and counters once; the done-trim once (8 past the cap of 4)
+    assert (stats["zrem"], stats["zadd"]) == (2, 1) and stats["hincrby"] <= 2
+    assert stats["zrangebyscore"] == 1 and stats["zcard"] == 1 and stats["zrange"] == 1
+    assert r.zcard(q.keys.done) == 4 and q.stats()["acked"] == 12
 
 
 def test_batch_reloads_flushed_scripts_and_runs_each_call_once(q, r):

@@ -21,7 +21,7 @@ from typing import Any
 from antre.clock import Clock
 from antre.envelope import Job
 from antre.errors import LeaseLost
-from antre.logs import job_fields
+from antre.logs import job_fields, job_line
 from antre.metrics import DurationBuffer
 
 from .health import REDIS_DOWN, RedisHealth
@@ -153,11 +153,13 @@ class Settler:
     def _record(self, r: Running, outcome: Outcome) -> None:
         event = event_of(outcome)
         self._count(r, outcome, event)
-        level = _level(outcome)
+        ack = type(outcome) is Ack  # the common case: INFO, no note, kind or details
+        level = logging.INFO if ack else _level(outcome)
         if log.isEnabledFor(level):
-            log.log(level, "%s job %s%s", event, r.job.id, _note(outcome),
-                    extra=job_fields(r.job, event, duration_ms=duration_ms(r),
-                                     error_kind=_error_kind(outcome), **_details(outcome)))
+            job_line(log, level, "%s job %s%s", (event, r.job.id, "" if ack else _note(outcome)),
+                     job_fields(r.job, event, duration_ms=duration_ms(r),
+                                error_kind="" if ack else _error_kind(outcome),
+                                **({} if ack else _details(outcome))))
 
     def _count(self, r: Running, outcome: Outcome, event: str) -> None:
         if event in LATENCY_EVENTS:

@@ -2,12 +2,18 @@
 -- Job hashes live at job_prefix .. id; all keys of a queue share one hash tag, so the keys a
 -- script derives from a prefix are in the slot of the keys it declares.
 
-local function num_field(key, field, default)
-  -- a job hash field as an integer; garbage, NaN and infinities read as ``default`` (a script
-  -- must never fail half-way: Redis does not roll back what it already changed)
-  local v = tonumber(redis.call('HGET', key, field) or '')
+local function num_of(raw, default)
+  -- a job hash value (a string, or false/nil when missing) as an integer; garbage, NaN and
+  -- infinities read as ``default`` (a script must never fail half-way: Redis does not roll
+  -- back what it already changed)
+  local v = tonumber(raw or '')
   if not v or v ~= v or v == math.huge or v == -math.huge then return default end
   return math.floor(v)
+end
+
+local function num_field(key, field, default)
+  -- a job hash field as an integer (num_of)
+  return num_of(redis.call('HGET', key, field), default)
 end
 
 local function bump(key, field, by)
@@ -60,17 +66,21 @@ local function append_error(job_key, now, kind, err, tb)
              'traceback', string.sub(tb, 1, 8000), 'last_failed_at', now)
 end
 
+local function unique_release_key(job_key, id, keep, ukey)
+  -- unique_release with the job's 'ukey' field already read (false/nil/'': not a unique job)
+  if not ukey or ukey == '' or redis.call('GET', ukey) ~= id then return end
+  local window = keep and (tonumber(redis.call('HGET', job_key, 'unique_ms') or '') or 0) or 0
+  if window > 0 then
+    redis.call('SET', ukey, 'done:' .. id, 'PX', math.floor(window))
+  else
+    redis.call('DEL', ukey)
+  end
+end
+
 local function unique_release(job_key, id, keep)
   -- a unique job ended: free its idempotency key's index entry (issue 13), or, when it
   -- completed (keep) with a unique_for window, hold the key as 'done:<id>' for that window
-  local f = redis.call('HMGET', job_key, 'ukey', 'unique_ms')
-  if not f[1] or f[1] == '' or redis.call('GET', f[1]) ~= id then return end
-  local window = tonumber(f[2] or '') or 0
-  if keep and window > 0 then
-    redis.call('SET', f[1], 'done:' .. id, 'PX', math.floor(window))
-  else
-    redis.call('DEL', f[1])
-  end
+  unique_release_key(job_key, id, keep, redis.call('HGET', job_key, 'ukey'))
 end
 
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
@@ -142,4 +152,43 @@ local function actor_of(job_key, given)
   -- the caller's actor (an operator, the sweeper), else the worker holding the job
   if given and given ~= '' then return given end
   return redis.call('HGET', job_key, 'worker_id') or ''
+end
+
+-- == Completing jobs (ack.lua, one job; ack_many.lua, a worker's batch) =========================
+local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
+  -- in-flight -> done for the holder of the lease: the job's hash and its timeline event, with
+  -- one read (HMGET) and one write (HSET) of the hash. The caller moves the id from inflight
+  -- to done and counts it. Returns nil and the job's end-to-end latency in ms (nil when its
+  -- created_at is unusable), or a 'LOST:...' string with nothing changed. ``tl``: the job's
+  -- timeline (nil: no event).
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
+                       'created_at')
+  if not f[1] then return 'LOST:job does not exist' end
+  if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
+  if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
+  if tl then
+    if not actor or actor == '' then actor = f[3] or '' end
+    local detail = '{"result":' .. cjson.encode(string.sub(result, 1, 500)) ..
+                   ',"since_reserved_ms":' .. cjson.encode(now - (tonumber(f[4]) or now)) .. '}'
+    tl_add_json(tl, now, kind, cjson.encode(actor), detail, note)
+  end
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'result', result)
+  unique_release_key(key, id, true, f[5])
+  local created = num_of(f[6], 0)
+  if created > 0 and created <= now then return nil, now - created end
+  return nil, nil
+end
+
+local function trim_done(done, prefix, now, keep_ms, max_count, limit)
+  -- bounded trim of old done jobs: at most ``limit`` of those finished more than keep_ms ago,
+  -- else (none that old) of the oldest past max_count; each is forgotten (hash, timeline,
+  -- index entry)
+  local old = redis.call('ZRANGEBYSCORE', done, '-inf', now - keep_ms, 'LIMIT', 0, limit)
+  if #old == 0 then
+    local excess = redis.call('ZCARD', done) - max_count
+    if excess > 0 then old = redis.call('ZRANGE', done, 0, math.min(excess, limit) - 1) end
+  end
+  if #old == 0 then return end
+  for _, oid in ipairs(old) do forget_job(prefix, oid) end
+  redis.call('ZREM', done, unpack(old))
 end

@@ -59,34 +59,61 @@ if parked > 0 then redis.call('HINCRBY', KEYS[3], 'parked', parked) end
 if tombs > 0 then redis.call('DECRBY', KEYS[6], tombs) end
 if #ids == 0 then return {} end
 -- <<< incident controls
-local fields = {}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
-local out = {}
+-- one read (HMGET: the fields to return, and vt_ms / epoch / deliveries) and one write (HSET)
+-- per job; the reply carries the values written; the inflight ZADD is one for the batch
+local fields, pos = {}, {}
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i]; pos[ARGV[i]] = pos[ARGV[i]] or #fields end
+local nret = #fields
+for _, name in ipairs({'vt_ms', 'epoch', 'deliveries'}) do
+  if not pos[name] then fields[#fields + 1] = name; pos[name] = #fields end
+end
+local out, deadlines = {}, {}
 local orphans = 0
 local worker_json = cjson.encode(worker)
+local now_s = string.format('%d', now)
+local function put(row, name, value)
+  local i = pos[name]
+  if i and i <= nret then row[i] = value end
+end
 for _, id in ipairs(ids) do
   local key = prefix .. id
-  if redis.call('EXISTS', key) == 0 then
+  local row = redis.call('HMGET', key, unpack(fields))
+  local present = false
+  for i = 1, #row do if row[i] then present = true; break end end
+  if not present and redis.call('EXISTS', key) == 0 then
     orphans = orphans + 1
   else
-    local vt = num_field(key, 'vt_ms', 30000)
+    local vt = num_of(row[pos.vt_ms], 30000)
     if vt <= 0 or vt > 604800000 then vt = 30000 end
-    local deadline = now + vt
+    local deadline = string.format('%d', now + vt)
     -- a corrupted epoch restarts from now_ms: above any epoch handed out before, so an old
     -- lease can never become valid again
-    local epoch = num_field(key, 'epoch', -1)
+    local epoch = num_of(row[pos.epoch], -1)
     if epoch < 0 then epoch = now end
-    redis.call('HSET', key, 'epoch', epoch + 1)
-    local delivery = bump(key, 'deliveries', 1)
-    redis.call('HSET', key, 'state', 'inflight', 'deadline', deadline, 'reserved_at', now,
-               'worker_id', worker)
-    redis.call('ZADD', KEYS[2], deadline, id)
+    epoch = string.format('%d', epoch + 1)
+    local delivery = string.format('%d', num_of(row[pos.deliveries], 0) + 1)
+    redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
+               'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
+    deadlines[#deadlines + 1] = deadline
+    deadlines[#deadlines + 1] = id
     tl_add_json(tl_key(prefix, id), now, 'reserved', worker_json,
-                string.format('{"epoch":%d,"delivery":%d,"deadline":%d}', epoch + 1, delivery,
-                              deadline))
-    out[#out + 1] = redis.call('HMGET', key, unpack(fields))
+                '{"epoch":' .. epoch .. ',"delivery":' .. delivery .. ',"deadline":' ..
+                deadline .. '}')
+    put(row, 'epoch', epoch)
+    put(row, 'deliveries', delivery)
+    put(row, 'state', 'inflight')
+    put(row, 'deadline', deadline)
+    put(row, 'reserved_at', now_s)
+    put(row, 'worker_id', worker)
+    for i = #row, nret + 1, -1 do row[i] = nil end
+    out[#out + 1] = row
+  end
+  if #deadlines >= 400 then  -- (unpack's stack is bounded)
+    redis.call('ZADD', KEYS[2], unpack(deadlines))
+    deadlines = {}
   end
 end
+if #deadlines > 0 then redis.call('ZADD', KEYS[2], unpack(deadlines)) end
 redis.call('HINCRBY', KEYS[3], 'reserved', #out)
 if orphans > 0 then redis.call('HINCRBY', KEYS[3], 'orphans', orphans) end
 return out
