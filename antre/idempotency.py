@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, update
+from sqlalchemy import Table, bindparam, delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -64,6 +64,7 @@ __all__ = [
     "MISMATCH",
     "TAKEN_OVER",
     "Begin",
+    "Completed",
     "CompletedCache",
     "Decision",
     "IdempotencyStore",
@@ -271,6 +272,13 @@ class _Compiled:
                 self.processors[name] = proc
 
     def first(self, params: dict[str, Any]) -> Any:
+        return self._run(params, all_rows=False)
+
+    def all(self, params: dict[str, Any]) -> list[Any]:
+        rows: list[Any] = self._run(params, all_rows=True)
+        return rows
+
+    def _run(self, params: dict[str, Any], all_rows: bool) -> Any:
         values = self.compiled.construct_params(params)
         for name, proc in self.processors.items():
             values[name] = proc(values[name])
@@ -280,7 +288,7 @@ class _Compiled:
         try:
             cursor = raw.cursor()
             cursor.execute(self.sql, args)
-            row = cursor.fetchone()
+            row = cursor.fetchall() if all_rows else cursor.fetchone()
             cursor.close()
             raw.commit()  # nothing to do on an autocommit connection; SQLite's implicit one
             return row
@@ -292,6 +300,33 @@ class _Compiled:
                                       connection_invalidated=gone, dialect=self.dialect) from e
         finally:
             raw.close()
+
+
+@dataclass(frozen=True)
+class Completed:
+    """One owned key to mark completed (:meth:`IdempotencyStore.complete_many`)."""
+
+    key: str
+    fence: int
+    job_id: str
+    result: Any = None
+
+
+def _complete_many_pg() -> Any:
+    """``complete`` for many keys in one PostgreSQL statement (arrays unnested in step)."""
+    return text(
+        "UPDATE antre_idempotency AS t SET status = 'completed', result = v.result, "
+        "updated_at = :b_now, expires_at = :b_expires "
+        "FROM (SELECT unnest(CAST(:b_keys AS VARCHAR[])) AS key, "
+        "unnest(CAST(:b_fences AS BIGINT[])) AS fence, "
+        "unnest(CAST(:b_job_ids AS VARCHAR[])) AS job_id, "
+        "unnest(CAST(:b_results AS TEXT[])) AS result) AS v "
+        "WHERE t.key = v.key AND t.fence = v.fence AND t.job_id = v.job_id "
+        "AND t.status = 'processing' RETURNING t.key"
+    ).bindparams(bindparam("b_now", type_=_C.updated_at.type),
+                 bindparam("b_expires", type_=_C.expires_at.type),
+                 bindparam("b_keys"), bindparam("b_fences"), bindparam("b_job_ids"),
+                 bindparam("b_results"))
 
 
 class IdempotencyStore:
@@ -345,6 +380,8 @@ class IdempotencyStore:
         # ... and the two that run once per job on their own go straight to the driver
         self._raw = {id(stmt): _Compiled(stmt, auto)
                      for stmt in (self._claim_stmt, self._complete_stmt, self._complete_job_stmt)}
+        if bind.dialect.name == "postgresql":
+            self._complete_many_pg = _Compiled(_complete_many_pg(), auto)
 
     def _autocommit(self, stmt: Any, params: dict[str, Any]) -> Any:
         """One statement in autocommit; the first row or None. A connection found dead while in
@@ -463,10 +500,7 @@ class IdempotencyStore:
         handler's writes and the completion are one transaction. ``session=None`` (the handler
         wrote nothing through SQL): the update runs on its own, in autocommit.
         """
-        try:
-            json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise Permanent(f"handler result is not JSON-serialisable: {e}") from e
+        self.check_result(result)
         now = self.clock()
         params = {"b_key": key, "b_fence": int(fence), "b_result": result,
                   "b_now": ms_to_datetime(now), "b_expires": ms_to_datetime(now + self.retention_ms)}
@@ -477,6 +511,56 @@ class IdempotencyStore:
                else session.execute(stmt, params).first())
         if row is None:
             raise LeaseLost(f"idempotency record {key!r} is no longer owned by fence {fence}")
+
+    @staticmethod
+    def check_result(result: Any) -> None:
+        """Raise :class:`Permanent` if ``result`` cannot be stored (not JSON)."""
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise Permanent(f"handler result is not JSON-serialisable: {e}") from e
+
+    def complete_many(self, items: list[Completed]) -> set[str]:
+        """Mark several owned keys completed at once, each fenced as :meth:`complete` fences it
+        (key, fence, job id, still ``processing``), in ONE transaction of its own (committed
+        before this returns); returns the keys that were still owned and are now completed
+        (a key missing from the answer is no longer owned: :class:`LeaseLost` for its job).
+
+        PostgreSQL: one ``UPDATE ... FROM unnest(...)`` statement; SQLite: one statement per key
+        in one transaction. A worker completes a prefetched batch's successes this way, right
+        before their batched ack: one commit for the batch instead of one per job. A connection
+        found dead is retried once on a fresh one (the whole statement: nothing of it landed).
+        """
+        if not items:
+            return set()
+        for item in items:
+            self.check_result(item.result)
+        now = self.clock()
+        params: dict[str, Any] = {"b_now": ms_to_datetime(now),
+                                  "b_expires": ms_to_datetime(now + self.retention_ms)}
+        if self._auto.dialect.name != "postgresql":
+            done: set[str] = set()
+            with self._one() as s, s.begin():
+                for it in items:
+                    row = s.execute(self._complete_job_stmt, {
+                        **params, "b_key": it.key, "b_fence": int(it.fence),
+                        "b_result": it.result, "b_job_id": it.job_id}).first()
+                    if row is not None:
+                        done.add(it.key)
+            return done
+        params.update(
+            b_keys=[it.key for it in items], b_fences=[int(it.fence) for it in items],
+            b_job_ids=[it.job_id for it in items],
+            b_results=[None if it.result is None else
+                       json.dumps(it.result, separators=(",", ":"), ensure_ascii=False,
+                                  allow_nan=False) for it in items])
+        for attempt in (1, 2):
+            try:
+                return {str(row[0]) for row in self._complete_many_pg.all(params)}
+            except DBAPIError as e:
+                if attempt == 2 or not e.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def fail(
         self, key: str, fence: int, error: str, permanent: bool, *, job_id: str | None = None

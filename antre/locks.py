@@ -79,18 +79,22 @@ class Locks:
 
         One script, which also indexes the key as held (on a Redis Cluster the index is in
         another slot: a second command there). ``release``: a lock this caller is done with,
-        released first in the same round trip (a worker hands over from one job to the next)."""
+        released first in the same round trip (a worker hands over from one job to the next);
+        ``release.lost`` is set when it was no longer held by its token (the reply of its
+        compare-and-delete: whether it was still held when its job ended)."""
         token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
         now = self.clock()
         lock_keys = [keys.lock(key), keys.lock_fence(key)]
         args: list[str | int] = [token, int(ttl_ms), key, now, holder_job]
         if release is not None and not self.cluster:
-            _, reply = (Batch(self.redis)
-                        .script(self.scripts.lock_release,
-                                [keys.lock(release.key), *self._index],
-                                [release.token, release.key])
-                        .script(self.scripts.lock_acquire, lock_keys + self._index, args)
-                        .execute())
+            released, reply = (Batch(self.redis)
+                               .script(self.scripts.lock_release,
+                                       [keys.lock(release.key), *self._index],
+                                       [release.token, release.key])
+                               .script(self.scripts.lock_acquire, lock_keys + self._index, args)
+                               .execute())
+            if not int(released):
+                release.lost = True  # it was no longer ours when its holder let it go
         else:
             if release is not None:
                 self.release(release)
@@ -118,7 +122,12 @@ class Locks:
         return ok
 
     def release(self, lock: Lock) -> bool:
-        return self.release_token(lock.key, lock.token)
+        """Compare-and-delete; False (and ``lock.lost`` set) when it was no longer ours: it
+        expired or was force-released before its holder let it go."""
+        ok = self.release_token(lock.key, lock.token)
+        if not ok:
+            lock.lost = True
+        return ok
 
     def release_token(self, key: str, token: str) -> bool:
         """Compare-and-delete; the dashboard's force release passes the holder token it showed."""

@@ -342,10 +342,12 @@ class Pipeline:
             self._release_now(lock)
 
     def _release_now(self, lock: Lock) -> None:
+        """Compare-and-delete; its reply says whether the lock was still held when its job
+        ended (``lock.lost``: a batched ack waiting on it becomes a ``lock_lost`` snooze)."""
         try:
             self.locks.release(lock)
         except redis.RedisError:
-            pass  # it expires by its TTL
+            lock.lost = True  # not known to be held to the end; it expires by its TTL
 
 
 def _replayed_after_failure(job: Job, record: Record | None) -> bool:

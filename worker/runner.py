@@ -114,7 +114,7 @@ class WorkerProcess:
                              hard_grace_s=hard_grace_s, on_abandon=self._abandoned)
         execution = Execution(self.app, locks, self.leases, self.clock, self.durations,
                               worker_id=self.worker_id, stopping=self._stopping,
-                              stop_grace_s=self.stop_grace_s)
+                              stop_grace_s=self.stop_grace_s, batching=self.settler.batching)
         self.pipeline = Pipeline(self.app, locks, FlowControl(self.app.redis, clock=self.clock),
                                  self.health, self.settler, execution,
                                  worker_id=self.worker_id, stopping=self._stopping,
