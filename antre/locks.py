@@ -14,7 +14,7 @@ from redis.cluster import RedisCluster
 from . import keys
 from .clock import Clock, system_ms
 from .errors import AntreError
-from .scripts import Batch, Scripts
+from .scripts import Batch, Call, Scripts, direct, direct_ok
 
 
 MINUTE_MS = 60_000
@@ -87,12 +87,18 @@ class Locks:
         lock_keys = [keys.lock(key), keys.lock_fence(key)]
         args: list[str | int] = [token, int(ttl_ms), key, now, holder_job]
         if release is not None and not self.cluster:
-            released, reply = (Batch(self.redis)
-                               .script(self.scripts.lock_release,
-                                       [keys.lock(release.key), *self._index],
-                                       [release.token, release.key])
-                               .script(self.scripts.lock_acquire, lock_keys + self._index, args)
-                               .execute())
+            calls: list[Call] = [
+                (self.scripts.lock_release, [keys.lock(release.key), *self._index],
+                 [release.token, release.key]),
+                (self.scripts.lock_acquire, lock_keys + self._index, args)]
+            if direct_ok(self.redis):  # one write, no pipeline object
+                released, reply = direct(self.redis, calls)
+            else:
+                batch = Batch(self.redis)
+                for script, k, a in calls:
+                    assert script is not None
+                    batch.script(script, k, a)
+                released, reply = batch.execute()
             if not int(released):
                 release.lost = True  # it was no longer ours when its holder let it go
         else:
@@ -105,7 +111,8 @@ class Locks:
                 self.redis.hset(keys.locks_since(), key, f"{now}|{holder_job}")
             return Lock(key, token, int(reply[1]), int(ttl_ms))
         self.count_conflict(key)
-        raise LockBusy(key, str(reply[1]), int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
+        holder = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+        raise LockBusy(key, holder, int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
 
     def raise_fence(self, key: str, floor: int) -> int:
         """Make the next acquire of ``key`` hand out a token above ``floor`` (never lowers the
