@@ -64,6 +64,7 @@ __all__ = [
     "MISMATCH",
     "TAKEN_OVER",
     "Begin",
+    "Claim",
     "Completed",
     "CompletedCache",
     "Decision",
@@ -232,6 +233,13 @@ class CompletedCache:
             self.hits += 1
             return rec
 
+    def peek(self, key: str) -> Record | None:
+        """The cached record of ``key`` if it is there and fresh, without counting a hit or a
+        miss (a look ahead, not a decision)."""
+        with self._lock:
+            item = self._data.get(key)
+        return item[1] if item is not None and item[0] > self.clock() else None
+
     def put(self, record: Record) -> None:
         if record.status != COMPLETED:
             return
@@ -329,6 +337,42 @@ def _complete_many_pg() -> Any:
                  bindparam("b_results"))
 
 
+@dataclass(frozen=True)
+class Claim:
+    """One key to claim (:meth:`IdempotencyStore.claim_many`), as :meth:`~IdempotencyStore.begin`
+    takes it."""
+
+    key: str
+    fingerprint: str
+    job_type: str
+    job_id: str
+    fence: int
+    owner: str | None
+    lease_deadline_ms: int
+    lock_fence: int | None = None
+
+
+_CLAIM_ARRAYS = {"key": "VARCHAR", "fingerprint": "VARCHAR", "job_type": "VARCHAR",
+                 "job_id": "VARCHAR", "fence": "BIGINT", "lock_fence": "BIGINT",
+                 "owner": "VARCHAR", "lease_deadline_ms": "BIGINT"}
+
+
+def _claim_many_pg() -> Any:
+    """``begin``'s insert for many keys in one PostgreSQL statement (arrays unnested in step)."""
+    names = list(_CLAIM_ARRAYS)
+    arrays = ", ".join(f"CAST(:b_{n} AS {t}[])" for n, t in _CLAIM_ARRAYS.items())
+    return text(
+        f"INSERT INTO antre_idempotency ({', '.join(names)}, status, result, last_error, "
+        "created_at, updated_at, expires_at) "
+        f"SELECT {', '.join('v.' + n for n in names)}, 'processing', NULL, NULL, "
+        ":b_now, :b_now, :b_expires "
+        f"FROM unnest({arrays}) AS v({', '.join(names)}) "
+        "ON CONFLICT (key) DO NOTHING RETURNING key"
+    ).bindparams(bindparam("b_now", type_=_C.updated_at.type),
+                 bindparam("b_expires", type_=_C.expires_at.type),
+                 *[bindparam(f"b_{n}") for n in names])
+
+
 class IdempotencyStore:
     """The idempotency records in SQL (SQLite or PostgreSQL). Thread-safe; one per process is enough.
 
@@ -382,6 +426,7 @@ class IdempotencyStore:
                      for stmt in (self._claim_stmt, self._complete_stmt, self._complete_job_stmt)}
         if bind.dialect.name == "postgresql":
             self._complete_many_pg = _Compiled(_complete_many_pg(), auto)
+            self._claim_many_pg = _Compiled(_claim_many_pg(), auto)
 
     def _autocommit(self, stmt: Any, params: dict[str, Any]) -> Any:
         """One statement in autocommit; the first row or None. A connection found dead while in
@@ -487,6 +532,56 @@ class IdempotencyStore:
                 return Begin(decision.outcome, new)
             # the row changed since we read it: read and decide again
         return Begin(BUSY, cur)
+
+    def claim_many(self, claims: list[Claim]) -> dict[str, Begin]:
+        """Insert-if-absent several keys at once, in ONE transaction of its own (committed
+        before this returns): the keys whose row this inserted are ``acquired`` (their
+        ``Begin``); any other key is left out, for :meth:`begin` to decide on its own (its row
+        exists: completed, busy, ...). A worker claims the next jobs of its prefetched batch
+        this way (each under its business lock, if any). PostgreSQL: one ``INSERT ... SELECT
+        FROM unnest(...) ON CONFLICT DO NOTHING``; SQLite: one insert per key in one
+        transaction."""
+        claims = [c for c in claims if c.key and len(c.key) <= MAX_KEY_LENGTH]
+        if not claims:
+            return {}
+        now = self.clock()
+        at, expires = ms_to_datetime(now), ms_to_datetime(now + self.retention_ms)
+        rows: dict[str, dict[str, Any]] = {c.key: {
+                        "key": c.key, "status": "processing", "fingerprint": c.fingerprint,
+                        "job_type": c.job_type, "job_id": c.job_id, "result": None,
+                        "last_error": None, "fence": int(c.fence), "lock_fence": c.lock_fence,
+                        "owner": c.owner, "lease_deadline_ms": int(c.lease_deadline_ms),
+                        "created_at": at, "updated_at": at, "expires_at": expires}
+                for c in claims}
+        if self._auto.dialect.name != "postgresql":
+            inserted: set[str] = set()
+            with self._one() as s, s.begin():
+                for row in rows.values():
+                    if s.execute(self._claim_stmt, row).first() is not None:
+                        inserted.add(row["key"])
+        else:
+            cols = list(rows.values())
+            params = {"b_now": at, "b_expires": expires,
+                      **{f"b_{name}": [row[name] for row in cols] for name in _CLAIM_ARRAYS}}
+            inserted = set()
+            for attempt in (1, 2):
+                try:
+                    inserted = {str(r[0]) for r in self._claim_many_pg.all(params)}
+                    break
+                except DBAPIError as e:
+                    if attempt == 2 or not e.connection_invalidated:
+                        raise
+        return {k: Begin(ACQUIRED, Record(**rows[k])) for k in inserted}
+
+    def unclaim(self, key: str, fence: int, job_id: str) -> bool:
+        """Take back a claim this delivery made and never used (``claim_many`` ahead of a job
+        that then did not run): its row goes, as if never claimed. Fenced like
+        :meth:`complete`; False when the row was not that claim any more."""
+        with self._one() as s:
+            row = s.execute(delete(_T).where(
+                _C.key == key, _C.fence == int(fence), _C.job_id == job_id,
+                _C.status == "processing").returning(_C.key)).first()
+        return row is not None
 
     def complete(
         self, session: Session | None, key: str, fence: int, result: Any, *,

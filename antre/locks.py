@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Iterator, cast
+from typing import Any, Iterator, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -111,8 +111,7 @@ class Locks:
                 self.redis.hset(keys.locks_since(), key, f"{now}|{holder_job}")
             return Lock(key, token, int(reply[1]), int(ttl_ms))
         self.count_conflict(key)
-        holder = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        raise LockBusy(key, holder, int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
+        raise _busy(key, reply)
 
     def raise_fence(self, key: str, floor: int) -> int:
         """Make the next acquire of ``key`` hand out a token above ``floor`` (never lowers the
@@ -209,6 +208,12 @@ class Locks:
         rows.sort(key=lambda c: c.key)
         rows.sort(key=lambda c: (c.last_1h, c.last_5m, c.total), reverse=True)
         return rows[:limit]
+
+
+def _busy(key: str, reply: Any) -> LockBusy:
+    """The ``LockBusy`` of a refused ``lock_acquire`` reply."""
+    holder = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+    return LockBusy(key, holder, int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
 
 
 class LockRenewer:

@@ -133,7 +133,7 @@ def run_once(url: str, base: str, root: str, n: int, profile: str | None = None,
                     child = child_of(p.pid)
                     assert child is not None
                     spy = subprocess.Popen(
-                        [py_spy, "record", "--pid", str(child.pid), "--rate", "250", "--gil",
+                        [py_spy, "record", "--pid", str(child.pid), "--rate", "1000", "--gil",
                          "--format", "raw", "--output", profile, "--nonblocking"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if got[0] >= n or p.poll() is not None:

@@ -271,11 +271,13 @@ class WorkerProcess:
         # a prefetched batch's successes are acked together when the batch is done; its async
         # jobs go to the loop together
         self.settler.begin_batch(len(held) > 1)
+        self.pipeline.begin_batch(held)
         to_loop: list[AsyncStart] = []
         try:
             for r in held:
                 self._work_one(r, to_loop)
         finally:
+            self.pipeline.end_batch()
             self.pipeline.flush_release()
             self.settler.flush_acks()
             if self.aio is not None:
