@@ -318,23 +318,24 @@ class Completed:
     fence: int
     job_id: str
     result: Any = None
+    lock_fence: int | None = None  # the business lock's token it ran under (kept if None)
 
 
 def _complete_many_pg() -> Any:
     """``complete`` for many keys in one PostgreSQL statement (arrays unnested in step)."""
     return text(
         "UPDATE antre_idempotency AS t SET status = 'completed', result = v.result, "
+        "lock_fence = COALESCE(v.lock_fence, t.lock_fence), "
         "updated_at = :b_now, expires_at = :b_expires "
-        "FROM (SELECT unnest(CAST(:b_keys AS VARCHAR[])) AS key, "
-        "unnest(CAST(:b_fences AS BIGINT[])) AS fence, "
-        "unnest(CAST(:b_job_ids AS VARCHAR[])) AS job_id, "
-        "unnest(CAST(:b_results AS TEXT[])) AS result) AS v "
+        "FROM unnest(CAST(:b_keys AS VARCHAR[]), CAST(:b_fences AS BIGINT[]), "
+        "CAST(:b_job_ids AS VARCHAR[]), CAST(:b_results AS TEXT[]), "
+        "CAST(:b_lock_fences AS BIGINT[])) AS v(key, fence, job_id, result, lock_fence) "
         "WHERE t.key = v.key AND t.fence = v.fence AND t.job_id = v.job_id "
         "AND t.status = 'processing' RETURNING t.key"
     ).bindparams(bindparam("b_now", type_=_C.updated_at.type),
                  bindparam("b_expires", type_=_C.expires_at.type),
                  bindparam("b_keys"), bindparam("b_fences"), bindparam("b_job_ids"),
-                 bindparam("b_results"))
+                 bindparam("b_results"), bindparam("b_lock_fences"))
 
 
 @dataclass(frozen=True)
@@ -421,6 +422,11 @@ class IdempotencyStore:
         self._complete_job_stmt = (
             update(_T).where(*owned, _C.job_id == bindparam("b_job_id"))
             .values(done).returning(_C.key))
+        self._complete_many_stmt = (  # SQLite's complete_many, a key at a time
+            update(_T).where(*owned, _C.job_id == bindparam("b_job_id"))
+            .values({**done, "lock_fence": func.coalesce(
+                bindparam("b_lock_fence", type_=_C.lock_fence.type), _C.lock_fence)})
+            .returning(_C.key))
         # ... and the two that run once per job on their own go straight to the driver
         self._raw = {id(stmt): _Compiled(stmt, auto)
                      for stmt in (self._claim_stmt, self._complete_stmt, self._complete_job_stmt)}
@@ -555,7 +561,7 @@ class IdempotencyStore:
                 for c in claims}
         if self._auto.dialect.name != "postgresql":
             inserted: set[str] = set()
-            with self._one() as s, s.begin():
+            with self._sf() as s, s.begin():  # one transaction (the autocommit one has none)
                 for row in rows.values():
                     if s.execute(self._claim_stmt, row).first() is not None:
                         inserted.add(row["key"])
@@ -635,17 +641,19 @@ class IdempotencyStore:
                                   "b_expires": ms_to_datetime(now + self.retention_ms)}
         if self._auto.dialect.name != "postgresql":
             done: set[str] = set()
-            with self._one() as s, s.begin():
+            with self._sf() as s, s.begin():  # one transaction (the autocommit one has none)
                 for it in items:
-                    row = s.execute(self._complete_job_stmt, {
+                    row = s.execute(self._complete_many_stmt, {
                         **params, "b_key": it.key, "b_fence": int(it.fence),
-                        "b_result": it.result, "b_job_id": it.job_id}).first()
+                        "b_result": it.result, "b_job_id": it.job_id,
+                        "b_lock_fence": it.lock_fence}).first()
                     if row is not None:
                         done.add(it.key)
             return done
         params.update(
             b_keys=[it.key for it in items], b_fences=[int(it.fence) for it in items],
             b_job_ids=[it.job_id for it in items],
+            b_lock_fences=[it.lock_fence for it in items],
             b_results=[None if it.result is None else
                        json.dumps(it.result, separators=(",", ":"), ensure_ascii=False,
                                   allow_nan=False) for it in items])

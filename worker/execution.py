@@ -154,7 +154,8 @@ class Execution:
             return self.failed(r, exc)
         job = r.job
         return Ack(result, completion=Completion(
-            store, Completed(job.idempotency_key, job.epoch, job.id, result), r.lock))
+            store, Completed(job.idempotency_key, job.epoch, job.id, result,
+                             r.lock.fence if r.lock is not None else None), r.lock))
 
     def _lock_lost(self, r: Running) -> Snooze | None:
         """Compare-and-expire the lock once more: still ours for the commit, or lost."""
