@@ -178,3 +178,20 @@ def test_a_batched_completion_that_cannot_commit_snoozes_its_jobs(app, clock):
     assert [q.get(i).state for i in ids] == ["done"] * 3
     assert sorted(ran) == [0, 0, 1, 1, 2, 2]  # at least once: run again, then recorded
     assert {app.idempotency.lookup(f"k{i}").status for i in range(3)} == {"completed"}
+
+
+def test_a_duplicate_in_the_same_batch_is_answered_from_the_first_ones_record(app, clock):
+    ran = []
+
+    @app.handler("t")
+    def t(ctx, payload):
+        ran.append(ctx.job.id)
+        return "once"
+
+    ids = [app.enqueue("t", {}, idempotency_key="same", lock_key=f"sku:{i}") for i in range(2)]
+    w = make_worker(app, clock)
+    work(w, 2)
+    q = app.queue()
+    assert ran == [ids[0]]
+    assert [q.get(i).state for i in ids] == ["done", "done"]  # not snoozed as busy
+    assert w.counts["deduplicated"] == 1 and q.get(ids[1]).result == "once"

@@ -300,6 +300,12 @@ class Pipeline:
         ahead = self._adopt_claim(r) if store is not None else None
         if ahead is not None and store is not None:
             return self._on_begin(r, store, ahead)
+        if job.idempotency_key and self.settler.completing(job.idempotency_key):
+            # a duplicate of a success earlier in this batch: record and ack that one first,
+            # so this one is answered from its completed record
+            self.flush_release()
+            self.settler.flush_acks()
+            self.settler.begin_batch(True)
         while True:
             try:
                 store = self.app.idempotency

@@ -54,6 +54,13 @@ class Settler:
     def batching(self) -> bool:
         return getattr(self._local, "acks", None) is not None
 
+    def completing(self, idempotency_key: str) -> bool:
+        """Whether this thread's batch holds a success of ``idempotency_key`` whose completion
+        is not recorded yet (a duplicate in the same batch waits for it: ``flush_acks``)."""
+        pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
+        return any(ack.completion is not None and ack.completion.item.key == idempotency_key
+                   for _, ack in pending)
+
     def flush_acks(self) -> None:
         """Ack the successes of a prefetched batch in one round trip."""
         pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
