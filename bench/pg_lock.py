@@ -6,6 +6,7 @@ EVALSHAs, per job. Optionally a py-spy profile of the worker child (all threads)
     .venv/bin/python bench/pg_lock.py --jobs 3000 --reps 2
     .venv/bin/python bench/pg_lock.py --roots /tmp/base,.   # A/B: each tree's code, interleaved
     .venv/bin/python bench/pg_lock.py --profile /tmp/pg.txt  # py-spy (put it on PATH or --py-spy)
+    .venv/bin/python bench/pg_lock.py --no-lock   # or --write: the neighbouring rows
 
 Same worker, app and environment as ``bench/run``'s row (``antre worker bench.apps.noop:app``,
 defaults, ``BENCH_DATABASE_URL`` + ``BENCH_LOCK``); the jobs go into a fresh schema of a
@@ -102,15 +103,16 @@ def backend_cpu(conn: Any, app_name: str) -> tuple[float, list[int]]:
 
 
 def run_once(url: str, base: str, root: str, n: int, profile: str | None = None,
-             py_spy: str = "py-spy") -> dict[str, Any]:
+             py_spy: str = "py-spy", lock: bool = True, write: bool = False) -> dict[str, Any]:
     client = redis.Redis.from_url(url, decode_responses=True)
     ab.flush(client)
-    ab.fill(url, n, lock=True)
+    ab.fill(url, n, lock=lock)
     conn = admin(base)
     schema = f"antre_pgb_{uuid.uuid4().hex[:10]}"
     conn.execute(f'CREATE SCHEMA "{schema}"')
     pg_url = f"{base}?options=-csearch_path%3D{schema}&application_name={schema}"
-    env = ab._env(url, BENCH_DATABASE_URL=pg_url, BENCH_LOCK="1")
+    env = ab._env(url, BENCH_DATABASE_URL=pg_url, BENCH_LOCK="1" if lock else None,
+                  BENCH_WRITE="1" if write else None)
     env["PYTHONPATH"] = code_env(root)
     cmds0 = client.info("stats")["total_commands_processed"]
     calls0, rcpu0 = ab.commandstats(client), redis_cpu(client)
@@ -207,13 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pg-url", default=os.environ.get("ANTRE_TEST_PG_URL", ab.PG_DEFAULT))
     p.add_argument("--profile", default=None, help="py-spy collapsed stacks go here")
     p.add_argument("--py-spy", default="py-spy")
+    p.add_argument("--no-lock", action="store_true", help="the row without a lock per job")
+    p.add_argument("--write", action="store_true", help="+ one row written through ctx.db")
     args = p.parse_args(argv)
     base = ensure_db(args.pg_url)
     server = EmbeddedRedis(tcp=True, appendonly=False).start()
     try:
         for rep in range(args.reps):
             for root in args.roots.split(","):
-                r = run_once(server.url, base, root, args.jobs, args.profile, args.py_spy)
+                r = run_once(server.url, base, root, args.jobs, args.profile, args.py_spy,
+                             lock=not args.no_lock, write=args.write)
                 print(rep, " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
                 if args.profile:
                     print(summarize_profile(args.profile))
