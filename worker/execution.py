@@ -5,7 +5,10 @@ fencing token and the idempotency completion are one transaction, committed only
 business lock is still held (``Ack``); a lost lock, a newer token or a database that dropped
 under the commit snooze the job, and nothing of the run counts. Failure: the retry policy
 decides (``Retry`` / ``Snooze`` / ``Bury``, see failures.py). A result or failure that arrives
-after the lease was given up is dropped (``DropStale``).
+after the lease was given up is dropped (``DropStale``). Within a prefetched batch, a success
+that wrote nothing through ``ctx.db`` has its completion recorded with the batch's other
+successes, in one commit before their batched ack (settle.py); whether its lock was held to the
+end is then told by the lock's release (its compare-and-delete reply), not a renewal.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ The steps, in order (add a step by putting a method of the same shape into ``ste
 ``admit``              circuit breaker, concurrency slots, rate limit (``r.admission``)
                        or ``Snooze`` (held back)
 ``claim_key``          the idempotency claim (``r.store`` once owned), or ``Ack``
-                       (completed before), ``Snooze`` (busy, database away) or ``Bury``
+                       (completed before), ``Snooze`` (busy, database away) or ``Bury``;
+                       within a prefetched batch one statement also inserts fresh claims
+                       for the next jobs (an unused one is taken back by ``give_back``)
 ``execution.run``      the handler and its commit (execution.py): always an outcome
 
 A ``Snooze`` for lock busy, flow control or idempotency busy past the handler's
@@ -228,9 +230,9 @@ class Pipeline:
 
     # -- taking ahead: the next jobs of a prefetched batch -------------------------------------
     def begin_batch(self, held: list[Running]) -> None:
-        """This thread now works through ``held`` in order: a job's lock acquire and its
-        idempotency claim also take those of the jobs after it (one write to Redis, one
-        statement to the database for all of them), used when their turn comes."""
+        """This thread now works through ``held`` in order: a job's idempotency claim also
+        inserts fresh claims for the jobs after it (one statement, one commit for all of
+        them), used when their turn comes (``_claim_ahead``)."""
         self._local.batch = held if len(held) > 1 else None
 
     def end_batch(self) -> None:
@@ -294,7 +296,9 @@ class Pipeline:
         return int((wait_s + random.uniform(0, min(max(spread_s, 0.25), 600.0))) * 1000)
 
     def claim_key(self, r: Running) -> Outcome | None:
-        """The at-most-once claim on the job's idempotency key (under its lock, if any)."""
+        """The at-most-once claim on the job's idempotency key (under its lock, if any). Within
+        a prefetched batch its row may have been inserted already, with an earlier job's
+        claim: a fresh row nobody else could take, used as it is."""
         job = r.job
         store = self.app.idempotency
         ahead = self._adopt_claim(r) if store is not None else None

@@ -5,7 +5,10 @@ retried through a Redis outage (never given up: an outcome that did not land is 
 next delivery, never acked falsely; only a hand-back at shutdown gives up, and then the lease
 expires), then one log line and one count per outcome kind. Within a prefetched batch the
 acks wait and go together in one round trip (``flush_acks``): each is still its own fenced
-script, and a lease lost meanwhile is refused and logged while nothing else changes.
+script, and a lease lost meanwhile is refused and logged while nothing else changes. Their
+idempotency completions, when waiting (``Ack.completion``), are committed first, in one
+transaction: a job whose lock was found lost at its release, or whose completion could not be
+committed, is snoozed instead of acked.
 
 At the default INFO level the outcome's line is the only line of an ordinary job.
 """
