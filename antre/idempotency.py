@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, select, update
+from sqlalchemy import Table, bindparam, delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -64,6 +64,8 @@ __all__ = [
     "MISMATCH",
     "TAKEN_OVER",
     "Begin",
+    "Claim",
+    "Completed",
     "CompletedCache",
     "Decision",
     "IdempotencyStore",
@@ -231,6 +233,13 @@ class CompletedCache:
             self.hits += 1
             return rec
 
+    def peek(self, key: str) -> Record | None:
+        """The cached record of ``key`` if it is there and fresh, without counting a hit or a
+        miss (a look ahead, not a decision)."""
+        with self._lock:
+            item = self._data.get(key)
+        return item[1] if item is not None and item[0] > self.clock() else None
+
     def put(self, record: Record) -> None:
         if record.status != COMPLETED:
             return
@@ -271,6 +280,13 @@ class _Compiled:
                 self.processors[name] = proc
 
     def first(self, params: dict[str, Any]) -> Any:
+        return self._run(params, all_rows=False)
+
+    def all(self, params: dict[str, Any]) -> list[Any]:
+        rows: list[Any] = self._run(params, all_rows=True)
+        return rows
+
+    def _run(self, params: dict[str, Any], all_rows: bool) -> Any:
         values = self.compiled.construct_params(params)
         for name, proc in self.processors.items():
             values[name] = proc(values[name])
@@ -280,7 +296,7 @@ class _Compiled:
         try:
             cursor = raw.cursor()
             cursor.execute(self.sql, args)
-            row = cursor.fetchone()
+            row = cursor.fetchall() if all_rows else cursor.fetchone()
             cursor.close()
             raw.commit()  # nothing to do on an autocommit connection; SQLite's implicit one
             return row
@@ -292,6 +308,70 @@ class _Compiled:
                                       connection_invalidated=gone, dialect=self.dialect) from e
         finally:
             raw.close()
+
+
+@dataclass(frozen=True)
+class Completed:
+    """One owned key to mark completed (:meth:`IdempotencyStore.complete_many`)."""
+
+    key: str
+    fence: int
+    job_id: str
+    result: Any = None
+    lock_fence: int | None = None  # the business lock's token it ran under (kept if None)
+
+
+def _complete_many_pg() -> Any:
+    """``complete`` for many keys in one PostgreSQL statement (arrays unnested in step)."""
+    return text(
+        "UPDATE antre_idempotency AS t SET status = 'completed', result = v.result, "
+        "lock_fence = COALESCE(v.lock_fence, t.lock_fence), "
+        "updated_at = :b_now, expires_at = :b_expires "
+        "FROM unnest(CAST(:b_keys AS VARCHAR[]), CAST(:b_fences AS BIGINT[]), "
+        "CAST(:b_job_ids AS VARCHAR[]), CAST(:b_results AS TEXT[]), "
+        "CAST(:b_lock_fences AS BIGINT[])) AS v(key, fence, job_id, result, lock_fence) "
+        "WHERE t.key = v.key AND t.fence = v.fence AND t.job_id = v.job_id "
+        "AND t.status = 'processing' RETURNING t.key"
+    ).bindparams(bindparam("b_now", type_=_C.updated_at.type),
+                 bindparam("b_expires", type_=_C.expires_at.type),
+                 bindparam("b_keys"), bindparam("b_fences"), bindparam("b_job_ids"),
+                 bindparam("b_results"), bindparam("b_lock_fences"))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One key to claim (:meth:`IdempotencyStore.claim_many`), as :meth:`~IdempotencyStore.begin`
+    takes it."""
+
+    key: str
+    fingerprint: str
+    job_type: str
+    job_id: str
+    fence: int
+    owner: str | None
+    lease_deadline_ms: int
+    lock_fence: int | None = None
+
+
+_CLAIM_ARRAYS = {"key": "VARCHAR", "fingerprint": "VARCHAR", "job_type": "VARCHAR",
+                 "job_id": "VARCHAR", "fence": "BIGINT", "lock_fence": "BIGINT",
+                 "owner": "VARCHAR", "lease_deadline_ms": "BIGINT"}
+
+
+def _claim_many_pg() -> Any:
+    """``begin``'s insert for many keys in one PostgreSQL statement (arrays unnested in step)."""
+    names = list(_CLAIM_ARRAYS)
+    arrays = ", ".join(f"CAST(:b_{n} AS {t}[])" for n, t in _CLAIM_ARRAYS.items())
+    return text(
+        f"INSERT INTO antre_idempotency ({', '.join(names)}, status, result, last_error, "
+        "created_at, updated_at, expires_at) "
+        f"SELECT {', '.join('v.' + n for n in names)}, 'processing', NULL, NULL, "
+        ":b_now, :b_now, :b_expires "
+        f"FROM unnest({arrays}) AS v({', '.join(names)}) "
+        "ON CONFLICT (key) DO NOTHING RETURNING key"
+    ).bindparams(bindparam("b_now", type_=_C.updated_at.type),
+                 bindparam("b_expires", type_=_C.expires_at.type),
+                 *[bindparam(f"b_{n}") for n in names])
 
 
 class IdempotencyStore:
@@ -342,9 +422,17 @@ class IdempotencyStore:
         self._complete_job_stmt = (
             update(_T).where(*owned, _C.job_id == bindparam("b_job_id"))
             .values(done).returning(_C.key))
+        self._complete_many_stmt = (  # SQLite's complete_many, a key at a time
+            update(_T).where(*owned, _C.job_id == bindparam("b_job_id"))
+            .values({**done, "lock_fence": func.coalesce(
+                bindparam("b_lock_fence", type_=_C.lock_fence.type), _C.lock_fence)})
+            .returning(_C.key))
         # ... and the two that run once per job on their own go straight to the driver
         self._raw = {id(stmt): _Compiled(stmt, auto)
                      for stmt in (self._claim_stmt, self._complete_stmt, self._complete_job_stmt)}
+        if bind.dialect.name == "postgresql":
+            self._complete_many_pg = _Compiled(_complete_many_pg(), auto)
+            self._claim_many_pg = _Compiled(_claim_many_pg(), auto)
 
     def _autocommit(self, stmt: Any, params: dict[str, Any]) -> Any:
         """One statement in autocommit; the first row or None. A connection found dead while in
@@ -451,6 +539,56 @@ class IdempotencyStore:
             # the row changed since we read it: read and decide again
         return Begin(BUSY, cur)
 
+    def claim_many(self, claims: list[Claim]) -> dict[str, Begin]:
+        """Insert-if-absent several keys at once, in ONE transaction of its own (committed
+        before this returns): the keys whose row this inserted are ``acquired`` (their
+        ``Begin``); any other key is left out, for :meth:`begin` to decide on its own (its row
+        exists: completed, busy, ...). A worker claims the next jobs of its prefetched batch
+        this way (each under its business lock, if any). PostgreSQL: one ``INSERT ... SELECT
+        FROM unnest(...) ON CONFLICT DO NOTHING``; SQLite: one insert per key in one
+        transaction."""
+        claims = [c for c in claims if c.key and len(c.key) <= MAX_KEY_LENGTH]
+        if not claims:
+            return {}
+        now = self.clock()
+        at, expires = ms_to_datetime(now), ms_to_datetime(now + self.retention_ms)
+        rows: dict[str, dict[str, Any]] = {c.key: {
+                        "key": c.key, "status": "processing", "fingerprint": c.fingerprint,
+                        "job_type": c.job_type, "job_id": c.job_id, "result": None,
+                        "last_error": None, "fence": int(c.fence), "lock_fence": c.lock_fence,
+                        "owner": c.owner, "lease_deadline_ms": int(c.lease_deadline_ms),
+                        "created_at": at, "updated_at": at, "expires_at": expires}
+                for c in claims}
+        if self._auto.dialect.name != "postgresql":
+            inserted: set[str] = set()
+            with self._sf() as s, s.begin():  # one transaction (the autocommit one has none)
+                for row in rows.values():
+                    if s.execute(self._claim_stmt, row).first() is not None:
+                        inserted.add(row["key"])
+        else:
+            cols = list(rows.values())
+            params = {"b_now": at, "b_expires": expires,
+                      **{f"b_{name}": [row[name] for row in cols] for name in _CLAIM_ARRAYS}}
+            inserted = set()
+            for attempt in (1, 2):
+                try:
+                    inserted = {str(r[0]) for r in self._claim_many_pg.all(params)}
+                    break
+                except DBAPIError as e:
+                    if attempt == 2 or not e.connection_invalidated:
+                        raise
+        return {k: Begin(ACQUIRED, Record(**rows[k])) for k in inserted}
+
+    def unclaim(self, key: str, fence: int, job_id: str) -> bool:
+        """Take back a claim this delivery made and never used (``claim_many`` ahead of a job
+        that then did not run): its row goes, as if never claimed. Fenced like
+        :meth:`complete`; False when the row was not that claim any more."""
+        with self._one() as s:
+            row = s.execute(delete(_T).where(
+                _C.key == key, _C.fence == int(fence), _C.job_id == job_id,
+                _C.status == "processing").returning(_C.key)).first()
+        return row is not None
+
     def complete(
         self, session: Session | None, key: str, fence: int, result: Any, *,
         job_id: str | None = None
@@ -463,10 +601,7 @@ class IdempotencyStore:
         handler's writes and the completion are one transaction. ``session=None`` (the handler
         wrote nothing through SQL): the update runs on its own, in autocommit.
         """
-        try:
-            json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise Permanent(f"handler result is not JSON-serialisable: {e}") from e
+        self.check_result(result)
         now = self.clock()
         params = {"b_key": key, "b_fence": int(fence), "b_result": result,
                   "b_now": ms_to_datetime(now), "b_expires": ms_to_datetime(now + self.retention_ms)}
@@ -477,6 +612,58 @@ class IdempotencyStore:
                else session.execute(stmt, params).first())
         if row is None:
             raise LeaseLost(f"idempotency record {key!r} is no longer owned by fence {fence}")
+
+    @staticmethod
+    def check_result(result: Any) -> None:
+        """Raise :class:`Permanent` if ``result`` cannot be stored (not JSON)."""
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise Permanent(f"handler result is not JSON-serialisable: {e}") from e
+
+    def complete_many(self, items: list[Completed]) -> set[str]:
+        """Mark several owned keys completed at once, each fenced as :meth:`complete` fences it
+        (key, fence, job id, still ``processing``), in ONE transaction of its own (committed
+        before this returns); returns the keys that were still owned and are now completed
+        (a key missing from the answer is no longer owned: :class:`LeaseLost` for its job).
+
+        PostgreSQL: one ``UPDATE ... FROM unnest(...)`` statement; SQLite: one statement per key
+        in one transaction. A worker completes a prefetched batch's successes this way, right
+        before their batched ack: one commit for the batch instead of one per job. A connection
+        found dead is retried once on a fresh one (the whole statement: nothing of it landed).
+        """
+        if not items:
+            return set()
+        for item in items:
+            self.check_result(item.result)
+        now = self.clock()
+        params: dict[str, Any] = {"b_now": ms_to_datetime(now),
+                                  "b_expires": ms_to_datetime(now + self.retention_ms)}
+        if self._auto.dialect.name != "postgresql":
+            done: set[str] = set()
+            with self._sf() as s, s.begin():  # one transaction (the autocommit one has none)
+                for it in items:
+                    row = s.execute(self._complete_many_stmt, {
+                        **params, "b_key": it.key, "b_fence": int(it.fence),
+                        "b_result": it.result, "b_job_id": it.job_id,
+                        "b_lock_fence": it.lock_fence}).first()
+                    if row is not None:
+                        done.add(it.key)
+            return done
+        params.update(
+            b_keys=[it.key for it in items], b_fences=[int(it.fence) for it in items],
+            b_job_ids=[it.job_id for it in items],
+            b_lock_fences=[it.lock_fence for it in items],
+            b_results=[None if it.result is None else
+                       json.dumps(it.result, separators=(",", ":"), ensure_ascii=False,
+                                  allow_nan=False) for it in items])
+        for attempt in (1, 2):
+            try:
+                return {str(row[0]) for row in self._complete_many_pg.all(params)}
+            except DBAPIError as e:
+                if attempt == 2 or not e.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def fail(
         self, key: str, fence: int, error: str, permanent: bool, *, job_id: str | None = None

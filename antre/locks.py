@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Iterator, cast
+from typing import Any, Iterator, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -14,7 +14,7 @@ from redis.cluster import RedisCluster
 from . import keys
 from .clock import Clock, system_ms
 from .errors import AntreError
-from .scripts import Batch, Scripts
+from .scripts import Batch, Call, Scripts, direct, direct_ok
 
 
 MINUTE_MS = 60_000
@@ -79,18 +79,28 @@ class Locks:
 
         One script, which also indexes the key as held (on a Redis Cluster the index is in
         another slot: a second command there). ``release``: a lock this caller is done with,
-        released first in the same round trip (a worker hands over from one job to the next)."""
+        released first in the same round trip (a worker hands over from one job to the next);
+        ``release.lost`` is set when it was no longer held by its token (the reply of its
+        compare-and-delete: whether it was still held when its job ended)."""
         token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
         now = self.clock()
         lock_keys = [keys.lock(key), keys.lock_fence(key)]
         args: list[str | int] = [token, int(ttl_ms), key, now, holder_job]
         if release is not None and not self.cluster:
-            _, reply = (Batch(self.redis)
-                        .script(self.scripts.lock_release,
-                                [keys.lock(release.key), *self._index],
-                                [release.token, release.key])
-                        .script(self.scripts.lock_acquire, lock_keys + self._index, args)
-                        .execute())
+            calls: list[Call] = [
+                (self.scripts.lock_release, [keys.lock(release.key), *self._index],
+                 [release.token, release.key]),
+                (self.scripts.lock_acquire, lock_keys + self._index, args)]
+            if direct_ok(self.redis):  # one write, no pipeline object
+                released, reply = direct(self.redis, calls)
+            else:
+                batch = Batch(self.redis)
+                for script, k, a in calls:
+                    assert script is not None
+                    batch.script(script, k, a)
+                released, reply = batch.execute()
+            if not int(released):
+                release.lost = True  # it was no longer ours when its holder let it go
         else:
             if release is not None:
                 self.release(release)
@@ -101,7 +111,7 @@ class Locks:
                 self.redis.hset(keys.locks_since(), key, f"{now}|{holder_job}")
             return Lock(key, token, int(reply[1]), int(ttl_ms))
         self.count_conflict(key)
-        raise LockBusy(key, str(reply[1]), int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
+        raise _busy(key, reply)
 
     def raise_fence(self, key: str, floor: int) -> int:
         """Make the next acquire of ``key`` hand out a token above ``floor`` (never lowers the
@@ -118,7 +128,12 @@ class Locks:
         return ok
 
     def release(self, lock: Lock) -> bool:
-        return self.release_token(lock.key, lock.token)
+        """Compare-and-delete; False (and ``lock.lost`` set) when it was no longer ours: it
+        expired or was force-released before its holder let it go."""
+        ok = self.release_token(lock.key, lock.token)
+        if not ok:
+            lock.lost = True
+        return ok
 
     def release_token(self, key: str, token: str) -> bool:
         """Compare-and-delete; the dashboard's force release passes the holder token it showed."""
@@ -193,6 +208,12 @@ class Locks:
         rows.sort(key=lambda c: c.key)
         rows.sort(key=lambda c: (c.last_1h, c.last_5m, c.total), reverse=True)
         return rows[:limit]
+
+
+def _busy(key: str, reply: Any) -> LockBusy:
+    """The ``LockBusy`` of a refused ``lock_acquire`` reply."""
+    holder = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+    return LockBusy(key, holder, int(reply[2]), int(reply[3]) if len(reply) > 3 else 0)
 
 
 class LockRenewer:

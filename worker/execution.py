@@ -5,7 +5,10 @@ fencing token and the idempotency completion are one transaction, committed only
 business lock is still held (``Ack``); a lost lock, a newer token or a database that dropped
 under the commit snooze the job, and nothing of the run counts. Failure: the retry policy
 decides (``Retry`` / ``Snooze`` / ``Bury``, see failures.py). A result or failure that arrives
-after the lease was given up is dropped (``DropStale``).
+after the lease was given up is dropped (``DropStale``). Within a prefetched batch, a success
+that wrote nothing through ``ctx.db`` has its completion recorded with the batch's other
+successes, in one commit before their batched ack (settle.py); whether its lock was held to the
+end is then told by the lock's release (its compare-and-delete reply), not a renewal.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import redis
@@ -22,6 +25,7 @@ import redis
 from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimited
 from antre.clock import Clock
 from antre.fencing import FenceRejected
+from antre.idempotency import Completed, IdempotencyStore
 from antre.locks import Locks
 from antre.logs import job_fields
 from antre.metrics import DurationBuffer
@@ -31,7 +35,8 @@ from antre.tracing import execution_span
 from .failures import cancelled, failure_outcome
 from .held import Running
 from .leases import Leases, quietly
-from .outcomes import Ack, DropStale, HandBack, Outcome, Snooze, jitter_ms
+from .outcomes import (Ack, Completion, DropStale, HandBack, Outcome, Snooze, jitter_ms,
+                       lock_lost)
 from .settle import duration_ms
 
 log = logging.getLogger("antre.worker")
@@ -42,7 +47,7 @@ class Execution:
 
     def __init__(self, app: Antre, locks: Locks, leases: Leases, clock: Clock,
                  durations: DurationBuffer, *, worker_id: str, stopping: threading.Event,
-                 stop_grace_s: float) -> None:
+                 stop_grace_s: float, batching: Callable[[], bool] = lambda: False) -> None:
         self.app = app
         self.locks = locks
         self.leases = leases
@@ -51,6 +56,7 @@ class Execution:
         self.worker_id = worker_id
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
+        self.batching = batching  # this thread's acks wait for their batch (Settler.batching)
 
     def run(self, r: Running) -> Outcome:
         """Step: run the handler (its timeouts are the heartbeat's, leases.py)."""
@@ -117,11 +123,18 @@ class Execution:
         return failure_outcome(r, r.spec.retry, exc)
 
     def complete(self, r: Running, result: Any) -> Outcome:
-        """Commit the run's effects (only while its lock is held), then ``Ack``."""
+        """Commit the run's effects (only while its lock is held), then ``Ack``.
+
+        Within a prefetched batch, a job that wrote nothing through ``ctx.db`` leaves its
+        idempotency completion to the batch: ``Ack`` with a ``Completion``, recorded for all
+        the batch's successes in one commit right before their batched ack, once the release
+        of each one's lock said it was still held when the job ended (settle.py)."""
         db = r.ctx.opened_db if r.ctx else None  # None: the handler opened none
         if r.closed or r.lease_lost:
             _rollback(db)
             return DropStale("finished after its lease was given up")
+        if db is None and r.store is not None and self.batching():
+            return self._deferred(r, r.store, result)
         lock_lost = self._lock_lost(r)
         if lock_lost is not None:
             _rollback(db)
@@ -135,6 +148,18 @@ class Execution:
             return self._commit_failed(r, exc)
         return Ack(result)
 
+    def _deferred(self, r: Running, store: IdempotencyStore, result: Any) -> Outcome:
+        if r.lock is not None and r.lock.lost:  # the heartbeat's renewal found it gone
+            return lock_lost(r.job.lock_key)
+        try:
+            store.check_result(result)
+        except Exception as exc:
+            return self.failed(r, exc)
+        job = r.job
+        return Ack(result, completion=Completion(
+            store, Completed(job.idempotency_key, job.epoch, job.id, result,
+                             r.lock.fence if r.lock is not None else None), r.lock))
+
     def _lock_lost(self, r: Running) -> Snooze | None:
         """Compare-and-expire the lock once more: still ours for the commit, or lost."""
         lock = r.lock
@@ -147,9 +172,7 @@ class Execution:
                 lock.lost = True
         if not lock.lost:
             return None
-        return Snooze(jitter_ms(200, 1000), "lock_lost", counter="lock_lost",
-                      level=logging.WARNING,
-                      note=f"lock {r.job.lock_key} was lost while the job ran; not committing")
+        return lock_lost(r.job.lock_key)
 
     def _commit(self, r: Running, db: Any, result: Any) -> None:
         lock, job = r.lock, r.job

@@ -13,7 +13,7 @@ from antre import HandlerSpec, JobContext, Queue
 from antre.cancel import CancelRequest
 from antre.envelope import Job
 from antre.flow import Admission
-from antre.idempotency import IdempotencyStore
+from antre.idempotency import Begin, IdempotencyStore
 from antre.locks import Lock
 
 
@@ -39,6 +39,9 @@ class Running:
     cancel: CancelRequest | None = None  # an operator asked to stop it (seen at cancel_seen_ms)
     cancel_seen_ms: int = 0
     cancel_task: Callable[[], None] | None = None  # an async job: cancels its task on the loop
+    # its idempotency claim (acquired: a fresh row), inserted with the claim of an earlier job of
+    # its prefetched batch and not used yet (pipeline.py)
+    ahead_claim: Begin | None = None
 
     def stop_handler(self) -> None:
         """Tell the handler to stop: ``ctx.cancelled`` for a sync one, and an async one's task

@@ -27,16 +27,33 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from antre.idempotency import Completed, IdempotencyStore
+from antre.locks import Lock
 from antre.retry import Decision, describe, format_traceback
 
 
 @dataclass(frozen=True)
 class Ack:
     """Done: ``result`` is stored with the job. ``deduplicated``: the handler did not run, the
-    result is the one a completed idempotency record holds."""
+    result is the one a completed idempotency record holds. ``completion``: the idempotency
+    record is still to be marked completed, with the other successes of the job's prefetched
+    batch in one commit, right before their batched ack (settle.py); until then it is not
+    done."""
 
     result: Any = None
     deduplicated: bool = False
+    completion: Completion | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What an ``Ack`` still has to record before it may be acked: the owned idempotency key
+    (``store.complete_many``) and the business lock the handler ran under, whose release said
+    whether it was still held when the job ended (``lock.lost``)."""
+
+    store: IdempotencyStore
+    item: Completed
+    lock: Lock | None = None
 
 
 @dataclass(frozen=True)
@@ -168,3 +185,10 @@ def from_decision(decision: Decision, exc: BaseException) -> Outcome:
 def jitter_ms(low_ms: int, high_ms: int) -> int:
     """A short random wait, so jobs refused together do not come back together."""
     return random.randint(low_ms, high_ms)
+
+
+def lock_lost(lock_key: str | None) -> Snooze:
+    """The job's business lock was lost while it ran (expired, force-released): nothing of the
+    run is committed; back shortly, no attempt spent."""
+    return Snooze(jitter_ms(200, 1000), "lock_lost", counter="lock_lost", level=logging.WARNING,
+                  note=f"lock {lock_key} was lost while the job ran; not committing")

@@ -18,7 +18,9 @@ The steps, in order (add a step by putting a method of the same shape into ``ste
 ``admit``              circuit breaker, concurrency slots, rate limit (``r.admission``)
                        or ``Snooze`` (held back)
 ``claim_key``          the idempotency claim (``r.store`` once owned), or ``Ack``
-                       (completed before), ``Snooze`` (busy, database away) or ``Bury``
+                       (completed before), ``Snooze`` (busy, database away) or ``Bury``;
+                       within a prefetched batch one statement also inserts fresh claims
+                       for the next jobs (an unused one is taken back by ``give_back``)
 ``execution.run``      the handler and its commit (execution.py): always an outcome
 
 A ``Snooze`` for lock busy, flow control or idempotency busy past the handler's
@@ -41,7 +43,7 @@ from antre.cancel import CancelRequest
 from antre.envelope import Job
 from antre.flow import Admission, FlowControl, FlowPolicy
 from antre.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
-                               IdempotencyStore, Record, fingerprint)
+                               Claim, IdempotencyStore, Record, fingerprint)
 from antre.locks import Lock, Locks
 from antre.logs import job_fields
 
@@ -226,6 +228,41 @@ class Pipeline:
         r.lock_renewed = time.monotonic()  # renewed by the heartbeat from now on
         return None
 
+    # -- taking ahead: the next jobs of a prefetched batch -------------------------------------
+    def begin_batch(self, held: list[Running]) -> None:
+        """This thread now works through ``held`` in order: a job's idempotency claim also
+        inserts fresh claims for the jobs after it (one statement, one commit for all of
+        them), used when their turn comes (``_claim_ahead``)."""
+        self._local.batch = held if len(held) > 1 else None
+
+    def end_batch(self) -> None:
+        self._local.batch = None
+
+    def _after(self, r: Running) -> list[Running]:
+        """The jobs of this thread's batch after ``r`` that will most likely run their handler
+        as they are (undecodable, unknown, async, cancelled or too old ones are left out)."""
+        batch: list[Running] | None = getattr(self._local, "batch", None)
+        if not batch or self.stopping.is_set():
+            return []
+        for i, x in enumerate(batch):
+            if x is r:
+                return [y for y in batch[i + 1:] if self._likely_to_run(y)]
+        return []
+
+    def _likely_to_run(self, r: Running) -> bool:
+        job = r.job
+        if r.closed or r.lease_lost or r.cancel is not None or job.cancel or job.payload_error:
+            return False
+        spec = self.app.handlers.get(job.type)
+        if spec is None or spec.is_async:
+            return False
+        max_age_s = self.app.max_age_s_for(spec)
+        if max_age_s and job.reserved_at - job.created_at > max_age_s * 1000:
+            return False
+        store = self.app.idempotency
+        cache = store.cache if store is not None else None
+        return cache is None or not job.idempotency_key or cache.peek(job.idempotency_key) is None
+
     def admit(self, r: Running) -> Outcome | None:
         """Circuit breaker, concurrency slots and rate limit of the job type and its downstream.
         Held back: snoozed without spending an attempt."""
@@ -259,8 +296,20 @@ class Pipeline:
         return int((wait_s + random.uniform(0, min(max(spread_s, 0.25), 600.0))) * 1000)
 
     def claim_key(self, r: Running) -> Outcome | None:
-        """The at-most-once claim on the job's idempotency key (under its lock, if any)."""
+        """The at-most-once claim on the job's idempotency key (under its lock, if any). Within
+        a prefetched batch its row may have been inserted already, with an earlier job's
+        claim: a fresh row nobody else could take, used as it is."""
         job = r.job
+        store = self.app.idempotency
+        ahead = self._adopt_claim(r) if store is not None else None
+        if ahead is not None and store is not None:
+            return self._on_begin(r, store, ahead)
+        if job.idempotency_key and self.settler.completing(job.idempotency_key):
+            # a duplicate of a success earlier in this batch: record and ack that one first,
+            # so this one is answered from its completed record
+            self.flush_release()
+            self.settler.flush_acks()
+            self.settler.begin_batch(True)
         while True:
             try:
                 store = self.app.idempotency
@@ -275,7 +324,56 @@ class Pipeline:
             if not self._reset_on_replay(store, job, begin):
                 return self._on_begin(r, store, begin)
 
+    def _adopt_claim(self, r: Running) -> Begin | None:
+        """The fresh claim inserted ahead for ``r``, if any, to act on as ``begin``'s answer
+        (it is ours: nobody else can have run under it). Not used (None: ``begin`` decides, as
+        for any key) when its lease deadline is near: the heartbeat extends only the records
+        of claims in use."""
+        begin, r.ahead_claim = r.ahead_claim, None
+        if begin is None or begin.record is None:
+            return None
+        left_ms = begin.record.lease_deadline_ms - self.app.clock()
+        return begin if left_ms > r.job.visibility_timeout_ms // 2 else None
+
+    def _claim_ahead(self, store: IdempotencyStore, r: Running) -> Begin | None:
+        """``r``'s claim (under its lock, if any) together with fresh claims for the next jobs
+        of the batch that pass no other step before theirs (no flow control): one statement,
+        one commit. A key whose row exists already is left out, to be decided under its own
+        lock when its turn comes, and a claim its job does not use is taken back (give_back).
+        Returns ``r``'s answer when its row was inserted (None: ``begin`` decides)."""
+        out: list[tuple[Running, Claim]] = []
+        keys = {r.job.idempotency_key}
+        for x in self._after(r):
+            job, spec = x.job, self.app.handlers.get(x.job.type)
+            if (spec is None or spec.flow is not None
+                    or self.app.downstreams.get(spec.downstream or "") is not None
+                    or not job.idempotency_key or job.idempotency_key in keys
+                    or x.ahead_claim is not None):
+                continue
+            claim = _claim(x, self.worker_id, None)
+            if claim is not None:
+                keys.add(job.idempotency_key)
+                out.append((x, claim))
+        mine = _claim(r, self.worker_id, r.lock)
+        if not out or mine is None:
+            return None
+        got = store.claim_many([mine, *(c for _, c in out)])
+        for x, c in out:
+            x.ahead_claim = got.get(c.key)
+        return got.get(mine.key)
+
+    def _unclaim(self, store: IdempotencyStore, r: Running) -> None:
+        job = r.job
+        try:
+            store.unclaim(job.idempotency_key, job.epoch, job.id)
+        except Exception as exc:  # its lease passes, then the key is taken over
+            log.warning("could not take back an unused idempotency claim: %s", exc,
+                        extra=job_fields(job, "error"))
+
     def _begin(self, store: IdempotencyStore, r: Running) -> Begin:
+        ahead = self._claim_ahead(store, r)
+        if ahead is not None:
+            return ahead
         job, lock = r.job, r.lock
         return store.begin(job.idempotency_key, fingerprint(job.type, job.payload), job.type,
                            job.id, job.epoch, self.worker_id, job.deadline,
@@ -322,8 +420,12 @@ class Pipeline:
                 ctx.opened_db.close()
         finally:
             lock, r.lock = r.lock, None
+            claim, r.ahead_claim = r.ahead_claim, None
             if r.admission is not None:
                 quietly(r.admission.release)
+            store = self.app.idempotency
+            if claim is not None and store is not None:
+                self._unclaim(store, r)  # taken ahead, never used: as if never claimed
             if lock is not None:
                 self._release(lock)
 
@@ -342,10 +444,22 @@ class Pipeline:
             self._release_now(lock)
 
     def _release_now(self, lock: Lock) -> None:
+        """Compare-and-delete; its reply says whether the lock was still held when its job
+        ended (``lock.lost``: a batched ack waiting on it becomes a ``lock_lost`` snooze)."""
         try:
             self.locks.release(lock)
         except redis.RedisError:
-            pass  # it expires by its TTL
+            lock.lost = True  # not known to be held to the end; it expires by its TTL
+
+
+def _claim(r: Running, owner: str, lock: Lock | None) -> Claim | None:
+    job = r.job
+    try:
+        fp = fingerprint(job.type, job.payload)
+    except (TypeError, ValueError):
+        return None  # its own turn says why
+    return Claim(job.idempotency_key, fp, job.type, job.id, job.epoch, owner, job.deadline,
+                 lock.fence if lock is not None else None)
 
 
 def _replayed_after_failure(job: Job, record: Record | None) -> bool:

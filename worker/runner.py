@@ -114,7 +114,7 @@ class WorkerProcess:
                              hard_grace_s=hard_grace_s, on_abandon=self._abandoned)
         execution = Execution(self.app, locks, self.leases, self.clock, self.durations,
                               worker_id=self.worker_id, stopping=self._stopping,
-                              stop_grace_s=self.stop_grace_s)
+                              stop_grace_s=self.stop_grace_s, batching=self.settler.batching)
         self.pipeline = Pipeline(self.app, locks, FlowControl(self.app.redis, clock=self.clock),
                                  self.health, self.settler, execution,
                                  worker_id=self.worker_id, stopping=self._stopping,
@@ -271,11 +271,13 @@ class WorkerProcess:
         # a prefetched batch's successes are acked together when the batch is done; its async
         # jobs go to the loop together
         self.settler.begin_batch(len(held) > 1)
+        self.pipeline.begin_batch(held)
         to_loop: list[AsyncStart] = []
         try:
             for r in held:
                 self._work_one(r, to_loop)
         finally:
+            self.pipeline.end_batch()
             self.pipeline.flush_release()
             self.settler.flush_acks()
             if self.aio is not None:

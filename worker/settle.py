@@ -5,7 +5,10 @@ retried through a Redis outage (never given up: an outcome that did not land is 
 next delivery, never acked falsely; only a hand-back at shutdown gives up, and then the lease
 expires), then one log line and one count per outcome kind. Within a prefetched batch the
 acks wait and go together in one round trip (``flush_acks``): each is still its own fenced
-script, and a lease lost meanwhile is refused and logged while nothing else changes.
+script, and a lease lost meanwhile is refused and logged while nothing else changes. Their
+idempotency completions, when waiting (``Ack.completion``), are committed first, in one
+transaction: a job whose lock was found lost at its release, or whose completion could not be
+committed, is snoozed instead of acked.
 
 At the default INFO level the outcome's line is the only line of an ordinary job.
 """
@@ -26,8 +29,8 @@ from antre.metrics import DurationBuffer
 
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
-from .outcomes import (Ack, Bury, Cancelled, DropStale, Expired, HandBack, Outcome, Retry,
-                       Snooze, SnoozeCap, event_of)
+from .outcomes import (Ack, Bury, Cancelled, Completion, DropStale, Expired, HandBack, Outcome,
+                       Retry, Snooze, SnoozeCap, event_of, jitter_ms, lock_lost)
 
 log = logging.getLogger("antre.worker")
 
@@ -54,15 +57,69 @@ class Settler:
     def batching(self) -> bool:
         return getattr(self._local, "acks", None) is not None
 
+    def completing(self, idempotency_key: str) -> bool:
+        """Whether this thread's batch holds a success of ``idempotency_key`` whose completion
+        is not recorded yet (a duplicate in the same batch waits for it: ``flush_acks``)."""
+        pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
+        return any(ack.completion is not None and ack.completion.item.key == idempotency_key
+                   for _, ack in pending)
+
     def flush_acks(self) -> None:
         """Ack the successes of a prefetched batch in one round trip."""
         pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
         self._local.acks = None
+        if any(ack.completion is not None for _, ack in pending):
+            pending = self._complete(pending)
         by_queue: dict[str, list[tuple[Running, Ack]]] = {}
         for r, ack in pending:
             by_queue.setdefault(r.queue.name, []).append((r, ack))
         for done in by_queue.values():
             self._ack_together(done)
+
+    def _complete(self, pending: list[tuple[Running, Ack]]) -> list[tuple[Running, Ack]]:
+        """Record the batch's waiting idempotency completions in one commit (per store); return
+        what may be acked now. A job whose lock was found lost when it was released is snoozed
+        instead (nothing of its run counts); if the commit fails they are all snoozed (the
+        database is away: retried, no attempt spent); a key no longer owned by its delivery is
+        dropped (a newer delivery holds the job)."""
+        groups: dict[int, list[tuple[Running, Ack, Completion]]] = {}
+        for r, ack in pending:
+            c = ack.completion
+            if c is None:
+                continue
+            if c.lock is not None and c.lock.lost:
+                self._settle_closed(r, lock_lost(r.job.lock_key))
+            else:
+                groups.setdefault(id(c.store), []).append((r, ack, c))
+        completed: set[int] = set()
+        for group in groups.values():
+            try:
+                done = group[0][2].store.complete_many([c.item for _, _, c in group])
+            except Exception as exc:
+                for r, _, _ in group:
+                    self._settle_closed(r, Snooze(
+                        jitter_ms(200, 1000), "database_unavailable", level=logging.ERROR,
+                        note=f"idempotency completion not recorded: {exc}"))
+                continue
+            for r, ack, c in group:
+                if c.item.key in done:
+                    completed.add(id(ack))
+                else:
+                    self._record(r, DropStale(
+                        f"idempotency record {c.item.key!r} is no longer owned by fence "
+                        f"{c.item.fence}", newly_lost=True))
+        return [(r, ack) for r, ack in pending
+                if ack.completion is None or id(ack) in completed]
+
+    def _settle_closed(self, r: Running, outcome: Outcome) -> None:
+        """Apply ``outcome`` to a job already closed for its batched ack (which it no longer
+        gets)."""
+        try:
+            self.health.call(self._transition, r, outcome)
+        except LeaseLost as exc:
+            self.lease_lost(r.job, exc)
+            return
+        self._record(r, outcome)
 
     def _ack_together(self, done: list[tuple[Running, Ack]]) -> None:
         q = done[0][0].queue
@@ -188,8 +245,10 @@ def timeline_note(r: Running, outcome: Outcome) -> dict[str, Any] | None:
     if isinstance(outcome, Ack):
         if r.owns_idempotency:
             note["idempotency_fence"] = r.job.epoch
-        if r.lock is not None:
-            note["lock"], note["lock_fence"] = r.lock.key, r.lock.fence
+        # a batched ack's lock was released already: its completion still names it
+        lock = r.lock or (outcome.completion.lock if outcome.completion else None)
+        if lock is not None:
+            note["lock"], note["lock_fence"] = lock.key, lock.fence
     elif isinstance(outcome, Snooze):
         note.update(outcome.details or {})
         if outcome.note:
