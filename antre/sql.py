@@ -10,9 +10,12 @@ which has no time zone type, as UTC text, handed back as aware UTC datetimes).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -399,9 +402,37 @@ def migrate(url_or_engine: str | Engine, revision: str = "head") -> None:
         engine, owned = make_engine(url_or_engine), True
     try:
         cfg = alembic_config()
-        with engine.begin() as connection:
+        with _migration_lock(engine), engine.begin() as connection:
+            if engine.dialect.name == "postgresql":  # held until this transaction ends
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
             cfg.attributes["connection"] = connection
             command.upgrade(cfg, revision)
     finally:
         if owned:
             engine.dispose()
+
+
+# pg_advisory_xact_lock key of Antre's migrations (any constant; 'antre' in ASCII)
+MIGRATION_LOCK_ID = 0x616E747265
+
+
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """One migration at a time per database: processes started together (a worker pool's
+    children, the dashboard beside them) each migrate on start, and two that both read "no
+    version yet" would both create the tables; the loser failed with "table ... already
+    exists". PostgreSQL: an advisory lock held by the migration's transaction (taken in
+    ``migrate``). SQLite file: an exclusive ``flock`` on ``<database>.migrate-lock`` beside it
+    (SQLite's own locks do not cover DDL run outside a transaction). In-memory: nothing to
+    share."""
+    database = engine.url.database or ""
+    if (engine.dialect.name != "sqlite" or database in ("", ":memory:")
+            or database.startswith("file:")):
+        yield
+        return
+    with open(os.path.abspath(database) + ".migrate-lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

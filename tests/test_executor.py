@@ -651,3 +651,23 @@ def test_the_heartbeat_renews_a_running_jobs_lock_and_notices_its_loss(app, cloc
     runner.join(10)
     job = q.get(job_id)
     assert (job.state, job.attempt) == ("scheduled", 0)  # not committed; retried later, free
+
+
+@pytest.mark.parametrize("keep_s, gone", [(60, True), (3_600, False)])
+def test_the_worker_trims_done_jobs_by_the_apps_retention(app, clock, q, keep_s, gone):
+    """``app.retention(queue, done_max_age_s=...)`` reaches the worker's acks (which trim the
+    done jobs older than that): the worker's queues used to keep the default hour whatever the
+    app said."""
+    app.retention("default", done_max_age_s=keep_s)
+
+    @app.handler("noop")
+    def noop(ctx, payload):
+        return None
+
+    first = app.enqueue("noop", {}, idempotency_key="old")
+    burst(app, clock)
+    assert q.get(first).state == "done"
+    clock.advance(120_000)  # two minutes later
+    app.enqueue("noop", {}, idempotency_key="new")
+    burst(app, clock)
+    assert (q.get(first) is None) is gone

@@ -4,6 +4,7 @@ caller's transaction, races, retention."""
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import threading
 
 import pytest
@@ -139,6 +140,42 @@ def test_migrate_from_url_on_fresh_database(db_url):
     eng = make_engine(db_url)
     try:
         assert "antre_idempotency" in sa.inspect(eng).get_table_names()
+    finally:
+        eng.dispose()
+
+
+def _migrate_at_barrier(url, barrier, results):
+    engine = make_engine(url)
+    try:
+        barrier.wait()
+        migrate(engine)
+        results.put("ok")
+    except Exception as e:  # the reply names the failure
+        results.put(repr(e)[:200])
+    finally:
+        engine.dispose()
+
+
+def test_processes_migrating_one_fresh_database_at_once_all_succeed(db_url):
+    """A worker pool's children and the dashboard each migrate on start. Before the migration
+    lock, of four processes released at one barrier onto a fresh database, all but one
+    usually failed with "table ... already exists" (the loser then failed every job)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_migrate_at_barrier, args=(db_url, barrier, results))
+             for _ in range(4)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert outcomes == ["ok"] * 4
+    eng = make_engine(db_url)
+    try:
+        with eng.connect() as c:
+            versions = c.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+        assert [v[0] for v in versions] == [
+            ScriptDirectory.from_config(alembic_config()).get_current_head()]
     finally:
         eng.dispose()
 
