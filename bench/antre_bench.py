@@ -393,12 +393,31 @@ def wait_samples(client: redis.Redis, n: int, timeout: float = 30) -> bool:
 def latency_figures(client: redis.Redis, rate: float) -> dict[str, Any]:
     """Percentiles of the enqueue-to-start samples (ms) in ``bench:latency``."""
     samples = sorted(float(x) for x in client.lrange("bench:latency", 0, -1))
+    return {**_percentiles(samples, rate), "samples": samples}
+
+
+def _percentiles(samples: list[float], rate: float) -> dict[str, Any]:
     if not samples:
         return {"error": "no samples", "rate_per_s": rate}
     pick = lambda f: round(samples[min(len(samples) - 1, int(f * len(samples)))], 2)
     return {"rate_per_s": rate, "n": len(samples), "p50_ms": pick(0.50), "p90_ms": pick(0.90),
             "p99_ms": pick(0.99), "max_ms": round(samples[-1], 2),
             "mean_ms": round(statistics.fmean(samples), 2)}
+
+
+def pooled_latency(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The percentiles of several rounds' samples together (``latency_figures`` of each round,
+    whose raw ``samples`` are dropped here), with each round's own p99."""
+    samples = sorted(x for r in runs for x in r.get("samples", []))
+    rate = runs[0].get("rate_per_s", 200.0) if runs else 200.0
+    out = {**_percentiles(samples, rate), "rounds": len(runs),
+           "round_p99_ms": [r.get("p99_ms") for r in runs]}
+    errors = [r["error"] for r in runs if r.get("error")]
+    if errors:
+        out["error"] = "; ".join(errors)
+    if runs and runs[0].get("command"):
+        out["command"] = runs[0]["command"]
+    return out
 
 
 def memory(url: str, n: int, depth: int = 20_000, sample_s: float = 0.5) -> dict[str, Any]:
