@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 PREFIX = "antre"
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")  # \Z: "$" would let a final newline by
 
 
 def valid_name(name: str) -> bool:

@@ -12,6 +12,7 @@ round trip per job); the worker's CPU per job is read from its process tree (``T
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import statistics
@@ -162,6 +163,30 @@ def enqueue(url: str, n_single: int = 5_000, n_many: int = 50_000, chunk: int = 
             "enqueue_many_per_s": round(n_many / many),
             "enqueue_many_cpu_us": round(many_cpu / n_many * 1e6, 1),
             "enqueue_many_chunk": chunk, "n_single": n_single, "n_many": n_many}
+
+
+SINGLE = r"""
+import importlib, json, sys, time
+mod = importlib.import_module("bench.apps.noop"); n = int(sys.argv[1])
+mod.enqueue(20)  # connect and load the script first
+wall, cpu = time.perf_counter(), time.process_time()
+mod.enqueue(n)
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+print(json.dumps({"enqueue_per_s": round(n / wall), "enqueue_cpu_us": round(cpu / n * 1e6, 1)}))
+"""
+
+
+def single_enqueue(url: str, n: int) -> dict[str, Any]:
+    """``app.enqueue`` one job at a time in a fresh process (``bench.apps.noop.enqueue``),
+    timed as ``peer_bench.single_enqueue`` times a peer's own send."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    flush(client)
+    out = subprocess.run([sys.executable, "-c", SINGLE, str(n)], cwd=ROOT, env=_env(url),
+                         check=True, capture_output=True, text=True)
+    flush(client)
+    client.close()
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "n_single": n,
+            "command": "`app.enqueue(...)`"}
 
 
 def fill(url: str, n: int, lock: bool = False, prefix: str = "k") -> None:

@@ -56,6 +56,12 @@ def median_of(reps: int, fn: Callable[[], dict[str, Any]], key: str = "jobs_per_
         except Exception as exc:  # a broken system must not stop the whole run
             runs.append({"error": f"{type(exc).__name__}: {exc}",
                          "traceback": traceback.format_exc()[-1500:], key: 0})
+    return keep_median(runs, key)
+
+
+def keep_median(runs: list[dict[str, Any]], key: str = "jobs_per_s") -> dict[str, Any]:
+    """Of runs already made: the run whose ``key`` is the median (lower median for an even
+    count), with every run's figure listed."""
     ordered = sorted(runs, key=lambda r: r.get(key, 0))
     kept = dict(ordered[(len(ordered) - 1) // 2])
     kept["runs"] = [r.get(key, 0) for r in runs]
@@ -147,16 +153,23 @@ def main(argv: list[str] | None = None) -> int:
             url, n_single=min(5_000, n), n_many=max(n, 50_000 if not q else 10_000)),
             "enqueue_many_per_s")
         log(f"enqueue {results['enqueue']}")
-        results["single_enqueue"] = single = {"antre": {
-            "enqueue_per_s": results["enqueue"].get("enqueue_per_s", 0),
-            "enqueue_cpu_us": results["enqueue"].get("enqueue_cpu_us"),
-            "runs": "the run kept for enqueue_many",
-            "command": "`app.enqueue(...)`"}}
-        if not args.skip_peers:
-            for name in [x for x in ("huey", "dramatiq") if x in args.peers.split(",")]:
-                single[name] = median_of(reps, lambda name=name: pb.single_enqueue(
-                    url, name, min(5_000, n)), "enqueue_per_s")
-                log(f"single enqueue {name}: {single[name]}")
+        # single enqueue: each system's producer in a fresh process, rounds interleaved
+        # (antre, huey, dramatiq, antre, ...), the median round of each kept
+        one_names = ["antre"] + ([] if args.skip_peers else
+                                 [x for x in ("huey", "dramatiq") if x in args.peers.split(",")])
+        one_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in one_names}
+        n_one = min(5_000, n)
+        for _ in range(max(reps, 3)):
+            for name in one_names:
+                try:
+                    r = (ab.single_enqueue(url, n_one) if name == "antre"
+                         else pb.single_enqueue(url, name, n_one))
+                except Exception as exc:  # a broken system must not stop the whole run
+                    r = {"error": f"{type(exc).__name__}: {exc}", "enqueue_per_s": 0}
+                one_runs[name].append(r)
+                log(f"single enqueue {name}: {r}")
+        results["single_enqueue"] = {name: keep_median(runs, "enqueue_per_s")
+                                     for name, runs in one_runs.items()}
 
         rows: dict[str, Any] = {}
         results["antre"] = rows

@@ -171,6 +171,17 @@ def test_enqueue_lone_surrogate_is_refused_with_invalidjob(q, where):
         q.enqueue("t", {}, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [
+    {"job_type": "t\n"}, {"job_id": "j1\n"},
+    {"trace_id": "00-" + "a" * 32 + "-" + "b" * 16 + "-01\n"},
+])
+def test_a_name_or_traceparent_ending_in_a_newline_is_refused(q, kwargs):
+    """The patterns end with \\Z: a regex "$" also matches before a final newline."""
+    job_type = kwargs.pop("job_type", "t")
+    with pytest.raises(InvalidJob):
+        q.enqueue(job_type, {}, idempotency_key="k", **kwargs)
+
+
 @pytest.mark.parametrize("headers", [{"a": 1}, {"a": object()}, [("a", "b")], {1: "x"}])
 def test_enqueue_bad_headers_are_refused_with_invalidjob(q, headers):
     with pytest.raises(InvalidJob):

@@ -53,3 +53,12 @@ def slow(ctx, payload):
     progress.started()
     time.sleep(3)
     progress.done()
+
+
+def enqueue(n):
+    """``n`` no-op jobs, one ``app.enqueue`` each (the single-enqueue figure of bench/run,
+    timed in a fresh process as the peers' own ``enqueue(n)`` are)."""
+    import uuid
+    run = uuid.uuid4().hex[:8]
+    for i in range(n):
+        app.enqueue("noop", {"i": i}, idempotency_key=f"s:{run}:{i}")
