@@ -359,8 +359,9 @@ class Chaos:
                     refusals += 1
                 if b'"fence_rejected"' in line:
                     fence_rejected += 1
-                if b'"lock_conflict"' in line:
-                    lock_conflicts += 1
+                if (b'"lock_conflict"' in line or b'"error_kind":"lock_busy"' in line
+                        or b'"error_kind":"lock_lost"' in line):
+                    lock_conflicts += 1  # a lock-busy or lock-lost snooze's line
         poison_dead = sum(1 for j in dead if (client.hget(k.job(j), "type") == "poison"))
         fenced = self.fence_checks()
         checks = {"jobs_lost": len(lost_keys) + max(0, enqueued - settled - sum(left.values())),
@@ -382,7 +383,10 @@ class Chaos:
                 "commits refused by the SQL fence": fence_rejected} if self.args.lock_keys else {}),
             "poison jobs in the DLQ": poison_dead,
             "jobs in the DLQ": len(dead), "DLQ by error kind": dict(dead_reasons),
-            "snoozed (lock/db busy)": stats.get("snoozed", 0) + stats.get("handed_back", 0),
+            # every snooze counts under its reason (worker/outcomes.py), plain ones as 'snoozed'
+            "snoozed (lock/db busy)": sum(stats.get(c, 0) for c in (
+                "snoozed", "handed_back", "lock_busy", "lock_lost", "idempotency_busy",
+                "fence_rejected")),
             "time to drain (s)": round(drain_s, 1),
             "left": left,
         }
