@@ -196,10 +196,11 @@ class Antre:
             self._queues[name] = Queue(self.redis, name, clock=self.clock,
                                        max_payload_bytes=self.max_payload_bytes,
                                        scripts=self.scripts,
-                                       done_retention_ms=self._done_retention_ms(name))
+                                       done_retention_ms=self.done_retention_ms(name))
         return self._queues[name]
 
-    def _done_retention_ms(self, queue: str) -> int:
+    def done_retention_ms(self, queue: str) -> int:
+        """How long ``queue``'s done jobs are kept (its retention policy), for the acks' trim."""
         return self.retention_for(queue).done_max_age_s * 1000
 
     # -- SQL (idempotency records, outbox, users, audit): None without a database ------------

@@ -167,13 +167,15 @@ def enqueue(url: str, n_single: int = 5_000, n_many: int = 50_000, chunk: int = 
 
 SINGLE = r"""
 import importlib, json, sys, time
-mod = importlib.import_module("bench.apps.noop"); n = int(sys.argv[1])
-mod.enqueue(20)  # connect and load the script first
+mod = importlib.import_module(sys.argv[1]); n = int(sys.argv[2])
+mod.enqueue(20)  # connect (and load a script) first
 wall, cpu = time.perf_counter(), time.process_time()
 mod.enqueue(n)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 print(json.dumps({"enqueue_per_s": round(n / wall), "enqueue_cpu_us": round(cpu / n * 1e6, 1)}))
 """
+# ^ a producer module's enqueue(n) (one send per job) timed in a fresh process: Antre's
+# (bench.apps.noop) and each peer's (peer_bench.single_enqueue, in its virtualenv)
 
 
 def single_enqueue(url: str, n: int) -> dict[str, Any]:
@@ -181,8 +183,8 @@ def single_enqueue(url: str, n: int) -> dict[str, Any]:
     timed as ``peer_bench.single_enqueue`` times a peer's own send."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
-    out = subprocess.run([sys.executable, "-c", SINGLE, str(n)], cwd=ROOT, env=_env(url),
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", SINGLE, "bench.apps.noop", str(n)], cwd=ROOT,
+                         env=_env(url), check=True, capture_output=True, text=True)
     flush(client)
     client.close()
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "n_single": n,

@@ -176,17 +176,6 @@ def _peer_env(url: str, peer: dict[str, Any]) -> tuple[dict[str, str], str]:
     return env, bindir
 
 
-SINGLE = r"""
-import json, sys, time
-mod = __import__(sys.argv[1]); n = int(sys.argv[2])
-mod.enqueue(20)  # connect first
-wall, cpu = time.perf_counter(), time.process_time()
-mod.enqueue(n)
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-print(json.dumps({"enqueue_per_s": round(n / wall), "enqueue_cpu_us": round(cpu / n * 1e6, 1)}))
-"""
-
-
 def single_enqueue(url: str, name: str, n: int) -> dict[str, Any]:
     """The peer's own ``enqueue(n)`` (one send per job) timed inside its virtualenv."""
     peer = PEERS[name]
@@ -194,7 +183,7 @@ def single_enqueue(url: str, name: str, n: int) -> dict[str, Any]:
     env, _ = _peer_env(url, peer)
     client = redis.Redis.from_url(url, decode_responses=True)
     ab.flush(client)
-    out = subprocess.run([venv_python(peer["venv"]), "-c", SINGLE, peer["module"], str(n)],
+    out = subprocess.run([venv_python(peer["venv"]), "-c", ab.SINGLE, peer["module"], str(n)],
                          cwd=os.path.join(HERE, "peers"), env=env, check=True,
                          capture_output=True, text=True)
     ab.flush(client)

@@ -77,7 +77,7 @@ class WorkerProcess:
         self.queue_names = list(queues or app.queues())
         self.queues = [Queue(app.redis, name, clock=self.clock, scripts=app.scripts,
                              max_payload_bytes=app.max_payload_bytes,
-                             done_retention_ms=app.retention_for(name).done_max_age_s * 1000)
+                             done_retention_ms=app.done_retention_ms(name))
                        for name in self.queue_names]
         self.threads = threads
         self.worker_id = worker_id or default_worker_id()
