@@ -112,6 +112,8 @@ class Queue:
         pinned = self.scripts.pinned
         self._pinned = pinned if pinned is not None and pinned.client is client else None
         self._indexed_keys = [*self._enqueue_keys, keys.queues_index()]
+        self._one_keys = [k.ready, k.stats, k.types, k.wake, k.idem_index]  # enqueue_one.lua
+        self._one_indexed_keys = [*self._one_keys, keys.queues_index()]
 
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
@@ -138,17 +140,23 @@ class Queue:
     def enqueue_one(self, spec: JobSpec) -> str:
         """``enqueue_many([spec])`` in one round trip, on the leanest path: one EVALSHA on the
         thread's own connection (``scripts.Pinned``); elsewhere ``scripts.script_and_command``
-        (the script and the queue-index SADD written together)."""
+        (the script and the queue-index SADD written together). A job made ready now with an
+        id made here (the common case) goes to ``enqueue_one.lua``, which does only what such
+        a job needs; a delayed job, a unique one or one with the caller's id to ``enqueue.lua``."""
         if spec.unique:  # its reply may name another job
             return self.enqueue_many([spec])[0]
         now = self.clock()
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
-        args = [self._job_prefix, now, "", pack_new(values)]
-        if self._pinned is not None:
-            self._pinned.call([(self.scripts.enqueue, self._indexed_keys, args)])
+        if spec.job_id or values[2] != values[8]:  # the caller's id, or visible later
+            script, args = self.scripts.enqueue, [self._job_prefix, now, "", pack_new(values)]
+            script_keys, indexed = self._enqueue_keys, self._indexed_keys
         else:
-            script_and_command(self.redis, self.scripts.enqueue, self._enqueue_keys, args,
-                               self._index_command)
+            script, args = self.scripts.enqueue_one, [self._job_prefix, *values]
+            script_keys, indexed = self._one_keys, self._one_indexed_keys
+        if self._pinned is not None:
+            self._pinned.call([(script, indexed, args)])
+        else:
+            script_and_command(self.redis, script, script_keys, args, self._index_command)
         return values[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - without hiredis, redis-py packs
     _hiredis_pack = None
 
 NAMES = (
-    "enqueue", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease", "promote_due",
+    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease", "promote_due",
     "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/flow.py)
@@ -87,6 +87,7 @@ class Scripts:
     pinned: "Pinned | None"
 
     enqueue: redis.commands.core.Script
+    enqueue_one: redis.commands.core.Script
     reserve: redis.commands.core.Script
     ack: redis.commands.core.Script
     ack_many: redis.commands.core.Script

@@ -10,7 +10,7 @@ import pytest
 
 from antre import InvalidJob, LeaseLost
 from antre.clock import ManualClock
-from antre.envelope import NEW_FIELDS
+from antre.envelope import NEW_FIELDS, encode_new, pack_new
 from antre.queue import JobSpec, Queue
 
 
@@ -67,6 +67,48 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
     hset = re.search(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S).group(1)
     pairs = re.findall(r"'([a-z_]+)', v\[(\d+)\]", hset)
     assert [(name, int(i)) for name, i in pairs] == [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
+
+
+def test_enqueue_one_scripts_field_list_is_new_fields():
+    """enqueue_one.lua gets the standard fields' values as ARGV[2 ..], in NEW_FIELDS order."""
+    src = resources.files("antre.lua").joinpath("enqueue_one.lua").read_text()
+    hset = re.search(r"redis.call\('HSET', v\[1\] \.\. id, ('id'.*?)'state', 'ready'\)", src,
+                     re.S).group(1)
+    pairs = re.findall(r"'([a-z_]+)', v\[(\d+)\]", hset)
+    assert [(name, int(i)) for name, i in pairs] == [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
+
+
+def _everything(r) -> dict:
+    """Every key of the database with its type and content."""
+    read = {"hash": r.hgetall, "set": r.smembers, "string": r.get,
+            "list": lambda key: r.lrange(key, 0, -1),
+            "zset": lambda key: r.zrange(key, 0, -1, withscores=True)}
+    return {key: (r.type(key), read[r.type(key)](key)) for key in r.keys("*")}
+
+
+@pytest.mark.parametrize("before", [0, 70])
+@pytest.mark.parametrize("options", [{}, {"lock_key": "acct:1", "headers": {"tenant": "a"},
+                                          "max_attempts": 7, "timeout_s": 2.5}])
+def test_enqueue_one_lua_leaves_what_enqueue_lua_leaves(q, r, clock, before, options):
+    """The single enqueue's lean script (a ready job with an id the client made) changes the
+    database exactly as enqueue.lua does for that job: the job's hash, the ready list, the
+    idempotency-key, type and queue indexes, the counter, the wake tokens (capped at 64: with
+    70 jobs enqueued before, the list is full)."""
+    values = encode_new(JobSpec("t", {"v": [1, "ü"]}, "key-1", **options), q.name, clock())
+    prior = [JobSpec("other", {}, f"p{i}") for i in range(before)]
+    outcomes = []
+    for script, args in ((q.scripts.enqueue, [q.keys.job_prefix, clock(), "", pack_new(values)]),
+                         (q.scripts.enqueue_one, [q.keys.job_prefix, *values])):
+        r.flushdb()
+        for i in range(0, before, 10):  # the same jobs (same ids) before, in both databases
+            q.store([(NEW_FIELDS, encode_new(s, q.name, clock(), entropy=f"{n:032x}{n:048x}"))
+                     for n, s in enumerate(prior[i:i + 10], start=i)], clock())
+        keys_ = q._indexed_keys if script is q.scripts.enqueue else q._one_indexed_keys
+        assert script(keys=keys_, args=args) in ([1], 1)
+        outcomes.append(_everything(r))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[1][q.keys.job(values[0])][1]["state"] == "ready"
+    assert len(outcomes[1][q.keys.wake][1]) == min(before + 1, 64)
 
 
 @pytest.mark.parametrize("delay_s", [0, 60])

@@ -117,11 +117,29 @@ def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r):
     assert len(sent) == 1  # one write to the socket
     commands = _commands(sent[0])
     assert [c[0] for c in commands] == [b"EVALSHA"]  # one command: the index is in the script
+    assert commands[0][1] == q.scripts.enqueue_one.sha.encode()  # the lean script
     assert keys.queues_index().encode() in commands[0]
     stats = calls(r)
     assert stats["evalsha"] == 1 and stats["sadd"] == 2  # the index and the type, in the script
+    assert "exists" not in stats  # an id made by the client is new: not looked up
     assert not [name for name in stats if name.startswith("script")]
     assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
+
+
+@pytest.mark.parametrize("options", [{"delay_s": 60}, {"job_id": "mine"}, {"unique": True}])
+def test_a_single_enqueue_the_lean_script_does_not_cover_takes_the_full_one(q, r, options):
+    """A delayed job (scheduled, with its timeline event), a caller's id (kept if it exists)
+    and a unique job (its reply may name another job) go to enqueue.lua, in one command."""
+    q.enqueue("t", {}, idempotency_key="warm")
+    sent: list = []
+    conn = q.scripts.pinned.connection()
+    _spy(conn, sent)
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1", **options)
+    del conn.send_packed_command
+    assert len(sent) == 1
+    commands = _commands(sent[0])
+    assert [(c[0], c[1]) for c in commands] == [(b"EVALSHA", q.scripts.enqueue.sha.encode())]
+    assert q.where(job_id) == ["scheduled" if options.get("delay_s") else "ready"]
 
 
 def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r):
