@@ -29,6 +29,9 @@ __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TR
 
 DONE_RETENTION_MS = 3_600_000
 DONE_MAX = 10_000
+# a single enqueue adds its job's type and queue to their indexes (SETs that only grow) for
+# the first job of a type, then at most once per this many seconds per Queue (enqueue_one)
+INDEX_EVERY_MS = 1000
 ACK_CHUNK = 200  # jobs per ack_many.lua call
 DISCARDED_TIMELINE_MS = 7 * 86_400_000  # a discarded job's timeline stays this long
 Note = dict[str, Any] | None  # a transition's details from the caller, on the job's timeline
@@ -112,8 +115,12 @@ class Queue:
         pinned = self.scripts.pinned
         self._pinned = pinned if pinned is not None and pinned.client is client else None
         self._indexed_keys = [*self._enqueue_keys, keys.queues_index()]
-        self._one_keys = [k.ready, k.stats, k.types, k.wake, k.idem_index]  # enqueue_one.lua
-        self._one_indexed_keys = [*self._one_keys, keys.queues_index()]
+        # enqueue_one.lua's keys: without the indexes, with the type's, with both
+        self._one_keys = [k.ready, k.stats, k.wake, k.idem_index]
+        self._one_typed_keys = [*self._one_keys, k.types]
+        self._one_indexed_keys = [*self._one_typed_keys, keys.queues_index()]
+        self._indexed_at = -INDEX_EVERY_MS  # when the set below was started (the clock's ms)
+        self._indexed_types: set[str] = set()  # types a single enqueue indexed since then
 
     # -- producing -------------------------------------------------------------------------
     def build(self, spec: JobSpec, now: int) -> dict[str, str]:
@@ -142,7 +149,9 @@ class Queue:
         thread's own connection (``scripts.Pinned``); elsewhere ``scripts.script_and_command``
         (the script and the queue-index SADD written together). A job made ready now with an
         id made here (the common case) goes to ``enqueue_one.lua``, which does only what such
-        a job needs; a delayed job, a unique one or one with the caller's id to ``enqueue.lua``."""
+        a job needs (and adds the job's type and queue to their indexes for the first job of a
+        type, then once every ``INDEX_EVERY_MS``); a delayed job, a unique one or one with the
+        caller's id goes to ``enqueue.lua``."""
         if spec.unique:  # its reply may name another job
             return self.enqueue_many([spec])[0]
         now = self.clock()
@@ -152,12 +161,25 @@ class Queue:
             script_keys, indexed = self._enqueue_keys, self._indexed_keys
         else:
             script, args = self.scripts.enqueue_one, [self._job_prefix, *values]
-            script_keys, indexed = self._one_keys, self._one_indexed_keys
+            script_keys, indexed = self._one_typed_keys, self._one_indexed_keys
+            if self._pinned is not None and not self._index_due(spec.job_type, now):
+                indexed = self._one_keys
         if self._pinned is not None:
             self._pinned.call([(script, indexed, args)])
+            if indexed is self._one_indexed_keys:
+                self._indexed_types.add(spec.job_type)
         else:
             script_and_command(self.redis, script, script_keys, args, self._index_command)
         return values[0]
+
+    def _index_due(self, job_type: str, now: int) -> bool:
+        """Whether a single enqueue of ``job_type`` at ``now`` (ms, the queue's clock) adds its
+        type and queue to their indexes: for the first job of a type, then once every
+        ``INDEX_EVERY_MS`` (the indexes only grow; one removed by hand, or by a flush, is whole
+        again within that time)."""
+        if not 0 <= now - self._indexed_at < INDEX_EVERY_MS:  # (a clock set back starts over)
+            self._indexed_at, self._indexed_types = now, set()
+        return job_type not in self._indexed_types
 
     def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
         """Store many jobs in few round trips (one script call per ``chunk`` jobs). Returns

@@ -95,7 +95,7 @@ def test_an_error_reply_leaves_the_connection_in_step(redis_url, r):
     conn = q.scripts.pinned.connection()
     r.set(keys.queues_index(), "not a set")  # the script's last SADD fails
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        q.enqueue("t", {}, idempotency_key="k1")
+        q.enqueue("u", {}, idempotency_key="k1")  # the first job of its type: indexed
     r.delete(keys.queues_index())
     job_id = q.enqueue("t", {}, idempotency_key="k2")
     assert q.scripts.pinned.connection() is conn and conn._sock is not None

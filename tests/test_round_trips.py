@@ -107,12 +107,12 @@ def _spy(conn, sent: list) -> None:
 
 
 def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r):
-    q.enqueue("t", {}, idempotency_key="warm")  # the server knows the script from now on
+    q.enqueue("w", {}, idempotency_key="warm")  # the server knows the script from now on
     r.config_resetstat()
     sent: list = []
     conn = q.scripts.pinned.connection()  # this thread's connection: every enqueue uses it
     _spy(conn, sent)
-    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")  # the first job of its type
     del conn.send_packed_command
     assert len(sent) == 1  # one write to the socket
     commands = _commands(sent[0])
@@ -124,6 +124,32 @@ def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r):
     assert "exists" not in stats  # an id made by the client is new: not looked up
     assert not [name for name in stats if name.startswith("script")]
     assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
+    assert r.smembers(q.keys.types) == {"w", "t"}
+
+
+def test_a_single_enqueue_indexes_a_type_once_a_second(q, r):
+    """The type and queue indexes only grow: a single enqueue adds to them for the first job
+    of a type, then once a second (by the queue's clock), so an index removed by hand (or by
+    a flush) is whole again a second later."""
+    q.enqueue("t", {}, idempotency_key="k0")
+    r.delete(keys.queues_index(), q.keys.types)
+    r.config_resetstat()
+    q.enqueue("t", {}, idempotency_key="k1")
+    q.clock.advance(999)
+    q.enqueue("t", {}, idempotency_key="k2")
+    assert "sadd" not in calls(r)  # indexed 999 ms ago
+    assert not r.exists(keys.queues_index(), q.keys.types)
+    q.enqueue("u", {}, idempotency_key="k3")  # a type not seen yet: indexed now
+    assert r.smembers(q.keys.types) == {"u"} and r.smembers(keys.queues_index()) == {"jobs"}
+    q.clock.advance(1)
+    q.enqueue("t", {}, idempotency_key="k4")  # a second after the first: indexed again
+    assert r.smembers(q.keys.types) == {"t", "u"}
+    assert calls(r)["sadd"] == 4
+    q.clock.advance(-5000)  # a clock set back: the next job of each type is indexed again
+    r.delete(q.keys.types)
+    q.enqueue("t", {}, idempotency_key="k5")
+    assert r.smembers(q.keys.types) == {"t"}
+    assert int(r.hget(q.keys.stats, "enqueued")) == 6 and r.llen(q.keys.ready) == 6
 
 
 @pytest.mark.parametrize("options", [{"delay_s": 60}, {"job_id": "mine"}, {"unique": True}])
@@ -188,6 +214,7 @@ def test_a_failing_single_enqueue_raises_and_leaves_the_connection_in_step(q, r)
     r.set(q.keys.types, "not a set")  # the script's SADD of the job type fails
     with pytest.raises(Exception, match="WRONGTYPE"):
         q.enqueue("t", {}, idempotency_key="k1")
+    assert not r.keys(f"{q.keys.job_prefix}*") and not r.exists(q.keys.ready)  # nothing written
     r.delete(q.keys.types)
     job_id = q.enqueue("t", {}, idempotency_key="k2")  # same pooled connection, next reply
     assert q.where(job_id) == ["ready"] and r.smembers(q.keys.types) == {"t"}

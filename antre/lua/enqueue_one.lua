@@ -1,28 +1,31 @@
 -- enqueue_one: a single new job made ready now, the common case of app.enqueue, in the least
 -- server time (issue 14: the single enqueue). Same outcome as enqueue.lua for such a job
--- (tests/test_core_lua.py compares the two): one HSET of the standard fields and the state,
--- the idempotency-key index, the type and queue indexes, the ready list, the 'enqueued'
--- counter and one wake token. The client sends here only a job whose id it has just made
--- (128 random bits: no EXISTS check), with the standard fields, visible now and not unique or
--- a periodic tick; every other job goes through enqueue.lua.
--- KEYS[1] ready (LIST)   KEYS[2] stats (HASH)   KEYS[3] types (SET)   KEYS[4] wake (LIST)
--- KEYS[5] idempotency-key index (HASH, keys.QueueKeys.idem_index)
--- KEYS[6] (optional) the queues index (SET): on a cluster, where it is in another slot, the
--- client sends that SADD on its own
+-- (tests/test_core_lua.py compares the two): the type and queue indexes (see KEYS[5],
+-- KEYS[6]), the idempotency-key index, one HSET of the standard fields and the state, the
+-- ready list, the 'enqueued' counter and one wake token. The client sends here only a job
+-- whose id it has just made (128 random bits: no EXISTS check), with the standard fields,
+-- visible now and neither unique nor a periodic tick; every other job goes to enqueue.lua.
+-- KEYS[1] ready (LIST)   KEYS[2] stats (HASH)   KEYS[3] wake (LIST)
+-- KEYS[4] idempotency-key index (HASH, keys.QueueKeys.idem_index)
+-- KEYS[5], KEYS[6] (optional) the queue's types (SET) and the queues index (SET): the job's type
+-- and queue are added to them. Both only grow; a producer sends them for the first job of a
+-- type and then once a second (queue.INDEX_EVERY_MS), and on a cluster, where the queues index is
+-- in another slot, sends that SADD on its own
 -- ARGV[1] job_prefix   ARGV[2 .. 18] the job's envelope.NEW_FIELDS values, in that order
 -- (one argument each: no JSON to decode). Returns 1.
 local v = ARGV
 local id = v[2]
+-- the indexes first: a key of the wrong type fails the call before the job is written
+if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
+if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
+redis.call('HSET', KEYS[4], v[6], id)
 redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4], 'queue', v[5],
            'idem_key', v[6], 'payload', v[7], 'attempt', v[8], 'max_attempts', v[9],
            'created_at', v[10], 'trace_id', v[11], 'lock_key', v[12], 'headers', v[13],
            'timeout_s', v[14], 'vt_ms', v[15], 'epoch', v[16], 'deliveries', v[17],
            'max_deliveries', v[18], 'state', 'ready')
-redis.call('HSET', KEYS[5], v[6], id)
-redis.call('SADD', KEYS[3], v[3])
 redis.call('LPUSH', KEYS[1], id)
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 -- a token for an idle worker blocked on the wake list; the list is capped at 64 as wake() does
-if redis.call('LPUSH', KEYS[4], '1') > 64 then redis.call('LTRIM', KEYS[4], 0, 63) end
-if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
+if redis.call('LPUSH', KEYS[3], '1') > 64 then redis.call('LTRIM', KEYS[3], 0, 63) end
 return 1
