@@ -9,7 +9,10 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import select
+import socket
 import threading
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
@@ -18,13 +21,17 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+from redis.connection import Connection, UnixDomainSocketConnection
+from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, ResponseError,
+                              TimeoutError)
 
 _hiredis_pack: Any
+_HiredisReader: Any
 try:
+    from hiredis import Reader as _HiredisReader
     from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - without hiredis, redis-py packs
-    _hiredis_pack = None
+except ImportError:  # pragma: no cover - without hiredis, redis-py packs and reads
+    _hiredis_pack = _HiredisReader = None
 
 NAMES = (
     "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease", "promote_due",
@@ -222,11 +229,12 @@ class _Held:
     """One connection checked out of a pool by one thread of one process; back to the pool
     when the thread ends (its ``threading.local`` slot is dropped) or the ``Pinned`` goes."""
 
-    __slots__ = ("pool", "pid", "forks", "conn", "__weakref__")
+    __slots__ = ("pool", "pid", "forks", "conn", "io", "__weakref__")
 
     def __init__(self, pool: Any) -> None:
         self.pool, self.pid, self.forks = pool, os.getpid(), _forks[0]
         self.conn = pool.get_connection()
+        self.io: _SocketIO | None = None  # for the connection's current socket, if direct
 
     def __del__(self) -> None:
         # in a forked child the connection is the parent's: redis-py's pool makes new ones
@@ -243,6 +251,74 @@ def _utf8(name: str) -> bool:
         return codecs.lookup(name).name == "utf-8"
     except LookupError:
         return False
+
+
+_MORE = object()  # hiredis: the reply is not complete yet
+
+
+class _SocketIO:
+    """Direct reads and writes on one socket of a pinned connection: what redis-py does for a
+    command, without its per-call layers (a third of a single enqueue's client time once the
+    pool checkout is gone). The replies are parsed by a hiredis reader set up as redis-py's
+    own parser is (same error classes, same decoding); the connection's checks stay: the
+    pool's check before use (a closed or out-of-step socket is found by one ``poll``, then
+    redis-py's own ``can_read`` decides), its health check PING, its timeout (the socket's).
+    Made for each new socket of the connection, so nothing read is ever carried from one
+    socket to the next. Used for plain TCP and unix-socket connections speaking RESP2 on
+    POSIX with hiredis installed (``Pinned.direct_io``); others keep redis-py's path."""
+
+    __slots__ = ("sock", "fd", "reader", "poller")
+
+    def __init__(self, conn: Any) -> None:
+        self.sock = conn._sock
+        self.fd = self.sock.fileno()
+        kwargs = {"protocolError": InvalidResponse, "replyError": conn._parser.parse_error,
+                  "errors": conn.encoder.encoding_errors, "notEnoughData": _MORE}
+        if conn.encoder.decode_responses:
+            kwargs["encoding"] = conn.encoder.encoding
+        self.reader = _HiredisReader(**kwargs)
+        self.poller = select.poll()
+        self.poller.register(self.fd, select.POLLIN)
+
+    def idle(self) -> bool:
+        """Nothing to read: the server has not closed the socket and sent nothing unasked."""
+        return not self.poller.poll(0)
+
+    def write_read(self, conn: Any, data: bytes, n: int) -> list[Any]:
+        """Write ``data`` (``n`` commands), read their ``n`` replies (error replies as
+        exception instances, as ``_reply`` returns them)."""
+        if conn.health_check_interval:
+            conn.check_health()  # redis-py's PING when idle too long (read by its parser)
+            if conn._sock is not self.sock:  # it reconnected: the caller's retry makes a new one
+                raise ConnectionError("reconnected by the health check")
+        try:
+            try:  # one write, no poll first (the socket's timeout is for waiting, below)
+                sent = os.write(self.fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                self.sock.sendall(memoryview(data)[sent:])
+            replies: list[Any] = []
+            reader = self.reader
+            while len(replies) < n:
+                reply = reader.gets()
+                if reply is _MORE:
+                    chunk = self.sock.recv(65536)
+                    if not chunk:
+                        raise ConnectionError("Connection closed by server.")
+                    reader.feed(chunk)
+                else:
+                    replies.append(reply)
+        except socket.timeout:
+            conn.disconnect()
+            raise TimeoutError("Timeout reading from or writing to socket") from None
+        except OSError as exc:
+            conn.disconnect()
+            raise ConnectionError(f"Error while writing to or reading from socket: {exc}") \
+                from exc
+        if conn.health_check_interval:
+            conn.next_health_check = time.monotonic() + conn.health_check_interval
+        return replies
 
 
 class Pinned:
@@ -273,6 +349,13 @@ class Pinned:
         # the pool's own rule: pending data is an error unless push messages may be pending
         maint = getattr(self.pool, "maint_notifications_enabled", None)
         self.strict = not (maint() if maint is not None else False)
+        # reads and writes on the socket itself (_SocketIO) where redis-py would do the same
+        # (RESP2 only: no push messages, so any data pending before a write is out of step)
+        self.direct_io = (self.fast_pack and _HiredisReader is not None
+                          and os.name == "posix" and hasattr(select, "poll")
+                          and self.pool.connection_class in (Connection,
+                                                             UnixDomainSocketConnection)
+                          and kwargs.get("protocol", 2) in (2, "2", None))
 
     @classmethod
     def of(cls, client: "redis.Redis") -> "Pinned | None":
@@ -281,29 +364,54 @@ class Pinned:
         return cls(client)
 
     def connection(self) -> Any:
+        return self._connection()[0]
+
+    def _connection(self) -> tuple[Any, "_SocketIO | None"]:
+        """This thread's connection, checked as the pool checks one it hands out, and its
+        direct I/O (None: redis-py's path)."""
         held = getattr(self._local, "held", None)
         if held is None or held.forks != _forks[0]:  # new thread, or a forked child
             held = self._local.held = _Held(self.pool)
         conn = held.conn
+        io = held.io
+        if io is not None and conn._sock is io.sock and io.idle():
+            return conn, io  # the common case: one poll
         try:  # what ConnectionPool.get_connection checks before it hands a connection out
-            if conn.can_read() and self.strict:
+            if conn.can_read() and (self.strict or self.direct_io):
                 raise ConnectionError("Connection has data")
         except (ConnectionError, TimeoutError, OSError):
             conn.disconnect()  # the write below connects again
-        return conn
+        if not self.direct_io:
+            return conn, None
+        if conn._sock is None:
+            conn.connect()
+        if io is None or io.sock is not conn._sock:
+            io = held.io = _SocketIO(conn)
+        return conn, io
 
     def call(self, calls: Sequence[Call]) -> list[Any]:
         """``direct(client, calls)`` on this thread's connection."""
-        conn = self.connection()
+        conn, io = self._connection()
         try:
             return cast(list[Any], conn.retry.call_with_retry(
-                lambda: _direct(self.client, conn, calls, self.fast_pack),
+                lambda: _direct(self.client, conn, calls, self.fast_pack, self._io(conn, io)),
                 lambda error: conn.disconnect()))
         except ResponseError:
             raise  # every reply was read: the connection is in step
         except BaseException:
             conn.disconnect()  # whatever was left unread goes with it
             raise
+
+    def _io(self, conn: Any, io: "_SocketIO | None") -> "_SocketIO | None":
+        """``io`` if it still serves the connection's socket; after a reconnect (a retry), a
+        new one for the new socket."""
+        if io is None or conn._sock is io.sock:
+            return io
+        if conn._sock is None:
+            conn.connect()
+        held = self._local.held
+        held.io = _SocketIO(conn)
+        return cast(_SocketIO, held.io)
 
     def release(self) -> None:
         """Give this thread's connection back to the pool now (it is checked out again on the
@@ -323,15 +431,15 @@ def script_and_command(client: "redis.Redis", script: Script, keys: Sequence[Any
 
 
 def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
-            fast_pack: bool = False) -> list[Any]:
-    replies = _write_read(conn, calls, fast_pack)
+            fast_pack: bool = False, io: "_SocketIO | None" = None) -> list[Any]:
+    replies = _write_read(conn, calls, fast_pack, io)
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:  # the server lost its scripts (restart, SCRIPT FLUSH): load, send those again
         for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
             assert script is not None
             script.sha = client.script_load(script.script)
         for i, reply in zip(missing, _write_read(conn, [calls[i] for i in missing],
-                                                 fast_pack)):
+                                                 fast_pack, io)):
             replies[i] = reply
     for reply in replies:
         if isinstance(reply, Exception):
@@ -339,10 +447,13 @@ def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
     return replies
 
 
-def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False) -> list[Any]:
+def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
+                io: "_SocketIO | None" = None) -> list[Any]:
     commands = [tuple(words) if script is None
                 else ("EVALSHA", script.sha, len(words), *words, *args)
                 for script, words, args in calls]
+    if io is not None:  # fast_pack holds too (Pinned.direct_io)
+        return io.write_read(conn, b"".join([_hiredis_pack(c) for c in commands]), len(calls))
     if fast_pack:  # str (UTF-8), bytes and int arguments only: what the hot paths send
         conn.send_packed_command([b"".join([_hiredis_pack(c) for c in commands])])
     else:

@@ -10,9 +10,12 @@ import gc
 import re
 import os
 import threading
+import time
 
 import pytest
 import redis
+import redis.backoff
+import redis.retry
 
 import antre
 from antre import keys
@@ -236,4 +239,90 @@ def test_a_blocking_pool_gets_its_connection_back_from_a_finished_thread(redis_u
         t.join()
     gc.collect()
     assert client.llen(q.keys.ready) == 4  # each thread's connection went back in time
+    client.close()
+
+
+# -- the pinned connection's own reads and writes (scripts._SocketIO) -----------------------
+
+def _app_client(url: str, **kwargs) -> redis.Redis:
+    """A client as ``Antre`` makes one: a socket timeout and a health check interval."""
+    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=10,
+                                socket_connect_timeout=5, health_check_interval=30, **kwargs)
+
+
+@pytest.mark.parametrize("make", [_client, _app_client], ids=["blocking", "timeout"])
+def test_writes_and_replies_larger_than_a_socket_buffer_arrive_whole(redis_url, make):
+    client = make(redis_url)
+    pinned = Pinned.of(client)
+    assert pinned.direct_io
+    big = "é" * 2_000_000 + "end"  # ~4 MB of UTF-8 each way: partial writes, many reads
+    assert pinned.call([(None, ("SET", "big", big), ()), (None, ("STRLEN", "big"), ()),
+                        (None, ("GET", "big"), ())]) == ["OK", 4_000_003, big]
+    q = Queue(client, "jobs")
+    job_id = q.enqueue("t", {"after": "big"}, idempotency_key="k1")  # still in step
+    assert q.where(job_id) == ["ready"] and q.get(job_id).payload == {"after": "big"}
+    client.close()
+
+
+def test_an_error_reply_amid_others_is_raised_after_all_are_read(redis_url, r):
+    client = _app_client(redis_url)
+    pinned = Pinned.of(client)
+    r.set("s", "a string")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        pinned.call([(None, ("INCR", "n"), ()), (None, ("LPUSH", "s", "x"), ()),
+                     (None, ("INCR", "n"), ())])
+    assert r.get("n") == "2"  # the commands around it ran
+    assert pinned.call([(None, ("GET", "n"), ())]) == ["2"]  # and nothing was left unread
+    client.close()
+
+
+def test_the_health_check_and_its_schedule_are_kept(redis_url, r):
+    client = _app_client(redis_url)
+    q = Queue(client, "jobs")
+    q.enqueue("t", {}, idempotency_key="warm")
+    conn = q.scripts.pinned.connection()
+    assert conn.next_health_check > time.monotonic() + 20  # moved on by the call
+    conn.next_health_check = time.monotonic() - 1  # idle past the interval (no waiting)
+    r.config_resetstat()
+    job_id = q.enqueue("t", {}, idempotency_key="k1")
+    stats = r.info("commandstats")
+    assert stats["cmdstat_ping"]["calls"] == 1 and stats["cmdstat_evalsha"]["calls"] == 1
+    assert q.where(job_id) == ["ready"] and q.scripts.pinned.connection() is conn
+    client.close()
+
+
+def test_a_reply_late_past_the_socket_timeout_is_never_read_as_the_next_one(redis_url, r):
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=0.05,
+                                  retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+    pinned = Pinned.of(client)
+    with pytest.raises(redis.TimeoutError):
+        pinned.call([(None, ("BLPOP", "nothing", 1), ())])  # the server answers in 1 s
+    r.rpush("nothing", "late")  # would answer that BLPOP, had its socket been kept
+    assert pinned.call([(None, ("GET", "k"), ())]) == [None]  # a new socket: its own reply
+    assert r.lrange("nothing", 0, -1) == ["late"]  # the old BLPOP went with its socket
+    client.close()
+
+
+def test_direct_reads_and_writes_are_for_plain_resp2_connections(redis_url, tmp_path):
+    assert Pinned.of(_client(redis_url)).direct_io
+    assert Pinned.of(_app_client(redis_url)).direct_io
+    resp3 = redis.Redis.from_url(redis_url, decode_responses=True, protocol=3)
+    assert not Pinned.of(resp3).direct_io  # push messages: redis-py's parser reads them
+    q = Queue(resp3, "jobs")
+    assert q.where(q.enqueue("t", {}, idempotency_key="k1")) == ["ready"]
+    raw = redis.Redis.from_url(redis_url)  # bytes replies: the reader does not decode
+    assert Pinned.of(raw).direct_io
+    assert Pinned.of(raw).call([(None, ("ECHO", "é"), ())]) == ["é".encode()]
+    resp3.close()
+    raw.close()
+
+
+def test_a_reply_nobody_read_is_never_taken_for_the_next_one(redis_url):
+    client = _app_client(redis_url)
+    pinned = Pinned.of(client)
+    conn = pinned.connection()
+    conn.send_command("ECHO", "stale")  # out of step: its reply is left on the socket
+    assert conn.can_read(timeout=5)  # it has arrived (waits for it, not for a time)
+    assert pinned.call([(None, ("ECHO", "fresh"), ())]) == ["fresh"]
+    assert pinned.connection() is conn  # the same connection, on a new socket
     client.close()
