@@ -34,8 +34,8 @@ except ImportError:  # pragma: no cover - without hiredis, redis-py packs and re
     _hiredis_pack = _HiredisReader = None
 
 NAMES = (
-    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease", "promote_due",
-    "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
+    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease",
+    "promote_due", "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/flow.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",

@@ -165,32 +165,6 @@ def enqueue(url: str, n_single: int = 5_000, n_many: int = 50_000, chunk: int = 
             "enqueue_many_chunk": chunk, "n_single": n_single, "n_many": n_many}
 
 
-SINGLE = r"""
-import importlib, json, sys, time
-mod = importlib.import_module(sys.argv[1]); n = int(sys.argv[2])
-mod.enqueue(20)  # connect (and load a script) first
-wall, cpu = time.perf_counter(), time.process_time()
-mod.enqueue(n)
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-print(json.dumps({"enqueue_per_s": round(n / wall), "enqueue_cpu_us": round(cpu / n * 1e6, 1)}))
-"""
-# ^ a producer module's enqueue(n) (one send per job) timed in a fresh process: Antre's
-# (bench.apps.noop) and each peer's (peer_bench.single_enqueue, in its virtualenv)
-
-
-def single_enqueue(url: str, n: int) -> dict[str, Any]:
-    """``app.enqueue`` one job at a time in a fresh process (``bench.apps.noop.enqueue``),
-    timed as ``peer_bench.single_enqueue`` times a peer's own send."""
-    client = redis.Redis.from_url(url, decode_responses=True)
-    flush(client)
-    out = subprocess.run([sys.executable, "-c", SINGLE, "bench.apps.noop", str(n)], cwd=ROOT,
-                         env=_env(url), check=True, capture_output=True, text=True)
-    flush(client)
-    client.close()
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "n_single": n,
-            "command": "`app.enqueue(...)`"}
-
-
 def fill(url: str, n: int, lock: bool = False, prefix: str = "k") -> None:
     """``n`` no-op jobs through ``app.enqueue_many``, 2,000 per call."""
     app = producer(url)
@@ -492,5 +466,4 @@ def memory(url: str, n: int, depth: int = 20_000, sample_s: float = 0.5) -> dict
 
 
 if __name__ == "__main__":  # quick manual check: python -m bench.antre_bench URL
-    import json
     print(json.dumps(ceiling(sys.argv[1]), indent=1))

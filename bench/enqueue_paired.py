@@ -1,17 +1,18 @@
 """A single ``app.enqueue`` beside Huey's ``task()``, in paired blocks (robust to a drifting VM).
 
     PYTHONPATH=$PWD python3 bench/enqueue_paired.py [--blocks 60] [--size 500] [--before REV]
+        [--peers huey,dramatiq]
 
 One private Redis (``EmbeddedRedis``, TCP 127.0.0.1, appendonly off) and one long-lived
-producer process per side: Huey's own ``task()`` in its virtualenv (``bench/.venvs/huey``, as
-``bench/run`` builds it), Antre's ``app.enqueue`` (``bench.apps.noop``, default settings), and
+producer process per side: each peer's own send (Huey's ``task()``, Dramatiq's ``send()``) in
+its virtualenv (``bench/.venvs``, as ``bench/run`` builds them), Antre's ``app.enqueue`` (``bench.apps.noop``, default settings), and
 with ``--before REV`` the same Antre loop from a ``git archive`` of REV. Each process is told
 to run a block of ``--size`` single enqueues and reports the block's wall time and its own
 CPU time; the sides take turns block by block (the order rotating each round), so a round's
 blocks run within a second of each other and the machine's drift (2-3x in minutes on the
 shared VM) touches both sides alike. Reported: per side the median jobs/s and CPU µs per job
-over the blocks, and per pair the median ratio of each side's rate to Huey's in the same
-round, with its quartiles.
+over the blocks, and the quartiles of each side's rate over the first peer's (Huey's) in the
+same round. ``bench/run`` measures its single-enqueue table this way (``paired``).
 """
 
 from __future__ import annotations
@@ -68,60 +69,87 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(values), q[2]
 
 
+def side_antre(url: str, tree: str = ROOT) -> tuple[str, str, str, dict[str, str]]:
+    """How Antre's producer is started: ``bench.apps.noop`` (``app.enqueue``) from ``tree``."""
+    env = ab._env(url)
+    env["PYTHONPATH"] = tree
+    return sys.executable, "bench.apps.noop", tree, env
+
+
+def side_peer(url: str, name: str) -> tuple[str, str, str, dict[str, str]]:
+    """How a peer's producer is started: its ``enqueue(n)`` inside its virtualenv."""
+    peer = pb.PEERS[name]
+    pb.ensure_venv(peer["venv"], peer["pip"])
+    env, _ = pb._peer_env(url, peer)
+    return pb.venv_python(peer["venv"]), peer["module"], os.path.join(ROOT, "bench", "peers"), env
+
+
+def paired(url: str, sides: dict[str, tuple[str, str, str, dict[str, str]]], blocks: int,
+           size: int, base: str | None = None) -> dict[str, dict[str, Any]]:
+    """Blocks of ``size`` single enqueues, the sides taking turns each round; per side the
+    median jobs/s and producer CPU µs/job over its blocks and, beside ``base``, the quartiles
+    of its rate over ``base``'s in the same round."""
+    client = redis.Redis.from_url(url)
+    procs: dict[str, subprocess.Popen] = {}
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    cpus: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
+    try:
+        for name, (python, module, cwd, env) in sides.items():
+            procs[name] = start(python, module, cwd, env)
+        for b in range(blocks):
+            if b % 10 == 0:
+                client.flushall()  # the server's data stays small, as in a fresh run
+            for name in names[b % len(names):] + names[:b % len(names)]:
+                rate, cpu = block(procs[name], size)
+                rates[name].append(rate)
+                cpus[name].append(cpu)
+    finally:
+        for proc in procs.values():
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=30)
+        client.flushall()
+        client.close()
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        r: dict[str, Any] = {"enqueue_per_s": round(statistics.median(rates[name])),
+                             "enqueue_cpu_us": round(statistics.median(cpus[name]), 1),
+                             "blocks": blocks, "block_size": size,
+                             "quartiles_per_s": [round(x) for x in quartiles(rates[name])]}
+        if base is not None and name != base:
+            ratio = [a / h for a, h in zip(rates[name], rates[base])]
+            r["ratio_to_" + base] = [round(x, 3) for x in quartiles(ratio)]
+            r["rounds_ahead_of_" + base] = sum(x > 1 for x in ratio)
+        out[name] = r
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--blocks", type=int, default=60, help="rounds (one block per side each)")
     p.add_argument("--size", type=int, default=500, help="single enqueues per block")
     p.add_argument("--before", help="a git revision to run beside this tree")
+    p.add_argument("--peers", default="huey", help="comma-separated peers (huey first)")
     p.add_argument("--json", help="write the summary here")
     args = p.parse_args()
-    peer = pb.PEERS["huey"]
-    pb.ensure_venv(peer["venv"], peer["pip"])
     with EmbeddedRedis(tcp=True, appendonly=False) as server:
-        client = redis.Redis.from_url(server.url)
-        huey_env, _ = pb._peer_env(server.url, peer)
-        sides = {"huey task()": start(pb.venv_python(peer["venv"]), peer["module"],
-                                      os.path.join(ROOT, "bench", "peers"), huey_env)}
-        trees = {"antre app.enqueue": ROOT}
+        sides = {name: side_peer(server.url, name) for name in args.peers.split(",")}
         if args.before:
-            trees = {f"antre {args.before[:12]}": evh.archive(args.before), **trees}
-        for name, tree in trees.items():
-            env = ab._env(server.url)
-            env["PYTHONPATH"] = tree
-            sides[name] = start(sys.executable, "bench.apps.noop", tree, env)
-        rates: dict[str, list[float]] = {name: [] for name in sides}
-        cpus: dict[str, list[float]] = {name: [] for name in sides}
-        names = list(sides)
-        try:
-            for b in range(args.blocks):
-                if b % 10 == 0:
-                    client.flushall()  # the server's data stays small, as in a fresh run
-                for name in names[b % len(names):] + names[:b % len(names)]:
-                    rate, cpu = block(sides[name], args.size)
-                    rates[name].append(rate)
-                    cpus[name].append(cpu)
-        finally:
-            for proc in sides.values():
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.wait(timeout=30)
-    summary: dict[str, Any] = {"blocks": args.blocks, "size": args.size, "sides": {}}
-    huey = rates["huey task()"]
-    print(f"{args.blocks} rounds of {args.size} single enqueues per side "
-          "(median jobs/s, producer CPU µs/job; ratio to Huey in the same round: q1 median q3)")
-    for name in names:
-        ratio = [a / h for a, h in zip(rates[name], huey)]
-        q1, med, q3 = quartiles(ratio)
-        summary["sides"][name] = {"per_s": round(statistics.median(rates[name])),
-                                  "cpu_us": round(statistics.median(cpus[name]), 1),
-                                  "ratio_to_huey": [round(q1, 3), round(med, 3), round(q3, 3)],
-                                  "rounds_ahead_of_huey": sum(r > 1 for r in ratio)}
-        s = summary["sides"][name]
-        print(f"  {name:24} {s['per_s']:7,} /s {s['cpu_us']:7.1f} µs   x{q1:.3f} "
-              f"x{med:.3f} x{q3:.3f}   ahead in {s['rounds_ahead_of_huey']}/{args.blocks}")
+            sides[f"antre {args.before[:12]}"] = side_antre(server.url, evh.archive(args.before))
+        sides["antre"] = side_antre(server.url)
+        base = args.peers.split(",")[0]
+        res = paired(server.url, sides, args.blocks, args.size, base=base)
+    print(f"{args.blocks} rounds of {args.size} single enqueues per side (median jobs/s, "
+          f"producer CPU µs/job; ratio to {base} in the same round: q1 median q3)")
+    for name, r in res.items():
+        q1, med, q3 = r.get("ratio_to_" + base, [1, 1, 1])
+        print(f"  {name:24} {r['enqueue_per_s']:7,} /s {r['enqueue_cpu_us']:7.1f} µs   x{q1:.3f} "
+              f"x{med:.3f} x{q3:.3f}   ahead in {r.get('rounds_ahead_of_' + base, '-')}"
+              f"/{args.blocks}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+            json.dump(res, f, indent=1)
     return 0
 
 

@@ -7,13 +7,12 @@ information), start one worker process, and time from the first job finished to 
 tree as for Antre. Each worker is started as its docs start it, at its default verbosity (no
 ``-q`` / ``-l`` flags for any of them); concurrency inside that one process is each system's
 usual one: 4 threads where the system has threads, the async default (10) for arq and saq, one
-job at a time for RQ. ``single_enqueue`` and ``latency`` time a peer's producer inside its
-own virtualenv (one ``send`` per job; a producer paced at 200 jobs/s).
+job at a time for RQ. ``latency`` times a peer's producer inside its own virtualenv (one
+``send`` per job, paced at 200 jobs/s); the single-enqueue rate is ``bench/enqueue_paired.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -174,21 +173,6 @@ def _peer_env(url: str, peer: dict[str, Any]) -> tuple[dict[str, str], str]:
     bindir = os.path.join(VENVS, peer["venv"], "bin")
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     return env, bindir
-
-
-def single_enqueue(url: str, name: str, n: int) -> dict[str, Any]:
-    """The peer's own ``enqueue(n)`` (one send per job) timed inside its virtualenv."""
-    peer = PEERS[name]
-    ensure_venv(peer["venv"], peer["pip"])
-    env, _ = _peer_env(url, peer)
-    client = redis.Redis.from_url(url, decode_responses=True)
-    ab.flush(client)
-    out = subprocess.run([venv_python(peer["venv"]), "-c", ab.SINGLE, peer["module"], str(n)],
-                         cwd=os.path.join(HERE, "peers"), env=env, check=True,
-                         capture_output=True, text=True)
-    ab.flush(client)
-    client.close()
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "n_single": n}
 
 
 PACED = r"""

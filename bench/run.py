@@ -36,6 +36,7 @@ sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis
 from bench import antre_bench as ab
+from bench import enqueue_paired as ep
 from bench import peer_bench as pb
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
@@ -153,23 +154,20 @@ def main(argv: list[str] | None = None) -> int:
             url, n_single=min(5_000, n), n_many=max(n, 50_000 if not q else 10_000)),
             "enqueue_many_per_s")
         log(f"enqueue {results['enqueue']}")
-        # single enqueue: each system's producer in a fresh process, rounds interleaved
-        # (antre, huey, dramatiq, antre, ...), the median round of each kept
+        # single enqueue: each system's producer in its own long-lived process, blocks of 500
+        # single enqueues taking turns (antre, huey, dramatiq, huey, dramatiq, antre, ...):
+        # the machine's drift touches every system alike (bench/enqueue_paired.py)
         one_names = ["antre"] + ([] if args.skip_peers else
                                  [x for x in ("huey", "dramatiq") if x in args.peers.split(",")])
-        one_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in one_names}
-        n_one = min(5_000, n)
-        for _ in range(max(reps, 3)):
-            for name in one_names:
-                try:
-                    r = (ab.single_enqueue(url, n_one) if name == "antre"
-                         else pb.single_enqueue(url, name, n_one))
-                except Exception as exc:  # a broken system must not stop the whole run
-                    r = {"error": f"{type(exc).__name__}: {exc}", "enqueue_per_s": 0}
-                one_runs[name].append(r)
-                log(f"single enqueue {name}: {r}")
-        results["single_enqueue"] = {name: keep_median(runs, "enqueue_per_s")
-                                     for name, runs in one_runs.items()}
+        try:
+            sides = {name: (ep.side_antre(url) if name == "antre" else ep.side_peer(url, name))
+                     for name in one_names}
+            results["single_enqueue"] = ep.paired(
+                url, sides, blocks=max(reps, 3) * 10, size=500,
+                base="huey" if "huey" in one_names else None)
+        except Exception as exc:  # a broken system must not stop the whole run
+            results["single_enqueue"] = {"error": f"{type(exc).__name__}: {exc}"}
+        log(f"single enqueue {results['single_enqueue']}")
 
         rows: dict[str, Any] = {}
         results["antre"] = rows
@@ -319,7 +317,11 @@ def _targets(res: dict[str, Any]) -> list[str]:
     a_one, h_one = _med(single.get("antre", {}), "enqueue_per_s"), \
         _med(single.get("huey", {}), "enqueue_per_s")
     if h_one:
-        out.append(f"| single `enqueue` >= Huey's | {a_one:,} vs {h_one:,} jobs/s | "
+        ratio = single.get("antre", {}).get("ratio_to_huey")
+        paired = (f" (median of {single['antre'].get('blocks')} paired blocks; Antre/Huey in "
+                  f"the same round: x{ratio[1]:.2f}, quartiles x{ratio[0]:.2f}-x{ratio[2]:.2f})"
+                  if ratio else "")
+        out.append(f"| single `enqueue` >= Huey's | {a_one:,} vs {h_one:,} jobs/s{paired} | "
                    f"{_met(a_one >= h_one)} |")
     many = _med(res.get("enqueue", {}), "enqueue_many_per_s")
     out.append(f"| `enqueue_many` >= 40,000 jobs/s | {many:,} | {_met(many >= 40_000)} |")
@@ -339,9 +341,13 @@ def _enqueue_table(res: dict[str, Any]) -> list[str]:
     out = ["## Enqueue (the producer: jobs/s wall, µs of producer CPU per job)", "",
            "| system | measure | jobs/s | CPU µs/job | runs |", "|---|---|---:|---:|---|"]
     for name, r in (res.get("single_enqueue") or {}).items():
-        how = r.get("command", "its own send, e.g. `task()`")
+        if not isinstance(r, dict):
+            continue
+        how = "`app.enqueue(...)`" if name == "antre" else "its own send, e.g. `task()`"
+        runs = (f"median of {r.get('blocks')} blocks of {r.get('block_size')}, quartiles "
+                f"{r.get('quartiles_per_s')}" if r.get("blocks") else r.get("runs"))
         out.append(f"| {name} | one job per call ({how}) | {_med(r, 'enqueue_per_s'):,} | "
-                   f"{r.get('enqueue_cpu_us', '-')} | {r.get('runs')} |")
+                   f"{r.get('enqueue_cpu_us', '-')} | {runs} |")
     out += [f"| antre | `app.enqueue_many`, chunks of {e.get('enqueue_many_chunk')} | {many:,} | "
             f"{e.get('enqueue_many_cpu_us', '-')} | {e.get('runs')} |", ""]
     return out

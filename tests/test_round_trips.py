@@ -5,6 +5,7 @@ is replaced, a connection killed while in use is retried once by the idempotency
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from antre import keys
+from antre import keys, scripts
 from antre.clock import ManualClock
 from antre.idempotency import ACQUIRED, IdempotencyStore
 from antre.locks import Locks
@@ -100,20 +101,25 @@ def _commands(chunks) -> list[list[bytes]]:
     return out
 
 
-def _spy(conn, sent: list) -> None:
+def _spy(conn, sent: list, monkeypatch) -> None:
+    """Record each write to ``conn``'s socket (a list of its chunks), by redis-py's
+    ``send_packed_command`` or by the pinned connection's own ``os.write``."""
     send = conn.send_packed_command
-    conn.send_packed_command = lambda packed, *a, **kw: (sent.append(list(packed)),
-                                                         send(packed, *a, **kw))[1]
+    monkeypatch.setattr(conn, "send_packed_command", lambda packed, *a, **kw: (
+        sent.append(list(packed)), send(packed, *a, **kw))[1])
+    write, fd = os.write, conn._sock.fileno()
+    monkeypatch.setattr(scripts.os, "write", lambda to, data: (
+        sent.append([bytes(data)]) if to == fd else None, write(to, data))[1])
 
 
-def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r):
+def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r, monkeypatch):
     q.enqueue("w", {}, idempotency_key="warm")  # the server knows the script from now on
     r.config_resetstat()
     sent: list = []
     conn = q.scripts.pinned.connection()  # this thread's connection: every enqueue uses it
-    _spy(conn, sent)
+    _spy(conn, sent, monkeypatch)
     job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")  # the first job of its type
-    del conn.send_packed_command
+    monkeypatch.undo()
     assert len(sent) == 1  # one write to the socket
     commands = _commands(sent[0])
     assert [c[0] for c in commands] == [b"EVALSHA"]  # one command: the index is in the script
@@ -153,30 +159,30 @@ def test_a_single_enqueue_indexes_a_type_once_a_second(q, r):
 
 
 @pytest.mark.parametrize("options", [{"delay_s": 60}, {"job_id": "mine"}, {"unique": True}])
-def test_a_single_enqueue_the_lean_script_does_not_cover_takes_the_full_one(q, r, options):
+def test_a_single_enqueue_the_lean_script_does_not_cover_takes_the_full_one(q, r, options, monkeypatch):
     """A delayed job (scheduled, with its timeline event), a caller's id (kept if it exists)
     and a unique job (its reply may name another job) go to enqueue.lua, in one command."""
     q.enqueue("t", {}, idempotency_key="warm")
     sent: list = []
     conn = q.scripts.pinned.connection()
-    _spy(conn, sent)
+    _spy(conn, sent, monkeypatch)
     job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1", **options)
-    del conn.send_packed_command
+    monkeypatch.undo()
     assert len(sent) == 1
     commands = _commands(sent[0])
     assert [(c[0], c[1]) for c in commands] == [(b"EVALSHA", q.scripts.enqueue.sha.encode())]
     assert q.where(job_id) == ["scheduled" if options.get("delay_s") else "ready"]
 
 
-def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r):
+def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r, monkeypatch):
     q.enqueue("t", {}, idempotency_key="warm")
     r.delete(keys.queues_index())
     r.config_resetstat()
     sent: list = []
     conn = q.scripts.pinned.connection()
-    _spy(conn, sent)
+    _spy(conn, sent, monkeypatch)
     ids = q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(5)], chunk=2)
-    del conn.send_packed_command
+    monkeypatch.undo()
     assert len(sent) == 1  # one round trip
     assert [c[0] for c in _commands(sent[0])] == [b"EVALSHA"] * 3
     stats = calls(r)
