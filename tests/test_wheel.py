@@ -11,6 +11,7 @@ HTTP, and logs in with a real Chromium (when one is installed) so htmx really lo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from antre.embedded import free_port
+from antre.keys import QueueKeys
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # pip install fetches the deps
 
@@ -161,3 +163,31 @@ def test_the_installed_dashboard_works_in_a_browser(served: str) -> None:
         pytest.skip(f"{CHROMIUM} is missing")
     out = _run([sys.executable, "-c", BROWSER_SCRIPT, served, CHROMIUM, ADMIN_PASSWORD])
     assert "logged in, htmx loaded" in out
+
+
+def test_the_installed_package_enqueues_on_its_lean_path(venv: Path, redis_url: str, r,
+                                                        tmp_path: Path) -> None:
+    """From the wheel: a single enqueue takes the lean script (enqueue_one.lua is in the
+    package) on the pinned connection's own socket I/O (hiredis comes with the install); a
+    delayed job takes the full script."""
+    script = (
+        "import json, sys, antre\n"
+        "from antre import Antre\n"
+        "app = Antre(redis_url=sys.argv[1])\n"
+        "now = app.enqueue('t', {'n': 1}, idempotency_key='k1')\n"
+        "later = app.enqueue('t', {'n': 2}, idempotency_key='k2', delay_s=60)\n"
+        "q = app.queue(None)\n"
+        "print(json.dumps({'file': antre.__file__, 'direct': q.scripts.pinned.direct_io,\n"
+        "                  'sha': q.scripts.enqueue_one.sha, 'ids': [now, later],\n"
+        "                  'queue': q.name}))\n")
+    r.config_resetstat()
+    out = _run([str(venv / "bin" / "python"), "-c", script, redis_url], cwd=str(tmp_path),
+               env=_clean_env())
+    got = json.loads(out.strip().splitlines()[-1])
+    assert str(venv) in got["file"] and got["direct"]
+    assert r.script_exists(got["sha"]) == [True]
+    now, later = got["ids"]
+    keys = QueueKeys(got["queue"])
+    assert r.hget(keys.job(now), "state") == "ready"
+    assert r.hget(keys.job(later), "state") == "scheduled"
+    assert "cmdstat_exists" in r.info("commandstats")  # the delayed job's script checks its id
