@@ -311,15 +311,10 @@ def test_a_handler_that_blocks_the_loop_is_named_in_a_warning(app, clock, q, cap
         time.sleep(0.25)  # a sync call inside async def
 
     app.enqueue("blocking_report", {}, idempotency_key="br")
-    worker_log = logging.getLogger("antre.worker")
-    worker_log.addHandler(caplog.handler)  # also when a CLI test stopped 'antre' propagating
-    try:
-        with caplog.at_level(logging.WARNING, logger="antre.worker"):
-            counts = make_worker(app, clock).run_burst()
-    finally:
-        worker_log.removeHandler(caplog.handler)
+    with caplog.at_level(logging.WARNING, logger="antre.worker"):
+        counts = make_worker(app, clock).run_burst()
     assert counts["loop_blocked"] == 1
-    [record] = {id(r): r for r in caplog.records if r.event == "loop_blocked"}.values()
+    [record] = [r for r in caplog.records if r.event == "loop_blocked"]
     assert "job type blocking_report blocked the event loop" in record.getMessage()
 
 
@@ -414,15 +409,10 @@ def test_the_loop_lag_is_a_metric_per_process(app, clock):
     assert 'antre_worker_loop_lag_seconds{host="h",worker="w9"} 0.25' in body
 
 
-def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, capsys):
+def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, capsys,
+                                                    antre_logging):  # the CLI configures it
     monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
-    log = logging.getLogger("antre")
-    saved = (log.handlers[:], log.level, log.propagate)  # the CLI configures logging
-    try:
-        assert worker_main(["worker", "tests.apps.aio:app", "--concurrency", "0",
-                            "--burst"]) == 2
-    finally:
-        log.handlers[:], log.level, log.propagate = saved
+    assert worker_main(["worker", "tests.apps.aio:app", "--concurrency", "0", "--burst"]) == 2
     assert "--concurrency must be at least 1" in capsys.readouterr().err
 
 

@@ -292,7 +292,7 @@ def test_hard_timeout_retries_as_timeout_and_recycles(app, clock, q):
         assert "JobTimeout" in job.last_error
     finally:
         release.set()
-    time.sleep(0.1)  # the abandoned handler returns now; its outcome must be dropped
+    assert wait_for(lambda: w.counts["dropped"] == 1)  # the abandoned handler returned
     assert q.get(job_id).state == "scheduled" and "acked" not in q.stats()
 
 
@@ -340,6 +340,10 @@ def test_stop_hands_back_what_does_not_finish_in_the_grace(app, clock, q):
         assert q.stats()["handed_back"] == 1
     finally:
         release.set()
+    # the handler returns after its job was handed back: its outcome is dropped (and the test
+    # waits for it, so no thread of this test logs or settles during the next one)
+    assert wait_for(lambda: w.counts["dropped"] == 1)
+    assert q.get(job_id).state == "ready" and "acked" not in q.stats()
 
 
 def test_stop_lets_a_job_finish_within_the_grace(app, clock, q):
@@ -381,6 +385,8 @@ def test_prefetched_jobs_are_handed_back_on_stop(app, clock, q):
         assert all(q.get(i).deliveries == 0 for i in ids)
     finally:
         release.set()
+    assert wait_for(lambda: w.counts["dropped"] == 1)  # the one that ran, handed back
+    assert [q.get(i).state for i in ids] == ["ready"] * 3
 
 
 def test_many_threads_process_everything_once(app, clock, q, r):

@@ -24,15 +24,7 @@ def job():
                trace_id="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 
 
-@pytest.fixture
-def restore():
-    log = logging.getLogger("antre")
-    saved = (log.handlers[:], log.level, log.propagate)
-    yield
-    log.handlers[:], log.level, log.propagate = saved
-
-
-def test_json_record_carries_the_job_fields(job, restore):
+def test_json_record_carries_the_job_fields(job, antre_logging):
     out = io.StringIO()
     logs.configure("json", "DEBUG", stream=out)
     logging.getLogger("antre.worker").info(
@@ -50,7 +42,7 @@ def test_json_record_carries_the_job_fields(job, restore):
     assert "error_kind" not in rec  # empty fields are left out
 
 
-def test_json_record_with_error_and_other_extra(job, restore):
+def test_json_record_with_error_and_other_extra(job, antre_logging):
     out = io.StringIO()
     logs.configure("json", stream=out)
     try:
@@ -63,7 +55,7 @@ def test_json_record_with_error_and_other_extra(job, restore):
     assert rec["level"] == "ERROR" and "RuntimeError: smtp down" in rec["exc"]
 
 
-def test_plain_records_get_a_default_event(restore):
+def test_plain_records_get_a_default_event(antre_logging):
     out = io.StringIO()
     logs.configure("json", stream=out)
     logging.getLogger("antre.webapp").warning("hello %s", "there")
@@ -71,7 +63,7 @@ def test_plain_records_get_a_default_event(restore):
     assert (rec["message"], rec["event"]) == ("hello there", "log")
 
 
-def test_text_format_is_readable(job, restore, monkeypatch):
+def test_text_format_is_readable(job, antre_logging, monkeypatch):
     monkeypatch.setenv("ANTRE_LOG_FORMAT", "text")
     out = io.StringIO()
     logs.configure(stream=out)
@@ -83,7 +75,7 @@ def test_text_format_is_readable(job, restore, monkeypatch):
     assert not line.startswith("{")
 
 
-def test_level_and_bad_format(restore):
+def test_level_and_bad_format(antre_logging):
     out = io.StringIO()
     logs.configure("json", "WARNING", stream=out)
     logging.getLogger("antre.x").info("hidden")
@@ -158,7 +150,7 @@ def _run_two_jobs(redis_url: str, level: str) -> tuple[dict[str, list[dict]], st
     return {j: [x for x in lines if x.get("job_id") == j] for j in (ok, bad)}, ok, bad
 
 
-def test_one_processed_job_is_one_line_at_info(redis_url, restore):
+def test_one_processed_job_is_one_line_at_info(redis_url, antre_logging):
     per_job, ok, bad = _run_two_jobs(redis_url, "INFO")
     (done,) = per_job[ok]  # not received + started + finished: one line per outcome
     assert (done["event"], done["level"], done["message"]) == ("succeeded", "INFO",
@@ -172,7 +164,7 @@ def test_one_processed_job_is_one_line_at_info(redis_url, restore):
     assert set(SEED_FIELDS) - {"lock_key"} <= set(retried) and retried["error_kind"]
 
 
-def test_received_and_started_are_debug_lines(redis_url, restore):
+def test_received_and_started_are_debug_lines(redis_url, antre_logging):
     per_job, ok, _ = _run_two_jobs(redis_url, "DEBUG")
     events = [(x["event"], x["level"]) for x in per_job[ok] if x["event"] != "lease_extended"]
     assert events == [("received", "DEBUG"), ("started", "DEBUG"), ("succeeded", "INFO")]
@@ -193,7 +185,7 @@ class _Writes(io.StringIO):
         return super().write(text)
 
 
-def test_info_lines_wait_and_a_warning_writes_them_first_in_one_go(restore):
+def test_info_lines_wait_and_a_warning_writes_them_first_in_one_go(antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out, flush_ms=60_000)
     log = logging.getLogger("antre.worker")
@@ -206,7 +198,7 @@ def test_info_lines_wait_and_a_warning_writes_them_first_in_one_go(restore):
         "job 0", "job 1", "job 2", "trouble"]
 
 
-def test_the_flusher_writes_waiting_lines_without_a_warning(restore):
+def test_the_flusher_writes_waiting_lines_without_a_warning(antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out, flush_ms=5)
     logging.getLogger("antre.worker").info("quiet")
@@ -214,7 +206,7 @@ def test_the_flusher_writes_waiting_lines_without_a_warning(restore):
     assert json.loads(out.getvalue())["message"] == "quiet"
 
 
-def test_a_full_buffer_is_written_in_pipe_sized_writes_of_whole_lines(restore):
+def test_a_full_buffer_is_written_in_pipe_sized_writes_of_whole_lines(antre_logging):
     out = _Writes()
     handler = logs.configure("json", "INFO", stream=out, flush_ms=60_000)
     log = logging.getLogger("antre.worker")
@@ -229,7 +221,7 @@ def test_a_full_buffer_is_written_in_pipe_sized_writes_of_whole_lines(restore):
         f"line {i} x"[:8] for i in range(n)]
 
 
-def test_shutdown_and_reconfiguring_write_what_waits(restore):
+def test_shutdown_and_reconfiguring_write_what_waits(antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out, flush_ms=60_000)
     logging.getLogger("antre.worker").info("before the switch")
@@ -243,7 +235,7 @@ def test_shutdown_and_reconfiguring_write_what_waits(restore):
     handler.close()  # closing twice (the interpreter's own shutdown comes after) is harmless
 
 
-def test_default_stream_is_stderr_at_each_write_never_a_closed_one(restore, monkeypatch):
+def test_default_stream_is_stderr_at_each_write_never_a_closed_one(antre_logging, monkeypatch):
     first = io.StringIO()
     monkeypatch.setattr(sys, "stderr", first)
     monkeypatch.delenv("ANTRE_LOG_FLUSH_MS", raising=False)
@@ -257,7 +249,7 @@ def test_default_stream_is_stderr_at_each_write_never_a_closed_one(restore, monk
     assert json.loads(second.getvalue())["message"] == "two"
 
 
-def test_flush_ms_zero_writes_each_line_at_once(restore, monkeypatch):
+def test_flush_ms_zero_writes_each_line_at_once(antre_logging, monkeypatch):
     monkeypatch.setenv("ANTRE_LOG_FLUSH_MS", "0")
     out = _Writes()
     monkeypatch.setattr(sys, "stderr", out)
@@ -267,7 +259,7 @@ def test_flush_ms_zero_writes_each_line_at_once(restore, monkeypatch):
     assert len(out.writes) == 2
 
 
-def test_a_job_line_made_without_a_record_is_the_formatters_line(job, restore):
+def test_a_job_line_made_without_a_record_is_the_formatters_line(job, antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out)
     log = logging.getLogger("antre.worker")
@@ -282,7 +274,7 @@ def test_a_job_line_made_without_a_record_is_the_formatters_line(job, restore):
     assert fast["message"] == "succeeded job j1" and fast["big"] == 2**70
 
 
-def test_a_job_line_goes_through_filters_and_other_handlers(job, restore):
+def test_a_job_line_goes_through_filters_and_other_handlers(job, antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out)
     log = logging.getLogger("antre.worker")
@@ -293,3 +285,4 @@ def test_a_job_line_goes_through_filters_and_other_handlers(job, restore):
     finally:
         log.filters.clear()
     assert seen == ["job j1"] and out.getvalue() == ""
+
