@@ -5,8 +5,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import select
 import sys
 import threading
+import time
+import traceback
 import weakref
 
 import pytest
@@ -286,3 +290,87 @@ def test_a_job_line_goes_through_filters_and_other_handlers(job, antre_logging):
         log.filters.clear()
     assert seen == ["job j1"] and out.getvalue() == ""
 
+
+# -- fork: a buffered line is written once, by the process that logged it ----------------------
+def _in_child(body) -> tuple[int, int]:
+    """Runs ``body`` in a forked child (which always ends with ``os._exit``: never back into
+    pytest); returns the child's pid and exit code (0: ``body`` returned)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            body()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return pid, os.waitstatus_to_exitcode(status)
+
+
+@pytest.fixture
+def piped():
+    """A BufferedHandler (JSON, flushed only when told: a 60 s interval) writing to a pipe, on
+    a logger of its own; ``read()`` gives the lines written, as (message, pid) pairs, once
+    every writer is done."""
+    r, w = os.pipe()
+    stream = os.fdopen(w, "w")
+    handler = logs.BufferedHandler(stream, interval_s=60)
+    handler.setFormatter(logs.JsonFormatter())
+    log = logging.Logger("fork-test")  # not in the logging tree: nothing else sees it
+    log.addHandler(handler)
+
+    def written() -> bool:
+        return bool(select.select([r], [], [], 0)[0])
+
+    def read() -> list[tuple[str, int]]:
+        handler.close()
+        stream.close()
+        with os.fdopen(r, "rb") as f:
+            return [(x["message"], x["pid"]) for x in map(json.loads, f.read().splitlines())]
+
+    try:
+        yield log, handler, written, read
+    finally:
+        handler.close()
+        if not stream.closed:
+            stream.close()
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_writes_only_its_own_lines_and_the_parent_its_own_once(piped):
+    log, handler, written, read = piped
+    log.info("parent, before the fork")
+    assert not written()  # buffered
+
+    def child() -> None:
+        log.info("child")
+        formatter = handler.formatter
+        line = formatter.line(time.time(), logging.INFO, "fork-test", "child, job line", {})
+        handler.acquire()
+        try:
+            handler.add_line(line, logging.INFO)  # the job_line path: the kept pid
+        finally:
+            handler.release()
+        handler.flush()
+
+    child_pid, code = _in_child(child)
+    assert code == 0
+    log.info("parent, after the fork")
+    handler.flush()
+    me = os.getpid()
+    assert read() == [("child", child_pid), ("child, job line", child_pid),
+                      ("parent, before the fork", me), ("parent, after the fork", me)]
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_that_logs_nothing_does_not_write_the_parents_lines_at_exit(piped):
+    log, handler, written, read = piped
+    log.info("parent, before the fork")
+    # the child's normal exit runs logging.shutdown: flush() and close() of every handler
+    _, code = _in_child(handler.close)
+    assert code == 0 and not written()
+    log.info("parent, after the fork")
+    assert read() == [("parent, before the fork", os.getpid()),
+                      ("parent, after the fork", os.getpid())]
