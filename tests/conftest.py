@@ -3,7 +3,9 @@
 Fixtures: ``redis_server`` (session), ``redis_url``, ``r``, ``sqlite_url``, ``pg_url``,
 ``db_url`` (parametrized sqlite/postgres), ``embedded_redis_factory``, ``redis_cluster``
 (session), ``antre_logging``.  Web app / worker fixtures live in their own conftest files or
-test modules.
+test modules; what several worker test modules share (``clock`` at ``START_MS``, ``app``,
+``q``, ``procs``, ``make_worker``, ``spawn``, ``wait_for``) is in ``helpers.py``, imported as
+``helpers``.
 
 Every test must leave the ``antre`` loggers as it found them (their handlers, level and
 ``propagate``): a test that runs something which configures logging in-process (the CLI's

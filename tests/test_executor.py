@@ -6,48 +6,17 @@ import threading
 import time
 
 import pytest
+from helpers import app, clock, make_worker, q, wait_for  # noqa: F401 - fixtures
 
 from antre import Antre, Permanent, RateLimited, Retryable, keys
-from antre.clock import ManualClock
 from antre.queue import Queue
 from antre.registry import WorkerRegistry
-from antre_worker.executor import EXIT_RECYCLE, WorkerProcess
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
-
-
-@pytest.fixture
-def app(redis_url, clock):
-    return Antre(redis_url=redis_url, clock=clock)
-
-
-@pytest.fixture
-def q(app):
-    return app.queue()
-
-
-def make_worker(app, clock, **kw):
-    kw.setdefault("heartbeat_s", 60)  # tests call heartbeat_once() themselves
-    kw.setdefault("stop_grace_s", 2)
-    return WorkerProcess(app, queues=["default"], threads=kw.pop("threads", 1),
-                         worker_id=kw.pop("worker_id", "w1"), clock=clock, **kw)
+from antre_worker.executor import EXIT_RECYCLE
 
 
 def burst(app, clock, **kw):
     w = make_worker(app, clock, **kw)
     return w, w.run_burst()
-
-
-def wait_for(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 def test_success_acks_with_result(app, clock, q):
