@@ -221,6 +221,10 @@ class BufferedHandler(logging.Handler):
     for a record of ``flush_level`` or worse, and on ``flush()`` / ``close()`` (both run by
     ``logging.shutdown`` at a normal exit). SIGKILL loses at most ``interval_s`` of lines.
 
+    A forked child writes only the lines it logs itself: what the parent had buffered at the
+    fork is the parent's to write (and is dropped from the child's copy at its first line or
+    flush), and the child starts its own flusher thread at its first line.
+
     ``interval_s`` 0: every line is written at once (no thread). ``stream`` None: ``sys.stderr``
     as it is at each write (a handler never keeps a stream that was swapped out and closed,
     e.g. by a test's capture, which printed "--- Logging error --- ... closed file")."""
@@ -303,6 +307,10 @@ class BufferedHandler(logging.Handler):
     def flush(self) -> None:
         self.acquire()
         try:
+            if self._pid != _pid[0]:
+                # a forked child that has logged nothing yet (e.g. at its exit): the lines it
+                # holds are its copy of the parent's buffer, which the parent writes
+                self._lines, self._size = [], 0
             self._write()
         finally:
             self.release()

@@ -2,7 +2,16 @@
 
 Fixtures: ``redis_server`` (session), ``redis_url``, ``r``, ``sqlite_url``, ``pg_url``,
 ``db_url`` (parametrized sqlite/postgres), ``embedded_redis_factory``, ``redis_cluster``
-(session).  Web app / worker fixtures live in their own conftest files or test modules.
+(session), ``antre_logging``.  Web app / worker fixtures live in their own conftest files or
+test modules; what several worker test modules share (``clock`` at ``START_MS``, ``app``,
+``q``, ``procs``, ``make_worker``, ``spawn``, ``wait_for``) is in ``helpers.py``, imported as
+``helpers``.
+
+Every test must leave the ``antre`` loggers as it found them (their handlers, level and
+``propagate``): a test that runs something which configures logging in-process (the CLI's
+``worker``/``sweep`` commands call ``antre.logs.configure()``) uses ``antre_logging``. A test
+that does not fails at teardown (``_antre_loggers_left_as_found``): a handler left behind wrote
+later tests' log lines to the terminal, and ``propagate=False`` hid them from ``caplog``.
 
 Under ``CI=true`` a missing service (PostgreSQL, redis-cli for the cluster) fails the test
 instead of skipping it, and a session in which no test ran is an error.
@@ -10,6 +19,7 @@ instead of skipping it, and a session in which no test ran is an error.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -73,6 +83,57 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(
             "CI=true: no test ran in this session; that is an error.", red=True
         )
+
+
+# --- the antre loggers: left as found ------------------------------------------------------
+
+
+def _antre_loggers() -> dict[str, tuple[list[logging.Handler], int, bool]]:
+    """The handlers, level and propagate of ``antre`` and every ``antre.*`` logger."""
+    out = {}
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == "antre" or name.startswith("antre.")) and isinstance(logger, logging.Logger):
+            out[name] = (logger.handlers[:], logger.level, logger.propagate)
+    return out
+
+
+def _restore_antre_loggers(saved: dict[str, tuple[list[logging.Handler], int, bool]]) -> None:
+    """Put the loggers back as ``saved`` (a logger made since: no handlers, NOTSET,
+    propagating); handlers added since are closed (a buffered one writes what it holds)."""
+    kept = {id(h) for handlers, _, _ in saved.values() for h in handlers}
+    for name, (handlers, level, propagate) in _antre_loggers().items():
+        for handler in handlers:
+            if id(handler) not in kept:
+                handler.close()
+        logger = logging.getLogger(name)
+        logger.handlers[:], logger.level, logger.propagate = saved.get(name, ([], 0, True))
+
+
+@pytest.fixture
+def antre_logging():
+    """For a test that configures logging (``antre.logs.configure()``, the worker CLI): the
+    ``antre`` loggers are put back as they were after it."""
+    saved = _antre_loggers()
+    try:
+        yield
+    finally:
+        _restore_antre_loggers(saved)
+
+
+@pytest.fixture(autouse=True)
+def _antre_loggers_left_as_found(request):
+    """Fails a test that leaves a handler, level or ``propagate`` changed on an ``antre``
+    logger (then restores them, so the tests after it are not affected)."""
+    saved = _antre_loggers()
+    yield
+    now = _antre_loggers()
+    changed = sorted(name for name in saved.keys() | now.keys()
+                     if now.get(name, ([], 0, True)) != saved.get(name, ([], 0, True)))
+    if changed:
+        _restore_antre_loggers(saved)
+        pytest.fail(f"{request.node.nodeid} left the logger(s) {', '.join(changed)} changed "
+                    f"(handlers, level or propagate): use the antre_logging fixture",
+                    pytrace=False)
 
 
 # --- Redis -------------------------------------------------------------------------------

@@ -111,14 +111,9 @@ def test_timed_passes_results_and_cancellation_through():
 def test_the_block_warning_names_the_job_type_once_per_window(caplog):
     counts: Counter[str] = Counter()
     report = BlockReporter(counts, every_s=60)
-    worker_log = logging.getLogger("antre.worker")
-    worker_log.addHandler(caplog.handler)  # also when a CLI test stopped 'antre' propagating
-    try:
-        with caplog.at_level(logging.WARNING, logger="antre.worker"):
-            report("send_report", 0.25)
-            report("send_report", 0.3)
-    finally:
-        worker_log.removeHandler(caplog.handler)
+    with caplog.at_level(logging.WARNING, logger="antre.worker"):
+        report("send_report", 0.25)
+        report("send_report", 0.3)
     assert counts["loop_blocked"] == 2
-    [record] = {id(r): r for r in caplog.records}.values()
+    [record] = caplog.records
     assert "job type send_report blocked the event loop for 250 ms" in record.getMessage()

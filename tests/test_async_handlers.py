@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
+import helpers
 import pytest
+from helpers import app, clock, make_worker, procs, q, spawn  # noqa: F401 - fixtures
 from sqlalchemy import text
 
 from antre import Antre, Permanent, Retryable
@@ -24,39 +25,10 @@ from antre.metrics import render
 from antre.registry import WorkerInfo, WorkerRegistry
 from antre_worker.cli import build_parser
 from antre_worker.cli import main as worker_main
-from antre_worker.executor import WorkerProcess
 from antre_worker.pool import Supervisor
 
 
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
-
-
-@pytest.fixture
-def app(redis_url, clock):
-    return Antre(redis_url=redis_url, clock=clock)
-
-
-@pytest.fixture
-def q(app):
-    return app.queue()
-
-
-def make_worker(app, clock, **kw):
-    kw.setdefault("heartbeat_s", 60)  # tests call heartbeat_once() themselves
-    kw.setdefault("stop_grace_s", 2)
-    return WorkerProcess(app, queues=["default"], threads=kw.pop("threads", 1),
-                         worker_id=kw.pop("worker_id", "w1"), clock=clock, **kw)
-
-
-def wait_for(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+wait_for = partial(helpers.wait_for, timeout=10.0)  # this module's bound, twice the default
 
 
 def test_a_thousand_jobs_each_awaiting_50_ms_all_finish(app, clock, q):
@@ -311,39 +283,17 @@ def test_a_handler_that_blocks_the_loop_is_named_in_a_warning(app, clock, q, cap
         time.sleep(0.25)  # a sync call inside async def
 
     app.enqueue("blocking_report", {}, idempotency_key="br")
-    worker_log = logging.getLogger("antre.worker")
-    worker_log.addHandler(caplog.handler)  # also when a CLI test stopped 'antre' propagating
-    try:
-        with caplog.at_level(logging.WARNING, logger="antre.worker"):
-            counts = make_worker(app, clock).run_burst()
-    finally:
-        worker_log.removeHandler(caplog.handler)
+    with caplog.at_level(logging.WARNING, logger="antre.worker"):
+        counts = make_worker(app, clock).run_burst()
     assert counts["loop_blocked"] == 1
-    [record] = {id(r): r for r in caplog.records if r.event == "loop_blocked"}.values()
+    [record] = [r for r in caplog.records if r.event == "loop_blocked"]
     assert "job type blocking_report blocked the event loop" in record.getMessage()
 
 
 # -- real worker processes: kill -9 and SIGTERM ------------------------------------------------
-REPO = Path(__file__).resolve().parent.parent
-
-
 def spawn_child(redis_url: str, log_path: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
-    with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "antre_worker.child", "tests.apps.aio:app",
-                                 "--threads", "1", "--concurrency", "20", "--heartbeat", "0.2",
-                                 *extra], cwd=REPO, env=env, stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL)
-
-
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
+    return spawn(redis_url, ["antre_worker.child", "tests.apps.aio:app", "--threads", "1",
+                             "--concurrency", "20", "--heartbeat", "0.2", *extra], log_path)
 
 
 def test_kill_9_mid_async_job_redelivers_after_the_lease_and_completes(redis_url, r,
@@ -414,15 +364,10 @@ def test_the_loop_lag_is_a_metric_per_process(app, clock):
     assert 'antre_worker_loop_lag_seconds{host="h",worker="w9"} 0.25' in body
 
 
-def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, capsys):
+def test_the_cli_refuses_no_loop_for_async_handlers(redis_url, monkeypatch, capsys,
+                                                    antre_logging):  # the CLI configures it
     monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
-    log = logging.getLogger("antre")
-    saved = (log.handlers[:], log.level, log.propagate)  # the CLI configures logging
-    try:
-        assert worker_main(["worker", "tests.apps.aio:app", "--concurrency", "0",
-                            "--burst"]) == 2
-    finally:
-        log.handlers[:], log.level, log.propagate = saved
+    assert worker_main(["worker", "tests.apps.aio:app", "--concurrency", "0", "--burst"]) == 2
     assert "--concurrency must be at least 1" in capsys.readouterr().err
 
 

@@ -11,27 +11,16 @@ import logging
 
 import psycopg
 import pytest
+from helpers import clock, make_worker  # noqa: F401 - fixtures
 
 from antre import Antre
-from antre.clock import ManualClock
 from antre.idempotency import Claim, Completed, fingerprint
 from antre.queue import Queue
-from antre_worker.executor import WorkerProcess
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
 
 
 @pytest.fixture
 def app(redis_url, db_url, clock):
     return Antre(redis_url=redis_url, database_url=db_url, clock=clock)
-
-
-def make_worker(app, clock, **kw):
-    return WorkerProcess(app, queues=["default"], threads=1, worker_id="w1", clock=clock,
-                         heartbeat_s=60, stop_grace_s=2, **kw)
 
 
 def work(w, n):

@@ -85,7 +85,7 @@ def test_user_add_generates_a_password(env, capsys):
     assert env.users.verify("alice", password).role == "operator"
 
 
-def test_sweep_command(env, capsys, monkeypatch):
+def test_sweep_command(env, capsys, monkeypatch, antre_logging):  # it configures logging
     monkeypatch.syspath_prepend(".")
     assert main(["sweep", "tests.apps.basic:app"]) == 0
     assert "requeued" in capsys.readouterr().out

@@ -6,48 +6,17 @@ import threading
 import time
 
 import pytest
+from helpers import app, clock, make_worker, q, wait_for  # noqa: F401 - fixtures
 
 from antre import Antre, Permanent, RateLimited, Retryable, keys
-from antre.clock import ManualClock
 from antre.queue import Queue
 from antre.registry import WorkerRegistry
-from antre_worker.executor import EXIT_RECYCLE, WorkerProcess
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
-
-
-@pytest.fixture
-def app(redis_url, clock):
-    return Antre(redis_url=redis_url, clock=clock)
-
-
-@pytest.fixture
-def q(app):
-    return app.queue()
-
-
-def make_worker(app, clock, **kw):
-    kw.setdefault("heartbeat_s", 60)  # tests call heartbeat_once() themselves
-    kw.setdefault("stop_grace_s", 2)
-    return WorkerProcess(app, queues=["default"], threads=kw.pop("threads", 1),
-                         worker_id=kw.pop("worker_id", "w1"), clock=clock, **kw)
+from antre_worker.executor import EXIT_RECYCLE
 
 
 def burst(app, clock, **kw):
     w = make_worker(app, clock, **kw)
     return w, w.run_burst()
-
-
-def wait_for(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 def test_success_acks_with_result(app, clock, q):
@@ -292,7 +261,7 @@ def test_hard_timeout_retries_as_timeout_and_recycles(app, clock, q):
         assert "JobTimeout" in job.last_error
     finally:
         release.set()
-    time.sleep(0.1)  # the abandoned handler returns now; its outcome must be dropped
+    assert wait_for(lambda: w.counts["dropped"] == 1)  # the abandoned handler returned
     assert q.get(job_id).state == "scheduled" and "acked" not in q.stats()
 
 
@@ -340,6 +309,10 @@ def test_stop_hands_back_what_does_not_finish_in_the_grace(app, clock, q):
         assert q.stats()["handed_back"] == 1
     finally:
         release.set()
+    # the handler returns after its job was handed back: its outcome is dropped (and the test
+    # waits for it, so no thread of this test logs or settles during the next one)
+    assert wait_for(lambda: w.counts["dropped"] == 1)
+    assert q.get(job_id).state == "ready" and "acked" not in q.stats()
 
 
 def test_stop_lets_a_job_finish_within_the_grace(app, clock, q):
@@ -381,6 +354,8 @@ def test_prefetched_jobs_are_handed_back_on_stop(app, clock, q):
         assert all(q.get(i).deliveries == 0 for i in ids)
     finally:
         release.set()
+    assert wait_for(lambda: w.counts["dropped"] == 1)  # the one that ran, handed back
+    assert [q.get(i).state for i in ids] == ["ready"] * 3
 
 
 def test_many_threads_process_everything_once(app, clock, q, r):

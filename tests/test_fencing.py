@@ -4,18 +4,13 @@ holder that took it, on SQLite and PostgreSQL; a Redis whose fence counters were
 from __future__ import annotations
 
 import pytest
+from helpers import clock  # noqa: F401 - fixtures
 from sqlalchemy import text
 
 from antre import Antre
-from antre.clock import ManualClock
 from antre.fencing import FenceRejected, LockFences
 from antre.sql import session_factory
 from antre_worker.executor import WorkerProcess
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
 
 
 def test_tokens_only_move_forward_and_a_refusal_names_the_winner(migrated_engine, clock):

@@ -5,7 +5,8 @@ once, none lost, no attempt spent."""
 from __future__ import annotations
 
 import pytest
-from test_worker_process import app, child, procs, wait_for  # noqa: F401 - fixtures
+from helpers import procs  # noqa: F401 - fixtures
+from test_worker_process import app, child, wait_for  # noqa: F401 - fixtures
 
 from antre.pause import Pauses
 

@@ -7,27 +7,17 @@ import threading
 import time
 
 import pytest
+from helpers import clock, make_worker, wait_for  # noqa: F401 - fixtures
 from sqlalchemy import text
 
 from antre import Antre, keys
 from antre.cancel import CancelError, Cancels
-from antre.clock import ManualClock
-from antre_worker.executor import EXIT_RECYCLE, WorkerProcess
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
+from antre_worker.executor import EXIT_RECYCLE
 
 
 @pytest.fixture
 def app(redis_url, sqlite_url, clock):
     return Antre(redis_url=redis_url, database_url=sqlite_url, clock=clock)
-
-
-def make_worker(app, clock, **kw):
-    return WorkerProcess(app, queues=["default"], threads=1, worker_id="w1", clock=clock,
-                         heartbeat_s=60, stop_grace_s=2, **kw)
 
 
 def effects(app):
@@ -96,7 +86,7 @@ def test_non_cooperative_handler_is_abandoned_after_the_grace_and_discarded(app,
         assert app.queue().get(job_id) is None
     finally:
         release.set()
-    time.sleep(0.1)  # the abandoned handler returns now: nothing of it may count
+    assert wait_for(lambda: w.counts["dropped"] == 1)  # the abandoned handler returned
     assert effects(app) == [] and "acked" not in app.queue().stats()
     assert app.queue().stats()["cancelled"] == 1
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import select
 import sys
 import threading
+import time
+import traceback
 import weakref
 
 import pytest
@@ -24,15 +28,7 @@ def job():
                trace_id="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 
 
-@pytest.fixture
-def restore():
-    log = logging.getLogger("antre")
-    saved = (log.handlers[:], log.level, log.propagate)
-    yield
-    log.handlers[:], log.level, log.propagate = saved
-
-
-def test_json_record_carries_the_job_fields(job, restore):
+def test_json_record_carries_the_job_fields(job, antre_logging):
     out = io.StringIO()
     logs.configure("json", "DEBUG", stream=out)
     logging.getLogger("antre.worker").info(
@@ -50,7 +46,7 @@ def test_json_record_carries_the_job_fields(job, restore):
     assert "error_kind" not in rec  # empty fields are left out
 
 
-def test_json_record_with_error_and_other_extra(job, restore):
+def test_json_record_with_error_and_other_extra(job, antre_logging):
     out = io.StringIO()
     logs.configure("json", stream=out)
     try:
@@ -63,7 +59,7 @@ def test_json_record_with_error_and_other_extra(job, restore):
     assert rec["level"] == "ERROR" and "RuntimeError: smtp down" in rec["exc"]
 
 
-def test_plain_records_get_a_default_event(restore):
+def test_plain_records_get_a_default_event(antre_logging):
     out = io.StringIO()
     logs.configure("json", stream=out)
     logging.getLogger("antre.webapp").warning("hello %s", "there")
@@ -71,7 +67,7 @@ def test_plain_records_get_a_default_event(restore):
     assert (rec["message"], rec["event"]) == ("hello there", "log")
 
 
-def test_text_format_is_readable(job, restore, monkeypatch):
+def test_text_format_is_readable(job, antre_logging, monkeypatch):
     monkeypatch.setenv("ANTRE_LOG_FORMAT", "text")
     out = io.StringIO()
     logs.configure(stream=out)
@@ -83,7 +79,7 @@ def test_text_format_is_readable(job, restore, monkeypatch):
     assert not line.startswith("{")
 
 
-def test_level_and_bad_format(restore):
+def test_level_and_bad_format(antre_logging):
     out = io.StringIO()
     logs.configure("json", "WARNING", stream=out)
     logging.getLogger("antre.x").info("hidden")
@@ -158,7 +154,7 @@ def _run_two_jobs(redis_url: str, level: str) -> tuple[dict[str, list[dict]], st
     return {j: [x for x in lines if x.get("job_id") == j] for j in (ok, bad)}, ok, bad
 
 
-def test_one_processed_job_is_one_line_at_info(redis_url, restore):
+def test_one_processed_job_is_one_line_at_info(redis_url, antre_logging):
     per_job, ok, bad = _run_two_jobs(redis_url, "INFO")
     (done,) = per_job[ok]  # not received + started + finished: one line per outcome
     assert (done["event"], done["level"], done["message"]) == ("succeeded", "INFO",
@@ -172,7 +168,7 @@ def test_one_processed_job_is_one_line_at_info(redis_url, restore):
     assert set(SEED_FIELDS) - {"lock_key"} <= set(retried) and retried["error_kind"]
 
 
-def test_received_and_started_are_debug_lines(redis_url, restore):
+def test_received_and_started_are_debug_lines(redis_url, antre_logging):
     per_job, ok, _ = _run_two_jobs(redis_url, "DEBUG")
     events = [(x["event"], x["level"]) for x in per_job[ok] if x["event"] != "lease_extended"]
     assert events == [("received", "DEBUG"), ("started", "DEBUG"), ("succeeded", "INFO")]
@@ -193,7 +189,7 @@ class _Writes(io.StringIO):
         return super().write(text)
 
 
-def test_info_lines_wait_and_a_warning_writes_them_first_in_one_go(restore):
+def test_info_lines_wait_and_a_warning_writes_them_first_in_one_go(antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out, flush_ms=60_000)
     log = logging.getLogger("antre.worker")
@@ -206,7 +202,7 @@ def test_info_lines_wait_and_a_warning_writes_them_first_in_one_go(restore):
         "job 0", "job 1", "job 2", "trouble"]
 
 
-def test_the_flusher_writes_waiting_lines_without_a_warning(restore):
+def test_the_flusher_writes_waiting_lines_without_a_warning(antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out, flush_ms=5)
     logging.getLogger("antre.worker").info("quiet")
@@ -214,7 +210,7 @@ def test_the_flusher_writes_waiting_lines_without_a_warning(restore):
     assert json.loads(out.getvalue())["message"] == "quiet"
 
 
-def test_a_full_buffer_is_written_in_pipe_sized_writes_of_whole_lines(restore):
+def test_a_full_buffer_is_written_in_pipe_sized_writes_of_whole_lines(antre_logging):
     out = _Writes()
     handler = logs.configure("json", "INFO", stream=out, flush_ms=60_000)
     log = logging.getLogger("antre.worker")
@@ -229,7 +225,7 @@ def test_a_full_buffer_is_written_in_pipe_sized_writes_of_whole_lines(restore):
         f"line {i} x"[:8] for i in range(n)]
 
 
-def test_shutdown_and_reconfiguring_write_what_waits(restore):
+def test_shutdown_and_reconfiguring_write_what_waits(antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out, flush_ms=60_000)
     logging.getLogger("antre.worker").info("before the switch")
@@ -243,7 +239,7 @@ def test_shutdown_and_reconfiguring_write_what_waits(restore):
     handler.close()  # closing twice (the interpreter's own shutdown comes after) is harmless
 
 
-def test_default_stream_is_stderr_at_each_write_never_a_closed_one(restore, monkeypatch):
+def test_default_stream_is_stderr_at_each_write_never_a_closed_one(antre_logging, monkeypatch):
     first = io.StringIO()
     monkeypatch.setattr(sys, "stderr", first)
     monkeypatch.delenv("ANTRE_LOG_FLUSH_MS", raising=False)
@@ -257,7 +253,7 @@ def test_default_stream_is_stderr_at_each_write_never_a_closed_one(restore, monk
     assert json.loads(second.getvalue())["message"] == "two"
 
 
-def test_flush_ms_zero_writes_each_line_at_once(restore, monkeypatch):
+def test_flush_ms_zero_writes_each_line_at_once(antre_logging, monkeypatch):
     monkeypatch.setenv("ANTRE_LOG_FLUSH_MS", "0")
     out = _Writes()
     monkeypatch.setattr(sys, "stderr", out)
@@ -267,7 +263,7 @@ def test_flush_ms_zero_writes_each_line_at_once(restore, monkeypatch):
     assert len(out.writes) == 2
 
 
-def test_a_job_line_made_without_a_record_is_the_formatters_line(job, restore):
+def test_a_job_line_made_without_a_record_is_the_formatters_line(job, antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out)
     log = logging.getLogger("antre.worker")
@@ -282,7 +278,7 @@ def test_a_job_line_made_without_a_record_is_the_formatters_line(job, restore):
     assert fast["message"] == "succeeded job j1" and fast["big"] == 2**70
 
 
-def test_a_job_line_goes_through_filters_and_other_handlers(job, restore):
+def test_a_job_line_goes_through_filters_and_other_handlers(job, antre_logging):
     out = _Writes()
     logs.configure("json", "INFO", stream=out)
     log = logging.getLogger("antre.worker")
@@ -293,3 +289,88 @@ def test_a_job_line_goes_through_filters_and_other_handlers(job, restore):
     finally:
         log.filters.clear()
     assert seen == ["job j1"] and out.getvalue() == ""
+
+
+# -- fork: a buffered line is written once, by the process that logged it ----------------------
+def _in_child(body) -> tuple[int, int]:
+    """Runs ``body`` in a forked child (which always ends with ``os._exit``: never back into
+    pytest); returns the child's pid and exit code (0: ``body`` returned)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            body()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return pid, os.waitstatus_to_exitcode(status)
+
+
+@pytest.fixture
+def piped():
+    """A BufferedHandler (JSON, flushed only when told: a 60 s interval) writing to a pipe, on
+    a logger of its own; ``read()`` gives the lines written, as (message, pid) pairs, once
+    every writer is done."""
+    r, w = os.pipe()
+    stream = os.fdopen(w, "w")
+    handler = logs.BufferedHandler(stream, interval_s=60)
+    handler.setFormatter(logs.JsonFormatter())
+    log = logging.Logger("fork-test")  # not in the logging tree: nothing else sees it
+    log.addHandler(handler)
+
+    def written() -> bool:
+        return bool(select.select([r], [], [], 0)[0])
+
+    def read() -> list[tuple[str, int]]:
+        handler.close()
+        stream.close()
+        with os.fdopen(r, "rb") as f:
+            return [(x["message"], x["pid"]) for x in map(json.loads, f.read().splitlines())]
+
+    try:
+        yield log, handler, written, read
+    finally:
+        handler.close()
+        if not stream.closed:
+            stream.close()
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_writes_only_its_own_lines_and_the_parent_its_own_once(piped):
+    log, handler, written, read = piped
+    log.info("parent, before the fork")
+    assert not written()  # buffered
+
+    def child() -> None:
+        log.info("child")
+        formatter = handler.formatter
+        line = formatter.line(time.time(), logging.INFO, "fork-test", "child, job line", {})
+        handler.acquire()
+        try:
+            handler.add_line(line, logging.INFO)  # the job_line path: the kept pid
+        finally:
+            handler.release()
+        handler.flush()
+
+    child_pid, code = _in_child(child)
+    assert code == 0
+    log.info("parent, after the fork")
+    handler.flush()
+    me = os.getpid()
+    assert read() == [("child", child_pid), ("child, job line", child_pid),
+                      ("parent, before the fork", me), ("parent, after the fork", me)]
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_that_logs_nothing_does_not_write_the_parents_lines_at_exit(piped):
+    log, handler, written, read = piped
+    log.info("parent, before the fork")
+    # the child's normal exit runs logging.shutdown: flush() and close() of every handler
+    _, code = _in_child(handler.close)
+    assert code == 0 and not written()
+    log.info("parent, after the fork")
+    assert read() == [("parent, before the fork", os.getpid()),
+                      ("parent, after the fork", os.getpid())]

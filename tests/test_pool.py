@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import app, clock  # noqa: F401 - fixtures
 
 from antre import Antre, keys
 from antre.clock import ManualClock
@@ -18,16 +19,6 @@ from antre_worker.executor import WorkerProcess
 from antre_worker.loader import AppLoadError, load_app
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
-
-
-@pytest.fixture
-def app(redis_url, clock):
-    return Antre(redis_url=redis_url, clock=clock)
 
 
 def test_sweep_once_requeues_expired_leases_in_every_queue(app, clock):

@@ -18,11 +18,11 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections import Counter
 
 import pytest
 import sqlalchemy as sa
+from helpers import wait_for
 
 from antre.clock import ManualClock, system_ms
 from antre_demo import Traffic, faults, report
@@ -379,14 +379,6 @@ def test_crash_before_commit_reruns_and_commits_once(app, clock, redis_url, db_u
     assert job.state == "done" and job.result == record.result
 
 
-def _wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def _proc_state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().rsplit(")", 1)[1].split()[0]
@@ -403,10 +395,11 @@ def test_stale_worker_paused_by_sigstop_cannot_commit(app, clock, redis_url, db_
     ready, go = tmp_path / "ready", tmp_path / "go"
     child = spawn_child("pause", redis_url, db_url, "emails", str(ready), str(go))
     try:
-        _wait_for(lambda: ready.exists() or child.poll() is not None, what="child handler")
+        wait_for(lambda: ready.exists() or child.poll() is not None, 30.0, "child handler",
+                 poll_s=0.02)
         assert child.poll() is None, child.communicate()
         os.kill(child.pid, signal.SIGSTOP)
-        _wait_for(lambda: _proc_state(child.pid) == "T", what="child stopped")
+        wait_for(lambda: _proc_state(child.pid) == "T", 30.0, "child stopped", poll_s=0.02)
 
         # its lease expires; the sweeper hands the job to a live worker, which commits
         runs = counting(app, "send_email")

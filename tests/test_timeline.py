@@ -8,19 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import clock  # noqa: F401 - fixtures
 
 from antre import Antre, Permanent, Retryable
-from antre.clock import ManualClock
 from antre.finder import CHUNK, TIMELINE_CAP, BadQuery, Finder, parse_fields
 from antre.queue import Queue
 from antre_worker.executor import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def clock():
-    return ManualClock(1_700_000_000_000)
 
 
 @pytest.fixture

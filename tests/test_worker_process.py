@@ -5,28 +5,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
+import helpers
 import pytest
 import redis
+from helpers import procs, spawn  # noqa: F401 - fixtures
 
 from antre import Antre
 from antre.clock import ManualClock, system_ms
 from antre.queue import Queue
 from antre.registry import WorkerRegistry
 
-REPO = Path(__file__).resolve().parent.parent
 APP = "tests.apps.basic:app"
-
-
-def spawn(redis_url: str, args: list[str], log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
-    with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=env, stdout=log,
-                                stderr=log, stdin=subprocess.DEVNULL)
 
 
 def child(redis_url, tmp_path, *extra):
@@ -35,15 +26,9 @@ def child(redis_url, tmp_path, *extra):
 
 
 def wait_for(cond, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if cond():
-                return
-        except redis.ConnectionError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    """``helpers.wait_for`` for real processes: a longer bound, a slower poll, and a Redis
+    connection error (a restart) counts as not yet."""
+    return helpers.wait_for(cond, timeout, what, poll_s=0.02, ignore=(redis.ConnectionError,))
 
 
 def gone(pid: int) -> bool:
@@ -64,16 +49,6 @@ def later(ms: int) -> Queue:
 def app(redis_url, monkeypatch):
     monkeypatch.setenv("_T_URL", redis_url)
     return Antre(redis_url=redis_url)
-
-
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
 
 
 def test_sigkill_mid_job_redelivers_after_the_lease_and_completes(app, r, tmp_path, procs):
