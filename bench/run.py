@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"private redis at {url}; N={n}, peers N={peer_n}, reps={reps}")
         results["ceiling"] = median_of(reps, lambda: ab.ceiling(url), "ping_per_s")
         log(f"ceiling {results['ceiling']}")
-        results["enqueue"] = median_of(reps, lambda: ab.enqueue(
+        results["enqueue"] = median_of(max(reps, 5), lambda: ab.enqueue(
             url, n_single=min(5_000, n), n_many=max(n, 50_000 if not q else 10_000)),
             "enqueue_many_per_s")
         log(f"enqueue {results['enqueue']}")

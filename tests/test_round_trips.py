@@ -191,6 +191,16 @@ def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r, monk
     assert stats["sadd"] == 6  # per call: the type once and the queue index
     assert r.lrange(q.keys.ready, 0, -1)[:5] == ids[::-1]  # the order of one LPUSH per job
     assert r.smembers(keys.queues_index()) == {"jobs"}
+    assert "exists" not in stats  # ids made for this call are new: not looked up
+
+
+def test_enqueue_many_looks_up_the_ids_a_caller_gave(q, r):
+    kept = q.enqueue("t", {"v": 1}, idempotency_key="k0", job_id="mine")
+    r.config_resetstat()
+    ids = q.enqueue_many([JobSpec("t", {"v": 2}, "k1", job_id="mine"), JobSpec("t", {}, "k2")])
+    assert ids[0] == kept and calls(r)["exists"] == 2
+    assert q.get("mine").payload == {"v": 1}  # the existing job is left as it is
+    assert int(r.hget(q.keys.stats, "enqueued")) == 2 and r.llen(q.keys.ready) == 2
 
 
 def test_without_the_pinned_path_the_index_is_sent_beside_the_script(r):
