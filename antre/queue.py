@@ -189,22 +189,19 @@ class Queue:
         raw = new_entropy(len(specs))  # the random bits of every new id, in one call
         return [job_id for job_id, _ in self.store(
             [self.encode(s, now, raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX])
-             for i, s in enumerate(specs)], now, chunk,
-            new_ids=not any(s.job_id for s in specs))]
+             for i, s in enumerate(specs)], now, chunk)]
 
-    def store(self, encoded: list[Encoded], now: int, chunk: int = 500,
-              new_ids: bool = False) -> list[tuple[str, str]]:
+    def store(self, encoded: list[Encoded], now: int,
+              chunk: int = 500) -> list[tuple[str, str]]:
         """Send encoded jobs to enqueue.lua; returns (id, outcome) per job, outcome being
         'stored', 'exists' or a guard's refusal ('dup', 'recent', 'tick', 'paused'), the id
-        then the job that holds the key or the tick (may be ''). ``new_ids``: every id was
-        made here for this call (the script does not look them up)."""
+        then the job that holds the key or the tick (may be '')."""
         if not encoded:
             return []
         calls: list[Call] = []
-        standard = "new" if new_ids else ""
         for names, part in _runs(encoded, chunk):
             args: list[Any] = [self._job_prefix, now,
-                               standard if names == NEW_FIELDS else json.dumps(names)]
+                               "" if names == NEW_FIELDS else json.dumps(names)]
             args.extend([pack_new(values) for values in part])
             calls.append((self.scripts.enqueue, self._enqueue_keys, args))
         if self._pinned is not None:  # the queue index in the script: one command per chunk

@@ -18,7 +18,7 @@ import redis.backoff
 import redis.retry
 
 import antre
-from antre import keys
+from antre import keys, scripts
 from antre.envelope import TRACEPARENT
 from antre.queue import JobSpec, Queue
 from antre.scripts import Pinned, Scripts
@@ -325,4 +325,36 @@ def test_a_reply_nobody_read_is_never_taken_for_the_next_one(redis_url):
     assert conn.can_read(timeout=5)  # it has arrived (waits for it, not for a time)
     assert pinned.call([(None, ("ECHO", "fresh"), ())]) == ["fresh"]
     assert pinned.connection() is conn  # the same connection, on a new socket
+    client.close()
+
+
+@pytest.mark.parametrize("how", ["enqueue", "enqueue_many"])
+def test_a_call_sent_again_after_its_reply_was_lost_makes_each_job_ready_once(
+        redis_url, r, monkeypatch, how):
+    """The connection drops after the server ran the enqueue, before its reply is read; the
+    client's retry policy sends the same call again (same job ids). The scripts find those ids
+    stored and change nothing: each job is in the ready list once (a second copy would be
+    reserved again while the first delivery is in flight) and counted once."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10,
+                                  retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1))
+    q = Queue(client, "jobs")
+    q.enqueue("w", {}, idempotency_key="warm")
+    real, lost = scripts._SocketIO.write_read, []
+
+    def reply_lost(self, conn, data, n):
+        replies = real(self, conn, data, n)  # the server ran the call and answered
+        if not lost:
+            lost.append(replies)
+            conn.disconnect()
+            raise redis.ConnectionError("connection lost before the reply was read")
+        return replies
+
+    monkeypatch.setattr(scripts._SocketIO, "write_read", reply_lost)
+    ids = ([q.enqueue("t", {"n": 1}, idempotency_key="k1")] if how == "enqueue" else
+           q.enqueue_many([JobSpec("t", {"n": i}, f"k{i}") for i in range(3)]))
+    monkeypatch.undo()
+    assert lost  # the first reply was lost, and the call was sent again
+    ready = r.lrange(q.keys.ready, 0, -1)
+    assert sorted(ready) == sorted([*ids, ready[-1]])  # each new id once, beside "warm"'s
+    assert int(r.hget(q.keys.stats, "enqueued")) == 1 + len(ids)
     client.close()

@@ -6,8 +6,7 @@
 -- key is in another slot, the client sends that SADD on its own instead
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] the n field names: '' for the standard ones
 -- (envelope.NEW_FIELDS, written out in store's HSET below), else a JSON array of them; the
--- first three are id, type, visible_at. 'new': the standard ones, and every id was made by the
--- client for this call (128 random bits: not looked up; a caller's id always is)
+-- first three are id, type, visible_at
 -- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
 -- client's packing cost low for big batches)
 -- Each stored job is one HSET of all its fields and its state. Each is indexed by its
@@ -27,8 +26,7 @@ local prefix, now = ARGV[1], tonumber(ARGV[2])
 -- The standard fields (envelope.NEW_FIELDS) are written out in store's HSET, in that order
 -- (tests/test_core_lua.py checks it); no table of them is built on each call.
 local names, pos, n = nil, nil, 17
-local new_ids = ARGV[3] == 'new'
-if ARGV[3] ~= '' and not new_ids then
+if ARGV[3] ~= '' then
   names, pos = cjson.decode(ARGV[3]), {}
   for i = 1, #names do pos[names[i]] = i end
   n = #names
@@ -136,7 +134,7 @@ for a = 4, #ARGV do
   local refused = pos and guard(values)
   if refused then
     out[#out + 1] = refused
-  elseif not new_ids and redis.call('EXISTS', key) == 1 then
+  elseif redis.call('EXISTS', key) == 1 then
     out[#out + 1] = 0
   else
     if pos then claim(values, id) end

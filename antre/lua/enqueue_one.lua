@@ -3,8 +3,11 @@
 -- (tests/test_core_lua.py compares the two): the type and queue indexes (see KEYS[5],
 -- KEYS[6]), the idempotency-key index, one HSET of the standard fields and the state, the
 -- ready list, the 'enqueued' counter and one wake token. The client sends here only a job
--- whose id it has just made (128 random bits: no EXISTS check), with the standard fields,
--- visible now and neither unique nor a periodic tick; every other job goes to enqueue.lua.
+-- whose id it has just made (128 random bits), with the standard fields, visible now and
+-- neither unique nor a periodic tick; every other job goes to enqueue.lua. Such an id exists
+-- already only when this very call is sent again (the client's retry after a connection lost
+-- before the reply): then nothing is changed and 0 is returned, so the job is not made ready
+-- twice (a second copy of its id in the ready list would be reserved again while in flight).
 -- KEYS[1] ready (LIST)   KEYS[2] stats (HASH)   KEYS[3] wake (LIST)
 -- KEYS[4] idempotency-key index (HASH, keys.QueueKeys.idem_index)
 -- KEYS[5], KEYS[6] (optional) the queue's types (SET) and the queues index (SET): the job's type
@@ -12,9 +15,10 @@
 -- type and then once a second (queue.INDEX_EVERY_MS), and on a cluster, where the queues index is
 -- in another slot, sends that SADD on its own
 -- ARGV[1] job_prefix   ARGV[2 .. 18] the job's envelope.NEW_FIELDS values, in that order
--- (one argument each: no JSON to decode). Returns 1.
+-- (one argument each: no JSON to decode). Returns 1, or 0 for an id that exists (unchanged).
 local v = ARGV
 local id = v[2]
+if redis.call('EXISTS', v[1] .. id) == 1 then return 0 end
 -- the indexes first: a key of the wrong type fails the call before the job is written
 if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
 if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
