@@ -5,6 +5,8 @@ environment: INFO JSON logs, scheduler and sweeper on), fed by ``app.enqueue_man
 configurations follow, each naming what it changes. Every row has the worker's CPU µs per job.
 Huey and Dramatiq (and the other peers) run in the same run, each started as its docs start
 it, with their single-enqueue rate and p99 enqueue-to-start at 200 jobs/s beside Antre's.
+What a target compares is measured taking turns (this VM's speed drifts by 2x within
+minutes): the headline rows with the peers, the single enqueues in blocks, the latency rounds.
 
     bench/run                  # the full run (~10-15 min on 2 cores)
     bench/run --quick          # small N everywhere (a smoke test, ~3 min)
@@ -46,18 +48,33 @@ DEFAULTS_2 = "antre worker app:app --processes 2 (both cores; defaults otherwise
 PG_LOCK = "defaults + idempotency (PostgreSQL) + lock per job, 1 process"
 
 
+def one_run(fn: Callable[[], dict[str, Any]], key: str = "jobs_per_s") -> dict[str, Any]:
+    """``fn()``, or the error it raised as a run of 0 (a broken system must not stop the run)."""
+    try:
+        return fn()
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-1500:], key: 0}
+
+
 def median_of(reps: int, fn: Callable[[], dict[str, Any]], key: str = "jobs_per_s"
               ) -> dict[str, Any]:
     """Run ``fn`` ``reps`` times; keep the run whose ``key`` is the median (lower median for
     an even count), with every run's figure listed."""
-    runs = []
+    return keep_median([one_run(fn, key) for _ in range(reps)], key)
+
+
+def taking_turns(reps: int, fns: dict[str, Callable[[], dict[str, Any]]]
+                 ) -> dict[str, dict[str, Any]]:
+    """``reps`` rounds in which every configuration of ``fns`` runs once, in turn; per
+    configuration the median run (as ``median_of``). The VM's speed drifts by 2x within
+    minutes: configurations compared by a target run side by side, not minutes apart."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in fns}
     for _ in range(reps):
-        try:
-            runs.append(fn())
-        except Exception as exc:  # a broken system must not stop the whole run
-            runs.append({"error": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc()[-1500:], key: 0})
-    return keep_median(runs, key)
+        for name, fn in fns.items():
+            runs[name].append(one_run(fn))
+            log(f"{name}: {runs[name][-1].get('jobs_per_s')} jobs/s")
+    return {name: keep_median(r) for name, r in runs.items()}
 
 
 def keep_median(runs: list[dict[str, Any]], key: str = "jobs_per_s") -> dict[str, Any]:
@@ -178,9 +195,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"cpu {rows[name].get('worker_cpu_us_per_job')} us/job "
                 f"{rows[name].get('error', '')}")
 
-        # the headline rows: what a user starts, nothing changed
-        antre(DEFAULTS_1, lambda: ab.worker_run(url, n))
-        antre(DEFAULTS_2, lambda: ab.worker_run(url, n, ["--processes", "2"]))
+        # the headline rows: what a user starts, nothing changed; measured below, taking turns
+        # with the peers (the targets compare them)
+        headline = {DEFAULTS_1: lambda: ab.worker_run(url, n),
+                    DEFAULTS_2: lambda: ab.worker_run(url, n, ["--processes", "2"])}
+        rows.update({name: {} for name in headline})  # their place: the table's first rows
         # tuned: each row names what it changes
         quiet = {"ANTRE_LOG_LEVEL": "WARNING"}
         antre("tuned: ANTRE_LOG_LEVEL=WARNING (no per-job log lines), 1 process",
@@ -242,13 +261,25 @@ def main(argv: list[str] | None = None) -> int:
         results["memory"] = ab.memory(url, mem_n)
         log(f"memory {results['memory']}")
 
+        # the headline rows and the peers, taking turns: each round runs Antre's two headline
+        # configurations and every peer once
+        peer_names = [] if args.skip_peers else [x for x in args.peers.split(",") if x]
+        fns = dict(headline)
+        for name in peer_names:
+            k = max(200, int(peer_n * pb.PEERS[name].get("jobs_factor", 1.0)))
+            fns["peer " + name] = lambda name=name, k=k: pb.run_peer(url, name, k)
+        turns = taking_turns(reps, fns)
+        for name in headline:
+            rows[name] = turns[name]
+            log(f"{name}: {rows[name].get('jobs_per_s')} jobs/s {rows[name].get('runs')} "
+                f"cpu {rows[name].get('worker_cpu_us_per_job')} us/job "
+                f"{rows[name].get('error', '')}")
         if not args.skip_peers:
             peers: dict[str, Any] = {}
             results["peers"] = peers
-            for name in [x for x in args.peers.split(",") if x]:
+            for name in peer_names:
                 peer = pb.PEERS[name]
-                k = max(200, int(peer_n * peer.get("jobs_factor", 1.0)))
-                peers[name] = median_of(reps, lambda name=name, k=k: pb.run_peer(url, name, k))
+                peers[name] = turns["peer " + name]
                 peers[name]["version"] = pb.version(peer["venv"], pb.DISTS[peer["venv"]])
                 log(f"peer {name}: {peers[name].get('jobs_per_s')} jobs/s "
                     f"{peers[name].get('runs')} cpu {peers[name].get('worker_cpu_us_per_job')} "
@@ -435,7 +466,9 @@ def render(res: dict[str, Any]) -> str:
            f"load average at start {m['loadavg_at_start']}",
            "- Versions: " + ", ".join(f"{k} {x}" for k, x in v.items()),
            f"- Parameters: {res['params']}; each configuration run {res['params']['reps']}x, the "
-           "median kept (all runs listed).",
+           "median kept (all runs listed). Antre's two headline rows and the peers take turns "
+           "(one run of each per round), so the ratios the targets read come from runs made "
+           "side by side; the single enqueue takes turns in blocks of 500.",
            "- Jobs/s = (jobs - 1) / (last finished - first finished), seen through "
            "`bench/progress.py` (no extra round trip per job); the worker's start-up is excluded.",
            ""] + _targets(res) + [
