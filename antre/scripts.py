@@ -258,8 +258,8 @@ _MORE = object()  # hiredis: the reply is not complete yet
 
 class _SocketIO:
     """Direct reads and writes on one socket of a pinned connection: what redis-py does for a
-    command, without its per-call layers (a third of a single enqueue's client time once the
-    pool checkout is gone). The replies are parsed by a hiredis reader set up as redis-py's
+    command, without its per-call layers (about a tenth of a single enqueue's time,
+    bench/ENQUEUE.md). The replies are parsed by a hiredis reader set up as redis-py's
     own parser is (same error classes, same decoding); the connection's checks stay: the
     pool's check before use (a closed or out-of-step socket is found by one ``poll``, then
     redis-py's own ``can_read`` decides), its health check PING, its timeout (the socket's).
@@ -319,6 +319,17 @@ class _SocketIO:
         if conn.health_check_interval:
             conn.next_health_check = time.monotonic() + conn.health_check_interval
         return replies
+
+
+def _socket_io(held: _Held) -> _SocketIO:
+    """The direct I/O of ``held``'s connection on its current socket (connected first if it
+    is not): the one made for that socket, or a new one after a reconnect."""
+    conn = held.conn
+    if conn._sock is None:
+        conn.connect()
+    if held.io is None or held.io.sock is not conn._sock:
+        held.io = _SocketIO(conn)
+    return held.io
 
 
 class Pinned:
@@ -381,37 +392,22 @@ class Pinned:
                 raise ConnectionError("Connection has data")
         except (ConnectionError, TimeoutError, OSError):
             conn.disconnect()  # the write below connects again
-        if not self.direct_io:
-            return conn, None
-        if conn._sock is None:
-            conn.connect()
-        if io is None or io.sock is not conn._sock:
-            io = held.io = _SocketIO(conn)
-        return conn, io
+        return conn, (_socket_io(held) if self.direct_io else None)
 
     def call(self, calls: Sequence[Call]) -> list[Any]:
         """``direct(client, calls)`` on this thread's connection."""
         conn, io = self._connection()
-        try:
+        held = self._local.held
+        try:  # a retry after a reconnect gets the I/O of the new socket
             return cast(list[Any], conn.retry.call_with_retry(
-                lambda: _direct(self.client, conn, calls, self.fast_pack, self._io(conn, io)),
+                lambda: _direct(self.client, conn, calls, self.fast_pack,
+                                None if io is None else _socket_io(held)),
                 lambda error: conn.disconnect()))
         except ResponseError:
             raise  # every reply was read: the connection is in step
         except BaseException:
             conn.disconnect()  # whatever was left unread goes with it
             raise
-
-    def _io(self, conn: Any, io: "_SocketIO | None") -> "_SocketIO | None":
-        """``io`` if it still serves the connection's socket; after a reconnect (a retry), a
-        new one for the new socket."""
-        if io is None or conn._sock is io.sock:
-            return io
-        if conn._sock is None:
-            conn.connect()
-        held = self._local.held
-        held.io = _SocketIO(conn)
-        return cast(_SocketIO, held.io)
 
     def release(self) -> None:
         """Give this thread's connection back to the pool now (it is checked out again on the
