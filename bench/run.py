@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         # single enqueue: each system's producer in its own long-lived process, blocks of 500
         # single enqueues taking turns (antre, huey, dramatiq, huey, dramatiq, antre, ...):
         # the machine's drift touches every system alike (bench/enqueue_paired.py)
+        # the systems whose producers are compared (single enqueue, latency): Antre, Huey and
+        # Dramatiq when they are among the peers
         one_names = ["antre"] + ([] if args.skip_peers else
                                  [x for x in ("huey", "dramatiq") if x in args.peers.split(",")])
         try:
@@ -247,11 +249,9 @@ def main(argv: list[str] | None = None) -> int:
 
         # rounds interleaved (antre, huey, dramatiq, antre, ...), every system's samples pooled:
         # a p99 of one 10 s round rests on its 20 slowest samples, so one round moves it a lot
-        lat_names = ["antre"] + ([] if args.skip_peers else
-                                 [x for x in ("huey", "dramatiq") if x in args.peers.split(",")])
-        lat_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in lat_names}
+        lat_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in one_names}
         for _ in range(reps):
-            for name in lat_names:
+            for name in one_names:
                 r = (ab.latency(url, rate=200, seconds=args.latency_seconds) if name == "antre"
                      else pb.latency(url, name, 200, args.latency_seconds))
                 lat_runs[name].append(r)

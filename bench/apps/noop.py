@@ -57,7 +57,7 @@ def slow(ctx, payload):
 
 def enqueue(n):
     """``n`` no-op jobs, one ``app.enqueue`` each (the single-enqueue figure of bench/run,
-    timed in a fresh process as the peers' own ``enqueue(n)`` are)."""
+    timed in blocks beside the peers' own ``enqueue(n)``: bench/enqueue_paired.py)."""
     import uuid
     run = uuid.uuid4().hex[:8]
     for i in range(n):
