@@ -335,8 +335,7 @@ def test_a_call_sent_again_after_its_reply_was_lost_makes_each_job_ready_once(
     client's retry policy sends the same call again (same job ids). The scripts find those ids
     stored and change nothing: each job is in the ready list once (a second copy would be
     reserved again while the first delivery is in flight) and counted once."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10,
-                                  retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1))
+    client = _app_client(redis_url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1))
     q = Queue(client, "jobs")
     q.enqueue("w", {}, idempotency_key="warm")
     real, lost = scripts._SocketIO.write_read, []

@@ -159,7 +159,8 @@ def test_a_single_enqueue_indexes_a_type_once_a_second(q, r):
 
 
 @pytest.mark.parametrize("options", [{"delay_s": 60}, {"job_id": "mine"}, {"unique": True}])
-def test_a_single_enqueue_the_lean_script_does_not_cover_takes_the_full_one(q, r, options, monkeypatch):
+def test_a_single_enqueue_the_lean_script_does_not_cover_takes_the_full_one(q, r, options,
+                                                                          monkeypatch):
     """A delayed job (scheduled, with its timeline event), a caller's id (kept if it exists)
     and a unique job (its reply may name another job) go to enqueue.lua, in one command."""
     q.enqueue("t", {}, idempotency_key="warm")
