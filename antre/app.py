@@ -134,6 +134,7 @@ class Antre:
         self._alerts = alerts
         self._max_age_s = max_age_s
         self._max_snoozes = max_snoozes
+        self._env_max_age: tuple[float | None] | None = None  # ANTRE_MAX_AGE_S, read once
 
     def max_age_s_for(self, spec: HandlerSpec) -> float | None:
         """A job older than this when reserved goes to the DLQ as expired, without running:
@@ -143,7 +144,9 @@ class Antre:
             return spec.max_age_s
         if self._max_age_s is not None:
             return self._max_age_s
-        return _env_float("ANTRE_MAX_AGE_S")
+        if self._env_max_age is None:  # a worker asks for every job: read on first use
+            self._env_max_age = (_env_float("ANTRE_MAX_AGE_S"),)
+        return self._env_max_age[0]
 
     def max_snoozes_for(self, spec: HandlerSpec) -> int:
         """How many times a job may be held back (lock busy, flow control, idempotency busy)

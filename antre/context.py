@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .envelope import Job
 from .errors import JobTimeout
 
+_MAKING = threading.Lock()  # guards the first making of a context's ``cancelled``
 
-@dataclass
+
 class JobContext:
     """``ctx`` of a handler.
 
@@ -23,16 +23,36 @@ class JobContext:
     ``checkpoint()``.
     """
 
-    job: Job
-    worker_id: str
-    _db_factory: Callable[[], Any] | None = None
-    _db: Any = None
-    fence: int = 0
-    lock: Any = None
-    last_checkpoint: Any = None
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    _extend: Callable[[float], int] | None = None
-    _checkpoint: Callable[[Any], None] | None = None
+    def __init__(self, job: Job, worker_id: str, _db_factory: Callable[[], Any] | None = None,
+                 _db: Any = None, fence: int = 0, lock: Any = None, last_checkpoint: Any = None,
+                 cancelled: threading.Event | None = None,
+                 _extend: Callable[[float], int] | None = None,
+                 _checkpoint: Callable[[Any], None] | None = None) -> None:
+        self.job = job
+        self.worker_id = worker_id
+        self._db_factory = _db_factory
+        self._db = _db
+        self.fence = fence
+        self.lock = lock
+        self.last_checkpoint = last_checkpoint
+        self._cancelled = cancelled  # made on first use: most handlers never look at it
+        self._extend = _extend
+        self._checkpoint = _checkpoint
+
+    def __repr__(self) -> str:
+        return f"JobContext(job={self.job.id!r}, worker_id={self.worker_id!r}, fence={self.fence})"
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the soft timeout passed, the lease was lost, an operator cancelled the job
+        or the worker is shutting down."""
+        event = self._cancelled
+        if event is None:
+            with _MAKING:  # the handler and the heartbeat may both be first
+                event = self._cancelled
+                if event is None:
+                    event = self._cancelled = threading.Event()
+        return event
 
     @property
     def db(self) -> Any:

@@ -416,14 +416,29 @@ def from_row(row: Sequence[str | None]) -> Job:
         timeout_s = 30.0
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         timeout_s = 30.0
+    raws = (attempt, max_attempts, visible_at, created_at, vt_ms, epoch, deliveries,
+            max_deliveries, deadline, reserved_at, first_failed_at, replayed_at, snoozes)
+    try:  # what the scripts write: digits, read in one pass
+        nums = [int(raw) if raw else default for raw, default in zip(raws, _ROW_DEFAULTS)]
+    except ValueError:  # a damaged counter somewhere: each read the careful way
+        nums = [_num(raw, default) for raw, default in zip(raws, _ROW_DEFAULTS)]
+    (n_attempt, n_max_attempts, n_visible_at, n_created_at, n_vt_ms, n_epoch, n_deliveries,
+     n_max_deliveries, n_deadline, n_reserved_at, n_first_failed_at, n_replayed_at,
+     n_snoozes) = nums
     return Job(
         id=id_ or "", type=type_ or "", queue=queue or "", idempotency_key=idem_key or "",
-        payload=payload, attempt=_num(attempt), max_attempts=_num(max_attempts, 5),
-        visible_at=_num(visible_at), created_at=_num(created_at), trace_id=trace_id or "",
+        payload=payload, attempt=n_attempt, max_attempts=n_max_attempts,
+        visible_at=n_visible_at, created_at=n_created_at, trace_id=trace_id or "",
         lock_key=lock_key or "", headers=headers if isinstance(headers, dict) else {},
-        timeout_s=timeout_s, visibility_timeout_ms=_num(vt_ms, 30_000), epoch=_num(epoch),
-        deliveries=_num(deliveries), max_deliveries=_num(max_deliveries, 10),
-        state=state if state is not None else "ready", deadline=_num(deadline),
-        reserved_at=_num(reserved_at), worker_id=worker_id or "", checkpoint=checkpoint,
-        first_failed_at=_num(first_failed_at), replayed_at=_num(replayed_at),
-        payload_error=payload_error, snoozes=_num(snoozes), cancel=cancel or "")
+        timeout_s=timeout_s, visibility_timeout_ms=n_vt_ms, epoch=n_epoch,
+        deliveries=n_deliveries, max_deliveries=n_max_deliveries,
+        state=state if state is not None else "ready", deadline=n_deadline,
+        reserved_at=n_reserved_at, worker_id=worker_id or "", checkpoint=checkpoint,
+        first_failed_at=n_first_failed_at, replayed_at=n_replayed_at,
+        payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "")
+
+
+# the defaults of from_row's integer fields, in its order (attempt, max_attempts, visible_at,
+# created_at, vt_ms, epoch, deliveries, max_deliveries, deadline, reserved_at,
+# first_failed_at, replayed_at, snoozes)
+_ROW_DEFAULTS = (0, 5, 0, 0, 30_000, 0, 0, 10, 0, 0, 0, 0, 0)

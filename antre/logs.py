@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -161,6 +162,51 @@ def job_line(log: logging.Logger, level: int, msg: str, args: tuple[Any, ...],
     handler.acquire()
     try:
         handler.add_line(line, level)
+    finally:
+        handler.release()
+
+
+# what a name (keys.valid_name) or a traceparent is made of: nothing a JSON string escapes
+_PLAIN = re.compile(r"[A-Za-z0-9_.:\-]*")
+
+
+def succeeded_line(log: logging.Logger, job: Job, duration_ms: int | None) -> None:
+    """The INFO line of a job that succeeded, the caller having checked
+    ``log.isEnabledFor(logging.INFO)``: the line ``job_line`` makes of ``("%s job %s%s",
+    ("succeeded", job.id, ""), job_fields(job, "succeeded", duration_ms=duration_ms,
+    error_kind=""))``, filled into its JSON by hand when the logger is as ``configure()`` leaves
+    it and the job's names need no escaping (what the queue stores: names are checked at
+    enqueue); the formatter's way otherwise. The line of every ordinary job."""
+    handler = _plain_json_handler(log)
+    if (handler is None or logging.INFO < handler.level or type(job.attempt) is not int
+            or (duration_ms is not None and type(duration_ms) is not int) or not _PLAIN.fullmatch("".join((log.name, job.id, job.type, job.idempotency_key,
+                                             job.lock_key, job.trace_id, job.queue)))):
+        job_line(log, logging.INFO, "%s job %s%s", ("succeeded", job.id, ""),
+                 job_fields(job, "succeeded", duration_ms=duration_ms, error_kind=""))
+        return
+    formatter = handler.formatter
+    assert isinstance(formatter, JsonFormatter)
+    line = (f'{{"ts":"{formatter._utc_second(time.time())}Z","level":"INFO",'
+            f'"logger":"{log.name}","message":"succeeded job {job.id}","event":"succeeded"')
+    if job.id:
+        line += f',"job_id":"{job.id}"'
+    if job.type:
+        line += f',"job_type":"{job.type}"'
+    if job.idempotency_key:
+        line += f',"idempotency_key":"{job.idempotency_key}"'
+    line += f',"attempt":{job.attempt + 1}'
+    if job.lock_key:
+        line += f',"lock_key":"{job.lock_key}"'
+    if job.trace_id:
+        line += f',"trace_id":"{job.trace_id}"'
+    if duration_ms is not None:
+        line += f',"duration_ms":{duration_ms}'
+    if job.queue:
+        line += f',"queue":"{job.queue}"'
+    line += f',"pid":{_pid[0]}}}'
+    handler.acquire()
+    try:
+        handler.add_line(line, logging.INFO)
     finally:
         handler.release()
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .envelope import Job
@@ -151,6 +151,22 @@ def execution_span(job: Job, *, tracer_provider: Any = None) -> Iterator[Any]:
             raise
 
 
+def run_in_execution_span(job: Job, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` inside ``execution_span(job)``. The worker's call for a sync handler: with
+    no SDK configured (no span would be recorded) only the producer's trace context is made
+    current around the call, without building a context manager per job."""
+    if not AVAILABLE:
+        return fn(*args)
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        with execution_span(job):
+            return fn(*args)
+    token = otel_context.attach(extract(job.trace_id))
+    try:
+        return fn(*args)
+    finally:
+        otel_context.detach(token)
+
+
 @contextlib.contextmanager
 def downstream_span(downstream: str, operation: str = "call", *, tracer_provider: Any = None
                     ) -> Iterator[Any]:
@@ -172,4 +188,5 @@ __all__ = [
     "extract",
     "inject_traceparent",
     "recording",
+    "run_in_execution_span",
 ]

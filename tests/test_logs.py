@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
 import os
+import re
 import select
 import sys
 import threading
@@ -276,6 +278,34 @@ def test_a_job_line_made_without_a_record_is_the_formatters_line(job, antre_logg
     fast.pop("ts"), slow.pop("ts")
     assert list(fast.items()) == list(slow.items())  # the same fields in the same order
     assert fast["message"] == "succeeded job j1" and fast["big"] == 2**70
+
+
+@pytest.mark.parametrize("changes", [
+    {},  # the common job: names, a lock, a traceparent
+    {"lock_key": "", "trace_id": ""},  # empty fields are left out
+    {"id": "", "type": "", "idempotency_key": "", "queue": ""},
+    {"attempt": 0},
+    {"idempotency_key": 'say "hi"\\ now', "lock_key": "é\n"},  # needs escaping: formatter
+    {"type": "x\u2028y"},
+    {"attempt": True},  # not an int: the formatter decides how it prints
+])
+@pytest.mark.parametrize("duration", [0, 1234, None])
+def test_a_succeeded_line_is_the_job_line_of_the_same_job(job, antre_logging, changes, duration):
+    out = _Writes()
+    logs.configure("json", "INFO", stream=out)
+    log = logging.getLogger("antre.worker")
+    j = dataclasses.replace(job, **changes)
+    logs.succeeded_line(log, j, duration)
+    logs.job_line(log, logging.INFO, "%s job %s%s", ("succeeded", j.id, ""),
+                  logs.job_fields(j, "succeeded", duration_ms=duration, error_kind=""))
+    logging.getLogger("antre").handlers[0].flush()
+    fast, slow = out.getvalue().rstrip("\n").split("\n")  # (U+2028 is no line end here)
+    stamp = re.compile(r'\{"ts":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z",')
+    assert stamp.match(fast) and stamp.match(slow)
+    fast_rec, slow_rec = json.loads(fast), json.loads(slow)
+    fast_rec.pop("ts"), slow_rec.pop("ts")
+    assert fast[fast.index('"level"'):] == slow[slow.index('"level"'):]  # byte for byte
+    assert list(fast_rec) == list(slow_rec) and fast_rec["event"] == "succeeded"
 
 
 def test_a_job_line_goes_through_filters_and_other_handlers(job, antre_logging):

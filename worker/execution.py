@@ -30,12 +30,12 @@ from antre.locks import Locks
 from antre.logs import job_fields
 from antre.metrics import DurationBuffer
 from antre.retry import describe
-from antre.tracing import execution_span
+from antre.tracing import run_in_execution_span
 
 from .failures import cancelled, failure_outcome
 from .held import Running
 from .leases import Leases, quietly
-from .outcomes import (Ack, Completion, DropStale, HandBack, Outcome, Snooze, jitter_ms,
+from .outcomes import (ACKED, Ack, Completion, DropStale, HandBack, Outcome, Snooze, jitter_ms,
                        lock_lost)
 from .settle import duration_ms
 
@@ -66,8 +66,7 @@ class Execution:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
         try:
-            with execution_span(r.job):
-                result = r.spec.fn(r.ctx, r.job.payload)
+            result = run_in_execution_span(r.job, r.spec.fn, r.ctx, r.job.payload)
         except Exception as exc:
             self._measure(r)
             _report_flow(r, exc)
@@ -140,7 +139,7 @@ class Execution:
             _rollback(db)
             return lock_lost
         if db is None and r.store is None:
-            return Ack(result)
+            return ACKED if result is None else Ack(result)
         try:
             self._commit(r, db, result)
         except Exception as exc:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from antre import HandlerSpec, JobContext, Queue
 from antre.cancel import CancelRequest
@@ -17,12 +16,12 @@ from antre.idempotency import Begin, IdempotencyStore
 from antre.locks import Lock
 
 
-@dataclass
 class Running:
-    """A job this process holds a lease on (reserved, possibly not started yet)."""
+    """A job this process holds a lease on (reserved, possibly not started yet). Only ``job``,
+    ``queue`` and ``settle_lock`` are set when it is made; the rest start as the class's
+    defaults and are set on the instance by the step that fills them in (a runner makes one
+    per job reserved)."""
 
-    job: Job
-    queue: Queue
     spec: HandlerSpec | None = None
     ctx: JobContext | None = None
     started_ms: int = 0  # 0 until the handler starts
@@ -33,7 +32,6 @@ class Running:
     closed: bool = False  # settled, handed back or given up: nothing more may touch the lease
     lease_lost: bool = False
     admission: Admission | None = None  # flow-control slots held while the handler runs
-    settle_lock: threading.Lock = field(default_factory=threading.Lock)
     lock: Lock | None = None  # the business lock held while the job is processed
     lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
     cancel: CancelRequest | None = None  # an operator asked to stop it (seen at cancel_seen_ms)
@@ -42,6 +40,14 @@ class Running:
     # its idempotency claim (acquired: a fresh row), inserted with the claim of an earlier job of
     # its prefetched batch and not used yet (pipeline.py)
     ahead_claim: Begin | None = None
+
+    def __init__(self, job: Job, queue: Queue) -> None:
+        self.job = job
+        self.queue = queue
+        self.settle_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Running(job={self.job.id!r}, queue={self.queue.name!r}, closed={self.closed})"
 
     def stop_handler(self) -> None:
         """Tell the handler to stop: ``ctx.cancelled`` for a sync one, and an async one's task

@@ -45,6 +45,9 @@ class Ack:
     completion: Completion | None = None
 
 
+ACKED = Ack()  # the common success (no result): one shared, immutable instance
+
+
 @dataclass(frozen=True)
 class Completion:
     """What an ``Ack`` still has to record before it may be acked: the owned idempotency key

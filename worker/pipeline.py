@@ -163,6 +163,8 @@ class Pipeline:
     def cancel_requested(self, r: Running) -> Outcome | None:
         """An operator's cancel request, seen with the job or by the heartbeat: the job ends
         where they chose, without running (or before the handler starts)."""
+        if r.cancel is None and not r.job.cancel:
+            return None  # the common case, without a parse
         req = r.cancel or CancelRequest.parse(r.job.cancel)
         if req is None:
             return None
@@ -301,8 +303,10 @@ class Pipeline:
         claim: a fresh row nobody else could take, used as it is."""
         job = r.job
         store = self.app.idempotency
-        ahead = self._adopt_claim(r) if store is not None else None
-        if ahead is not None and store is not None:
+        if store is None or not job.idempotency_key:
+            return None
+        ahead = self._adopt_claim(r)
+        if ahead is not None:
             return self._on_begin(r, store, ahead)
         if job.idempotency_key and self.settler.completing(job.idempotency_key):
             # a duplicate of a success earlier in this batch: record and ack that one first,
@@ -423,8 +427,8 @@ class Pipeline:
             claim, r.ahead_claim = r.ahead_claim, None
             if r.admission is not None:
                 quietly(r.admission.release)
-            store = self.app.idempotency
-            if claim is not None and store is not None:
+            store = self.app.idempotency if claim is not None else None
+            if store is not None:
                 self._unclaim(store, r)  # taken ahead, never used: as if never claimed
             if lock is not None:
                 self._release(lock)
@@ -439,8 +443,10 @@ class Pipeline:
             self._release_now(lock)
 
     def flush_release(self) -> None:
-        lock, self._local.release = getattr(self._local, "release", None), None
+        local = self._local
+        lock = getattr(local, "release", None)
         if lock is not None:
+            local.release = None
             self._release_now(lock)
 
     def _release_now(self, lock: Lock) -> None:

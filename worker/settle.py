@@ -24,7 +24,7 @@ from typing import Any
 from antre.clock import Clock
 from antre.envelope import Job
 from antre.errors import LeaseLost
-from antre.logs import job_fields, job_line
+from antre.logs import job_fields, job_line, succeeded_line
 from antre.metrics import DurationBuffer
 
 from .health import REDIS_DOWN, RedisHealth
@@ -53,6 +53,7 @@ class Settler:
     def begin_batch(self, batched: bool) -> None:
         """From now on this thread's plain acks wait for ``flush_acks`` (when ``batched``)."""
         self._local.acks = [] if batched else None
+        self._local.completing = None  # the keys of the waiting acks' completions
 
     def batching(self) -> bool:
         return getattr(self._local, "acks", None) is not None
@@ -60,14 +61,13 @@ class Settler:
     def completing(self, idempotency_key: str) -> bool:
         """Whether this thread's batch holds a success of ``idempotency_key`` whose completion
         is not recorded yet (a duplicate in the same batch waits for it: ``flush_acks``)."""
-        pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
-        return any(ack.completion is not None and ack.completion.item.key == idempotency_key
-                   for _, ack in pending)
+        keys: set[str] | None = getattr(self._local, "completing", None)
+        return keys is not None and idempotency_key in keys
 
     def flush_acks(self) -> None:
         """Ack the successes of a prefetched batch in one round trip."""
         pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
-        self._local.acks = None
+        self._local.acks = self._local.completing = None
         if any(ack.completion is not None for _, ack in pending):
             pending = self._complete(pending)
         by_queue: dict[str, list[tuple[Running, Ack]]] = {}
@@ -146,6 +146,10 @@ class Settler:
                 return False
             if isinstance(outcome, Ack) and not outcome.deduplicated and self.batching():
                 self._local.acks.append((r, outcome))  # acked with its batch
+                if outcome.completion is not None:
+                    if self._local.completing is None:
+                        self._local.completing = set()
+                    self._local.completing.add(outcome.completion.item.key)
                 r.closed = True
                 return True
             try:
@@ -212,7 +216,10 @@ class Settler:
         self._count(r, outcome, event)
         ack = type(outcome) is Ack  # the common case: INFO, no note, kind or details
         level = logging.INFO if ack else _level(outcome)
-        if log.isEnabledFor(level):
+        if ack and event == "succeeded":
+            if log.isEnabledFor(level):
+                succeeded_line(log, r.job, duration_ms(r))
+        elif log.isEnabledFor(level):
             job_line(log, level, "%s job %s%s", (event, r.job.id, "" if ack else _note(outcome)),
                      job_fields(r.job, event, duration_ms=duration_ms(r),
                                 error_kind="" if ack else _error_kind(outcome),

@@ -71,27 +71,35 @@ local out, deadlines = {}, {}
 local orphans = 0
 local worker_json = cjson.encode(worker)
 local now_s = string.format('%d', now)
-local function put(row, name, value)
+-- where the values this script writes go in a returned row (0: not asked for)
+local function at(name)
   local i = pos[name]
-  if i and i <= nret then row[i] = value end
+  if i and i <= nret then return i end
+  return 0
 end
+local p_epoch, p_deliveries, p_state = at('epoch'), at('deliveries'), at('state')
+local p_deadline, p_reserved_at, p_worker = at('deadline'), at('reserved_at'), at('worker_id')
+local p_vt, p_ep, p_dl = pos.vt_ms, pos.epoch, pos.deliveries
+local nfields = #fields
 for _, id in ipairs(ids) do
   local key = prefix .. id
   local row = redis.call('HMGET', key, unpack(fields))
-  local present = false
-  for i = 1, #row do if row[i] then present = true; break end end
+  local present = row[1] ~= false  -- the first field asked for (Queue asks for the id first)
+  if not present then
+    for i = 2, nfields do if row[i] then present = true; break end end
+  end
   if not present and redis.call('EXISTS', key) == 0 then
     orphans = orphans + 1
   else
-    local vt = num_of(row[pos.vt_ms], 30000)
+    local vt = num_of(row[p_vt], 30000)
     if vt <= 0 or vt > 604800000 then vt = 30000 end
     local deadline = string.format('%d', now + vt)
     -- a corrupted epoch restarts from now_ms: above any epoch handed out before, so an old
     -- lease can never become valid again
-    local epoch = num_of(row[pos.epoch], -1)
+    local epoch = num_of(row[p_ep], -1)
     if epoch < 0 then epoch = now end
     epoch = string.format('%d', epoch + 1)
-    local delivery = string.format('%d', num_of(row[pos.deliveries], 0) + 1)
+    local delivery = string.format('%d', num_of(row[p_dl], 0) + 1)
     redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
                'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = deadline
@@ -99,13 +107,13 @@ for _, id in ipairs(ids) do
     tl_add_json(tl_key(prefix, id), now, 'reserved', worker_json,
                 '{"epoch":' .. epoch .. ',"delivery":' .. delivery .. ',"deadline":' ..
                 deadline .. '}')
-    put(row, 'epoch', epoch)
-    put(row, 'deliveries', delivery)
-    put(row, 'state', 'inflight')
-    put(row, 'deadline', deadline)
-    put(row, 'reserved_at', now_s)
-    put(row, 'worker_id', worker)
-    for i = #row, nret + 1, -1 do row[i] = nil end
+    if p_epoch > 0 then row[p_epoch] = epoch end
+    if p_deliveries > 0 then row[p_deliveries] = delivery end
+    if p_state > 0 then row[p_state] = 'inflight' end
+    if p_deadline > 0 then row[p_deadline] = deadline end
+    if p_reserved_at > 0 then row[p_reserved_at] = now_s end
+    if p_worker > 0 then row[p_worker] = worker end
+    for i = nfields, nret + 1, -1 do row[i] = nil end
     out[#out + 1] = row
   end
   if #deadlines >= 400 then  -- (unpack's stack is bounded)
