@@ -218,10 +218,12 @@ class Queue:
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
-        rows = self.scripts.reserve(keys=[k.ready, k.inflight, k.stats, k.paused,
-                                          k.parked_types, k.tombstones],
-                                    args=[k.job_prefix, self.clock(), count, worker_id,
-                                          k.parked_prefix, *RESERVE_FIELDS])
+        keys_ = [k.ready, k.inflight, k.stats, k.paused, k.parked_types, k.tombstones]
+        args = [k.job_prefix, self.clock(), count, worker_id, k.parked_prefix, *RESERVE_FIELDS]
+        if self._pinned is not None:  # a runner thread's own connection, as a producer's
+            rows = self._pinned.call([(self.scripts.reserve, keys_, args)])[0]
+        else:
+            rows = self.scripts.reserve(keys=keys_, args=args)
         return [from_row(row) for row in rows]
 
     def wait_and_reserve(self, worker_id: str, count: int, timeout_s: float) -> list[Job]:
@@ -235,11 +237,13 @@ class Queue:
             self.wait_for_work(timeout_s)
             return self.reserve(worker_id, count)
         k = self.keys
-        _, rows = direct(self.redis, [
+        calls: list[Call] = [
             (None, ("BLPOP", k.wake, timeout_s), ()),
             (self.scripts.reserve, [k.ready, k.inflight, k.stats, k.paused, k.parked_types,
                                     k.tombstones],
-             [k.job_prefix, "server", count, worker_id, k.parked_prefix, *RESERVE_FIELDS])])
+             [k.job_prefix, "server", count, worker_id, k.parked_prefix, *RESERVE_FIELDS])]
+        _, rows = (self._pinned.call(calls) if self._pinned is not None
+                   else direct(self.redis, calls))
         return [from_row(row) for row in rows]
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
@@ -266,7 +270,10 @@ class Queue:
                 args += (job.id, job.epoch, _result(result),
                          _note(notes[i]) if notes is not None else "")
             calls.append(args)
-        if len(calls) == 1:
+        if self._pinned is not None:  # every chunk in one write, on this thread's connection
+            replies = [r for reply in self._pinned.call(
+                [(self.scripts.ack_many, keys_, args) for args in calls]) for r in reply]
+        elif len(calls) == 1:
             replies = self.scripts.ack_many(keys=keys_, args=calls[0])
         else:
             batch = Batch(self.redis)
