@@ -18,6 +18,7 @@ producer stores in the envelope's ``trace_id``:
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -45,9 +46,28 @@ def _tracer(provider: Any = None) -> Any:
     return trace.get_tracer(TRACER_NAME, tracer_provider=provider)
 
 
+# OpenTelemetry loads the provider named by this variable at its first get_tracer_provider();
+# read once here (it is set before a process starts, as OpenTelemetry's auto-instrumentation
+# requires), so that the per-job question below costs no environment lookup while no provider
+# is set
+_ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
+_PROVIDER_FROM_ENV = _ENV_PROVIDER in os.environ
+_UNKNOWN = object()
+
+
+def _no_sdk() -> bool:
+    """No SDK tracer provider (a proxy): what ``isinstance(trace.get_tracer_provider(),
+    ProxyTracerProvider)`` says. While no provider was ever set (OpenTelemetry's global is still
+    None and the environment names none) that is known without calling it: its environment
+    lookup was a tenth of a no-op job's tracing cost. Asked for every job and every enqueue."""
+    if not _PROVIDER_FROM_ENV and getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None:
+        return True
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def recording() -> bool:
     """True when an SDK tracer provider is installed, so spans started here are recorded."""
-    return AVAILABLE and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return AVAILABLE and not _no_sdk()
 
 
 def inject_traceparent() -> str | None:
@@ -125,8 +145,7 @@ def execution_span(job: Job, *, tracer_provider: Any = None) -> Iterator[Any]:
         yield None
         return
     parent = extract(job.trace_id)
-    if tracer_provider is None and isinstance(trace.get_tracer_provider(),
-                                              trace.ProxyTracerProvider):
+    if tracer_provider is None and _no_sdk():
         # no SDK configured: nothing would be recorded, so no spans are built (they were a
         # tenth of a short job's cost); the producer's trace context is still current in the
         # handler, so what it calls downstream carries the same traceparent
@@ -157,7 +176,7 @@ def run_in_execution_span(job: Job, fn: Callable[..., Any], *args: Any) -> Any:
     current around the call, without building a context manager per job."""
     if not AVAILABLE:
         return fn(*args)
-    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not _no_sdk():
         with execution_span(job):
             return fn(*args)
     token = otel_context.attach(extract(job.trace_id))

@@ -1,6 +1,6 @@
 """Completion reporting for the no-op benchmarks, the same for Antre and every peer.
 
-A handler calls ``done()``: two in-memory updates, no I/O. A daemon thread per process flushes
+A handler calls ``done()``: two in-memory updates, no I/O and no system call. A daemon thread per process flushes
 ``count first last`` to the Redis hash ``bench:progress`` (field = pid) every 20 ms, so the
 harness can see when all N jobs ran and when the first and last ones finished, without adding a
 round trip per job. Forking workers (RQ's default Worker runs each job in a fresh fork) flush
@@ -64,13 +64,21 @@ def _loop() -> None:
             pass
 
 
+# this process's id, kept (a fork child sets its own): no system call per job
+_me = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _me.__setitem__(0, os.getpid()))
+_sync = [False]  # BENCH_SYNC, read at a process's first job
+
+
 def done() -> None:
     global _pid, _n, _first, _last, _counter, _client
     now = time.time()
-    pid = os.getpid()
+    pid = _me[0]
     if pid != _pid:  # first job in this process (or in this fork)
         _pid, _counter, _first = pid, itertools.count(1), now
-        if not os.environ.get("BENCH_SYNC"):
+        _sync[0] = bool(os.environ.get("BENCH_SYNC"))
+        if not _sync[0]:
             import atexit
             atexit.register(flush_now)
             threading.Thread(target=_loop, daemon=True, name="bench-progress").start()
@@ -78,7 +86,7 @@ def done() -> None:
             _client = redis.Redis.from_url(_url())
     _n = next(_counter)
     _last = now
-    if os.environ.get("BENCH_SYNC"):
+    if _sync[0]:
         _client.hincrby(KEY, "sync:n", 1)
         _client.hsetnx(KEY, "sync:first", f"{now:.6f}")
         _client.hset(KEY, "sync:last", f"{now:.6f}")

@@ -94,3 +94,42 @@ def test_without_an_sdk_the_handler_still_carries_the_producers_traceparent():
         assert span is None  # nothing is built when nothing would record it
         assert tracing.inject_traceparent() == tp  # but what the handler calls carries it on
     assert tracing.inject_traceparent() is None
+
+
+def test_the_workers_call_carries_the_producers_traceparent_without_an_sdk():
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    job = Job(id="j1", type="t", queue="q", idempotency_key="k", payload={}, trace_id=tp)
+    seen = tracing.run_in_execution_span(job, lambda a, b: (a, b, tracing.inject_traceparent()),
+                                         1, 2)
+    assert seen == (1, 2, tp) and tracing.inject_traceparent() is None
+    with pytest.raises(KeyError):  # an exception leaves the context as it was
+        tracing.run_in_execution_span(job, {}.__getitem__, "x")
+    assert tracing.inject_traceparent() is None
+
+
+_SDK_CHECK = """
+import sys
+from opentelemetry import trace
+from antre import tracing
+before = (tracing._no_sdk(), isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))
+if sys.argv[1] == "set":
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+after = (tracing._no_sdk(), isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))
+print(before, after, tracing.recording())
+"""
+
+
+@pytest.mark.parametrize("how, env, want", [
+    ("none", {}, "(True, True) (True, True) False"),
+    ("set", {}, "(True, True) (False, False) True"),  # a provider set later is seen at once
+    ("none", {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"},
+     "(False, False) (False, False) True"),  # one named by the environment too
+])
+def test_whether_an_sdk_is_configured_is_what_opentelemetry_says(how, env, want):
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _SDK_CHECK, how], capture_output=True,
+                         text=True, env={**os.environ, **env}, timeout=60)
+    assert out.stdout.strip() == want, out.stderr
