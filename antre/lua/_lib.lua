@@ -123,9 +123,16 @@ local function idem_index_key(job_prefix)
   return string.sub(job_prefix, 1, -5) .. 'idem'
 end
 
+local ms_n, ms_s = nil, ''  -- the last time formatted: a call's events share their now
+local function ms_text(now)
+  -- ``now`` (ms) as digits, formatted once per call rather than per job
+  if now ~= ms_n then ms_n, ms_s = now, string.format('%d', now) end
+  return ms_s
+end
+
 local function tl_add_json(key, now, kind, actor_json, detail_json, extra)
   -- actor and details already JSON-encoded (the hot paths build them once, or by hand)
-  local ev = '{"t":' .. string.format('%d', now) .. ',"k":"' .. kind .. '","a":' ..
+  local ev = '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '","a":' ..
              actor_json .. ',"d":' .. detail_json
   if extra and extra ~= '' then ev = ev .. ',"x":' .. extra end
   if redis.call('RPUSH', key, ev .. '}') > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
@@ -172,7 +179,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
                    ',"since_reserved_ms":' .. cjson.encode(now - (tonumber(f[4]) or now)) .. '}'
     tl_add_json(tl, now, kind, cjson.encode(actor), detail, note)
   end
-  redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'result', result)
+  redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
   local created = num_of(f[6], 0)
   if created > 0 and created <= now then return nil, now - created end
