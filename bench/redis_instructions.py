@@ -1,0 +1,98 @@
+"""The Redis server's instructions per job of the worker's hot path, counted by valgrind's
+callgrind: deterministic (the same count for the same code and data, whatever else the machine
+is doing), so a script change can be judged on this VM, whose speed drifts by 2x within minutes.
+
+    python3 bench/redis_instructions.py [TREE ...] [--jobs 1000] [--batch 16]
+
+For each source tree (default: this checkout) it starts ``redis-server`` under
+``valgrind --tool=callgrind`` with instrumentation off, fills ``--jobs`` no-op jobs with
+``Queue.enqueue_many``, reserves and acks one batch to load the scripts, then counts, with
+instrumentation on, the server's instructions while the rest is reserved ``--batch`` at a time
+and each batch acked with ``Queue.ack_many`` (what a worker's runner does). Prints Ir per job
+and the callgrind file (``callgrind_annotate --inclusive=yes FILE`` shows where they go).
+Needs ``valgrind`` and ``redis-server`` on PATH. A tree is a directory holding ``antre/``
+(``git archive <commit> antre | tar -x -C DIR`` for another commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def count(tree: str, jobs: int, batch: int, port: int) -> tuple[float, int, str]:
+    code = f"""
+import sys, time, subprocess
+sys.path.insert(0, {tree!r})
+import redis
+from antre.queue import JobSpec, Queue
+pid, port, n, batch = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+c = redis.Redis(port=port)
+for _ in range(600):
+    try:
+        c.ping(); break
+    except redis.ConnectionError:
+        time.sleep(0.1)
+q = Queue(c, "default")
+specs = [JobSpec("noop", {{"i": i}}, idempotency_key=f"k{{i}}") for i in range(n)]
+for s in range(0, n, 500):
+    q.enqueue_many(specs[s:s + 500])
+got = q.reserve("w", count=batch)
+q.ack_many([(j, None) for j in got], notes=[{{"ran_ms": 0}}] * len(got))
+subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
+done = 0
+while True:
+    got = q.reserve("w:1", count=batch)
+    if not got:
+        break
+    lost = q.ack_many([(j, None) for j in got], notes=[{{"ran_ms": 0}}] * len(got))
+    assert not lost
+    done += len(got)
+subprocess.run(["callgrind_control", "-i", "off", str(pid)], stdout=subprocess.DEVNULL, check=True)
+print(done)
+c.shutdown(nosave=True)
+"""
+    out = os.path.join(tempfile.gettempdir(), f"redis-ir.{os.path.basename(tree.rstrip('/'))}."
+                       f"{os.getpid()}.{port}")
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+         "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        res = subprocess.run([sys.executable, "-c", code, str(server.pid), str(port), str(jobs),
+                              str(batch)], capture_output=True, text=True, timeout=900)
+        if res.returncode != 0:
+            raise SystemExit(f"{tree}: {res.stderr[-2000:]}")
+        done = int(res.stdout.split()[-1])
+        server.wait(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    annotated = subprocess.run(["callgrind_annotate", out], capture_output=True, text=True).stdout
+    total = next(int(line.split()[0].replace(",", "")) for line in annotated.splitlines()
+                 if "PROGRAM TOTALS" in line)
+    return total / done, done, out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trees", nargs="*")
+    p.add_argument("--jobs", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=16)
+    args = p.parse_args()
+    trees = args.trees or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    for i, tree in enumerate(trees):
+        started = time.monotonic()
+        ir, done, out = count(tree, args.jobs, args.batch, 6500 + os.getpid() % 1000 + i)
+        print(f"{tree}: {ir:,.0f} Ir per job (reserve {args.batch} at a time + ack_many; "
+              f"{done} jobs; {time.monotonic() - started:.0f} s) -> {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
