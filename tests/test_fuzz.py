@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from antre import InvalidJob, LeaseLost
-from antre.envelope import RESERVE_FIELDS, from_fields, from_row
+from antre.envelope import RESERVE_FIELDS, _json, from_fields, from_row
 from antre.queue import JobSpec, Queue
 
 LIMIT = 2_000  # a small payload limit so sizes around it are cheap to generate
@@ -219,6 +219,29 @@ MISSING_OK = ["payload", "headers", "errors", "attempt", "timeout_s", "created_a
 def test_from_fields_never_crashes(fields):
     job = from_fields(fields)
     assert isinstance(job.attempt, int) and isinstance(job.headers, dict)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids,
+                                                                max_size=3), max_leaves=8)
+blank = st.sampled_from(["", " ", "\n", "\t ", "\ufeff"])
+
+
+@FUZZ
+@given(text=garbage | st.builds(lambda a, v, b: a + json.dumps(v) + b, blank, json_values,
+                                blank | st.sampled_from(["x", "1", "]", "}"])))
+@example(text=" 7 ")
+@example(text="[1] [2]")
+def test_a_stored_json_field_is_read_as_json_loads_reads_it(text):
+    try:
+        want, error = json.loads(text), False
+    except ValueError:
+        want, error = None, True
+    got, problem = _json(text, None)
+    assert bool(problem) == (error and text != "")
+    if not error:
+        assert json.dumps(got) == json.dumps(want)  # (NaN != NaN: compared as text)
 
 
 @pytest.mark.parametrize("name", ["created_at", "attempt", "vt_ms", "epoch", "deadline"])
