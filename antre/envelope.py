@@ -164,7 +164,7 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
         value, end = _scan_json(text, 0)
         if end == len(text):
             return value, ""
-    except (StopIteration, ValueError):
+    except (StopIteration, ValueError, TypeError):  # (TypeError: bytes, from a raw client)
         pass
     try:
         return json.loads(text), ""

@@ -233,6 +233,7 @@ blank = st.sampled_from(["", " ", "\n", "\t ", "\ufeff"])
                                 blank | st.sampled_from(["x", "1", "]", "}"])))
 @example(text=" 7 ")
 @example(text="[1] [2]")
+@example(text=b'{"a": [1, 2.5]}')  # a client that does not decode replies gives bytes
 def test_a_stored_json_field_is_read_as_json_loads_reads_it(text):
     try:
         want, error = json.loads(text), False
