@@ -66,7 +66,61 @@ _encode_payload_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True,
 _encode_compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
+# orjson writes the very text of the stdlib encoder above for most payloads, 5-10x faster, but
+# not for all: floats ("1e16" for "1e+16"; NaN and infinities as null), non-ASCII text (UTF-8
+# for \u escapes), DEL (raw for \u007f), ints past 64 bits and non-str keys (refused),
+# enums and UUIDs (written, where the stdlib refuses them). Its text is used only when none of
+# that can be in it (``_orjson_payload``); any other payload goes the stdlib's way, so the
+# stored text, and each refusal with its message, stay what the stdlib makes of them.
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
+                   | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS)
+_orjson_dumps, _orjson_loads = orjson.dumps, orjson.loads
+# orjson's text through this table: digits as '0', '.' and 'E' as 'e' (every float orjson
+# writes then shows '0e'; so may a string), DEL and non-ASCII bytes as DEL (the stdlib escapes
+# those)
+_MARKS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x65 if b in (0x2E, 0x45) else 0x7F if b >= 0x7F
+               else b for b in range(256))
+
+
+def _orjson_payload(payload: Any) -> bytes | None:
+    """orjson's text of ``payload`` when it is provably the stdlib encoder's (the same bytes),
+    else None. Checks: orjson wrote it (it refuses big ints, non-str keys, subclasses, dates,
+    dataclasses and cycles); pure ASCII without DEL (the stdlib escapes the rest) and no float
+    (no digit followed by '.', 'e' or 'E' outside strings; with such a string, a text with a
+    backslash is not looked into); at most ``MAX_PAYLOAD_DEPTH`` brackets, so no deeper
+    nesting; and the text reads back equal to the payload (a NaN or an infinity written as
+    null, an enum or a UUID written as its value, a tuple as a list do not). About 1 µs for a
+    small payload, against ~2.5 µs for ``_too_deep`` and the stdlib encoder."""
+    try:
+        out = _orjson_dumps(payload, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return None
+    marks = out.translate(_MARKS)
+    if b"\x7f" in marks:
+        return None
+    if b"0e" in marks and (b"\\" in out or b"0e" in b"".join(marks.split(b'"')[::2])):
+        return None  # a float, or one in the strings (outside them: even pieces, no escapes)
+    # nesting deeper than MAX_PAYLOAD_DEPTH takes more brackets, and twice as many bytes
+    if len(out) > 2 * MAX_PAYLOAD_DEPTH and out.count(b"[") + out.count(b"{") > MAX_PAYLOAD_DEPTH:
+        return None
+    try:
+        if _orjson_loads(out) == payload:
+            return out
+    except Exception:  # an odd __eq__: the stdlib decides
+        pass
+    return None
+
+
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    out = _orjson_payload(payload)
+    if out is not None:
+        size = len(out)
+        if size <= max_bytes:
+            return out.decode("ascii")
+        raise InvalidJob(
+            f"payload is {size} bytes, over the limit of {max_bytes} bytes; store large data "
+            "elsewhere and enqueue a reference, or raise ANTRE_MAX_PAYLOAD_BYTES"
+        )
     if _too_deep(payload):
         raise InvalidJob(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it")
     try:
