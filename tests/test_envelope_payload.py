@@ -24,11 +24,12 @@ from hypothesis import strategies as st
 from antre import InvalidJob
 from antre.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH, NEW_FIELDS,
                             _encode_payload_json, _orjson_payload, _too_deep, encode_new,
-                            encode_payload)
+                            encode_payload, pack_new)
 from antre.queue import JobSpec, Queue
 
 FUZZ = settings(max_examples=600, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
 
 
 def _stdlib(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
@@ -215,9 +216,10 @@ def test_enqueue_many_stores_nothing_when_a_late_spec_is_bad(r):
 
 
 def test_enqueue_many_stores_what_encode_new_makes(r):
-    """The chunked path (one argument per chunk, built as the calls are written) stores the
-    hashes that ``encode_new`` and ``store`` (one argument per job) store."""
-    q = Queue(r, "many", clock=lambda: 1_700_000_000_000)
+    """A chunk of jobs in one argument of enqueue.lua (``pack_chunk``: enqueue_many, store)
+    stores the hashes that one argument per job (``pack_new``: a single enqueue's) stores."""
+    now = 1_700_000_000_000
+    q = Queue(r, "many", clock=lambda: now)
     specs = [JobSpec("t", {"i": i, "f": i / 3, "s": "é"}, f"k{i}", delay_s=i % 3,
                      headers={"h": str(i)} if i % 2 else {}, timeout_s=i + 1,
                      unique=i % 4 == 0) for i in range(25)]
@@ -227,10 +229,51 @@ def test_enqueue_many_stores_what_encode_new_makes(r):
     r.flushdb()
     for spec, job_id, got in zip(specs, ids, fields):
         spec.job_id, spec.trace_id = job_id, got["trace_id"]
-        values = encode_new(spec, q.name, 1_700_000_000_000)
-        want = dict(zip(NEW_FIELDS, values))
-        assert {k: got[k] for k in NEW_FIELDS} == want
-        assert q.store([q.encode(spec, 1_700_000_000_000)], 1_700_000_000_000)[0] == (
-            job_id, "stored")
-        again = r.hgetall(q.keys.job_prefix + job_id)
-        assert again == got
+        names, values = q.encode(spec, now)
+        assert values[:len(NEW_FIELDS)] == encode_new(spec, q.name, now)
+        assert {k: got[k] for k in names} == dict(zip(names, values))
+        reply = q.scripts.enqueue(keys=q._enqueue_keys, args=[
+            q.keys.job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
+            pack_new(values)])
+        assert reply == [1]
+        assert r.hgetall(q.keys.job_prefix + job_id) == got
+
+
+# -- check_spec's one-test path for the common spec ---------------------------------------------
+
+numbers = (st.integers(-5, 20_000) | st.floats(allow_nan=True, allow_infinity=True)
+           | st.sampled_from([True, False, None, "1", 0.0005, 0.001, 366 * 86_400, 366 * 86_400 + 1]))
+
+
+@FUZZ
+@given(queue=st.sampled_from(["jobs", "bad queue", "", "q" * 101]),
+       job_type=st.sampled_from(["t", "t\n", "", None, "x" * 101]),
+       idem=st.sampled_from(["k", "", "é", "x" * 500, "x" * 501, 5, "a\ud800"]),
+       lock=st.sampled_from([None, "", "l", "{l}"]),
+       headers=st.sampled_from([{}, {"a": "b"}, [], None, {"a": 1}]),
+       trace=st.sampled_from([None, "", "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "x"]),
+       job_id=st.sampled_from([None, "", "mine", "bad id"]),
+       unique=st.sampled_from([False, True, 0, None]),
+       max_attempts=numbers, max_deliveries=numbers, timeout=numbers, visibility=numbers,
+       delay=numbers)
+def test_check_spec_is_the_same_with_and_without_its_one_test_path(
+        monkeypatch, queue, job_type, idem, lock, headers, trace, job_id, unique, max_attempts,
+        max_deliveries, timeout, visibility, delay):
+    from antre import envelope
+    spec = JobSpec(job_type, {}, idem, lock_key=lock, headers=headers, trace_id=trace,
+                   job_id=job_id, unique=unique, max_attempts=max_attempts,
+                   max_deliveries=max_deliveries, timeout_s=timeout,
+                   visibility_timeout_s=visibility, delay_s=delay)
+
+    def outcome() -> str:
+        try:
+            envelope.check_spec(spec, queue)
+        except Exception as exc:  # (a job type of None raises TypeError on both paths)
+            return f"{type(exc).__name__}: {exc}"
+        return "ok"
+
+    envelope._known_name("jobs"), envelope._known_name("t")  # as after a first use
+    fast = outcome()
+    with monkeypatch.context() as m:
+        m.setattr(envelope, "_plain_spec", lambda spec, queue: False)
+        assert outcome() == fast
