@@ -430,7 +430,8 @@ def encode_new(spec: JobSpec, queue: str, now_ms: int,
     (``ENTROPY_HEX`` random hex digits: ``new_entropy``; one ``os.urandom`` for both, or for a
     whole batch) or, without it, from a new one. ``now_text``: ``str(now_ms)``, when the
     caller has it (a batch makes it once)."""
-    check_spec(spec, queue)
+    if not _plain_spec(spec, queue):  # check_spec's first test, without a call more
+        check_spec(spec, queue)
     payload = encode_payload(spec.payload, max_payload_bytes)
     job_id, trace_id = spec.job_id, spec.trace_id
     if not job_id or not trace_id:

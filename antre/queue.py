@@ -214,7 +214,8 @@ class Queue:
             batch.command("sadd", keys.queues_index(), self.name)
             out = batch.execute()[:-1]
         replies = [r for reply in out for r in reply]
-        return [_stored(values[0], reply) for (_, values), reply in zip(encoded, replies)]
+        return [(values[0], "stored") if reply == 1 else _stored(values[0], reply)
+                for (_, values), reply in zip(encoded, replies)]
 
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
