@@ -83,37 +83,39 @@ _MARKS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x65 if b in (0x2E, 0x45) else 0x7
 
 
 def _orjson_payload(payload: Any) -> bytes | None:
-    """orjson's text of ``payload`` when it is provably the stdlib encoder's (the same bytes),
-    else None. Checks: orjson wrote it (it refuses big ints, non-str keys, subclasses, dates,
-    dataclasses and cycles); pure ASCII without DEL (the stdlib escapes the rest) and no float
-    (no digit followed by '.', 'e' or 'E' outside strings; with such a string, a text with a
-    backslash is not looked into); at most ``MAX_PAYLOAD_DEPTH`` brackets, so no deeper
-    nesting; and the text reads back equal to the payload (a NaN or an infinity written as
-    null, an enum or a UUID written as its value, a tuple as a list do not). About 1 µs for a
-    small payload, against ~2.5 µs for ``_too_deep`` and the stdlib encoder."""
+    """orjson's text of ``payload`` when it is provably the stdlib encoder's (the same bytes);
+    else b"" when orjson wrote it no deeper than ``MAX_PAYLOAD_DEPTH`` (so ``_too_deep`` need
+    not look), or None. Checks: orjson wrote it (it refuses big ints, non-str keys,
+    subclasses, dates, dataclasses and cycles); at most ``MAX_PAYLOAD_DEPTH`` brackets, so no
+    deeper nesting; pure ASCII without DEL (the stdlib escapes the rest) and no float (no
+    digit followed by '.', 'e' or 'E' outside strings; with such a string, a text with a
+    backslash is not looked into); and the text reads back equal to the payload (a NaN or an
+    infinity written as null, an enum or a UUID written as its value, a tuple as a list do
+    not). About 1 µs for a small payload, against ~2.5 µs for ``_too_deep`` and the stdlib
+    encoder."""
     try:
         out = _orjson_dumps(payload, option=_ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError is one
         return None
-    marks = out.translate(_MARKS)
-    if b"\x7f" in marks:
-        return None
-    if b"0e" in marks and (b"\\" in out or b"0e" in b"".join(marks.split(b'"')[::2])):
-        return None  # a float, or one in the strings (outside them: even pieces, no escapes)
     # nesting deeper than MAX_PAYLOAD_DEPTH takes more brackets, and twice as many bytes
     if len(out) > 2 * MAX_PAYLOAD_DEPTH and out.count(b"[") + out.count(b"{") > MAX_PAYLOAD_DEPTH:
         return None
+    marks = out.translate(_MARKS)
+    if b"\x7f" in marks:
+        return b""
+    if b"0e" in marks and (b"\\" in out or b"0e" in b"".join(marks.split(b'"')[::2])):
+        return b""  # a float, or one in the strings (outside them: even pieces, no escapes)
     try:
         if _orjson_loads(out) == payload:
             return out
     except Exception:  # an odd __eq__: the stdlib decides
         pass
-    return None
+    return b""
 
 
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     out = _orjson_payload(payload)
-    if out is not None:
+    if out:
         size = len(out)
         if size <= max_bytes:
             return out.decode("ascii")
@@ -121,7 +123,7 @@ def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> 
             f"payload is {size} bytes, over the limit of {max_bytes} bytes; store large data "
             "elsewhere and enqueue a reference, or raise ANTRE_MAX_PAYLOAD_BYTES"
         )
-    if _too_deep(payload):
+    if out is None and _too_deep(payload):  # (b"": orjson found it shallow enough)
         raise InvalidJob(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it")
     try:
         text = _encode_payload_json(payload)

@@ -161,8 +161,10 @@ def test_plain_payloads_take_orjson_and_floats_do_not():
     assert _orjson_payload({"b": [1, "x"], "a": None}) == b'{"a":null,"b":[1,"x"]}'
     assert _orjson_payload({"ref": "3e8f", "v": "1.5"}) is not None  # float-like strings
     for payload in ({"f": 1.5}, {"k": "é"}, {1: 2}, float("nan"), {"s": "a\\", "v": 1e5},
-                    (1, 2), Colour.RED, _nested(MAX_PAYLOAD_DEPTH + 1)):
-        assert _orjson_payload(payload) is None
+                    (1, 2), Colour.RED, _nested(MAX_PAYLOAD_DEPTH + 1), _cycle()):
+        assert not _orjson_payload(payload)
+    assert _orjson_payload({"f": 1.5}) == b""  # written, shallow: no _too_deep to run
+    assert _orjson_payload(_nested(MAX_PAYLOAD_DEPTH + 1)) is None
 
 
 text = st.text(max_size=12) | st.sampled_from(
