@@ -18,7 +18,7 @@ from . import keys
 from .clock import Clock, system_ms
 from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, encode_new, from_fields,
-                       from_row, new_entropy, pack_new)
+                       from_row, new_entropy, pack_chunk, pack_new)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
 from .scripts import Batch, Call, Scripts, direct, direct_ok, script_and_command
@@ -65,7 +65,7 @@ def _runs(encoded: list[Encoded], chunk: int) -> Iterator[tuple[tuple[str, ...],
     names: tuple[str, ...] = ()
     run: list[list[str]] = []
     for job_names, values in encoded:
-        if run and (len(run) >= chunk or job_names != names):
+        if run and (len(run) >= chunk or job_names is not names and job_names != names):
             yield names, run
             run = []
         names = job_names
@@ -127,11 +127,12 @@ class Queue:
         """Validate ``spec`` and return the hash fields of the new job (raises ``InvalidJob``)."""
         return dict(zip(*self.encode(spec, now)))
 
-    def encode(self, spec: JobSpec, now: int, entropy: str | None = None) -> Encoded:
+    def encode(self, spec: JobSpec, now: int, entropy: str | None = None,
+               now_text: str | None = None) -> Encoded:
         """The new job's field names and values (``NEW_FIELDS``, then a unique job's
-        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it). ``entropy``: see
-        ``envelope.encode_new``."""
-        values = encode_new(spec, self.name, now, self.max_payload_bytes, entropy)
+        ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it). ``entropy``,
+        ``now_text``: see ``envelope.encode_new``."""
+        values = encode_new(spec, self.name, now, self.max_payload_bytes, entropy, now_text)
         if not spec.unique:
             return NEW_FIELDS, values
         return (NEW_FIELDS + ("ukey", "unique_ms"),
@@ -187,8 +188,9 @@ class Queue:
         now = self.clock()
         specs = list(specs)
         raw = new_entropy(len(specs))  # the random bits of every new id, in one call
+        encode, now_text = self.encode, str(now)
         return [job_id for job_id, _ in self.store(
-            [self.encode(s, now, raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX])
+            [encode(s, now, raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX], now_text)
              for i, s in enumerate(specs)], now, chunk)]
 
     def store(self, encoded: list[Encoded], now: int,
@@ -200,9 +202,8 @@ class Queue:
             return []
         calls: list[Call] = []
         for names, part in _runs(encoded, chunk):
-            args: list[Any] = [self._job_prefix, now,
-                               "" if names == NEW_FIELDS else json.dumps(names)]
-            args.extend([pack_new(values) for values in part])
+            args = [self._job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
+                    pack_chunk(part)]  # the run's jobs in one argument (enqueue.lua)
             calls.append((self.scripts.enqueue, self._enqueue_keys, args))
         if self._pinned is not None:  # the queue index in the script: one command per chunk
             out = self._pinned.call([(s, self._indexed_keys, a) for s, _, a in calls])
@@ -213,7 +214,8 @@ class Queue:
             batch.command("sadd", keys.queues_index(), self.name)
             out = batch.execute()[:-1]
         replies = [r for reply in out for r in reply]
-        return [_stored(values[0], reply) for (_, values), reply in zip(encoded, replies)]
+        return [(values[0], "stored") if reply == 1 else _stored(values[0], reply)
+                for (_, values), reply in zip(encoded, replies)]
 
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:

@@ -7,8 +7,8 @@
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] the n field names: '' for the standard ones
 -- (envelope.NEW_FIELDS, written out in store's HSET below), else a JSON array of them; the
 -- first three are id, type, visible_at
--- ARGV[4 ..] one JSON array of n string values per job (one argument per job keeps the
--- client's packing cost low for big batches)
+-- ARGV[4 ..] one JSON array of n string values per job, or a JSON array of such arrays (a
+-- chunk of jobs in one argument: Queue.enqueue_many; one decode, and one argument to pack)
 -- Each stored job is one HSET of all its fields and its state. Each is indexed by its
 -- idempotency key (field 'idem_key', keys.QueueKeys.idem_index: the newest job of a key). A job
 -- enqueued with a delay gets an 'enqueued' event (delay_ms); the others' is read from the hash
@@ -127,20 +127,24 @@ end
 
 local qname = nil  -- the queue's name, for KEYS[6]
 for a = 4, #ARGV do
-  local values = cjson.decode(ARGV[a])
-  local id = values[1]
-  qname = qname or values[pos and pos.queue or 4]
-  local key = prefix .. id
-  local refused = pos and guard(values)
-  if refused then
-    out[#out + 1] = refused
-  elseif redis.call('EXISTS', key) == 1 then
-    out[#out + 1] = 0
-  else
-    if pos then claim(values, id) end
-    store(key, id, values)
-    stored = stored + 1
-    out[#out + 1] = 1
+  local jobs = cjson.decode(ARGV[a])
+  if type(jobs[1]) ~= 'table' then jobs = {jobs} end  -- one job's values
+  for j = 1, #jobs do
+    local values = jobs[j]
+    local id = values[1]
+    qname = qname or values[pos and pos.queue or 4]
+    local key = prefix .. id
+    local refused = pos and guard(values)
+    if refused then
+      out[#out + 1] = refused
+    elseif redis.call('EXISTS', key) == 1 then
+      out[#out + 1] = 0
+    else
+      if pos then claim(values, id) end
+      store(key, id, values)
+      stored = stored + 1
+      out[#out + 1] = 1
+    end
   end
 end
 -- one command per 1,000 arguments (unpack of a very long list would overflow Lua's stack)
