@@ -15,7 +15,7 @@ import os
 import re
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import orjson
 
@@ -208,7 +208,8 @@ def _num(raw: str | None, default: int = 0) -> int:
 
 # the stdlib decoder's own C scanner: what json.loads runs, without its wrappers, for text
 # that is one JSON value with nothing around it (anything else: json.loads decides)
-_scan_json = json.JSONDecoder().scan_once
+_scan_json: Callable[[str, int], tuple[Any, int]] = (
+    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
 
 
 def _json(text: str | None, default: Any) -> tuple[Any, str]:

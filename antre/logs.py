@@ -179,7 +179,8 @@ def succeeded_line(log: logging.Logger, job: Job, duration_ms: int | None) -> No
     enqueue); the formatter's way otherwise. The line of every ordinary job."""
     handler = _plain_json_handler(log)
     if (handler is None or logging.INFO < handler.level or type(job.attempt) is not int
-            or (duration_ms is not None and type(duration_ms) is not int) or not _PLAIN.fullmatch("".join((log.name, job.id, job.type, job.idempotency_key,
+            or (duration_ms is not None and type(duration_ms) is not int)
+            or not _PLAIN.fullmatch("".join((log.name, job.id, job.type, job.idempotency_key,
                                              job.lock_key, job.trace_id, job.queue)))):
         job_line(log, logging.INFO, "%s job %s%s", ("succeeded", job.id, ""),
                  job_fields(job, "succeeded", duration_ms=duration_ms, error_kind=""))

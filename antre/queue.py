@@ -221,7 +221,8 @@ class Queue:
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
         keys_ = [k.ready, k.inflight, k.stats, k.paused, k.parked_types, k.tombstones]
-        args = [k.job_prefix, self.clock(), count, worker_id, k.parked_prefix, *RESERVE_FIELDS]
+        args: list[Any] = [k.job_prefix, self.clock(), count, worker_id, k.parked_prefix,
+                           *RESERVE_FIELDS]
         if self._pinned is not None:  # a runner thread's own connection, as a producer's
             rows = self._pinned.call([(self.scripts.reserve, keys_, args)])[0]
         else:

@@ -1,10 +1,11 @@
 """Completion reporting for the no-op benchmarks, the same for Antre and every peer.
 
-A handler calls ``done()``: two in-memory updates, no I/O and no system call. A daemon thread per process flushes
-``count first last`` to the Redis hash ``bench:progress`` (field = pid) every 20 ms, so the
-harness can see when all N jobs ran and when the first and last ones finished, without adding a
-round trip per job. Forking workers (RQ's default Worker runs each job in a fresh fork) flush
-synchronously instead (``BENCH_SYNC=1`` or a pid change with no thread).
+A handler calls ``done()``: two in-memory updates, no I/O and no system call. A daemon thread
+per process flushes ``count first last`` to the Redis hash ``bench:progress`` (field = pid)
+every 20 ms, so the harness can see when all N jobs ran and when the first and last ones
+finished, without adding a round trip per job. Forking workers (RQ's default Worker runs each
+job in a fresh fork) flush synchronously instead (``BENCH_SYNC=1`` or a pid change with no
+thread).
 
 Stdlib + redis-py only: it is imported inside each peer's own virtualenv.
 """
