@@ -310,7 +310,7 @@ def _known_name(name: Any) -> bool:
     over and over (the set is emptied past 4,096 names)."""
     if type(name) is str and name in _KNOWN_NAMES:
         return True
-    if not valid_name(name):
+    if not isinstance(name, str) or not valid_name(name):  # None, bytes, numbers: refused
         return False
     if len(_KNOWN_NAMES) >= 4096:
         _KNOWN_NAMES.clear()
@@ -328,8 +328,9 @@ def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str |
             "idempotency_key must name the business operation (1-500 characters), "
             "e.g. 'email:welcome:42'; it must not be the job id"
         )
-    if lock_key is not None and (not lock_key or len(lock_key) > 200 or "{" in lock_key or "}" in lock_key):
-        raise InvalidJob(f"bad lock_key {lock_key!r}: 1-200 characters, no braces")
+    if lock_key is not None and (not isinstance(lock_key, str) or not lock_key
+                                 or len(lock_key) > 200 or "{" in lock_key or "}" in lock_key):
+        raise InvalidJob(f"bad lock_key {lock_key!r}: a string of 1-200 characters, no braces")
     if not idempotency_key.isascii():  # ASCII is valid UTF-8: the common case costs one test
         _utf8("idempotency_key", idempotency_key)
     if lock_key:

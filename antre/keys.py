@@ -15,8 +15,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")  # \Z: "$" would let a fina
 
 
 def valid_name(name: str) -> bool:
-    """Queue names, job types and worker ids: printable, no braces, at most 100 characters."""
-    return bool(_NAME_RE.match(name))
+    """Queue names, job types and worker ids: printable, no braces, at most 100 characters
+    (a value that is not a ``str`` is not a name)."""
+    return isinstance(name, str) and bool(_NAME_RE.match(name))
 
 
 @dataclass(frozen=True)

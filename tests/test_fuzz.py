@@ -95,6 +95,28 @@ def test_payload_size_limit_is_exact(q, size):
             q.enqueue("t", payload, idempotency_key="k")
 
 
+@pytest.mark.parametrize("field, value", [
+    ("job_type", None), ("job_type", b"t"), ("job_type", 7), ("idempotency_key", None),
+    ("idempotency_key", 7), ("lock_key", 5), ("lock_key", b"l")])
+def test_a_name_that_is_not_a_string_is_refused_with_invalidjob(r, field, value):
+    spec = {"job_type": "t", "idempotency_key": "k", "lock_key": None, field: value}
+    q = Queue(r, "q")
+    with pytest.raises(InvalidJob):
+        q.enqueue(spec["job_type"], {}, idempotency_key=spec["idempotency_key"],
+                  lock_key=spec["lock_key"])
+    with pytest.raises(InvalidJob):  # in a batch too: nothing of the batch is stored
+        q.enqueue_many([JobSpec("ok", {}, "k0"),
+                        JobSpec(spec["job_type"], {}, spec["idempotency_key"],
+                                lock_key=spec["lock_key"])])
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("name", [None, b"q", 3.5])
+def test_a_queue_name_that_is_not_a_string_is_refused_with_invalidjob(r, name):
+    with pytest.raises(InvalidJob):
+        Queue(r, name)
+
+
 @FUZZ
 @given(job_type=odd_text, idem=odd_text, lock=st.none() | odd_text,
        headers=st.dictionaries(odd_text, odd_text, max_size=3),
