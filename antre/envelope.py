@@ -117,13 +117,8 @@ def _orjson_payload(payload: Any) -> bytes | None:
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     out = _orjson_payload(payload)
     if out:
-        size = len(out)
-        if size <= max_bytes:
-            return out.decode("ascii")
-        raise InvalidJob(
-            f"payload is {size} bytes, over the limit of {max_bytes} bytes; store large data "
-            "elsewhere and enqueue a reference, or raise ANTRE_MAX_PAYLOAD_BYTES"
-        )
+        _check_size(len(out), max_bytes)
+        return out.decode("ascii")
     if out is None and _too_deep(payload):  # (b"": orjson found it shallow enough)
         raise InvalidJob(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it")
     try:
@@ -135,13 +130,17 @@ def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> 
             f"payload is not JSON-serialisable ({exc}); pass dicts, lists, strings, numbers, "
             "booleans and None, and convert dates, decimals and objects first"
         ) from None
-    size = len(text) if text.isascii() else len(text.encode())
+    _check_size(len(text) if text.isascii() else len(text.encode()), max_bytes)
+    return text
+
+
+def _check_size(size: int, max_bytes: int) -> None:
+    """Refuse a payload of ``size`` bytes (its encoded text) over ``max_bytes``."""
     if size > max_bytes:
         raise InvalidJob(
             f"payload is {size} bytes, over the limit of {max_bytes} bytes; store large data "
             "elsewhere and enqueue a reference, or raise ANTRE_MAX_PAYLOAD_BYTES"
         )
-    return text
 
 
 @dataclass
@@ -310,7 +309,7 @@ def _known_name(name: Any) -> bool:
     over and over (the set is emptied past 4,096 names)."""
     if type(name) is str and name in _KNOWN_NAMES:
         return True
-    if not isinstance(name, str) or not valid_name(name):  # None, bytes, numbers: refused
+    if not valid_name(name):
         return False
     if len(_KNOWN_NAMES) >= 4096:
         _KNOWN_NAMES.clear()

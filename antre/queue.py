@@ -108,6 +108,8 @@ class Queue:
         self.cluster = isinstance(client, RedisCluster)
         k = self.keys  # built once: each key property formats a string
         self._enqueue_keys = [k.ready, k.scheduled, k.stats, k.types, k.wake]
+        self._reserve_keys = [k.ready, k.inflight, k.stats, k.paused, k.parked_types,
+                              k.tombstones]
         self._job_prefix = k.job_prefix
         self._index_command = ("SADD", keys.queues_index(), name)
         # not on a cluster (the index is in another slot): enqueue.lua adds the queue's name to
@@ -220,13 +222,12 @@ class Queue:
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
-        keys_ = [k.ready, k.inflight, k.stats, k.paused, k.parked_types, k.tombstones]
         args: list[Any] = [k.job_prefix, self.clock(), count, worker_id, k.parked_prefix,
                            *RESERVE_FIELDS]
         if self._pinned is not None:  # a runner thread's own connection, as a producer's
-            rows = self._pinned.call([(self.scripts.reserve, keys_, args)])[0]
+            rows = self._pinned.call([(self.scripts.reserve, self._reserve_keys, args)])[0]
         else:
-            rows = self.scripts.reserve(keys=keys_, args=args)
+            rows = self.scripts.reserve(keys=self._reserve_keys, args=args)
         return [from_row(row) for row in rows]
 
     def wait_and_reserve(self, worker_id: str, count: int, timeout_s: float) -> list[Job]:
@@ -242,8 +243,7 @@ class Queue:
         k = self.keys
         calls: list[Call] = [
             (None, ("BLPOP", k.wake, timeout_s), ()),
-            (self.scripts.reserve, [k.ready, k.inflight, k.stats, k.paused, k.parked_types,
-                                    k.tombstones],
+            (self.scripts.reserve, self._reserve_keys,
              [k.job_prefix, "server", count, worker_id, k.parked_prefix, *RESERVE_FIELDS])]
         _, rows = (self._pinned.call(calls) if self._pinned is not None
                    else direct(self.redis, calls))

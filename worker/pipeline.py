@@ -308,7 +308,7 @@ class Pipeline:
         ahead = self._adopt_claim(r)
         if ahead is not None:
             return self._on_begin(r, store, ahead)
-        if job.idempotency_key and self.settler.completing(job.idempotency_key):
+        if self.settler.completing(job.idempotency_key):
             # a duplicate of a success earlier in this batch: record and ack that one first,
             # so this one is answered from its completed record
             self.flush_release()
@@ -316,9 +316,6 @@ class Pipeline:
             self.settler.begin_batch(True)
         while True:
             try:
-                store = self.app.idempotency
-                if store is None or not job.idempotency_key:
-                    return None
                 begin = self._begin(store, r)
             except InvalidJob as exc:
                 return Bury(f"bad idempotency key: {exc}", "invalid")
