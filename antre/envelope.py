@@ -445,9 +445,22 @@ def encode_new(spec: JobSpec, queue: str, now_ms: int,
     (``ENTROPY_HEX`` random hex digits: ``new_entropy``; one ``os.urandom`` for both, or for a
     whole batch) or, without it, from a new one. ``now_text``: ``str(now_ms)``, when the
     caller has it (a batch makes it once)."""
+    return new_values(spec, queue, now_ms, checked_payload(spec, queue, max_payload_bytes),
+                      entropy, now_text)
+
+
+def checked_payload(spec: JobSpec, queue: str,
+                    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Validate ``spec`` and return its payload's stored text: every ``InvalidJob`` a new job
+    can raise is raised here (``new_values`` then makes the rest of its hash)."""
     if not _plain_spec(spec, queue):  # check_spec's first test, without a call more
         check_spec(spec, queue)
-    payload = encode_payload(spec.payload, max_payload_bytes)
+    return encode_payload(spec.payload, max_payload_bytes)
+
+
+def new_values(spec: JobSpec, queue: str, now_ms: int, payload: str,
+               entropy: str | None = None, now_text: str | None = None) -> list[str]:
+    """``encode_new`` for a spec that ``checked_payload`` passed, given its payload text."""
     job_id, trace_id = spec.job_id, spec.trace_id
     if not job_id or not trace_id:
         raw = entropy or new_entropy()

@@ -17,8 +17,8 @@ from redis.commands.core import Script
 from . import keys
 from .clock import Clock, system_ms
 from .envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
-                       RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, encode_new, from_fields,
-                       from_row, new_entropy, pack_chunk, pack_new)
+                       RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
+                       from_fields, from_row, new_entropy, new_values, pack_chunk, pack_new)
 from .errors import InvalidJob, LeaseLost
 from .retry import error_signature
 from .scripts import Batch, Call, Scripts, direct, direct_ok, script_and_command
@@ -33,6 +33,7 @@ DONE_MAX = 10_000
 # the first job of a type, then at most once per this many seconds per Queue (enqueue_one)
 INDEX_EVERY_MS = 1000
 ACK_CHUNK = 200  # jobs per ack_many.lua call
+ENQUEUE_CHUNK = 100  # jobs per enqueue.lua call of enqueue_many / store
 DISCARDED_TIMELINE_MS = 7 * 86_400_000  # a discarded job's timeline stays this long
 Note = dict[str, Any] | None  # a transition's details from the caller, on the job's timeline
 
@@ -59,7 +60,7 @@ class SweepResult:
 Encoded = tuple[tuple[str, ...], list[str]]  # a new job's field names and values
 
 
-def _runs(encoded: list[Encoded], chunk: int) -> Iterator[tuple[tuple[str, ...], list[list[str]]]]:
+def _runs(encoded: Iterable[Encoded], chunk: int) -> Iterator[tuple[tuple[str, ...], list[list[str]]]]:
     """Consecutive jobs with the same field names, at most ``chunk`` per run (one script call
     each: unique jobs and periodic ticks carry extra fields)."""
     names: tuple[str, ...] = ()
@@ -134,7 +135,13 @@ class Queue:
         """The new job's field names and values (``NEW_FIELDS``, then a unique job's
         ``ukey`` / ``unique_ms`` that enqueue.lua reads to deduplicate it). ``entropy``,
         ``now_text``: see ``envelope.encode_new``."""
-        values = encode_new(spec, self.name, now, self.max_payload_bytes, entropy, now_text)
+        return self._encoded(spec, now, checked_payload(spec, self.name, self.max_payload_bytes),
+                             entropy, now_text)
+
+    def _encoded(self, spec: JobSpec, now: int, payload: str, entropy: str | None = None,
+                 now_text: str | None = None) -> Encoded:
+        """``encode`` of a spec that ``checked_payload`` passed, given its payload text."""
+        values = new_values(spec, self.name, now, payload, entropy, now_text)
         if not spec.unique:
             return NEW_FIELDS, values
         return (NEW_FIELDS + ("ukey", "unique_ms"),
@@ -184,40 +191,67 @@ class Queue:
             self._indexed_at, self._indexed_types = now, set()
         return job_type not in self._indexed_types
 
-    def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = 500) -> list[str]:
+    def enqueue_many(self, specs: Iterable[JobSpec], chunk: int = ENQUEUE_CHUNK) -> list[str]:
         """Store many jobs in few round trips (one script call per ``chunk`` jobs). Returns
-        each job's id; for a unique job whose key is held, the id of the job holding it."""
+        each job's id; for a unique job whose key is held, the id of the job holding it.
+        Every spec is checked first: an ``InvalidJob`` stores none of them. Then each chunk
+        is written to Redis as soon as it is made, so Redis stores one chunk while the next is
+        made (on a thread's own connection, ``scripts.Pinned.call_made``)."""
         now = self.clock()
         specs = list(specs)
-        raw = new_entropy(len(specs))  # the random bits of every new id, in one call
-        encode, now_text = self.encode, str(now)
-        return [job_id for job_id, _ in self.store(
-            [encode(s, now, raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX], now_text)
-             for i, s in enumerate(specs)], now, chunk)]
+        if not specs:
+            return []
+        name, limit = self.name, self.max_payload_bytes
+        payloads = [checked_payload(s, name, limit) for s in specs]  # every refusal, first
+        ids: list[str] = []
+
+        def encoded() -> Iterator[Encoded]:
+            raw = new_entropy(len(specs))  # the random bits of every new id, in one call
+            make, now_text = self._encoded, str(now)
+            for i, spec in enumerate(specs):
+                job = make(spec, now, payloads[i], raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX],
+                           now_text)
+                ids.append(job[1][0])
+                yield job
+
+        replies = self._send(_runs(encoded(), chunk), now)
+        return [job_id if reply == 1 else _stored(job_id, reply)[0]
+                for job_id, reply in zip(ids, replies)]
 
     def store(self, encoded: list[Encoded], now: int,
-              chunk: int = 500) -> list[tuple[str, str]]:
+              chunk: int = ENQUEUE_CHUNK) -> list[tuple[str, str]]:
         """Send encoded jobs to enqueue.lua; returns (id, outcome) per job, outcome being
         'stored', 'exists' or a guard's refusal ('dup', 'recent', 'tick', 'paused'), the id
         then the job that holds the key or the tick (may be '')."""
         if not encoded:
             return []
-        calls: list[Call] = []
-        for names, part in _runs(encoded, chunk):
-            args = [self._job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
-                    pack_chunk(part)]  # the run's jobs in one argument (enqueue.lua)
-            calls.append((self.scripts.enqueue, self._enqueue_keys, args))
-        if self._pinned is not None:  # the queue index in the script: one command per chunk
-            out = self._pinned.call([(s, self._indexed_keys, a) for s, _, a in calls])
-        else:
-            batch = Batch(self.redis)
-            for script, script_keys, script_args in calls:
-                batch.script(cast(Script, script), script_keys, script_args)
-            batch.command("sadd", keys.queues_index(), self.name)
-            out = batch.execute()[:-1]
-        replies = [r for reply in out for r in reply]
+        replies = self._send(_runs(encoded, chunk), now)
         return [(values[0], "stored") if reply == 1 else _stored(values[0], reply)
                 for (_, values), reply in zip(encoded, replies)]
+
+    def _send(self, runs: Iterable[tuple[tuple[str, ...], list[list[str]]]],
+              now: int) -> list[Any]:
+        """One enqueue.lua call per run of jobs (their values in one argument); returns the
+        script's reply for each job. On the thread's own connection each call is written as
+        soon as its run is made, with the queue index in the script (one command per run);
+        elsewhere the calls and the index's SADD go in one batch."""
+        prefix, script = self._job_prefix, self.scripts.enqueue
+
+        def args(names: tuple[str, ...], part: list[list[str]]) -> list[Any]:
+            return [prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
+                    pack_chunk(part)]
+
+        if self._pinned is not None:
+            indexed = self._indexed_keys
+            out = self._pinned.call_made(
+                (script, indexed, args(names, part)) for names, part in runs)
+        else:
+            batch = Batch(self.redis)
+            for names, part in runs:
+                batch.script(script, self._enqueue_keys, args(names, part))
+            batch.command("sadd", keys.queues_index(), self.name)
+            out = batch.execute()[:-1]
+        return [r for reply in out for r in reply]
 
     # -- consuming -------------------------------------------------------------------------
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:

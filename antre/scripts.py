@@ -13,7 +13,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from importlib import resources
 from typing import Any, cast
@@ -287,17 +287,26 @@ class _SocketIO:
     def write_read(self, conn: Any, data: bytes, n: int) -> list[Any]:
         """Write ``data`` (``n`` commands), read their ``n`` replies (error replies as
         exception instances, as ``_reply`` returns them)."""
+        return self.exchange(conn, ((data, n),))
+
+    def exchange(self, conn: Any, pieces: Iterable[tuple[bytes, int]]) -> list[Any]:
+        """``write_read`` of pieces (packed commands and how many) that are written one by one
+        as ``pieces`` makes them, then every reply is read: the server runs a piece while the
+        caller makes the next (``Pinned.call_made``)."""
         if conn.health_check_interval:
             conn.check_health()  # redis-py's PING when idle too long (read by its parser)
             if conn._sock is not self.sock:  # it reconnected: the caller's retry makes a new one
                 raise ConnectionError("reconnected by the health check")
         try:
-            try:  # one write, no poll first (the socket's timeout is for waiting, below)
-                sent = os.write(self.fd, data)
-            except BlockingIOError:
-                sent = 0
-            if sent < len(data):
-                self.sock.sendall(memoryview(data)[sent:])
+            n = 0
+            for data, count in pieces:
+                n += count
+                try:  # one write, no poll first (the socket's timeout is for waiting, below)
+                    sent = os.write(self.fd, data)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(data):
+                    self.sock.sendall(memoryview(data)[sent:])
             replies: list[Any] = []
             reader = self.reader
             while len(replies) < n:
@@ -409,6 +418,39 @@ class Pinned:
             conn.disconnect()  # whatever was left unread goes with it
             raise
 
+    def call_made(self, calls: Iterable[Call]) -> list[Any]:
+        """``call`` of calls that ``calls`` makes one at a time (a generator): each is written
+        as soon as it is made, so the server runs it while the next is made; the replies are
+        read once all are written. With redis-py's I/O (no ``direct_io``) the calls are made
+        first, then sent as ``call`` sends them. A retry after a connection error makes the
+        rest, then sends every call again (as ``call``'s retry does). An error raised while
+        making a call leaves the calls written before it sent (the caller checks what can fail
+        before it makes any)."""
+        made: list[Call] = []
+        source = iter(calls)
+        if not self.direct_io:
+            made.extend(source)
+            return self.call(made)
+        conn, io = self._connection()
+        held = self._local.held
+        attempts = [0]
+
+        def attempt() -> list[Any]:
+            attempts[0] += 1
+            if attempts[0] > 1:  # a retry: the rest is made now, everything sent again
+                made.extend(source)
+                return _direct(self.client, conn, made, True, _socket_io(held))
+            return _direct_made(self.client, conn, source, made, _socket_io(held))
+
+        try:
+            return cast(list[Any], conn.retry.call_with_retry(
+                attempt, lambda error: conn.disconnect()))
+        except ResponseError:
+            raise  # every reply was read: the connection is in step
+        except BaseException:
+            conn.disconnect()  # whatever was left unread goes with it
+            raise
+
     def release(self) -> None:
         """Give this thread's connection back to the pool now (it is checked out again on the
         next call)."""
@@ -428,7 +470,13 @@ def script_and_command(client: "redis.Redis", script: Script, keys: Sequence[Any
 
 def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
             fast_pack: bool = False, io: "_SocketIO | None" = None) -> list[Any]:
-    replies = _write_read(conn, calls, fast_pack, io)
+    return _settle(client, conn, calls, _write_read(conn, calls, fast_pack, io), fast_pack, io)
+
+
+def _settle(client: "redis.Redis", conn: Any, calls: Sequence[Call], replies: list[Any],
+            fast_pack: bool, io: "_SocketIO | None") -> list[Any]:
+    """The replies of ``calls``: those a server without the script refused (NOSCRIPT) sent
+    again once it is loaded; the first error reply raised."""
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:  # the server lost its scripts (restart, SCRIPT FLUSH): load, send those again
         for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
@@ -441,6 +489,20 @@ def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
         if isinstance(reply, Exception):
             raise reply
     return replies
+
+
+def _direct_made(client: "redis.Redis", conn: Any, source: Iterator[Call], made: list[Call],
+                 io: "_SocketIO") -> list[Any]:
+    """``_direct`` of the calls ``source`` makes, each written as it is made (kept in ``made``
+    for a retry)."""
+    def pieces() -> Iterator[tuple[bytes, int]]:
+        for call in source:
+            made.append(call)
+            script, words, args = call
+            yield _hiredis_pack(tuple(words) if script is None else
+                                ("EVALSHA", script.sha, len(words), *words, *args)), 1
+
+    return _settle(client, conn, made, io.exchange(conn, pieces()), True, io)
 
 
 def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,

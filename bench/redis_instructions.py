@@ -3,6 +3,7 @@ callgrind: deterministic (the same count for the same code and data, whatever el
 is doing), so a script change can be judged on this VM, whose speed drifts by 2x within minutes.
 
     python3 bench/redis_instructions.py [TREE ...] [--jobs 1000] [--batch 16]
+    python3 bench/redis_instructions.py [TREE ...] --enqueue [--jobs 10000]
 
 For each source tree (default: this checkout) it starts ``redis-server`` under
 ``valgrind --tool=callgrind`` with instrumentation off, fills ``--jobs`` no-op jobs with
@@ -10,6 +11,8 @@ For each source tree (default: this checkout) it starts ``redis-server`` under
 instrumentation on, the server's instructions while the rest is reserved ``--batch`` at a time
 and each batch acked with ``Queue.ack_many`` (what a worker's runner does). Prints Ir per job
 and the callgrind file (``callgrind_annotate --inclusive=yes FILE`` shows where they go).
+With ``--enqueue`` it counts the producer's side instead: the server's instructions while
+``--jobs`` jobs go in through ``Queue.enqueue_many``, 1,000 specs a call (as ``bench/run``).
 Needs ``valgrind`` and ``redis-server`` on PATH. A tree is a directory holding ``antre/``
 (``git archive <commit> antre | tar -x -C DIR`` for another commit).
 """
@@ -24,8 +27,33 @@ import tempfile
 import time
 
 
-def count(tree: str, jobs: int, batch: int, port: int) -> tuple[float, int, str]:
-    code = f"""
+ENQUEUE = """
+import sys, time, subprocess
+import redis
+from antre.queue import JobSpec, Queue
+pid, port, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+c = redis.Redis(port=port)
+for _ in range(600):
+    try:
+        c.ping(); break
+    except redis.ConnectionError:
+        time.sleep(0.1)
+q = Queue(c, "default")
+q.enqueue_many([JobSpec("noop", {"i": -1}, idempotency_key="warm")])  # the script loaded
+specs = [JobSpec("noop", {"i": i}, idempotency_key=f"k{i}") for i in range(n)]
+subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
+for s in range(0, n, 1000):
+    q.enqueue_many(specs[s:s + 1000])
+subprocess.run(["callgrind_control", "-i", "off", str(pid)], stdout=subprocess.DEVNULL, check=True)
+assert c.llen(q.keys.ready) == n + 1
+print(n)
+c.shutdown(nosave=True)
+"""
+
+
+def count(tree: str, jobs: int, batch: int, port: int,
+          enqueue: bool = False) -> tuple[float, int, str]:
+    code = f"import sys; sys.path.insert(0, {tree!r})" + ENQUEUE if enqueue else f"""
 import sys, time, subprocess
 sys.path.insert(0, {tree!r})
 import redis
@@ -84,12 +112,17 @@ def main() -> int:
     p.add_argument("trees", nargs="*")
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--enqueue", action="store_true",
+                   help="count enqueue_many (1,000 specs a call) instead of reserve + ack")
     args = p.parse_args()
     trees = args.trees or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     for i, tree in enumerate(trees):
         started = time.monotonic()
-        ir, done, out = count(tree, args.jobs, args.batch, 6500 + os.getpid() % 1000 + i)
-        print(f"{tree}: {ir:,.0f} Ir per job (reserve {args.batch} at a time + ack_many; "
+        ir, done, out = count(tree, args.jobs, args.batch, 6500 + os.getpid() % 1000 + i,
+                              args.enqueue)
+        what = ("enqueue_many, 1,000 a call" if args.enqueue
+                else f"reserve {args.batch} at a time + ack_many")
+        print(f"{tree}: {ir:,.0f} Ir per job ({what}; "
               f"{done} jobs; {time.monotonic() - started:.0f} s) -> {out}", flush=True)
     return 0
 

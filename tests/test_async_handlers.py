@@ -131,7 +131,9 @@ def test_a_lost_lease_cancels_the_task_and_its_late_result_is_dropped(app, clock
         return "late"
 
     job_id = app.enqueue("slowpoke", {}, idempotency_key="sp")
-    w = make_worker(app, clock)
+    # one task at a time: busy with slowpoke, this worker cannot take the requeued job itself
+    # (with room for more, its idle fetch could reserve it before "w2" below)
+    w = make_worker(app, clock, concurrency=1)
     t = threading.Thread(target=w.run)
     t.start()
     try:

@@ -310,6 +310,8 @@ def test_direct_reads_and_writes_are_for_plain_resp2_connections(redis_url, tmp_
     assert not Pinned.of(resp3).direct_io  # push messages: redis-py's parser reads them
     q = Queue(resp3, "jobs")
     assert q.where(q.enqueue("t", {}, idempotency_key="k1")) == ["ready"]
+    many = q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(5)], chunk=2)  # made first
+    assert [q.where(i) for i in many] == [["ready"]] * 5 and resp3.llen(q.keys.ready) == 6
     raw = redis.Redis.from_url(redis_url)  # bytes replies: the reader does not decode
     assert Pinned.of(raw).direct_io
     assert Pinned.of(raw).call([(None, ("ECHO", "é"), ())]) == ["é".encode()]
@@ -328,7 +330,7 @@ def test_a_reply_nobody_read_is_never_taken_for_the_next_one(redis_url):
     client.close()
 
 
-@pytest.mark.parametrize("how", ["enqueue", "enqueue_many"])
+@pytest.mark.parametrize("how", ["enqueue", "enqueue_many", "enqueue_many in chunks"])
 def test_a_call_sent_again_after_its_reply_was_lost_makes_each_job_ready_once(
         redis_url, r, monkeypatch, how):
     """The connection drops after the server ran the enqueue, before its reply is read; the
@@ -338,22 +340,52 @@ def test_a_call_sent_again_after_its_reply_was_lost_makes_each_job_ready_once(
     client = _app_client(redis_url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1))
     q = Queue(client, "jobs")
     q.enqueue("w", {}, idempotency_key="warm")
-    real, lost = scripts._SocketIO.write_read, []
+    real, lost = scripts._SocketIO.exchange, []
 
-    def reply_lost(self, conn, data, n):
-        replies = real(self, conn, data, n)  # the server ran the call and answered
+    def reply_lost(self, conn, pieces):
+        replies = real(self, conn, pieces)  # the server ran the calls and answered
         if not lost:
             lost.append(replies)
             conn.disconnect()
             raise redis.ConnectionError("connection lost before the reply was read")
         return replies
 
-    monkeypatch.setattr(scripts._SocketIO, "write_read", reply_lost)
+    monkeypatch.setattr(scripts._SocketIO, "exchange", reply_lost)
     ids = ([q.enqueue("t", {"n": 1}, idempotency_key="k1")] if how == "enqueue" else
-           q.enqueue_many([JobSpec("t", {"n": i}, f"k{i}") for i in range(3)]))
+           q.enqueue_many([JobSpec("t", {"n": i}, f"k{i}") for i in range(3)])
+           if how == "enqueue_many" else  # in chunks: each written as it was made, then lost
+           q.enqueue_many([JobSpec("t", {"n": i}, f"k{i}") for i in range(5)], chunk=2))
     monkeypatch.undo()
     assert lost  # the first reply was lost, and the call was sent again
     ready = r.lrange(q.keys.ready, 0, -1)
     assert sorted(ready) == sorted([*ids, ready[-1]])  # each new id once, beside "warm"'s
     assert int(r.hget(q.keys.stats, "enqueued")) == 1 + len(ids)
+    client.close()
+
+
+def test_a_connection_lost_amid_the_chunks_makes_the_rest_and_stores_each_job_once(
+        redis_url, r, monkeypatch):
+    """enqueue_many writes each chunk as it is made; the connection drops after the first
+    chunk was written and run, before the next was made. The retry makes the rest and sends
+    every chunk again: the first chunk's jobs are found stored (unchanged), the rest stored."""
+    client = _app_client(redis_url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1))
+    q = Queue(client, "jobs")
+    q.enqueue_many([JobSpec("w", {}, "warm")])  # the server knows enqueue.lua from now on
+    real, dropped = scripts._SocketIO.exchange, []
+
+    def drop_after_the_first(self, conn, pieces):
+        if dropped:
+            return real(self, conn, pieces)
+        first = next(iter(pieces))
+        dropped.append(real(self, conn, [first]))  # run by the server, its reply read
+        conn.disconnect()
+        raise redis.ConnectionError("connection lost amid the chunks")
+
+    monkeypatch.setattr(scripts._SocketIO, "exchange", drop_after_the_first)
+    ids = q.enqueue_many([JobSpec("t", {"n": i}, f"k{i}") for i in range(5)], chunk=2)
+    monkeypatch.undo()
+    assert dropped == [[[1, 1]]]  # the first chunk only, before the drop
+    assert len(set(ids)) == 5 and [q.where(i) for i in ids] == [["ready"]] * 5
+    assert r.llen(q.keys.ready) == 6  # each id once, beside "warm"'s
+    assert int(r.hget(q.keys.stats, "enqueued")) == 6
     client.close()

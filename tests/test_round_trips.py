@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from antre import keys, scripts
+from antre import queue as queue_module
 from antre.clock import ManualClock
 from antre.idempotency import ACQUIRED, IdempotencyStore
 from antre.locks import Locks
@@ -80,6 +81,10 @@ def test_batch_reloads_flushed_scripts_and_runs_each_call_once(q, r):
     r.script_flush()
     ids = q.enqueue_many([JobSpec("t", {}, f"n{i}") for i in range(2)])
     assert r.llen(q.keys.ready) == 2 and set(ids) == set(r.lrange(q.keys.ready, 0, -1))
+    r.script_flush()  # chunks written one by one: each refused, then each sent again once
+    more = q.enqueue_many([JobSpec("t", {}, f"c{i}") for i in range(5)], chunk=2)
+    assert r.lrange(q.keys.ready, 0, -1) == [*more[::-1], *ids[::-1]]
+    assert int(r.hget(q.keys.stats, "enqueued")) == 3 + 2 + 5
 
 
 def test_batch_raises_the_first_error_after_running_everything(r):
@@ -175,17 +180,44 @@ def test_a_single_enqueue_the_lean_script_does_not_cover_takes_the_full_one(q, r
     assert q.where(job_id) == ["scheduled" if options.get("delay_s") else "ready"]
 
 
+class _ReadSpy:
+    """A hiredis reader that records each piece of reply it is fed."""
+
+    def __init__(self, reader, events: list) -> None:
+        self.reader, self.events = reader, events
+
+    def feed(self, data) -> None:
+        self.events.append("read")
+        self.reader.feed(data)
+
+    def gets(self):
+        return self.reader.gets()
+
+
 def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r, monkeypatch):
+    """One round trip: each chunk's command is written as soon as the chunk is made (Redis
+    stores it while the next is made) and the replies are read once every chunk is written."""
     q.enqueue("t", {}, idempotency_key="warm")
     r.delete(keys.queues_index())
     r.config_resetstat()
     sent: list = []
     conn = q.scripts.pinned.connection()
     _spy(conn, sent, monkeypatch)
+    events: list = []
+    io = q.scripts.pinned._local.held.io
+    monkeypatch.setattr(io, "reader", _ReadSpy(io.reader, events))
+    pack = queue_module.pack_chunk
+    monkeypatch.setattr(queue_module, "pack_chunk", lambda jobs: (
+        events.append(f"made {len(jobs)}"), pack(jobs))[1])
+    write = scripts.os.write  # _spy's, recording into sent
+    monkeypatch.setattr(scripts.os, "write", lambda to, data: (
+        events.append("write"), write(to, data))[1])
     ids = q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(5)], chunk=2)
     monkeypatch.undo()
-    assert len(sent) == 1  # one round trip
-    assert [c[0] for c in _commands(sent[0])] == [b"EVALSHA"] * 3
+    assert events[:6] == ["made 2", "write", "made 2", "write", "made 1", "write"]
+    assert set(events[6:]) == {"read"}  # no reply read before the last write
+    assert len(sent) == 3
+    assert [c[0] for chunk in sent for c in _commands(chunk)] == [b"EVALSHA"] * 3
     stats = calls(r)
     assert stats["evalsha"] == 3 and "hset" in stats
     assert stats["lpush"] == 6  # per call: one LPUSH of its ids and one of the wake tokens
