@@ -27,11 +27,13 @@ import tempfile
 import time
 
 
-ENQUEUE = """
+# both counts' start: the tree's antre imported, the server (under valgrind) answering
+START = """
 import sys, time, subprocess
+sys.path.insert(0, sys.argv[5])
 import redis
 from antre.queue import JobSpec, Queue
-pid, port, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+pid, port, n, batch = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 c = redis.Redis(port=port)
 for _ in range(600):
     try:
@@ -39,6 +41,9 @@ for _ in range(600):
     except redis.ConnectionError:
         time.sleep(0.1)
 q = Queue(c, "default")
+"""
+
+ENQUEUE = START + """
 q.enqueue_many([JobSpec("noop", {"i": -1}, idempotency_key="warm")])  # the script loaded
 specs = [JobSpec("noop", {"i": i}, idempotency_key=f"k{i}") for i in range(n)]
 subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
@@ -53,19 +58,7 @@ c.shutdown(nosave=True)
 
 def count(tree: str, jobs: int, batch: int, port: int,
           enqueue: bool = False) -> tuple[float, int, str]:
-    code = f"import sys; sys.path.insert(0, {tree!r})" + ENQUEUE if enqueue else f"""
-import sys, time, subprocess
-sys.path.insert(0, {tree!r})
-import redis
-from antre.queue import JobSpec, Queue
-pid, port, n, batch = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-c = redis.Redis(port=port)
-for _ in range(600):
-    try:
-        c.ping(); break
-    except redis.ConnectionError:
-        time.sleep(0.1)
-q = Queue(c, "default")
+    code = ENQUEUE if enqueue else START + f"""
 specs = [JobSpec("noop", {{"i": i}}, idempotency_key=f"k{{i}}") for i in range(n)]
 for s in range(0, n, 500):
     q.enqueue_many(specs[s:s + 500])
@@ -92,7 +85,7 @@ c.shutdown(nosave=True)
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         res = subprocess.run([sys.executable, "-c", code, str(server.pid), str(port), str(jobs),
-                              str(batch)], capture_output=True, text=True, timeout=900)
+                              str(batch), tree], capture_output=True, text=True, timeout=900)
         if res.returncode != 0:
             raise SystemExit(f"{tree}: {res.stderr[-2000:]}")
         done = int(res.stdout.split()[-1])
