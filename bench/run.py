@@ -379,7 +379,7 @@ def _enqueue_table(res: dict[str, Any]) -> list[str]:
                 f"{r.get('quartiles_per_s')}" if r.get("blocks") else r.get("runs"))
         out.append(f"| {name} | one job per call ({how}) | {_med(r, 'enqueue_per_s'):,} | "
                    f"{r.get('enqueue_cpu_us', '-')} | {runs} |")
-    out += [f"| antre | `app.enqueue_many`, chunks of {e.get('enqueue_many_chunk')} | {many:,} | "
+    out += [f"| antre | `app.enqueue_many`, {e.get('enqueue_many_chunk'):,} specs a call | {many:,} | "
             f"{e.get('enqueue_many_cpu_us', '-')} | {e.get('runs')} |", ""]
     return out
 
