@@ -166,7 +166,7 @@ class Queue:
             return self.enqueue_many([spec])[0]
         now = self.clock()
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
-        if spec.job_id or values[2] != values[8]:  # the caller's id, or visible later
+        if spec.job_id or values[2] != values[7]:  # the caller's id, or visible later
             script, args = self.scripts.enqueue, [self._job_prefix, now, "", pack_new(values)]
             script_keys, indexed = self._enqueue_keys, self._indexed_keys
         else:

@@ -422,6 +422,32 @@ def test_reserve_takes_a_job_hash_without_any_known_field(q, clock):
     assert "orphans" not in q.stats()
 
 
+def test_a_new_job_is_stored_without_counters_and_every_reader_takes_them_as_zero(q, clock):
+    """attempt, epoch and deliveries start at 0 and are not written for a new job (three
+    fields fewer to store: bench/ENQUEUE.md); a reserve counts from 0, a retry spends the
+    first attempt, a job whose epoch is damaged still restarts from the clock."""
+    ids = [q.enqueue("t", {}, idempotency_key="k1"),  # enqueue_one.lua
+           *q.enqueue_many([JobSpec("t", {}, "k2")]),  # enqueue.lua, the standard fields
+           q.enqueue("t", {}, idempotency_key="k3", unique=True),  # enqueue.lua, named fields
+           q.enqueue("t", {}, idempotency_key="k4", job_id="mine")]
+    for job_id in ids:
+        assert not {"attempt", "epoch", "deliveries"} & set(q.redis.hgetall(q.keys.job(job_id)))
+        job = q.get(job_id)
+        assert (job.attempt, job.epoch, job.deliveries, job.state) == (0, 0, 0, "ready")
+    jobs = {j.id: j for j in q.reserve("w1", count=4)}
+    assert sorted((j.attempt, j.epoch, j.deliveries) for j in jobs.values()) == [(0, 1, 1)] * 4
+    q.retry(jobs[ids[0]], delay_ms=0, error="boom")
+    again = q.get(ids[0])
+    assert (again.attempt, again.epoch, again.deliveries, again.state) == (1, 1, 1, "ready")
+    [job] = q.reserve("w1")
+    assert (job.attempt, job.epoch, job.deliveries) == (1, 2, 2)
+    q.redis.hset(q.keys.job("mine"), "epoch", "garbage")  # damaged: from the clock, as before
+    q.redis.hset(q.keys.job("mine"), "state", "ready")
+    q.redis.lpush(q.keys.ready, "mine")
+    [mine] = q.reserve("w2")
+    assert mine.id == "mine" and mine.epoch == clock() + 1
+
+
 def test_done_jobs_are_trimmed(r, clock):
     q = Queue(r, "jobs", clock=clock, done_max=5)
     q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(12)])

@@ -25,7 +25,7 @@
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 -- The standard fields (envelope.NEW_FIELDS) are written out in store's HSET, in that order
 -- (tests/test_core_lua.py checks it); no table of them is built on each call.
-local names, pos, n = nil, nil, 17
+local names, pos, n = nil, nil, 14
 if ARGV[3] ~= '' then
   names, pos = cjson.decode(ARGV[3]), {}
   for i = 1, #names do pos[names[i]] = i end
@@ -104,10 +104,9 @@ local function store(key, id, values)
   else  -- the standard fields, written out (no table to build and unpack)
     local v = values
     redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3], 'queue', v[4],
-               'idem_key', v[5], 'payload', v[6], 'attempt', v[7], 'max_attempts', v[8],
-               'created_at', v[9], 'trace_id', v[10], 'lock_key', v[11], 'headers', v[12],
-               'timeout_s', v[13], 'vt_ms', v[14], 'epoch', v[15], 'deliveries', v[16],
-               'max_deliveries', v[17], 'state', state)
+               'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
+               'trace_id', v[9], 'lock_key', v[10], 'headers', v[11], 'timeout_s', v[12],
+               'vt_ms', v[13], 'max_deliveries', v[14], 'state', state)
   end
   if not types[values[2]] then
     types[values[2]] = true

@@ -14,7 +14,7 @@
 -- and queue are added to them. Both only grow; a producer sends them for the first job of a
 -- type and then once a second (queue.INDEX_EVERY_MS), and on a cluster, where the queues index is
 -- in another slot, sends that SADD on its own
--- ARGV[1] job_prefix   ARGV[2 .. 18] the job's envelope.NEW_FIELDS values, in that order
+-- ARGV[1] job_prefix   ARGV[2 .. 15] the job's envelope.NEW_FIELDS values, in that order
 -- (one argument each: no JSON to decode). Returns 1, or 0 for an id that exists (unchanged).
 local v = ARGV
 local id = v[2]
@@ -24,10 +24,9 @@ if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
 if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
 redis.call('HSET', KEYS[4], v[6], id)
 redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4], 'queue', v[5],
-           'idem_key', v[6], 'payload', v[7], 'attempt', v[8], 'max_attempts', v[9],
-           'created_at', v[10], 'trace_id', v[11], 'lock_key', v[12], 'headers', v[13],
-           'timeout_s', v[14], 'vt_ms', v[15], 'epoch', v[16], 'deliveries', v[17],
-           'max_deliveries', v[18], 'state', 'ready')
+           'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
+           'trace_id', v[10], 'lock_key', v[11], 'headers', v[12], 'timeout_s', v[13],
+           'vt_ms', v[14], 'max_deliveries', v[15], 'state', 'ready')
 redis.call('LPUSH', KEYS[1], id)
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 -- a token for an idle worker blocked on the wake list; the list is capped at 64 as wake() does

@@ -79,7 +79,7 @@ local function at(name)
 end
 local p_epoch, p_deliveries, p_state = at('epoch'), at('deliveries'), at('state')
 local p_deadline, p_reserved_at, p_worker = at('deadline'), at('reserved_at'), at('worker_id')
-local p_vt, p_ep, p_dl = pos.vt_ms, pos.epoch, pos.deliveries
+local p_vt, p_ep, p_dl, p_id = pos.vt_ms, pos.epoch, pos.deliveries, pos.id
 local nfields = #fields
 for _, id in ipairs(ids) do
   local key = prefix .. id
@@ -94,10 +94,13 @@ for _, id in ipairs(ids) do
     local vt = num_of(row[p_vt], 30000)
     if vt <= 0 or vt > 604800000 then vt = 30000 end
     local deadline = string.format('%d', now + vt)
-    -- a corrupted epoch restarts from now_ms: above any epoch handed out before, so an old
-    -- lease can never become valid again
+    -- a job stored without an epoch is a new job (enqueue writes no counters): 0; a corrupted
+    -- epoch, or a hash without its id, restarts from now_ms: above any epoch handed out
+    -- before, so an old lease can never become valid again
     local epoch = num_of(row[p_ep], -1)
-    if epoch < 0 then epoch = now end
+    if epoch < 0 then
+      epoch = (row[p_ep] == false and p_id and row[p_id]) and 0 or now
+    end
     epoch = string.format('%d', epoch + 1)
     local delivery = string.format('%d', num_of(row[p_dl], 0) + 1)
     redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
