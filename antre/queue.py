@@ -12,7 +12,6 @@ from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
 from redis.cluster import RedisCluster
-from redis.commands.core import Script
 
 from . import keys
 from .clock import Clock, system_ms
@@ -60,7 +59,8 @@ class SweepResult:
 Encoded = tuple[tuple[str, ...], list[str]]  # a new job's field names and values
 
 
-def _runs(encoded: Iterable[Encoded], chunk: int) -> Iterator[tuple[tuple[str, ...], list[list[str]]]]:
+def _runs(encoded: Iterable[Encoded],
+          chunk: int) -> Iterator[tuple[tuple[str, ...], list[list[str]]]]:
     """Consecutive jobs with the same field names, at most ``chunk`` per run (one script call
     each: unique jobs and periodic ticks carry extra fields)."""
     names: tuple[str, ...] = ()

@@ -431,7 +431,7 @@ class Pinned:
         if not self.direct_io:
             made.extend(source)
             return self.call(made)
-        conn, io = self._connection()
+        conn, _ = self._connection()
         held = self._local.held
         attempts = [0]
 
