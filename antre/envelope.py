@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import re
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -119,7 +119,15 @@ def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> 
     if out:
         _check_size(len(out), max_bytes)
         return out.decode("ascii")
-    if out is None and _too_deep(payload):  # (b"": orjson found it shallow enough)
+    return _encode_payload_stdlib(payload, max_bytes, check_depth=out is None)
+
+
+def _encode_payload_stdlib(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                           check_depth: bool = True) -> str:
+    """``encode_payload`` by the stdlib encoder, with its refusals: every payload orjson's
+    text is not provably right for. ``check_depth`` False: orjson found it no deeper than
+    ``MAX_PAYLOAD_DEPTH`` already."""
+    if check_depth and _too_deep(payload):
         raise InvalidJob(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it")
     try:
         text = _encode_payload_json(payload)
@@ -457,8 +465,7 @@ def checked_payload(spec: JobSpec, queue: str,
                     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Validate ``spec`` and return its payload's stored text: every ``InvalidJob`` a new job
     can raise is raised here (``new_values`` then makes the rest of its hash)."""
-    if not _plain_spec(spec, queue):  # check_spec's first test, without a call more
-        check_spec(spec, queue)
+    check_spec(spec, queue)
     return encode_payload(spec.payload, max_payload_bytes)
 
 

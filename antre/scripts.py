@@ -13,8 +13,9 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
+from itertools import chain
 from importlib import resources
 from typing import Any, cast
 
@@ -407,41 +408,37 @@ class Pinned:
         """``direct(client, calls)`` on this thread's connection."""
         conn, io = self._connection()
         held = self._local.held
-        try:  # a retry after a reconnect gets the I/O of the new socket
-            return cast(list[Any], conn.retry.call_with_retry(
-                lambda: _direct(self.client, conn, calls, self.fast_pack,
-                                None if io is None else _socket_io(held)),
-                lambda error: conn.disconnect()))
-        except ResponseError:
-            raise  # every reply was read: the connection is in step
-        except BaseException:
-            conn.disconnect()  # whatever was left unread goes with it
-            raise
+        # a retry after a reconnect gets the I/O of the new socket
+        return self._retried(conn, lambda: _direct(self.client, conn, calls, self.fast_pack,
+                                                   None if io is None else _socket_io(held)))
 
     def call_made(self, calls: Iterable[Call]) -> list[Any]:
         """``call`` of calls that ``calls`` makes one at a time (a generator): each is written
         as soon as it is made, so the server runs it while the next is made; the replies are
         read once all are written. With redis-py's I/O (no ``direct_io``) the calls are made
-        first, then sent as ``call`` sends them. A retry after a connection error makes the
-        rest, then sends every call again (as ``call``'s retry does). An error raised while
-        making a call leaves the calls written before it sent (the caller checks what can fail
-        before it makes any)."""
+        first, then sent as ``call`` sends them. A retry after a connection error sends every
+        call made so far again (as ``call``'s retry does), then makes and writes the rest as
+        the first attempt would have. An error raised while making a call leaves the calls
+        written before it sent (the caller checks what can fail before it makes any)."""
+        if not self.direct_io:
+            return self.call(list(calls))
         made: list[Call] = []
         source = iter(calls)
-        if not self.direct_io:
-            made.extend(source)
-            return self.call(made)
         conn, _ = self._connection()
         held = self._local.held
-        attempts = [0]
 
         def attempt() -> list[Any]:
-            attempts[0] += 1
-            if attempts[0] > 1:  # a retry: the rest is made now, everything sent again
-                made.extend(source)
-                return _direct(self.client, conn, made, True, _socket_io(held))
-            return _direct_made(self.client, conn, source, made, _socket_io(held))
+            again = made[:]  # a retry: the calls made so far again, then the rest as made
+            made.clear()
+            return _direct_made(self.client, conn, chain(again, source), made,
+                                _socket_io(held))
 
+        return self._retried(conn, attempt)
+
+    @staticmethod
+    def _retried(conn: Any, attempt: Callable[[], list[Any]]) -> list[Any]:
+        """``attempt()`` under the connection's retry policy; any failure but an error reply
+        disconnects it."""
         try:
             return cast(list[Any], conn.retry.call_with_retry(
                 attempt, lambda error: conn.disconnect()))
@@ -498,18 +495,14 @@ def _direct_made(client: "redis.Redis", conn: Any, source: Iterator[Call], made:
     def pieces() -> Iterator[tuple[bytes, int]]:
         for call in source:
             made.append(call)
-            script, words, args = call
-            yield _hiredis_pack(tuple(words) if script is None else
-                                ("EVALSHA", script.sha, len(words), *words, *args)), 1
+            yield _hiredis_pack(_command(call)), 1
 
     return _settle(client, conn, made, io.exchange(conn, pieces()), True, io)
 
 
 def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
                 io: "_SocketIO | None" = None) -> list[Any]:
-    commands = [tuple(words) if script is None
-                else ("EVALSHA", script.sha, len(words), *words, *args)
-                for script, words, args in calls]
+    commands = [_command(call) for call in calls]
     if io is not None:  # fast_pack holds too (Pinned.direct_io)
         return io.write_read(conn, b"".join([_hiredis_pack(c) for c in commands]), len(calls))
     if fast_pack:  # str (UTF-8), bytes and int arguments only: what the hot paths send
@@ -517,6 +510,12 @@ def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
     else:
         conn.send_packed_command(conn.pack_commands(commands))
     return [_reply(conn) for _ in calls]  # read every reply: the connection stays in step
+
+
+def _command(call: Call) -> tuple[Any, ...]:
+    """The command a call sends: its script's EVALSHA, or the plain command it names."""
+    script, words, args = call
+    return tuple(words) if script is None else ("EVALSHA", script.sha, len(words), *words, *args)
 
 
 def _reply(conn: Any) -> Any:

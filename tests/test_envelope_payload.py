@@ -1,6 +1,7 @@
 """The payload's stored text: ``encode_payload`` takes orjson's text only where it is provably
 the stdlib encoder's, so every payload is stored (or refused, with the same message) exactly as
-the stdlib encoder alone did it. ``_stdlib`` below is that encoder's path as it was.
+the stdlib encoder alone did it. ``_stdlib`` below is that encoder's path
+(``envelope._encode_payload_stdlib``, what ``encode_payload`` falls back to).
 
 Also the rule of ``enqueue_many`` that goes with it: every spec is validated (its payload
 encoded) before anything is sent, though the rest of the encoding is done chunk by chunk."""
@@ -23,8 +24,8 @@ from hypothesis import strategies as st
 
 from antre import InvalidJob
 from antre.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH, NEW_FIELDS,
-                            _encode_payload_json, _orjson_payload, _too_deep, encode_new,
-                            encode_payload, pack_new)
+                            _encode_payload_json, _encode_payload_stdlib, _orjson_payload,
+                            encode_new, encode_payload, pack_new)
 from antre.queue import JobSpec, Queue
 
 FUZZ = settings(max_examples=600, deadline=None,
@@ -32,26 +33,9 @@ FUZZ = settings(max_examples=600, deadline=None,
                                        HealthCheck.function_scoped_fixture])
 
 
-def _stdlib(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
-    """``encode_payload`` before orjson: the stdlib encoder, and its refusals."""
-    if _too_deep(payload):
-        raise InvalidJob(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels; flatten it")
-    try:
-        text = _encode_payload_json(payload)
-    except RecursionError:
-        raise InvalidJob("payload is nested too deeply to store; flatten it") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(
-            f"payload is not JSON-serialisable ({exc}); pass dicts, lists, strings, numbers, "
-            "booleans and None, and convert dates, decimals and objects first"
-        ) from None
-    size = len(text) if text.isascii() else len(text.encode())
-    if size > max_bytes:
-        raise InvalidJob(
-            f"payload is {size} bytes, over the limit of {max_bytes} bytes; store large data "
-            "elsewhere and enqueue a reference, or raise ANTRE_MAX_PAYLOAD_BYTES"
-        )
-    return text
+# what encode_payload made before orjson, and makes of any payload orjson's text is not
+# provably right for: the stdlib encoder, with its refusals
+_stdlib = _encode_payload_stdlib
 
 
 def _outcome(encode: Any, payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple:
