@@ -1,13 +1,13 @@
 """Antre: a reliable at-least-once job queue for Python on Redis."""
 
-from .app import Antre, HandlerSpec
-from .context import JobContext
-from .errors import InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited, Retryable
-from .flow import FlowPolicy
-from .locks import LockBusy
-from .envelope import JobSpec
-from .queue import Queue
-from .retry import RetryPolicy
+from antre.app import Antre, HandlerSpec
+from antre.context import JobContext
+from antre.errors import InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited, Retryable
+from antre.limits.flow import FlowPolicy
+from antre.engine.locks import LockBusy
+from antre.engine.envelope import JobSpec
+from antre.engine.queue import Queue
+from antre.engine.retry import RetryPolicy
 
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
            "Permanent", "RateLimited", "Retryable", "LockBusy", "FlowPolicy", "JobSpec", "Queue", "RetryPolicy"]

@@ -14,26 +14,26 @@ import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import sql
-from .alerts import AlertConfig
-from .audit import AuditLog
-from .clock import Clock, system_ms
-from .envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
-from .fencing import LockFences
-from .finder import Finder, JobStatus, ResultStatus
-from .idempotency import CompletedCache, IdempotencyStore
-from .outbox import Outbox
-from .users import UserStore
-from .errors import InvalidJob
-from .flow import FlowPolicy
-from .keys import valid_name
-from .locks import Lock, Locks, held_lock
-from .periodic import Schedule, Scheduler, make_schedule
-from .queue import Queue
-from .retention import RetentionPolicy, policy_from_env
-from .retry import RetryPolicy
-from .scripts import Scripts
-from .tracing import enqueue_span, inject_traceparent, recording
+from antre.stores import sql
+from antre.observe.alerts import AlertConfig
+from antre.stores.audit import AuditLog
+from antre.clock import Clock, system_ms
+from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
+from antre.stores.fencing import LockFences
+from antre.observe.finder import Finder, JobStatus, ResultStatus
+from antre.stores.idempotency import CompletedCache, IdempotencyStore
+from antre.stores.outbox import Outbox
+from antre.stores.users import UserStore
+from antre.errors import InvalidJob
+from antre.limits.flow import FlowPolicy
+from antre.engine.keys import valid_name
+from antre.engine.locks import Lock, Locks, held_lock
+from antre.control.periodic import Schedule, Scheduler, make_schedule
+from antre.engine.queue import Queue
+from antre.control.retention import RetentionPolicy, policy_from_env
+from antre.engine.retry import RetryPolicy
+from antre.engine.scripts import Scripts
+from antre.observe.tracing import enqueue_span, inject_traceparent, recording
 
 Handler = Callable[[Any, Any], Any]
 # a worker's idle runner threads each hold a connection while they wait on the wake list:
@@ -256,7 +256,7 @@ class Antre:
 
     @property
     def fences(self) -> LockFences | None:
-        """Fencing tokens checked in SQL (``antre.fencing``); None without a database."""
+        """Fencing tokens checked in SQL (``antre.stores.fencing``); None without a database."""
         parts = self._sql_parts()
         return parts.fences if parts else None
 
@@ -310,7 +310,7 @@ class Antre:
             return fn
         return register
 
-    # -- periodic jobs (antre/periodic.py) ---------------------------------------------------
+    # -- periodic jobs (antre/control/periodic.py) ---------------------------------------------------
     def periodic(self, cron: str | None = None, job_type: str = "", *, every_s: int | None = None,
                  payload: Any = None, timezone: str = "UTC", name: str | None = None,
                  queue: str | None = None, catch_up: str = "once", max_catch_up: int = 10,
@@ -351,7 +351,7 @@ class Antre:
         return Scheduler(self.redis, self.resolved_schedules(), clock=self.clock,
                          scripts=self.scripts, default_queue=self.default_queue)
 
-    # -- retention (antre/retention.py) -----------------------------------------------------
+    # -- retention (antre/control/retention.py) -----------------------------------------------------
     def retention(self, queue: str, **limits: int) -> RetentionPolicy:
         """Set ``queue``'s retention: dead_max_jobs, dead_max_age_s, done_max_age_s (the rest
         from the environment's defaults). Applied by the workers' retention duty."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .envelope import Job
-from .errors import JobTimeout
+from antre.engine.envelope import Job
+from antre.errors import JobTimeout
 
 _MAKING = threading.Lock()  # guards the first making of a context's ``cancelled``
 

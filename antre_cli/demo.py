@@ -15,7 +15,7 @@ import urllib.request
 from typing import Any
 
 from antre.embedded import EmbeddedRedis, die_with_parent_preexec
-from antre.logs import safe_url
+from antre.observe.logs import safe_url
 
 
 def _secret(path: str) -> str:

@@ -21,13 +21,13 @@ from typing import Any
 import redis
 
 from antre import Antre
-from antre.bulk import BulkReplays, TaskNotFound, TaskStateError
-from antre.cancel import CancelError, Cancels
+from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
+from antre.control.cancel import CancelError, Cancels
 from antre.errors import LeaseLost
-from antre.flow import FlowControl
-from antre.pause import PauseError, Pauses, unknown_target
-from antre.purge import SOURCES, PurgeError, PurgeFilter, Purger
-from antre.readmodels import DeadFilter
+from antre.limits.flow import FlowControl
+from antre.control.pause import PauseError, Pauses, unknown_target
+from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
+from antre.observe.readmodels import DeadFilter
 from antre_worker.loader import load_app
 
 MAX_EXTEND_S = 24 * 3600

@@ -17,14 +17,14 @@ from urllib.parse import urlsplit
 import redis
 
 from antre import Antre
-from antre.envelope import STATES
-from antre.finder import BadQuery, Located
-from antre.logs import safe_url
-from antre.periodic import Schedules
-from antre.readmodels import DeadFilter, ReadModels, ScheduleInfo
-from antre.registry import WorkerRegistry
-from antre.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
-from antre.status import status_summary
+from antre.engine.envelope import STATES
+from antre.observe.finder import BadQuery, Located
+from antre.observe.logs import safe_url
+from antre.control.periodic import Schedules
+from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
+from antre.observe.registry import WorkerRegistry
+from antre.stores.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
+from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
 from antre_worker.loader import load_app
 

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from antre import Antre
-from antre.readmodels import ReadModels
+from antre.observe.readmodels import ReadModels
 
 from . import tables as t
 from .handlers import FakeEmailProvider

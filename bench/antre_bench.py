@@ -28,7 +28,7 @@ import redis
 import psutil
 
 from antre import Antre
-from antre.queue import JobSpec, Queue
+from antre.engine.queue import JobSpec, Queue
 from bench import progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,10 +217,10 @@ def _result(n: int, got: tuple[int, float, float], procs: int, **more: Any) -> d
 
 RAW_CONSUMER = r"""
 import os, sys, redis
-from antre.queue import Queue
+from antre.engine.queue import Queue
 from bench import progress
 url, count, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-from antre.metrics import record_duration
+from antre.observe.metrics import record_duration
 client = redis.Redis.from_url(url, decode_responses=True)
 q = Queue(client, "default")
 wid = f"raw:{os.getpid()}"

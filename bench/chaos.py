@@ -41,8 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis
-from antre.locks import Locks
-from antre.queue import JobSpec, Queue
+from antre.engine.locks import Locks
+from antre.engine.queue import JobSpec, Queue
 from bench import antre_bench as ab
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log

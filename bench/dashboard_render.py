@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis
-from antre.queue import JobSpec, Queue
+from antre.engine.queue import JobSpec, Queue
 from antre_web import create_app
 
 TYPES = ("send_email", "charge_card", "sync_stock", "render_invoice")

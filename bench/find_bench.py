@@ -26,8 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
-from antre.finder import Finder  # noqa: E402
-from antre.queue import JobSpec, Queue  # noqa: E402
+from antre.observe.finder import Finder  # noqa: E402
+from antre.engine.queue import JobSpec, Queue  # noqa: E402
 from bench.dashboard_render import operator_client, populate  # noqa: E402
 
 MARK = 987_654_321  # the order id planted in a few jobs the search must find

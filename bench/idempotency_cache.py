@@ -21,8 +21,8 @@ sys.path.insert(0, ROOT)
 
 from sqlalchemy import text
 
-from antre import sql
-from antre.idempotency import CompletedCache, IdempotencyStore, fingerprint
+from antre.stores import sql
+from antre.stores.idempotency import CompletedCache, IdempotencyStore, fingerprint
 
 
 def setup(url: str, n: int) -> tuple[IdempotencyStore, list[str]]:

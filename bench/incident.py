@@ -28,12 +28,12 @@ from typing import Any
 import redis
 
 from antre.embedded import EmbeddedRedis
-from antre.envelope import from_fields
-from antre.pause import Pauses
-from antre.purge import PurgeFilter, Purger
-from antre.queue import RESERVE_FIELDS, JobSpec, Queue
-from antre.readmodels import ReadModels
-from antre.scripts import source
+from antre.engine.envelope import from_fields
+from antre.control.pause import Pauses
+from antre.control.purge import PurgeFilter, Purger
+from antre.engine.queue import RESERVE_FIELDS, JobSpec, Queue
+from antre.observe.readmodels import ReadModels
+from antre.engine.scripts import source
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASE_COMMIT = "907d9b5"

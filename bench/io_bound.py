@@ -32,7 +32,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
-from antre.queue import JobSpec, Queue  # noqa: E402
+from antre.engine.queue import JobSpec, Queue  # noqa: E402
 from bench import antre_bench as ab  # noqa: E402
 from bench import peer_bench as pb  # noqa: E402
 from bench import progress  # noqa: E402

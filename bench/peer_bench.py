@@ -234,7 +234,7 @@ def kill9_check(url: str, name: str, wait_s: float = 20.0) -> dict[str, Any]:
         env = ab._env(url)
         cwd = ab.ROOT
         cmd = ab.worker_cmd(["--threads", "1"])
-        from antre.queue import Queue
+        from antre.engine.queue import Queue
         Queue(client, "default").enqueue("slow", {}, idempotency_key="kill9",
                                          visibility_timeout_s=5)
     else:

@@ -32,7 +32,7 @@ START = """
 import sys, time, subprocess
 sys.path.insert(0, sys.argv[5])
 import redis
-from antre.queue import JobSpec, Queue
+from antre.engine.queue import JobSpec, Queue
 pid, port, n, batch = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 c = redis.Redis(port=port)
 for _ in range(600):

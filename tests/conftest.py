@@ -2,14 +2,17 @@
 
 Fixtures: ``redis_server`` (session), ``redis_url``, ``r``, ``sqlite_url``, ``pg_url``,
 ``db_url`` (parametrized sqlite/postgres), ``embedded_redis_factory``, ``redis_cluster``
-(session), ``antre_logging``.  Web app / worker fixtures live in their own conftest files or
-test modules; what several worker test modules share (``clock`` at ``START_MS``, ``app``,
-``q``, ``procs``, ``make_worker``, ``spawn``, ``wait_for``) is in ``helpers.py``, imported as
-``helpers``.
+(session), ``antre_logging``; ``clock`` (a ``ManualClock`` at ``START_MS``), ``app`` (an
+``Antre`` on the test Redis, no database), ``q`` (its default queue), ``procs`` (processes a
+test started, killed after it). Each folder's ``conftest.py`` adds what its tests share
+(``web/``: the dashboard and logged-in clients; ``control/`` and ``engine/``: a ``Queue`` named
+"jobs"; ``control/``: a queue holding a job in every state). Plain functions shared across
+folders (``make_worker``, ``spawn``, ``wait_for``) are in ``helpers.py``, the dashboard's
+(``login``, ``post``, ``basic``, ...) in ``webtools.py``; both import as top-level modules.
 
 Every test must leave the ``antre`` loggers as it found them (their handlers, level and
 ``propagate``): a test that runs something which configures logging in-process (the CLI's
-``worker``/``sweep`` commands call ``antre.logs.configure()``) uses ``antre_logging``. A test
+``worker``/``sweep`` commands call ``antre.observe.logs.configure()``) uses ``antre_logging``. A test
 that does not fails at teardown (``_antre_loggers_left_as_found``): a handler left behind wrote
 later tests' log lines to the terminal, and ``propagate=False`` hid them from ``caplog``.
 
@@ -25,14 +28,20 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 import redis
 
+from antre import Antre
+from antre.clock import ManualClock
+from antre.engine.queue import Queue
+
 from antre.embedded import EmbeddedRedis, free_port
-from antre.sql import make_engine, migrate
+from antre.stores.sql import make_engine, migrate
 from antre_demo import make_app, setup
+from helpers import START_MS
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -111,7 +120,7 @@ def _restore_antre_loggers(saved: dict[str, tuple[list[logging.Handler], int, bo
 
 @pytest.fixture
 def antre_logging():
-    """For a test that configures logging (``antre.logs.configure()``, the worker CLI): the
+    """For a test that configures logging (``antre.observe.logs.configure()``, the worker CLI): the
     ``antre`` loggers are put back as they were after it."""
     saved = _antre_loggers()
     try:
@@ -351,3 +360,29 @@ def demo_app(redis_url, db_url, clock):
         if a._sql:
             a.engine.dispose()
         a.redis.close()
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A manual clock at ``START_MS``: the test advances it (never sleeps for a timeout)."""
+    return ManualClock(START_MS)
+
+@pytest.fixture
+def app(redis_url: str, clock: ManualClock) -> Antre:
+    """An ``Antre`` on the test Redis (no database), on ``clock``."""
+    return Antre(redis_url=redis_url, clock=clock)
+
+@pytest.fixture
+def q(app: Antre) -> Queue:
+    """``app``'s default queue."""
+    return app.queue()
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The processes a test started (it appends them): those still running are killed after
+    it."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)

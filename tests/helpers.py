@@ -5,11 +5,8 @@ folder first on ``sys.path`` for the rootdir ``conftest.py`` and the test module
 import this module as ``helpers`` (as ``test_incident_processes`` imports
 ``test_worker_process``), from any working directory.
 
-The fixtures here (``clock``, ``app``, ``q``, ``procs``) are used by importing them into a
-test module (``from helpers import app, clock, q  # noqa: F401 - fixtures``): pytest finds a
-fixture in the module's namespace, and only that module gets it (a ``conftest.py`` fixture
-would reach every module). A module whose ``app`` differs (a database, say) defines its own and
-imports only what it shares.
+Functions only: the fixtures every folder shares (``clock`` at ``START_MS``, ``app``, ``q``,
+``procs``) are in ``tests/conftest.py``; a folder's own in its ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -18,37 +15,23 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from antre import Antre
 from antre.clock import ManualClock
-from antre.queue import Queue
 from antre_worker.executor import WorkerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 START_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z: where the tests' manual clocks start
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    """A manual clock at ``START_MS``: the test advances it (never sleeps for a timeout)."""
-    return ManualClock(START_MS)
 
 
-@pytest.fixture
-def app(redis_url: str, clock: ManualClock) -> Antre:
-    """An ``Antre`` on the test Redis (no database), on ``clock``."""
-    return Antre(redis_url=redis_url, clock=clock)
 
 
-@pytest.fixture
-def q(app: Antre) -> Queue:
-    """``app``'s default queue."""
-    return app.queue()
 
 
 def make_worker(app: Antre, clock: ManualClock, **kw: Any) -> WorkerProcess:
@@ -61,25 +44,22 @@ def make_worker(app: Antre, clock: ManualClock, **kw: Any) -> WorkerProcess:
                          worker_id=kw.pop("worker_id", "w1"), clock=clock, **kw)
 
 
+def burst(app: Antre, clock: ManualClock, **kw: Any) -> tuple[WorkerProcess, Any]:
+    """``make_worker(app, clock, **kw)`` run in burst mode (until nothing is ready or in
+    flight): the worker and its counts."""
+    w = make_worker(app, clock, **kw)
+    return w, w.run_burst()
+
+
 def spawn(redis_url: str, args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     """``python -m <args>`` in the repository, on ``redis_url``, its output appended to
     ``log_path`` (a worker process, a pool's supervisor)."""
-    env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     with open(log_path, "ab") as log:
         return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=env, stdout=log,
                                 stderr=log, stdin=subprocess.DEVNULL)
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The processes a test started (it appends them): those still running are killed after
-    it."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "condition", *,

@@ -7,15 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from antre.bulk import TaskNotFound, TaskStateError
-from antre.cancel import CancelError
+from antre.control.bulk import TaskNotFound, TaskStateError
+from antre.control.cancel import CancelError
 from antre.errors import LeaseLost
-from antre.flow import FlowControl
-from antre.pause import PauseError
-from antre.pause import unknown_target as pause_target_unknown
-from antre.purge import PurgeError, PurgeFilter
-from antre.readmodels import DeadFilter, PauseInfo
-from antre.users import UnknownUser, UserExists, WeakPassword
+from antre.limits.flow import FlowControl
+from antre.control.pause import PauseError
+from antre.control.pause import unknown_target as pause_target_unknown
+from antre.control.purge import PurgeError, PurgeFilter
+from antre.observe.readmodels import DeadFilter, PauseInfo
+from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
 from . import services
 from .security import audit, current_user, start_session
@@ -117,7 +117,7 @@ def run_now(queue: str, job_id: str, reason: str | None) -> Result:
     return guarded("scheduled.run_now", f"{queue}/{job_id}", _reason(reason), run)
 
 
-# -- periodic schedules (antre/periodic.py) ----------------------------------------------------
+# -- periodic schedules (antre/control/periodic.py) ----------------------------------------------------
 def schedule_pause(name: str, paused: bool, reason: str | None) -> Result:
     """Pause (its ticks are skipped, not caught up later) or resume a schedule."""
     def run() -> Result:

@@ -18,7 +18,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, request
 
-from antre.sql import ROLES
+from antre.stores.sql import ROLES
 
 from . import actions, services
 from .common import arg_int, audit_filter, check_queue, dead_filter, lease_ref, page_args

@@ -17,7 +17,7 @@ from flask import (
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
-from antre.users import MIN_PASSWORD_LENGTH, normalise_name
+from antre.stores.users import MIN_PASSWORD_LENGTH, normalise_name
 
 from . import actions, services
 from .common import safe_next

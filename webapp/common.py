@@ -30,9 +30,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.wrappers import Response as BaseResponse
 
-from antre.alerts import AlertEngine
-from antre.keys import valid_name
-from antre.readmodels import DeadFilter
+from antre.observe.alerts import AlertEngine
+from antre.engine.keys import valid_name
+from antre.observe.readmodels import DeadFilter
 
 from . import services
 from .actions import Result

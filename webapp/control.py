@@ -9,8 +9,8 @@ from typing import Any
 from flask import Blueprint, abort, flash, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 
-from antre.purge import SOURCES, PurgeError, PurgeFilter
-from antre.readmodels import PauseInfo
+from antre.control.purge import SOURCES, PurgeError, PurgeFilter
+from antre.observe.readmodels import PauseInfo
 
 from . import actions, services
 from .common import arg_int, check_queue, queue_arg, render, safe_next

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, abort, flash, redirect, request, url_for
 from werkzeug.wrappers import Response
 
-from antre.retention import Retention
+from antre.control.retention import Retention
 
 from . import actions, find, services
 from .common import (

@@ -13,10 +13,10 @@ from flask import Blueprint, abort, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
-from antre.envelope import STATES
-from antre.finder import BadQuery, Finder, Located, SearchStep
-from antre.keys import valid_name
-from antre.readmodels import Page
+from antre.engine.envelope import STATES
+from antre.observe.finder import BadQuery, Finder, Located, SearchStep
+from antre.engine.keys import valid_name
+from antre.observe.readmodels import Page
 
 from . import services
 from .common import check_queue, page_args, render

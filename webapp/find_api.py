@@ -8,8 +8,8 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, jsonify, request
 
-from antre.envelope import STATES
-from antre.finder import BadQuery
+from antre.engine.envelope import STATES
+from antre.observe.finder import BadQuery
 
 from . import services
 from .api import DOCS, PAGE_Q, _plain

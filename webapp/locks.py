@@ -27,7 +27,7 @@ def locks_data() -> dict[str, Any]:
 
 
 def committed_fences(keys: list[str]) -> dict[str, int] | None:
-    """The highest token that committed SQL effects per lock key (``antre.fencing``); None
+    """The highest token that committed SQL effects per lock key (``antre.stores.fencing``); None
     while the database is unreachable (the page still shows what Redis knows)."""
     svc = services.get()
     try:

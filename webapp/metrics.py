@@ -1,12 +1,12 @@
 """``GET /metrics``: Prometheus text format, derived from Redis at scrape time (see
-``antre.metrics``), so the figures are right however many workers and hosts there are.
+``antre.observe.metrics``), so the figures are right however many workers and hosts there are.
 Scrapers authenticate like scripts do: HTTP Basic with a dashboard user (viewer is enough)."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from antre import metrics
+from antre.observe import metrics
 
 from . import services
 from .security import requires

@@ -10,9 +10,9 @@ from flask import Blueprint, flash, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
-from antre import sampling
-from antre.readmodels import StatusSummary
-from antre.status import status_summary
+from antre.observe import sampling
+from antre.observe.readmodels import StatusSummary
+from antre.observe.status import status_summary
 
 from . import actions, services
 from .common import WINDOWS_MS, check_queue, render, safe_next

@@ -22,7 +22,7 @@
   credentials.
 - Login attempts (form and Basic): failures are counted per client address, per account, and
   per (account, address), in Redis so the limits hold across every gunicorn worker and host
-  (``antre.logins``); while Redis is unreachable, in this process's bounded memory. The address
+  (``antre.stores.logins``); while Redis is unreachable, in this process's bounded memory. The address
   limit is checked before any password hash is computed. Behind a reverse proxy, set
   ``ANTRE_TRUSTED_PROXIES`` to the number of proxies so the client address is the real one.
 - Refusals of anonymous requests are counted (``antre_anonymous_refusals`` in the process's
@@ -60,8 +60,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response as BaseResponse
 
-from antre.logins import LoginThrottle
-from antre.users import UserInfo, normalise_name, role_at_least
+from antre.stores.logins import LoginThrottle
+from antre.stores.users import UserInfo, normalise_name, role_at_least
 
 from . import services
 

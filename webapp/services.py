@@ -19,21 +19,21 @@ from redis.retry import Retry
 from sqlalchemy.engine import make_url
 
 import antre
-import antre.sql
-from antre.audit import AuditLog
-from antre.bulk import BulkReplays
-from antre.cancel import Cancels
+import antre.stores.sql
+from antre.stores.audit import AuditLog
+from antre.control.bulk import BulkReplays
+from antre.control.cancel import Cancels
 from antre.clock import Clock, system_ms
-from antre.logins import LoginThrottle
-from antre.periodic import Schedules
-from antre.fencing import LockFences
-from antre.idempotency import IdempotencyStore
-from antre.locks import Locks
-from antre.pause import Pauses
-from antre.purge import Purger
-from antre.readmodels import ReadModels
-from antre.registry import WorkerRegistry
-from antre.users import UserStore
+from antre.stores.logins import LoginThrottle
+from antre.control.periodic import Schedules
+from antre.stores.fencing import LockFences
+from antre.stores.idempotency import IdempotencyStore
+from antre.engine.locks import Locks
+from antre.control.pause import Pauses
+from antre.control.purge import Purger
+from antre.observe.readmodels import ReadModels
+from antre.observe.registry import WorkerRegistry
+from antre.stores.users import UserStore
 
 log = logging.getLogger("antre.webapp")
 
@@ -136,7 +136,7 @@ def build(config: dict[str, Any]) -> Services:
     client = app.redis
     outages = Outages(clock)
     try:
-        antre.sql.migrate(db_url)
+        antre.stores.sql.migrate(db_url)
     except Exception as exc:  # noqa: BLE001 - the dashboard starts and shows the outage
         log.error("database migration failed at startup: %s", exc)
         outages.failed("database")
@@ -149,7 +149,7 @@ def build(config: dict[str, Any]) -> Services:
         log.error("the antre app's SQL stores are unavailable: %s", exc)
         sf = users = audit = idem = None
     if sf is None:
-        sf = antre.sql.session_factory(antre.sql.make_engine(db_url))  # connects lazily
+        sf = antre.stores.sql.session_factory(antre.stores.sql.make_engine(db_url))  # connects lazily
     svc = Services(antre=app, reads=ReadModels(client, clock),
                    users=users or UserStore(sf, clock=clock),
                    audit=audit or AuditLog(sf, clock=clock), locks=Locks(client, clock=clock),

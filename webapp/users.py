@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, flash, redirect, request, url_for
 from werkzeug.wrappers import Response
 
-from antre.sql import ROLES
+from antre.stores.sql import ROLES
 
 from . import actions, services
 from .common import render

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from antre.registry import STALE_AFTER_MS
+from antre.observe.registry import STALE_AFTER_MS
 
 from . import services
 from .common import render

@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from antre.logs import configure as configure_logging
+from antre.observe.logs import configure as configure_logging
 
 from .executor import DEFAULT_PREFETCH, WorkerProcess
 from .loader import AppLoadError, load_app

@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from antre.logs import configure as configure_logging
+from antre.observe.logs import configure as configure_logging
 
 from .duties import sweep_once
 from .executor import DEFAULT_PREFETCH

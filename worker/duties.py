@@ -22,14 +22,16 @@ import redis
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
-from antre import Antre, Queue, keys, sampling
-from antre.alerts import AlertEngine
-from antre.bulk import BulkReplays, BulkTask
-from antre.cancel import Cancels
-from antre.pause import Pauses
+from antre import Antre, Queue
+from antre.engine import keys
+from antre.observe import sampling
+from antre.observe.alerts import AlertEngine
+from antre.control.bulk import BulkReplays, BulkTask
+from antre.control.cancel import Cancels
+from antre.control.pause import Pauses
 from antre.clock import Clock
-from antre.readmodels import ReadModels
-from antre.retention import Retention, SqlRetention
+from antre.observe.readmodels import ReadModels
+from antre.control.retention import Retention, SqlRetention
 
 log = logging.getLogger("antre.worker.duties")
 
@@ -110,7 +112,7 @@ def _relay(d: Duties) -> Any:
 
 
 def _periodic(d: Duties) -> Any:
-    """Enqueue the app's due periodic ticks (``antre.periodic``; each once cluster-wide)."""
+    """Enqueue the app's due periodic ticks (``antre.control.periodic``; each once cluster-wide)."""
     if not d.app.schedules:
         return []
     scheduler = d.app.scheduler()
@@ -121,7 +123,7 @@ def _periodic(d: Duties) -> Any:
 def _retention(d: Duties) -> Any:
     """Retention so Redis never fills: per queue, dead jobs past the count or age cap (oldest
     first), done records past their retention, empty error groups; then sent outbox rows and
-    old audit entries (``antre.retention``)."""
+    old audit entries (``antre.control.retention``)."""
     clock = d.clock or d.app.clock
     keeper = Retention(d.app.redis, clock=clock, scripts=d.app.scripts)
     out = {name: keeper.run(name, d.app.retention_for(name))

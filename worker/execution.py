@@ -24,13 +24,13 @@ import redis
 
 from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimited
 from antre.clock import Clock
-from antre.fencing import FenceRejected
-from antre.idempotency import Completed, IdempotencyStore
-from antre.locks import Locks
-from antre.logs import job_fields
-from antre.metrics import DurationBuffer
-from antre.retry import describe
-from antre.tracing import run_in_execution_span
+from antre.stores.fencing import FenceRejected
+from antre.stores.idempotency import Completed, IdempotencyStore
+from antre.engine.locks import Locks
+from antre.observe.logs import job_fields
+from antre.observe.metrics import DurationBuffer
+from antre.engine.retry import describe
+from antre.observe.tracing import run_in_execution_span
 
 from .failures import cancelled, failure_outcome
 from .held import Running

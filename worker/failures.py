@@ -1,4 +1,4 @@
-"""A handler's failure as an outcome: the retry policy decides (``antre.retry.classify``), and
+"""A handler's failure as an outcome: the retry policy decides (``antre.engine.retry.classify``), and
 the idempotency record of a delivery that owns its key is told first (released for a retry,
 failed for good when buried). Shared by the execution step and the hard timeout; so is the
 outcome of an operator's cancel request (``cancelled``)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from antre.logs import job_fields
-from antre.retry import Decision, RetryPolicy, classify, describe
+from antre.observe.logs import job_fields
+from antre.engine.retry import Decision, RetryPolicy, classify, describe
 
 from .held import Running
 from .outcomes import Cancelled, DropStale, Outcome, from_decision

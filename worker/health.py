@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from antre.logs import safe_url
+from antre.observe.logs import safe_url
 
 log = logging.getLogger("antre.worker")
 

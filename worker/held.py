@@ -9,11 +9,11 @@ import threading
 from collections.abc import Callable
 
 from antre import HandlerSpec, JobContext, Queue
-from antre.cancel import CancelRequest
-from antre.envelope import Job
-from antre.flow import Admission
-from antre.idempotency import Begin, IdempotencyStore
-from antre.locks import Lock
+from antre.control.cancel import CancelRequest
+from antre.engine.envelope import Job
+from antre.limits.flow import Admission
+from antre.stores.idempotency import Begin, IdempotencyStore
+from antre.engine.locks import Lock
 
 
 class Running:

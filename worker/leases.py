@@ -14,10 +14,10 @@ from typing import Any
 import redis
 
 from antre import Antre, JobTimeout, LeaseLost
-from antre.cancel import Cancels
+from antre.control.cancel import Cancels
 from antre.clock import Clock
-from antre.locks import Locks
-from antre.logs import job_fields
+from antre.engine.locks import Locks
+from antre.observe.logs import job_fields
 
 from .failures import failure_outcome
 from .held import Running

@@ -27,9 +27,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from antre.idempotency import Completed, IdempotencyStore
-from antre.locks import Lock
-from antre.retry import Decision, describe, format_traceback
+from antre.stores.idempotency import Completed, IdempotencyStore
+from antre.engine.locks import Lock
+from antre.engine.retry import Decision, describe, format_traceback
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,13 @@ from typing import Any
 import redis
 
 from antre import Antre, InvalidJob, LockBusy
-from antre.cancel import CancelRequest
-from antre.envelope import Job
-from antre.flow import Admission, FlowControl, FlowPolicy
-from antre.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
+from antre.control.cancel import CancelRequest
+from antre.engine.envelope import Job
+from antre.limits.flow import Admission, FlowControl, FlowPolicy
+from antre.stores.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
                                Claim, IdempotencyStore, Record, fingerprint)
-from antre.locks import Lock, Locks
-from antre.logs import job_fields
+from antre.engine.locks import Lock, Locks
+from antre.observe.logs import job_fields
 
 from .execution import Execution
 from .health import RedisHealth

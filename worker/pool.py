@@ -18,7 +18,7 @@ from pathlib import Path
 import redis
 
 from antre import Antre
-from antre.registry import WorkerInfo, WorkerRegistry
+from antre.observe.registry import WorkerInfo, WorkerRegistry
 
 from .duties import Duties
 from .executor import DEFAULT_PREFETCH, default_worker_id

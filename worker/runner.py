@@ -21,13 +21,13 @@ from typing import Any
 
 from antre import Antre, Queue
 from antre.clock import Clock
-from antre.envelope import Job
-from antre.flow import FlowControl
-from antre.locks import Locks
-from antre.logs import job_fields
-from antre.metrics import DurationBuffer
-from antre.registry import WorkerInfo, WorkerRegistry
-from antre.tracing import execution_span
+from antre.engine.envelope import Job
+from antre.limits.flow import FlowControl
+from antre.engine.locks import Locks
+from antre.observe.logs import job_fields
+from antre.observe.metrics import DurationBuffer
+from antre.observe.registry import WorkerInfo, WorkerRegistry
+from antre.observe.tracing import execution_span
 
 from .aio import AsyncJobs, AsyncStart, BlockReporter
 from .execution import Execution

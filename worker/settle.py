@@ -22,10 +22,10 @@ from collections import Counter
 from typing import Any
 
 from antre.clock import Clock
-from antre.envelope import Job
+from antre.engine.envelope import Job
 from antre.errors import LeaseLost
-from antre.logs import job_fields, job_line, succeeded_line
-from antre.metrics import DurationBuffer
+from antre.observe.logs import job_fields, job_line, succeeded_line
+from antre.observe.metrics import DurationBuffer
 
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from antre.registry import WorkerRegistry
+from antre.observe.registry import WorkerRegistry
 from playwright.sync_api import expect
 
 from .conftest import screenshot, wait_until

@@ -1,0 +1,136 @@
+"""Pause and resume a queue, or one job type within it (incident controls).
+
+The state is one HASH per queue (``QueueKeys.paused``: ``'*'`` for the whole queue, or a job
+type, -> JSON ``{by, at, reason}``), read by ``reserve.lua`` on every reserve, so a pause holds
+across every worker host at once and survives restarts of workers and dashboards. Enqueue,
+scheduling, promotion of due jobs and the sweeper go on; jobs in flight finish.
+
+Why job types are parked and not filtered: the ready list is one FIFO for all types, so a
+paused type's jobs at its oldest end would block every other type if reserve left them there,
+and looking past them on every reserve would be a scan. Instead reserve moves each paused-type
+job it pops, untouched (no lease, no delivery, no attempt spent), to a parked LIST of its type
+and pops another in its place: each job is moved once per pause, so the cost is O(1) per job,
+bounded per reserve call. Resuming the type moves the parked list back to the oldest end of
+ready in bounded chunks (``unpark.lua``), oldest first. The sweeper duty calls
+``unpark_stale`` so a resume interrupted half-way still gives every job back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import cast
+
+import redis
+
+from antre.engine import keys
+from antre.clock import Clock, system_ms
+from antre.observe.readmodels import PauseInfo, ReadModels, pause_infos
+from antre.engine.scripts import Scripts
+
+UNPARK_CHUNK = 1000
+MAX_REASON = 2000
+WHOLE_QUEUE = "*"
+
+
+class PauseError(ValueError):
+    """A pause or resume that was refused; the message says what to do."""
+
+
+class Pauses:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
+                 scripts: Scripts | None = None) -> None:
+        self.redis = client
+        self.clock = clock
+        self.scripts = scripts or Scripts(client)
+
+    def pause(self, queue: str, job_type: str | None, by: str, reason: str) -> PauseInfo:
+        """Pause ``queue`` (``job_type`` None) or one job type of it; raises ``PauseError``
+        when it is already paused or the reason is empty."""
+        reason = _check(queue, job_type, reason)
+        now = self.clock()
+        state = json.dumps({"by": by, "at": now, "reason": reason})
+        k = keys.QueueKeys(queue)
+        changed = self.scripts.pause_set(keys=[k.paused, k.stats],
+                                         args=[job_type or WHOLE_QUEUE, "pause", state])
+        if not int(changed):
+            raise PauseError(f"{_what(queue, job_type)} is already paused; resume it first")
+        return PauseInfo(queue, job_type, by, now, reason)
+
+    def resume(self, queue: str, job_type: str | None) -> int:
+        """Resume; returns how many parked jobs went back to ready. Raises ``PauseError``
+        when it was not paused."""
+        _check(queue, job_type, "-")
+        k = keys.QueueKeys(queue)
+        changed = self.scripts.pause_set(keys=[k.paused, k.stats],
+                                         args=[job_type or WHOLE_QUEUE, "resume", ""])
+        if not int(changed):
+            raise PauseError(f"{_what(queue, job_type)} is not paused")
+        return self.unpark_stale(queue)
+
+    def get(self, queue: str, job_type: str | None) -> PauseInfo | None:
+        raw = self.redis.hget(keys.QueueKeys(queue).paused, job_type or WHOLE_QUEUE)
+        if raw is None:
+            return None
+        return pause_infos(queue, {job_type or WHOLE_QUEUE: str(raw)})[0]
+
+    def of_queue(self, queue: str) -> list[PauseInfo]:
+        raw = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).paused))
+        return pause_infos(queue, raw)
+
+    def all(self) -> list[PauseInfo]:
+        """Every pause of every known queue (one HGETALL per queue)."""
+        return [p for name in ReadModels(self.redis, self.clock).queue_names()
+                for p in self.of_queue(name)]
+
+    def unpark(self, queue: str, job_type: str, chunk: int = UNPARK_CHUNK) -> int:
+        """Move ``job_type``'s parked jobs back to ready unless it is paused (again)."""
+        k = keys.QueueKeys(queue)
+        moved = 0
+        while True:
+            ids, jobs = self.scripts.unpark(
+                keys=[k.parked(job_type), k.ready, k.wake, k.paused, k.parked_types],
+                args=[job_type, chunk])
+            moved += max(0, int(jobs))
+            if int(ids) < chunk:  # the list is empty now, or the type is paused again
+                return moved
+
+    def unpark_stale(self, queue: str) -> int:
+        """Parked lists of types that are no longer paused go back to ready (after a resume,
+        and from the sweeper duty in case a resume stopped half-way)."""
+        k = keys.QueueKeys(queue)
+        types = sorted(cast(set[str], self.redis.smembers(k.parked_types)))
+        return sum(self.unpark(queue, t) for t in types)
+
+
+def _what(queue: str, job_type: str | None) -> str:
+    return f"queue {queue}" if job_type is None else f"job type {job_type} in queue {queue}"
+
+
+def _check(queue: str, job_type: str | None, reason: str) -> str:
+    if not keys.valid_name(queue):
+        raise PauseError(f"bad queue name {queue!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+    if job_type is not None and (job_type == WHOLE_QUEUE or not keys.valid_name(job_type)):
+        raise PauseError(f"bad job type {job_type!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+    reason = (reason or "").strip()[:MAX_REASON]
+    if not reason:
+        raise PauseError("a reason is required: say why (it is shown in the paused banner)")
+    return reason
+
+
+def unknown_target(client: "redis.Redis", queue: str, job_type: str | None,
+                   handler_queues: Mapping[str, str], app_queues: Iterable[str]) -> str | None:
+    """What to tell an operator who named a queue (or a job type in it) that does not exist:
+    neither seen in Redis nor served by a handler (``handler_queues``: job type -> queue).
+    None when it is known."""
+    reads = ReadModels(client)
+    queues = set(reads.queue_names()) | set(app_queues)
+    if queue not in queues:
+        return f"no queue {queue!r}; known queues: {', '.join(sorted(queues)) or 'none yet'}"
+    if job_type is None:
+        return None
+    types = set(reads.dead_types(queue)) | {t for t, q in handler_queues.items() if q == queue}
+    if job_type not in types:
+        return (f"no job type {job_type!r} in queue {queue}; known types: "
+                f"{', '.join(sorted(types)) or 'none yet'}")
+    return None

@@ -1,0 +1,227 @@
+"""Remove jobs outside the dead-letter flow: delete one ready or scheduled job, purge a filtered
+set from ready, scheduled or dead (incident controls).
+
+Every Redis call is bounded: a purge walks its source in chunks of at most ``CHUNK`` ids, each
+one ``purge.lua`` call that looks at the chunk and removes what matches. The ready list (and the
+parked lists of paused job types, which are ready jobs too) is walked from the oldest end with
+a cursor (the next id to look at, and its distance from that end); a removed id is marked in
+place and dropped by the next reserve that pops it (see ``purge.lua``). Scheduled and dead are
+walked in index order, the next chunk starting after ``ZRANK`` of the last id kept, on the
+per-type / per-group index when the filter names one. The same walk with
+``dry=True`` counts, so a dry run and the real purge apply the same rules. The paced, tracked
+form (rate, maximum, progress, pause, cancel) is a ``BulkTask`` of kind ``purge`` in
+``antre.control.bulk``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+import redis
+
+from antre.engine import keys
+from antre.clock import Clock, system_ms
+from antre.engine.scripts import Scripts
+
+SOURCES = ("ready", "scheduled", "dead")
+CHUNK = 100  # ids per purge.lua call: ~0.5 ms of Redis time each (bench/INCIDENT.md)
+MAX_FIELD = 200
+
+
+class PurgeError(ValueError):
+    """A purge or delete that was refused; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class PurgeFilter:
+    """Which jobs of one source: type, error group (dead only), created more than
+    ``older_than_s`` ago, a top-level payload ``field`` equal to ``value`` (as text)."""
+
+    source: str = "ready"
+    job_type: str | None = None
+    group: str | None = None
+    older_than_s: float | None = None
+    field: str | None = None
+    value: str | None = None
+
+    def check(self) -> "PurgeFilter":
+        if self.source not in SOURCES:
+            raise PurgeError(f"source must be one of {', '.join(SOURCES)}, not {self.source!r}")
+        for name in ("job_type", "group"):
+            v = getattr(self, name)
+            if v is not None and not keys.valid_name(v):
+                raise PurgeError(f"bad {name} {v!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        if self.group and self.source != "dead":
+            raise PurgeError("an error group filter only applies to the dead-letter queue")
+        if self.older_than_s is not None and not 0 <= float(self.older_than_s) <= 366 * 86400:
+            raise PurgeError("older_than_s must be from 0 to 31622400 seconds")
+        if (self.field is None) != (self.value is None):
+            raise PurgeError("a payload filter needs both field and value")
+        if self.field is not None and not 0 < len(self.field) <= MAX_FIELD:
+            raise PurgeError(f"field must be 1-{MAX_FIELD} characters")
+        return self
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("type", self.job_type), ("group", self.group),
+                                          ("older_than_s", self.older_than_s)) if v is not None]
+        if self.field is not None:
+            parts.append(f"payload.{self.field}={self.value}")
+        return f"{self.source}: " + (", ".join(parts) or "all")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PurgeFilter":
+        return cls(str(data.get("source") or "ready"), data.get("job_type"), data.get("group"),
+                   data.get("older_than_s"), data.get("field"), data.get("value"))
+
+    def lua(self, now_ms: int) -> str:
+        out: dict[str, Any] = {}
+        if self.job_type:
+            out["type"] = self.job_type
+        if self.group:
+            out["group"] = self.group
+        if self.older_than_s is not None:
+            out["created_before"] = now_ms - int(float(self.older_than_s) * 1000)
+        if self.field is not None:
+            out["field"], out["value"] = self.field, str(self.value)
+        return json.dumps(out)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    looked: int
+    matched: int
+    cursor: dict[str, Any] | None  # None: the walk is over
+
+
+class Purger:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
+                 scripts: Scripts | None = None) -> None:
+        self.redis = client
+        self.clock = clock
+        self.scripts = scripts or Scripts(client)
+
+    # -- one job ------------------------------------------------------------------------------
+    def delete(self, queue: str, job_id: str) -> str:
+        """Delete one ready (or parked) or scheduled job; returns where it was. Raises
+        ``PurgeError`` when it is neither (running, dead, done or gone)."""
+        k = keys.QueueKeys(queue)
+        state = str(self.redis.hget(k.job(job_id), "state") or "")
+        if state == "scheduled" and self._zset_delete(queue, k.scheduled, job_id):
+            return "scheduled"
+        if state == "ready" and self._list_delete(queue, job_id):
+            return "ready"
+        raise PurgeError(f"job {job_id} is not ready or scheduled in {queue} (it is "
+                         f"{state or 'gone'}); nothing was changed")
+
+    def _zset_delete(self, queue: str, zkey: str, job_id: str) -> bool:
+        k = keys.QueueKeys(queue)
+        reply = self.scripts.purge(keys=[zkey, k.stats, k.tombstones],
+                                   args=[k.job_prefix, "zset", 0, "{}", json.dumps([job_id])])
+        return int(reply[1]) == 1
+
+    def _list_delete(self, queue: str, job_id: str) -> bool:
+        """One job out of the ready list or a parked list: a one-id chunk that starts at it."""
+        k = keys.QueueKeys(queue)
+        only = json.dumps({"id": job_id})
+        for lkey in self._lists(queue, None):
+            reply = self.scripts.purge(keys=[lkey, k.stats, k.tombstones],
+                                       args=[k.job_prefix, "list", 0, only, job_id, 1])
+            if int(reply[1]) == 1:
+                return True
+        return False
+
+    # -- a filtered set ----------------------------------------------------------------------
+    def count(self, queue: str, flt: PurgeFilter) -> int:
+        """Dry run: how many jobs the filter matches now (the same walk, nothing removed)."""
+        total, cursor = 0, None
+        while True:
+            chunk = self.step(queue, flt, cursor, CHUNK, dry=True)
+            total += chunk.matched
+            if chunk.cursor is None:
+                return total
+            cursor = chunk.cursor
+
+    def purge(self, queue: str, flt: PurgeFilter, maximum: int) -> int:
+        """Remove up to ``maximum`` matching jobs at once (chunked); returns how many."""
+        done, cursor = 0, None
+        while done < maximum:
+            chunk = self.step(queue, flt, cursor, min(CHUNK, maximum - done), dry=False)
+            done += chunk.matched
+            if chunk.cursor is None:
+                break
+            cursor = chunk.cursor
+        return done
+
+    def step(self, queue: str, flt: PurgeFilter, cursor: dict[str, Any] | None, size: int,
+             dry: bool) -> Chunk:
+        """One bounded chunk of the walk: looks at up to ``size`` jobs after ``cursor``."""
+        if flt.source == "ready":
+            return self._list_step(queue, flt, cursor or {}, size, dry)
+        return self._zset_step(queue, flt, cursor or {}, size, dry)
+
+    def _lists(self, queue: str, job_type: str | None) -> list[str]:
+        k = keys.QueueKeys(queue)
+        parked = sorted(cast(set[str], self.redis.smembers(k.parked_types)))
+        return [k.ready] + [k.parked(t) for t in parked if job_type in (None, t)]
+
+    def _list_step(self, queue: str, flt: PurgeFilter, cursor: dict[str, Any], size: int,
+                   dry: bool) -> Chunk:
+        k = keys.QueueKeys(queue)
+        lists = self._lists(queue, flt.job_type)
+        lkey, start = _list_at(lists, cursor)
+        if lkey is None:
+            return Chunk(0, 0, None)
+        hint = str(cursor.get("hint") or "") if start else ""
+        looked, matched, nxt, nxt_hint = self.scripts.purge(
+            keys=[lkey, k.stats, k.tombstones],
+            args=[k.job_prefix, "list", int(dry), flt.lua(self.clock()), start, size, hint])
+        if nxt:
+            return Chunk(int(looked), int(matched), {"list": lkey, "id": nxt, "hint": nxt_hint})
+        rest = lists[lists.index(lkey) + 1:]
+        return Chunk(int(looked), int(matched), {"list": rest[0], "id": ""} if rest else None)
+
+    def _zset_step(self, queue: str, flt: PurgeFilter, cursor: dict[str, Any], size: int,
+                   dry: bool) -> Chunk:
+        k = keys.QueueKeys(queue)
+        source = k.scheduled if flt.source == "scheduled" else k.dead
+        index = source
+        if flt.source == "dead" and flt.group:
+            index = k.dead_by_group(flt.group)
+        elif flt.source == "dead" and flt.job_type:
+            index = k.dead_by_type(flt.job_type)
+        ids = self._candidates(index, cursor, size)
+        prefixes = [k.dead_type_prefix, k.dead_group_prefix] if flt.source == "dead" else ["", ""]
+        looked, matched, kept, _ = self.scripts.purge(
+            keys=[source, k.stats, k.tombstones],
+            args=[k.job_prefix, "zset", int(dry), flt.lua(self.clock()), json.dumps(ids), size,
+                  *prefixes])
+        if len(ids) < size:
+            return Chunk(int(looked), int(matched), None)
+        # the next chunk starts after the last id still indexed (or where this one started)
+        return Chunk(int(looked), int(matched), {"id": kept} if kept else cursor)
+
+    def _candidates(self, index: str, cursor: dict[str, Any], size: int) -> list[str]:
+        """Up to ``size`` ids after the cursor's id in ``index`` (by rank: scores may repeat,
+        and ZRANK finds the id in O(log n)); from the start when it has none or it is gone."""
+        start = 0
+        if cursor.get("id"):
+            rank = self.redis.zrank(index, str(cursor["id"]))
+            start = 0 if rank is None else int(cast(int, rank)) + 1
+        return cast(list[str], self.redis.zrange(index, start, start + size - 1))
+
+
+def _list_at(lists: list[str], cursor: dict[str, Any]) -> tuple[str | None, str]:
+    """The list a cursor points into and the id to start at; ready first, then the parked
+    lists in name order (a parked list emptied meanwhile is stepped over)."""
+    current = cursor.get("list")
+    if not current:
+        return lists[0], ""
+    if current in lists:
+        return str(current), str(cursor.get("id") or "")
+    later = [name for name in lists[1:] if name > current]
+    return (later[0], "") if later else (None, "")

@@ -1,0 +1,163 @@
+"""Retention, so Redis (run with ``noeviction``) never fills up: per queue, dead jobs kept up to
+a maximum count and age (oldest dropped first, counted as ``dead_dropped``), done jobs' records
+dropped after their retention, error groups with no dead job left removed. The worker's
+``retention`` duty runs it (``worker/duties.py``) with the SQL side: sent outbox rows and old
+audit entries pruned.
+
+Every pass is chunked: one script call drops at most ``chunk`` jobs (``antre/engine/lua/retention.lua``)
+and error groups are checked ``chunk`` at a time (HSCAN), so no Redis command runs long.
+
+Defaults (environment, or ``Antre.retention(queue, ...)`` per queue):
+``ANTRE_DEAD_MAX_JOBS`` 100000, ``ANTRE_DEAD_MAX_AGE_S`` 30 days, ``ANTRE_DONE_RETENTION_S`` 1 hour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import redis
+
+from antre.engine import keys
+from antre.clock import Clock, system_ms
+from antre.errors import InvalidJob
+from antre.observe.readmodels import RetentionInfo
+from antre.engine.scripts import Scripts
+
+DAY_S = 86_400
+CHUNK = 500
+MAX_CHUNKS = 200  # per queue per pass: at most 100,000 jobs dropped, the rest next pass
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    dead_max_jobs: int = 100_000
+    dead_max_age_s: int = 30 * DAY_S
+    done_max_age_s: int = 3_600
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidJob(f"retention {f.name} must be a whole number of at least 1, "
+                                 f"not {value!r}")
+
+    def describe(self) -> str:
+        """'keeps 30 days / 100,000 jobs'."""
+        return f"keeps {_age(self.dead_max_age_s)} / {self.dead_max_jobs:,} jobs"
+
+
+def _age(seconds: int) -> str:
+    for unit, size in (("day", DAY_S), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'' if n == 1 else 's'}"
+    return f"{seconds} s"
+
+
+def policy_from_env(environ: Any = None) -> RetentionPolicy:
+    env = os.environ if environ is None else environ
+    defaults = RetentionPolicy()
+    try:
+        return RetentionPolicy(
+            dead_max_jobs=int(env.get("ANTRE_DEAD_MAX_JOBS") or defaults.dead_max_jobs),
+            dead_max_age_s=int(env.get("ANTRE_DEAD_MAX_AGE_S") or defaults.dead_max_age_s),
+            done_max_age_s=int(env.get("ANTRE_DONE_RETENTION_S") or defaults.done_max_age_s))
+    except ValueError as exc:
+        raise InvalidJob(f"retention settings in the environment: {exc}; use whole numbers "
+                         "(ANTRE_DEAD_MAX_JOBS, ANTRE_DEAD_MAX_AGE_S, ANTRE_DONE_RETENTION_S)"
+                         ) from None
+
+
+@dataclass(frozen=True)
+class SqlRetention:
+    """How long sent outbox rows and audit entries are kept (the retention duty prunes)."""
+
+    outbox_sent_s: int = 7 * DAY_S
+    audit_s: int = 365 * DAY_S
+
+    @classmethod
+    def from_env(cls, environ: Any = None) -> "SqlRetention":
+        env = os.environ if environ is None else environ
+        try:
+            return cls(int(env.get("ANTRE_OUTBOX_SENT_RETENTION_S") or cls.outbox_sent_s),
+                       int(env.get("ANTRE_AUDIT_RETENTION_S") or cls.audit_s))
+        except ValueError as exc:
+            raise InvalidJob(f"ANTRE_OUTBOX_SENT_RETENTION_S / ANTRE_AUDIT_RETENTION_S: {exc}; "
+                             "use whole numbers of seconds") from None
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    dead_dropped: int = 0
+    done_dropped: int = 0
+    groups_removed: int = 0
+
+    def __add__(self, other: "RetentionResult") -> "RetentionResult":
+        return RetentionResult(self.dead_dropped + other.dead_dropped,
+                               self.done_dropped + other.done_dropped,
+                               self.groups_removed + other.groups_removed)
+
+
+class Retention:
+    """Runs a queue's retention and publishes the policy in force for the dashboard."""
+
+    def __init__(self, client: "redis.Redis", *, clock: Clock = system_ms,
+                 scripts: Scripts | None = None) -> None:
+        self.redis = client
+        self.clock = clock
+        self.scripts = scripts or Scripts(client)
+
+    def publish(self, queue: str, policy: RetentionPolicy) -> None:
+        self.redis.hset(keys.retention_policies(), queue, json.dumps(asdict(policy)))
+
+    def policy(self, queue: str) -> RetentionPolicy:
+        """The policy the retention duty last applied to ``queue`` (else the defaults)."""
+        raw = self.redis.hget(keys.retention_policies(), queue)
+        try:
+            return RetentionPolicy(**json.loads(str(raw))) if raw else RetentionPolicy()
+        except (ValueError, TypeError, InvalidJob):
+            return RetentionPolicy()
+
+    def info(self, queue: str) -> RetentionInfo:
+        policy = self.policy(queue)
+        dropped = self.redis.hget(keys.QueueKeys(queue).stats, "dead_dropped")
+        return RetentionInfo(queue, policy.dead_max_jobs, policy.dead_max_age_s,
+                             policy.done_max_age_s, int(str(dropped or 0)), policy.describe())
+
+    def run(self, queue: str, policy: RetentionPolicy, chunk: int = CHUNK) -> RetentionResult:
+        """Drop what is past the policy, ``chunk`` jobs per script call."""
+        self.publish(queue, policy)
+        total = RetentionResult()
+        for _ in range(MAX_CHUNKS):
+            step = self._call(queue, policy, chunk, [])
+            total += step
+            if step.dead_dropped + step.done_dropped < chunk:
+                break
+        return total + self._empty_groups(queue, policy, chunk)
+
+    def _empty_groups(self, queue: str, policy: RetentionPolicy, chunk: int) -> RetentionResult:
+        """Error groups whose jobs were all replayed, discarded or dropped: checked a chunk at a
+        time (HSCAN), removed by the script when their index is empty."""
+        total = RetentionResult()
+        cursor = 0
+        while True:
+            cursor, found = self.redis.hscan(keys.QueueKeys(queue).error_groups, cursor,
+                                             count=chunk)
+            groups = [str(g) for g in found]
+            if groups:
+                total += self._call(queue, policy, 0, groups)
+            if cursor == 0:
+                return total
+
+    def _call(self, queue: str, policy: RetentionPolicy, chunk: int,
+              groups: list[str]) -> RetentionResult:
+        k = keys.QueueKeys(queue)
+        reply = self.scripts.retention(
+            keys=[k.dead, k.done, k.stats, k.error_groups],
+            args=[k.job_prefix, self.clock(), policy.dead_max_jobs, policy.dead_max_age_s * 1000,
+                  policy.done_max_age_s * 1000, chunk, k.dead_type_prefix, k.dead_group_prefix,
+                  *groups])
+        return RetentionResult(int(reply[0]), int(reply[1]), int(reply[2]))

@@ -1,0 +1,278 @@
+"""Every Redis key Antre uses is spelled here and nowhere else.
+
+All keys of one queue share the hash tag ``{queue}`` so that every Lua script touching a queue
+runs on one Redis Cluster slot. Keys that are not per queue (worker registry, locks, the queue
+index) carry their own hash tag.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "antre"
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")  # \Z: "$" would let a final newline by
+
+
+def valid_name(name: str) -> bool:
+    """Queue names, job types and worker ids: printable, no braces, at most 100 characters
+    (a value that is not a ``str`` is not a name)."""
+    return isinstance(name, str) and bool(_NAME_RE.match(name))
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue. ``job_prefix`` + job id is a job's hash."""
+
+    queue: str
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{{self.queue}}}"
+
+    @property
+    def job_prefix(self) -> str:
+        return f"{self.tag}:job:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.job_prefix}{job_id}"
+
+    @property
+    def ready(self) -> str:  # LIST, LPUSH newest, RPOP oldest
+        return f"{self.tag}:ready"
+
+    @property
+    def wake(self) -> str:  # LIST of wake-up tokens: idle workers BLPOP it (capped at 64)
+        return f"{self.tag}:wake"
+
+    @property
+    def scheduled(self) -> str:  # ZSET score = visible_at ms
+        return f"{self.tag}:scheduled"
+
+    @property
+    def inflight(self) -> str:  # ZSET score = lease deadline ms
+        return f"{self.tag}:inflight"
+
+    @property
+    def dead(self) -> str:  # ZSET score = died_at ms
+        return f"{self.tag}:dead"
+
+    @property
+    def dead_type_prefix(self) -> str:  # ZSET per job type, score = died_at ms
+        return f"{self.tag}:dead:type:"
+
+    def dead_by_type(self, job_type: str) -> str:
+        return f"{self.dead_type_prefix}{job_type}"
+
+    @property
+    def dead_group_prefix(self) -> str:  # ZSET per error group, score = died_at ms
+        return f"{self.tag}:dead:group:"
+
+    def dead_by_group(self, group: str) -> str:
+        return f"{self.dead_group_prefix}{group}"
+
+    @property
+    def error_groups(self) -> str:  # HASH group -> JSON {signature, count, first, last, sample}
+        return f"{self.tag}:errgroups"
+
+    @property
+    def done(self) -> str:  # ZSET score = finished ms (kept a while for the UI)
+        return f"{self.tag}:done"
+
+    @property
+    def stats(self) -> str:  # HASH of counters
+        return f"{self.tag}:stats"
+
+    @property
+    def types(self) -> str:  # SET of job types seen in this queue
+        return f"{self.tag}:types"
+
+    @property
+    def samples(self) -> str:  # ZSET score = sampled-at ms, member = JSON sample
+        return f"{self.tag}:samples"
+
+    @property
+    def replays(self) -> str:  # HASH task id -> JSON bulk-replay task state
+        return f"{self.tag}:replays"
+
+    @property
+    def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
+        return f"{self.tag}:durations"
+
+    # -- incident controls (pause, parked jobs, purge) -------------------------------------
+    @property
+    def paused(self) -> str:  # HASH '*' (whole queue) or job type -> JSON {by, at, reason}
+        return f"{self.tag}:paused"
+
+    @property
+    def parked_prefix(self) -> str:  # LIST per paused job type, LPUSH newest, RPOP oldest
+        return f"{self.tag}:parked:"
+
+    def parked(self, job_type: str) -> str:
+        return f"{self.parked_prefix}{job_type}"
+
+    @property
+    def parked_types(self) -> str:  # SET of job types with a parked list (may be empty)
+        return f"{self.tag}:parked_types"
+
+    @property
+    def cancels(self) -> str:  # HASH job id -> JSON {by, to, reason, at}: operator's requests
+        return f"{self.tag}:cancels"
+
+    @property
+    def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
+        return f"{self.tag}:tombstones"
+    # -- finder and job timelines (issue 11) -------------------------------------------------
+    # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
+    # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
+    @property
+    def timeline_prefix(self) -> str:  # LIST per job: its events as JSON, oldest first, capped
+        return f"{self.tag}:tl:"
+
+    def timeline(self, job_id: str) -> str:
+        return f"{self.timeline_prefix}{job_id}"
+
+    @property
+    def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
+        return f"{self.tag}:idem"
+
+    # -- producer side: unique jobs, periodic schedules, retention (issue 13) ---------------
+    @property
+    def unique_prefix(self) -> str:  # STRING per idempotency key of a unique job (see below)
+        return f"{self.tag}:uniq:"
+
+    def unique(self, idempotency_key: str) -> str:
+        """STRING: the id of the pending job holding ``idempotency_key`` (a unique job), or
+        ``done:<id>`` with a TTL while a completed job's ``unique_for_s`` window lasts."""
+        return f"{self.unique_prefix}{idempotency_key}"
+
+    def schedule(self, name: str) -> str:
+        """HASH: a periodic schedule's state (last_tick, last_job, last_enqueued_at, paused,
+        paused_by), in the queue's slot so the enqueue script checks the tick atomically."""
+        return f"{self.tag}:schedule:{name}"
+
+
+def queues_index() -> str:
+    """SET of queue names that ever had a job."""
+    return f"{PREFIX}:queues"
+
+
+def workers_index() -> str:
+    """ZSET worker id -> last heartbeat ms."""
+    return f"{PREFIX}:{{workers}}:index"
+
+
+def worker(worker_id: str) -> str:
+    """HASH of one worker's heartbeat record."""
+    return f"{PREFIX}:{{workers}}:w:{worker_id}"
+
+
+def lock(key: str) -> str:
+    """STRING holding the token of the lock on a business key."""
+    return f"{PREFIX}:lock:{{{key}}}"
+
+
+def lock_fence(key: str) -> str:
+    """STRING counter: the fencing token of the last acquire of ``key``."""
+    return f"{PREFIX}:lock:{{{key}}}:fence"
+
+
+def locks_held() -> str:
+    """ZSET business key -> lock expiry ms (index for the Locks page; pruned on read)."""
+    return f"{PREFIX}:{{locks}}:held"
+
+
+def locks_since() -> str:
+    """HASH business key -> '<acquired ms>|<holder job>' of each held lock (the Locks page's
+    "held since" and "by which job"; same slot as ``locks_held``, kept by the lock scripts)."""
+    return f"{PREFIX}:{{locks}}:since"
+
+
+def lock_conflicts() -> str:
+    """ZSET business key -> conflicts counted."""
+    return f"{PREFIX}:{{locks}}:conflicts"
+
+
+def lock_conflict_times() -> str:
+    """ZSET ``<ms>:<key>:<n>`` -> ms, conflicts in the last hour, for the per-minute rate."""
+    return f"{PREFIX}:{{locks}}:conflict_times"
+
+
+def lock_conflict_count() -> str:
+    """STRING counter: conflicts ever, all keys."""
+    return f"{PREFIX}:{{locks}}:conflicts:count"
+
+
+def lock_conflict_minute(minute: int) -> str:
+    """ZSET business key -> conflicts in one minute (``minute`` = epoch ms // 60000); expires an
+    hour after the minute ends, so the last 5 minutes / hour per key are a few small ZSETs."""
+    return f"{PREFIX}:{{locks}}:conflicts:m:{minute}"
+
+
+def lock_contention_scratch() -> str:
+    """ZSET, exists only inside ``lock_contention.lua``: the last hour's buckets summed."""
+    return f"{PREFIX}:{{locks}}:conflicts:scratch"
+
+
+def maintenance_lock(name: str) -> str:
+    """STRING token: one pass of a pool duty (sweeper, sampler, ...) cluster-wide per tick."""
+    return f"{PREFIX}:{{maint}}:{name}"
+
+
+def alerts() -> str:
+    """HASH rule -> JSON state of alerts."""
+    return f"{PREFIX}:{{alerts}}:state"
+
+
+def rate_bucket(name: str) -> str:
+    return f"{PREFIX}:rl:{{{name}}}"
+
+
+def semaphore(name: str) -> str:
+    return f"{PREFIX}:sem:{{{name}}}"
+
+
+def breaker(name: str) -> str:
+    """HASH: a circuit breaker's state (see ``antre/engine/lua/breaker_*.lua``)."""
+    return f"{PREFIX}:cb:{{{name}}}"
+
+
+def breaker_failures(name: str) -> str:
+    """ZSET ``<ms>:<seq>`` -> ms: a breaker's failures in its sliding window (same slot)."""
+    return f"{PREFIX}:cb:{{{name}}}:failures"
+
+
+def flow_index() -> str:
+    """HASH ``<kind>:<name>`` -> JSON settings of every semaphore, rate limiter and breaker
+    in use (kind is ``sem``, ``rate`` or ``breaker``), for the dashboard and metrics."""
+    return f"{PREFIX}:{{flow}}:index"
+
+
+def alert_points() -> str:
+    """HASH queue -> JSON list of ``[ms, {counter: value}]`` the alert rules compare against."""
+    return f"{PREFIX}:{{alerts}}:points"
+
+
+def alert_signals() -> str:
+    """HASH signal -> value measured by the alert check outside Redis (the outbox's oldest
+    unsent row, from SQL), for ``/metrics``."""
+    return f"{PREFIX}:{{alerts}}:signals"
+
+
+def login_failures(digest: str) -> str:
+    """ZSET ``<ms>:<n>`` -> ms: failed logins of one throttling bucket (a client address, an
+    account, or the pair) in the window; ``digest`` is a hash of the bucket (never the raw,
+    user-supplied name)."""
+    return f"{PREFIX}:{{auth}}:login_failures:{digest}"
+
+
+def schedules_index() -> str:
+    """HASH schedule name -> JSON definition (cron or interval, timezone, job type, queue,
+    catch-up policy), written by the schedulers, read by the Schedules page and the CLI."""
+    return f"{PREFIX}:{{schedules}}:index"
+
+
+def retention_policies() -> str:
+    """HASH queue -> JSON retention policy in force (written by the retention duty, shown on
+    the dead-letter page)."""
+    return f"{PREFIX}:{{retention}}:policies"

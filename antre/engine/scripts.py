@@ -1,0 +1,525 @@
+"""Loads the Lua scripts shipped in ``antre/engine/lua`` (one file per atomic transition).
+
+``_lib.lua`` holds helpers shared by several scripts; it is prepended to each script so every
+transition stays one self-contained EVALSHA.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import lru_cache
+from itertools import chain
+from importlib import resources
+from typing import Any, cast
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.connection import Connection, UnixDomainSocketConnection
+from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, ResponseError,
+                              TimeoutError)
+
+_hiredis_pack: Any
+_HiredisReader: Any
+try:
+    from hiredis import Reader as _HiredisReader
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - without hiredis, redis-py packs and reads
+    _hiredis_pack = _HiredisReader = None
+
+NAMES = (
+    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease",
+    "promote_due", "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
+    "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
+    # flow control (antre/limits/flow.py)
+    "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
+    "breaker_failure", "breaker_release",
+    # login throttling (antre/stores/logins.py)
+    "failure_add",
+    # incident controls (antre/control/pause.py, antre/control/purge.py)
+    "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
+    # retention (antre/control/retention.py)
+    "retention",
+)
+
+
+_LIB_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.M)
+
+
+def _lib_parts(lib: str) -> tuple[str, list[tuple[str, str]]]:
+    """``_lib.lua`` as its header and its top-level definitions: (name, text) in order, each
+    running up to the next one."""
+    found = [(m.start(), m.group(1)) for m in _LIB_DEFINITION.finditer(lib)]
+    ends = [start for start, _ in found[1:]] + [len(lib)]
+    return lib[:found[0][0]], [(name, lib[start:end]) for (start, name), end in zip(found, ends)]
+
+
+@lru_cache(maxsize=None)
+def source(name: str) -> str:
+    """The script ``name`` with the definitions of ``_lib.lua`` it uses (directly or through
+    another one), in the library's order: Redis runs the whole source on every call, and each
+    ``local function`` is a closure made each time (~0.15 µs apiece)."""
+    files = resources.files("antre.engine.lua")
+    header, parts = _lib_parts(files.joinpath("_lib.lua").read_text())
+    body = files.joinpath(f"{name}.lua").read_text()
+    used: set[str] = set()
+    text = body
+    grew = True
+    while grew:
+        grew = False
+        for part_name, part in parts:
+            if part_name not in used and re.search(rf"\b{part_name}\b", text):
+                used.add(part_name)
+                text += part
+                grew = True
+    return header + "".join(part for n, part in parts if n in used) + "\n" + body
+
+
+class Scripts:
+    """The registered scripts of one Redis client (redis-py re-loads them after NOSCRIPT),
+    and the client's per-thread connections for the producer's hot path (``pinned``; None on
+    clients ``Pinned`` does not serve)."""
+
+    def __init__(self, client: "redis.Redis") -> None:
+        for name in NAMES:
+            setattr(self, name, client.register_script(source(name)))
+        self.pinned = Pinned.of(client)
+
+    pinned: "Pinned | None"
+
+    enqueue: redis.commands.core.Script
+    enqueue_one: redis.commands.core.Script
+    reserve: redis.commands.core.Script
+    ack: redis.commands.core.Script
+    ack_many: redis.commands.core.Script
+    retry: redis.commands.core.Script
+    bury: redis.commands.core.Script
+    extend_lease: redis.commands.core.Script
+    promote_due: redis.commands.core.Script
+    sweep_expired: redis.commands.core.Script
+    replay: redis.commands.core.Script
+    discard: redis.commands.core.Script
+    run_now: redis.commands.core.Script
+    lock_acquire: redis.commands.core.Script
+    lock_release: redis.commands.core.Script
+    lock_renew: redis.commands.core.Script
+    lock_fence_raise: redis.commands.core.Script
+    lock_conflict: redis.commands.core.Script
+    lock_contention: redis.commands.core.Script
+    checkpoint: redis.commands.core.Script
+    sem_acquire: redis.commands.core.Script
+    sem_release: redis.commands.core.Script
+    rate_take: redis.commands.core.Script
+    breaker_allow: redis.commands.core.Script
+    breaker_success: redis.commands.core.Script
+    breaker_failure: redis.commands.core.Script
+    breaker_release: redis.commands.core.Script
+    failure_add: redis.commands.core.Script
+    pause_set: redis.commands.core.Script
+    unpark: redis.commands.core.Script
+    purge: redis.commands.core.Script
+    cancel_request: redis.commands.core.Script
+    cancel_finish: redis.commands.core.Script
+    retention: redis.commands.core.Script
+
+
+class Batch:
+    """Commands and scripts sent to Redis in one round trip (a non-transactional pipeline).
+
+    redis-py's own pipelines ask ``SCRIPT EXISTS`` before every execution that holds a script,
+    one more round trip each time; a batch sends ``EVALSHA`` straight away instead. If a script
+    is missing (the server restarted or its script cache was flushed) its calls come back
+    ``NOSCRIPT`` without having run: the batch loads the script and sends only those calls
+    again. On a Redis Cluster (where redis-py refuses ``EVALSHA`` in pipelines) every call is
+    sent on its own. ``execute()`` returns the replies in order and raises the first error.
+    """
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self.client = client
+        self.cluster = isinstance(client, RedisCluster)
+        self._calls: list[tuple[Script | None, str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def script(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> "Batch":
+        self._calls.append((script, "", (list(keys), list(args)), {}))
+        return self
+
+    def command(self, name: str, *args: Any, **kwargs: Any) -> "Batch":
+        """A redis-py command by its method name: ``batch.command("zadd", key, {m: s})``."""
+        self._calls.append((None, name, args, kwargs))
+        return self
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def execute(self) -> list[Any]:
+        calls, self._calls = self._calls, []
+        if self.cluster:
+            return [script(keys=a[0], args=a[1]) if script is not None
+                    else getattr(self.client, name)(*a, **kw) for script, name, a, kw in calls]
+        replies: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in pending:
+                script, name, a, kw = calls[i]
+                if script is not None:
+                    pipe.evalsha(script.sha, len(a[0]), *a[0], *a[1])
+                else:
+                    getattr(pipe, name)(*a, **kw)
+            out = pipe.execute(raise_on_error=False)
+            missing = []
+            for i, reply in zip(pending, out):
+                if attempt == 1 and isinstance(reply, NoScriptError):
+                    missing.append(i)
+                else:
+                    replies[i] = reply
+            if not missing:
+                break
+            loaded: set[int] = set()
+            for i in missing:
+                script = calls[i][0]
+                if script is not None and id(script) not in loaded:
+                    loaded.add(id(script))
+                    script.sha = self.client.script_load(script.script)
+            pending = missing
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+
+# one call of ``direct``: (script, keys, args), or (None, a raw command's words, ())
+Call = tuple["Script | None", Sequence[Any], Sequence[Any]]
+
+
+def direct_ok(client: "redis.Redis") -> bool:
+    """Whether ``direct`` may be used: not on a cluster or a single-connection client."""
+    return not isinstance(client, RedisCluster) and client.connection is None
+
+
+def direct(client: "redis.Redis", calls: Sequence[Call]) -> list[Any]:
+    """Scripts and raw commands written to one pooled connection at once (one round trip);
+    returns the replies in order and raises the first error once all are read. The hot paths'
+    way (a single enqueue; a wait for work with the reserve behind it): a third of a redis-py
+    pipeline's client time (no pipeline object, no per-command bookkeeping). The connection's
+    retry policy applies as it does to any command. ``NOSCRIPT``: the script is loaded and only
+    the script calls are sent again (a blocking pop before them is not repeated). Callers
+    check ``direct_ok`` first."""
+    pool = client.connection_pool
+    conn: Any = pool.get_connection()
+    try:
+        return cast(list[Any], conn.retry.call_with_retry(
+            lambda: _direct(client, conn, calls), lambda error: conn.disconnect()))
+    finally:
+        pool.release(conn)
+
+
+_forks = [0]  # how many times this process is a fork child (checked instead of getpid())
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
+class _Held:
+    """One connection checked out of a pool by one thread of one process; back to the pool
+    when the thread ends (its ``threading.local`` slot is dropped) or the ``Pinned`` goes."""
+
+    __slots__ = ("pool", "pid", "forks", "conn", "io", "__weakref__")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.pid, self.forks = pool, os.getpid(), _forks[0]
+        self.conn = pool.get_connection()
+        self.io: _SocketIO | None = None  # for the connection's current socket, if direct
+
+    def __del__(self) -> None:
+        # in a forked child the connection is the parent's: redis-py's pool makes new ones
+        # there, and this one is only dropped (never shut down: the parent still uses it)
+        if self.pid == os.getpid():
+            try:
+                self.pool.release(self.conn)
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+
+
+def _utf8(name: str) -> bool:
+    try:
+        return codecs.lookup(name).name == "utf-8"
+    except LookupError:
+        return False
+
+
+_MORE = object()  # hiredis: the reply is not complete yet
+
+
+class _SocketIO:
+    """Direct reads and writes on one socket of a pinned connection: what redis-py does for a
+    command, without its per-call layers (about a tenth of a single enqueue's time,
+    bench/ENQUEUE.md). The replies are parsed by a hiredis reader set up as redis-py's
+    own parser is (same error classes, same decoding); the connection's checks stay: the
+    pool's check before use (a closed or out-of-step socket is found by one ``poll``, then
+    redis-py's own ``can_read`` decides), its health check PING, its timeout (the socket's).
+    Made for each new socket of the connection, so nothing read is ever carried from one
+    socket to the next. Used for plain TCP and unix-socket connections speaking RESP2 on
+    POSIX with hiredis installed (``Pinned.direct_io``); others keep redis-py's path."""
+
+    __slots__ = ("sock", "fd", "reader", "poller")
+
+    def __init__(self, conn: Any) -> None:
+        self.sock = conn._sock
+        self.fd = self.sock.fileno()
+        kwargs = {"protocolError": InvalidResponse, "replyError": conn._parser.parse_error,
+                  "errors": conn.encoder.encoding_errors, "notEnoughData": _MORE}
+        if conn.encoder.decode_responses:
+            kwargs["encoding"] = conn.encoder.encoding
+        self.reader = _HiredisReader(**kwargs)
+        self.poller = select.poll()
+        self.poller.register(self.fd, select.POLLIN)
+
+    def idle(self) -> bool:
+        """Nothing to read: the server has not closed the socket and sent nothing unasked."""
+        return not self.poller.poll(0)
+
+    def write_read(self, conn: Any, data: bytes, n: int) -> list[Any]:
+        """Write ``data`` (``n`` commands), read their ``n`` replies (error replies as
+        exception instances, as ``_reply`` returns them)."""
+        return self.exchange(conn, ((data, n),))
+
+    def exchange(self, conn: Any, pieces: Iterable[tuple[bytes, int]]) -> list[Any]:
+        """``write_read`` of pieces (packed commands and how many) that are written one by one
+        as ``pieces`` makes them, then every reply is read: the server runs a piece while the
+        caller makes the next (``Pinned.call_made``)."""
+        if conn.health_check_interval:
+            conn.check_health()  # redis-py's PING when idle too long (read by its parser)
+            if conn._sock is not self.sock:  # it reconnected: the caller's retry makes a new one
+                raise ConnectionError("reconnected by the health check")
+        try:
+            n = 0
+            for data, count in pieces:
+                n += count
+                try:  # one write, no poll first (the socket's timeout is for waiting, below)
+                    sent = os.write(self.fd, data)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(data):
+                    self.sock.sendall(memoryview(data)[sent:])
+            replies: list[Any] = []
+            reader = self.reader
+            while len(replies) < n:
+                reply = reader.gets()
+                if reply is _MORE:
+                    chunk = self.sock.recv(65536)
+                    if not chunk:
+                        raise ConnectionError("Connection closed by server.")
+                    reader.feed(chunk)
+                else:
+                    replies.append(reply)
+        except socket.timeout:
+            conn.disconnect()
+            raise TimeoutError("Timeout reading from or writing to socket") from None
+        except OSError as exc:
+            conn.disconnect()
+            raise ConnectionError(f"Error while writing to or reading from socket: {exc}") \
+                from exc
+        if conn.health_check_interval:
+            conn.next_health_check = time.monotonic() + conn.health_check_interval
+        return replies
+
+
+def _socket_io(held: _Held) -> _SocketIO:
+    """The direct I/O of ``held``'s connection on its current socket (connected first if it
+    is not): the one made for that socket, or a new one after a reconnect."""
+    conn = held.conn
+    if conn._sock is None:
+        conn.connect()
+    if held.io is None or held.io.sock is not conn._sock:
+        held.io = _SocketIO(conn)
+    return held.io
+
+
+class Pinned:
+    """A connection per thread, held out of the client's pool, for the producer's hot path (a
+    single enqueue, a batch of them): no pool checkout and release per call (redis-py 8's
+    checkout and release with their bookkeeping are a third of a single enqueue's CPU).
+
+    Each thread's connection is checked out of the pool the first time the thread enqueues and
+    goes back to the pool when the thread ends; a forked child checks out its own (the
+    parent's is never used or shut down there). Before each use it gets the check the pool
+    makes at checkout (``can_read``: a connection the server closed, after a restart or
+    ``CLIENT KILL``, is reconnected before anything is written); any error while writing or
+    reading disconnects it, the connection's retry policy applies as to any command, and the
+    next call connects again. ``client.close()`` disconnects it as it does every connection of
+    the pool. Commands are packed with hiredis when the connection encodes UTF-8 strictly.
+
+    Not for a cluster, a single-connection client or a client-side-caching pool
+    (``Pinned.of`` returns None: those keep the pooled path)."""
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self.client = client
+        self.pool = client.connection_pool
+        self._local = threading.local()
+        kwargs = self.pool.connection_kwargs
+        self.fast_pack = (_hiredis_pack is not None
+                          and _utf8(kwargs.get("encoding", "utf-8"))
+                          and kwargs.get("encoding_errors", "strict") == "strict")
+        # the pool's own rule: pending data is an error unless push messages may be pending
+        maint = getattr(self.pool, "maint_notifications_enabled", None)
+        self.strict = not (maint() if maint is not None else False)
+        # reads and writes on the socket itself (_SocketIO) where redis-py would do the same
+        # (RESP2 only: no push messages, so any data pending before a write is out of step)
+        self.direct_io = (self.fast_pack and _HiredisReader is not None
+                          and os.name == "posix" and hasattr(select, "poll")
+                          and self.pool.connection_class in (Connection,
+                                                             UnixDomainSocketConnection)
+                          and kwargs.get("protocol", 2) in (2, "2", None))
+
+    @classmethod
+    def of(cls, client: "redis.Redis") -> "Pinned | None":
+        if not direct_ok(client) or getattr(client.connection_pool, "cache", None) is not None:
+            return None
+        return cls(client)
+
+    def connection(self) -> Any:
+        return self._connection()[0]
+
+    def _connection(self) -> tuple[Any, "_SocketIO | None"]:
+        """This thread's connection, checked as the pool checks one it hands out, and its
+        direct I/O (None: redis-py's path)."""
+        held = getattr(self._local, "held", None)
+        if held is None or held.forks != _forks[0]:  # new thread, or a forked child
+            held = self._local.held = _Held(self.pool)
+        conn = held.conn
+        io = held.io
+        if io is not None and conn._sock is io.sock and io.idle():
+            return conn, io  # the common case: one poll
+        try:  # what ConnectionPool.get_connection checks before it hands a connection out
+            if conn.can_read() and (self.strict or self.direct_io):
+                raise ConnectionError("Connection has data")
+        except (ConnectionError, TimeoutError, OSError):
+            conn.disconnect()  # the write below connects again
+        return conn, (_socket_io(held) if self.direct_io else None)
+
+    def call(self, calls: Sequence[Call]) -> list[Any]:
+        """``direct(client, calls)`` on this thread's connection."""
+        conn, io = self._connection()
+        held = self._local.held
+        # a retry after a reconnect gets the I/O of the new socket
+        return self._retried(conn, lambda: _direct(self.client, conn, calls, self.fast_pack,
+                                                   None if io is None else _socket_io(held)))
+
+    def call_made(self, calls: Iterable[Call]) -> list[Any]:
+        """``call`` of calls that ``calls`` makes one at a time (a generator): each is written
+        as soon as it is made, so the server runs it while the next is made; the replies are
+        read once all are written. With redis-py's I/O (no ``direct_io``) the calls are made
+        first, then sent as ``call`` sends them. A retry after a connection error sends every
+        call made so far again (as ``call``'s retry does), then makes and writes the rest as
+        the first attempt would have. An error raised while making a call leaves the calls
+        written before it sent (the caller checks what can fail before it makes any)."""
+        if not self.direct_io:
+            return self.call(list(calls))
+        made: list[Call] = []
+        source = iter(calls)
+        conn, _ = self._connection()
+        held = self._local.held
+
+        def attempt() -> list[Any]:
+            again = made[:]  # a retry: the calls made so far again, then the rest as made
+            made.clear()
+            return _direct_made(self.client, conn, chain(again, source), made,
+                                _socket_io(held))
+
+        return self._retried(conn, attempt)
+
+    @staticmethod
+    def _retried(conn: Any, attempt: Callable[[], list[Any]]) -> list[Any]:
+        """``attempt()`` under the connection's retry policy; any failure but an error reply
+        disconnects it."""
+        try:
+            return cast(list[Any], conn.retry.call_with_retry(
+                attempt, lambda error: conn.disconnect()))
+        except ResponseError:
+            raise  # every reply was read: the connection is in step
+        except BaseException:
+            conn.disconnect()  # whatever was left unread goes with it
+            raise
+
+    def release(self) -> None:
+        """Give this thread's connection back to the pool now (it is checked out again on the
+        next call)."""
+        self._local.__dict__.pop("held", None)
+
+
+def script_and_command(client: "redis.Redis", script: Script, keys: Sequence[Any],
+                       args: Sequence[Any], command: Sequence[Any]) -> Any:
+    """One script call and one plain command (``("SADD", key, member)``) in one round trip;
+    returns the script's reply (the single enqueue). Clients ``direct`` cannot use go through
+    ``Batch``."""
+    if not direct_ok(client):
+        return Batch(client).script(script, keys, args).command(
+            str(command[0]).lower(), *command[1:]).execute()[0]
+    return direct(client, [(script, keys, args), (None, command, ())])[0]
+
+
+def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
+            fast_pack: bool = False, io: "_SocketIO | None" = None) -> list[Any]:
+    return _settle(client, conn, calls, _write_read(conn, calls, fast_pack, io), fast_pack, io)
+
+
+def _settle(client: "redis.Redis", conn: Any, calls: Sequence[Call], replies: list[Any],
+            fast_pack: bool, io: "_SocketIO | None") -> list[Any]:
+    """The replies of ``calls``: those a server without the script refused (NOSCRIPT) sent
+    again once it is loaded; the first error reply raised."""
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:  # the server lost its scripts (restart, SCRIPT FLUSH): load, send those again
+        for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
+            assert script is not None
+            script.sha = client.script_load(script.script)
+        for i, reply in zip(missing, _write_read(conn, [calls[i] for i in missing],
+                                                 fast_pack, io)):
+            replies[i] = reply
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def _direct_made(client: "redis.Redis", conn: Any, source: Iterator[Call], made: list[Call],
+                 io: "_SocketIO") -> list[Any]:
+    """``_direct`` of the calls ``source`` makes, each written as it is made (kept in ``made``
+    for a retry)."""
+    def pieces() -> Iterator[tuple[bytes, int]]:
+        for call in source:
+            made.append(call)
+            yield _hiredis_pack(_command(call)), 1
+
+    return _settle(client, conn, made, io.exchange(conn, pieces()), True, io)
+
+
+def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
+                io: "_SocketIO | None" = None) -> list[Any]:
+    commands = [_command(call) for call in calls]
+    if io is not None:  # fast_pack holds too (Pinned.direct_io)
+        return io.write_read(conn, b"".join([_hiredis_pack(c) for c in commands]), len(calls))
+    if fast_pack:  # str (UTF-8), bytes and int arguments only: what the hot paths send
+        conn.send_packed_command([b"".join([_hiredis_pack(c) for c in commands])])
+    else:
+        conn.send_packed_command(conn.pack_commands(commands))
+    return [_reply(conn) for _ in calls]  # read every reply: the connection stays in step
+
+
+def _command(call: Call) -> tuple[Any, ...]:
+    """The command a call sends: its script's EVALSHA, or the plain command it names."""
+    script, words, args = call
+    return tuple(words) if script is None else ("EVALSHA", script.sha, len(words), *words, *args)
+
+
+def _reply(conn: Any) -> Any:
+    try:
+        return conn.read_response()
+    except ResponseError as exc:  # NoScriptError is one; a connection error propagates
+        return exc

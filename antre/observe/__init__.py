@@ -1,0 +1,7 @@
+"""Observability: the typed read models pages, API and CLI read (``readmodels``), the status
+summary (``status``, ``sampling``), the job finder and timelines (``finder``), the live-worker
+registry (``registry``), metrics, alerts, structured logs and tracing.
+
+May import: ``antre.engine``, ``antre.limits``, ``antre.stores``, ``antre.errors``,
+``antre.clock``. Never ``antre.control`` or ``antre.app``.
+"""

@@ -1,0 +1,448 @@
+"""Find any job and read its whole life: by job id, by idempotency key (the exact index the
+scripts keep), by payload field (``order_id=1234``, dotted paths) in bounded chunks; the job's
+timeline; the producer's view of a job (``Antre.job``) and of a key's result (``Antre.result``).
+
+Every read is indexed or bounded: a job id or a key costs one pipelined round trip over the
+known queues; a payload search reads ``CHUNK`` ids (LRANGE/ZRANGE by rank) and one pipelined
+HMGET of their payloads per chunk, so no single Redis command grows with the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis
+
+from antre.engine import keys
+from antre.clock import Clock, system_ms
+from antre.engine.envelope import STATES
+from antre.stores.idempotency import IdempotencyStore
+from antre.observe.readmodels import Page, ReadModels
+
+CHUNK = 500  # ids read per Redis command of a payload search
+SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cursor
+MAX_HITS = 100  # hits returned by one step
+STUCK_SCAN = 1_000  # in-flight jobs sorted worst first (by running or silent time)
+TIMELINE_CAP = 100  # antre/engine/lua/_lib.lua TL_CAP
+SEARCH_ORDER = ("ready", "scheduled", "inflight", "dead", "done")
+_SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
+
+
+class BadQuery(ValueError):
+    """A finder input that cannot be understood; the message says what to type instead."""
+
+
+# -- read models ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TimelineEvent:
+    at_ms: int
+    kind: str  # enqueued, reserved, extended, snoozed, checkpoint, failed, swept, handed_back,
+    # buried, replayed, run_now, due, discarded, completed, deduplicated
+    actor: str  # a worker id (host:pid:nonce), an operator's name, 'sweeper', 'producer', ...
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    queue: str
+    job_id: str
+    events: list[TimelineEvent]
+    job_exists: bool  # False: the job is gone (discarded), only its timeline is left
+    capped: bool  # the oldest events beyond the cap were dropped
+    trace_id: str = ""
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where a job id or an idempotency key leads."""
+
+    queue: str
+    job_id: str
+    state: str  # a job state, or 'gone' (only the timeline of a discarded job is left)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """``Antre.job(job_id)``: what a producer may ask about a job it enqueued."""
+
+    job_id: str
+    queue: str
+    state: str  # ready, scheduled, inflight, done, dead, or 'unknown'
+    job_type: str = ""
+    attempts: int = 0
+    max_attempts: int = 0
+    deliveries: int = 0
+    result: Any = None
+    last_error: str = ""
+    reason: str = ""
+    idempotency_key: str = ""
+    created_at: int = 0
+    finished_at: int = 0
+
+
+@dataclass(frozen=True)
+class ResultStatus:
+    """``Antre.result(idempotency_key)``: completed (with the stored result), pending, failed
+    or unknown. ``source``: 'sql' (the idempotency record) or 'redis' (the job itself)."""
+
+    idempotency_key: str
+    status: str
+    result: Any = None
+    job_id: str = ""
+    queue: str = ""
+    error: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Hit:
+    queue: str
+    state: str
+    job_id: str
+    job_type: str
+    created_at: int
+    matched: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One bounded step of a payload search: the hits found in it and where to go on."""
+
+    expression: str
+    hits: list[Hit]
+    scanned: int  # ids looked at so far, over all steps
+    total: int  # ids in the lists searched (as of this step; they move while we look)
+    cursor: str | None  # None: finished
+    took_ms: int
+
+    @property
+    def done(self) -> bool:
+        return self.cursor is None
+
+
+# -- payload field expressions --------------------------------------------------------------
+@dataclass(frozen=True)
+class FieldMatch:
+    path: tuple[str, ...]
+    raw: str
+
+    def value_in(self, payload: Any) -> tuple[bool, Any]:
+        node = payload
+        for seg in self.path:
+            if isinstance(node, dict) and seg in node:
+                node = node[seg]
+            elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+                node = node[int(seg)]
+            else:
+                return False, None
+        return _equal(node, self.raw), node
+
+
+def _equal(value: Any, raw: str) -> bool:
+    if isinstance(value, bool):
+        return raw.lower() == str(value).lower()
+    if isinstance(value, (int, float)):
+        try:
+            return float(raw) == float(value)
+        except ValueError:
+            return False
+    if isinstance(value, str):
+        return value == raw or (len(raw) >= 2 and raw[0] == raw[-1] == '"' and value == raw[1:-1])
+    if value is None:
+        return raw == "null"
+    return json.dumps(value, separators=(",", ":"), sort_keys=True) == raw
+
+
+def parse_fields(text: str) -> list[FieldMatch]:
+    """``order_id=1234`` or ``customer.address.city=Paris&items.0.sku=X`` (terms joined by
+    '&' must all match). Raises ``BadQuery`` saying what is wrong."""
+    terms = [t for t in (text or "").split("&") if t.strip()]
+    if not terms:
+        raise BadQuery("give a payload field to match, e.g. order_id=1234 or customer.id=7")
+    out = []
+    for term in terms:
+        path, eq, raw = term.partition("=")
+        segments = tuple(path.strip().split("."))
+        if not eq or not all(_SEGMENT.match(s) for s in segments):
+            raise BadQuery(f"cannot read {term.strip()!r} as field=value: write a field name "
+                           "(dotted for nested fields, e.g. customer.id; list items by number, "
+                           "items.0.sku), '=', then the value")
+        out.append(FieldMatch(segments, raw.strip()))
+    return out
+
+
+def _matches(fields: list[FieldMatch], payload: Any) -> dict[str, Any] | None:
+    found = {}
+    for f in fields:
+        ok, value = f.value_in(payload)
+        if not ok:
+            return None
+        found[".".join(f.path)] = value
+    return found
+
+
+# -- cursors --------------------------------------------------------------------------------
+def _cursor(queue: str, state: str, offset: int) -> str:
+    return f"{queue}|{state}|{offset}"
+
+
+def _parse_cursor(text: str) -> tuple[str, str, int]:
+    parts = text.split("|")
+    if len(parts) != 3 or parts[1] not in STATES or not parts[2].isdigit():
+        raise BadQuery("bad search cursor: start the search again without one")
+    return parts[0], parts[1], int(parts[2])
+
+
+def state_key(k: keys.QueueKeys, state: str) -> str:
+    """The index holding a queue's jobs in ``state`` (LIST for ready, ZSET for the others)."""
+    return {"ready": k.ready, "scheduled": k.scheduled, "inflight": k.inflight, "dead": k.dead,
+            "done": k.done}[state]
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(float(v or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _event(raw: str) -> TimelineEvent:
+    try:
+        ev = json.loads(raw)
+    except ValueError:
+        return TimelineEvent(0, "unreadable", "", {"raw": raw[:500]})
+    details = dict(ev.get("d") or {}) if isinstance(ev.get("d"), dict) else {}
+    extra = ev.get("x")
+    if isinstance(extra, dict):
+        details.update(extra)
+    elif extra is not None:
+        details["note"] = extra
+    return TimelineEvent(_int(ev.get("t")), str(ev.get("k", "")), str(ev.get("a", "")), details)
+
+
+class Finder:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
+                 idempotency: IdempotencyStore | None = None) -> None:
+        self.redis = client
+        self.clock = clock
+        self.idempotency = idempotency
+
+    def queue_names(self) -> list[str]:
+        return sorted(cast(set[str], self.redis.smembers(keys.queues_index())))
+
+    # -- by id and by key ---------------------------------------------------------------------
+    def locate(self, job_id: str) -> Located | None:
+        """The queue holding ``job_id`` (one pipelined HGET + EXISTS per known queue)."""
+        if not keys.valid_name(job_id):
+            return None
+        names = self.queue_names()
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hget(keys.QueueKeys(name).job(job_id), "state")
+            pipe.exists(keys.QueueKeys(name).timeline(job_id))
+        replies = pipe.execute()
+        for i, name in enumerate(names):
+            if replies[2 * i]:
+                return Located(name, job_id, str(replies[2 * i]))
+        for i, name in enumerate(names):
+            if replies[2 * i + 1]:
+                return Located(name, job_id, "gone")
+        return None
+
+    def by_key(self, idempotency_key: str) -> Located | None:
+        """The newest job carrying ``idempotency_key`` (the scripts' exact index), else the job
+        named by the key's SQL record when a database is configured."""
+        if not idempotency_key or len(idempotency_key) > 500:
+            return None
+        names = self.queue_names()
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hget(keys.QueueKeys(name).idem_index, idempotency_key)
+        for name, job_id in zip(names, pipe.execute()):
+            if job_id:
+                found = self.locate(str(job_id))
+                if found is not None:
+                    return found
+        record = self.idempotency.lookup(idempotency_key) if self.idempotency else None
+        return self.locate(record.job_id) if record is not None and record.job_id else None
+
+    def resolve(self, text: str) -> Located | None:
+        """The finder box: a job id, else an idempotency key; None when neither is known."""
+        text = (text or "").strip()
+        return self.locate(text) or self.by_key(text)
+
+    # -- the timeline ---------------------------------------------------------------------------
+    def timeline(self, queue: str, job_id: str) -> Timeline:
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(k.timeline(job_id), 0, -1)
+        pipe.hmget(k.job(job_id), "created_at", "trace_id", "state")
+        raw, (created, trace_id, state) = pipe.execute()
+        events = [_event(r) for r in raw]
+        if events and events[0].kind == "enqueued":
+            events[0].details.setdefault("trace_id", trace_id or "")
+        elif state:  # an immediate job's enqueue is read from its hash (no event stored)
+            events.insert(0, TimelineEvent(_int(created), "enqueued", "producer",
+                                           {"delay_ms": 0, "trace_id": trace_id or ""}))
+        return Timeline(queue, job_id, events, job_exists=bool(state),
+                        capped=len(raw) >= TIMELINE_CAP, trace_id=trace_id or "")
+
+    # -- the producer's view --------------------------------------------------------------------
+    def job_status(self, job_id: str) -> JobStatus:
+        found = self.locate(job_id)
+        if found is None or found.state == "gone":
+            return JobStatus(job_id, found.queue if found else "", "unknown")
+        f = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(found.queue).job(job_id)))
+        try:
+            result = json.loads(f["result"]) if f.get("result") else None
+        except ValueError:
+            result = f.get("result")
+        return JobStatus(job_id, found.queue, f.get("state", "unknown"), f.get("type", ""),
+                         _int(f.get("attempt")), _int(f.get("max_attempts")),
+                         _int(f.get("deliveries")), result, f.get("last_error", ""),
+                         f.get("reason", ""), f.get("idem_key", ""), _int(f.get("created_at")),
+                         _int(f.get("finished_at")))
+
+    def result(self, idempotency_key: str) -> ResultStatus:
+        """The stored result once the key's effect completed (the SQL record wins: it is what
+        a duplicate delivery returns), else the newest job's state: pending while it is queued
+        or running, failed when it is dead; unknown when neither knows the key."""
+        record = self.idempotency.lookup(idempotency_key) if self.idempotency else None
+        if record is not None and record.status == "completed":
+            return ResultStatus(idempotency_key, "completed", record.result, record.job_id,
+                                source="sql")
+        found = self.by_key(idempotency_key)
+        if found is not None and found.state != "gone":
+            job = self.job_status(found.job_id)
+            status = {"done": "completed", "dead": "failed"}.get(job.state, "pending")
+            return ResultStatus(idempotency_key, status, job.result, job.job_id, job.queue,
+                                job.reason or job.last_error, "redis")
+        if record is not None:
+            status = "failed" if record.status == "failed" else "pending"
+            return ResultStatus(idempotency_key, status, None, record.job_id,
+                                error=record.last_error or "", source="sql")
+        return ResultStatus(idempotency_key, "unknown")
+
+    # -- browsing ---------------------------------------------------------------------------------
+    def ready_of_type(self, queue: str, job_type: str, offset: int, limit: int,
+                      scan: int) -> Page:
+        """Ready jobs of one type, oldest first, among the oldest ``scan`` ready jobs (the ready
+        list has no per-type index: read in chunks of ``CHUNK`` ids, never all of it).
+        ``total`` counts the matches in that window."""
+        k = keys.QueueKeys(queue)
+        matching: list[str] = []
+        for start in range(0, scan, CHUNK):
+            stop = min(start + CHUNK, scan)
+            ids = cast(list[str], self.redis.lrange(k.ready, -stop, -start - 1))
+            ids.reverse()
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hget(k.job(job_id), "type")
+            matching += [j for j, t in zip(ids, pipe.execute()) if t == job_type]
+            if len(ids) < stop - start:
+                break
+        reads = ReadModels(self.redis, self.clock)
+        return Page(reads.rows(queue, matching[offset:offset + limit]), len(matching), offset,
+                    limit, self.clock())
+
+    def inflight_worst_first(self, queue: str, sort: str, offset: int, limit: int,
+                             scan: int = STUCK_SCAN) -> Page:
+        """In-flight jobs, worst first: ``running`` (longest running) or ``silent`` (longest
+        since the lease was last extended), among the ``scan`` soonest lease deadlines."""
+        k = keys.QueueKeys(queue)
+        ids = cast(list[str], self.redis.zrange(k.inflight, 0, scan - 1))
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(k.job(job_id), "reserved_at", "extended_at")
+        now = self.clock()
+
+        def since_ms(times: list[Any]) -> int:
+            reserved, extended = _int(times[0]), _int(times[1])
+            last = reserved if sort == "running" else max(reserved, extended)
+            return now - last if last else 0
+        worst = sorted(zip(ids, pipe.execute()), key=lambda p: since_ms(p[1]), reverse=True)
+        page_ids = [job_id for job_id, _ in worst[offset:offset + limit]]
+        total = int(self.redis.zcard(k.inflight))
+        return Page(ReadModels(self.redis, self.clock).rows(queue, page_ids), min(total, scan),
+                    offset, limit, now)
+
+    # -- payload search -------------------------------------------------------------------------
+    def _lists(self, queue: str | None, state: str | None) -> list[tuple[str, str]]:
+        names = [queue] if queue else self.queue_names()
+        states = [state] if state else list(SEARCH_ORDER)
+        return [(q, s) for q in names for s in states]
+
+    def _sizes(self, lists: list[tuple[str, str]]) -> list[int]:
+        pipe = self.redis.pipeline(transaction=False)
+        for q, s in lists:
+            key = state_key(keys.QueueKeys(q), s)
+            if s == "ready":
+                pipe.llen(key)
+            else:
+                pipe.zcard(key)
+        return [int(n) for n in pipe.execute()]
+
+    def _ids(self, queue: str, state: str, offset: int, count: int) -> list[str]:
+        key = state_key(keys.QueueKeys(queue), state)
+        if state == "ready":
+            return cast(list[str], self.redis.lrange(key, offset, offset + count - 1))
+        return cast(list[str], self.redis.zrange(key, offset, offset + count - 1))
+
+    def _scan_chunk(self, fields: list[FieldMatch], queue: str, state: str,
+                    ids: list[str]) -> list[Hit]:
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(k.job(job_id), "payload", "type", "created_at")
+        hits = []
+        for job_id, (payload, jtype, created) in zip(ids, pipe.execute()):
+            try:
+                found = _matches(fields, json.loads(payload)) if payload else None
+            except ValueError:
+                found = None
+            if found is not None:
+                hits.append(Hit(queue, state, job_id, jtype or "", _int(created), found))
+        return hits
+
+    def search(self, expression: str, queue: str | None = None, state: str | None = None,
+               cursor: str | None = None, budget_ms: int = SEARCH_BUDGET_MS,
+               chunk: int = CHUNK, max_hits: int = MAX_HITS) -> SearchStep:
+        """One step of a payload search: chunks of ``chunk`` ids until ``budget_ms`` passed or
+        ``max_hits`` were found; call again with the returned cursor to go on. Jobs move while
+        the search runs, so like SCAN a job may be seen twice or missed if it moved meanwhile."""
+        fields = parse_fields(expression)
+        if state is not None and state not in STATES:
+            raise BadQuery(f"state must be one of {', '.join(STATES)}, not {state!r}")
+        if queue is not None and not keys.valid_name(queue):
+            raise BadQuery(f"bad queue name {queue!r}")
+        started = time.monotonic()
+        lists = self._lists(queue, state)
+        sizes = self._sizes(lists)
+        at, offset = self._start(lists, cursor)
+        hits: list[Hit] = []
+        while at < len(lists) and len(hits) < max_hits:
+            q, s = lists[at]
+            ids = self._ids(q, s, offset, chunk)
+            hits.extend(self._scan_chunk(fields, q, s, ids))
+            offset += len(ids)
+            if len(ids) < chunk:
+                at, offset = at + 1, 0
+            if (time.monotonic() - started) * 1000 >= budget_ms:
+                break
+        scanned = sum(sizes[:at]) + (min(offset, sizes[at]) if at < len(lists) else 0)
+        nxt = _cursor(lists[at][0], lists[at][1], offset) if at < len(lists) else None
+        return SearchStep(expression, hits, scanned, sum(sizes), nxt,
+                          int((time.monotonic() - started) * 1000))
+
+    @staticmethod
+    def _start(lists: list[tuple[str, str]], cursor: str | None) -> tuple[int, int]:
+        if not cursor:
+            return 0, 0
+        queue, state, offset = _parse_cursor(cursor)
+        if (queue, state) not in lists:
+            raise BadQuery("the search cursor does not belong to this queue/state: start again")
+        return lists.index((queue, state)), offset

@@ -1,0 +1,406 @@
+"""Typed read models for the dashboard, the JSON API and the CLI. Templates never touch Redis.
+
+Every read is indexed: LLEN/ZCARD for counts, ZRANGE by score or rank with LIMIT for pages,
+one pipelined HMGET per page of jobs. Nothing here scans the keyspace or a whole queue.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis
+
+from antre.engine import keys
+from antre.clock import Clock, system_ms
+from antre.engine.envelope import Job, from_fields
+from antre.limits.flow import BreakerState, RateLimiterState, SemaphoreState
+from antre.engine.locks import LockContention
+
+ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
+              "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
+              "finished_at", "created_at", "deliveries", "idem_key", "first_failed_at",
+              "extended_at", "checkpoint_at")
+
+
+@dataclass(frozen=True)
+class PauseInfo:
+    """A paused queue (``job_type`` None) or job type: who paused it, when and why."""
+
+    queue: str
+    job_type: str | None
+    by: str
+    at_ms: int
+    reason: str
+
+    @property
+    def target(self) -> str:
+        return self.queue if self.job_type is None else f"{self.queue}/{self.job_type}"
+
+
+def pause_infos(queue: str, raw: dict[str, str]) -> list[PauseInfo]:
+    """The paused HASH of a queue ('*' or job type -> JSON) as read models, queue first."""
+    out = []
+    for target, text in sorted(raw.items(), key=lambda kv: (kv[0] != "*", kv[0])):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = {}
+        out.append(PauseInfo(queue, None if target == "*" else target, str(data.get("by", "?")),
+                             _int(data.get("at")), str(data.get("reason", ""))))
+    return out
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    ready: int  # in the ready list, plus jobs parked because their type is paused
+    scheduled: int
+    inflight: int
+    dead: int
+    done: int
+    oldest_ready_age_ms: int
+    stats: dict[str, int]
+    as_of: int
+    paused: tuple[PauseInfo, ...] = ()
+    parked: int = 0
+
+    @property
+    def queue_paused(self) -> PauseInfo | None:
+        return next((p for p in self.paused if p.job_type is None), None)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One line of a job table (in-flight, scheduled, dead, done)."""
+
+    id: str
+    type: str
+    attempt: int
+    max_attempts: int
+    deliveries: int
+    worker_id: str
+    epoch: int
+    deadline: int
+    time_left_ms: int
+    reserved_at: int
+    visible_at: int
+    lock_key: str
+    last_error: str
+    error_kind: str
+    reason: str
+    group: str
+    finished_at: int
+    created_at: int
+    idempotency_key: str
+    first_failed_at: int
+    extended_at: int = 0  # last lease extension (a heartbeat, the handler, an operator)
+    checkpoint_at: int = 0  # last checkpoint saved
+
+    def running_ms(self, now_ms: int) -> int:
+        return now_ms - self.reserved_at if self.reserved_at else 0
+
+    def silent_ms(self, now_ms: int) -> int:
+        """Since the lease was last extended (or reserved): a stuck job's silence."""
+        last = max(self.extended_at, self.reserved_at)
+        return now_ms - last if last else 0
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[JobRow]
+    total: int
+    offset: int
+    limit: int
+    as_of: int
+
+    @property
+    def has_next(self) -> bool:
+        return self.offset + len(self.rows) < self.total
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    group: str
+    signature: str
+    job_type: str
+    count: int  # entries in the DLQ now
+    total: int  # ever buried with this signature
+    first_seen: int
+    last_seen: int
+
+
+@dataclass(frozen=True)
+class DeadFilter:
+    job_type: str | None = None
+    group: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("type", self.job_type), ("group", self.group),
+                                          ("since", self.since_ms), ("until", self.until_ms)) if v]
+        return ", ".join(parts) or "all"
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """One periodic schedule on the Schedules page, the API and ``antre schedules list``."""
+
+    name: str
+    job_type: str
+    queue: str
+    trigger: str  # 'cron */5 * * * * (UTC)' or 'every 30 s'
+    catch_up: str
+    paused: bool
+    paused_by: str
+    last_tick_ms: int  # the last tick enqueued (or skipped while paused)
+    last_job_id: str  # the last run's job (a tick or a manual run)
+    last_enqueued_ms: int
+    last_outcome: str  # the last run's job state: ready, inflight, done, dead, ... or never run
+    last_finished_ms: int
+    last_error: str
+    next_run_ms: int
+    seen_ms: int  # when a scheduler last ran this schedule
+    stale: bool  # none has for a while: the schedule left the code, or no worker runs duties
+    as_of: int
+
+
+@dataclass(frozen=True)
+class RetentionInfo:
+    """A queue's retention as the dead-letter page shows it: 'keeps 30 days / 100,000 jobs'."""
+
+    queue: str
+    dead_max_jobs: int
+    dead_max_age_s: int
+    done_max_age_s: int
+    dead_dropped: int  # dead jobs dropped by retention so far (oldest first)
+    text: str
+
+
+@dataclass
+class Overview:
+    queues: list[QueueInfo] = field(default_factory=list)
+    as_of: int = 0
+
+    def total(self, attr: str) -> int:
+        return sum(int(getattr(q, attr)) for q in self.queues)
+
+
+@dataclass(frozen=True)
+class QueueRates:
+    """Jobs per minute of one queue over the last 5 minutes, from the sampler's figures (None
+    until two samples exist)."""
+    acked: float | None
+    retried: float | None
+    buried: float | None
+    expired: float | None
+
+
+@dataclass(frozen=True)
+class StatusSummary:
+    """What the overview page, ``GET /api/overview`` and ``antre status`` show: depth per
+    queue, rates, flow control, lock conflicts (all keys: last 5 minutes / hour / ever) and
+    the most contended keys, live workers."""
+    overview: Overview
+    rates: dict[str, QueueRates]
+    breakers: list[BreakerState]
+    semaphores: list[SemaphoreState]
+    rate_limiters: list[RateLimiterState]
+    conflicts_5m: int
+    conflicts_1h: int
+    conflicts_total: int
+    contention: list[LockContention]
+    live_workers: int
+    oldest_ready_ms: int
+    as_of: int
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(float(v or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+class ReadModels:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms) -> None:
+        self.redis = client
+        self.clock = clock
+
+    def queue_names(self) -> list[str]:
+        return sorted(cast(set[str], self.redis.smembers(keys.queues_index())))
+
+    def queue_info(self, name: str) -> QueueInfo:
+        k = keys.QueueKeys(name)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(k.ready)
+        pipe.zcard(k.scheduled)
+        pipe.zcard(k.inflight)
+        pipe.zcard(k.dead)
+        pipe.zcard(k.done)
+        pipe.lrange(k.ready, -16, -1)  # the oldest end (a few: purge marks may sit there)
+        pipe.hgetall(k.stats)
+        pipe.hgetall(k.paused)
+        pipe.smembers(k.parked_types)
+        pipe.get(k.tombstones)
+        ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks = \
+            pipe.execute()
+        oldest = next((i for i in reversed(tail) if not i.startswith("{")), None)
+        now = self.clock()
+        age = 0
+        if oldest:
+            since = _int(self.redis.hget(k.job(oldest), "visible_at"))
+            age = max(0, now - since) if since else 0
+        parked = self.parked_count(name, parked_types)
+        # purged ids are marked in the lists until a reserve pops them (antre/engine/lua/purge.lua)
+        ready = max(0, ready + parked - _int(marks))
+        return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
+                         {s: _int(v) for s, v in stats.items()}, now,
+                         tuple(pause_infos(name, paused)), parked)
+
+    def parked_count(self, queue: str, job_types: set[str]) -> int:
+        """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined)."""
+        if not job_types:
+            return 0
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for t in sorted(job_types):
+            pipe.llen(k.parked(t))
+        return sum(int(n) for n in pipe.execute())
+
+    def overview(self) -> Overview:
+        return Overview([self.queue_info(n) for n in self.queue_names()], self.clock())
+
+    # -- pages -------------------------------------------------------------------------------
+    def _rows(self, queue: str, ids: list[str]) -> list[JobRow]:
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(k.job(job_id), ROW_FIELDS)
+        now = self.clock()
+        rows = []
+        for job_id, values in zip(ids, pipe.execute()):
+            f = dict(zip(ROW_FIELDS, values))
+            deadline = _int(f["deadline"])
+            rows.append(JobRow(
+                id=job_id, type=f["type"] or "", attempt=_int(f["attempt"]),
+                max_attempts=_int(f["max_attempts"]), deliveries=_int(f["deliveries"]),
+                worker_id=f["worker_id"] or "", epoch=_int(f["epoch"]), deadline=deadline,
+                time_left_ms=deadline - now if deadline else 0,
+                reserved_at=_int(f["reserved_at"]), visible_at=_int(f["visible_at"]),
+                lock_key=f["lock_key"] or "", last_error=f["last_error"] or "",
+                error_kind=f["error_kind"] or "", reason=f["reason"] or "",
+                group=f["group"] or "", finished_at=_int(f["finished_at"]),
+                created_at=_int(f["created_at"]), idempotency_key=f["idem_key"] or "",
+                first_failed_at=_int(f["first_failed_at"]), extended_at=_int(f["extended_at"]),
+                checkpoint_at=_int(f["checkpoint_at"])))
+        return rows
+
+    def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,
+               low: Any = "-inf", high: Any = "+inf") -> Page:
+        if reverse:
+            ids = cast(list[str],
+                       self.redis.zrevrangebyscore(zkey, high, low, start=offset, num=limit))
+        else:
+            ids = cast(list[str],
+                       self.redis.zrangebyscore(zkey, low, high, start=offset, num=limit))
+        total = (self.redis.zcard(zkey) if (low, high) == ("-inf", "+inf")
+                 else self.redis.zcount(zkey, low, high))
+        return Page(self._rows(queue, ids), int(total), offset, limit, self.clock())
+
+    def inflight(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        """Soonest deadline first: the jobs about to expire are at the top."""
+        return self._zpage(queue, keys.QueueKeys(queue).inflight, offset, limit, reverse=False)
+
+    def scheduled(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        return self._zpage(queue, keys.QueueKeys(queue).scheduled, offset, limit, reverse=False)
+
+    def done(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        return self._zpage(queue, keys.QueueKeys(queue).done, offset, limit, reverse=True)
+
+    def ready(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        """Oldest first (the next to be reserved)."""
+        k = keys.QueueKeys(queue)
+        ids = (cast(list[str], self.redis.lrange(k.ready, -(offset + limit), -(offset + 1)))
+               if limit else [])
+        ids = [i for i in reversed(ids) if not i.startswith("{")]  # marks of purged ids
+        return Page(self._rows(queue, ids), int(self.redis.llen(k.ready)), offset, limit,
+                    self.clock())
+
+    def dead_index(self, queue: str, flt: DeadFilter) -> str:
+        k = keys.QueueKeys(queue)
+        if flt.group:
+            return k.dead_by_group(flt.group)
+        if flt.job_type:
+            return k.dead_by_type(flt.job_type)
+        return k.dead
+
+    def dead(self, queue: str, flt: DeadFilter = DeadFilter(), offset: int = 0,
+             limit: int = 50) -> Page:
+        """Newest first. Filters use the per-type and per-group indexes; with both a type and
+        a group, the group index is paged and rows of other types are dropped from the page."""
+        low = flt.since_ms if flt.since_ms is not None else "-inf"
+        high = flt.until_ms if flt.until_ms is not None else "+inf"
+        page = self._zpage(queue, self.dead_index(queue, flt), offset, limit, reverse=True,
+                           low=low, high=high)
+        if flt.group and flt.job_type:
+            rows = [r for r in page.rows if r.type == flt.job_type]
+            return Page(rows, page.total, offset, limit, page.as_of)
+        return page
+
+    def dead_ids(self, queue: str, flt: DeadFilter, limit: int, after_score: int | None = None
+                 ) -> list[tuple[str, int]]:
+        """Oldest first, for bulk operations that walk a filtered set in batches."""
+        low: Any = flt.since_ms if flt.since_ms is not None else "-inf"
+        if after_score is not None:
+            low = after_score
+        high = flt.until_ms if flt.until_ms is not None else "+inf"
+        pairs = cast(list[tuple[str, float]],
+                     self.redis.zrangebyscore(self.dead_index(queue, flt), low, high, start=0,
+                                              num=limit, withscores=True))
+        return [(m, int(s)) for m, s in pairs]
+
+    def count_dead(self, queue: str, flt: DeadFilter = DeadFilter()) -> int:
+        low = flt.since_ms if flt.since_ms is not None else "-inf"
+        high = flt.until_ms if flt.until_ms is not None else "+inf"
+        return int(self.redis.zcount(self.dead_index(queue, flt), low, high))
+
+    def dead_types(self, queue: str) -> list[str]:
+        return sorted(cast(set[str], self.redis.smembers(keys.QueueKeys(queue).types)))
+
+    def error_groups(self, queue: str) -> list[ErrorGroup]:
+        k = keys.QueueKeys(queue)
+        raw = cast(dict[str, str], self.redis.hgetall(k.error_groups))
+        pipe = self.redis.pipeline(transaction=False)
+        names = sorted(raw)
+        for g in names:
+            pipe.zcard(k.dead_by_group(g))
+        out = []
+        for g, count in zip(names, pipe.execute()):
+            try:
+                rec = json.loads(raw[g])
+            except ValueError:
+                continue
+            out.append(ErrorGroup(g, rec.get("signature", ""), rec.get("job_type", ""),
+                                  int(count), _int(rec.get("total")), _int(rec.get("first")),
+                                  _int(rec.get("last"))))
+        out.sort(key=lambda e: (-e.count, -e.last_seen))
+        return out
+
+    def rows(self, queue: str, ids: list[str]) -> list[JobRow]:
+        """Table rows of the given jobs (one pipelined HMGET each)."""
+        return self._rows(queue, ids)
+
+    def job(self, queue: str, job_id: str) -> Job | None:
+        fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))
+        return from_fields(fields) if fields else None
+
+    def find_job(self, job_id: str) -> Job | None:
+        """Look a job id up in every known queue (a few HGETALLs, no scan)."""
+        for name in self.queue_names():
+            job = self.job(name, job_id)
+            if job:
+                return job
+        return None

@@ -1,0 +1,104 @@
+"""Worker heartbeats in Redis: written by worker processes, read by the dashboard and CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
+
+import redis
+from redis.typing import EncodableT
+
+from antre.engine import keys
+from antre.clock import Clock, system_ms
+
+STALE_AFTER_MS = 30_000
+
+
+@dataclass
+class WorkerInfo:
+    id: str
+    host: str = ""
+    pid: int = 0
+    supervisor: str = ""  # id of the supervisor (pool) the process belongs to
+    queues: list[str] = field(default_factory=list)
+    threads: int = 1
+    started_at: int = 0
+    heartbeat_at: int = 0
+    current: list[str] = field(default_factory=list)  # job ids running now
+    processed: int = 0
+    failed: int = 0
+    restarts: int = 0  # for a supervisor: children restarted
+    kind: str = "process"  # 'process' or 'supervisor'
+    state: str = "running"  # running | stopping | stopped
+    concurrency: int = 0  # async jobs this process may run at once on its event loop (0: none)
+    loop_lag_ms: int = 0  # the event loop's worst lag since the previous heartbeat
+
+    def alive(self, now_ms: int, stale_after_ms: int = STALE_AFTER_MS) -> bool:
+        return self.state != "stopped" and now_ms - self.heartbeat_at < stale_after_ms
+
+
+class WorkerRegistry:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms) -> None:
+        self.redis = client
+        self.clock = clock
+
+    def beat(self, info: WorkerInfo, ttl_s: int = 86_400) -> None:
+        info.heartbeat_at = self.clock()
+        # Annotated with redis-py's own types: its Mapping parameter is invariant in the key.
+        data: dict[EncodableT, EncodableT] = {
+            k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in asdict(info).items()
+        }
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(keys.worker(info.id), mapping=data)
+        pipe.expire(keys.worker(info.id), ttl_s)
+        pipe.zadd(keys.workers_index(), {info.id: info.heartbeat_at})
+        pipe.execute()
+
+    def list(self, limit: int = 500) -> list[WorkerInfo]:
+        ids = cast(list[str], self.redis.zrevrange(keys.workers_index(), 0, limit - 1))
+        pipe = self.redis.pipeline(transaction=False)
+        for wid in ids:
+            pipe.hgetall(keys.worker(wid))
+        out, gone = [], []
+        for wid, data in zip(ids, pipe.execute()):
+            if data:
+                out.append(_decode(data))
+            else:
+                gone.append(wid)
+        if gone:
+            self.redis.zrem(keys.workers_index(), *gone)
+        return out
+
+    def get(self, worker_id: str) -> WorkerInfo | None:
+        data = cast(dict[str, str], self.redis.hgetall(keys.worker(worker_id)))
+        return _decode(data) if data else None
+
+    def live_count(self, stale_after_ms: int = STALE_AFTER_MS) -> int:
+        return int(self.redis.zcount(keys.workers_index(), self.clock() - stale_after_ms, "+inf"))
+
+    def forget_older_than(self, ms: int) -> int:
+        return int(self.redis.zremrangebyscore(keys.workers_index(), "-inf", self.clock() - ms))
+
+
+def _decode(data: dict[str, str]) -> WorkerInfo:
+    def num(name: str) -> int:
+        try:
+            return int(float(data.get(name) or 0))
+        except ValueError:
+            return 0
+
+    def lst(name: str) -> list[Any]:
+        try:
+            value = json.loads(data.get(name) or "[]")
+        except ValueError:
+            return []
+        return value if isinstance(value, list) else []
+
+    return WorkerInfo(id=data.get("id", ""), host=data.get("host", ""), pid=num("pid"),
+                      supervisor=data.get("supervisor", ""), queues=lst("queues"),
+                      threads=num("threads"), started_at=num("started_at"),
+                      heartbeat_at=num("heartbeat_at"), current=lst("current"),
+                      processed=num("processed"), failed=num("failed"), restarts=num("restarts"),
+                      kind=data.get("kind", "process"), state=data.get("state", "running"),
+                      concurrency=num("concurrency"), loop_lag_ms=num("loop_lag_ms"))

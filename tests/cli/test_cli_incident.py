@@ -1,0 +1,158 @@
+"""CLI parity: every dashboard action as an ``antre`` command against a real Redis and SQLite,
+audited with the OS user as the actor; bad input is an error on stderr, changes nothing and
+is audited as refused."""
+
+from __future__ import annotations
+
+import getpass
+import json
+
+import pytest
+
+from antre import Antre
+from antre.limits.flow import FlowControl
+from antre_cli.main import main
+
+ACTOR = f"cli:{getpass.getuser()}"
+
+
+@pytest.fixture
+def env(monkeypatch, redis_url, sqlite_url):
+    monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
+    monkeypatch.setenv("ANTRE_DATABASE_URL", sqlite_url)
+    return Antre(redis_url=redis_url, database_url=sqlite_url)
+
+
+def audited(app, action):
+    return [(e.user, e.outcome, e.reason) for e in app.audit.list(action=action)]
+
+
+def test_pause_and_resume_a_queue_and_a_type(env, capsys):
+    q = env.queue("billing")
+    q.enqueue("charge", {}, idempotency_key="k1")
+    q.enqueue("refund", {}, idempotency_key="k2")
+    assert main(["pause", "billing", "--reason", "bad deploy"]) == 0
+    assert q.reserve("w", 5) == []
+    assert main(["resume", "billing", "--reason", "fixed"]) == 0
+    assert main(["pause", "billing", "--type", "charge", "--reason", "psp down"]) == 0
+    assert [j.type for j in q.reserve("w", 5)] == ["refund"]
+    assert "paused" in capsys.readouterr().out
+    assert main(["resume", "billing", "--type", "charge"]) == 0
+    assert [j.type for j in q.reserve("w", 5)] == ["charge"]
+    assert audited(env, "queue.pause") == [(ACTOR, "ok", "psp down"), (ACTOR, "ok", "bad deploy")]
+    assert [o for _, o, _ in audited(env, "queue.resume")] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["pause", "nosuch", "--reason", "x"], "no queue 'nosuch'"),
+    (["pause", "billing", "--type", "nosuch", "--reason", "x"], "no job type 'nosuch'"),
+    (["pause", "billing", "--reason", "  "], "reason is required"),
+    (["resume", "billing"], "is not paused"),
+])
+def test_bad_pause_input_is_refused_and_audited(env, capsys, argv, message):
+    env.queue("billing").enqueue("charge", {}, idempotency_key="k1")
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err
+    assert env.redis.hlen(env.queue("billing").keys.paused) == 0
+    (entry,) = env.audit.list(action=f"queue.{argv[0]}")
+    assert (entry.user, entry.outcome) == (ACTOR, "refused")
+
+
+def test_job_delete_run_now_and_extend(env, capsys):
+    q = env.queue("billing")
+    sched = q.enqueue("charge", {}, idempotency_key="k1", delay_s=60)
+    other = q.enqueue("charge", {}, idempotency_key="k2", delay_s=60)
+    assert main(["job", "run-now", "billing", sched, "--reason", "now"]) == 0
+    assert q.where(sched) == ["ready"]
+    (running,) = q.reserve("w")
+    assert main(["job", "extend", "billing", running.id, "--epoch", str(running.epoch),
+                 "--seconds", "60"]) == 0
+    assert q.get(running.id).deadline == running.deadline + 60_000
+    assert main(["job", "extend", "billing", running.id, "--epoch", "99"]) == 1
+    assert "lease epoch" in capsys.readouterr().err
+    assert main(["job", "delete", "billing", running.id, "--reason", "x"]) == 1
+    assert main(["job", "delete", "billing", other, "--reason", "bad payload"]) == 0
+    assert q.get(other) is None and q.where(running.id) == ["inflight"]
+    assert [o for _, o, _ in audited(env, "inflight.extend")] == ["refused", "ok"]
+    assert [o for _, o, _ in audited(env, "job.delete")] == ["ok", "refused"]
+    assert audited(env, "scheduled.run_now") == [(ACTOR, "ok", "now")]
+
+
+def test_purge_dry_run_confirmation_paced_task_and_controls(env, capsys):
+    q = env.queue("billing")
+    for i in range(6):
+        q.enqueue("charge", {"tenant": i % 2}, idempotency_key=f"k{i}")
+    base = ["purge", "billing", "--field", "tenant", "--value", "1"]
+    assert main([*base, "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("3 jobs match")
+    assert main([*base, "--confirm", "4"]) == 1
+    assert "--confirm 3" in capsys.readouterr().err
+    assert main(["purge", "billing", "--type", "nosuch", "--confirm", "purge"]) == 1
+    assert "no job matches" in capsys.readouterr().err
+    assert main(["purge", "nosuch", "--confirm", "purge"]) == 1
+    assert "no queue 'nosuch'" in capsys.readouterr().err
+    assert main([*base, "--confirm", "3", "--rate", "1", "--reason", "bad tenant"]) == 0
+    assert "purge" in capsys.readouterr().out
+    assert main(["tasks", "billing", "--json"]) == 0
+    (task,) = json.loads(capsys.readouterr().out)
+    assert (task["kind"], task["total"], task["state"], task["user"]) == (
+        "purge", 3, "running", ACTOR)
+    assert main(["task", "pause", "billing", task["id"]]) == 0
+    assert main(["task", "pause", "billing", task["id"]]) == 1
+    assert main(["task", "cancel", "billing", task["id"], "--reason", "enough"]) == 0
+    assert main(["task", "cancel", "billing", "nope"]) == 1
+    outcomes = [o for _, o, _ in audited(env, "purge.start")]
+    assert sorted(outcomes) == ["ok", "refused", "refused", "refused"]
+    assert [o for _, o, _ in audited(env, "purge.pause")] == ["refused", "ok"]
+    assert [o for _, o, _ in audited(env, "purge.cancel")] == ["ok"]
+    assert [o for _, o, _ in audited(env, "dlq.bulk_replay.cancel")] == ["refused"]  # unknown
+
+
+def test_bulk_replay_lock_release_and_breaker_reset(env, capsys):
+    q = env.queue("billing")
+    q.enqueue("charge", {}, idempotency_key="k1")
+    (job,) = q.reserve("w")
+    q.bury(job, reason="declined")
+    assert main(["bulk-replay", "billing", "--rate", "10", "--maximum", "5",
+                 "--reason", "psp back"]) == 0
+    assert main(["tasks", "billing"]) == 0
+    assert "replay" in capsys.readouterr().out
+    lock = env.locks.acquire("customer:1", 30_000, owner="w")
+    assert main(["lock", "release", "customer:1", "--token", "wrong"]) == 1
+    assert main(["lock", "release", "customer:1", "--token", lock.token]) == 0
+    assert env.redis.exists(f"antre:lock:{{customer:1}}") == 0
+    breaker = FlowControl(env.redis, env.clock).breaker("psp", failure_threshold=1)
+    breaker.record_failure()
+    assert breaker.state().state == "open"
+    assert main(["breaker", "reset", "nosuch"]) == 1
+    assert main(["breaker", "reset", "psp", "--reason", "psp is back"]) == 0
+    assert breaker.state().state == "closed"
+    assert audited(env, "dlq.bulk_replay.start") == [(ACTOR, "ok", "psp back")]
+    assert [o for _, o, _ in audited(env, "locks.release")] == ["ok", "refused"]
+    assert [o for _, o, _ in audited(env, "flow.reset_breaker")] == ["ok", "refused"]
+
+
+def test_changes_need_the_audit_database(monkeypatch, redis_url, capsys):
+    monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
+    monkeypatch.delenv("ANTRE_DATABASE_URL", raising=False)
+    assert main(["pause", "default", "--reason", "x"]) == 2
+    assert "ANTRE_DATABASE_URL" in capsys.readouterr().err
+
+
+def test_cancel_a_running_job_and_refuse_a_finished_one(env, capsys):
+    q = env.queue("billing")
+    job_id = q.enqueue("charge", {}, idempotency_key="k1")
+    assert main(["job", "cancel", "billing", job_id, "--reason", "x"]) == 1
+    assert "it is ready" in capsys.readouterr().err
+    (job,) = q.reserve("w")
+    assert main(["job", "cancel", "billing", job_id, "--to", "discard", "--reason", "dup"]) == 0
+    assert q.get(job_id).cancel and env.redis.hexists(q.keys.cancels, job_id)
+    assert [o for _, o, _ in audited(env, "job.cancel")] == ["ok", "refused"]
+
+
+def test_status_shows_who_paused_what(env, capsys):
+    env.queue("billing").enqueue("charge", {}, idempotency_key="k1")
+    assert main(["pause", "billing", "--type", "charge", "--reason", "psp down"]) == 0
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    assert f"paused: charge by {ACTOR}" in capsys.readouterr().out

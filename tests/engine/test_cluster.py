@@ -1,0 +1,102 @@
+"""The same scripts on a local 3-node Redis Cluster: every queue's keys share one hash tag."""
+
+from __future__ import annotations
+
+import pytest
+from redis.cluster import ClusterNode, RedisCluster
+
+from antre import LeaseLost
+from antre.clock import ManualClock
+from antre.engine.locks import LockBusy, Locks
+from antre.control.periodic import Scheduler, Schedules, make_schedule
+from antre.engine.queue import JobSpec, Queue
+from antre.control.retention import Retention, RetentionPolicy
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def rc(redis_cluster):
+    client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in redis_cluster],
+                          decode_responses=True)
+    client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("name", ["orders", "emails", "q3", "billing"])
+def test_lifecycle_on_cluster(rc, name):
+    clock = ManualClock()
+    q = Queue(rc, name, clock=clock)
+    ids = q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}", visibility_timeout_s=5,
+                                  max_deliveries=1) for i in range(6)])
+    q.enqueue("t", {}, idempotency_key="later", delay_s=10)
+    a, b, c, d, e, f = q.reserve("w1", count=6)
+    q.ack(a, {"ok": True})
+    q.retry(b, delay_ms=1000, error="flaky")
+    q.bury(c, reason="permanent")
+    assert q.extend(d.id, d.epoch, 60_000) == clock() + 60_000
+    q.hand_back(e)
+    clock.advance(10_001)
+    assert q.promote() == 2
+    swept = q.sweep()
+    assert swept.buried == 1 and swept.outcomes == {f.id: "dead"}
+    with pytest.raises(LeaseLost):
+        q.ack(f)
+    assert q.replay(c.id) and q.discard(f.id)
+    assert q.run_now(q.enqueue("t", {}, idempotency_key="x", delay_s=99))
+    assert [q.where(i) for i in ids] == [["done"], ["ready"], ["ready"], ["inflight"], ["ready"], []]
+
+
+def test_locks_on_cluster(rc):
+    locks = Locks(rc)
+    lock = locks.acquire("sku:1", 10_000, owner="w1")
+    lock2 = locks.acquire("sku:2", 10_000, owner="w1")
+    assert sorted(h.key for h in locks.held()) == ["sku:1", "sku:2"]  # the index, another slot
+    assert locks.renew(lock) and locks.release(lock) and locks.release(lock2)
+    assert locks.held() == []
+    again = locks.acquire("sku:1", 10_000)
+    assert again.fence == lock.fence + 1
+    handed = locks.acquire("sku:2", 10_000, release=again)  # release + acquire, two slots
+    assert [h.key for h in locks.held()] == ["sku:2"] and handed.fence == lock2.fence + 1
+    with pytest.raises(LockBusy):
+        locks.acquire("sku:2", 10_000)  # the conflict scripts run in the {locks} slot
+    assert [(c.key, c.last_5m, c.last_1h) for c in locks.contention()] == [("sku:2", 1, 1)]
+
+
+@pytest.mark.parametrize("name", ["orders", "q3"])
+def test_incident_controls_on_cluster(rc, name):
+    from antre.control.cancel import Cancels
+    from antre.control.pause import Pauses
+    from antre.control.purge import PurgeFilter, Purger
+
+    clock = ManualClock()
+    q = Queue(rc, name, clock=clock)
+    q.enqueue_many([JobSpec(t, {"i": i}, f"{t}{i}") for i in range(4) for t in ("a", "b")])
+    pauses = Pauses(rc, clock)
+    pauses.pause(name, "a", "op", "drill")
+    assert {j.type for j in q.reserve("w1", count=8)} == {"b"}  # 'a' parked
+    assert Purger(rc, clock).purge(name, PurgeFilter("ready", job_type="a"), 2) == 2
+    assert pauses.resume(name, "a") == 2
+    (job, *_) = q.reserve("w1", count=8)
+    Cancels(rc, clock).request(name, job.id, "op", "discard", "")
+    q.finish_cancelled(job, to="discard", reason="cancelled by op")
+    assert q.get(job.id) is None
+
+
+def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
+    clock = ManualClock(1_700_000_000_000)
+    q = Queue(rc, "reports", clock=clock)
+    first = q.enqueue("t", {}, idempotency_key="u", unique=True)
+    assert q.enqueue_many([JobSpec("t", {}, "u", unique=True)]) == [first]
+    schedule = make_schedule("hourly", "report", every_s=3600, queue="reports")
+    schedulers = [Scheduler(rc, [schedule], clock=clock) for _ in range(2)]
+    schedulers[0].run_once()
+    clock.advance(3_600_000)
+    outcomes = [r.outcome for s in schedulers for r in s.run_once()]
+    assert outcomes == ["stored"]
+    assert Schedules(rc, clock=clock).info("hourly").last_outcome == "ready"
+    for job in q.reserve("w", count=10):
+        q.bury(job, reason="boom")
+    res = Retention(rc, clock=clock).run("reports", RetentionPolicy(dead_max_jobs=1))
+    assert res.dead_dropped == 1 and res.groups_removed == 0

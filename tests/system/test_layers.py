@@ -1,0 +1,114 @@
+"""The house's floors and rooms (docs/ARCHITECTURE.md): every import of every module of
+``antre/``, ``worker/`` and ``webapp/``, checked against the picture.
+
+- inside ``antre/``, a room imports only rooms below it: the top (errors, clock) <- engine <-
+  limits, stores <- observe <- control <- app (``app``, ``context``, ``embedded``, the package);
+- ``antre/`` imports neither flask nor apscheduler, nor the worker, the dashboard or the CLI;
+- ``worker/`` and ``webapp/`` never import each other (nor the CLI).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+RANK = {"base": 0, "engine": 1, "limits": 2, "stores": 2, "observe": 3, "control": 4, "app": 5}
+BASE = {"errors", "clock"}
+FORBIDDEN = {
+    "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "webapp",
+              "worker"},
+    "worker": {"antre_web", "webapp", "flask", "antre_cli"},
+    "webapp": {"antre_worker", "worker", "apscheduler", "antre_cli"},
+}
+
+
+def room_of(module: str) -> str | None:
+    """``antre.engine.keys`` -> ``engine``; ``antre.errors`` -> ``base``; ``antre`` -> ``app``."""
+    parts = module.split(".")
+    if parts[0] != "antre":
+        return None
+    if len(parts) == 1:
+        return "app"
+    if parts[1] in RANK and parts[1] not in ("base", "app"):
+        return parts[1]
+    return "base" if parts[1] in BASE else "app"
+
+
+def imports_of(path: Path, package: str) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, relative imports resolved against ``package``."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((node.lineno, target))
+            if target == "antre" or (node.level and not node.module):
+                found += [(node.lineno, f"{target}.{a.name}") for a in node.names
+                          if a.name in RANK or a.name in BASE]
+    return found
+
+
+def violations(module: str, imported: list[tuple[int, str]]) -> list[str]:
+    floor = module.split(".")[0]
+    bad: list[str] = []
+    for line, target in imported:
+        top = target.split(".")[0]
+        if top in FORBIDDEN.get(floor, set()):
+            bad.append(f"{module}:{line} imports {target} (the {floor} floor may not)")
+        mine, theirs = room_of(module), room_of(target)
+        if mine and theirs and mine != theirs and RANK[theirs] >= RANK[mine]:
+            bad.append(f"{module}:{line} imports {target}: room '{mine}' may import only "
+                       f"rooms below it, not '{theirs}'")
+    return bad
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for folder, name in (("antre", "antre"), ("worker", "worker"), ("webapp", "webapp")):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO / folder).with_suffix("")
+            parts = [name, *rel.parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out.append((".".join(parts), path))
+    return out
+
+
+def test_every_import_respects_the_floors_and_rooms() -> None:
+    bad: list[str] = []
+    for module, path in modules():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        bad += violations(module, imports_of(path, package))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_rooms_are_where_the_picture_says() -> None:
+    found = {room_of(m) for m, _ in modules() if m.startswith("antre.")}
+    assert found == set(RANK)
+
+
+@pytest.mark.parametrize("module,target", [
+    ("antre.engine.queue", "antre.observe.readmodels"),   # a lower room reaching up
+    ("antre.limits.flow", "antre.stores.sql"),            # a sibling room
+    ("antre.errors", "antre.engine.keys"),                # the base imports nothing of Antre
+    ("antre.control.pause", "flask"),                     # no web framework in the core
+    ("worker.runner", "antre_web.services"),              # the floors never meet
+    ("webapp.api", "antre_worker.pool"),
+])
+def test_the_checker_catches_a_wrong_import(module: str, target: str) -> None:
+    assert violations(module, [(1, target)])
+
+
+def test_the_checker_passes_an_allowed_import() -> None:
+    assert not violations("antre.control.pause", [(1, "antre.observe.readmodels"),
+                                                  (2, "antre.engine.keys"), (3, "redis")])
+    assert not violations("worker.runner", [(1, "antre.app"), (2, "apscheduler")])

@@ -1,0 +1,177 @@
+"""Worker processes under kill -9, SIGTERM, poison jobs and a Redis restart (real subprocesses,
+real Redis; the lease clock is advanced in the test process, never slept for)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import helpers
+import pytest
+import redis
+from helpers import spawn
+
+from antre import Antre
+from antre.clock import ManualClock, system_ms
+from antre.engine.queue import Queue
+from antre.observe.registry import WorkerRegistry
+
+APP = "tests.apps.basic:app"
+
+
+def child(redis_url, tmp_path, *extra):
+    return spawn(redis_url, ["antre_worker.child", APP, "--threads", "1", "--heartbeat", "0.2",
+                             *extra], tmp_path / "worker.log")
+
+
+def wait_for(cond, timeout=10.0, what="condition"):
+    """``helpers.wait_for`` for real processes: a longer bound, a slower poll, and a Redis
+    connection error (a restart) counts as not yet."""
+    return helpers.wait_for(cond, timeout, what, poll_s=0.02, ignore=(redis.ConnectionError,))
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def later(ms: int) -> Queue:
+    """The queue as a sweeper sees it ``ms`` from now (an injected clock, no sleeping)."""
+    return Queue(redis.Redis.from_url(os.environ["_T_URL"], decode_responses=True), "default",
+                 clock=ManualClock(system_ms() + ms))
+
+
+@pytest.fixture
+def app(redis_url, monkeypatch):
+    monkeypatch.setenv("_T_URL", redis_url)
+    return Antre(redis_url=redis_url)
+
+
+def test_sigkill_mid_job_redelivers_after_the_lease_and_completes(app, r, tmp_path, procs):
+    q = app.queue()
+    job_id = q.enqueue("hang_first", {}, idempotency_key="hf:1", visibility_timeout_s=30)
+    p = child(app.redis_url, tmp_path)
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, what="handler started")
+    p.kill()
+    p.wait(10)
+    assert q.get(job_id).state == "inflight"
+    assert later(29_000).sweep().requeued == 0  # the lease still holds
+    assert later(31_000).sweep().requeued == 1
+    assert q.where(job_id) == ["ready"]
+    p2 = child(app.redis_url, tmp_path, "--burst")
+    procs.append(p2)
+    assert p2.wait(20) == 0
+    job = q.get(job_id)
+    assert (job.state, job.deliveries, job.attempt) == ("done", 2, 0)
+    assert job.result == {"deliveries": 2}
+    assert r.llen("test:done") == 1
+
+
+@pytest.mark.slow
+def test_poison_job_that_kills_its_worker_ends_in_the_dlq(app, r, tmp_path, procs):
+    q = app.queue()
+    job_id = q.enqueue("suicide", {}, idempotency_key="p:1", max_deliveries=3,
+                       visibility_timeout_s=30)
+    sup = spawn(app.redis_url, ["worker", "worker", APP, "--processes", "1", "--threads", "1",
+                                "--no-scheduler", "--grace", "1"], tmp_path / "pool.log")
+    procs.append(sup)
+    for delivery in (1, 2, 3):
+        wait_for(lambda n=delivery: r.llen("test:started") == n, 20, f"delivery {delivery}")
+        pid = int(r.lindex("test:started", -1).rsplit(":", 1)[1])
+        wait_for(lambda p=pid: gone(p), what="the worker to die")
+        res = later(31_000).sweep()
+        assert (res.requeued, res.buried) == ((1, 0) if delivery < 3 else (0, 1))
+    job = q.get(job_id)
+    assert job.state == "dead" and q.where(job_id) == ["dead"]
+    assert job.reason.startswith("delivered 3 times and never finished")
+    assert "poison" in job.reason
+    registry = WorkerRegistry(app.redis)
+    wait_for(lambda: any(w.kind == "supervisor" and w.restarts >= 3 for w in registry.list()),
+             what="the supervisor to count restarts")
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(15) == 0
+
+
+def test_sigterm_mid_job_hands_back_without_spending_an_attempt(app, r, tmp_path, procs):
+    q = app.queue()
+    job_id = q.enqueue("slow", {"seconds": 30}, idempotency_key="s:1")
+    p = child(app.redis_url, tmp_path, "--grace", "0.5")
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, what="handler started")
+    assert q.get(job_id).deliveries == 1
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    job = q.get(job_id)
+    assert (job.state, job.attempt, job.deliveries) == ("ready", 0, 0)
+    assert q.where(job_id) == ["ready"]
+    assert q.stats()["handed_back"] == 1
+    assert r.llen("test:done") == 0
+
+
+def test_sigterm_lets_a_short_job_finish(app, r, tmp_path, procs):
+    q = app.queue()
+    job_id = q.enqueue("slow", {"seconds": 0.5}, idempotency_key="s:2")
+    p = child(app.redis_url, tmp_path, "--grace", "10")
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, what="handler started")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    assert q.get(job_id).state == "done"
+
+
+def test_worker_survives_a_redis_restart(app, redis_server, tmp_path, procs):
+    q = app.queue()
+    q.enqueue("echo", {"n": 1}, idempotency_key="e:1")
+    p = child(app.redis_url, tmp_path)
+    procs.append(p)
+    wait_for(lambda: app.redis.llen("test:done") == 1, what="first job")
+    log_path = tmp_path / "worker.log"
+    redis_server.stop()  # no AOF: the data is gone; the worker must reconnect by itself
+    wait_for(lambda: "redis unreachable at" in log_path.read_text(), what="the outage line")
+    time.sleep(0.5)  # an outage of a while: the worker backs off, stays alive, logs once
+    redis_server.start()
+    fresh = Antre(redis_url=app.redis_url).queue()
+    job_id = fresh.enqueue("echo", {"n": 2}, idempotency_key="e:2")
+    wait_for(lambda: fresh.get(job_id).state == "done", 15, "job after restart")
+    assert p.poll() is None
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    log = log_path.read_text()
+    assert log.count("redis unreachable at") == 1
+    assert log.count("redis reachable again") == 1
+
+
+def test_burst_pool_processes_everything_and_exits(app, r, tmp_path, procs):
+    q = app.queue()
+    ids = [q.enqueue("echo", {"n": n}, idempotency_key=f"b:{n}") for n in range(30)]
+    sup = spawn(app.redis_url, ["worker", "worker", APP, "--processes", "2", "--threads", "2",
+                                "--burst"], tmp_path / "pool.log")
+    procs.append(sup)
+    assert sup.wait(30) == 0
+    assert all(q.where(i) == ["done"] for i in ids)
+    assert r.llen("test:done") == 30
+
+
+@pytest.mark.slow
+def test_hung_handler_is_timed_out_and_its_process_recycled(app, r, tmp_path, procs):
+    q = app.queue()
+    job_id = q.enqueue("hang_forever", {}, idempotency_key="hang:1", timeout_s=0.5,
+                       max_attempts=2)
+    sup = spawn(app.redis_url, ["worker", "worker", APP, "--processes", "1", "--threads", "1",
+                                "--no-scheduler", "--grace", "1"], tmp_path / "pool.log")
+    procs.append(sup)
+    wait_for(lambda: q.get(job_id).state == "dead", 20, "the job to die of timeouts")
+    job = q.get(job_id)
+    assert job.error_kind == "timeout" and job.attempt == 2
+    assert job.reason.startswith("attempts exhausted (2/2)") and "JobTimeout" in job.reason
+    assert r.llen("test:started") == 2
+    log = tmp_path / "pool.log"
+    wait_for(lambda: log.read_text().count("code 3 (recycled after a hard timeout)") == 2,
+             what="the supervisor to recycle both hung processes")
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(15) == 0
