@@ -65,6 +65,9 @@ class HandlerSpec:
     unique: bool = False  # enqueue returns the pending job holding the same idempotency key
     unique_for_s: float = 0.0  # and refuses a key whose job completed this recently
     is_async: bool = False  # an ``async def`` handler: run on the worker's event loop
+    # a retried job with a lock_key keeps its key's turn (the jobs behind it wait for its
+    # retry); False: the next job of the key runs first and the retried one rejoins the line
+    ordered: bool = True
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
@@ -300,7 +303,8 @@ class Antre:
         timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
         idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
         flow (a ``FlowPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes,
-        unique and unique_for_s (the defaults of ``enqueue``'s own: see there)."""
+        unique and unique_for_s (the defaults of ``enqueue``'s own: see there), ordered (False:
+        a retried job with a lock_key lets the jobs waiting behind its key go first)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 

@@ -270,8 +270,10 @@ class WorkerProcess:
 
     def _work(self, held: list[Running]) -> None:
         # a prefetched batch's successes are acked together when the batch is done; its async
-        # jobs go to the loop together
-        self.settler.begin_batch(len(held) > 1)
+        # jobs go to the loop together. A job with a lock_key is acked that way even alone: its
+        # lock is released before its ack passes the key's turn to the next job (which would
+        # find the lock still held otherwise, and snooze)
+        self.settler.begin_batch(len(held) > 1 or any(r.job.lock_key for r in held))
         self.pipeline.begin_batch(held)
         to_loop: list[AsyncStart] = []
         try:
@@ -330,7 +332,7 @@ class WorkerProcess:
         """Settle the async jobs that ended (their acks in one round trip), then free their
         slots."""
         assert self.aio is not None
-        self.settler.begin_batch(len(ended) > 1)
+        self.settler.begin_batch(len(ended) > 1 or any(r.job.lock_key for r, _, _ in ended))
         try:
             for r, result, exc in ended:
                 self._finish_async(r, result, exc)
@@ -381,8 +383,9 @@ class WorkerProcess:
         return self.promoter.promote_due()
 
     def _drained(self) -> bool:
-        """Burst mode's end: nothing ready (after promoting what is due) or in flight. The
-        ready jobs of a paused queue do not count: nothing of them may start."""
+        """Burst mode's end: nothing ready (after promoting what is due), in flight or waiting
+        behind a lock_key's head (its turn comes when the head ends). The ready and waiting
+        jobs of a paused queue do not count: nothing of them may start."""
         with self._lock:
             if self._running:
                 return False
@@ -393,9 +396,11 @@ class WorkerProcess:
                 pipe.llen(q.keys.ready)
                 pipe.zcard(q.keys.inflight)
                 pipe.hexists(q.keys.paused, "*")
+                pipe.zcard(q.keys.waiting)
             replies = pipe.execute()
-            return not any(inflight or (ready and not paused) for ready, inflight, paused
-                           in zip(replies[0::3], replies[1::3], replies[2::3]))
+            return not any(inflight or ((ready or waiting) and not paused)
+                           for ready, inflight, paused, waiting
+                           in zip(replies[0::4], replies[1::4], replies[2::4], replies[3::4]))
         except REDIS_DOWN as exc:
             self.health.failed(exc)
             return False

@@ -170,7 +170,8 @@ class Settler:
                   counter="deduplicated" if outcome.deduplicated else "acked", note=note)
         elif isinstance(outcome, Retry):
             q.retry(job, delay_ms=outcome.delay_ms, error=outcome.error, kind=outcome.kind,
-                    traceback=outcome.traceback, note=note)
+                    traceback=outcome.traceback, note=note,
+                    keep_turn=r.spec is None or r.spec.ordered)
         elif isinstance(outcome, Snooze):
             q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter, note=note)
         elif isinstance(outcome, Bury):

@@ -102,7 +102,7 @@ class Cancels:
         for job_id in ids:
             pipe.hget(k.job(job_id), "state")
         stale = [i for i, state in zip(ids, pipe.execute())
-                 if state not in ("inflight", "ready", "scheduled")]
+                 if state not in ("inflight", "ready", "scheduled", "waiting")]
         if stale:
             self.redis.hdel(k.cancels, *stale)
         return len(stale)

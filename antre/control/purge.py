@@ -1,5 +1,6 @@
-"""Remove jobs outside the dead-letter flow: delete one ready or scheduled job, purge a filtered
-set from ready, scheduled or dead (incident controls).
+"""Remove jobs outside the dead-letter flow: delete one ready, scheduled or waiting job, purge a
+filtered set from ready, scheduled, waiting (behind a lock_key's head) or dead (incident controls).
+A removed job that held its lock_key's turn passes it to the next job in line (purge.lua).
 
 Every Redis call is bounded: a purge walks its source in chunks of at most ``CHUNK`` ids, each
 one ``purge.lua`` call that looks at the chunk and removes what matches. The ready list (and the
@@ -25,7 +26,7 @@ from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.scripts import Scripts
 
-SOURCES = ("ready", "scheduled", "dead")
+SOURCES = ("ready", "scheduled", "waiting", "dead")
 CHUNK = 100  # ids per purge.lua call: ~0.5 ms of Redis time each (bench/INCIDENT.md)
 MAX_FIELD = 200
 
@@ -107,15 +108,17 @@ class Purger:
 
     # -- one job ------------------------------------------------------------------------------
     def delete(self, queue: str, job_id: str) -> str:
-        """Delete one ready (or parked) or scheduled job; returns where it was. Raises
-        ``PurgeError`` when it is neither (running, dead, done or gone)."""
+        """Delete one ready (or parked), scheduled or waiting job; returns where it was. Raises
+        ``PurgeError`` when it is none of them (running, dead, done or gone)."""
         k = keys.QueueKeys(queue)
         state = str(self.redis.hget(k.job(job_id), "state") or "")
         if state == "scheduled" and self._zset_delete(queue, k.scheduled, job_id):
             return "scheduled"
+        if state == "waiting" and self._zset_delete(queue, k.waiting, job_id):
+            return "waiting"
         if state == "ready" and self._list_delete(queue, job_id):
             return "ready"
-        raise PurgeError(f"job {job_id} is not ready or scheduled in {queue} (it is "
+        raise PurgeError(f"job {job_id} is not ready, scheduled or waiting in {queue} (it is "
                          f"{state or 'gone'}); nothing was changed")
 
     def _zset_delete(self, queue: str, zkey: str, job_id: str) -> bool:
@@ -188,7 +191,7 @@ class Purger:
     def _zset_step(self, queue: str, flt: PurgeFilter, cursor: dict[str, Any], size: int,
                    dry: bool) -> Chunk:
         k = keys.QueueKeys(queue)
-        source = k.scheduled if flt.source == "scheduled" else k.dead
+        source = {"scheduled": k.scheduled, "waiting": k.waiting}.get(flt.source, k.dead)
         index = source
         if flt.source == "dead" and flt.group:
             index = k.dead_by_group(flt.group)

@@ -26,7 +26,8 @@ DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
-STATES = ("ready", "scheduled", "inflight", "done", "dead")
+# waiting: behind the head of its lock_key in its queue (issue 23), made ready when its turn comes
+STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting")
 
 
 def new_job_id() -> str:

@@ -122,6 +122,26 @@ class QueueKeys:
     @property
     def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
         return f"{self.tag}:tombstones"
+    # -- per-key turns (issue 23): jobs sharing a lock_key run one at a time, in order ------
+    # The scripts given only ``job_prefix`` derive these from it (antre/engine/lua/_lib.lua
+    # ``turns_key`` / ``line_key`` / ``waiting_key``).
+    @property
+    def turns(self) -> str:  # HASH lock_key -> id of the job whose turn it is (the key's head)
+        return f"{self.tag}:kturn"
+
+    @property
+    def line_prefix(self) -> str:  # LIST per lock_key: jobs waiting behind the head
+        return f"{self.tag}:kline:"
+
+    def line(self, lock_key: str) -> str:
+        """LIST of the ids waiting behind ``lock_key``'s head, LPUSH newest, RPOP oldest (an id
+        no longer in ``waiting``, e.g. purged, is stepped over when the turn passes)."""
+        return f"{self.line_prefix}{lock_key}"
+
+    @property
+    def waiting(self) -> str:  # ZSET score = joined the line ms: the jobs in state 'waiting'
+        return f"{self.tag}:waiting"
+
     # -- finder and job timelines (issue 11) -------------------------------------------------
     # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
     # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').

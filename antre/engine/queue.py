@@ -166,7 +166,8 @@ class Queue:
             return self.enqueue_many([spec])[0]
         now = self.clock()
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
-        if spec.job_id or values[2] != values[7]:  # the caller's id, or visible later
+        if spec.job_id or values[2] != values[7] or values[9]:  # the caller's id, visible
+            # later, or a lock_key (its job may wait behind the key's head: enqueue.lua)
             script, args = self.scripts.enqueue, [self._job_prefix, now, "", pack_new(values)]
             script_keys, indexed = self._enqueue_keys, self._indexed_keys
         else:
@@ -328,15 +329,17 @@ class Queue:
 
     def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",
               traceback: str = "", spend_attempt: bool = True, undeliver: bool = False,
-              counter: str = "retried", note: Note = None, count_snooze: bool = False) -> None:
-        """in-flight → scheduled (or ready when ``delay_ms`` <= 0)."""
+              counter: str = "retried", note: Note = None, count_snooze: bool = False,
+              keep_turn: bool = True) -> None:
+        """in-flight → scheduled (or ready when ``delay_ms`` <= 0). ``keep_turn=False``: a job
+        holding its lock_key's turn gives it to the next in line and waits at the end of it."""
         k = self.keys
         now = self.clock()
         reply = self.scripts.retry(
             keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats, k.timeline(job.id)],
             args=[job.id, job.epoch, now, now + max(0, int(delay_ms)), int(spend_attempt),
                   int(undeliver), error, kind, traceback, counter, _note(note), "",
-                  int(count_snooze)])
+                  int(count_snooze), int(keep_turn)])
         _lease_result(reply, job.id)
 
     def hand_back(self, job: Job, note: Note = None) -> None:
@@ -449,13 +452,14 @@ class Queue:
         pipe.zscore(k.inflight, job_id)
         pipe.zscore(k.done, job_id)
         pipe.zscore(k.dead, job_id)
+        pipe.zscore(k.waiting, job_id)
         pipe.smembers(k.parked_types)
         *found, parked_types = pipe.execute()
         if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None
                                     for t in parked_types):
             found[0] = "parked"  # held because its job type is paused: still a ready job
-        return [name for name, hit in zip(("ready", "scheduled", "inflight", "done", "dead"), found)
-                if hit is not None]
+        names = ("ready", "scheduled", "inflight", "done", "dead", "waiting")
+        return [name for name, hit in zip(names, found) if hit is not None]
 
     def stats(self) -> dict[str, int]:
         stats = cast(dict[str, str], self.redis.hgetall(self.keys.stats))

@@ -200,7 +200,7 @@ def _parse_cursor(text: str) -> tuple[str, str, int]:
 def state_key(k: keys.QueueKeys, state: str) -> str:
     """The index holding a queue's jobs in ``state`` (LIST for ready, ZSET for the others)."""
     return {"ready": k.ready, "scheduled": k.scheduled, "inflight": k.inflight, "dead": k.dead,
-            "done": k.done}[state]
+            "done": k.done, "waiting": k.waiting}[state]
 
 
 def _int(v: Any) -> int:

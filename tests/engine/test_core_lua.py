@@ -77,8 +77,8 @@ def _everything(r) -> dict:
 
 
 @pytest.mark.parametrize("before", [0, 70])
-@pytest.mark.parametrize("options", [{}, {"lock_key": "acct:1", "headers": {"tenant": "a"},
-                                          "max_attempts": 7, "timeout_s": 2.5}])
+@pytest.mark.parametrize("options", [{}, {"headers": {"tenant": "a"}, "max_attempts": 7,
+                                          "timeout_s": 2.5}])
 def test_enqueue_one_lua_leaves_what_enqueue_lua_leaves(q, r, clock, before, options):
     """The single enqueue's lean script (a ready job with an id the client made) changes the
     database exactly as enqueue.lua does for that job: the job's hash, the ready list, the
@@ -99,6 +99,16 @@ def test_enqueue_one_lua_leaves_what_enqueue_lua_leaves(q, r, clock, before, opt
     assert outcomes[0] == outcomes[1]
     assert outcomes[1][q.keys.job(values[0])][1]["state"] == "ready"
     assert len(outcomes[1][q.keys.wake][1]) == min(before + 1, 64)
+
+
+def test_enqueue_one_lua_refuses_a_job_with_a_lock_key(q, r, clock):
+    """A lock_key job may have to wait behind its key's head (issue 23): only enqueue.lua
+    knows how; the lean script refuses one, leaving nothing behind."""
+    import redis as redis_py
+    values = encode_new(JobSpec("t", {}, "key-1", lock_key="acct:1"), q.name, clock())
+    with pytest.raises(redis_py.ResponseError, match="lock_key"):
+        q.scripts.enqueue_one(keys=q._one_indexed_keys, args=[q.keys.job_prefix, *values])
+    assert r.keys("*") == []
 
 
 @pytest.mark.parametrize("delay_s", [0, 60])

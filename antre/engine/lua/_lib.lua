@@ -83,29 +83,6 @@ local function unique_release(job_key, id, keep)
   unique_release_key(job_key, id, keep, redis.call('HGET', job_key, 'ukey'))
 end
 
-local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
-                        type_prefix, group_prefix)
-  -- moves a job (already removed from its previous place) into the dead-letter indexes
-  local jtype = redis.call('HGET', job_key, 'type') or ''
-  if jtype == '' then jtype = '(unknown)' end
-  local group = string.sub(redis.sha1hex(signature), 1, 12)
-  redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
-  redis.call('ZADD', dead, now, id)
-  redis.call('ZADD', type_prefix .. jtype, now, id)
-  redis.call('ZADD', group_prefix .. group, now, id)
-  local g = redis.call('HGET', errgroups, group)
-  local rec
-  if g then rec = cjson.decode(g) else
-    rec = {signature = signature, first = now, total = 0, job_type = jtype, sample = reason}
-  end
-  rec.total = rec.total + 1
-  rec.last = now
-  redis.call('HSET', errgroups, group, cjson.encode(rec))
-  redis.call('HINCRBY', stats, 'buried', 1)
-  unique_release(job_key, id, false)
-  return group
-end
-
 -- == Job timelines and the idempotency-key index (issue 11) ===================================
 -- A job's timeline is a LIST '<tag>:tl:<id>' (keys.QueueKeys.timeline), oldest event first,
 -- capped at TL_CAP; scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
@@ -161,15 +138,120 @@ local function actor_of(job_key, given)
   return redis.call('HGET', job_key, 'worker_id') or ''
 end
 
+-- == Per-key turns (issue 23) ===================================================================
+-- Jobs of one queue that share a lock_key run one at a time, in the order they joined. The
+-- key's head, whose turn it is (HASH '<tag>:kturn' lock_key -> id, keys.QueueKeys.turns), is a
+-- job like any other: ready (or parked), scheduled or in flight. The others wait in the key's
+-- line (LIST '<tag>:kline:<lock_key>', LPUSH newest, RPOP oldest) in state 'waiting', indexed by
+-- the ZSET '<tag>:waiting' (score: when they joined): never delivered, no attempt, no snooze.
+-- A head that ends (done, dead, gone, or retried unordered) passes the turn in the same script:
+-- turn_pass makes the oldest waiting job the head and puts it where a job goes (ready now, or
+-- scheduled when its visible_at is later). An id in a line that is no longer in 'waiting'
+-- (purged) is stepped over, once.
+local function tag_of(job_prefix)
+  return string.sub(job_prefix, 1, -5)  -- '<tag>:job:' -> '<tag>:'
+end
+
+local function prefix_of(job_key, id)
+  return string.sub(job_key, 1, #job_key - #id)
+end
+
+local function turn_pass(job_prefix, id, lk, now)
+  -- ``id`` ended its turn on ``lk`` (nothing happens when it is not the head): the oldest
+  -- waiting job becomes the head, with a 'turn' event; an empty line frees the key.
+  -- Returns the new head's id, or nil.
+  if not lk or lk == '' then return nil end
+  local tag = tag_of(job_prefix)
+  local turns = tag .. 'kturn'
+  if redis.call('HGET', turns, lk) ~= id then return nil end
+  local line, waiting = tag .. 'kline:' .. lk, tag .. 'waiting'
+  while true do
+    local nxt = redis.call('RPOP', line)
+    if not nxt then
+      redis.call('HDEL', turns, lk)
+      return nil
+    end
+    if redis.call('ZREM', waiting, nxt) == 1 then
+      local key = job_prefix .. nxt
+      redis.call('HSET', turns, lk, nxt)
+      local visible = num_field(key, 'visible_at', 0)
+      if visible > now then
+        redis.call('HSET', key, 'state', 'scheduled')
+        redis.call('ZADD', tag .. 'scheduled', visible, nxt)
+      else
+        redis.call('HSET', key, 'state', 'ready')
+        redis.call('RPUSH', tag .. 'ready', nxt)  -- the oldest end: it waited its turn already
+        wake(tag .. 'wake', 1)
+      end
+      tl_add_json(tl_key(job_prefix, nxt), now, 'turn', '""',
+                  '{"lock_key":' .. cjson.encode(lk) .. ',"after":' .. cjson.encode(id) .. '}')
+      return nxt
+    end
+  end
+end
+
+local HEAD_STATES = {ready = true, scheduled = true, inflight = true}
+
+local function turn_join(job_prefix, id, lk, now)
+  -- ``id`` (lock key ``lk``, not '') joins its key: true when it holds the turn (the caller
+  -- places it as usual); false when it now waits at the end of the line (the caller sets its
+  -- state to 'waiting'). A head that is no job in a head's state any more (its record lost or
+  -- removed by hand) is passed over first, so a key is never stuck behind it.
+  local tag = tag_of(job_prefix)
+  local turns = tag .. 'kturn'
+  local head = redis.call('HGET', turns, lk)
+  if head and head ~= id and not HEAD_STATES[redis.call('HGET', job_prefix .. head, 'state') or ''] then
+    turn_pass(job_prefix, head, lk, now)
+    head = redis.call('HGET', turns, lk)
+  end
+  if not head or head == id then
+    redis.call('HSET', turns, lk, id)
+    return true
+  end
+  redis.call('LPUSH', tag .. 'kline:' .. lk, id)
+  redis.call('ZADD', tag .. 'waiting', now, id)
+  return false
+end
+
+local function turn_end(job_key, id, now)
+  -- the job at ``job_key`` ended (dead or gone): its turn, if it held one, passes
+  local lk = redis.call('HGET', job_key, 'lock_key')
+  if lk and lk ~= '' then turn_pass(prefix_of(job_key, id), id, lk, now) end
+end
+
+local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
+                        type_prefix, group_prefix)
+  -- moves a job (already removed from its previous place) into the dead-letter indexes
+  local jtype = redis.call('HGET', job_key, 'type') or ''
+  if jtype == '' then jtype = '(unknown)' end
+  local group = string.sub(redis.sha1hex(signature), 1, 12)
+  redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
+  redis.call('ZADD', dead, now, id)
+  redis.call('ZADD', type_prefix .. jtype, now, id)
+  redis.call('ZADD', group_prefix .. group, now, id)
+  local g = redis.call('HGET', errgroups, group)
+  local rec
+  if g then rec = cjson.decode(g) else
+    rec = {signature = signature, first = now, total = 0, job_type = jtype, sample = reason}
+  end
+  rec.total = rec.total + 1
+  rec.last = now
+  redis.call('HSET', errgroups, group, cjson.encode(rec))
+  redis.call('HINCRBY', stats, 'buried', 1)
+  unique_release(job_key, id, false)
+  turn_end(job_key, id, now)
+  return group
+end
+
 -- == Completing jobs (ack.lua, one job; ack_many.lua, a worker's batch) =========================
 local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- in-flight -> done for the holder of the lease: the job's hash and its timeline event, with
   -- one read (HMGET) and one write (HSET) of the hash. The caller moves the id from inflight
   -- to done and counts it. Returns nil and the job's end-to-end latency in ms (nil when its
   -- created_at is unusable), or a 'LOST:...' string with nothing changed. ``tl``: the job's
-  -- timeline (nil: no event).
+  -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass).
   local f = redis.call('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                       'created_at')
+                       'created_at', 'lock_key')
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
@@ -181,6 +263,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   end
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
+  if f[7] and f[7] ~= '' then turn_pass(prefix_of(key, id), id, f[7], now) end
   local created = num_of(f[6], 0)
   if created > 0 and created <= now then return nil, now - created end
   return nil, nil

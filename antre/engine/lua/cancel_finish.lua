@@ -12,6 +12,7 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[6], id)
 redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
 if ARGV[4] == 'discard' then
+  turn_end(KEYS[1], id, now)  -- the next job waiting on its lock_key gets the turn
   forget_job(ARGV[9], id)  -- the hash, its timeline, its idempotency-index entry
   redis.call('HINCRBY', KEYS[4], 'discarded', 1)
   return 'OK'

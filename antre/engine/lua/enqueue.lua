@@ -18,6 +18,10 @@
 -- the unique_for window), sched + tick (a periodic tick: the schedule's state hash and the tick
 -- time ms; tick 0 is a manual run, recorded as the schedule's last run without checking or
 -- moving its last tick).
+-- A job with a lock_key joins its key (turn_join in _lib.lua, issue 23): the first of a key
+-- takes the turn and is placed as above; while the key has a head, a new job waits in state
+-- 'waiting' at the end of the key's line (a delayed one too: it keeps its place in the
+-- enqueue order, and is scheduled for its visible_at when its turn comes).
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
 -- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
@@ -32,6 +36,7 @@ if ARGV[3] ~= '' then
   n = #names
 end
 local idem_at = pos and (pos.idem_key or 0) or 5
+local lock_at = pos and (pos.lock_key or 0) or 10
 local idem_index = idem_index_key(prefix)
 local out = {}
 local stored = 0
@@ -92,6 +97,9 @@ local function store(key, id, values)
   local visible_at = tonumber(values[3])
   local later = visible_at > now
   local state = later and 'scheduled' or 'ready'
+  local lk = lock_at > 0 and values[lock_at] or ''
+  local waits = lk ~= '' and not turn_join(prefix, id, lk, now)
+  if waits then state = 'waiting' end
   if pos then
     local fields = {}
     for i = 1, n do
@@ -116,7 +124,9 @@ local function store(key, id, values)
     indexed[#indexed + 1] = values[idem_at]
     indexed[#indexed + 1] = id
   end
-  if later then
+  if waits then
+    tl_add(tl_key(prefix, id), now, 'waiting', 'producer', {lock_key = lk})
+  elseif later then
     redis.call('ZADD', KEYS[2], visible_at, id)
     tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})
   else

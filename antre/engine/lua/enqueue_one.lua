@@ -3,8 +3,10 @@
 -- (tests/test_core_lua.py compares the two): the type and queue indexes (see KEYS[5],
 -- KEYS[6]), the idempotency-key index, one HSET of the standard fields and the state, the
 -- ready list, the 'enqueued' counter and one wake token. The client sends here only a job
--- whose id it has just made (128 random bits), with the standard fields, visible now and
--- neither unique nor a periodic tick; every other job goes to enqueue.lua. Such an id exists
+-- whose id it has just made (128 random bits), with the standard fields, visible now,
+-- neither unique nor a periodic tick, and without a lock_key (such a job may have to wait
+-- behind its key's head: enqueue.lua; one sent here is refused with an error, unchanged);
+-- every other job goes to enqueue.lua. Such an id exists
 -- already only when this very call is sent again (the client's retry after a connection lost
 -- before the reply): then nothing is changed and 0 is returned, so the job is not made ready
 -- twice (a second copy of its id in the ready list would be reserved again while in flight).
@@ -18,6 +20,7 @@
 -- (one argument each: no JSON to decode). Returns 1, or 0 for an id that exists (unchanged).
 local v = ARGV
 local id = v[2]
+if v[11] ~= '' then return redis.error_reply('ERR enqueue_one: a job with a lock_key goes to enqueue.lua') end
 if redis.call('EXISTS', v[1] .. id) == 1 then return 0 end
 -- the indexes first: a key of the wrong type fails the call before the job is written
 if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end

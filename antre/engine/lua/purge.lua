@@ -20,6 +20,18 @@
 local prefix, mode, dry = ARGV[1], ARGV[2], ARGV[3] == '1'
 local flt = cjson.decode(ARGV[4])
 
+-- A purged job that held its lock_key's turn passes it (turn_end, issue 23); the zset source
+-- may be the waiting jobs' index, whose ids then go stale in their key's line (stepped over).
+local now = nil
+local function gone(id)
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  turn_end(prefix .. id, id, now)
+  forget_job(prefix, id)  -- the hash, its timeline, its idempotency-index entry
+end
+
 local function matches(id)
   if flt.id and id ~= flt.id then return false end
   if string.byte(id, 1) == 123 then return false end  -- a mark left by an earlier purge
@@ -58,7 +70,7 @@ if mode == 'zset' then
       if not dry then
         if ARGV[7] and ARGV[7] ~= '' then forget_dead(id) end
         redis.call('ZREM', KEYS[1], id)
-        forget_job(prefix, id)  -- the hash, its timeline, its idempotency-index entry
+        gone(id)
       else
         kept = id
       end
@@ -95,7 +107,7 @@ for i = #ids, 1, -1 do
     matched = matched + 1
     if not dry then
       redis.call('LSET', KEYS[1], lo + i - 1, '{purged}' .. ids[i])
-      forget_job(prefix, ids[i])
+      gone(ids[i])
     end
   end
 end

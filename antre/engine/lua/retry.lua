@@ -9,6 +9,9 @@
 -- ARGV[12] actor ('' = the job's worker). The event is 'handed_back' (counter handed_back),
 -- 'failed' (an error is recorded) or 'snoozed' (why: the error kind).
 -- ARGV[13] count a snooze on the job ('snoozes', capped by the worker) 1|0 (absent: 0)
+-- ARGV[14] '0': the job gives up its key's turn (a handler with ordered=False): the next job
+-- waiting on its lock_key becomes the head, and this one waits at the end of the line (its
+-- visible_at kept for when its turn comes). Absent or '1': a head keeps its turn (issue 23).
 -- Returns: 'OK', or 'LOST:<why>' with nothing changed.
 local id, epoch, now, visible_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)
@@ -33,7 +36,17 @@ if KEYS[6] then
   end
 end
 redis.call('HSET', KEYS[1], 'visible_at', visible_at, 'deadline', 0)
-if visible_at <= now then
+local waits = false
+if ARGV[14] == '0' then  -- unordered: the turn goes to the next in line, this job joins its end
+  local lk, prefix = redis.call('HGET', KEYS[1], 'lock_key') or '', prefix_of(KEYS[1], id)
+  if lk ~= '' and redis.call('HGET', tag_of(prefix) .. 'kturn', lk) == id then
+    turn_pass(prefix, id, lk, now)
+    waits = not turn_join(prefix, id, lk, now)
+  end
+end
+if waits then
+  redis.call('HSET', KEYS[1], 'state', 'waiting')
+elseif visible_at <= now then
   redis.call('HSET', KEYS[1], 'state', 'ready')
   redis.call('RPUSH', KEYS[4], id)
 else

@@ -1,0 +1,21 @@
+"""The Antre app of bench/perkey.py (per-key scheduling, issue 23):
+``antre worker bench.apps.perkey:app --burst``.
+
+Environment: ``BENCH_REDIS_URL``. The ``hot`` handler works 2 ms (``BENCH_WORK_MS``) and
+appends its payload's sequence number to ``perkey:order:<lock key or group>``, so the harness
+counts order inversions per key afterwards.
+"""
+
+import os
+import time
+
+from antre import Antre
+
+app = Antre(redis_url=os.environ["BENCH_REDIS_URL"])
+WORK_S = float(os.environ.get("BENCH_WORK_MS", "2")) / 1000
+
+
+@app.handler("hot", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
+def hot(ctx, payload):
+    time.sleep(WORK_S)
+    app.redis.rpush(f"perkey:order:{payload['k']}", payload["i"])
