@@ -166,7 +166,9 @@ def job(queue: str, job_id: str) -> Response:
     if found is None:
         abort(404, f"no job {job_id} in queue {queue}")
     record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
+    turn = svc.reads.turn(queue, found)
     return jsonify({"job": _plain(found), "idempotency": record.to_dict() if record else None,
+                    "turn": None if turn is None else {**_plain(turn), "text": turn.describe()},
                     "idempotent_handler": svc.idempotent(found.type), "as_of": svc.clock()})
 
 

@@ -159,6 +159,7 @@ def job_page(queue: str, job_id: str) -> str:
                       as_of=svc.clock())
     record, idem_error = _idempotency(found.idempotency_key)
     return render("job.html", "_job.html", queue=queue, job=found, record=record,
+                  turn=svc.reads.turn(queue, found),
                   idem_error=idem_error, idempotent=svc.idempotent(found.type),
                   timeline=timeline, audit_url=audit_url, trace_url=trace_link(found.trace_id),
                   as_of=svc.clock())
@@ -176,7 +177,7 @@ def browse_page(queue: str, state: str, job_type: str, offset: int, limit: int) 
     if state == "ready" and job_type:
         return finder().ready_of_type(queue, job_type, offset, limit, BROWSE_SCAN)
     pages = {"ready": reads.ready, "scheduled": reads.scheduled, "inflight": reads.inflight,
-             "done": reads.done}
+             "done": reads.done, "waiting": reads.waiting}
     if state == "dead":
         return reads.dead(queue, offset=offset, limit=limit)
     return pages[state](queue, offset, limit)

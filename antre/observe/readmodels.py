@@ -65,10 +65,37 @@ class QueueInfo:
     as_of: int
     paused: tuple[PauseInfo, ...] = ()
     parked: int = 0
+    waiting: int = 0  # behind the head of their lock_key (issue 23): made ready in their turn
+    keys_held: int = 0  # lock_keys of this queue that have a head (a job whose turn it is)
 
     @property
     def queue_paused(self) -> PauseInfo | None:
         return next((p for p in self.paused if p.job_type is None), None)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A job's place on its lock_key (issue 23): ``place`` 0 is the head (its turn), n the
+    n-th waiting behind it; ``line`` how many wait on the key in all."""
+    lock_key: str
+    head: str
+    place: int
+    line: int
+
+    @property
+    def ordinal(self) -> str:
+        return _ordinal(self.place)
+
+    def describe(self) -> str:
+        if self.place == 0:
+            return (f"its turn on lock {self.lock_key}: {self.line} job(s) wait behind it"
+                    if self.line else f"its turn on lock {self.lock_key}")
+        return f"{_ordinal(self.place)} behind job {self.head} on lock {self.lock_key}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -245,8 +272,10 @@ class ReadModels:
         pipe.hgetall(k.paused)
         pipe.smembers(k.parked_types)
         pipe.get(k.tombstones)
-        ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks = \
-            pipe.execute()
+        pipe.zcard(k.waiting)
+        pipe.hlen(k.turns)
+        (ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks,
+         waiting, keys_held) = pipe.execute()
         oldest = next((i for i in reversed(tail) if not i.startswith("{")), None)
         now = self.clock()
         age = 0
@@ -258,7 +287,7 @@ class ReadModels:
         ready = max(0, ready + parked - _int(marks))
         return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
                          {s: _int(v) for s, v in stats.items()}, now,
-                         tuple(pause_infos(name, paused)), parked)
+                         tuple(pause_infos(name, paused)), parked, waiting, keys_held)
 
     def parked_count(self, queue: str, job_types: set[str]) -> int:
         """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined)."""
@@ -316,6 +345,26 @@ class ReadModels:
 
     def scheduled(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
         return self._zpage(queue, keys.QueueKeys(queue).scheduled, offset, limit, reverse=False)
+
+    def waiting(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
+        """Jobs waiting behind their lock_key's head, the longest waiting first."""
+        return self._zpage(queue, keys.QueueKeys(queue).waiting, offset, limit, reverse=False)
+
+    def turn(self, queue: str, job: Job) -> "Turn | None":
+        """Where a job with a lock_key stands on its key (None: no lock_key, or the key has no
+        head). Its place is counted from the line's oldest end (LPOS: one pass of the line)."""
+        if not job.lock_key:
+            return None
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(k.turns, job.lock_key)
+        pipe.llen(k.line(job.lock_key))
+        pipe.lpos(k.line(job.lock_key), job.id)
+        head, length, index = pipe.execute()
+        if not head:
+            return None
+        place = int(length) - int(index) if index is not None and head != job.id else 0
+        return Turn(job.lock_key, str(head), place, int(length))
 
     def done(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
         return self._zpage(queue, keys.QueueKeys(queue).done, offset, limit, reverse=True)
