@@ -41,6 +41,19 @@ Handler = Callable[[Any, Any], Any]
 MAX_REDIS_CONNECTIONS = 1_000
 
 
+def _group_of(handler: "HandlerSpec", payload: Any) -> str:
+    """A handler's default group for ``payload``; ``InvalidJob`` when its function fails."""
+    rule = handler.group
+    if not callable(rule):
+        return str(rule)
+    try:
+        return str(rule(payload))
+    except Exception as exc:
+        raise InvalidJob(f"the group function of handler {handler.name!r} failed on this "
+                         f"payload ({type(exc).__name__}: {exc}); pass group= to enqueue, or "
+                         "fix the function") from exc
+
+
 @dataclass
 class HandlerSpec:
     name: str
@@ -68,6 +81,10 @@ class HandlerSpec:
     # a retried job with a lock_key keeps its key's turn (the jobs behind it wait for its
     # retry); False: the next job of the key runs first and the retried one rejoins the line
     ordered: bool = True
+    # fair shares (issue 23): the jobs' default group, a name or a function of the payload
+    # (``group=lambda payload: payload["tenant"]``), and its slots (ready or running at once)
+    group: str | Callable[[Any], str] | None = None
+    group_concurrency: int | None = None
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
@@ -304,7 +321,9 @@ class Antre:
         idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
         flow (a ``FlowPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes,
         unique and unique_for_s (the defaults of ``enqueue``'s own: see there), ordered (False:
-        a retried job with a lock_key lets the jobs waiting behind its key go first)."""
+        a retried job with a lock_key lets the jobs waiting behind its key go first), group (a
+        name, or a function of the payload) and group_concurrency (fair shares: see
+        ``enqueue``)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
@@ -384,6 +403,10 @@ class Antre:
         handler = self.handlers.get(job_type)
         merged = {**(handler.defaults() if handler else {}), **options}
         merged.pop("queue", None)
+        if handler is not None and handler.group is not None and "group" not in options:
+            merged["group"] = _group_of(handler, payload)
+            if handler.group_concurrency is not None:
+                merged.setdefault("group_concurrency", handler.group_concurrency)
         return JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **merged)
 
     def queue_for(self, job_type: str, queue: str | None) -> Queue:
@@ -395,6 +418,12 @@ class Antre:
                 session: Any = None, **options: Any) -> str:
         """Enqueue one job; returns its id. With ``session=`` (a SQLAlchemy session) the job is
         written to the outbox in the caller's transaction and pushed to Redis by the relay.
+
+        ``lock_key``: the jobs of a queue sharing it run one at a time, in enqueue order; the
+        others wait (state 'waiting') without being delivered. ``group="tenant:7"``: fair
+        shares; at most ``group_concurrency`` (default 16) of a group's jobs are ready or
+        running at once, the rest wait in the group's line, so one group's backlog never
+        starves another's jobs.
 
         ``unique=True``: while a job with the same idempotency key is pending (ready,
         scheduled or in flight) in this queue, no second job is added and that job's id is

@@ -19,7 +19,11 @@ import time
 import redis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# BENCH_TREE=/work/main: the producer and the worker are that checkout's code (the figure
+# before per-key turns); the bench app module stays this tree's
+TREE = os.path.abspath(os.environ.get("BENCH_TREE", ROOT))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, TREE)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
 from antre.engine.queue import JobSpec, Queue  # noqa: E402
@@ -35,7 +39,9 @@ def fill_hot(client: redis.Redis, n: int, key: str) -> None:
 
 
 def burst(url: str, timeout_s: float) -> float:
-    path = os.pathsep.join(p for p in (os.path.join(ROOT, ".pkgs"), ROOT) if os.path.isdir(p))
+    """One default ``antre worker APP --burst`` of TREE's code."""
+    path = os.pathsep.join(p for p in (os.path.join(TREE, ".pkgs"), TREE, ROOT)
+                           if os.path.isdir(p))
     env = dict(os.environ, BENCH_REDIS_URL=url, ANTRE_REDIS_URL=url, PYTHONPATH=path)
     env.pop("ANTRE_DATABASE_URL", None)
     log_path = os.path.join(ROOT, "bench", "out", "perkey-worker.log")
@@ -57,7 +63,7 @@ def inversions(order: list[int]) -> int:
 def states(client: redis.Redis) -> dict[str, int]:
     k = Queue(client, "default").keys
     return {"ready": client.llen(k.ready), "scheduled": client.zcard(k.scheduled),
-            "inflight": client.zcard(k.inflight), "waiting": client.zcard(k.waiting),
+            "inflight": client.zcard(k.inflight), "waiting": client.zcard(f"{k.tag}:waiting"),
             "dead": client.zcard(k.dead), "done": client.zcard(k.done)}
 
 
@@ -68,16 +74,27 @@ def hot(args: argparse.Namespace) -> dict[str, object]:
         client = redis.Redis.from_url(url, decode_responses=True)
         client.flushall()
         fill_hot(client, args.jobs, "order:42")
+        client.config_resetstat()
         took = burst(url, args.timeout)
+        cmd = client.info("commandstats")
+
         order = [int(x) for x in client.lrange("perkey:order:order:42", 0, -1)]
         stats = {k: int(v) for k, v in client.hgetall(Queue(client, "default").keys.stats).items()}
+        k = Queue(client, "default").keys
+        first = client.zrange(k.done, 0, 0, withscores=True)
+        last = client.zrange(k.done, -1, -1, withscores=True)
+        span_s = (last[0][1] - first[0][1]) / 1000 if first else 0.0
         out = {"case": "hot key", "jobs": args.jobs, "ran": len(order),
-               "distinct": len(set(order)), "drain_s": round(took, 2),
+               "distinct": len(set(order)),
+               "worker_wall_s": round(took, 2),  # the process's start and exit included
+               "drain_s": round(span_s, 2),  # first job finished -> last job finished
                "serial_ideal_s": round(args.jobs * 0.002, 2),
                "inversions": inversions(order),
                "lock_busy_per_job": round(stats.get("lock_busy", 0) / args.jobs, 4),
                "snoozes": stats.get("snoozed", 0) + stats.get("lock_busy", 0),
-               "left": states(client)}
+               "left": states(client),
+               "redis_us_per_job": round(sum(v["usec"] for v in cmd.values()) / args.jobs, 1),
+               "evalsha_us_per_call": round(cmd["cmdstat_evalsha"]["usec_per_call"], 1)}
         return out
     finally:
         server.stop()
@@ -88,6 +105,7 @@ def main() -> None:
     p.add_argument("case", choices=["hot"])
     p.add_argument("--jobs", type=int, default=3000)
     p.add_argument("--timeout", type=float, default=600)
+
     args = p.parse_args()
     print(json.dumps(hot(args), indent=1))
 

@@ -191,6 +191,8 @@ class Job:
     payload_error: str = ""  # set when the stored payload could not be decoded
     snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
     cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
+    group: str = ""  # its fair-share group (issue 23; stored as 'fgroup', not read at reserve)
+    waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
 
     @property
     def lease(self) -> tuple[str, int]:
@@ -289,6 +291,8 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         payload_error=payload_error,
         snoozes=_int(fields, "snoozes"),
         cancel=fields.get("cancel", ""),
+        group=fields.get("fgroup", ""),
+        waits_on=fields.get("waits_on", ""),
     )
 
 
@@ -365,6 +369,8 @@ class JobSpec:
     job_id: str | None = None
     unique: bool = False  # while a job holds this idempotency key, enqueue returns its id
     unique_for_s: float = 0.0  # unique: after it completes, refuse the key this long
+    group: str | None = None  # fair shares (issue 23): a tenant, a customer, ...
+    group_concurrency: int | None = None  # the group's slots (ready or running at once)
 
 
 # the fields of a new job hash; enqueue.lua reads id, type, visible_at by position: first
@@ -393,6 +399,8 @@ def check_spec(spec: JobSpec, queue: str) -> None:
     _check_seconds("delay_s", spec.delay_s, 0)
     if spec.unique is not False:  # unique jobs (issue 13): the common case costs one test
         _check_unique(spec)
+    if spec.group is not None or spec.group_concurrency is not None:
+        check_group(spec.group, spec.group_concurrency)
     if spec.job_id and not valid_name(spec.job_id):  # '' or None: a new id is made
         raise InvalidJob(f"bad job id {spec.job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
@@ -410,6 +418,7 @@ def _plain_spec(spec: JobSpec, queue: str) -> bool:
             and type(idem) is str and 0 < len(idem) <= 500 and idem.isascii()
             and spec.lock_key is None and type(spec.headers) is dict and not spec.headers
             and spec.trace_id is None and spec.unique is False and not spec.job_id
+            and spec.group is None and spec.group_concurrency is None
             and type(max_attempts) is int and 1 <= max_attempts <= 10_000
             and type(max_deliveries) is int and 1 <= max_deliveries <= 10_000
             and (type(timeout) is float or type(timeout) is int)
@@ -417,6 +426,24 @@ def _plain_spec(spec: JobSpec, queue: str) -> bool:
             and (type(visibility) is float or type(visibility) is int)
             and 0.001 <= visibility <= MAX_SECONDS
             and (type(delay) is float or type(delay) is int) and 0 <= delay <= MAX_SECONDS)
+
+
+MAX_GROUP_CONCURRENCY = 100_000
+
+
+def check_group(group: Any, concurrency: Any) -> None:
+    """A fair-share group's name and slots, as ``enqueue(group=..., group_concurrency=...)``
+    takes them; ``InvalidJob`` saying what to pass."""
+    if group is None:
+        raise InvalidJob("group_concurrency needs a group: pass group='tenant:7' as well")
+    if not valid_name(group):
+        raise InvalidJob(f"bad group {group!r}: use 1-100 of A-Z a-z 0-9 _ . : - "
+                         "(e.g. 'tenant:7')")
+    if concurrency is not None and (type(concurrency) is not int
+                                    or not 1 <= concurrency <= MAX_GROUP_CONCURRENCY):
+        raise InvalidJob(f"bad group_concurrency {concurrency!r}: an int from 1 to "
+                         f"{MAX_GROUP_CONCURRENCY} (how many of the group's jobs may be ready "
+                         "or running at once)")
 
 
 def _check_unique(spec: JobSpec) -> None:

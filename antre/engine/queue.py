@@ -142,15 +142,23 @@ class Queue:
                  now_text: str | None = None) -> Encoded:
         """``encode`` of a spec that ``checked_payload`` passed, given its payload text."""
         values = new_values(spec, self.name, now, payload, entropy, now_text)
-        if not spec.unique:
+        if not spec.unique and spec.group is None:
             return NEW_FIELDS, values
-        return (NEW_FIELDS + ("ukey", "unique_ms"),
-                [*values, self.keys.unique(spec.idempotency_key),
-                 str(int(spec.unique_for_s * 1000))])
+        names: tuple[str, ...] = NEW_FIELDS
+        if spec.unique:
+            names += ("ukey", "unique_ms")
+            values += [self.keys.unique(spec.idempotency_key), str(int(spec.unique_for_s * 1000))]
+        if spec.group is not None:  # a fair-share group: its name and slots (enqueue.lua)
+            names += ("fgroup", "gconc")
+            values += [spec.group, str(spec.group_concurrency or "")]
+        return names, values
 
     def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
                 lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> str:
-        """Store a job; returns its id. A job id that already exists is left as it is."""
+        """Store a job; returns its id. A job id that already exists is left as it is.
+        ``lock_key``: jobs of this queue sharing it run one at a time in enqueue order (the
+        others wait, state 'waiting'); ``group``: fair shares, at most ``group_concurrency``
+        (default 16) of the group's jobs ready or running at once, the rest wait their turn."""
         spec = JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **options)
         return self.enqueue_one(spec)
 
@@ -162,8 +170,8 @@ class Queue:
         a job needs (and adds the job's type and queue to their indexes for the first job of a
         type, then once every ``INDEX_EVERY_MS``); a delayed job, a unique one or one with the
         caller's id goes to ``enqueue.lua``."""
-        if spec.unique:  # its reply may name another job
-            return self.enqueue_many([spec])[0]
+        if spec.unique or spec.group is not None:  # its reply may name another job; a
+            return self.enqueue_many([spec])[0]      # group is a named field (enqueue.lua)
         now = self.clock()
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
         if spec.job_id or values[2] != values[7] or values[9]:  # the caller's id, visible

@@ -156,51 +156,163 @@ local function prefix_of(job_key, id)
   return string.sub(job_key, 1, #job_key - #id)
 end
 
-local function turn_pass(job_prefix, id, lk, now)
-  -- ``id`` ended its turn on ``lk`` (nothing happens when it is not the head): the oldest
-  -- waiting job becomes the head, with a 'turn' event; an empty line frees the key.
-  -- Returns the new head's id, or nil.
-  if not lk or lk == '' then return nil end
+-- Groups (fair shares): a job with a group ('fgroup') holds one of its group's slots while it
+-- is ready, scheduled or in flight (SET '<tag>:gheld:<group>'); a group has 'gconc' slots (its
+-- jobs' group_concurrency, GROUP_WINDOW when none; an operator's override in HASH
+-- '<tag>:glimits'). A job finding them all taken waits in the group's line ('<tag>:gline:<group>')
+-- and takes the slot a leaving job frees (group_leave). With at most that many ready jobs per
+-- group, a group of a million jobs and a group of ten both have their share of the ready list:
+-- reserve itself is unchanged. ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
+-- slots held) are the Groups page's bounded index. A job with a lock_key is first its key's
+-- head, then asks its group for a slot. A waiting job's field 'waits_on' says which line.
+local GROUP_WINDOW = 16
+
+local function place(job_prefix, id, now, oldest_end)
+  -- a job whose turn came: ready (at the oldest end of the list: the next to run; else at the
+  -- newest, behind the other groups' ready jobs), or scheduled when its visible_at is later
+  local tag, key = tag_of(job_prefix), job_prefix .. id
+  local visible = num_field(key, 'visible_at', 0)
+  if visible > now then
+    redis.call('HSET', key, 'state', 'scheduled')
+    redis.call('ZADD', tag .. 'scheduled', visible, id)
+  else
+    redis.call('HSET', key, 'state', 'ready')
+    redis.call(oldest_end and 'RPUSH' or 'LPUSH', tag .. 'ready', id)
+    wake(tag .. 'wake', 1)
+  end
+end
+
+local function wait_in(job_prefix, line, id, now, on, group)
+  -- ``id`` waits at the end of ``line`` ('lock' or 'group': field 'waits_on')
+  redis.call('LPUSH', line, id)
+  redis.call('ZADD', tag_of(job_prefix) .. 'waiting', now, id)
+  redis.call('HSET', job_prefix .. id, 'state', 'waiting', 'waits_on', on)
+  if group then redis.call('ZINCRBY', tag_of(job_prefix) .. 'gwait', 1, group) end
+end
+
+local function pop_waiting(job_prefix, line, group)
+  -- the oldest id of ``line`` still waiting (ids purged meanwhile are dropped), or nil
   local tag = tag_of(job_prefix)
-  local turns = tag .. 'kturn'
-  if redis.call('HGET', turns, lk) ~= id then return nil end
-  local line, waiting = tag .. 'kline:' .. lk, tag .. 'waiting'
   while true do
     local nxt = redis.call('RPOP', line)
-    if not nxt then
-      redis.call('HDEL', turns, lk)
-      return nil
+    if not nxt then return nil end
+    if group and tonumber(redis.call('ZINCRBY', tag .. 'gwait', -1, group)) <= 0 then
+      redis.call('ZREM', tag .. 'gwait', group)
     end
-    if redis.call('ZREM', waiting, nxt) == 1 then
-      local key = job_prefix .. nxt
-      redis.call('HSET', turns, lk, nxt)
-      local visible = num_field(key, 'visible_at', 0)
-      if visible > now then
-        redis.call('HSET', key, 'state', 'scheduled')
-        redis.call('ZADD', tag .. 'scheduled', visible, nxt)
-      else
-        redis.call('HSET', key, 'state', 'ready')
-        redis.call('RPUSH', tag .. 'ready', nxt)  -- the oldest end: it waited its turn already
-        wake(tag .. 'wake', 1)
-      end
-      tl_add_json(tl_key(job_prefix, nxt), now, 'turn', '""',
-                  '{"lock_key":' .. cjson.encode(lk) .. ',"after":' .. cjson.encode(id) .. '}')
+    if redis.call('ZREM', tag .. 'waiting', nxt) == 1 then
+      redis.call('HDEL', job_prefix .. nxt, 'waits_on')
       return nxt
     end
   end
 end
 
+local function group_limit(job_prefix, id, g)
+  local o = tonumber(redis.call('HGET', tag_of(job_prefix) .. 'glimits', g) or '')
+  if o then return o end
+  return num_field(job_prefix .. id, 'gconc', GROUP_WINDOW)
+end
+
+local function slot_take(job_prefix, g, id)
+  local tag = tag_of(job_prefix)
+  if redis.call('SADD', tag .. 'gheld:' .. g, id) == 1 then
+    redis.call('ZINCRBY', tag .. 'gslots', 1, g)
+  end
+end
+
+local function group_fill(job_prefix, g, now, limit)
+  -- while ``g`` has a free slot, its oldest waiting job takes it and is placed (at most 100
+  -- per call: a raised limit fills over the next calls)
+  local tag = tag_of(job_prefix)
+  local held, line = tag .. 'gheld:' .. g, tag .. 'gline:' .. g
+  for _ = 1, 100 do
+    if redis.call('SCARD', held) >= limit then return end
+    local nxt = pop_waiting(job_prefix, line, g)
+    if not nxt then return end
+    slot_take(job_prefix, g, nxt)
+    place(job_prefix, nxt, now, false)
+    tl_add_json(tl_key(job_prefix, nxt), now, 'turn', '""', '{"group":' .. cjson.encode(g) .. '}')
+  end
+end
+
 local HEAD_STATES = {ready = true, scheduled = true, inflight = true}
+
+local function group_join(job_prefix, id, g, now)
+  -- ``id`` asks group ``g`` for a slot: true when it has one (the caller places it); false
+  -- when it now waits at the end of the group's line. A slot whose job is gone (removed by
+  -- hand) is found and freed, one per call.
+  local tag = tag_of(job_prefix)
+  local held, line = tag .. 'gheld:' .. g, tag .. 'gline:' .. g
+  if redis.call('SISMEMBER', held, id) == 1 then return true end
+  local limit = group_limit(job_prefix, id, g)
+  if redis.call('SCARD', held) >= limit then
+    local one = redis.call('SRANDMEMBER', held)
+    if one and not HEAD_STATES[redis.call('HGET', job_prefix .. one, 'state') or ''] then
+      redis.call('SREM', held, one)
+      redis.call('ZINCRBY', tag .. 'gslots', -1, g)
+    end
+  end
+  if redis.call('LLEN', line) > 0 then group_fill(job_prefix, g, now, limit) end
+  if redis.call('SCARD', held) < limit and redis.call('LLEN', line) == 0 then
+    slot_take(job_prefix, g, id)
+    return true
+  end
+  wait_in(job_prefix, line, id, now, 'group', g)
+  return false
+end
+
+local function group_leave(job_prefix, id, g, now)
+  -- ``id`` left group ``g``'s slot (done, dead, gone, or waiting on its key again): the
+  -- group's oldest waiting job takes it
+  if not g or g == '' then return end
+  local tag = tag_of(job_prefix)
+  if redis.call('SREM', tag .. 'gheld:' .. g, id) == 0 then return end
+  if tonumber(redis.call('ZINCRBY', tag .. 'gslots', -1, g)) <= 0 then
+    redis.call('ZREM', tag .. 'gslots', g)
+  end
+  group_fill(job_prefix, g, now, group_limit(job_prefix, id, g))
+end
+
+local function turn_pass(job_prefix, id, lk, now)
+  -- ``id`` ended its turn on ``lk`` (nothing happens when it is not the head): the oldest
+  -- waiting job becomes the head, with a 'turn' event, and is placed (or, with a group, asks
+  -- it for a slot); an empty line frees the key. Returns the new head's id, or nil.
+  if not lk or lk == '' then return nil end
+  local tag = tag_of(job_prefix)
+  local turns = tag .. 'kturn'
+  if redis.call('HGET', turns, lk) ~= id then return nil end
+  local nxt = pop_waiting(job_prefix, tag .. 'kline:' .. lk, nil)
+  if not nxt then
+    redis.call('HDEL', turns, lk)
+    return nil
+  end
+  redis.call('HSET', turns, lk, nxt)
+  tl_add_json(tl_key(job_prefix, nxt), now, 'turn', '""',
+              '{"lock_key":' .. cjson.encode(lk) .. ',"after":' .. cjson.encode(id) .. '}')
+  local g = redis.call('HGET', job_prefix .. nxt, 'fgroup') or ''
+  if g == '' then
+    place(job_prefix, nxt, now, true)  -- the oldest end: it waited its turn already
+  elseif group_join(job_prefix, nxt, g, now) then
+    place(job_prefix, nxt, now, false)
+  end
+  return nxt
+end
+
+local function is_head(job_prefix, id)
+  -- whether the job a key names as its head still is one: ready, scheduled, in flight, or
+  -- waiting for its group's slot
+  local f = redis.call('HMGET', job_prefix .. id, 'state', 'waits_on')
+  return HEAD_STATES[f[1] or ''] or (f[1] == 'waiting' and f[2] == 'group')
+end
 
 local function turn_join(job_prefix, id, lk, now)
   -- ``id`` (lock key ``lk``, not '') joins its key: true when it holds the turn (the caller
-  -- places it as usual); false when it now waits at the end of the line (the caller sets its
-  -- state to 'waiting'). A head that is no job in a head's state any more (its record lost or
-  -- removed by hand) is passed over first, so a key is never stuck behind it.
+  -- places it, or asks its group); false when it now waits at the end of the key's line. A
+  -- head that is no head any more (its record lost or removed by hand) is passed over first,
+  -- so a key is never stuck behind it.
   local tag = tag_of(job_prefix)
   local turns = tag .. 'kturn'
   local head = redis.call('HGET', turns, lk)
-  if head and head ~= id and not HEAD_STATES[redis.call('HGET', job_prefix .. head, 'state') or ''] then
+  if head and head ~= id and not is_head(job_prefix, head) then
     turn_pass(job_prefix, head, lk, now)
     head = redis.call('HGET', turns, lk)
   end
@@ -208,15 +320,25 @@ local function turn_join(job_prefix, id, lk, now)
     redis.call('HSET', turns, lk, id)
     return true
   end
-  redis.call('LPUSH', tag .. 'kline:' .. lk, id)
-  redis.call('ZADD', tag .. 'waiting', now, id)
+  wait_in(job_prefix, tag .. 'kline:' .. lk, id, now, 'lock', nil)
   return false
 end
 
+local function admit(job_prefix, id, lk, g, now)
+  -- a job arriving (enqueue, replay): true when it may be placed now; false: it waits
+  -- (behind its key's head, or for its group's slot)
+  if lk ~= '' and not turn_join(job_prefix, id, lk, now) then return false end
+  if g ~= '' and not group_join(job_prefix, id, g, now) then return false end
+  return true
+end
+
 local function turn_end(job_key, id, now)
-  -- the job at ``job_key`` ended (dead or gone): its turn, if it held one, passes
-  local lk = redis.call('HGET', job_key, 'lock_key')
-  if lk and lk ~= '' then turn_pass(prefix_of(job_key, id), id, lk, now) end
+  -- the job at ``job_key`` ended (dead or gone): its group slot and its key's turn, if it
+  -- held them, pass on
+  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup')
+  local prefix = prefix_of(job_key, id)
+  group_leave(prefix, id, f[2], now)
+  if f[1] and f[1] ~= '' then turn_pass(prefix, id, f[1], now) end
 end
 
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
@@ -251,7 +373,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- created_at is unusable), or a 'LOST:...' string with nothing changed. ``tl``: the job's
   -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass).
   local f = redis.call('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                       'created_at', 'lock_key')
+                       'created_at', 'lock_key', 'fgroup')
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
@@ -263,6 +385,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   end
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
+  if f[8] and f[8] ~= '' then group_leave(prefix_of(key, id), id, f[8], now) end
   if f[7] and f[7] ~= '' then turn_pass(prefix_of(key, id), id, f[7], now) end
   local created = num_of(f[6], 0)
   if created > 0 and created <= now then return nil, now - created end

@@ -21,7 +21,9 @@
 -- A job with a lock_key joins its key (turn_join in _lib.lua, issue 23): the first of a key
 -- takes the turn and is placed as above; while the key has a head, a new job waits in state
 -- 'waiting' at the end of the key's line (a delayed one too: it keeps its place in the
--- enqueue order, and is scheduled for its visible_at when its turn comes).
+-- enqueue order, and is scheduled for its visible_at when its turn comes). A job with a group
+-- (named field 'fgroup', its slots 'gconc') then asks it for a slot (group_join), or waits in
+-- the group's line.
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
 -- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
@@ -37,6 +39,7 @@ if ARGV[3] ~= '' then
 end
 local idem_at = pos and (pos.idem_key or 0) or 5
 local lock_at = pos and (pos.lock_key or 0) or 10
+local group_at = pos and (pos.fgroup or 0) or 0  -- a group (fair shares): a named field
 local idem_index = idem_index_key(prefix)
 local out = {}
 local stored = 0
@@ -98,8 +101,7 @@ local function store(key, id, values)
   local later = visible_at > now
   local state = later and 'scheduled' or 'ready'
   local lk = lock_at > 0 and values[lock_at] or ''
-  local waits = lk ~= '' and not turn_join(prefix, id, lk, now)
-  if waits then state = 'waiting' end
+  local g = group_at > 0 and values[group_at] or ''
   if pos then
     local fields = {}
     for i = 1, n do
@@ -116,6 +118,9 @@ local function store(key, id, values)
                'trace_id', v[9], 'lock_key', v[10], 'headers', v[11], 'timeout_s', v[12],
                'vt_ms', v[13], 'max_deliveries', v[14], 'state', state)
   end
+  -- after the HSET: a group's slots are read from the job ('gconc'); a waiting job's state
+  -- and line are written by admit (wait_in)
+  local waits = (lk ~= '' or g ~= '') and not admit(prefix, id, lk, g, now)
   if not types[values[2]] then
     types[values[2]] = true
     types[#types + 1] = values[2]
@@ -125,7 +130,8 @@ local function store(key, id, values)
     indexed[#indexed + 1] = id
   end
   if waits then
-    tl_add(tl_key(prefix, id), now, 'waiting', 'producer', {lock_key = lk})
+    tl_add(tl_key(prefix, id), now, 'waiting', 'producer',
+           {lock_key = lk, group = g, on = redis.call('HGET', key, 'waits_on')})
   elseif later then
     redis.call('ZADD', KEYS[2], visible_at, id)
     tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = visible_at - now})

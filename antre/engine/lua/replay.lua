@@ -7,7 +7,8 @@
 -- A unique job (field 'ukey': its idempotency key's index entry, same slot) takes the entry
 -- back unless another job holds it.
 -- A job with a lock_key rejoins its key (turn_join, issue 23): the head when the key is free,
--- else at the end of the key's line, in state 'waiting' (behind the jobs enqueued meanwhile).
+-- else at the end of the key's line, in state 'waiting' (behind the jobs enqueued meanwhile);
+-- a job with a group then asks it for a slot, or waits at the end of its line.
 -- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed).
 local id, now = ARGV[1], tonumber(ARGV[2])
 local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
@@ -18,10 +19,8 @@ redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)
 redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'visible_at', now,
            'reason', '', 'replayed_at', now)
 bump(KEYS[1], 'replays', 1)
-local lk = redis.call('HGET', KEYS[1], 'lock_key') or ''
-if lk ~= '' and not turn_join(prefix_of(KEYS[1], id), id, lk, now) then
-  redis.call('HSET', KEYS[1], 'state', 'waiting')
-else
+local turn = redis.call('HMGET', KEYS[1], 'lock_key', 'fgroup')
+if admit(prefix_of(KEYS[1], id), id, turn[1] or '', turn[2] or '', now) then
   redis.call('LPUSH', KEYS[3], id)
 end
 if KEYS[5] then tl_add(KEYS[5], now, 'replayed', ARGV[5] or '', {}, ARGV[6]) end

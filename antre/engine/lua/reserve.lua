@@ -12,8 +12,8 @@
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
 -- read as 0 and a corrupted vt_ms as 30 s, so the job still reaches a worker, which buries it.
--- Paused (incident controls): with '*' in KEYS[4] nothing is reserved. A job whose type is
--- paused is moved, untouched (no epoch, delivery or attempt spent), to its type's parked list,
+-- Paused (incident controls): with '*' in KEYS[4] nothing is reserved. A job whose type (or
+-- group: 'group=<name>' in KEYS[4], its parked list ARGV[5] .. 'group=<name>') is paused is moved, untouched (no epoch, delivery or attempt spent), to its type's parked list,
 -- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
 -- the type puts the parked list back at the oldest end of ready (unpark.lua). Ids starting with
 -- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
@@ -27,10 +27,14 @@ local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at m
 local npaused = redis.call('HLEN', KEYS[4])
 if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
 local function paused_type(id)
-  -- the job's type when that type is paused, else nil
+  -- the job's type when that type is paused, else 'group=<its group>' when its group is
+  -- paused (issue 23: '=' is in no job type), else nil
   if npaused == 0 then return nil end
-  local jtype = redis.call('HGET', prefix .. id, 'type')
-  if jtype and redis.call('HEXISTS', KEYS[4], jtype) == 1 then return jtype end
+  local f = redis.call('HMGET', prefix .. id, 'type', 'fgroup')
+  if f[1] and redis.call('HEXISTS', KEYS[4], f[1]) == 1 then return f[1] end
+  if f[2] and f[2] ~= '' and redis.call('HEXISTS', KEYS[4], 'group=' .. f[2]) == 1 then
+    return 'group=' .. f[2]
+  end
   return nil
 end
 local ids, parked, tombs = {}, 0, 0

@@ -42,10 +42,12 @@ if ARGV[14] == '0' then  -- unordered: the turn goes to the next in line, this j
   if lk ~= '' and redis.call('HGET', tag_of(prefix) .. 'kturn', lk) == id then
     turn_pass(prefix, id, lk, now)
     waits = not turn_join(prefix, id, lk, now)
+    -- waiting on its key again: its group's slot goes to the group's next job
+    if waits then group_leave(prefix, id, redis.call('HGET', KEYS[1], 'fgroup'), now) end
   end
 end
 if waits then
-  redis.call('HSET', KEYS[1], 'state', 'waiting')
+  -- (state and line written by turn_join)
 elseif visible_at <= now then
   redis.call('HSET', KEYS[1], 'state', 'ready')
   redis.call('RPUSH', KEYS[4], id)

@@ -1,0 +1,122 @@
+"""Fair-share groups (issue 23): at most ``group_concurrency`` (default 16) of a group's jobs
+hold a slot (ready, scheduled or in flight); the rest wait in the group's line, in order, and
+take the slot a leaving job frees in the same script. A big group's backlog never delays a
+small group's jobs by more than its slots. With a lock_key, a job is first its key's head."""
+
+from __future__ import annotations
+
+import pytest
+
+from antre import InvalidJob
+from antre.control.pause import PauseError, Pauses
+from antre.engine.queue import JobSpec, Queue
+
+
+def group_jobs(q: Queue, group: str, n: int, conc: int | None = None, **kw) -> list[str]:
+    return q.enqueue_many([JobSpec("t", {"g": group, "i": i}, f"{group}:{i}", group=group,
+                                   group_concurrency=conc, **kw) for i in range(n)])
+
+
+def states(q: Queue, ids: list[str]) -> list[str]:
+    return [q.get(i).state for i in ids]
+
+
+def test_a_group_holds_at_most_its_slots_the_rest_wait_in_order(q):
+    ids = group_jobs(q, "tenant:7", 5, conc=2)
+    assert states(q, ids) == ["ready", "ready", "waiting", "waiting", "waiting"]
+    assert q.get(ids[2]).waits_on == "group" and q.get(ids[2]).group == "tenant:7"
+    jobs = q.reserve("w", count=10)
+    assert [j.id for j in jobs] == ids[:2]
+    q.ack(jobs[0])
+    assert states(q, ids)[2:] == ["ready", "waiting", "waiting"]
+    q.bury(jobs[1], reason="bad")
+    assert states(q, ids)[3:] == ["ready", "waiting"]
+
+
+def test_the_default_is_16_slots(q):
+    ids = group_jobs(q, "big", 20)
+    assert states(q, ids).count("ready") == 16
+
+
+def test_a_small_group_is_not_starved_by_a_big_ones_backlog(q):
+    a = group_jobs(q, "A", 500)
+    b = group_jobs(q, "B", 5)
+    seen = []
+    while len(seen) < 40:
+        jobs = q.reserve("w", count=4)
+        seen += [j.id for j in jobs]
+        q.ack_many([(j, None) for j in jobs])
+    assert set(b) <= set(seen)  # all of B ran within A's first 35 jobs
+    assert [i for i in seen if i in a] == a[:len(seen) - len(b)]  # A in its order
+
+
+def test_a_retry_keeps_the_slot_and_a_sweep_too(q, clock):
+    ids = group_jobs(q, "g", 2, conc=1)
+    job = q.reserve("w")[0]
+    q.retry(job, delay_ms=1000, error="boom")
+    assert states(q, ids) == ["scheduled", "waiting"]
+    clock.advance(1001)
+    q.promote()
+    q.reserve("w")
+    clock.advance(60_000)
+    q.sweep()
+    assert states(q, ids) == ["ready", "waiting"]
+
+
+def test_cancel_purge_and_replay_move_the_line(q, r, clock):
+    from antre.control.purge import Purger
+    ids = group_jobs(q, "g", 4, conc=1)
+    q.finish_cancelled(q.reserve("w")[0], to="dlq", reason="cancelled by ops: x")
+    assert states(q, ids) == ["dead", "ready", "waiting", "waiting"]
+    assert Purger(r, clock=clock).delete("jobs", ids[1]) == "ready"
+    assert states(q, ids[2:]) == ["ready", "waiting"]
+    assert q.replay(ids[0])
+    assert q.get(ids[0]).state == "waiting"  # the end of the group's line
+
+
+def test_a_lock_key_job_in_a_group_is_its_keys_head_first(q):
+    specs = [JobSpec("t", {"i": i}, f"k{i}", lock_key="order:1", group="g", group_concurrency=1)
+             for i in range(2)] + [JobSpec("t", {}, "other", group="g", group_concurrency=1)]
+    ids = q.enqueue_many(specs)
+    assert states(q, ids) == ["ready", "waiting", "waiting"]
+    assert [q.get(i).waits_on for i in ids[1:]] == ["lock", "group"]
+    q.ack(q.reserve("w")[0])
+    # the key's next head asks the group for a slot: behind the group's older waiting job
+    assert states(q, ids)[1:] == ["waiting", "ready"]
+    assert q.get(ids[1]).waits_on == "group"
+    q.ack(q.reserve("w")[0])
+    assert q.get(ids[1]).state == "ready"
+
+
+def test_a_paused_group_is_parked_and_comes_back(q, r, clock):
+    a = group_jobs(q, "tenant:1", 2)
+    b = group_jobs(q, "tenant:2", 2)
+    pauses = Pauses(r, clock=clock)
+    pauses.pause_group("jobs", "tenant:1", "ops", "their API is down")
+    assert {j.id for j in q.reserve("w", count=10)} == set(b)
+    with pytest.raises(PauseError, match="already paused"):
+        pauses.pause_group("jobs", "tenant:1", "ops", "again")
+    assert pauses.resume_group("jobs", "tenant:1") == 2
+    assert {j.id for j in q.reserve("w", count=10)} == set(a)
+    with pytest.raises(PauseError, match="bad group"):
+        pauses.pause_group("jobs", "no spaces", "ops", "x")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"group": "bad group"}, "bad group"),
+    ({"group": ""}, "bad group"),
+    ({"group": "g", "group_concurrency": 0}, "group_concurrency"),
+    ({"group": "g", "group_concurrency": -3}, "group_concurrency"),
+    ({"group": "g", "group_concurrency": "4"}, "group_concurrency"),
+    ({"group_concurrency": 2}, "needs a group"),
+])
+def test_bad_groups_are_refused_saying_what_to_pass(q, r, kwargs, message):
+    with pytest.raises(InvalidJob, match=message):
+        q.enqueue("t", {}, idempotency_key="k", **kwargs)
+    assert r.keys("*") == []
+
+
+def test_ungrouped_jobs_are_stored_as_before(q, r):
+    job_id = q.enqueue("t", {}, idempotency_key="plain")
+    assert "fgroup" not in r.hgetall(q.keys.job(job_id))
+    assert r.keys(q.keys.tag + ":g*") == []
