@@ -421,7 +421,7 @@ class Antre:
 
         ``lock_key``: the jobs of a queue sharing it run one at a time, in enqueue order; the
         others wait (state 'waiting') without being delivered. ``group="tenant:7"``: fair
-        shares; at most ``group_concurrency`` (default 16) of a group's jobs are ready or
+        shares; at most ``group_concurrency`` (default 128) of a group's jobs are ready or
         running at once, the rest wait in the group's line, so one group's backlog never
         starves another's jobs.
 

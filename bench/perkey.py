@@ -3,6 +3,12 @@
 ``python3 bench/perkey.py hot --jobs 3000`` : N jobs on one lock_key, one default
 ``antre worker bench.apps.perkey:app --burst``, 2 ms handler; prints the drain time, order
 inversions, lock-busy snoozes per job, what is left in the DLQ and in every other state.
+``python3 bench/perkey.py noisy --jobs 5000`` (``--ungrouped``: without groups): 5,000 jobs of
+group A then 20 of group B; when B's last one finished, against A's drain time.
+``python3 bench/perkey.py noop --jobs 20000 --groups 10000 --reps 3``: no-op throughput of one
+default burst worker, ungrouped and grouped, taking turns in one run.
+``python3 bench/perkey.py reserve --jobs 100000``: Redis time per reserve (100) and per ack
+with 100,000 ungrouped jobs, 100,000 distinct groups, one group of 100,000, one lock_key.
 
 Each run starts its own private Redis (EmbeddedRedis, appendonly off).
 """
@@ -100,14 +106,118 @@ def hot(args: argparse.Namespace) -> dict[str, object]:
         server.stop()
 
 
+def _drain_span_s(client: redis.Redis) -> float:
+    k = Queue(client, "default").keys
+    first = client.zrange(k.done, 0, 0, withscores=True)
+    last = client.zrange(k.done, -1, -1, withscores=True)
+    return (last[0][1] - first[0][1]) / 1000 if first else 0.0
+
+
+def _finish_times(client: redis.Redis, ids: list[str]) -> list[int]:
+    k = Queue(client, "default").keys
+    pipe = client.pipeline(transaction=False)
+    for i in ids:
+        pipe.zscore(k.done, i)
+    return [int(x) for x in pipe.execute() if x is not None]
+
+
+def noisy(args: argparse.Namespace) -> dict[str, object]:
+    """5,000 jobs of group A, then 20 of group B, one default burst worker, 2 ms handler:
+    when B's last job finished, as a share of A's drain time."""
+    server = EmbeddedRedis(tcp=True, appendonly=False).start()
+    try:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        q = Queue(client, "default")
+        grouped = not args.ungrouped
+        a = q.enqueue_many([JobSpec("hot", {"k": "A", "i": i}, f"a:{i}",
+                                    group="A" if grouped else None) for i in range(args.jobs)])
+        b = q.enqueue_many([JobSpec("hot", {"k": "B", "i": i}, f"b:{i}",
+                                    group="B" if grouped else None) for i in range(20)])
+        took = burst(server.url, args.timeout)
+        fa, fb = _finish_times(client, a), _finish_times(client, b)
+        start = min(fa + fb)
+        a_drain, b_done = (max(fa) - start) / 1000, (max(fb) - start) / 1000
+        return {"case": "noisy neighbour" + ("" if grouped else " (no groups)"),
+                "a_jobs": len(a), "a_done": len(fa), "b_done": len(fb),
+                "a_drain_s": round(a_drain, 2), "b_last_done_s": round(b_done, 3),
+                "b_share_of_a_drain": round(b_done / a_drain, 4), "worker_wall_s": round(took, 2),
+                "left": states(client)}
+    finally:
+        server.stop()
+
+
+def noop(args: argparse.Namespace) -> dict[str, object]:
+    """No-op jobs drained by one default burst worker, taking turns in one run: ungrouped,
+    then spread over ``--groups`` distinct groups (drain span: first to last job finished)."""
+    server = EmbeddedRedis(tcp=True, appendonly=False).start()
+    rows: dict[str, list[float]] = {"ungrouped": [], "grouped": []}
+    try:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        for rep in range(args.reps):
+            for kind in ("ungrouped", "grouped"):
+                client.flushall()
+                q = Queue(client, "default")
+                for start in range(0, args.jobs, 1000):
+                    q.enqueue_many([JobSpec("noop", {}, f"n:{i}", group=(
+                        f"g:{i % args.groups}" if kind == "grouped" else None))
+                        for i in range(start, min(args.jobs, start + 1000))])
+                burst(server.url, args.timeout)
+                span = _drain_span_s(client)
+                rows[kind].append(round(args.jobs / span) if span else 0)
+        med = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
+        return {"case": f"no-op jobs/s, {args.jobs} jobs, grouped over {args.groups} groups",
+                "jobs_per_s": rows, "median": med,
+                "grouped_share": round(med["grouped"] / med["ungrouped"], 3)}
+    finally:
+        server.stop()
+
+
+def reserve_cost(args: argparse.Namespace) -> dict[str, object]:
+    """Redis time of reserve (batches of 100) and of ack_many for each shape of backlog:
+    ungrouped, ``--jobs`` distinct groups, one group of ``--jobs``, one lock_key of ``--jobs``
+    (INFO commandstats of EVALSHA around the calls; no worker)."""
+    server = EmbeddedRedis(tcp=True, appendonly=False).start()
+    out: dict[str, object] = {"case": f"Redis time per call, backlog of {args.jobs}"}
+    try:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        shapes = {"ungrouped": lambda i: {}, "distinct groups": lambda i: {"group": f"g:{i}"},
+                  "one group": lambda i: {"group": "big"}, "one lock_key": lambda i: {
+                      "lock_key": "hot"}}
+        for name, extra in shapes.items():
+            client.flushall()
+            q = Queue(client, "default")
+            for start in range(0, args.jobs, 1000):
+                q.enqueue_many([JobSpec("noop", {}, f"n:{i}", **extra(i))
+                                for i in range(start, min(args.jobs, start + 1000))])
+            reserve_us, ack_us, n = 0.0, 0.0, 0
+            for _ in range(50):
+                client.config_resetstat()
+                jobs = q.reserve("bench", count=100)
+                reserve_us += client.info("commandstats")["cmdstat_evalsha"]["usec"]
+                client.config_resetstat()
+                q.ack_many([(j, None) for j in jobs])
+                ack_us += client.info("commandstats")["cmdstat_evalsha"]["usec"]
+                n += len(jobs)
+            out[name] = {"reserve_us_per_call": round(reserve_us / 50, 1),
+                         "jobs_per_reserve": round(n / 50, 1),
+                         "ack_us_per_job": round(ack_us / max(n, 1), 1)}
+        return out
+    finally:
+        server.stop()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("case", choices=["hot"])
+    p.add_argument("case", choices=["hot", "noisy", "noop", "reserve"])
     p.add_argument("--jobs", type=int, default=3000)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--groups", type=int, default=10_000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--ungrouped", action="store_true", help="noisy: the same jobs, no groups")
 
     args = p.parse_args()
-    print(json.dumps(hot(args), indent=1))
+    case = {"hot": hot, "noisy": noisy, "noop": noop, "reserve": reserve_cost}[args.case]
+    print(json.dumps(case(args), indent=1))
 
 
 if __name__ == "__main__":

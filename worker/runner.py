@@ -383,9 +383,12 @@ class WorkerProcess:
         return self.promoter.promote_due()
 
     def _drained(self) -> bool:
-        """Burst mode's end: nothing ready (after promoting what is due), in flight or waiting
-        behind a lock_key's head (its turn comes when the head ends). The ready and waiting
-        jobs of a paused queue do not count: nothing of them may start."""
+        """Burst mode's end: nothing ready (after promoting what is due) or in flight. The
+        ready jobs of a paused queue do not count: nothing of them may start. Jobs waiting
+        behind a lock_key's head or for a group's slot need no check of their own: their turn
+        comes in the script that ends the job ahead (ready or in flight, so counted here), and
+        a head that is scheduled (its retry's backoff) is left for a later run, as any
+        scheduled job is."""
         with self._lock:
             if self._running:
                 return False
@@ -396,11 +399,9 @@ class WorkerProcess:
                 pipe.llen(q.keys.ready)
                 pipe.zcard(q.keys.inflight)
                 pipe.hexists(q.keys.paused, "*")
-                pipe.zcard(q.keys.waiting)
             replies = pipe.execute()
-            return not any(inflight or ((ready or waiting) and not paused)
-                           for ready, inflight, paused, waiting
-                           in zip(replies[0::4], replies[1::4], replies[2::4], replies[3::4]))
+            return not any(inflight or (ready and not paused) for ready, inflight, paused
+                           in zip(replies[0::3], replies[1::3], replies[2::3]))
         except REDIS_DOWN as exc:
             self.health.failed(exc)
             return False

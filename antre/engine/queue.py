@@ -158,7 +158,7 @@ class Queue:
         """Store a job; returns its id. A job id that already exists is left as it is.
         ``lock_key``: jobs of this queue sharing it run one at a time in enqueue order (the
         others wait, state 'waiting'); ``group``: fair shares, at most ``group_concurrency``
-        (default 16) of the group's jobs ready or running at once, the rest wait their turn."""
+        (default 128) of the group's jobs ready or running at once, the rest wait their turn."""
         spec = JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **options)
         return self.enqueue_one(spec)
 

@@ -19,3 +19,8 @@ WORK_S = float(os.environ.get("BENCH_WORK_MS", "2")) / 1000
 def hot(ctx, payload):
     time.sleep(WORK_S)
     app.redis.rpush(f"perkey:order:{payload['k']}", payload["i"])
+
+
+@app.handler("noop", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
+def noop(ctx, payload):
+    """No work: the scheduling's own cost (bench/perkey.py noop)."""

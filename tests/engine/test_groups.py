@@ -1,4 +1,4 @@
-"""Fair-share groups (issue 23): at most ``group_concurrency`` (default 16) of a group's jobs
+"""Fair-share groups (issue 23): at most ``group_concurrency`` (default 128) of a group's jobs
 hold a slot (ready, scheduled or in flight); the rest wait in the group's line, in order, and
 take the slot a leaving job frees in the same script. A big group's backlog never delays a
 small group's jobs by more than its slots. With a lock_key, a job is first its key's head."""
@@ -33,20 +33,20 @@ def test_a_group_holds_at_most_its_slots_the_rest_wait_in_order(q):
     assert states(q, ids)[3:] == ["ready", "waiting"]
 
 
-def test_the_default_is_16_slots(q):
-    ids = group_jobs(q, "big", 20)
-    assert states(q, ids).count("ready") == 16
+def test_the_default_is_128_slots(q):
+    ids = group_jobs(q, "big", 130)
+    assert states(q, ids).count("ready") == 128
 
 
 def test_a_small_group_is_not_starved_by_a_big_ones_backlog(q):
     a = group_jobs(q, "A", 500)
     b = group_jobs(q, "B", 5)
     seen = []
-    while len(seen) < 40:
+    while len(seen) < 140:
         jobs = q.reserve("w", count=4)
         seen += [j.id for j in jobs]
         q.ack_many([(j, None) for j in jobs])
-    assert set(b) <= set(seen)  # all of B ran within A's first 35 jobs
+    assert set(b) <= set(seen)  # all of B ran within A's first 135 jobs (its 128 slots)
     assert [i for i in seen if i in a] == a[:len(seen) - len(b)]  # A in its order
 
 

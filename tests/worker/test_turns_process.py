@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from antre import Antre
+from antre.engine import keys
 from antre.engine.queue import JobSpec, Queue
 
 from helpers import spawn
@@ -79,9 +80,12 @@ def test_kill_9_of_the_heads_worker_the_line_goes_on_after_the_sweep(app, r, tmp
     assert later(31_000).sweep().requeued == 1
     assert [q.get(i).state for i in ids] == ["ready", "waiting", "waiting", "waiting"]
     r.set("turns:go", 1)
+    # the dead worker's lock (1 s TTL) expires by itself; a burst worker started before would
+    # snooze the head on it and leave it scheduled
+    wait_for(lambda: not r.exists(keys.lock(KEY)), what="the dead worker's lock to expire")
     p2 = child(app.redis_url, tmp_path, "--burst")
     procs.append(p2)
-    assert p2.wait(30) == 0  # burst waits for the waiting jobs, and for the lock to expire
+    assert p2.wait(30) == 0  # burst runs the whole line: each next job is ready at once
     assert_key_free(q, ids)
     assert q.get(ids[0]).deliveries == 2
     assert_one_at_a_time_in_order(r, 4, dead_pid=p.pid)
@@ -101,6 +105,7 @@ def test_sigstop_past_the_lease_the_next_worker_runs_the_line_and_the_late_ack_i
     try:
         assert later(31_000).sweep().requeued == 1
         r.set("turns:go", 1)  # the stopped worker would go on if it ran
+        wait_for(lambda: not r.exists(keys.lock(KEY)), what="the stopped worker's lock")
         p2 = child(app.redis_url, tmp_path, "--burst")
         procs.append(p2)
         assert p2.wait(30) == 0
