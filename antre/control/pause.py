@@ -25,6 +25,7 @@ import redis
 
 from antre.engine import keys
 from antre.clock import Clock, system_ms
+from antre.observe.groups import GROUP_TARGET  # 'group=<name>': '=' is in no job type
 from antre.observe.readmodels import PauseInfo, ReadModels, pause_infos
 from antre.engine.scripts import Scripts
 
@@ -111,9 +112,6 @@ class Pauses:
         k = keys.QueueKeys(queue)
         types = sorted(cast(set[str], self.redis.smembers(k.parked_types)))
         return sum(self.unpark(queue, t) for t in types)
-
-
-GROUP_TARGET = "group="  # '=' is in no job type: the paused HASH's field of a group
 
 
 def group_target(group: str) -> str:

@@ -142,6 +142,29 @@ class QueueKeys:
     def waiting(self) -> str:  # ZSET score = joined the line ms: the jobs in state 'waiting'
         return f"{self.tag}:waiting"
 
+    # fair-share groups (issue 23): derived in the scripts from ``job_prefix`` as well
+    def group_held(self, group: str) -> str:  # SET of the ids holding one of the group's slots
+        return f"{self.tag}:gheld:{group}"
+
+    def group_line(self, group: str) -> str:  # LIST: the group's waiting jobs, LPUSH newest
+        return f"{self.tag}:gline:{group}"
+
+    @property
+    def group_waiting(self) -> str:  # ZSET group -> jobs in its line (the Groups page's index)
+        return f"{self.tag}:gwait"
+
+    @property
+    def group_slots(self) -> str:  # ZSET group -> slots held (ready, scheduled or in flight)
+        return f"{self.tag}:gslots"
+
+    @property
+    def group_limits(self) -> str:  # HASH group -> '<slots>|<until ms>': operators' overrides
+        return f"{self.tag}:glimits"
+
+    @property
+    def group_overrides(self) -> str:  # HASH group -> JSON {slots, by, reason, at, until_ms}
+        return f"{self.tag}:goverrides"
+
     # -- finder and job timelines (issue 11) -------------------------------------------------
     # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
     # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').

@@ -47,6 +47,8 @@ NAMES = (
     "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
     # retention (antre/control/retention.py)
     "retention",
+    # live control of fair-share groups (antre/control/groups.py)
+    "group_limit",
 )
 
 
@@ -128,6 +130,7 @@ class Scripts:
     cancel_request: redis.commands.core.Script
     cancel_finish: redis.commands.core.Script
     retention: redis.commands.core.Script
+    group_limit: redis.commands.core.Script
 
 
 class Batch:

@@ -206,9 +206,14 @@ local function pop_waiting(job_prefix, line, group)
   end
 end
 
-local function group_limit(job_prefix, id, g)
-  local o = tonumber(redis.call('HGET', tag_of(job_prefix) .. 'glimits', g) or '')
-  if o then return o end
+local function group_limit(job_prefix, id, g, now)
+  -- an operator's override (HASH '<tag>:glimits', group -> '<slots>|<until ms>', until 0: until
+  -- cleared; group_limit.lua) while it lasts, else the job's own 'gconc', else GROUP_WINDOW
+  local raw = redis.call('HGET', tag_of(job_prefix) .. 'glimits', g)
+  if raw then
+    local n, untl = string.match(raw, '^(%d+)|(%d+)$')
+    if n and (untl == '0' or tonumber(untl) > now) then return tonumber(n) end
+  end
   return num_field(job_prefix .. id, 'gconc', GROUP_WINDOW)
 end
 
@@ -243,7 +248,7 @@ local function group_join(job_prefix, id, g, now)
   local tag = tag_of(job_prefix)
   local held, line = tag .. 'gheld:' .. g, tag .. 'gline:' .. g
   if redis.call('SISMEMBER', held, id) == 1 then return true end
-  local limit = group_limit(job_prefix, id, g)
+  local limit = group_limit(job_prefix, id, g, now)
   if redis.call('SCARD', held) >= limit then
     local one = redis.call('SRANDMEMBER', held)
     if one and not HEAD_STATES[redis.call('HGET', job_prefix .. one, 'state') or ''] then
@@ -269,7 +274,7 @@ local function group_leave(job_prefix, id, g, now)
   if tonumber(redis.call('ZINCRBY', tag .. 'gslots', -1, g)) <= 0 then
     redis.call('ZREM', tag .. 'gslots', g)
   end
-  group_fill(job_prefix, g, now, group_limit(job_prefix, id, g))
+  group_fill(job_prefix, g, now, group_limit(job_prefix, id, g, now))
 end
 
 local function turn_pass(job_prefix, id, lk, now)

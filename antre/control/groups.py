@@ -1,0 +1,103 @@
+"""Live control of fair-share groups (issue 23): pause and resume one group, override its slots
+(how many of its jobs may be ready or running at once) with a reason, until cleared or for a
+while. Both live in Redis in the queue's slot and are read by the scripts on every enqueue,
+ack and reserve, so they hold on every worker host at once. Like every control here, none of
+this knows who asked or audits: the dashboard, the API and the CLI do."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from antre.clock import Clock, system_ms
+from antre.control.pause import Pauses, PauseError
+from antre.engine import keys
+from antre.engine.envelope import MAX_GROUP_CONCURRENCY
+from antre.engine.scripts import Scripts
+from antre.observe.groups import GroupOverride
+
+MAX_REVERT_S = 7 * 86400
+
+
+class GroupError(ValueError):
+    """A group action that was refused; the message says what to pass."""
+
+
+class GroupControl:
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
+                 scripts: Scripts | None = None) -> None:
+        self.redis = client
+        self.clock = clock
+        self.scripts = scripts or Scripts(client)
+        self.pauses = Pauses(client, clock, self.scripts)
+
+    def pause(self, queue: str, group: str, by: str, reason: str) -> None:
+        try:
+            self.pauses.pause_group(queue, group, by, reason)
+        except PauseError as exc:
+            raise GroupError(str(exc)) from exc
+
+    def resume(self, queue: str, group: str) -> int:
+        """Returns how many of its parked jobs went back to ready."""
+        try:
+            return self.pauses.resume_group(queue, group)
+        except PauseError as exc:
+            raise GroupError(str(exc)) from exc
+
+    def set_slots(self, queue: str, group: str, slots: int, by: str, reason: str,
+                  revert_after_s: float | None = None) -> GroupOverride:
+        """Override ``group``'s slots (0 holds it: none of its waiting jobs starts); with
+        ``revert_after_s`` the override ends by itself then. A raise starts waiting jobs at
+        once."""
+        _check(queue, group)
+        if type(slots) is not int or not 0 <= slots <= MAX_GROUP_CONCURRENCY:
+            raise GroupError(f"bad slots {slots!r}: an int from 0 (hold the group) to "
+                             f"{MAX_GROUP_CONCURRENCY}")
+        reason = (reason or "").strip()[:2000]
+        if not reason:
+            raise GroupError("a reason is required: say why (it is shown on the Groups page)")
+        until = 0
+        if revert_after_s is not None:
+            if not 0 < float(revert_after_s) <= MAX_REVERT_S:
+                raise GroupError(f"revert_after_s must be from 1 to {MAX_REVERT_S} seconds, "
+                                 "or left out (until cleared)")
+            until = self.clock() + int(float(revert_after_s) * 1000)
+        now = self.clock()
+        record = GroupOverride(slots, by, reason, now, until)
+        self._call(queue, group, str(slots), until, json.dumps(
+            {"slots": slots, "by": by, "reason": reason, "at": now, "until_ms": until}))
+        return record
+
+    def clear_slots(self, queue: str, group: str) -> int:
+        """End the override; returns the slots in force now (the group's own)."""
+        _check(queue, group)
+        return self._call(queue, group, "", 0, "")
+
+    def revert_due(self, queue: str) -> int:
+        """End the overrides whose time is up (a raise they held back starts waiting jobs);
+        returns how many. The scripts already ignore them; this frees what they held."""
+        k = keys.QueueKeys(queue)
+        now, ended = self.clock(), 0
+        for group, raw in self.redis.hgetall(k.group_overrides).items():
+            try:
+                until = int(json.loads(raw).get("until_ms", 0))
+            except (ValueError, AttributeError, TypeError):
+                until = 1  # unreadable: ended
+            if until and until <= now:
+                self._call(queue, str(group), "", 0, "")
+                ended += 1
+        return ended
+
+    def _call(self, queue: str, group: str, slots: str, until: int, record: str) -> int:
+        k = keys.QueueKeys(queue)
+        return int(self.scripts.group_limit(keys=[k.group_limits, k.group_overrides],
+                                            args=[k.job_prefix, group, slots, until, record,
+                                                  self.clock()]))
+
+
+def _check(queue: str, group: str) -> None:
+    if not keys.valid_name(queue):
+        raise GroupError(f"bad queue name {queue!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+    if not keys.valid_name(group):
+        raise GroupError(f"bad group {group!r}: use 1-100 of A-Z a-z 0-9 _ . : - (e.g. tenant:7)")
