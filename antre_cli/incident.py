@@ -11,6 +11,7 @@ service is missing). Changes need the database (``ANTRE_DATABASE_URL``): they ar
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import json
 import sys
@@ -23,10 +24,12 @@ import redis
 from antre import Antre
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError, Cancels
+from antre.control.groups import GroupControl, GroupError
 from antre.errors import LeaseLost
 from antre.limits.flow import FlowControl
 from antre.control.pause import PauseError, Pauses, unknown_target
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
+from antre.observe.groups import Groups, GroupsView
 from antre.observe.readmodels import DeadFilter
 from antre_worker.loader import load_app
 
@@ -107,6 +110,60 @@ def cmd_pause(args: argparse.Namespace) -> int:
                        detail={"unparked": moved})
     fn = pause if args.command == "pause" else resume
     return run_audited(app, f"queue.{args.command}", target, args.reason or "", fn)
+
+
+# -- fair-share groups (issue 23) ------------------------------------------------------------
+def cmd_group(args: argparse.Namespace) -> int:
+    """``antre group list|show|pause|resume|slots|clear QUEUE [GROUP]``."""
+    app = _app(args.app)
+    reads = Groups(app.redis, app.clock)
+    if args.group_cmd == "list":
+        return _print_groups(reads.view(args.queue), args.json)
+    if not args.group:
+        print("error: name the group (e.g. tenant:7)", file=sys.stderr)
+        return 2
+    if args.group_cmd == "show":
+        row = reads.rows(args.queue, [args.group])[0]
+        data = {**dataclasses.asdict(row), "held_why": row.held_why(app.clock())}
+        print(json.dumps(data, indent=1) if args.json else
+              f"{row.name}: {row.waiting} waiting, {row.slots_held} slot(s) held"
+              f"{', paused' if row.paused else ''}; {data['held_why'] or 'not held'}")
+        return 0
+    ctl = GroupControl(app.redis, app.clock, app.scripts)
+
+    def act() -> Outcome:
+        try:
+            if args.group_cmd == "pause":
+                ctl.pause(args.queue, args.group, operator(), args.reason)
+                return Outcome(True, f"group {args.group} paused: workers start none of its jobs")
+            if args.group_cmd == "resume":
+                moved = ctl.resume(args.queue, args.group)
+                return Outcome(True, f"group {args.group} resumed ({moved} parked jobs back)")
+            if args.group_cmd == "clear":
+                now = ctl.clear_slots(args.queue, args.group)
+                return Outcome(True, f"group {args.group}: override ended, {now} slots")
+            if args.slots is None:
+                return _refuse("pass --slots N (0 holds the group)")
+            over = ctl.set_slots(args.queue, args.group, args.slots, operator(), args.reason,
+                                 args.revert_after_s)
+        except GroupError as exc:
+            return _refuse(str(exc))
+        return Outcome(True, f"group {args.group}: {over.slots} slots"
+                             + (f" until {over.until_ms} ms" if over.until_ms else ""))
+    action = {"pause": "group.pause", "resume": "group.resume"}.get(args.group_cmd, "group.slots")
+    return run_audited(app, action, f"{args.queue}/{args.group}", args.reason or "", act)
+
+
+def _print_groups(view: GroupsView, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(dataclasses.asdict(view), indent=1))
+        return 0
+    print(f"{view.queue}: {view.groups_active} group(s) hold slots, {view.groups_waiting} have "
+          f"jobs waiting ({view.jobs_waiting} waiting jobs), {len(view.paused)} paused")
+    for row in view.by_waiting:
+        print(f"  {row.name}: {row.waiting} waiting, {row.slots_held} held"
+              f"{'  [paused]' if row.paused else ''}")
+    return 0
 
 
 # -- jobs -------------------------------------------------------------------------------------
@@ -304,6 +361,7 @@ def add_parsers(sub: Any) -> None:
     _add_purge(sub)
     _add_tasks(sub)
     _add_flow(sub)
+    _add_group(sub)
 
 
 def _add_pause(sub: Any) -> None:
@@ -333,8 +391,8 @@ def _add_job(sub: Any) -> None:
 
 
 def _add_purge(sub: Any) -> None:
-    p = sub.add_parser("purge", help="remove a filtered set of ready, scheduled or dead jobs "
-                                     "(paced; --dry-run counts)")
+    p = sub.add_parser("purge", help="remove a filtered set of ready, scheduled, waiting or "
+                                     "dead jobs (paced; --dry-run counts)")
     p.add_argument("queue")
     p.add_argument("--source", choices=SOURCES, default="ready")
     p.add_argument("--type", default=None)
@@ -368,6 +426,19 @@ def _add_tasks(sub: Any) -> None:
     _common(p)
 
 
+def _add_group(sub: Any) -> None:
+    p = sub.add_parser("group", help="fair-share groups: list | show | pause | resume | slots | "
+                                     "clear (issue 23)")
+    p.add_argument("group_cmd", choices=["list", "show", "pause", "resume", "slots", "clear"])
+    p.add_argument("queue")
+    p.add_argument("group", nargs="?", default=None, help="the group's name, e.g. tenant:7")
+    p.add_argument("--slots", type=int, default=None, help="slots: 0 holds the group")
+    p.add_argument("--revert-after-s", type=float, default=None, dest="revert_after_s",
+                   help="the override ends by itself after this many seconds")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+
+
 def _add_flow(sub: Any) -> None:
     p = sub.add_parser("lock", help="force-release a business lock held by TOKEN")
     p.add_argument("lock_cmd", choices=["release"])
@@ -383,5 +454,5 @@ def _add_flow(sub: Any) -> None:
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pause": cmd_pause, "resume": cmd_pause, "job": cmd_job, "purge": cmd_purge,
     "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "task": cmd_task,
-    "lock": cmd_lock_release, "breaker": cmd_breaker_reset,
+    "lock": cmd_lock_release, "breaker": cmd_breaker_reset, "group": cmd_group,
 }

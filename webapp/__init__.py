@@ -26,6 +26,7 @@ from . import (
     dlq,
     find,
     find_api,
+    groups,
     idempotency,
     inflight,
     locks,
@@ -44,7 +45,8 @@ ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
-              control.bp)  # incident controls: pause, cancel, purge
+              control.bp,  # incident controls: pause, cancel, purge
+              groups.bp)  # fair-share groups (issue 23)
 
 
 def asset_dir(name: str) -> str:

@@ -11,6 +11,7 @@ from antre.control.bulk import TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError
 from antre.errors import LeaseLost
 from antre.limits.flow import FlowControl
+from antre.control.groups import GroupError
 from antre.control.pause import PauseError
 from antre.control.pause import unknown_target as pause_target_unknown
 from antre.control.purge import PurgeError, PurgeFilter
@@ -430,6 +431,63 @@ def resume(queue: str, job_type: str | None, reason: str | None) -> Result:
                             "in the ready list)", 200,
                       {"unparked": moved, "was": _plain_pause(before) if before else None})
     return guarded("queue.resume", _target(queue, job_type), _reason(reason), run)
+
+
+# -- fair-share groups (issue 23): pause / resume one, override its slots ----------------------
+def group_pause(queue: str, group: str, paused: bool, reason: str | None) -> Result:
+    def run() -> Result:
+        svc = _svc()
+        try:
+            if paused:
+                svc.groups.pause(queue, group, _actor(), _reason(reason))
+                return Result(True, f"group {group} in {queue} paused: workers start none of "
+                                    "its jobs until it is resumed (running ones finish)")
+            moved = svc.groups.resume(queue, group)
+        except GroupError as exc:
+            return Result(False, f"{exc}; nothing was changed",
+                          409 if "already" in str(exc) or "not paused" in str(exc) else 400)
+        return Result(True, f"group {group} in {queue} resumed ({moved} parked jobs back in "
+                            "the ready list)", 200, {"unparked": moved})
+    return guarded("group.pause" if paused else "group.resume", f"{queue}/{group}",
+                   _reason(reason), run)
+
+
+def group_slots(queue: str, group: str, slots: Any, reason: str | None,
+                revert_after_s: Any = None) -> Result:
+    """Override a group's slots (``slots`` None: end the override)."""
+    def run() -> Result:
+        svc = _svc()
+        try:
+            if slots is None:
+                now = svc.groups.clear_slots(queue, group)
+                return Result(True, f"group {group} in {queue}: override ended, {now} slots "
+                                    "(its jobs' own)", 200, {"slots": now})
+            n, revert = _int_arg("slots", slots), _num_arg("revert_after_s", revert_after_s)
+            over = svc.groups.set_slots(queue, group, n, _actor(), _reason(reason), revert)
+        except (GroupError, ValueError) as exc:
+            return Result(False, f"{exc}; nothing was changed", 400)
+        until = f" until {over.until_ms} ms" if over.until_ms else " until cleared"
+        return Result(True, f"group {group} in {queue}: {over.slots} slots{until}", 200,
+                      {"slots": over.slots, "until_ms": over.until_ms})
+    return guarded("group.slots", f"{queue}/{group}", _reason(reason), run)
+
+
+def _int_arg(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a whole number")
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {value!r}") from None
+
+
+def _num_arg(name: str, value: Any) -> float | None:
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
 
 
 def _target(queue: str, job_type: str | None) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, request
 
+from antre.engine.keys import valid_name
 from antre.stores.sql import ROLES
 
 from . import actions, services
@@ -251,6 +252,77 @@ def users() -> Response:
 
 # -- actions ----------------------------------------------------------------------------------
 REASON = {"reason": "string"}
+
+
+# -- fair-share groups (issue 23) -----------------------------------------------------------------
+def _group_name(name: str) -> str:
+    if not valid_name(name):
+        abort(400, "bad group name: use 1-100 of A-Z a-z 0-9 _ . : - (e.g. tenant:7)")
+    return name
+
+
+@bp.get("/queues/<queue>/groups")
+@requires("viewer")
+@doc(query={"q": "string"})
+def groups(queue: str) -> Response:
+    """The busiest groups by waiting jobs and by slots held, the paused ones, the counts; with
+    ``q`` the group of that name."""
+    svc = services.get()
+    queue = check_queue(queue)
+    view = svc.group_reads.view(queue)
+    out: dict[str, Any] = {**_plain(view)}
+    name = (request.args.get("q") or "").strip()
+    if name:
+        found = svc.group_reads.find(queue, _group_name(name))
+        out["found"] = _plain(found) if found else None
+    return jsonify(out)
+
+
+@bp.get("/queues/<queue>/groups/<group>")
+@requires("viewer")
+@doc(query=PAGE_Q)
+def group(queue: str, group: str) -> Response:
+    """One group: its counts, pause, operator's limit, why it is held, its jobs in order."""
+    svc = services.get()
+    queue, group = check_queue(queue), _group_name(group)
+    row = svc.group_reads.rows(queue, [group])[0]
+    held, line = svc.group_reads.jobs(queue, group, *page_args())
+    return jsonify({"group": _plain(row), "held_why": row.held_why(svc.clock()),
+                    "holding": [j.id for j in held], "waiting": [j.id for j in line],
+                    "as_of": svc.clock()})
+
+
+@bp.post("/queues/<queue>/groups/<group>/pause")
+@requires("operator", "group.pause")
+@doc(body=REASON, required=("reason",))
+def group_pause(queue: str, group: str) -> Response:
+    """Pause one group: workers start none of its jobs (running ones finish)."""
+    return _answer(actions.group_pause(check_queue(queue), _group_name(group), True,
+                                       _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/groups/<group>/resume")
+@requires("operator", "group.resume")
+@doc(body=REASON)
+def group_resume(queue: str, group: str) -> Response:
+    """Resume a paused group."""
+    return _answer(actions.group_pause(check_queue(queue), _group_name(group), False,
+                                       _body().get("reason")))
+
+
+@bp.post("/queues/<queue>/groups/<group>/slots")
+@requires("operator", "group.slots")
+@doc(body={"slots": "integer", "reason": "string", "revert_after_s": "number",
+           "clear": "boolean"}, required=("reason",))
+def group_slots(queue: str, group: str) -> Response:
+    """Override a group's slots (0 holds it), optionally reverting after ``revert_after_s``;
+    ``clear: true`` ends the override."""
+    body = _body()
+    slots = None if body.get("clear") else body.get("slots")
+    if slots is None and not body.get("clear"):
+        abort(400, "pass slots (0 to hold the group) or clear: true")
+    return _answer(actions.group_slots(check_queue(queue), _group_name(group), slots,
+                                       body.get("reason"), body.get("revert_after_s")))
 
 
 @bp.post("/queues/<queue>/jobs/<job_id>/replay")

@@ -29,7 +29,9 @@ from antre.control.periodic import Schedules
 from antre.stores.fencing import LockFences
 from antre.stores.idempotency import IdempotencyStore
 from antre.engine.locks import Locks
+from antre.control.groups import GroupControl
 from antre.control.pause import Pauses
+from antre.observe.groups import Groups
 from antre.control.purge import Purger
 from antre.observe.readmodels import ReadModels
 from antre.observe.registry import WorkerRegistry
@@ -86,6 +88,14 @@ class Services:
     @property
     def pauses(self) -> Pauses:
         return Pauses(self.redis, self.clock, self.antre.scripts)
+
+    @property
+    def groups(self) -> GroupControl:  # fair-share groups: pause, slots (issue 23)
+        return GroupControl(self.redis, self.clock, self.antre.scripts)
+
+    @property
+    def group_reads(self) -> Groups:
+        return Groups(self.redis, self.clock)
 
     @property
     def cancels(self) -> Cancels:

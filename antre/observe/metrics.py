@@ -38,6 +38,7 @@ from redis.cluster import ClusterPipeline
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.limits.flow import FlowControl
+from antre.observe.groups import Groups
 from antre.observe.readmodels import ReadModels
 from antre.observe.registry import WorkerRegistry
 
@@ -65,7 +66,11 @@ METRIC_NAMES = (
     "antre_fence_refusals_total", "antre_lost_locks_total", "antre_outbox_oldest_age_seconds",
     "antre_enqueue_deduplicated_total", "antre_dlq_dropped_total",
     "antre_worker_loop_lag_seconds",
+    # per-key turns and fair-share groups (issue 23): bounded (top TOP_GROUPS groups)
+    "antre_waiting_jobs", "antre_lock_keys_held", "antre_groups_waiting", "antre_groups_paused",
+    "antre_group_waiting_jobs",
 )
+TOP_GROUPS = 10  # the groups with most waiting jobs get a series of their own
 
 
 def bucket_of(ms: int) -> str:
@@ -190,6 +195,7 @@ class AntreCollector:
     def _collect(self) -> Iterator[Metric]:
         yield from self._queues()
         yield from self._pauses()
+        yield from self._turns()
         yield from self._workers()
         yield from self._flow()
 
@@ -288,6 +294,32 @@ class AntreCollector:
         raw = self.redis.hget(keys.alert_signals(), "outbox_oldest_age_s")
         outbox.add_metric([], float(raw) if raw else 0.0)
         yield from (paused, since, parked, outbox)
+
+    def _turns(self) -> Iterator[Metric]:
+        """Jobs waiting behind a lock_key's head or for a group's slot, the keys with a head,
+        the groups with waiting jobs and the paused ones per queue; the waiting jobs of the
+        ``TOP_GROUPS`` busiest groups (bounded cardinality, whatever the number of groups)."""
+        q = ["queue"]
+        waiting = GaugeMetricFamily("antre_waiting_jobs", "Jobs waiting their turn (behind "
+                                    "their lock_key's head or for their group's slot)", labels=q)
+        held = GaugeMetricFamily("antre_lock_keys_held", "lock_keys with a head (a job whose "
+                                 "turn it is)", labels=q)
+        n_wait = GaugeMetricFamily("antre_groups_waiting", "Groups with jobs waiting for a "
+                                   "slot", labels=q)
+        n_paused = GaugeMetricFamily("antre_groups_paused", "Groups paused by an operator",
+                                     labels=q)
+        top = GaugeMetricFamily("antre_group_waiting_jobs", f"Waiting jobs of the {TOP_GROUPS} "
+                                "groups with the most", labels=["queue", "group"])
+        groups = Groups(self.redis, self.clock)
+        for name in ReadModels(self.redis, self.clock).queue_names():
+            view = groups.view(name, TOP_GROUPS)
+            waiting.add_metric([name], view.jobs_waiting)
+            held.add_metric([name], view.keys_held)
+            n_wait.add_metric([name], view.groups_waiting)
+            n_paused.add_metric([name], len(view.paused))
+            for row in view.by_waiting:
+                top.add_metric([name, row.name], row.waiting)
+        yield from (waiting, held, n_wait, n_paused, top)
 
     def _workers(self) -> Iterator[Metric]:
         registry = WorkerRegistry(self.redis, self.clock)

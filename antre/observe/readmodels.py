@@ -81,12 +81,17 @@ class Turn:
     head: str
     place: int
     line: int
+    group: str = ""  # set when it waits for a slot of its group (head is then '')
+    slots_held: int = 0
 
     @property
     def ordinal(self) -> str:
         return _ordinal(self.place)
 
     def describe(self) -> str:
+        if self.group:
+            return (f"{_ordinal(self.place)} in line for a slot of group {self.group} "
+                    f"({self.slots_held} held)")
         if self.place == 0:
             return (f"its turn on lock {self.lock_key}: {self.line} job(s) wait behind it"
                     if self.line else f"its turn on lock {self.lock_key}")
@@ -353,9 +358,17 @@ class ReadModels:
     def turn(self, queue: str, job: Job) -> "Turn | None":
         """Where a job with a lock_key stands on its key (None: no lock_key, or the key has no
         head). Its place is counted from the line's oldest end (LPOS: one pass of the line)."""
+        k = keys.QueueKeys(queue)
+        if job.state == "waiting" and job.waits_on == "group" and job.group:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.llen(k.group_line(job.group))
+            pipe.lpos(k.group_line(job.group), job.id)
+            pipe.scard(k.group_held(job.group))
+            length, index, held = pipe.execute()
+            place = int(length) - int(index) if index is not None else 0
+            return Turn(job.lock_key, "", place, int(length), job.group, int(held))
         if not job.lock_key:
             return None
-        k = keys.QueueKeys(queue)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(k.turns, job.lock_key)
         pipe.llen(k.line(job.lock_key))
