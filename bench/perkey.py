@@ -147,16 +147,17 @@ def noop(args: argparse.Namespace) -> dict[str, object]:
     """No-op jobs drained by one default burst worker, taking turns in one run: ungrouped,
     then spread over ``--groups`` distinct groups (drain span: first to last job finished)."""
     server = EmbeddedRedis(tcp=True, appendonly=False).start()
-    rows: dict[str, list[float]] = {"ungrouped": [], "grouped": []}
+    kinds = args.kinds.split(",")
+    rows: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         client = redis.Redis.from_url(server.url, decode_responses=True)
         for rep in range(args.reps):
-            for kind in ("ungrouped", "grouped"):
+            for kind in kinds:
                 client.flushall()
                 q = Queue(client, "default")
                 for start in range(0, args.jobs, 1000):
-                    q.enqueue_many([JobSpec("noop", {}, f"n:{i}", group=(
-                        f"g:{i % args.groups}" if kind == "grouped" else None))
+                    q.enqueue_many([JobSpec("noop", {}, f"n:{i}", **(
+                        {"group": f"g:{i % args.groups}"} if kind == "grouped" else {}))
                         for i in range(start, min(args.jobs, start + 1000))])
                 burst(server.url, args.timeout)
                 # the done index keeps the newest 10,000: the rate over the jobs it holds
@@ -164,8 +165,9 @@ def noop(args: argparse.Namespace) -> dict[str, object]:
                 rows[kind].append(round((n - 1) / span) if span else 0)
         med = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
         return {"case": f"no-op jobs/s, {args.jobs} jobs, grouped over {args.groups} groups",
-                "jobs_per_s": rows, "median": med,
-                "grouped_share": round(med["grouped"] / med["ungrouped"], 3)}
+                "tree": TREE, "jobs_per_s": rows, "median": med,
+                "grouped_share": (round(med["grouped"] / med["ungrouped"], 3)
+                                  if len(med) == 2 else None)}
     finally:
         server.stop()
 
@@ -211,6 +213,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--groups", type=int, default=10_000)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--kinds", default="ungrouped,grouped", help="noop: which rows, in turn")
     p.add_argument("--ungrouped", action="store_true", help="noisy: the same jobs, no groups")
 
     args = p.parse_args()

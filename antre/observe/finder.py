@@ -28,7 +28,7 @@ SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cur
 MAX_HITS = 100  # hits returned by one step
 STUCK_SCAN = 1_000  # in-flight jobs sorted worst first (by running or silent time)
 TIMELINE_CAP = 100  # antre/engine/lua/_lib.lua TL_CAP
-SEARCH_ORDER = ("ready", "scheduled", "inflight", "dead", "done")
+SEARCH_ORDER = ("ready", "waiting", "scheduled", "inflight", "dead", "done")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
 
 

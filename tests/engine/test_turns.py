@@ -191,3 +191,18 @@ def test_ack_many_passes_each_keys_turn(q, n):
     assert {j.id for j in jobs} == set(heads)
     q.ack_many([(j, None) for j in jobs])
     assert len(q.reserve("w", count=10)) == n
+
+
+def test_a_unique_job_waiting_behind_its_key_still_holds_its_idempotency_key(q):
+    q.enqueue("t", {}, idempotency_key="first", lock_key="k")
+    waiting = q.enqueue("t", {}, idempotency_key="u", lock_key="k", unique=True)
+    assert q.get(waiting).state == "waiting"
+    assert q.enqueue("t", {}, idempotency_key="u", lock_key="k", unique=True) == waiting
+
+
+def test_the_finder_searches_waiting_jobs_with_the_others(q, r, clock):
+    from antre.observe.finder import Finder
+    q.enqueue("t", {"order": 1}, idempotency_key="a", lock_key="k")
+    waiting = q.enqueue("t", {"order": 2}, idempotency_key="b", lock_key="k")
+    hits = Finder(r, clock).search("order=2").hits
+    assert [(h.job_id, h.state) for h in hits] == [(waiting, "waiting")]

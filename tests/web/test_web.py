@@ -205,7 +205,8 @@ SELF_SERVICE = ("auth.login_post", "auth.logout", "auth.change_password",
 
 
 def _post_urls(app, made):
-    values = {"queue": "default", "job_id": made["dead"], "task_id": "t1", "name": "viewer"}
+    values = {"queue": "default", "job_id": made["dead"], "task_id": "t1", "name": "viewer",
+              "group": "tenant:7"}
     out = []
     for rule in app.url_map.iter_rules():
         if "POST" in rule.methods and rule.endpoint not in SELF_SERVICE:

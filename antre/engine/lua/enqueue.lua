@@ -48,7 +48,7 @@ local indexed = {}   -- idempotency key, id, ...: one HSET of the index per call
 local types = {}     -- job types stored by this call (a list, and a set of them): one SADD
 
 -- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
-local pending = {ready = true, scheduled = true, inflight = true}
+local pending = {ready = true, scheduled = true, inflight = true, waiting = true}
 
 local function unique_guard(ukey)
   local held = redis.call('GET', ukey)
