@@ -43,7 +43,8 @@ from antre.engine.envelope import Job, from_fields
 
 from .compat import (BaseTaskBackend, InvalidTask, SUCCESSFUL, Task, TaskError, TaskResult,
                      TaskResultDoesNotExist, TaskResultStatus, make_result, task_enqueued)
-from .jobs import RESERVED_OPTIONS, DjangoAntre, derived_key, job_type_of, payload_of
+from .jobs import (RESERVED_OPTIONS, DjangoAntre, derived_key, job_type_of, named_arguments,
+                   payload_of)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -172,14 +173,16 @@ class AntreBackend(BaseTaskBackend):
                               "(1-100 of A-Z a-z 0-9 _ . : -)")
 
     def idempotency_key(self, task: Task[Any, Any], payload: dict[str, Any]) -> str:
-        """The task's ``key`` of its arguments, the key given with ``using()``, else the
-        derived one (``jobs.derived_key``)."""
+        """The key given with ``using()``, else the task's ``key`` of its arguments, else the
+        derived one (``jobs.derived_key``); ``TypeError`` when the arguments do not fit the
+        task's function."""
+        named = named_arguments(task, payload)
         if isinstance(task, AntreTask):
             if task.idempotency_key is not None:
                 return task.idempotency_key
             if task.key is not None:
                 return task.key(*payload["args"], **payload["kwargs"])
-        return derived_key(task, payload)
+        return derived_key(task, named)
 
     def _delay_s(self, task: Task[Any, Any]) -> float:
         if task.run_after is None:

@@ -11,6 +11,7 @@ hand.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import threading
 from collections.abc import Callable, Iterable
@@ -40,12 +41,23 @@ def payload_of(args: Any, kwargs: Any) -> dict[str, Any]:
     return {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
 
 
-def derived_key(task: Task[Any, Any], payload: dict[str, Any]) -> str:
-    """The idempotency key of a task and its arguments: the same for every enqueue of the same
-    call (a re-sent request, a retried view), so its effect runs once; different arguments,
-    different key. ``django:<task path>:<sha256 of the canonical JSON of the arguments>``."""
-    blob = json.dumps([payload["args"], payload["kwargs"]], sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=False)
+def named_arguments(task: Task[Any, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """The arguments bound to the function's parameters by name, defaults filled in (so
+    ``add(2, 3)`` and ``add(a=2, b=3)`` are one call); ``TypeError`` at enqueue when they do
+    not fit the function, rather than in the worker."""
+    context = (None,) if task.takes_context else ()
+    bound = inspect.signature(task.func).bind(*context, *payload["args"], **payload["kwargs"])
+    bound.apply_defaults()
+    return dict(list(bound.arguments.items())[len(context):])
+
+
+def derived_key(task: Task[Any, Any], named: dict[str, Any]) -> str:
+    """The idempotency key of a task and its arguments (``named_arguments``): the same for
+    every enqueue of the same call (a re-sent request, a retried view), so its effect runs
+    once; different arguments, different key.
+    ``django:<task path>:<sha256 of the canonical JSON of the arguments>``."""
+    blob = json.dumps(normalize_json(named), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
     return f"django:{job_type_of(task)}:{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 
@@ -152,7 +164,7 @@ class TaskHandlers(dict[str, HandlerSpec]):
                     self[name] = spec
             return spec
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         spec = dict.get(self, name)
         if spec is None:
             spec = self._resolve(name)

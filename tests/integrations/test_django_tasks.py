@@ -149,9 +149,14 @@ def test_the_derived_key_is_the_same_for_the_same_call(on_antre):
     keys = [antre.job(x.id).idempotency_key for x in (first, again, other)]
     assert keys[0] == keys[1] != keys[2]
     assert keys[0].startswith("django:djshop.tasks.add:")
-    # keyword or positional, the same call is the same key only when spelt the same way:
-    # the key is of the stored arguments
-    assert antre.job(tasks.add.enqueue(a=2, b=3).id).idempotency_key not in keys
+    # the arguments are bound to the parameters: by name or by position, one call, one key
+    assert antre.job(tasks.add.enqueue(2, b=3).id).idempotency_key == keys[0]
+    assert antre.job(tasks.add.enqueue(b=3, a=2).id).idempotency_key == keys[0]
+    # arguments that do not fit the function are refused at enqueue, not in the worker
+    with pytest.raises(TypeError):
+        tasks.add.enqueue(1, 2, 3)
+    with pytest.raises(TypeError):
+        tasks.send_email.using(idempotency_key="k").enqueue("a@example.org", subjcet="hi")
 
 
 def test_with_a_database_a_resent_task_runs_once(redis_url, sqlite_url, clock):
