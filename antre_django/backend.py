@@ -43,8 +43,7 @@ from antre.engine.envelope import Job, from_fields
 
 from .compat import (BaseTaskBackend, InvalidTask, SUCCESSFUL, Task, TaskError, TaskResult,
                      TaskResultDoesNotExist, TaskResultStatus, make_result, task_enqueued)
-from .jobs import (RESERVED_OPTIONS, DjangoAntre, derived_key, job_type_of, named_arguments,
-                   payload_of)
+from .jobs import RESERVED_OPTIONS, DjangoAntre, derived_key, job_type_of, payload_of
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -174,15 +173,13 @@ class AntreBackend(BaseTaskBackend):
 
     def idempotency_key(self, task: Task[Any, Any], payload: dict[str, Any]) -> str:
         """The key given with ``using()``, else the task's ``key`` of its arguments, else the
-        derived one (``jobs.derived_key``); ``TypeError`` when the arguments do not fit the
-        task's function."""
-        named = named_arguments(task, payload)
+        derived one (``jobs.derived_key``)."""
         if isinstance(task, AntreTask):
             if task.idempotency_key is not None:
                 return task.idempotency_key
             if task.key is not None:
                 return task.key(*payload["args"], **payload["kwargs"])
-        return derived_key(task, named)
+        return derived_key(task, payload)
 
     def _delay_s(self, task: Task[Any, Any]) -> float:
         if task.run_after is None:
@@ -202,7 +199,7 @@ class AntreBackend(BaseTaskBackend):
     def enqueue(self, task: Task[P, T], args: P.args,  # type: ignore[valid-type]
                 kwargs: P.kwargs) -> TaskResult[T]:  # type: ignore[valid-type]
         self.validate_task(task)
-        payload = payload_of(args, kwargs)
+        payload = payload_of(task, args, kwargs)
         job_id = self.antre.enqueue(job_type_of(task), payload,
                                     idempotency_key=self.idempotency_key(task, payload),
                                     queue=task.queue_name, delay_s=self._delay_s(task))
@@ -212,7 +209,7 @@ class AntreBackend(BaseTaskBackend):
                        kwargs: P.kwargs) -> TaskResult[T]:  # type: ignore[valid-type]
         """``enqueue`` on ``redis.asyncio`` (``Antre.aenqueue``): one round trip, no thread."""
         self.validate_task(task)
-        payload = payload_of(args, kwargs)
+        payload = payload_of(task, args, kwargs)
         job_id = await self.antre.aenqueue(job_type_of(task), payload,
                                            idempotency_key=self.idempotency_key(task, payload),
                                            queue=task.queue_name, delay_s=self._delay_s(task))

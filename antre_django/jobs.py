@@ -35,29 +35,26 @@ def job_type_of(task: Task[Any, Any]) -> str:
     return task.module_path
 
 
-def payload_of(args: Any, kwargs: Any) -> dict[str, Any]:
-    """The stored payload: the arguments as JSON (tuples become lists, as Django's own
-    ``TaskResult`` keeps them); ``TypeError`` for a value JSON cannot hold."""
-    return {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
-
-
-def named_arguments(task: Task[Any, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """The arguments bound to the function's parameters by name, defaults filled in (so
-    ``add(2, 3)`` and ``add(a=2, b=3)`` are one call); ``TypeError`` at enqueue when they do
-    not fit the function, rather than in the worker."""
+def payload_of(task: Task[Any, Any], args: Any, kwargs: Any) -> dict[str, Any]:
+    """The stored payload: the arguments bound to the function's parameters, defaults filled
+    in, in their canonical form (positional where a parameter can be, so ``add(2, 3)``,
+    ``add(2, b=3)`` and ``add(b=3, a=2)`` are one payload and one derived key), as JSON
+    (tuples become lists, as Django's own ``TaskResult`` keeps them). ``TypeError`` at enqueue
+    when they do not fit the function, or for a value JSON cannot hold."""
     context = (None,) if task.takes_context else ()
-    bound = inspect.signature(task.func).bind(*context, *payload["args"], **payload["kwargs"])
+    bound = inspect.signature(task.func).bind(*context, *args, **kwargs)
     bound.apply_defaults()
-    return dict(list(bound.arguments.items())[len(context):])
+    return {"args": normalize_json(list(bound.args)[len(context):]),
+            "kwargs": normalize_json(dict(bound.kwargs))}
 
 
-def derived_key(task: Task[Any, Any], named: dict[str, Any]) -> str:
-    """The idempotency key of a task and its arguments (``named_arguments``): the same for
-    every enqueue of the same call (a re-sent request, a retried view), so its effect runs
-    once; different arguments, different key.
+def derived_key(task: Task[Any, Any], payload: dict[str, Any]) -> str:
+    """The idempotency key of a task and its (canonical) arguments: the same for every
+    enqueue of the same call (a re-sent request, a retried view), so its effect runs once;
+    different arguments, different key.
     ``django:<task path>:<sha256 of the canonical JSON of the arguments>``."""
-    blob = json.dumps(normalize_json(named), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    blob = json.dumps([payload["args"], payload["kwargs"]], sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False)
     return f"django:{job_type_of(task)}:{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 

@@ -169,6 +169,19 @@ def test_with_a_database_a_resent_task_runs_once(redis_url, sqlite_url, clock):
             assert tasks.add.get_result(r_id).status == SUCCESSFUL
         assert backend().antre.result(backend().antre.job(first.id).idempotency_key
                                       ).result == 42
+        later = tasks.add.enqueue(a=20, b=22)  # the same call, after it completed
+        run_worker(clock)
+        assert tasks.CALLS["add:20:22"] == 1
+        assert tasks.add.get_result(later.id).return_value == 42
+
+
+def test_a_return_value_json_cannot_hold_fails_without_a_rerun(on_antre, clock):
+    result = tasks.returns_a_date.enqueue()
+    run_worker(clock)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and tasks.CALLS["returns_a_date"] == 1
+    assert result.errors[-1].exception_class_path == "antre.errors.Permanent"
+    assert "not JSON" in result.errors[-1].traceback
 
 
 def test_run_after_is_a_delayed_job(on_antre, clock):
@@ -222,12 +235,27 @@ def test_the_worker_app_serves_the_backends_queues(on_antre):
     assert app.handlers.get("os.path.join") is None  # importable, but not a Django task
 
 
+def subprocess_env(redis_url: str) -> dict[str, str]:
+    env = {**os.environ, "ANTRE_REDIS_URL": redis_url,
+           "DJANGO_SETTINGS_MODULE": "djshop.settings",
+           "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO),
+                                          os.environ.get("PYTHONPATH", "")])}
+    env.pop("ANTRE_DATABASE_URL", None)
+    return env
+
+
+def test_djangos_own_test_runner_runs_the_projects_task_tests(redis_url, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "django", "test", "djshop", "-v", "2"],
+                          cwd=HERE, env=subprocess_env(redis_url), capture_output=True,
+                          text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ran 2 tests" in proc.stderr and "\nOK" in proc.stderr, proc.stderr[-3000:]
+
+
 def test_antre_worker_runs_django_tasks_from_the_command_line(on_antre, redis_url, tmp_path):
     out = tmp_path / "out.txt"
     result = tasks.write_file.enqueue(str(out), "from the worker")
-    env = {**os.environ, "ANTRE_REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "djshop.settings",
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.pop("ANTRE_DATABASE_URL", None)
+    env = subprocess_env(redis_url)
     proc = subprocess.run([sys.executable, "-m", "antre_cli", "worker", "antre_django.worker:app",
                            "--burst", "--processes", "1", "--threads", "1"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90,

@@ -34,6 +34,13 @@ def whoami(context: TaskContext, tag: str) -> dict[str, Any]:
 
 
 @task
+def returns_a_date() -> Any:
+    import datetime
+    CALLS["returns_a_date"] += 1
+    return datetime.date(2026, 12, 1)
+
+
+@task
 def write_file(path: str, text: str) -> str:
     Path(path).write_text(text)
     return text
