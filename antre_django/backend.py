@@ -32,7 +32,6 @@ from datetime import datetime, timezone as dt_timezone
 from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core import checks
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from typing_extensions import ParamSpec
@@ -257,6 +256,3 @@ class AntreBackend(BaseTaskBackend):
         if job.state == "done":
             object.__setattr__(result, "_return_value", job.result)
         return result
-
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
-        return []
