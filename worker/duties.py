@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -32,6 +31,8 @@ from antre.control.pause import Pauses
 from antre.clock import Clock
 from antre.observe.readmodels import ReadModels
 from antre.control.retention import Retention, SqlRetention
+
+from .health import REDIS_DOWN
 
 log = logging.getLogger("antre.worker.duties")
 
@@ -208,8 +209,7 @@ class Duties:
         for d in self.duties.values():
             self.scheduler.add_job(self.run, "interval", seconds=d.interval_s, args=[d.name],
                                    id=d.name, name=d.name)
-        self.scheduler.start()
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        self.scheduler.start()  # its loggers: antre.observe.logs.configure (WARNING+, JSON)
 
     def stop(self) -> None:
         if self.scheduler is not None:
@@ -225,7 +225,8 @@ class Duties:
             return d.fn(self)
         except Exception as exc:  # an outage must not kill the scheduler
             self.failures += 1
-            level = logging.WARNING if isinstance(exc, redis.ConnectionError) else logging.ERROR
+            # Redis unreachable (refused, reset or timed out) is an outage, said in one line
+            level = logging.WARNING if isinstance(exc, REDIS_DOWN) else logging.ERROR
             log.log(level, "duty %s failed: %s", name, exc, exc_info=level == logging.ERROR,
                     extra={"event": "duty_failed"})
             return None

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 from antre import Antre
 from antre.engine import keys
 from antre.clock import ManualClock
 from antre.engine.queue import Queue
-from antre_worker.duties import Duties, sweep_once
+from antre_worker.duties import Duties, Duty, sweep_once
 from antre_worker.executor import WorkerProcess
 from antre_worker.loader import AppLoadError, load_app
 
@@ -58,6 +62,23 @@ def test_duties_survive_an_outage(clock):
     for name in duties.duties:
         assert duties.run(name) is None
     assert duties.failures == len(duties.duties)
+
+
+def test_a_redis_timeout_in_a_duty_is_one_warning_without_traceback(app, caplog):
+    """redis-py 8's TimeoutError is no ConnectionError: a Redis that stalls past the socket
+    timeout is an outage too, one WARNING line, no ERROR with a traceback per tick."""
+    slow = redis.Redis.from_url(app.redis_url, socket_timeout=0.05,
+                                retry=Retry(NoBackoff(), 0))
+
+    def stalls(d: Duties) -> object:  # a real read timeout: BLPOP outlives the socket timeout
+        return slow.blpop(["antre-test:never"], timeout=1)
+
+    duties = Duties(app, duties=(Duty("stalls", 1.0, stalls),))
+    with caplog.at_level(logging.INFO, logger="antre.worker.duties"):
+        assert duties.run("stalls") is None
+    [rec] = [x for x in caplog.records if x.name == "antre.worker.duties"]
+    assert rec.levelno == logging.WARNING and not rec.exc_info
+    assert "duty stalls failed" in rec.getMessage() and duties.failures == 1
 
 
 def test_every_duty_runs_against_a_live_redis(app):
