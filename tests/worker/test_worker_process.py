@@ -175,3 +175,49 @@ def test_hung_handler_is_timed_out_and_its_process_recycled(app, r, tmp_path, pr
              what="the supervisor to recycle both hung processes")
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(15) == 0
+
+
+def _last_line(path) -> dict:
+    import json
+    lines = [x for x in path.read_text().splitlines() if x.startswith("{")]
+    return json.loads(lines[-1])
+
+
+def test_a_stopping_worker_with_redis_gone_exits_within_its_grace_plus_a_bound(
+        embedded_redis_factory, tmp_path, procs):
+    """SIGTERM while a handler runs, then Redis stops: the handler's settle retried forever
+    holding the job, the stop's hand-back waited for it, and the process never exited (nor on
+    a further SIGTERM). Now every retry gives up at the end of the grace, the process exits
+    with 4 and says why; the job's lease brings it back."""
+    server = embedded_redis_factory(tcp=True)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 1.5},
+                                                idempotency_key="slow:gone")
+    log = tmp_path / "worker.log"
+    p = spawn(server.url, ["antre_worker.child", APP, "--threads", "1", "--heartbeat", "0.2",
+                           "--grace", "3"], log)
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, what="handler started")
+    p.send_signal(signal.SIGTERM)
+    server.stop()
+    assert p.wait(3 + 10 + 5) == 4  # grace + the child's STOP_BOUND_S + slack
+    last = _last_line(log)
+    assert last["level"] == "ERROR" and "redis unreachable" in last["message"]
+    assert "exit code 4" in last["message"] and "leases expire" in last["message"]
+
+
+def test_burst_with_redis_unreachable_gives_up_with_a_clear_message(tmp_path, procs,
+                                                                     monkeypatch):
+    """``antre worker --burst`` on a Redis that never answers used to retry for ever; it gives
+    up after ANTRE_BURST_REDIS_WAIT_S, the child and the pool exit with 4."""
+    monkeypatch.setenv("ANTRE_BURST_REDIS_WAIT_S", "1")
+    log = tmp_path / "pool.log"
+    sup = spawn("redis://127.0.0.1:1/0", ["antre_worker", "worker", APP, "--burst",
+                                          "--processes", "1", "--threads", "1"], log)
+    procs.append(sup)
+    assert sup.wait(30) == 4
+    text = log.read_text()
+    assert "burst: redis unreachable at redis://127.0.0.1:1/0 for 1s" in text
+    assert "giving up" in text
+    last = _last_line(log)
+    assert last["logger"] == "antre.worker.pool" and "exit code 4" in last["message"]
