@@ -24,6 +24,7 @@ from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry
 from antre.stores.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
+from antre.observe.memory import MemoryPolicy
 from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
 from antre_worker.loader import load_app
@@ -93,7 +94,17 @@ def cmd_status(args: argparse.Namespace) -> int:
           f"{summary.conflicts_total} ever"
           + "".join(f"; {c.key}: {c.last_5m}/{c.last_1h}/{c.total}"
                     for c in summary.contention[:3]))
+    if summary.memory is not None:
+        print(_memory_line(summary.memory))
     return 0
+
+
+def _memory_line(mem: MemoryPolicy) -> str:
+    """``redis memory: ...``: the eviction policy, and the warning when it can lose jobs."""
+    limit = "no maxmemory" if not mem.maxmemory_bytes else f"maxmemory {mem.maxmemory_bytes:,} B"
+    used = "" if mem.used_bytes is None else f", {mem.used_bytes:,} B used"
+    line = f"redis memory: maxmemory-policy {mem.policy} ({limit}{used})"
+    return line + (f"\nWARNING: {mem.warning}" if mem.warning else "")
 
 
 # -- dlq ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -29,6 +30,7 @@ from antre.control.bulk import BulkReplays, BulkTask
 from antre.control.cancel import Cancels
 from antre.control.pause import Pauses
 from antre.clock import Clock
+from antre.observe.memory import MemoryPolicy, memory_policy
 from antre.observe.readmodels import ReadModels
 from antre.control.retention import Retention, SqlRetention
 
@@ -179,6 +181,28 @@ def _outbox_age(d: Duties) -> Callable[[], float | None] | None:
     return age_s
 
 
+class EvictionWatch:
+    """Redis's ``maxmemory-policy``, checked at the pool's start and every minute: one WARNING
+    line (naming the policy and what to set) when Redis may evict keys, then again only when
+    the policy changes."""
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self.client = client
+        self.seen: str | None = None
+
+    def check(self) -> MemoryPolicy:
+        found = memory_policy(self.client)
+        if found.policy != self.seen and found.warning:
+            log.warning("%s", found.warning, extra={"event": "redis_evicts",
+                                                    "policy": found.policy})
+        self.seen = found.policy
+        return found
+
+
+def _eviction(d: Duties) -> Any:
+    return d.eviction.check()
+
+
 DUTIES = (
     Duty("sweeper", 1.0, _sweep),
     Duty("sampler", 10.0, _sample),
@@ -188,6 +212,7 @@ DUTIES = (
     Duty("alerts", 15.0, _alerts),
     Duty("periodic", 1.0, _periodic),
     Duty("retention", 60.0, _retention),
+    Duty("eviction_check", 60.0, _eviction),
 )
 
 
@@ -201,6 +226,7 @@ class Duties:
         self.duties = {d.name: d for d in duties}
         self.scheduler: BackgroundScheduler | None = None
         self.failures = 0
+        self.eviction = EvictionWatch(app.redis)
 
     def start(self) -> None:
         self.scheduler = BackgroundScheduler(

@@ -20,7 +20,7 @@ import redis
 from antre import Antre
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 
-from .duties import Duties
+from .duties import Duties, EvictionWatch
 from .executor import DEFAULT_PREFETCH, default_worker_id
 from .health import EXIT_REDIS_GONE, EXIT_STOP_TIMEOUT, REDIS_DOWN, RedisHealth
 from .loader import load_app
@@ -61,6 +61,7 @@ class Supervisor:
         self.restarts = 0
         self.slots = [Slot(i) for i in range(processes)]
         self.duties = Duties(self.app) if scheduler else None
+        self.eviction = self.duties.eviction if self.duties else EvictionWatch(self.app.redis)
         self.health = RedisHealth(self.app.redis_url)
         self.registry = WorkerRegistry(self.app.redis)
         self.info = WorkerInfo(id=self.id, host=socket.gethostname(), pid=os.getpid(),
@@ -78,6 +79,7 @@ class Supervisor:
         self.info.started_at = int(time.time() * 1000)
         log.info("pool %s: %d processes x %d threads on queues %s", self.id, self.processes,
                  self.threads, ",".join(self.queues), extra={"event": "pool_started"})
+        self._check_eviction()
         if self.duties is not None:
             self.duties.start()
         try:
@@ -88,6 +90,13 @@ class Supervisor:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _check_eviction(self) -> None:
+        """Warn at start when Redis may evict jobs (again from the duties, every minute)."""
+        try:
+            self.eviction.check()
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
 
     def _on_signal(self, *_: object) -> None:
         self._signalled = True  # acted on by the loop: an Event set here could deadlock

@@ -169,3 +169,21 @@ def test_result_says_completed_pending_failed_unknown(env, capsys):
     assert capsys.readouterr().out.startswith("failed")
     assert main(["result", "never"]) == 1
     assert capsys.readouterr().out.strip() == "unknown"
+
+
+def test_status_warns_when_redis_can_evict_jobs(env, capsys):
+    env.redis.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert main(["status"]) == 0
+        out = capsys.readouterr().out
+        assert main(["status", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+    finally:
+        env.redis.config_set("maxmemory-policy", "noeviction")
+    assert "redis memory: maxmemory-policy allkeys-lru" in out
+    assert "WARNING: Redis maxmemory-policy is allkeys-lru" in out
+    assert "Set maxmemory-policy noeviction" in out
+    assert data["memory"]["policy"] == "allkeys-lru" and data["memory"]["evicts"] is True
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "maxmemory-policy noeviction" in out and "WARNING" not in out

@@ -123,3 +123,29 @@ def test_worker_cli_rejects_a_bad_app_path(redis_url):
     out = subprocess.run([sys.executable, "-m", "antre_worker", "worker", "nope.nope:app", "--burst"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and "cannot import 'nope.nope'" in out.stderr
+
+
+def test_an_evicting_redis_is_one_warning_at_start_and_again_only_when_it_changes(
+        embedded_redis_factory, caplog):
+    """A Redis that evicts deletes jobs silently when full: the pool says so at start (one
+    WARNING naming the policy and what to set), the duty checks every minute and speaks again
+    only when the policy changed."""
+    from antre_worker.pool import Supervisor
+
+    server = embedded_redis_factory(tcp=True, extra_args=["--maxmemory-policy", "allkeys-lru"])
+    app = Antre(redis_url=server.url)
+    pool = Supervisor("tests.apps.basic:app", app=app)
+    with caplog.at_level(logging.INFO, logger="antre.worker"):
+        pool._check_eviction()  # what run() does first
+        app.redis.delete(keys.maintenance_lock("eviction_check"))
+        assert pool.duties.run("eviction_check").policy == "allkeys-lru"  # the same: quiet
+        app.redis.config_set("maxmemory-policy", "volatile-lru")
+        app.redis.delete(keys.maintenance_lock("eviction_check"))
+        pool.duties.run("eviction_check")
+        app.redis.config_set("maxmemory-policy", "noeviction")
+        app.redis.delete(keys.maintenance_lock("eviction_check"))
+        assert pool.duties.run("eviction_check").evicts is False
+    warned = [x for x in caplog.records if getattr(x, "event", "") == "redis_evicts"]
+    assert [(x.levelno, x.policy) for x in warned] == [(logging.WARNING, "allkeys-lru"),
+                                                        (logging.WARNING, "volatile-lru")]
+    assert "Set maxmemory-policy noeviction" in warned[0].getMessage()
