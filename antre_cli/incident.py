@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 from antre import Antre
+from antre.control.abandoned import AbandonedRecords, ResolveError
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError, Cancels
 from antre.errors import LeaseLost
@@ -291,6 +292,31 @@ def cmd_breaker_reset(args: argparse.Namespace) -> int:
     return run_audited(app, "flow.reset_breaker", args.name, args.reason, reset)
 
 
+# -- abandoned idempotency records -------------------------------------------------------------
+def cmd_idempotency_resolve(args: argparse.Namespace) -> int:
+    """Mark an abandoned idempotency record failed, or reset it (``antre result`` says which
+    keys are abandoned)."""
+    app = _app(args.app)
+    if app.idempotency is None:
+        print("error: idempotency records live in the database: set ANTRE_DATABASE_URL",
+              file=sys.stderr)
+        return 2
+
+    def resolve() -> Outcome:
+        store = app.idempotency
+        assert store is not None
+        try:
+            was = AbandonedRecords(app.finder, store).resolve(args.key, args.to, by=operator(),
+                                                              reason=args.reason)
+        except ResolveError as exc:
+            return _refuse(str(exc))
+        done = "marked failed" if args.to == "failed" else "reset: a resend runs afresh"
+        return Outcome(True, f"abandoned idempotency record {args.key!r} {done}",
+                       detail={"to": args.to, "job_id": was.job_id, "fence": was.fence,
+                               "abandoned_since_ms": was.since_ms})
+    return run_audited(app, "idempotency.resolve", args.key, args.reason, resolve)
+
+
 # -- the parser -------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser, reason_required: bool = False) -> None:
     p.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
@@ -304,6 +330,7 @@ def add_parsers(sub: Any) -> None:
     _add_purge(sub)
     _add_tasks(sub)
     _add_flow(sub)
+    _add_idempotency(sub)
 
 
 def _add_pause(sub: Any) -> None:
@@ -380,8 +407,19 @@ def _add_flow(sub: Any) -> None:
     _common(p)
 
 
+def _add_idempotency(sub: Any) -> None:
+    p = sub.add_parser("idempotency", help="resolve an abandoned idempotency record (stuck in "
+                                           "processing, no job left): --to failed | reset")
+    p.add_argument("idem_cmd", choices=["resolve"])
+    p.add_argument("key")
+    p.add_argument("--to", choices=["failed", "reset"], required=True,
+                   help="failed: result answers failed; reset: forget it, a resend runs afresh")
+    _common(p, reason_required=True)
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pause": cmd_pause, "resume": cmd_pause, "job": cmd_job, "purge": cmd_purge,
     "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "task": cmd_task,
     "lock": cmd_lock_release, "breaker": cmd_breaker_reset,
+    "idempotency": cmd_idempotency_resolve,
 }

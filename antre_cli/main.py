@@ -246,7 +246,8 @@ def cmd_find(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    """``Antre.result``: completed (with the stored result), pending, failed or unknown."""
+    """``Antre.result``: completed (with the stored result), pending, failed, abandoned or
+    unknown."""
     app = _app(args.app)
     answer = app.result(args.key)
     if args.json:
@@ -400,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true")
 
     rs = sub.add_parser("result", help="an idempotency key's result: completed (with it), "
-                                       "pending, failed or unknown")
+                                       "pending, failed, abandoned (since when, and what to "
+                                       "do) or unknown")
     rs.add_argument("key")
     rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     rs.add_argument("--json", action="store_true")
