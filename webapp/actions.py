@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from antre.control.abandoned import RESOLUTIONS, AbandonedRecords, ResolveError
 from antre.control.bulk import TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError
 from antre.errors import LeaseLost
@@ -14,6 +15,7 @@ from antre.limits.flow import FlowControl
 from antre.control.pause import PauseError
 from antre.control.pause import unknown_target as pause_target_unknown
 from antre.control.purge import PurgeError, PurgeFilter
+from antre.observe.finder import Finder
 from antre.observe.readmodels import DeadFilter, PauseInfo
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
@@ -188,6 +190,24 @@ def release_lock(key: str, token: str, reason: str | None) -> Result:
                                  "expired or re-taken since); nothing was changed", 409)
         return Result(True, f"lock {key!r} released", 200, {"token": token})
     return guarded("locks.release", key, _reason(reason), run)
+
+
+def resolve_abandoned(key: str, to: str, reason: str | None) -> Result:
+    """Mark an abandoned idempotency record failed, or reset it (``antre.control.abandoned``);
+    SQL only: a Redis outage does not stop it."""
+    def run() -> Result:
+        svc = _svc()
+        finder = Finder(svc.redis, svc.clock, svc.idempotency)
+        try:
+            was = AbandonedRecords(finder, svc.idempotency).resolve(key, to, by=_actor(),
+                                                                    reason=_reason(reason))
+        except ResolveError as exc:
+            return Result(False, str(exc), 409 if to in RESOLUTIONS else 400)
+        done = "marked failed" if to == "failed" else "reset: a resend runs afresh"
+        return Result(True, f"abandoned idempotency record {key!r} {done}", 200,
+                      {"to": to, "job_id": was.job_id, "fence": was.fence,
+                       "abandoned_since_ms": was.since_ms})
+    return guarded("idempotency.resolve", key, _reason(reason), run)
 
 
 # -- selected rows ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, request
 
+from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
 from . import actions, services
@@ -221,10 +222,13 @@ def idempotency() -> Response:
     key = request.args.get("key") or ""
     if not key:
         abort(400, "key is required")
-    record = services.get().idempotency.lookup(key)
+    svc = services.get()
+    record = svc.idempotency.lookup(key)
     if record is None:
         abort(404, f"no idempotency record for {key!r}")
-    return jsonify(record.to_dict())
+    gone = Finder(svc.redis, svc.clock, svc.idempotency).abandoned(key)
+    return jsonify({**record.to_dict(), "abandoned": None if gone is None else
+                    {"since_ms": gone.since_ms, "message": gone.message}})
 
 
 @bp.get("/audit")
@@ -370,6 +374,18 @@ def release_lock() -> Response:
 def reset_breaker(name: str) -> Response:
     """Close a circuit breaker by hand and forget its failures."""
     return _answer(actions.reset_breaker(name, _body().get("reason")))
+
+
+@bp.post("/idempotency/resolve")
+@requires("operator", "idempotency.resolve")
+@doc(body={"key": "string", "to": "string", **REASON}, required=("key", "to"))
+def idempotency_resolve() -> Response:
+    """Resolve an abandoned idempotency record (stuck in processing, its owner's lease
+    expired, no job with its key): ``to`` 'failed' (the result answers failed) or 'reset'
+    (forgotten: a resend runs afresh). 409 when it is not abandoned (nothing changed)."""
+    body = _body()
+    return _answer(actions.resolve_abandoned(str(body["key"]), str(body["to"]),
+                                             body.get("reason")))
 
 
 # -- periodic schedules ---------------------------------------------------------------------
