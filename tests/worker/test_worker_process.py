@@ -221,3 +221,26 @@ def test_burst_with_redis_unreachable_gives_up_with_a_clear_message(tmp_path, pr
     assert "giving up" in text
     last = _last_line(log)
     assert last["logger"] == "antre.worker.pool" and "exit code 4" in last["message"]
+
+
+def test_the_child_of_a_killed_supervisor_exits_with_redis_gone(embedded_redis_factory, tmp_path,
+                                                                 procs):
+    """The review's run: SIGTERM to the supervisor, SIGKILL to it a second later, then Redis
+    stopped; its child (a handler running) lived on for 10 minutes. Now the child (told by
+    PDEATHSIG) is gone within its grace plus the bound."""
+    server = embedded_redis_factory(tcp=True)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 2},
+                                                idempotency_key="slow:orphan")
+    sup = spawn(server.url, ["antre_worker", "worker", APP, "--processes", "1", "--threads", "1",
+                             "--no-scheduler", "--grace", "3"], tmp_path / "pool.log")
+    procs.append(sup)
+    wait_for(lambda: r.llen("test:started") == 1, 20, "handler started")
+    child_pid = int(r.lindex("test:started", 0).rsplit(":", 1)[1])
+    sup.send_signal(signal.SIGTERM)
+    log = tmp_path / "pool.log"  # the supervisor passed the SIGTERM on: the child is stopping
+    wait_for(lambda: "stopping: no new jobs" in log.read_text(), what="the child stopping")
+    sup.kill()
+    server.stop()
+    wait_for(lambda: gone(child_pid), 3 + 10 + 5, "the orphaned child to exit")
+    assert "redis unreachable" in (tmp_path / "pool.log").read_text()
