@@ -22,6 +22,7 @@ from antre.engine.queue import Queue
 from antre_worker.duties import Duties, Duty, sweep_once
 from antre_worker.executor import WorkerProcess
 from antre_worker.loader import AppLoadError, load_app
+from antre_worker.pool import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,8 +131,6 @@ def test_an_evicting_redis_is_one_warning_at_start_and_again_only_when_it_change
     """A Redis that evicts deletes jobs silently when full: the pool says so at start (one
     WARNING naming the policy and what to set), the duty checks every minute and speaks again
     only when the policy changed."""
-    from antre_worker.pool import Supervisor
-
     server = embedded_redis_factory(tcp=True, extra_args=["--maxmemory-policy", "allkeys-lru"])
     app = Antre(redis_url=server.url)
     pool = Supervisor("tests.apps.basic:app", app=app)
@@ -149,3 +148,17 @@ def test_an_evicting_redis_is_one_warning_at_start_and_again_only_when_it_change
     assert [(x.levelno, x.policy) for x in warned] == [(logging.WARNING, "allkeys-lru"),
                                                         (logging.WARNING, "volatile-lru")]
     assert "Set maxmemory-policy noeviction" in warned[0].getMessage()
+
+
+@pytest.mark.parametrize("with_database", [False, True])
+def test_a_pool_without_a_database_says_once_that_effects_may_repeat(
+        redis_url, sqlite_url, caplog, with_database):
+    app = Antre(redis_url=redis_url, database_url=sqlite_url if with_database else None)
+    sup = Supervisor("tests.apps.basic:app", 1, 1, ["default"], burst=True, scheduler=False,
+                     app=app)
+    with caplog.at_level(logging.WARNING, logger="antre.worker.pool"):
+        assert sup.run() == 0
+    warned = [r for r in caplog.records if getattr(r, "event", "") == "no_idempotency_store"]
+    assert len(warned) == (0 if with_database else 1)
+    if warned:
+        assert "ANTRE_DATABASE_URL" in warned[0].getMessage()
