@@ -211,6 +211,8 @@ def test_an_abandoned_record_is_shown_and_resolved_by_an_operator_only(web):
     job_id = _abandoned(web, "order:5")
     _abandoned(web, "order:6")
     viewer, operator = web.client("viewer"), web.client("operator")
+    found = viewer.get("/find?q=order:5")  # no job left: the finder leads to its record
+    assert found.status_code == 303 and found.location.endswith("/idempotency/?key=order:5")
     page = viewer.get("/idempotency/?key=order:5").get_data(as_text=True)
     assert 'id="abandoned"' in page and f"the owner lease of job {job_id} expired" in page
     assert "Mark failed" not in page  # a viewer sees it, cannot resolve it
