@@ -244,3 +244,28 @@ def test_the_child_of_a_killed_supervisor_exits_with_redis_gone(embedded_redis_f
     server.stop()
     wait_for(lambda: gone(child_pid), 3 + 10 + 5, "the orphaned child to exit")
     assert "redis unreachable" in (tmp_path / "pool.log").read_text()
+
+
+def test_a_stopping_worker_on_a_hung_redis_ends_itself_after_grace_plus_the_bound(
+        embedded_redis_factory, tmp_path, procs):
+    """Redis frozen (SIGSTOP: every call waits out its socket timeout, retried): the hand-back
+    at the end of the grace would take minutes. The child's watchdog ends it at grace + 10 s
+    with exit code 5 and a last line saying what it left."""
+    server = embedded_redis_factory(tcp=True)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 60},
+                                                idempotency_key="slow:hung")
+    log = tmp_path / "worker.log"
+    p = spawn(server.url, ["antre_worker.child", APP, "--threads", "1", "--heartbeat", "0.2",
+                           "--grace", "1"], log)
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, what="handler started")
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(1 + 10 + 5) == 5
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    last = _last_line(log)
+    assert last["event"] == "stop_timeout" and "did not stop within 11s" in last["message"]
+    assert "1 jobs held" in last["message"]
