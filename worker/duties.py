@@ -226,6 +226,7 @@ class Duties:
         self.duties = {d.name: d for d in duties}
         self.scheduler: BackgroundScheduler | None = None
         self.failures = 0
+        self.redis_down = False  # the last duty found Redis unreachable
         self.eviction = EvictionWatch(app.redis)
 
     def start(self) -> None:
@@ -247,15 +248,33 @@ class Duties:
         d = self.duties[name]
         try:
             if not self._claim_tick(d):
+                self._reachable()
                 return None
-            return d.fn(self)
+            result = d.fn(self)
+        except REDIS_DOWN as exc:  # refused, reset or timed out: an outage, said once
+            self.failures += 1
+            self._unreachable(name, exc)
+            return None
         except Exception as exc:  # an outage must not kill the scheduler
             self.failures += 1
-            # Redis unreachable (refused, reset or timed out) is an outage, said in one line
-            level = logging.WARNING if isinstance(exc, REDIS_DOWN) else logging.ERROR
-            log.log(level, "duty %s failed: %s", name, exc, exc_info=level == logging.ERROR,
-                    extra={"event": "duty_failed"})
+            log.error("duty %s failed: %s", name, exc, exc_info=True,
+                      extra={"event": "duty_failed"})
             return None
+        self._reachable()
+        return result
+
+    def _unreachable(self, name: str, exc: BaseException) -> None:
+        """One WARNING per Redis outage (every duty fails each tick until it is back): the
+        rest at DEBUG."""
+        level = logging.DEBUG if self.redis_down else logging.WARNING
+        self.redis_down = True
+        log.log(level, "duty %s failed: %s; the duties go on trying every tick (said again "
+                "when Redis is back)", name, exc, extra={"event": "duty_failed"})
+
+    def _reachable(self) -> None:
+        if self.redis_down:
+            self.redis_down = False
+            log.warning("duties: Redis reachable again", extra={"event": "duty_recovered"})
 
     def _claim_tick(self, d: Duty) -> bool:
         ttl_ms = max(100, int(d.interval_s * 1000 * 0.9))
