@@ -57,7 +57,8 @@ def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
     try:
         result: Result = fn()
     except REDIS_ERRORS as exc:
-        audit(action, target, "failed", reason, {"message": f"Redis unreachable: {exc}"})
+        audit(action, target, "failed", reason,
+              {"message": f"Redis unreachable: {services.scrubbed(exc)}"})
         raise
     return _done(action, target, reason, result)
 

@@ -93,7 +93,7 @@ def last_good() -> LastGood:
 def _outage(backend: str, exc: Exception) -> Response | str:
     svc = services.get()
     since = svc.outages.failed(backend)
-    services.log.warning("%s unreachable: %s", backend, exc)
+    services.log.warning("%s unreachable: %s", backend, services.scrubbed(exc))
     if request.path.startswith("/api/"):
         what = "Redis" if backend == "redis" else "the database"
         resp = jsonify({"error": f"{what} is unreachable: the request was not done",

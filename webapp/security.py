@@ -256,7 +256,8 @@ def audit(action: str, target: str | None, outcome: str, reason: str | None = No
         svc.outages.ok("database")
     except SQLAlchemyError as exc:
         svc.outages.failed("database")
-        services.log.error("audit write failed (%s): %s %s %s", exc, action, target, outcome)
+        services.log.error("audit write failed (%s): %s %s %s", services.scrubbed(exc), action,
+                           target, outcome)
 
 
 class AnonymousRefusals:
