@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from argon2 import PasswordHasher
@@ -39,3 +42,98 @@ def test_outage_banner_log_and_audit_never_show_a_query_password(sqlite_url, cap
     assert SECRET not in caplog.text
     entry = app.extensions["antre"].audit.list(action="dlq.replay")[0]
     assert SECRET not in json.dumps(entry.detail)
+
+
+# -- item 12: current-password checks are throttled; Basic successes are cached ----------------
+class CountingHasher(PasswordHasher):
+    """A real argon2 hasher (cheap parameters) that counts the hashes it verifies."""
+
+    def __init__(self, **kw):
+        super().__init__(**{"time_cost": 1, "memory_cost": 1024, "parallelism": 1, **kw})
+        self.verified = 0
+        self._lock = threading.Lock()
+
+    def verify(self, hash, password):  # noqa: A002 - argon2's own parameter name
+        with self._lock:
+            self.verified += 1
+        return super().verify(hash, password)
+
+
+def _counting(web, **kw):
+    hasher = CountingHasher(**kw)
+    for role in ("viewer", "operator", "admin"):
+        web.svc.users.set_password(role, PASSWORD)  # hashed like the fixture's, verifiable
+    web.svc.users.hasher = hasher
+    return hasher
+
+
+def test_wrong_current_passwords_are_throttled_then_even_the_right_one_waits(web):
+    c = web.app.test_client()
+    statuses = [c.post("/api/account/password", headers=basic("viewer"),
+                       json={"current_password": f"guess-{i}", "new_password": "n3w-password-xyz"}
+                       ).status_code for i in range(8)]
+    assert statuses[:5] == [403] * 5 and statuses[5:] == [429] * 3
+    resp = c.post("/api/account/password", headers=basic("viewer"),
+                  json={"current_password": PASSWORD, "new_password": "n3w-password-xyz"})
+    assert resp.status_code == 429 and "try again in" in resp.get_json()["message"]
+    assert web.svc.users.verify("viewer", PASSWORD) is not None  # unchanged
+
+
+def test_the_account_page_throttles_the_current_password_too(web):
+    c = web.client("viewer")
+    for i in range(6):
+        resp = post(c, "/account/password", {"current_password": f"guess-{i}",
+                                              "new_password": "n3w-password-xyz",
+                                              "confirm_password": "n3w-password-xyz"})
+    page = c.get(resp.headers["Location"]).get_data(as_text=True)
+    assert "too many failed attempts" in page
+
+
+def test_a_basic_success_is_hashed_once_until_the_session_generation_moves(web):
+    hasher = _counting(web)
+    c = web.app.test_client()
+    for _ in range(5):
+        assert c.get("/api/overview", headers=basic("viewer")).status_code == 200
+    assert hasher.verified == 1
+    web.svc.users.end_sessions("viewer")  # log out everywhere: the cached check is void
+    assert c.get("/api/overview", headers=basic("viewer")).status_code == 200
+    assert hasher.verified == 2
+    web.svc.users.set_password("viewer", "a-changed-password-1")
+    assert c.get("/api/overview", headers=basic("viewer")).status_code == 401
+    assert c.get("/api/overview", headers=basic("viewer", "a-changed-password-1")
+                 ).status_code == 200
+    web.svc.users.set_disabled("viewer")
+    assert c.get("/api/overview", headers=basic("viewer", "a-changed-password-1")
+                 ).status_code == 401
+
+
+def test_a_wrong_basic_password_is_never_cached(web):
+    hasher = _counting(web)
+    c = web.app.test_client()
+    assert c.get("/api/overview", headers=basic("viewer")).status_code == 200
+    for i in range(3):
+        assert c.get("/api/overview", headers=basic("viewer", f"wrong-{i}")).status_code == 401
+    assert hasher.verified == 4
+
+
+# -- item 13: the login limit holds under parallel tries ---------------------------------------
+@pytest.mark.parametrize("how", ["basic", "form"])
+def test_parallel_wrong_logins_hash_at_most_the_limit(web, how):
+    hasher = _counting(web, time_cost=2, memory_cost=8192)
+    clients = [web.app.test_client() for _ in range(40)]
+    tokens = []
+    for c in clients:
+        page = c.get("/login").get_data(as_text=True)
+        tokens.append(re.search(r'name="csrf-token" content="([^"]+)"', page).group(1))
+    start = threading.Barrier(len(clients))
+
+    def one(i):
+        start.wait()
+        if how == "basic":
+            return clients[i].get("/api/overview", headers=basic("viewer", f"bad-{i}")).status_code
+        return clients[i].post("/login", data={"username": "viewer", "password": f"bad-{i}",
+                                               "csrf_token": tokens[i]}).status_code
+    with ThreadPoolExecutor(len(clients)) as pool:
+        statuses = list(pool.map(one, range(len(clients))))
+    assert hasher.verified <= 5
+    assert statuses.count(429) >= len(clients) - 5
