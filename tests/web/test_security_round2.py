@@ -137,3 +137,49 @@ def test_parallel_wrong_logins_hash_at_most_the_limit(web, how):
         statuses = list(pool.map(one, range(len(clients))))
     assert hasher.verified <= 5
     assert statuses.count(429) >= len(clients) - 5
+
+
+# -- item 14: bad arguments are 400s with a message, never 500s --------------------------------
+def _is_400(resp, *words):
+    body = resp.get_data(as_text=True)
+    assert resp.status_code == 400, (resp.status_code, body[:300])
+    assert all(w in body for w in words), body[:300]
+
+
+@pytest.mark.parametrize("url, words", [
+    ("/find/more?q=to%3Da&cursor=default|ready|0&n=%C2%B2", ["n must be a whole number"]),
+    ("/find/more?q=to%3Da&cursor=default|ready|%C2%B2", ["bad search cursor"]),
+    ("/find/more?q=to%3Da&cursor=default|ready|" + "9" * 30, ["bad search cursor"]),
+    ("/api/find?field=to%3Da&cursor=default|ready|%D9%A3%C2%B2", ["bad search cursor"]),
+])
+def test_unicode_digits_and_huge_cursors_are_400s(web, url, words):
+    web.q.enqueue("email", {"to": "a", "items": [1]}, idempotency_key="k")
+    resp = web.client("viewer").get(url)
+    _is_400(resp, *words)
+
+
+def test_an_in_flight_selection_with_unicode_digits_is_a_400(web):
+    c = web.client("operator")
+    resp = post(c, "/inflight/default/selected", {"ids": ["²:job1"], "action": "extend",
+                                                  "seconds": "60", "reason": "r"})
+    _is_400(resp, "bad row")
+
+
+@pytest.mark.parametrize("extra", ["endpoint=x", "_anchor=x%22%3E", "_scheme=javascript",
+                                   "_external=1"])
+def test_query_arguments_are_never_url_for_arguments(web, extra):
+    web.producer.queue("other").enqueue("email", {}, idempotency_key="k2")
+    web.dead_job()  # default is the busiest: the page redirects to name it
+    resp = web.client("viewer").get(f"/dlq/?{extra}")
+    assert resp.status_code == 302
+    location = resp.headers["Location"]
+    assert location.startswith("/dlq/?") and "queue=default" in location
+    assert "javascript" not in location.split("?")[0] and "#" not in location
+
+
+def test_a_json_body_nested_100k_deep_is_a_400(web):
+    body = "[" * 100_000 + "]" * 100_000
+    resp = web.app.test_client().post("/api/queues/default/pause", data=body,
+                                      headers={**basic("operator"),
+                                               "Content-Type": "application/json"})
+    _is_400(resp, "nested too deeply")
