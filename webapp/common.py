@@ -27,6 +27,7 @@ from flask import (
     request,
     session,
 )
+from flask.globals import request_ctx
 from markupsafe import Markup, escape
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -388,6 +389,9 @@ def install(app: Flask) -> None:
         message = getattr(e, "description", "") or str(e)
         if e.code == 429:
             message = "too many attempts; wait a minute and try again"
+        if request_ctx.url_adapter is None:  # a Host outside TRUSTED_HOSTS: no URLs to build
+            return Response(f"{e.code}: this dashboard does not answer to that host name "
+                            "(ANTRE_TRUSTED_HOSTS)\n", status=e.code, mimetype="text/plain")
         if request.path.startswith("/api/"):
             resp = jsonify({"error": message, "status": e.code})
         else:

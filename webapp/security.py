@@ -42,7 +42,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from flask import (
     Flask,
@@ -412,7 +412,9 @@ class AnonymousRefusals:
 
 
 def wants_json() -> bool:
-    return request.path.startswith("/api/")
+    """API-like paths (``/api/``, ``/metrics``): read by scripts, answered in JSON, and a
+    missing login is a 401 with a Basic challenge, not a redirect to the login page."""
+    return request.path.startswith("/api/") or request.path == "/metrics"
 
 
 def _is_browser_navigation() -> bool:
@@ -654,6 +656,18 @@ def _security_headers(resp: Response) -> Response:
     return resp
 
 
+def _relative_location(resp: Response) -> Response:
+    """Every redirect to this site is relative (``/path?query``): the ``Host`` a client sent
+    (Werkzeug's slash redirects build absolute URLs from it) is never reflected back."""
+    location = resp.headers.get("Location")
+    if location:
+        parts = urlsplit(location)
+        if parts.netloc and parts.netloc == request.host:
+            resp.headers["Location"] = urlunsplit(("", "", parts.path or "/", parts.query,
+                                                   parts.fragment))
+    return resp
+
+
 def trust_proxies(app: Flask, count: int) -> None:
     """Behind ``count`` reverse proxies: take the client address, scheme and host from their
     ``X-Forwarded-*`` headers (only the last ``count`` hops: a client cannot forge them)."""
@@ -670,5 +684,6 @@ def install(app: Flask) -> None:
     app.extensions["antre_basic_cache"] = BasicCache()
     app.before_request(_load_user_and_check)
     app.after_request(_security_headers)
+    app.after_request(_relative_location)
     app.jinja_env.globals["csrf_token"] = csrf_token
     app.jinja_env.globals["current_user"] = current_user

@@ -3,20 +3,30 @@ client on a real Redis and SQLite."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import stat
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from pathlib import Path
+
 import pytest
+import yaml
 from argon2 import PasswordHasher
+from sqlalchemy.exc import SQLAlchemyError
 from webtools import PASSWORD, TEST_SECRET_KEY, basic, csrf_of, htmx, login, post
 
 from antre.embedded import free_port
+from antre.stores.sql import make_engine, migrate, session_factory
+from antre.stores.users import UserStore
 from antre_web import create_app
 
 SECRET = "hunter22-redis"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _app(redis_url, sqlite_url, **config):
@@ -183,3 +193,90 @@ def test_a_json_body_nested_100k_deep_is_a_400(web):
                                       headers={**basic("operator"),
                                                "Content-Type": "application/json"})
     _is_400(resp, "nested too deeply")
+
+
+# -- item 15: the smaller leaks ------------------------------------------------------------------
+def test_a_database_error_never_shows_the_statements_parameters(sqlite_url):
+    from sqlalchemy import text
+
+    engine = make_engine(sqlite_url)
+    migrate(engine)
+    users = UserStore(session_factory(engine),
+                      hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    users.add("alice", "viewer", PASSWORD)
+    with engine.begin() as c:  # the update fails at the database, parameters bound
+        c.execute(text("CREATE TRIGGER no_change BEFORE UPDATE ON antre_users "
+                       "BEGIN SELECT RAISE(ABORT, 'disk trouble'); END"))
+    with pytest.raises(SQLAlchemyError) as caught:
+        users.set_password("alice", "a-brand-new-password")
+    message = str(caught.value)
+    assert "disk trouble" in message and "$argon2" not in message
+    assert "parameters hidden" in message
+
+
+def test_a_sqlite_file_is_created_readable_by_its_owner_only(tmp_path):
+    path = tmp_path / "new" / "antre.db"
+    engine = make_engine(f"sqlite:///{path}")
+    migrate(engine)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_failed_logins_never_record_the_typed_name_as_a_user(web):
+    c = web.client()
+    typed = "correct-horse-typed-in-the-name-box"
+    assert login(c, typed, "x").status_code == 401
+    assert login(c, "admin", "wrong-password").status_code == 401
+    assert login(c, "viewer").status_code == 302
+    rows = web.audit("login")
+    failed = [r for r in rows if r.outcome == "failed"]
+    assert len(failed) == 2
+    assert {r.user for r in failed} == {"(unknown user)"}
+    assert all(typed not in json.dumps([r.user, r.target, r.detail]) for r in rows)
+    assert {r.target for r in failed} == {
+        f"name sha256:{hashlib.sha256(n.encode()).hexdigest()[:12]}" for n in (typed, "admin")}
+    assert [r.user for r in rows if r.outcome == "ok"] == ["viewer"]
+    page = web.client("viewer").get("/audit/?action=login").get_data(as_text=True)
+    assert typed not in page
+
+
+def test_an_admin_changes_their_own_password_only_with_the_current_one(web):
+    c = web.app.test_client()
+    resp = c.post("/api/users/admin/password", headers=basic("admin"),
+                  json={"password": "taken-over-password", "reason": "x"})
+    assert resp.status_code == 403 and "/account" in resp.get_json()["message"]
+    assert web.svc.users.verify("admin", PASSWORD) is not None
+    resp = c.post("/api/users/viewer/password", headers=basic("admin"),
+                  json={"password": "reset-by-admin-1", "reason": "x"})
+    assert resp.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/dlq", "/inflight"])
+def test_redirects_never_reflect_the_host_header(web, path):
+    c = web.client("viewer")
+    resp = c.get(path, headers={"Host": "evil.example"})
+    assert resp.status_code in (301, 302, 303, 307, 308)
+    assert "evil.example" not in resp.headers["Location"]
+    assert resp.headers["Location"].startswith("/")
+
+
+def test_trusted_hosts_refuse_any_other_host(redis_url, sqlite_url, monkeypatch):
+    monkeypatch.setenv("ANTRE_TRUSTED_HOSTS", "antre.example.org, localhost")
+    app = _app(redis_url, sqlite_url)
+    c = app.test_client()
+    assert c.get("/login", headers={"Host": "evil.example"}).status_code == 400
+    assert c.get("/login", headers={"Host": "antre.example.org"}).status_code == 200
+
+
+def test_anonymous_metrics_is_a_401_with_a_challenge(web):
+    resp = web.app.test_client().get("/metrics")
+    assert resp.status_code == 401
+    assert resp.headers["WWW-Authenticate"].startswith("Basic")
+    assert web.app.test_client().get("/metrics", headers=basic("viewer")).status_code == 200
+
+
+def test_the_web_container_never_receives_the_webhook_secret():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    web_env = compose["services"]["web"]["environment"]
+    worker_env = compose["services"]["worker"]["environment"]
+    assert "ANTRE_ALERT_WEBHOOK_SECRET" not in web_env
+    assert "ANTRE_ALERT_WEBHOOK_SECRET" in worker_env and "ANTRE_SECRET_KEY" not in worker_env
