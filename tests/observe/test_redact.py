@@ -57,3 +57,22 @@ def test_scrub_cleans_a_real_sqlalchemy_error_that_embeds_the_url(tmp_path):
         c.execute(text(f"select nosuchcolumn from '{url}'"))
     assert "hunter22" in str(caught.value)
     assert "hunter22" not in scrub(caught.value, url)
+
+
+def test_a_failed_alert_webhook_never_logs_its_token(r, clock, caplog, antre_logging):
+    from antre.engine.queue import Queue
+    from antre.observe.alerts import AlertEngine, OldestReady
+
+    url = "https://hooks.example/alerts?token=tok-secret-77"
+
+    def post(to, payload):
+        raise OSError(f"POST {to} failed: connection reset")  # as urllib words some errors
+
+    Queue(r, "q", clock=clock).enqueue("t", {}, idempotency_key="a")
+    engine = AlertEngine(r, clock, [OldestReady(max_age_s=60)], webhook_url=url, post=post)
+    engine.check()
+    clock.advance(61_000)
+    with caplog.at_level("WARNING", logger="antre"):
+        engine.check()
+    assert "alert webhook failed" in caplog.text and "token=***" in caplog.text
+    assert "tok-secret-77" not in caplog.text
