@@ -345,3 +345,17 @@ def test_the_dlq_dry_run_with_type_and_group_is_bounded(web):
     assert rounds == 2
     assert total == BulkReplays(web.producer.redis).dry_run(
         "default", DeadFilter(job_type="email", group=group)) == n - len(range(0, n, 3))
+
+
+def test_parallel_logins_under_many_names_hash_at_most_the_address_limit(web):
+    hasher = _counting(web, time_cost=2, memory_cost=8192)
+    start = threading.Barrier(60)
+
+    def one(i):
+        start.wait()
+        return web.app.test_client().get(
+            "/api/overview", headers=basic(f"name{i}", "bad-password")).status_code
+    with ThreadPoolExecutor(60) as pool:
+        statuses = list(pool.map(one, range(60)))
+    assert hasher.verified <= 30  # ADDRESS_LIMIT
+    assert statuses.count(429) >= 30
