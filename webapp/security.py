@@ -20,10 +20,13 @@
   cross-site form cannot send. The Basic challenge (``WWW-Authenticate``) is only sent to
   scripts, never to a browser navigating, so a browser is not invited to cache Basic
   credentials.
-- Login attempts (form and Basic): failures are counted per client address, per account, and
-  per (account, address), in Redis so the limits hold across every gunicorn worker and host
-  (``antre.stores.logins``); while Redis is unreachable, in this process's bounded memory. The address
-  limit is checked before any password hash is computed. Behind a reverse proxy, set
+- Login attempts (form and Basic) and current-password checks: failures are counted per client
+  address, per account, and per (account, address), in Redis so the limits hold across every
+  gunicorn worker and host (``antre.stores.logins``); while Redis is unreachable, in this
+  process's bounded memory. Every bucket is checked and the try reserved in one atomic step
+  before any password hash is computed (``throttled``), so parallel tries cannot overshoot; a
+  success takes its reservation back. A successful Basic check is cached (``BasicCache``) per
+  user id, session generation and credentials, so a scraper does not hash on every request. Behind a reverse proxy, set
   ``ANTRE_TRUSTED_PROXIES`` to the number of proxies so the client address is the real one.
 - Refusals of anonymous requests are counted (``antre_anonymous_refusals`` in the process's
   memory, logged), not written to the audit log: nobody to name, and an easy flood.
