@@ -29,6 +29,7 @@ from antre.limits.flow import FlowControl
 from antre.control.pause import PauseError, Pauses, unknown_target
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.observe.readmodels import DeadFilter
+from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
 MAX_EXTEND_S = 24 * 3600
@@ -60,8 +61,8 @@ def run_audited(app: Antre, action: str, target: str, reason: str,
     try:
         out = fn()
     except redis.RedisError as exc:
-        out = Outcome(False, f"Redis at {app.redis_url} is unreachable ({exc}); nothing was "
-                             "done")
+        out = Outcome(False, f"Redis at {redact_url(app.redis_url)} is unreachable "
+                             f"({scrub(exc, app.redis_url)}); nothing was done")
     status = "ok" if out.ok else ("refused" if out.refused else "failed")
     app.audit.record(user=operator(), role="cli", action=action, target=target,
                      reason=reason, outcome=status,
