@@ -118,11 +118,22 @@ def runner(task: Task[Any, Any]) -> Callable[[JobContext, Any], Any]:
     return run
 
 
+def in_installed_app(path: str) -> bool:
+    """Whether ``path`` (``shop.tasks.send``) lies inside an app of ``INSTALLED_APPS``: a job
+    type is written by whoever can write to Redis, so the worker imports no module outside the
+    project's own apps to find a task."""
+    from django.apps import apps
+
+    module = path.rpartition(".")[0]
+    return any(module == cfg.name or module.startswith(cfg.name + ".")
+               for cfg in apps.get_app_configs())
+
+
 def resolve_task(job_type: str) -> Task[Any, Any] | None:
     """The Django task a job type names, if it is one that runs on an ``AntreBackend``."""
     from .backend import AntreBackend
 
-    if "." not in job_type:
+    if "." not in job_type or not in_installed_app(job_type):
         return None
     try:
         found = import_string(job_type)

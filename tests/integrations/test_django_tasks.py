@@ -264,3 +264,15 @@ def test_antre_worker_runs_django_tasks_from_the_command_line(on_antre, redis_ur
     assert out.read_text() == "from the worker"
     assert tasks.write_file.get_result(result.id).return_value == "from the worker"
 
+
+
+def test_the_worker_imports_no_module_outside_the_installed_apps(on_antre, clock):
+    """A job type is whatever was written to Redis: one naming a module of no installed app is
+    not imported (no side effect of importing it runs) and the job is buried as unknown."""
+    import sys as _sys
+    from antre_django.jobs import resolve_task
+
+    assert resolve_task("djshop.tasks.add") is not None
+    assert "this" not in _sys.modules  # importing it prints the Zen of Python: a side effect
+    assert resolve_task("this.s") is None
+    assert "this" not in _sys.modules

@@ -12,7 +12,7 @@ ROOT_URLCONF = "djshop.urls"
 DATABASES: dict[str, dict[str, str]] = {}
 # Django 6 has django.tasks built in; before it the backport is an app (its signal handlers
 # reset the backends when a test overrides TASKS)
-INSTALLED_APPS = [] if importlib.util.find_spec("django.tasks") else ["django_tasks"]
+INSTALLED_APPS = ["djshop"] + ([] if importlib.util.find_spec("django.tasks") else ["django_tasks"])
 
 TASKS = {
     "default": {
