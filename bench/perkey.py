@@ -1,7 +1,7 @@
 """Per-key scheduling (issue 23), measured with the real worker as a user starts it.
 
 ``python3 bench/perkey.py hot --jobs 3000`` : N jobs on one lock_key, one default
-``antre worker bench.apps.perkey:app --burst``, 2 ms handler; prints the drain time, order
+``antre worker perkey:app --burst`` (bench/apps/perkey.py), 2 ms handler; prints the drain time, order
 inversions, lock-busy snoozes per job, what is left in the DLQ and in every other state.
 ``python3 bench/perkey.py noisy --jobs 5000`` (``--ungrouped``: without groups): 5,000 jobs of
 group A then 20 of group B; when B's last one finished, against A's drain time.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -34,7 +35,7 @@ sys.path.insert(0, TREE)
 from antre.embedded import EmbeddedRedis  # noqa: E402
 from antre.engine.queue import JobSpec, Queue  # noqa: E402
 
-APP = "bench.apps.perkey:app"
+APP = "perkey:app"  # bench/apps/perkey.py, on the path by itself (another tree has a bench/)
 
 
 def fill_hot(client: redis.Redis, n: int, key: str) -> None:
@@ -46,16 +47,17 @@ def fill_hot(client: redis.Redis, n: int, key: str) -> None:
 
 def burst(url: str, timeout_s: float) -> float:
     """One default ``antre worker APP --burst`` of TREE's code."""
-    path = os.pathsep.join(p for p in (os.path.join(TREE, ".pkgs"), TREE, ROOT)
-                           if os.path.isdir(p))
+    path = os.pathsep.join(p for p in (os.path.join(TREE, ".pkgs"), TREE,
+                                       os.path.join(ROOT, "bench", "apps")) if os.path.isdir(p))
     env = dict(os.environ, BENCH_REDIS_URL=url, ANTRE_REDIS_URL=url, PYTHONPATH=path)
     env.pop("ANTRE_DATABASE_URL", None)
     log_path = os.path.join(ROOT, "bench", "out", "perkey-worker.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     started = time.monotonic()
     with open(log_path, "wb") as log:
+        # cwd: the tree (python -m puts it first on the path)
         p = subprocess.run([sys.executable, "-m", "antre_cli", "worker", APP, "--burst"],
-                           cwd=ROOT, env=env, stdout=log, stderr=log, timeout=timeout_s)
+                           cwd=TREE, env=env, stdout=log, stderr=log, timeout=timeout_s)
     took = time.monotonic() - started
     if p.returncode != 0:
         raise SystemExit(f"worker exited {p.returncode}; see {log_path}")
@@ -163,7 +165,7 @@ def noop(args: argparse.Namespace) -> dict[str, object]:
                 # the done index keeps the newest 10,000: the rate over the jobs it holds
                 span, n = _drain_span_s(client), client.zcard(Queue(client, "default").keys.done)
                 rows[kind].append(round((n - 1) / span) if span else 0)
-        med = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
+        med = {k: statistics.median(v) for k, v in rows.items()}
         return {"case": f"no-op jobs/s, {args.jobs} jobs, grouped over {args.groups} groups",
                 "tree": TREE, "jobs_per_s": rows, "median": med,
                 "grouped_share": (round(med["grouped"] / med["ungrouped"], 3)

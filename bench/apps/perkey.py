@@ -1,5 +1,5 @@
 """The Antre app of bench/perkey.py (per-key scheduling, issue 23):
-``antre worker bench.apps.perkey:app --burst``.
+``antre worker perkey:app --burst`` with bench/apps on the path.
 
 Environment: ``BENCH_REDIS_URL``. The ``hot`` handler works 2 ms (``BENCH_WORK_MS``) and
 appends its payload's sequence number to ``perkey:order:<lock key or group>``, so the harness

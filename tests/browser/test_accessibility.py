@@ -73,6 +73,10 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         (f"/find?q=ref={made['dead_ref']}", "td.search-done"),
         ("/browse/default/dead", f"tr[data-row='{made['dead']}']"),
         ("/browse/default/ready", "table.browse"),
+        # per-key turns and groups (issue 23)
+        ("/groups/?queue=default", "form[role='search']"),
+        ("/browse/default/waiting", "table.browse"),
+        ("/groups/default/tenant:a11y", "dl.facts"),
     ]
     problems: dict[str, list[str]] = {}
 
