@@ -100,3 +100,23 @@ def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
         q.bury(job, reason="boom")
     res = Retention(rc, clock=clock).run("reports", RetentionPolicy(dead_max_jobs=1))
     assert res.dead_dropped == 1 and res.groups_removed == 0
+
+
+@pytest.mark.parametrize("name", ["orders", "q3"])
+def test_key_turns_and_groups_on_cluster(rc, name):
+    """Per-key turns and group slots (issue 23): every key a script derives is in the queue's
+    slot, so the hand-over works on a cluster as on one server."""
+    from antre.control.groups import GroupControl
+    clock = ManualClock()
+    q = Queue(rc, name, clock=clock)
+    keyed = q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}", lock_key="order:1")
+                            for i in range(3)])
+    grouped = q.enqueue_many([JobSpec("t", {"i": i}, f"g{i}", group="tenant:7",
+                                      group_concurrency=1) for i in range(3)])
+    assert [q.get(i).state for i in keyed + grouped] == ["ready", "waiting", "waiting"] * 2
+    jobs = q.reserve("w1", count=10)
+    assert {j.id for j in jobs} == {keyed[0], grouped[0]}
+    q.ack_many([(j, None) for j in jobs])
+    assert q.get(keyed[1]).state == "ready" and q.get(grouped[1]).state == "ready"
+    GroupControl(rc, clock, q.scripts).set_slots(name, "tenant:7", 2, "ops", "more")
+    assert q.get(grouped[2]).state == "ready"
