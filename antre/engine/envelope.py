@@ -213,10 +213,17 @@ def _num(raw: str | None, default: int = 0) -> int:
         return default
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and the infinities are not JSON: no store (PostgreSQL, the fingerprint) keeps them,
+    so a stored payload holding one is refused when read, not run and then never stored."""
+    raise ValueError(f"{name} is not valid JSON (only finite numbers are)")
+
+
+_decoder = json.JSONDecoder(parse_constant=_no_constant)
 # the stdlib decoder's own C scanner: what json.loads runs, without its wrappers, for text
-# that is one JSON value with nothing around it (anything else: json.loads decides)
+# that is one JSON value with nothing around it (anything else: the decoder's decode decides)
 _scan_json: Callable[[str, int], tuple[Any, int]] = (
-    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
+    _decoder.scan_once)  # type: ignore[attr-defined]
 
 
 def _json(text: str | None, default: Any) -> tuple[Any, str]:
@@ -228,12 +235,18 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
         value, end = _scan_json(text, 0)
         if end == len(text):
             return value, ""
-    except (StopIteration, ValueError, TypeError):  # (TypeError: bytes, from a raw client)
+    except (StopIteration, ValueError, TypeError, RecursionError):  # (TypeError: bytes)
         pass
     try:
-        return json.loads(text), ""
+        return _decoder.decode(text), ""
     except ValueError as exc:
         return default, f"cannot decode JSON: {exc}"
+    except RecursionError:
+        return default, f"cannot decode JSON: nested deeper than this process can read " \
+                        f"(stored payloads are at most {MAX_PAYLOAD_DEPTH} levels deep)"
+    except TypeError:  # bytes, from a client that does not decode
+        raw: Any = text
+        return _json(bytes(raw).decode("utf-8", "replace"), default)
 
 
 def from_fields(fields: Mapping[str, str]) -> Job:
@@ -518,6 +531,37 @@ RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_
                   "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
                   "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at",
                   "snoozes", "cancel")
+
+
+def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
+    """A reserved job's values as ``reserve`` reads them (bytes: the reply is read undecoded,
+    so one job's bad bytes cannot fail the whole batch's reply) as text, and '' or the name of
+    the first field that is not UTF-8 (then read with replacement characters)."""
+    try:
+        return [None if v is None else v.decode() for v in row], ""
+    except UnicodeDecodeError:
+        pass
+    out: list[str | None] = []
+    bad = ""
+    for name, v in zip(RESERVE_FIELDS, row):
+        try:
+            out.append(None if v is None else v.decode())
+        except UnicodeDecodeError:
+            out.append(v.decode("utf-8", "replace"))
+            bad = bad or name
+    return out, bad
+
+
+def from_raw_row(row: Sequence[bytes | None]) -> Job:
+    """``from_row`` of a row read undecoded: a job holding bytes that are not UTF-8 is decoded
+    with replacement characters and its ``payload_error`` says which field (the worker buries
+    it with that reason; its batch-mates are untouched)."""
+    values, bad = text_row(row)
+    job = from_row(values)
+    if bad:
+        job.payload_error = (f"the stored job's field {bad!r} is not valid UTF-8 text; "
+                             "enqueue text (str) values only")
+    return job
 
 
 def from_row(row: Sequence[str | None]) -> Job:
