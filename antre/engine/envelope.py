@@ -139,7 +139,27 @@ def _encode_payload_stdlib(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BY
             "booleans and None, and convert dates, decimals and objects first"
         ) from None
     _check_size(len(text) if text.isascii() else len(text.encode()), max_bytes)
+    if "\\ud" in text:  # (the stdlib writes every surrogate as an escape, lower case)
+        _check_surrogates(text)
     return text
+
+
+def _check_surrogates(text: str) -> None:
+    """Refuse a payload holding a lone surrogate (a str that is not text: no UTF-8 encoding,
+    so no fingerprint and no database can take it). ``text`` is its stored JSON, whose
+    escapes ``\\udxxx`` may also be proper pairs (non-BMP characters) or literal text."""
+    level: list[Any] = [[json.loads(text)]]
+    while level:  # no recursion: at most MAX_PAYLOAD_DEPTH levels
+        children: list[Any] = []
+        for obj in level:
+            items = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+            for item in items:
+                if isinstance(item, str):
+                    if not item.isascii():
+                        _utf8("a string of the payload", item)
+                elif isinstance(item, (dict, list)):
+                    children.append(item)
+        level = children
 
 
 def _check_size(size: int, max_bytes: int) -> None:
@@ -351,6 +371,9 @@ def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str |
     if lock_key is not None and (not isinstance(lock_key, str) or not lock_key
                                  or len(lock_key) > 200 or "{" in lock_key or "}" in lock_key):
         raise InvalidJob(f"bad lock_key {lock_key!r}: a string of 1-200 characters, no braces")
+    if "\x00" in idempotency_key or (lock_key and "\x00" in lock_key):
+        raise InvalidJob("idempotency_key and lock_key must not contain NUL characters ('\\x00'), "
+                         "which PostgreSQL cannot store; pass printable text")
     if not idempotency_key.isascii():  # ASCII is valid UTF-8: the common case costs one test
         _utf8("idempotency_key", idempotency_key)
     if lock_key:
@@ -420,6 +443,7 @@ def _plain_spec(spec: JobSpec, queue: str) -> bool:
     return (type(queue) is str and queue in _KNOWN_NAMES
             and type(spec.job_type) is str and spec.job_type in _KNOWN_NAMES
             and type(idem) is str and 0 < len(idem) <= 500 and idem.isascii()
+            and "\x00" not in idem
             and spec.lock_key is None and type(spec.headers) is dict and not spec.headers
             and spec.trace_id is None and spec.unique is False and not spec.job_id
             and type(max_attempts) is int and 1 <= max_attempts <= 10_000
@@ -544,8 +568,11 @@ def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
     out: list[str | None] = []
     bad = ""
     for name, v in zip(RESERVE_FIELDS, row):
+        if v is None:
+            out.append(None)
+            continue
         try:
-            out.append(None if v is None else v.decode())
+            out.append(v.decode())
         except UnicodeDecodeError:
             out.append(v.decode("utf-8", "replace"))
             bad = bad or name

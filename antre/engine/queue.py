@@ -267,7 +267,24 @@ class Queue:
                                      raw=True)[0]
         else:
             rows = script_raw(self.redis, self.scripts.reserve, self._reserve_keys, args)
-        return [from_raw_row(row) for row in rows]
+        return self._reserved(rows)
+
+    def _reserved(self, rows: list[list[bytes | None]]) -> list[Job]:
+        """The jobs of reserve's reply (read undecoded); one whose id is not UTF-8 (no
+        command could name it as text) goes to the quarantine instead."""
+        jobs = [from_raw_row(row) for row in rows]
+        if all(not job.payload_error for job in jobs):
+            return jobs
+        kept = []
+        for row, job in zip(rows, jobs):
+            if job.payload_error and "field 'id'" in job.payload_error:
+                k = self.keys
+                self.scripts.quarantine(
+                    keys=[k.inflight, k.quarantine, k.stats],
+                    args=[row[0], self.clock(), "job id is not UTF-8 text (found by reserve)"])
+            else:
+                kept.append(job)
+        return kept
 
     def wait_and_reserve(self, worker_id: str, count: int, timeout_s: float) -> list[Job]:
         """An idle runner's wait: block until a job is enqueued or promoted (or ``timeout_s``),
@@ -287,7 +304,7 @@ class Queue:
               k.dead_group_prefix, *RESERVE_FIELDS])]
         _, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
                    else direct(self.redis, calls, raw=True))
-        return [from_raw_row(row) for row in rows]
+        return self._reserved(rows)
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
             note: Note = None) -> None:

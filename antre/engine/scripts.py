@@ -48,6 +48,8 @@ NAMES = (
     "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
     # retention (antre/control/retention.py)
     "retention",
+    # records too broken to be dead jobs (issue 24)
+    "quarantine",
 )
 
 
@@ -129,6 +131,7 @@ class Scripts:
     cancel_request: redis.commands.core.Script
     cancel_finish: redis.commands.core.Script
     retention: redis.commands.core.Script
+    quarantine: redis.commands.core.Script
 
 
 class Batch:
@@ -480,13 +483,12 @@ def script_raw(client: "redis.Redis", script: Script, keys: Sequence[Any],
                args: Sequence[Any]) -> Any:
     """One script call whose reply is read undecoded (bytes), on any client (a cluster, a
     single-connection client): what ``direct(..., raw=True)`` does for the others."""
+    execute: Callable[..., Any] = client.execute_command
     try:
-        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args,
-                                      **{NEVER_DECODE: True})
+        return execute("EVALSHA", script.sha, len(keys), *keys, *args, **{NEVER_DECODE: True})
     except NoScriptError:
         script.sha = client.script_load(script.script)
-        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args,
-                                      **{NEVER_DECODE: True})
+        return execute("EVALSHA", script.sha, len(keys), *keys, *args, **{NEVER_DECODE: True})
 
 
 def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],

@@ -50,20 +50,35 @@ def test_reserve_buries_a_record_that_is_not_a_hash_and_reserves_the_rest(q, r, 
     assert q.stats()["reserved"] == 4
 
 
-def test_reserve_quarantines_an_id_that_is_not_ascii_and_a_missing_record(q, r):
+@pytest.mark.parametrize("record", ["hash", "string", "missing"])
+def test_reserve_quarantines_an_id_that_is_not_utf8_whatever_its_record(q, r, record):
     ids = fill(q, 3)
-    r.rpush(q.keys.ready, b"bad\xff\xfeid")  # the oldest end: popped first
+    bad_id = b"bad\xff\xfeid"
+    if record == "hash":
+        r.hset(q.keys.job_prefix.encode() + bad_id, mapping={"id": bad_id, "type": "t",
+                                                             "payload": "{}"})
+    elif record == "string":
+        r.set(q.keys.job_prefix.encode() + bad_id, "x")
+    r.rpush(q.keys.ready, bad_id)  # the oldest end: popped first
+    got = q.reserve("w1", count=10)
+    assert sorted(j.id for j in got) == sorted(ids)
+    [entry] = q.quarantined()
+    assert entry["id"] == "bad??id" and entry["id_hex"] == bad_id.hex()
+    assert entry["why"] == {"hash": "job id is not UTF-8 text (found by reserve)",
+                            "string": "job id is not ASCII text (found by reserve)",
+                            "missing": "job record is missing (found by reserve)"}[record]
+    assert q.quarantine_count() == 1 == q.stats()["quarantined"]
+    assert r.llen(q.keys.ready) == 0 and r.zscore(q.keys.inflight, bad_id) is None
+    assert r.zcard(q.keys.inflight) == 3
+
+
+def test_reserve_quarantines_a_missing_record(q, r):
+    ids = fill(q, 3)
     r.delete(q.keys.job(ids[1]))
     got = q.reserve("w1", count=10)
     assert sorted(j.id for j in got) == sorted([ids[0], ids[2]])
-    entries = q.quarantined()
-    whys = sorted(e["why"] for e in entries)
-    assert whys == ["job id is not ASCII text (found by reserve)",
-                    "job record is missing (found by reserve)"]
-    bad = next(e for e in entries if "ASCII" in e["why"])
-    assert bad["id"] == "bad??id" and bad["id_hex"] == b"bad\xff\xfeid".hex()
-    assert q.quarantine_count() == 2 == q.stats()["quarantined"]
-    assert r.llen(q.keys.ready) == 0
+    assert [e["why"] for e in q.quarantined()] == ["job record is missing (found by reserve)"]
+    assert q.stats()["orphans"] == 1
 
 
 def test_a_timeline_key_of_another_type_loses_its_event_not_the_job(q, r):

@@ -14,9 +14,11 @@
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
 -- read as 0 and a corrupted vt_ms as 30 s, so the job still reaches a worker, which buries it.
--- A record that is not a hash goes to the DLQ here and an id that is not ASCII, or whose record
--- is missing, to the quarantine (see "Records that are not job hashes" in _lib.lua; counted as
--- 'corrupt' and 'orphans'): each alone, the batch's other jobs are reserved as usual.
+-- A record that is not a hash goes to the DLQ here and one whose id is not ASCII, or that is
+-- missing, to the quarantine (see "Records that are not job hashes" in _lib.lua; counted as
+-- 'corrupt' and 'orphans'): each alone, the batch's other jobs are reserved as usual. A job
+-- whose id is not UTF-8 is reserved like any other (no check here: the hot path stays as it
+-- was); the client finds it when it decodes the reply and quarantines it (quarantine.lua).
 -- Paused (incident controls): with '*' in KEYS[4] nothing is reserved. A job whose type is
 -- paused is moved, untouched (no epoch, delivery or attempt spent), to its type's parked list,
 -- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
@@ -89,14 +91,13 @@ local p_vt, p_ep, p_dl, p_id = pos.vt_ms, pos.epoch, pos.deliveries, pos.id
 local nfields = #fields
 for _, id in ipairs(ids) do
   local key = prefix .. id
-  local weird = bad_id(id)
   local row = redis.pcall('HMGET', key, unpack(fields))
   local present = row[1] ~= false  -- the first field asked for (Queue asks for the id first)
   if not present then
     for i = 2, nfields do if row[i] then present = true; break end end
   end
-  if row.err or weird then
-    if weird then
+  if row.err then
+    if bad_id(id) then
       quarantine(KEYS[9], KEYS[3], now, id, 'job id is not ASCII text (found by reserve)')
     else
       bury_not_hash(prefix, id, now, 'reserve', dlq)
@@ -131,6 +132,7 @@ for _, id in ipairs(ids) do
     if p_deadline > 0 then row[p_deadline] = deadline end
     if p_reserved_at > 0 then row[p_reserved_at] = now_s end
     if p_worker > 0 then row[p_worker] = worker end
+    if p_id then row[p_id] = id end  -- the id it is known by (a hash's own may be damaged)
     for i = nfields, nret + 1, -1 do row[i] = nil end
     out[#out + 1] = row
   end
