@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
+from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 
 from antre.engine import keys
@@ -281,7 +282,8 @@ class Queue:
                 k = self.keys
                 self.scripts.quarantine(
                     keys=[k.inflight, k.quarantine, k.stats],
-                    args=[row[0], self.clock(), "job id is not UTF-8 text (found by reserve)"])
+                    args=[row[0] or b"", self.clock(),
+                          "job id is not UTF-8 text (found by reserve)"])
             else:
                 kept.append(job)
         return kept
@@ -460,7 +462,13 @@ class Queue:
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, job_id: str) -> Job | None:
-        fields = cast(dict[str, str], self.redis.hgetall(self.keys.job(job_id)))
+        """The job's hash decoded; bytes in it that are not UTF-8 read as replacement
+        characters (a damaged job can still be looked at)."""
+        execute: Any = self.redis.execute_command
+        raw = cast(dict[bytes, bytes], execute("HGETALL", self.keys.job(job_id),
+                                               **{NEVER_DECODE: True}))
+        fields = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                  for k, v in raw.items()}
         return from_fields(fields) if fields else None
 
     def where(self, job_id: str) -> list[str]:
