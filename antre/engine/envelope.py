@@ -239,7 +239,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON (only finite numbers are)")
 
 
-_decoder = json.JSONDecoder(parse_constant=_no_constant)
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refused when it overflows to an infinity (``1e999``), which
+    no store keeps either (see ``_no_constant``)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a float (only finite numbers are stored)")
+    return value
+
+
+_decoder = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 # the stdlib decoder's own C scanner: what json.loads runs, without its wrappers, for text
 # that is one JSON value with nothing around it (anything else: the decoder's decode decides)
 _scan_json: Callable[[str, int], tuple[Any, int]] = (

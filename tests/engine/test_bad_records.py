@@ -160,7 +160,7 @@ def test_a_key_with_bytes_that_are_not_utf8_is_reported_by_name(q, r):
 
 
 @pytest.mark.parametrize("payload, why", [
-    ("[" * 200_000 + "]" * 200_000, "nested deeper"),
+    pytest.param("[" * 200_000 + "]" * 200_000, "nested deeper", id="nested-200000"),
     ('{"x": NaN}', "NaN is not valid JSON"),
     ("[Infinity]", "Infinity is not valid JSON"),
 ])
