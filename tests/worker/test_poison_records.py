@@ -99,10 +99,8 @@ def test_a_value_the_store_can_never_take_is_buried_not_snoozed(dbapp, r, clock,
 @pytest.mark.parametrize("kwargs, message", [
     ({"idempotency_key": "order\x00:7"}, "NUL"),
     ({"idempotency_key": "order:7", "lock_key": "acct\x00"}, "NUL"),
-    ({"idempotency_key": "order:\udc80"}, "lone surrogate"),
     ({"idempotency_key": "order:7", "payload": {"name": "x\udc80"}}, "lone surrogate"),
     ({"idempotency_key": "order:7", "payload": {"\ud800": 1}}, "lone surrogate"),
-    ({"idempotency_key": "order:7", "payload": [float("nan")]}, "Out of range float"),
 ])
 def test_enqueue_outbox_and_enqueue_many_refuse_what_no_store_takes(dbapp, kwargs, message):
     from antre.engine.queue import JobSpec
@@ -116,11 +114,9 @@ def test_enqueue_outbox_and_enqueue_many_refuse_what_no_store_takes(dbapp, kwarg
         with pytest.raises(InvalidJob, match=message):
             dbapp.enqueue("t", payload, session=session, **kwargs)
     assert dbapp.queue().redis.llen(dbapp.queue().keys.ready) == 0
-
-
-def test_a_proper_non_bmp_character_is_still_accepted(app):
-    job_id = app.enqueue("t", {"smile": "\U0001F600", "text": "\\ud800"}, idempotency_key="ok")
-    assert app.queue().get(job_id).payload == {"smile": "\U0001F600", "text": "\\ud800"}
+    # what looks like a surrogate but is not one still goes in: a proper pair, an escape's text
+    fine = {"smile": "\U0001F600", "text": "\\ud800"}
+    assert dbapp.queue().get(dbapp.enqueue("t", fine, idempotency_key="ok")).payload == fine
 
 
 def test_a_result_over_the_payload_limit_is_buried_permanently_not_stored(redis_url, clock):
