@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import json
 import os
 import secrets
 import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
-from urllib.parse import urlsplit
 
 import redis
 
@@ -20,17 +20,25 @@ from antre import Antre
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
+from antre.observe.redact import scrub
 from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry
 from antre.stores.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
+from antre.observe.memory import MemoryPolicy
 from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
 from antre_worker.loader import load_app
 
 from . import incident
 from .demo import run_demo
-from .web import serve
+
+try:  # the dashboard is an extra (pip install "antre[web]"); the core CLI works without it
+    from . import web as dashboard
+    WEB_MISSING = ""
+except ImportError as exc:  # pragma: no cover - exercised by the core-install wheel test
+    dashboard = None  # type: ignore[assignment]
+    WEB_MISSING = exc.name or str(exc)
 
 
 def _ts(ms: int) -> str:
@@ -56,8 +64,7 @@ def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
 
 def _no_secret(text: str, url: str) -> str:
     """``text`` with the URL's password blanked, wherever it shows."""
-    password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
+    return scrub(text, url)
 
 
 # -- status ---------------------------------------------------------------------------------
@@ -86,14 +93,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         for p in q.paused:  # incident controls
             print(f"  paused: {p.job_type or 'whole queue'} by {p.by} at {_ts(p.at_ms)} UTC: "
                   f"{p.reason}")
-    alive = [w for w in workers if w.alive(now) and w.kind == "process"]
-    print(f"workers: {len(alive)} live processes, "
+    print(f"workers: {summary.live_workers} live processes, "
           f"{sum(1 for w in workers if not w.alive(now))} stale or stopped")
     print(f"lock conflicts: {summary.conflicts_5m} in 5 min, {summary.conflicts_1h} in 1 h, "
           f"{summary.conflicts_total} ever"
           + "".join(f"; {c.key}: {c.last_5m}/{c.last_1h}/{c.total}"
                     for c in summary.contention[:3]))
+    if summary.memory is not None:
+        print(_memory_line(summary.memory))
     return 0
+
+
+def _memory_line(mem: MemoryPolicy) -> str:
+    """``redis memory: ...``: the eviction policy, and the warning when it can lose jobs."""
+    limit = "no maxmemory" if not mem.maxmemory_bytes else f"maxmemory {mem.maxmemory_bytes:,} B"
+    used = "" if mem.used_bytes is None else f", {mem.used_bytes:,} B used"
+    line = f"redis memory: maxmemory-policy {mem.policy} ({limit}{used})"
+    return line + (f"\nWARNING: {mem.warning}" if mem.warning else "")
 
 
 # -- dlq ------------------------------------------------------------------------------------
@@ -194,6 +210,12 @@ def _print_job(app: Antre, found: Located, as_json: bool) -> int:
     return 0
 
 
+def _fields(matched: dict[str, Any]) -> str:
+    """``order_id=1234 tenant="acme"``: each matched field as it would be typed to find it."""
+    return " ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}"
+                    for k, v in matched.items())
+
+
 def _search(app: Antre, args: argparse.Namespace) -> int:
     cursor, hits = None, 0
     try:
@@ -202,7 +224,8 @@ def _search(app: Antre, args: argparse.Namespace) -> int:
             for h in step.hits:
                 hits += 1
                 print(json.dumps(dataclasses.asdict(h)) if args.json else
-                      f"{h.job_id}  {h.queue:<12} {h.state:<9} {h.job_type:<16} {h.matched}",
+                      f"{h.job_id}  {h.queue:<12} {h.state:<9} {h.job_type:<16} "
+                      f"{_fields(h.matched)}",
                       flush=True)
             print(f"scanned {step.scanned} of {step.total}, {hits} found", file=sys.stderr)
             if step.done or (args.limit and hits >= args.limit):
@@ -230,12 +253,14 @@ def cmd_find(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except redis.RedisError as exc:
-        print(f"error: Redis at {app.redis_url} is unreachable ({exc})", file=sys.stderr)
+        print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
+              f"({_no_secret(str(exc), app.redis_url)})", file=sys.stderr)
         return 2
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    """``Antre.result``: completed (with the stored result), pending, failed or unknown."""
+    """``Antre.result``: completed (with the stored result), pending, failed, abandoned or
+    unknown."""
     app = _app(args.app)
     answer = app.result(args.key)
     if args.json:
@@ -250,9 +275,29 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 
 # -- users ----------------------------------------------------------------------------------
+PASSWORD_FLAG_WARNING = ("warning: --password puts the password in the process list and the "
+                         "shell history, where other users of this host can read it; use "
+                         "--password-stdin, --prompt or $ANTRE_PASSWORD instead")
+
+
+def _given_password(args: argparse.Namespace) -> str | None:
+    if args.password:
+        print(PASSWORD_FLAG_WARNING, file=sys.stderr)
+        return str(args.password)
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if args.prompt:
+        first = getpass.getpass("new password: ")
+        if getpass.getpass("again: ") != first:
+            raise ValueError("the two passwords differ; nothing was changed")
+        return first
+    return os.environ.get("ANTRE_PASSWORD") or None
+
+
 def _password(args: argparse.Namespace) -> tuple[str, bool]:
-    """The password given (``--password`` or ``$ANTRE_PASSWORD``), else a generated one."""
-    given = args.password or os.environ.get("ANTRE_PASSWORD")
+    """The password given (``--password-stdin``, ``--prompt``, ``$ANTRE_PASSWORD`` or the
+    discouraged ``--password``), else a generated one."""
+    given = _given_password(args)
     return (given, False) if given else (secrets.token_urlsafe(18), True)
 
 
@@ -314,11 +359,22 @@ def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
     return int(worker_main([args.command, *rest]) or 0)
 
 
+def no_dashboard(command: str) -> int:
+    print(f"error: `antre {command}` needs the dashboard, which is not installed (missing "
+          f"module: {WEB_MISSING}): pip install 'antre[web]' (or 'antre[demo]' for the demo)",
+          file=sys.stderr)
+    return 2
+
+
 def cmd_web(args: argparse.Namespace) -> int:
-    return serve(args.app, host=args.host, port=args.port, workers=args.workers)
+    if dashboard is None:
+        return no_dashboard("web")
+    return dashboard.serve(args.app, host=args.host, port=args.port, workers=args.workers)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if dashboard is None:
+        return no_dashboard("demo")
     return run_demo(port=args.port, data_dir=args.data_dir, host=args.host,
                     processes=args.processes, threads=args.threads, traffic=args.traffic)
 
@@ -389,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true")
 
     rs = sub.add_parser("result", help="an idempotency key's result: completed (with it), "
-                                       "pending, failed or unknown")
+                                       "pending, failed, abandoned (since when, and what to "
+                                       "do) or unknown")
     rs.add_argument("key")
     rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     rs.add_argument("--json", action="store_true")
@@ -397,8 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
-    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name; default: "
-               "$ANTRE_PASSWORD, else generated and printed")
+    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name (discouraged: "
+               "visible in the process list; use --password-stdin, --prompt or "
+               "$ANTRE_PASSWORD); default: $ANTRE_PASSWORD, else generated and printed")
     ua = usub.add_parser("add", help="add a user")
     ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
     up = usub.add_parser("passwd", help="set a user's password (their sessions end)")
@@ -409,6 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--reason", default="", help="why (written to the audit log)")
     for sp in (ua, up):
         sp.add_argument("--password", help=pw_help)
+        sp.add_argument("--password-stdin", action="store_true",
+                        help="read the password from the first line of stdin")
+        sp.add_argument("--prompt", action="store_true",
+                        help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
     incident.add_parsers(sub)
     return p
