@@ -4,37 +4,22 @@ write the audit entry (ok, failed or refused) with before/after figures. The HTM
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from antre.actions import MAX_EXTEND_S, Action, Actor, Args, Ops, Result, by_name
+
+__all__ = ["MAX_EXTEND_S", "Result"]  # re-exported: the views and the API use them
 from antre.control.bulk import TaskNotFound, TaskStateError
-from antre.control.cancel import CancelError
-from antre.errors import LeaseLost
-from antre.limits.flow import FlowControl
-from antre.control.pause import PauseError
-from antre.control.pause import unknown_target as pause_target_unknown
 from antre.control.purge import PurgeError, PurgeFilter
-from antre.observe.readmodels import DeadFilter, PauseInfo
+from antre.observe.readmodels import DeadFilter
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
 from . import services
 from .security import audit, current_user, start_session
 from .services import REDIS_ERRORS, Services
 
-MAX_EXTEND_S = 24 * 3600
 MAX_BULK = 1_000_000
 MAX_SELECTED = 500  # rows one selection may act on (a page holds at most 500)
-
-
-@dataclass
-class Result:
-    ok: bool
-    message: str
-    status: int = 200
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "message": self.message, **self.detail}
 
 
 def _svc() -> Services:
@@ -45,6 +30,43 @@ def _done(action: str, target: str, reason: str, result: Result) -> Result:
     outcome = "ok" if result.ok else ("refused" if result.status in (400, 403, 503) else "failed")
     audit(action, target, outcome, reason, {"message": result.message, **result.detail})
     return result
+
+
+def perform(action: Action, args: Args) -> Result:
+    """Run one entry of the table of actions (``antre/actions.py``) for the logged-in user,
+    guarded and audited like every other change."""
+    svc = _svc()
+    user = current_user()
+    who = Actor(user.name if user else "(anonymous)", user.role if user else None)
+    return guarded(action.name, action.target(args), args.get("reason") or "",
+                   lambda: action.run(Ops(svc.antre, svc.clock, svc.reads), who, args))
+
+
+def _args(reason: str | None, **values: Any) -> Args:
+    return {**values, "reason": _reason(reason)}
+
+
+def run_now(queue: str, job_id: str, reason: str | None) -> Result:
+    return perform(by_name("scheduled.run_now"), _args(reason, queue=queue, job_id=job_id))
+
+
+def extend(queue: str, job_id: str, epoch: int, seconds: int, reason: str | None) -> Result:
+    return perform(by_name("inflight.extend"),
+                   _args(reason, queue=queue, job_id=job_id, epoch=epoch, seconds=seconds))
+
+
+def delete_job(queue: str, job_id: str, reason: str | None) -> Result:
+    return perform(by_name("job.delete"), _args(reason, queue=queue, job_id=job_id))
+
+
+def cancel_job(queue: str, job_id: str, to: str, reason: str | None) -> Result:
+    return perform(by_name("job.cancel"), _args(reason, queue=queue, job_id=job_id, to=to))
+
+
+def unknown_target(queue: str, job_type: str | None) -> Result | None:
+    """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
+    svc = _svc()
+    return Ops(svc.antre, svc.clock, svc.reads).unknown_target(queue, job_type)
 
 
 def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
@@ -108,15 +130,6 @@ def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
     return guarded("dlq.discard", f"{queue}/{job_id}", _reason(reason), run)
 
 
-def run_now(queue: str, job_id: str, reason: str | None) -> Result:
-    def run() -> Result:
-        if not _svc().antre.queue(queue).run_now(job_id, _actor(), _note(reason)):
-            return Result(False, f"job {job_id} is no longer scheduled (it already ran or "
-                                 "moved); nothing was changed", 409)
-        return Result(True, f"job {job_id} moved to the ready list")
-    return guarded("scheduled.run_now", f"{queue}/{job_id}", _reason(reason), run)
-
-
 # -- periodic schedules (antre/control/periodic.py) ----------------------------------------------------
 def schedule_pause(name: str, paused: bool, reason: str | None) -> Result:
     """Pause (its ticks are skipped, not caught up later) or resume a schedule."""
@@ -142,52 +155,6 @@ def schedule_run_now(name: str, reason: str | None) -> Result:
         return Result(True, f"schedule {name}: job {job_id} enqueued now (its ticks are "
                             "unchanged)", 200, {"job_id": job_id})
     return guarded("schedules.run_now", name, _reason(reason), run)
-
-
-def extend(queue: str, job_id: str, epoch: int, seconds: int, reason: str | None) -> Result:
-    def run() -> Result:
-        if not 1 <= seconds <= MAX_EXTEND_S:
-            return Result(False, f"seconds must be between 1 and {MAX_EXTEND_S}", 400)
-        svc = _svc()
-        before = svc.reads.job(queue, job_id)
-        detail = {"epoch": epoch, "seconds": seconds,
-                  "deadline_before": before.deadline if before else None}
-        try:
-            deadline = svc.antre.queue(queue).extend(job_id, epoch, seconds * 1000, mode="add",
-                                                     actor=_actor(), note=_note(reason))
-        except LeaseLost as exc:
-            return Result(False, "the lease changed under you (job was re-delivered/finished); "
-                                 f"nothing was changed. ({exc})", 409, detail)
-        return Result(True, f"lease of job {job_id} extended by {seconds}s", 200,
-                      {**detail, "deadline_after": deadline})
-    return guarded("inflight.extend", f"{queue}/{job_id}", _reason(reason), run)
-
-
-def reset_breaker(name: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        flow = FlowControl(svc.redis, svc.clock)
-        known = {b.name: b for b in flow.breakers()}
-        if name not in known:
-            return Result(False, f"no circuit breaker named {name!r}", 404)
-        state = known[name]
-        before = state.state
-        flow.breaker(name, state.failure_threshold, state.window_s, state.cooldown_s).reset()
-        return Result(True, f"circuit breaker {name} closed by hand (was {before})", 200,
-                      {"before": before, "after": "closed"})
-    return guarded("flow.reset_breaker", name, _reason(reason), run)
-
-
-def release_lock(key: str, token: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        if not token:
-            return Result(False, "the holder token is required", 400)
-        if not svc.locks.release_token(key, token):
-            return Result(False, f"lock {key!r} is no longer held by that token (released, "
-                                 "expired or re-taken since); nothing was changed", 409)
-        return Result(True, f"lock {key!r} released", 200, {"token": token})
-    return guarded("locks.release", key, _reason(reason), run)
 
 
 # -- selected rows ----------------------------------------------------------------------------
@@ -389,68 +356,6 @@ def user_end_sessions(name: str, reason: str | None) -> Result:
     return guarded("users.logout_everywhere", name, _reason(reason), run)
 
 
-# -- incident controls: pause / resume, delete, purge -----------------------------------------
-def unknown_target(queue: str, job_type: str | None) -> Result | None:
-    """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
-    svc = _svc()
-    message = pause_target_unknown(svc.redis, queue, job_type,
-                                   {n: s.queue for n, s in svc.antre.handlers.items()},
-                                   svc.antre.queues())
-    return None if message is None else Result(False, message, 400)
-
-
-def pause(queue: str, job_type: str | None, reason: str | None) -> Result:
-    def run() -> Result:
-        bad = unknown_target(queue, job_type)
-        if bad is not None:
-            return bad
-        try:
-            info = _svc().pauses.pause(queue, job_type, _actor(), _reason(reason))
-        except PauseError as exc:
-            return Result(False, f"{exc}; nothing was changed", 409 if "already" in str(exc)
-                          else 400)
-        return Result(True, f"{info.target} paused: workers reserve none of its jobs until it "
-                            "is resumed (jobs in flight finish)", 200,
-                      {"paused": _plain_pause(info)})
-    return guarded("queue.pause", _target(queue, job_type), _reason(reason), run)
-
-
-def resume(queue: str, job_type: str | None, reason: str | None) -> Result:
-    def run() -> Result:
-        bad = unknown_target(queue, job_type)
-        if bad is not None:
-            return bad
-        svc = _svc()
-        before = svc.pauses.get(queue, job_type)
-        try:
-            moved = svc.pauses.resume(queue, job_type)
-        except PauseError as exc:
-            return Result(False, f"{exc}; nothing was changed", 409)
-        return Result(True, f"{_target(queue, job_type)} resumed ({moved} parked jobs back "
-                            "in the ready list)", 200,
-                      {"unparked": moved, "was": _plain_pause(before) if before else None})
-    return guarded("queue.resume", _target(queue, job_type), _reason(reason), run)
-
-
-def _target(queue: str, job_type: str | None) -> str:
-    return queue if job_type is None else f"{queue}/{job_type}"
-
-
-def _plain_pause(info: PauseInfo) -> dict[str, Any]:
-    return {"queue": info.queue, "job_type": info.job_type, "by": info.by, "at_ms": info.at_ms,
-            "reason": info.reason}
-
-
-def delete_job(queue: str, job_id: str, reason: str | None) -> Result:
-    def run() -> Result:
-        try:
-            where = _svc().purger.delete(queue, job_id)
-        except PurgeError as exc:
-            return Result(False, str(exc), 409)
-        return Result(True, f"job {job_id} deleted from {where}", 200, {"was": where})
-    return guarded("job.delete", f"{queue}/{job_id}", _reason(reason), run)
-
-
 def purge_start(queue: str, flt: PurgeFilter, rate: float, maximum: int, confirm: str,
                 reason: str | None) -> Result:
     """A paced purge of the filtered set, once ``confirm`` is the dry-run count or 'purge'."""
@@ -498,16 +403,3 @@ def purge_change(queue: str, task_id: str, op: str, reason: str | None) -> Resul
     return guarded(f"purge.{op}", f"{queue}/{task_id}", _reason(reason), run)
 
 
-def cancel_job(queue: str, job_id: str, to: str, reason: str | None) -> Result:
-    """Ask the worker running ``job_id`` to stop it; it ends in the DLQ or is discarded."""
-    def run() -> Result:
-        svc = _svc()
-        try:
-            req = svc.cancels.request(queue, job_id, _actor(), to, _reason(reason))
-        except CancelError as exc:
-            return Result(False, str(exc), 409 if "not running" in str(exc) else 400)
-        where = "the dead-letter queue" if req.to == "dlq" else "discarded"
-        return Result(True, f"cancel of job {job_id} requested: its worker stops it within "
-                            f"the handler's grace period, then it is {where}", 200,
-                      {"to": req.to})
-    return guarded("job.cancel", f"{queue}/{job_id}", _reason(reason), run)

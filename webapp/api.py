@@ -267,28 +267,6 @@ def discard_one(queue: str, job_id: str) -> Response:
     return _answer(actions.discard_one(check_queue(queue), job_id, _body().get("reason")))
 
 
-@bp.post("/queues/<queue>/jobs/<job_id>/run-now")
-@requires("operator", "scheduled.run_now")
-@doc(body=REASON)
-def run_now(queue: str, job_id: str) -> Response:
-    """Move a scheduled job to the ready list now."""
-    return _answer(actions.run_now(check_queue(queue), job_id, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/extend")
-@requires("operator", "inflight.extend")
-@doc(body={"epoch": "integer", "seconds": "integer", **REASON}, required=("epoch", "seconds"))
-def extend(queue: str, job_id: str) -> Response:
-    """Extend an in-flight lease by N seconds; 409 if the lease epoch changed."""
-    body = _body()
-    try:
-        epoch, seconds = int(body["epoch"]), int(body["seconds"])
-    except (KeyError, TypeError, ValueError):
-        abort(400, "epoch and seconds (integers) are required")
-    return _answer(actions.extend(check_queue(queue), job_id, epoch, seconds,
-                                  body.get("reason")))
-
-
 # -- selections: the dashboard's action bar; one audit entry per job ---------------------------
 SELECTION = {"ids": "string[]", **REASON}
 
@@ -352,24 +330,6 @@ def extend_selected(queue: str) -> Response:
     return _answer(actions.each_selected(
         "extended", list(by_id),
         lambda i: actions.extend(queue, i, by_id[i], seconds, body.get("reason"))))
-
-
-@bp.post("/locks/release")
-@requires("operator", "locks.release")
-@doc(body={"key": "string", "token": "string", **REASON}, required=("key", "token"))
-def release_lock() -> Response:
-    """Force-release a lock, only if still held by ``token`` (compare-and-delete)."""
-    body = _body()
-    return _answer(actions.release_lock(str(body.get("key", "")), str(body.get("token", "")),
-                                        body.get("reason")))
-
-
-@bp.post("/flow/breakers/<name>/reset")
-@requires("operator", "flow.reset_breaker")
-@doc(body=REASON)
-def reset_breaker(name: str) -> Response:
-    """Close a circuit breaker by hand and forget its failures."""
-    return _answer(actions.reset_breaker(name, _body().get("reason")))
 
 
 # -- periodic schedules ---------------------------------------------------------------------
@@ -569,43 +529,6 @@ def pauses() -> Response:
     """Every paused queue and job type: who paused it, when and why."""
     svc = services.get()
     return jsonify({"paused": _plain(svc.pauses.all()), "as_of": svc.clock()})
-
-
-@bp.post("/queues/<queue>/pause")
-@requires("operator", "queue.pause")
-@doc(body=PAUSE_BODY)
-def pause(queue: str) -> Response:
-    """Pause a queue (or one job type with ``type``): workers reserve none of its jobs."""
-    body = _body()
-    return _answer(actions.pause(check_queue(queue), _job_type(body), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/resume")
-@requires("operator", "queue.resume")
-@doc(body=PAUSE_BODY)
-def resume(queue: str) -> Response:
-    """Resume a paused queue (or job type); parked jobs go back to the ready list."""
-    body = _body()
-    return _answer(actions.resume(check_queue(queue), _job_type(body), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/delete")
-@requires("operator", "job.delete")
-@doc(body=REASON)
-def delete_job(queue: str, job_id: str) -> Response:
-    """Delete one ready or scheduled job; 409 when it is running, dead, done or gone."""
-    return _answer(actions.delete_job(check_queue(queue), job_id, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
-@requires("operator", "job.cancel")
-@doc(body={"to": "string", **REASON})
-def cancel_job(queue: str, job_id: str) -> Response:
-    """Stop a running job: ``to`` 'dlq' (default; reason 'cancelled by NAME') or 'discard';
-    409 when the job is not running."""
-    body = _body()
-    return _answer(actions.cancel_job(check_queue(queue), job_id, str(body.get("to") or "dlq"),
-                                      body.get("reason")))
 
 
 @bp.get("/queues/<queue>/purge/count")

@@ -13,7 +13,7 @@ from antre.control.purge import SOURCES, PurgeError, PurgeFilter
 from antre.observe.readmodels import PauseInfo
 
 from . import actions, services
-from .common import arg_int, check_queue, queue_arg, render, safe_next
+from .common import arg_int, check_queue, queue_arg, render
 from .security import requires
 
 bp = Blueprint("control", __name__)
@@ -26,36 +26,6 @@ def _flash(result: actions.Result) -> None:
 def _type_arg(src: Any) -> str | None:
     value = (src.get("type") or "").strip()
     return value or None
-
-
-@bp.post("/queues/<queue>/pause")
-@requires("operator", "queue.pause")
-def pause(queue: str) -> ResponseReturnValue:
-    _flash(actions.pause(check_queue(queue), _type_arg(request.form), request.form.get("reason")))
-    return redirect(safe_next(url_for("overview.index")), code=303)
-
-
-@bp.post("/queues/<queue>/resume")
-@requires("operator", "queue.resume")
-def resume(queue: str) -> ResponseReturnValue:
-    _flash(actions.resume(check_queue(queue), _type_arg(request.form),
-                          request.form.get("reason")))
-    return redirect(safe_next(url_for("overview.index")), code=303)
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/delete")
-@requires("operator", "job.delete")
-def delete_job(queue: str, job_id: str) -> ResponseReturnValue:
-    _flash(actions.delete_job(check_queue(queue), job_id, request.form.get("reason")))
-    return redirect(safe_next(url_for("scheduled.index", queue=queue)), code=303)
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
-@requires("operator", "job.cancel")
-def cancel_job(queue: str, job_id: str) -> ResponseReturnValue:
-    _flash(actions.cancel_job(check_queue(queue), job_id, request.form.get("to") or "dlq",
-                              request.form.get("reason")))
-    return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)
 
 
 # -- purge ------------------------------------------------------------------------------------

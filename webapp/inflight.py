@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, request, url_for
 from werkzeug.wrappers import Response
 
 from . import actions, find, services
@@ -16,7 +16,6 @@ from .common import (
     page_args,
     queue_arg,
     render,
-    safe_next,
     selected_ids,
 )
 from .security import requires
@@ -80,12 +79,3 @@ def selected(queue: str) -> str | Response:
                   url_for("inflight.index", queue=queue))
 
 
-@bp.post("/<queue>/<job_id>/extend")
-@requires("operator", "inflight.extend")
-def extend(queue: str, job_id: str) -> Response:
-    check_queue(queue)
-    epoch = arg_int("epoch", -1, -1, src=request.form)
-    seconds = arg_int("seconds", 0, 0, src=request.form)
-    result = actions.extend(queue, job_id, epoch, seconds, request.form.get("reason"))
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, request, url_for
 from werkzeug.wrappers import Response
 
 from . import actions, services
-from .common import answer, check_queue, page_args, queue_arg, render, safe_next, selected_ids
+from .common import answer, check_queue, page_args, queue_arg, render, selected_ids
 from .security import requires
 
 bp = Blueprint("scheduled", __name__, url_prefix="/scheduled")
@@ -47,10 +47,3 @@ def selected(queue: str) -> str | Response:
                   url_for("scheduled.index", queue=queue))
 
 
-@bp.post("/<queue>/<job_id>/run-now")
-@requires("operator", "scheduled.run_now")
-def run_now(queue: str, job_id: str) -> Response:
-    check_queue(queue)
-    result = actions.run_now(queue, job_id, request.form.get("reason"))
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(safe_next(url_for("scheduled.index", queue=queue)), code=303)

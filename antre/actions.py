@@ -1,0 +1,374 @@
+"""The table of operator actions: each change an operator makes (pause, cancel, extend,
+release, ...) declared once, with its audit name, minimum role, arguments (typed, with help
+text), target and ``run`` against the core objects. The dashboard's HTML route, its JSON API
+route with the OpenAPI entry (``webapp/table_routes.py``) and the ``antre`` subcommand
+(``antre_cli/incident.py``) are all built from ``TABLE``: a new action is one ``Action`` in it.
+
+This module knows no Flask and no argparse; a surface parses its input into ``Args`` (with
+``parse``), runs the action with ``Ops`` and the ``Actor`` who asked, and writes the audit
+entry with ``record``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+
+
+from antre.app import Antre
+from antre.clock import Clock
+from antre.control.bulk import BulkReplays
+from antre.control.cancel import CancelError, Cancels
+from antre.control.pause import PauseError, Pauses, unknown_target
+from antre.control.periodic import Schedules
+from antre.control.purge import PurgeError, Purger
+from antre.engine.locks import Locks
+from antre.errors import LeaseLost
+from antre.limits.flow import FlowControl
+from antre.observe.readmodels import PauseInfo, ReadModels
+from antre.stores.audit import AuditLog
+
+MAX_EXTEND_S = 24 * 3600
+MAX_REASON_CHARS = 2000
+
+Args = dict[str, Any]
+
+
+@dataclass
+class Result:
+    """What came of an action: the message the operator reads, the HTTP status the API
+    answers, and the figures written to the audit entry."""
+    ok: bool
+    message: str
+    status: int = 200
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "message": self.message, **self.detail}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acted: a dashboard user (``via='dashboard'``) or ``cli:NAME`` (``via='cli'``)."""
+    name: str
+    role: str | None
+    via: str = "dashboard"
+    remote_addr: str = ""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of an action. Path parameters (``<queue>`` in ``api``) are positionals on
+    the CLI; the others are JSON body / form fields and ``--options``."""
+    name: str
+    kind: type = str
+    help: str = ""
+    required: bool = False
+    default: Any = None
+    cli_default: Any = None
+    cli_required: bool = False
+    positional: bool = False  # a positional on the CLI although not in the URL path
+    choices: tuple[str, ...] = ()  # offered by the CLI; the action checks the value itself
+
+
+@dataclass(frozen=True)
+class Html:
+    """The dashboard's form route: POST ``path`` (endpoint ``endpoint``), flash the message,
+    redirect (303) to ``back`` (or the form's local ``next``). ``confirm``: the form must
+    carry ``confirm`` equal to the value of that parameter or the given word."""
+    path: str
+    endpoint: str
+    back: str
+    follow_next: bool = True
+    confirm: tuple[str, str, str] | None = None  # (parameter, what it is, the word)
+
+
+class BadInput(ValueError):
+    """An argument is missing or not of its kind: a 400 / exit status 1 naming it."""
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str  # the audit action name
+    role: str
+    summary: str  # one line: the OpenAPI summary and the CLI help
+    api: str  # the JSON API path under /api, e.g. /queues/<queue>/pause
+    api_name: str  # the API endpoint name (``api.<api_name>``)
+    html: Html
+    cli: tuple[str, ...]  # the CLI words, e.g. ("job", "extend")
+    run: Callable[[Ops, Actor, Args], Result]
+    target: Callable[[Args], str]
+    params: tuple[Param, ...] = ()
+    reason_required_on_cli: bool = False
+
+    @property
+    def path_params(self) -> tuple[str, ...]:
+        return tuple(re.findall(r"<(?:[^:>]+:)?([^>]+)>", self.api))
+
+    @property
+    def cli_positionals(self) -> tuple[str, ...]:
+        return self.path_params + tuple(p.name for p in self.params if p.positional)
+
+
+def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any],
+          cli: bool = False) -> Args:
+    """The action's arguments from the URL path and a JSON body, form or CLI namespace:
+    each converted to its kind; a missing required one or a bad value is ``BadInput``."""
+    args: Args = {name: str(path[name]) for name in action.path_params}
+    for p in action.params:
+        raw = body.get(p.name)
+        if raw in (None, ""):  # ``required`` is the API's (OpenAPI) and the CLI's (argparse)
+            raw = p.cli_default if cli and p.cli_default is not None else p.default
+        args[p.name] = None if raw is None else _convert(p, raw)
+    args["reason"] = str(body.get("reason") or "").strip()[:MAX_REASON_CHARS]
+    return args
+
+
+def _convert(p: Param, raw: Any) -> Any:
+    if p.kind is int:
+        if isinstance(raw, bool) or not re.fullmatch(r"-?\d{1,15}", str(raw).strip()):
+            raise BadInput(f"{p.name} must be a whole number")
+        return int(raw)
+    return str(raw).strip()
+
+
+class Ops:
+    """The core objects an action works with, on one app's Redis and clock."""
+
+    def __init__(self, app: Antre, clock: Clock | None = None,
+                 reads: ReadModels | None = None) -> None:
+        self.app = app
+        self.clock: Clock = clock or app.clock
+        self.reads = reads or ReadModels(app.redis, self.clock)
+
+    @property
+    def redis(self) -> Redis:
+        return self.app.redis
+
+    @property
+    def pauses(self) -> Pauses:
+        return Pauses(self.redis, self.clock, self.app.scripts)
+
+    @property
+    def cancels(self) -> Cancels:
+        return Cancels(self.redis, self.clock, self.app.scripts)
+
+    @property
+    def purger(self) -> Purger:
+        return Purger(self.redis, self.clock, self.app.scripts)
+
+    @property
+    def bulk(self) -> BulkReplays:
+        return BulkReplays(self.redis, self.clock)
+
+    @property
+    def locks(self) -> Locks:
+        return Locks(self.redis, clock=self.clock)
+
+    @property
+    def schedules(self) -> Schedules:
+        return Schedules(self.redis, clock=self.clock, scripts=self.app.scripts)
+
+    @property
+    def flow(self) -> FlowControl:
+        return FlowControl(self.redis, self.clock)
+
+    def unknown_target(self, queue: str, job_type: str | None) -> Result | None:
+        """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
+        message = unknown_target(self.redis, queue, job_type,
+                                 {n: s.queue for n, s in self.app.handlers.items()},
+                                 self.app.queues())
+        return None if message is None else Result(False, message, 400)
+
+
+# -- the audit entry --------------------------------------------------------------------------
+def outcome_of(result: Result, via: str) -> str:
+    """ok, refused or failed. The dashboard calls a conflict (the state changed, 404/409)
+    failed and bad input or a missing service refused; the CLI answers every unsuccessful
+    request as a refusal (exit status 1)."""
+    if result.ok:
+        return "ok"
+    if via == "cli" or result.status in (400, 403, 503):
+        return "refused"
+    return "failed"
+
+
+def record(log: AuditLog, who: Actor, action: str, target: str | None, reason: str | None,
+           outcome: str, detail: dict[str, Any] | None) -> None:
+    """The one writer of an audit entry for an operator's change, from any surface."""
+    log.record(who.name, who.role, action, target, reason or None, outcome, detail,
+               who.remote_addr)
+
+
+# -- the actions ------------------------------------------------------------------------------
+def _note(a: Args) -> dict[str, Any] | None:
+    return {"reason": a["reason"]} if a["reason"] else None
+
+
+def _job_target(a: Args) -> str:
+    return f"{a['queue']}/{a['job_id']}"
+
+
+def _pause_target(a: Args) -> str:
+    return a["queue"] if a.get("type") is None else f"{a['queue']}/{a['type']}"
+
+
+def _plain_pause(info: PauseInfo) -> dict[str, Any]:
+    return {"queue": info.queue, "job_type": info.job_type, "by": info.by, "at_ms": info.at_ms,
+            "reason": info.reason}
+
+
+def pause(ops: Ops, who: Actor, a: Args) -> Result:
+    bad = ops.unknown_target(a["queue"], a["type"])
+    if bad is not None:
+        return bad
+    try:
+        info = ops.pauses.pause(a["queue"], a["type"], who.name, a["reason"])
+    except PauseError as exc:
+        return Result(False, f"{exc}; nothing was changed", 409 if "already" in str(exc)
+                      else 400)
+    return Result(True, f"{info.target} paused: workers reserve none of its jobs until it "
+                        "is resumed (jobs in flight finish)", 200, {"paused": _plain_pause(info)})
+
+
+def resume(ops: Ops, who: Actor, a: Args) -> Result:
+    bad = ops.unknown_target(a["queue"], a["type"])
+    if bad is not None:
+        return bad
+    before = ops.pauses.get(a["queue"], a["type"])
+    try:
+        moved = ops.pauses.resume(a["queue"], a["type"])
+    except PauseError as exc:
+        return Result(False, f"{exc}; nothing was changed", 409)
+    return Result(True, f"{_pause_target(a)} resumed ({moved} parked jobs back in the ready "
+                        "list)", 200,
+                  {"unparked": moved, "was": _plain_pause(before) if before else None})
+
+
+def delete_job(ops: Ops, who: Actor, a: Args) -> Result:
+    try:
+        where = ops.purger.delete(a["queue"], a["job_id"])
+    except PurgeError as exc:
+        return Result(False, str(exc), 409)
+    return Result(True, f"job {a['job_id']} deleted from {where}", 200, {"was": where})
+
+
+def run_now(ops: Ops, who: Actor, a: Args) -> Result:
+    if not ops.app.queue(a["queue"]).run_now(a["job_id"], who.name, _note(a)):
+        return Result(False, f"job {a['job_id']} is no longer scheduled (it already ran or "
+                             "moved); nothing was changed", 409)
+    return Result(True, f"job {a['job_id']} moved to the ready list")
+
+
+def extend(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, job_id, epoch, seconds = a["queue"], a["job_id"], a["epoch"], a["seconds"]
+    if not 1 <= seconds <= MAX_EXTEND_S:
+        return Result(False, f"seconds must be between 1 and {MAX_EXTEND_S}", 400)
+    before = ops.reads.job(queue, job_id)
+    detail = {"epoch": epoch, "seconds": seconds,
+              "deadline_before": before.deadline if before else None}
+    try:
+        deadline = ops.app.queue(queue).extend(job_id, epoch, seconds * 1000, mode="add",
+                                               actor=who.name, note=_note(a))
+    except LeaseLost as exc:
+        return Result(False, "the lease changed under you (job was re-delivered/finished); "
+                             f"nothing was changed. ({exc})", 409, detail)
+    return Result(True, f"lease of job {job_id} extended by {seconds}s", 200,
+                  {**detail, "deadline_after": deadline})
+
+
+def cancel_job(ops: Ops, who: Actor, a: Args) -> Result:
+    try:
+        req = ops.cancels.request(a["queue"], a["job_id"], who.name, a["to"], a["reason"])
+    except CancelError as exc:
+        return Result(False, str(exc), 409 if "not running" in str(exc) else 400)
+    where = "the dead-letter queue" if req.to == "dlq" else "discarded"
+    return Result(True, f"cancel of job {a['job_id']} requested: its worker stops it within "
+                        f"the handler's grace period, then it is {where}", 200, {"to": req.to})
+
+
+def release_lock(ops: Ops, who: Actor, a: Args) -> Result:
+    key, token = a["key"], a["token"] or ""
+    if not token:
+        return Result(False, "the holder token is required", 400)
+    if not ops.locks.release_token(key, token):
+        return Result(False, f"lock {key!r} is no longer held by that token (released, "
+                             "expired or re-taken since); nothing was changed", 409)
+    return Result(True, f"lock {key!r} released", 200, {"token": token})
+
+
+def reset_breaker(ops: Ops, who: Actor, a: Args) -> Result:
+    name = a["name"]
+    flow = ops.flow
+    known = {b.name: b for b in flow.breakers()}
+    if name not in known:
+        return Result(False, f"no circuit breaker named {name!r}; known: "
+                             f"{', '.join(sorted(known)) or 'none'}", 404)
+    state = known[name]
+    flow.breaker(name, state.failure_threshold, state.window_s, state.cooldown_s).reset()
+    return Result(True, f"circuit breaker {name} closed by hand (was {state.state})", 200,
+                  {"before": state.state, "after": "closed"})
+
+
+TYPE = Param("type", help="only this job type")
+TABLE: list[Action] = [
+    Action("queue.pause", "operator",
+           "Pause a queue (or one job type with ``type``): workers reserve none of its jobs.",
+           "/queues/<queue>/pause", "pause", Html("/queues/<queue>/pause", "control.pause",
+                                                  "overview.index"),
+           ("pause",), pause, _pause_target, (TYPE,), reason_required_on_cli=True),
+    Action("queue.resume", "operator",
+           "Resume a paused queue (or job type); parked jobs go back to the ready list.",
+           "/queues/<queue>/resume", "resume", Html("/queues/<queue>/resume", "control.resume",
+                                                    "overview.index"),
+           ("resume",), resume, _pause_target, (TYPE,)),
+    Action("job.delete", "operator",
+           "Delete one ready or scheduled job; 409 when it is running, dead, done or gone.",
+           "/queues/<queue>/jobs/<job_id>/delete", "delete_job",
+           Html("/queues/<queue>/jobs/<job_id>/delete", "control.delete_job",
+                "scheduled.index"),
+           ("job", "delete"), delete_job, _job_target),
+    Action("scheduled.run_now", "operator", "Move a scheduled job to the ready list now.",
+           "/queues/<queue>/jobs/<job_id>/run-now", "run_now",
+           Html("/scheduled/<queue>/<job_id>/run-now", "scheduled.run_now", "scheduled.index"),
+           ("job", "run-now"), run_now, _job_target),
+    Action("inflight.extend", "operator",
+           "Extend an in-flight lease by N seconds; 409 if the lease epoch changed.",
+           "/queues/<queue>/jobs/<job_id>/extend", "extend",
+           Html("/inflight/<queue>/<job_id>/extend", "inflight.extend", "inflight.index"),
+           ("job", "extend"), extend, _job_target,
+           (Param("epoch", int, "the lease epoch you saw", required=True, default=-1,
+                  cli_required=True),
+            Param("seconds", int, "how many seconds to add", required=True, default=0,
+                  cli_default=30))),
+    Action("job.cancel", "operator",
+           "Stop a running job: ``to`` 'dlq' (default; reason 'cancelled by NAME') or "
+           "'discard'; 409 when the job is not running.",
+           "/queues/<queue>/jobs/<job_id>/cancel", "cancel_job",
+           Html("/queues/<queue>/jobs/<job_id>/cancel", "control.cancel_job", "inflight.index"),
+           ("job", "cancel"), cancel_job, _job_target,
+           (Param("to", help="where the job goes: dlq or discard", default="dlq",
+                  choices=("dlq", "discard")),)),
+    Action("locks.release", "operator",
+           "Force-release a lock, only if still held by ``token`` (compare-and-delete).",
+           "/locks/release", "release_lock",
+           Html("/locks/release", "locks.release", "locks.index", follow_next=False,
+                confirm=("key", "lock key", "release")),
+           ("lock", "release"), release_lock, lambda a: str(a["key"]),
+           (Param("key", help="the lock key", required=True, default="", positional=True),
+            Param("token", help="the holder token (Locks page / API)", required=True,
+                  default="", cli_required=True))),
+    Action("flow.reset_breaker", "operator",
+           "Close a circuit breaker by hand and forget its failures.",
+           "/flow/breakers/<name>/reset", "reset_breaker",
+           Html("/flow/breakers/<name>/reset", "overview.reset_breaker", "overview.index"),
+           ("breaker", "reset"), reset_breaker, lambda a: str(a["name"])),
+]
+
+
+def by_name(name: str) -> Action:
+    return next(a for a in TABLE if a.name == name)
