@@ -34,6 +34,8 @@ from antre.stores.audit import AuditLog
 
 MAX_EXTEND_S = 24 * 3600
 MAX_REASON_CHARS = 2000
+PATH_HELP = {"queue": "the queue", "job_id": "the job's id", "name": "its name",
+             "task_id": "the task's id"}  # the CLI's help for the positionals of a path
 
 Args = dict[str, Any]
 
@@ -108,10 +110,6 @@ class Action:
     @property
     def path_params(self) -> tuple[str, ...]:
         return tuple(re.findall(r"<(?:[^:>]+:)?([^>]+)>", self.api))
-
-    @property
-    def cli_positionals(self) -> tuple[str, ...]:
-        return self.path_params + tuple(p.name for p in self.params if p.positional)
 
 
 def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any],

@@ -21,17 +21,22 @@ from typing import Any
 import redis
 
 from antre import Antre
+from antre.actions import (
+    PATH_HELP,
+    TABLE,
+    Action,
+    Actor,
+    BadInput,
+    Ops,
+    Param,
+    parse,
+    record,
+)
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
-from antre.control.cancel import CancelError, Cancels
-from antre.errors import LeaseLost
-from antre.limits.flow import FlowControl
-from antre.control.pause import PauseError, Pauses, unknown_target
+from antre.control.pause import unknown_target
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.observe.readmodels import DeadFilter
 from antre_worker.loader import load_app
-
-MAX_EXTEND_S = 24 * 3600
-
 
 @dataclass
 class Outcome:
@@ -43,6 +48,10 @@ class Outcome:
 
 def operator() -> str:
     return f"cli:{getpass.getuser()}"
+
+
+def operator_actor() -> Actor:
+    return Actor(operator(), "cli", "cli")
 
 
 def _app(path: str | None) -> Antre:
@@ -62,9 +71,8 @@ def run_audited(app: Antre, action: str, target: str, reason: str,
         out = Outcome(False, f"Redis at {app.redis_url} is unreachable ({exc}); nothing was "
                              "done")
     status = "ok" if out.ok else ("refused" if out.refused else "failed")
-    app.audit.record(user=operator(), role="cli", action=action, target=target,
-                     reason=reason, outcome=status,
-                     detail={"message": out.message, **out.detail}, remote_addr="")
+    record(app.audit, operator_actor(), action, target, reason, status,
+           {"message": out.message, **out.detail})
     print(out.message, file=sys.stdout if out.ok else sys.stderr)
     return 0 if out.ok else 1
 
@@ -73,92 +81,9 @@ def _refuse(message: str, **detail: Any) -> Outcome:
     return Outcome(False, f"error: {message}", True, dict(detail))
 
 
-# -- pause / resume ------------------------------------------------------------------------------
 def _known(app: Antre, queue: str, job_type: str | None) -> str | None:
     return unknown_target(app.redis, queue, job_type,
                           {n: s.queue for n, s in app.handlers.items()}, app.queues())
-
-
-def cmd_pause(args: argparse.Namespace) -> int:
-    app = _app(args.app)
-    target = args.queue + (f"/{args.type}" if args.type else "")
-
-    def pause() -> Outcome:
-        bad = _known(app, args.queue, args.type)
-        if bad:
-            return _refuse(bad)
-        try:
-            info = Pauses(app.redis, app.clock, app.scripts).pause(
-                args.queue, args.type, operator(), args.reason)
-        except PauseError as exc:
-            return _refuse(str(exc))
-        return Outcome(True, f"{info.target} paused by {info.by}: workers reserve none of its "
-                             "jobs until it is resumed")
-
-    def resume() -> Outcome:
-        bad = _known(app, args.queue, args.type)
-        if bad:
-            return _refuse(bad)
-        try:
-            moved = Pauses(app.redis, app.clock, app.scripts).resume(args.queue, args.type)
-        except PauseError as exc:
-            return _refuse(str(exc))
-        return Outcome(True, f"{target} resumed ({moved} parked jobs back in the ready list)",
-                       detail={"unparked": moved})
-    fn = pause if args.command == "pause" else resume
-    return run_audited(app, f"queue.{args.command}", target, args.reason or "", fn)
-
-
-# -- jobs -------------------------------------------------------------------------------------
-def _delete(app: Antre, args: argparse.Namespace) -> Outcome:
-    try:
-        where = Purger(app.redis, app.clock, app.scripts).delete(args.queue, args.job_id)
-    except PurgeError as exc:
-        return _refuse(str(exc))
-    return Outcome(True, f"job {args.job_id} deleted from {where}")
-
-
-def _run_now(app: Antre, args: argparse.Namespace) -> Outcome:
-    if not app.queue(args.queue).run_now(args.job_id):
-        return _refuse(f"job {args.job_id} is not scheduled in {args.queue}; nothing was "
-                       "changed")
-    return Outcome(True, f"job {args.job_id} moved to the ready list")
-
-
-def _extend(app: Antre, args: argparse.Namespace) -> Outcome:
-    if not 1 <= args.seconds <= MAX_EXTEND_S:
-        return _refuse(f"--seconds must be from 1 to {MAX_EXTEND_S}")
-    try:
-        deadline = app.queue(args.queue).extend(args.job_id, args.epoch, args.seconds * 1000,
-                                                mode="add")
-    except LeaseLost as exc:
-        return _refuse(f"{exc} (look up the current epoch: antre status / the API)")
-    return Outcome(True, f"lease of job {args.job_id} extended by {args.seconds}s",
-                   detail={"deadline_after": deadline, "epoch": args.epoch})
-
-
-def _cancel(app: Antre, args: argparse.Namespace) -> Outcome:
-    try:
-        req = Cancels(app.redis, app.clock, app.scripts).request(
-            args.queue, args.job_id, operator(), args.to, args.reason)
-    except CancelError as exc:
-        return _refuse(str(exc))
-    return Outcome(True, f"cancel of job {args.job_id} requested: its worker stops it, then "
-                         f"it goes to {'the DLQ' if req.to == 'dlq' else 'nowhere'}",
-                   detail={"to": req.to})
-
-
-JOB_COMMANDS: dict[str, tuple[Callable[[Antre, argparse.Namespace], Outcome], str]] = {
-    "delete": (_delete, "job.delete"), "run-now": (_run_now, "scheduled.run_now"),
-    "extend": (_extend, "inflight.extend"), "cancel": (_cancel, "job.cancel"),
-}
-
-
-def cmd_job(args: argparse.Namespace) -> int:
-    app = _app(args.app)
-    fn, action = JOB_COMMANDS[args.job_cmd]
-    return run_audited(app, action, f"{args.queue}/{args.job_id}", args.reason,
-                       lambda: fn(app, args))
 
 
 # -- purge and bulk tasks ---------------------------------------------------------------------
@@ -262,35 +187,6 @@ def cmd_task(args: argparse.Namespace) -> int:
                        change)
 
 
-# -- locks and breakers -----------------------------------------------------------------------
-def cmd_lock_release(args: argparse.Namespace) -> int:
-    app = _app(args.app)
-
-    def release() -> Outcome:
-        if not app.locks.release_token(args.key, args.token):
-            return _refuse(f"lock {args.key!r} is no longer held by that token (released, "
-                           "expired or re-taken since); nothing was changed")
-        return Outcome(True, f"lock {args.key!r} released", detail={"token": args.token})
-    return run_audited(app, "locks.release", args.key, args.reason, release)
-
-
-def cmd_breaker_reset(args: argparse.Namespace) -> int:
-    app = _app(args.app)
-
-    def reset() -> Outcome:
-        flow = FlowControl(app.redis, app.clock)
-        known = {b.name: b for b in flow.breakers()}
-        if args.name not in known:
-            return _refuse(f"no circuit breaker named {args.name!r}; known: "
-                           f"{', '.join(sorted(known)) or 'none'}")
-        state = known[args.name]
-        flow.breaker(args.name, state.failure_threshold, state.window_s,
-                     state.cooldown_s).reset()
-        return Outcome(True, f"circuit breaker {args.name} closed by hand (was {state.state})",
-                       detail={"before": state.state, "after": "closed"})
-    return run_audited(app, "flow.reset_breaker", args.name, args.reason, reset)
-
-
 # -- the parser -------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser, reason_required: bool = False) -> None:
     p.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
@@ -298,38 +194,68 @@ def _common(p: argparse.ArgumentParser, reason_required: bool = False) -> None:
                    help="why (written to the audit log)")
 
 
-def add_parsers(sub: Any) -> None:
-    _add_pause(sub)
-    _add_job(sub)
+def add_parsers(sub: Any, table: list[Action] | None = None) -> None:
+    add_table_parsers(sub, TABLE if table is None else table)
     _add_purge(sub)
     _add_tasks(sub)
-    _add_flow(sub)
 
 
-def _add_pause(sub: Any) -> None:
-    for name in ("pause", "resume"):
-        p = sub.add_parser(name, help=f"{name} a queue, or one job type in it (--type)")
-        p.add_argument("queue")
-        p.add_argument("--type", default=None, help="only this job type")
-        _common(p, reason_required=name == "pause")
+# -- the table of operator actions (antre/actions.py) -----------------------------------------
+def add_table_parsers(sub: Any, table: list[Action]) -> None:
+    """One subcommand per table entry: ``antre WORD`` or ``antre GROUP WORD``, path
+    parameters as positionals, the others as ``--options``, and ``--app`` / ``--reason``."""
+    groups: dict[str, Any] = {}
+    for action in table:
+        p = _action_parser(sub, groups, table, action.cli)
+        for name in action.path_params:
+            p.add_argument(name, help=PATH_HELP.get(name, ""))
+        for param in action.params:
+            if param.positional:
+                p.add_argument(param.name, help=param.help)
+            else:
+                _add_option(p, param)
+        _common(p, reason_required=action.reason_required_on_cli)
+        p.set_defaults(table_action=action)
 
 
-def _add_job(sub: Any) -> None:
-    j = sub.add_parser("job", help="one job: delete | run-now | extend | cancel")
-    jsub = j.add_subparsers(dest="job_cmd", required=True)
-    for name, what in (("delete", "delete a ready or scheduled job"),
-                       ("run-now", "move a scheduled job to the ready list"),
-                       ("extend", "extend an in-flight job's lease"),
-                       ("cancel", "stop a running job (to the DLQ, or --to discard)")):
-        p = jsub.add_parser(name, help=what)
-        p.add_argument("queue")
-        p.add_argument("job_id")
-        if name == "extend":
-            p.add_argument("--epoch", type=int, required=True, help="the lease epoch you saw")
-            p.add_argument("--seconds", type=int, default=30)
-        if name == "cancel":
-            p.add_argument("--to", choices=["dlq", "discard"], default="dlq")
-        _common(p)
+def _action_parser(sub: Any, groups: dict[str, Any], table: list[Action],
+                   words: tuple[str, ...]) -> Any:
+    mine = next(a for a in table if a.cli == words)
+    if len(words) == 1:
+        return sub.add_parser(words[0], help=mine.summary)
+    group, word = words
+    if group not in groups:
+        verbs = " | ".join(a.cli[1] for a in table if a.cli[0] == group and len(a.cli) == 2)
+        g = sub.add_parser(group, help=f"{group}: {verbs}")
+        groups[group] = g.add_subparsers(dest=f"{group}_cmd", required=True)
+    return groups[group].add_parser(word, help=mine.summary)
+
+
+def _add_option(p: argparse.ArgumentParser, param: Param) -> None:
+    default = param.default if param.cli_default is None else param.cli_default
+    p.add_argument(f"--{param.name.replace('_', '-')}", dest=param.name, type=param.kind,
+                   required=param.cli_required, default=default,
+                   choices=list(param.choices) or None, help=param.help)
+
+
+def cmd_action(args: argparse.Namespace) -> int:
+    """Run the table entry the subcommand was made from, audited as ``cli:NAME``."""
+    action: Action = args.table_action
+    app = _app(args.app)
+    try:
+        values = parse(action, vars(args), vars(args))
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+    def run() -> Outcome:
+        result = action.run(Ops(app), operator_actor(), values)
+        if result.ok:
+            return Outcome(True, result.message, detail=result.detail)
+        return _refuse(result.message, **result.detail)
+    return run_audited(app, action.name, action.target(values), values["reason"], run)
+
+
 
 
 def _add_purge(sub: Any) -> None:
@@ -368,20 +294,7 @@ def _add_tasks(sub: Any) -> None:
     _common(p)
 
 
-def _add_flow(sub: Any) -> None:
-    p = sub.add_parser("lock", help="force-release a business lock held by TOKEN")
-    p.add_argument("lock_cmd", choices=["release"])
-    p.add_argument("key")
-    p.add_argument("--token", required=True, help="the holder token (Locks page / API)")
-    _common(p)
-    p = sub.add_parser("breaker", help="close a circuit breaker by hand")
-    p.add_argument("breaker_cmd", choices=["reset"])
-    p.add_argument("name")
-    _common(p)
-
-
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "pause": cmd_pause, "resume": cmd_pause, "job": cmd_job, "purge": cmd_purge,
-    "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "task": cmd_task,
-    "lock": cmd_lock_release, "breaker": cmd_breaker_reset,
+    **{action.cli[0]: cmd_action for action in TABLE},
+    "purge": cmd_purge, "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "task": cmd_task,
 }
