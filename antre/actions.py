@@ -198,8 +198,7 @@ def outcome_of(result: Result, via: str) -> str:
 def record(log: AuditLog, who: Actor, action: str, target: str | None, reason: str | None,
            outcome: str, detail: dict[str, Any] | None) -> None:
     """The one writer of an audit entry for an operator's change, from any surface."""
-    log.record(who.name, who.role, action, target, reason or None, outcome, detail,
-               who.remote_addr)
+    log.record(who.name, who.role, action, target, reason, outcome, detail, who.remote_addr)
 
 
 # -- the actions ------------------------------------------------------------------------------

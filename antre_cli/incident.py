@@ -238,6 +238,12 @@ def _add_option(p: argparse.ArgumentParser, param: Param) -> None:
                    choices=list(param.choices) or None, help=param.help)
 
 
+def table_command(args: argparse.Namespace) -> Action | None:
+    """The table entry a parsed command line was made from, if it was."""
+    action: Action | None = getattr(args, "table_action", None)
+    return action
+
+
 def cmd_action(args: argparse.Namespace) -> int:
     """Run the table entry the subcommand was made from, audited as ``cli:NAME``."""
     action: Action = args.table_action
@@ -295,6 +301,5 @@ def _add_tasks(sub: Any) -> None:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    **{action.cli[0]: cmd_action for action in TABLE},
     "purge": cmd_purge, "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "task": cmd_task,
 }

@@ -424,4 +424,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
                 "demo": cmd_demo, "schedules": cmd_schedules, "find": cmd_find,
                 "result": cmd_result, **incident.HANDLERS}
+    if incident.table_command(args) is not None:  # an entry of antre.actions.TABLE
+        return incident.cmd_action(args)
     return handlers[args.command](args)

@@ -252,9 +252,9 @@ def audit(action: str, target: str | None, outcome: str, reason: str | None = No
     who = user or current_user()
     svc = services.get()
     try:
-        record(svc.audit, Actor(who.name if who else "(anonymous)", who.role if who else None,
-                                "dashboard", client_addr()), action, target, reason, outcome,
-               detail)
+        who_acted = Actor(who.name if who else "(anonymous)", who.role if who else None,
+                          "dashboard", client_addr())
+        record(svc.audit, who_acted, action, target, reason or None, outcome, detail)
         svc.outages.ok("database")
     except SQLAlchemyError as exc:
         svc.outages.failed("database")

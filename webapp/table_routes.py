@@ -71,7 +71,9 @@ def _html_view(action: Action) -> Callable[..., Response]:
 def _guarded(action: Action, view: Callable[..., Response], name: str) -> Callable[..., Any]:
     view.__name__ = name
     view.__doc__ = action.summary
-    return requires(action.role, action.name)(view)
+    guarded = requires(action.role, action.name)(view)
+    guarded.table_action = action.name  # type: ignore[attr-defined]
+    return guarded
 
 
 def install(app: Flask, table: list[Action] | None = None) -> None:
