@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # an image built FROM this one (pip install it, or set PYTHONPATH to where it lives).
 WORKDIR /app
 COPY . /app
-RUN pip install ".[postgres]" \
+RUN pip install ".[web,postgres]" \
     && useradd --create-home --uid 1000 antre
 USER antre
 

@@ -30,7 +30,13 @@ from antre_worker.loader import load_app
 
 from . import incident
 from .demo import run_demo
-from .web import serve
+
+try:  # the dashboard is an extra (pip install "antre[web]"); the core CLI works without it
+    from . import web as dashboard
+    WEB_MISSING = ""
+except ImportError as exc:  # pragma: no cover - exercised by the core-install wheel test
+    dashboard = None  # type: ignore[assignment]
+    WEB_MISSING = exc.name or str(exc)
 
 
 def _ts(ms: int) -> str:
@@ -86,8 +92,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         for p in q.paused:  # incident controls
             print(f"  paused: {p.job_type or 'whole queue'} by {p.by} at {_ts(p.at_ms)} UTC: "
                   f"{p.reason}")
-    alive = [w for w in workers if w.alive(now) and w.kind == "process"]
-    print(f"workers: {len(alive)} live processes, "
+    print(f"workers: {summary.live_workers} live processes, "
           f"{sum(1 for w in workers if not w.alive(now))} stale or stopped")
     print(f"lock conflicts: {summary.conflicts_5m} in 5 min, {summary.conflicts_1h} in 1 h, "
           f"{summary.conflicts_total} ever"
@@ -194,6 +199,12 @@ def _print_job(app: Antre, found: Located, as_json: bool) -> int:
     return 0
 
 
+def _fields(matched: dict[str, Any]) -> str:
+    """``order_id=1234 tenant="acme"``: each matched field as it would be typed to find it."""
+    return " ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}"
+                    for k, v in matched.items())
+
+
 def _search(app: Antre, args: argparse.Namespace) -> int:
     cursor, hits = None, 0
     try:
@@ -202,7 +213,8 @@ def _search(app: Antre, args: argparse.Namespace) -> int:
             for h in step.hits:
                 hits += 1
                 print(json.dumps(dataclasses.asdict(h)) if args.json else
-                      f"{h.job_id}  {h.queue:<12} {h.state:<9} {h.job_type:<16} {h.matched}",
+                      f"{h.job_id}  {h.queue:<12} {h.state:<9} {h.job_type:<16} "
+                      f"{_fields(h.matched)}",
                       flush=True)
             print(f"scanned {step.scanned} of {step.total}, {hits} found", file=sys.stderr)
             if step.done or (args.limit and hits >= args.limit):
@@ -314,11 +326,22 @@ def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
     return int(worker_main([args.command, *rest]) or 0)
 
 
+def no_dashboard(command: str) -> int:
+    print(f"error: `antre {command}` needs the dashboard, which is not installed (missing "
+          f"module: {WEB_MISSING}): pip install 'antre[web]' (or 'antre[demo]' for the demo)",
+          file=sys.stderr)
+    return 2
+
+
 def cmd_web(args: argparse.Namespace) -> int:
-    return serve(args.app, host=args.host, port=args.port, workers=args.workers)
+    if dashboard is None:
+        return no_dashboard("web")
+    return dashboard.serve(args.app, host=args.host, port=args.port, workers=args.workers)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if dashboard is None:
+        return no_dashboard("demo")
     return run_demo(port=args.port, data_dir=args.data_dir, host=args.host,
                     processes=args.processes, threads=args.threads, traffic=args.traffic)
 

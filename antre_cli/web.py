@@ -51,11 +51,24 @@ def bootstrap_admin(app_path: str | None) -> str | None:
     return "admin"
 
 
+def check_user_database(app_path: str | None) -> None:
+    """The dashboard's users and audit log live in SQL: without a database nobody could log in
+    and no change could be audited, so refuse to start and say what to set."""
+    app = load_app(app_path) if app_path else Antre()
+    if app.database_url is None:
+        raise InsecureConfig(
+            "no user database: the dashboard keeps its users and audit log in SQL. Set "
+            "ANTRE_DATABASE_URL (e.g. sqlite:////var/lib/antre/antre.db or "
+            "postgresql+psycopg://user@host/db), then add a user with `antre user add NAME "
+            "--role admin` or set ANTRE_ADMIN_PASSWORD for a first 'admin'")
+
+
 def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
           workers: int = 2) -> int:
     # every gunicorn worker builds its own app: they share the key from the environment
     try:
         check_secret_key(os.environ.get("ANTRE_SECRET_KEY"))
+        check_user_database(app_path)
         created = bootstrap_admin(app_path)
     except (InsecureConfig, ValueError) as exc:
         print(f"antre web: {exc}", file=sys.stderr)

@@ -78,6 +78,11 @@ class Supervisor:
         self.info.started_at = int(time.time() * 1000)
         log.info("pool %s: %d processes x %d threads on queues %s", self.id, self.processes,
                  self.threads, ",".join(self.queues), extra={"event": "pool_started"})
+        if self.app.database_url is None:
+            log.warning("no database (ANTRE_DATABASE_URL is unset): no idempotency store, so a "
+                        "redelivered job runs its handler again (effects at least once, not at "
+                        "most once); set ANTRE_DATABASE_URL to a SQLite or PostgreSQL URL",
+                        extra={"event": "no_idempotency_store"})
         if self.duties is not None:
             self.duties.start()
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
@@ -74,8 +75,16 @@ class WorkerRegistry:
         data = cast(dict[str, str], self.redis.hgetall(keys.worker(worker_id)))
         return _decode(data) if data else None
 
+    def live(self, stale_after_ms: int = STALE_AFTER_MS) -> "builtins.list[WorkerInfo]":
+        """The worker processes alive now: a fresh heartbeat and not stopped (a burst worker
+        that exited says so in its last beat). Supervisors run no jobs and are not counted.
+        The one definition the overview, ``antre status`` (text and JSON), ``/metrics`` and
+        the alerts all use."""
+        now = self.clock()
+        return [w for w in self.list() if w.kind == "process" and w.alive(now, stale_after_ms)]
+
     def live_count(self, stale_after_ms: int = STALE_AFTER_MS) -> int:
-        return int(self.redis.zcount(keys.workers_index(), self.clock() - stale_after_ms, "+inf"))
+        return len(self.live(stale_after_ms))
 
     def forget_older_than(self, ms: int) -> int:
         return int(self.redis.zremrangebyscore(keys.workers_index(), "-inf", self.clock() - ms))

@@ -22,16 +22,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy import Table, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from antre.clock import system_ms
+from antre.errors import AntreError
 from antre.stores.sql import ROLES, RevokedSession, User, dialect_insert, ms_to_datetime
 
-__all__ = ["MIN_PASSWORD_LENGTH", "ROLES", "UnknownUser", "UserExists", "UserInfo", "UserStore",
+try:  # argon2-cffi comes with the dashboard (pip install "antre[web]"); a worker needs no users
+    from argon2 import PasswordHasher
+    from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+    _BAD_PASSWORD: tuple[type[Exception], ...] = (VerifyMismatchError, VerificationError,
+                                                  InvalidHashError)
+except ImportError:  # pragma: no cover - exercised by the core-install test in a fresh venv
+    PasswordHasher = None  # type: ignore[assignment,misc]
+    _BAD_PASSWORD = ()
+
+__all__ = ["MIN_PASSWORD_LENGTH", "ROLES", "MissingExtra", "UnknownUser", "UserExists", "UserInfo", "UserStore",
            "WeakPassword", "check_name", "check_password", "normalise_name", "role_at_least"]
 
 MIN_PASSWORD_LENGTH = 12
@@ -120,6 +128,10 @@ def _check_role(role: str) -> None:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
 
 
+class MissingExtra(AntreError, RuntimeError):
+    """A part of Antre that lives in an optional extra was used without it."""
+
+
 class UserStore:
     """Users in SQL. ``hasher`` defaults to argon2-cffi's ``PasswordHasher()`` (argon2id)."""
 
@@ -131,8 +143,21 @@ class UserStore:
     ) -> None:
         self._sf = session_factory
         self.clock = clock
-        self.hasher = hasher or PasswordHasher()
+        self._hasher = hasher
         self._dummy_hash: str | None = None
+
+    @property
+    def hasher(self) -> PasswordHasher:
+        """argon2id, made on first use: a worker's store (which never hashes) needs no argon2."""
+        if self._hasher is None:
+            if PasswordHasher is None:
+                raise MissingExtra("dashboard users need argon2-cffi: pip install 'antre[web]'")
+            self._hasher = PasswordHasher()
+        return self._hasher
+
+    @hasher.setter
+    def hasher(self, value: PasswordHasher) -> None:
+        self._hasher = value
 
     def _dummy(self) -> str:
         if self._dummy_hash is None:
@@ -175,7 +200,7 @@ class UserStore:
         stored = row.password_hash if row is not None else self._dummy()
         try:
             ok: bool = self.hasher.verify(stored, password or "")
-        except (VerifyMismatchError, VerificationError, InvalidHashError):
+        except _BAD_PASSWORD:
             ok = False
         if row is None or not ok or row.disabled:
             return None
@@ -226,7 +251,7 @@ class UserStore:
             row = s.execute(select(_T.c.password_hash).where(_C.name == name)).first()
         try:
             ok = bool(self.hasher.verify(row[0] if row else self._dummy(), password or ""))
-        except (VerifyMismatchError, VerificationError, InvalidHashError):
+        except _BAD_PASSWORD:
             ok = False
         return ok and row is not None
 

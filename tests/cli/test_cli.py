@@ -169,3 +169,45 @@ def test_result_says_completed_pending_failed_unknown(env, capsys):
     assert capsys.readouterr().out.startswith("failed")
     assert main(["result", "never"]) == 1
     assert capsys.readouterr().out.strip() == "unknown"
+
+
+def test_web_without_a_user_database_refuses_and_says_what_to_set(redis_url, monkeypatch,
+                                                                  capsys):
+    import antre_cli.web
+    from webtools import TEST_SECRET_KEY
+
+    def no_gunicorn(self):
+        raise AssertionError("gunicorn was started")
+
+    monkeypatch.setattr(antre_cli.web._Gunicorn, "run", no_gunicorn)
+    monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
+    monkeypatch.delenv("ANTRE_DATABASE_URL", raising=False)
+    monkeypatch.setenv("ANTRE_SECRET_KEY", TEST_SECRET_KEY)
+    assert main(["web", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "no user database" in err and "ANTRE_DATABASE_URL" in err
+
+
+def test_the_live_worker_count_is_the_same_in_text_json_and_the_overview(env, capsys):
+    """A burst worker that stopped a moment ago (state 'stopped', heartbeat fresh) and a
+    supervisor are not live processes anywhere; one running process is."""
+    from antre.observe.registry import WorkerInfo, WorkerRegistry
+    from antre.observe.status import status_summary
+
+    reg = WorkerRegistry(env.redis)
+    reg.beat(WorkerInfo(id="burst-1", state="stopped"))
+    reg.beat(WorkerInfo(id="sup-1", kind="supervisor"))
+    reg.beat(WorkerInfo(id="w-1"))
+    assert main(["status"]) == 0
+    assert "workers: 1 live processes" in capsys.readouterr().out
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["live_workers"] == 1
+    assert status_summary(env.redis).live_workers == 1
+
+
+def test_find_by_field_prints_readable_text(env, capsys):
+    env.queue("billing").enqueue("charge", {"order": {"id": 7}, "tenant": "acme"},
+                                 idempotency_key="charge:acme:7")
+    assert main(["find", "tenant=acme", "--queue", "billing"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.endswith('tenant="acme"') and "{" not in line and "'" not in line

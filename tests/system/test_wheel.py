@@ -49,8 +49,8 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel (and its dependencies) installed."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a clean copy of the checkout."""
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     shutil.copytree(REPO, src, ignore=IGNORED)  # a clean tree: no stale build/ in the wheel
@@ -58,11 +58,59 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
          env=_clean_env())
     wheels = list((tmp / "dist").glob("antre-*.whl"))
     assert len(wheels) == 1, wheels
-    env_dir = tmp / "venv"
-    _run([sys.executable, "-m", "venv", str(env_dir)], env=_clean_env())
-    _run([str(env_dir / "bin" / "pip"), "install", "-q", str(wheels[0])], env=_clean_env(),
-         cwd=str(tmp))
-    return env_dir
+    return wheels[0]
+
+
+def _venv_with(wheel: Path, requirement: str, where: Path) -> Path:
+    _run([sys.executable, "-m", "venv", str(where)], env=_clean_env())
+    _run([str(where / "bin" / "pip"), "install", "-q", requirement], env=_clean_env(),
+         cwd=str(where.parent))
+    return where
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel and the dashboard extra (``antre[web]``) installed."""
+    return _venv_with(wheel, f"{wheel}[web]", tmp_path_factory.mktemp("web") / "venv")
+
+
+@pytest.fixture(scope="module")
+def core_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the core only: ``pip install antre``, no extra."""
+    return _venv_with(wheel, str(wheel), tmp_path_factory.mktemp("core") / "venv")
+
+
+CORE_APP = """
+from antre import Antre
+app = Antre()
+
+@app.handler("double")
+def double(ctx, payload):
+    return {"n": payload["n"] * 2}
+"""
+
+
+def test_the_core_install_enqueues_and_runs_jobs_without_the_dashboard(
+        core_venv: Path, redis_url: str, r, tmp_path: Path) -> None:
+    """``pip install antre``: a producer enqueues and ``antre worker --burst`` runs the job; the
+    dashboard's packages are not there, and ``antre web`` says which extra to install."""
+    (tmp_path / "coreapp.py").write_text(CORE_APP)
+    env = _clean_env(ANTRE_REDIS_URL=redis_url, PYTHONPATH=str(tmp_path))
+    py = str(core_venv / "bin" / "python")
+    for module in ("flask", "gunicorn", "plotly", "argon2"):
+        probe = subprocess.run([py, "-c", f"import {module}"], capture_output=True, text=True,
+                               env=env, cwd=str(tmp_path))
+        assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, module
+    job_id = _run([py, "-c", "from coreapp import app; "
+                   "print(app.enqueue('double', {'n': 21}, idempotency_key='core:1'))"],
+                  env=env, cwd=str(tmp_path)).strip().splitlines()[-1]
+    _run([str(core_venv / "bin" / "antre"), "worker", "coreapp:app", "--burst"], env=env,
+         cwd=str(tmp_path))
+    assert r.hget(QueueKeys("default").job(job_id), "state") == "done"
+    web = subprocess.run([str(core_venv / "bin" / "antre"), "web", "coreapp:app"],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=60)
+    assert web.returncode == 2
+    assert "pip install 'antre[web]'" in web.stderr
 
 
 def test_the_wheel_carries_templates_and_static_files(venv: Path) -> None:

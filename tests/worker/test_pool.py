@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from antre.engine.queue import Queue
 from antre_worker.duties import Duties, sweep_once
 from antre_worker.executor import WorkerProcess
 from antre_worker.loader import AppLoadError, load_app
+from antre_worker.pool import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,3 +104,17 @@ def test_worker_cli_rejects_a_bad_app_path(redis_url):
     out = subprocess.run([sys.executable, "-m", "antre_worker", "worker", "nope.nope:app", "--burst"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and "cannot import 'nope.nope'" in out.stderr
+
+
+@pytest.mark.parametrize("with_database", [False, True])
+def test_a_pool_without_a_database_says_once_that_effects_may_repeat(
+        redis_url, sqlite_url, caplog, with_database):
+    app = Antre(redis_url=redis_url, database_url=sqlite_url if with_database else None)
+    sup = Supervisor("tests.apps.basic:app", 1, 1, ["default"], burst=True, scheduler=False,
+                     app=app)
+    with caplog.at_level(logging.WARNING, logger="antre.worker.pool"):
+        assert sup.run() == 0
+    warned = [r for r in caplog.records if getattr(r, "event", "") == "no_idempotency_store"]
+    assert len(warned) == (0 if with_database else 1)
+    if warned:
+        assert "ANTRE_DATABASE_URL" in warned[0].getMessage()
