@@ -106,6 +106,8 @@ class Action:
     target: Callable[[Args], str]
     params: tuple[Param, ...] = ()
     reason_required_on_cli: bool = False
+    # what the CLI prints on success when its line predates the table (scripts parse it)
+    cli_line: Callable[[Args, Result], str] | None = None
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -311,6 +313,40 @@ def reset_breaker(ops: Ops, who: Actor, a: Args) -> Result:
                   {"before": state.state, "after": "closed"})
 
 
+def _set_schedule_paused(ops: Ops, who: Actor, name: str, paused: bool) -> Result:
+    try:
+        info = ops.schedules.set_paused(name, paused, who.name)
+    except KeyError as exc:
+        return Result(False, str(exc.args[0]), 404)
+    verb = "paused: its ticks are skipped until resumed" if paused else \
+        "resumed: it runs from its next tick (paused ticks are not caught up)"
+    return Result(True, f"schedule {name} {verb}", 200, {"paused": info.paused})
+
+
+def schedule_pause(ops: Ops, who: Actor, a: Args) -> Result:
+    return _set_schedule_paused(ops, who, a["name"], True)
+
+
+def schedule_resume(ops: Ops, who: Actor, a: Args) -> Result:
+    return _set_schedule_paused(ops, who, a["name"], False)
+
+
+def schedule_run_now(ops: Ops, who: Actor, a: Args) -> Result:
+    try:
+        job_id = ops.schedules.run_now(a["name"])
+    except KeyError as exc:
+        return Result(False, str(exc.args[0]), 404)
+    return Result(True, f"schedule {a['name']}: job {job_id} enqueued now (its ticks are "
+                        "unchanged)", 200, {"job_id": job_id})
+
+
+def _schedule_line(verb: str) -> Callable[[Args, Result], str]:
+    def line(a: Args, r: Result) -> str:
+        job = f" (job {r.detail['job_id']})" if "job_id" in r.detail else ""
+        return f"{a['name']}: {verb} done{job}"
+    return line
+
+
 TYPE = Param("type", help="only this job type")
 TABLE: list[Action] = [
     Action("queue.pause", "operator",
@@ -364,6 +400,23 @@ TABLE: list[Action] = [
            "/flow/breakers/<name>/reset", "reset_breaker",
            Html("/flow/breakers/<name>/reset", "overview.reset_breaker", "overview.index"),
            ("breaker", "reset"), reset_breaker, lambda a: str(a["name"])),
+    Action("schedules.pause", "operator",
+           "Pause a schedule: its ticks are skipped (not caught up on resume).",
+           "/schedules/<name>/pause", "schedule_pause",
+           Html("/schedules/<name>/pause", "schedules.pause", "schedules.index"),
+           ("schedules", "pause"), schedule_pause, lambda a: str(a["name"]),
+           cli_line=_schedule_line("pause")),
+    Action("schedules.resume", "operator", "Resume a paused schedule from its next tick.",
+           "/schedules/<name>/resume", "schedule_resume",
+           Html("/schedules/<name>/resume", "schedules.resume", "schedules.index"),
+           ("schedules", "resume"), schedule_resume, lambda a: str(a["name"]),
+           cli_line=_schedule_line("resume")),
+    Action("schedules.run_now", "operator",
+           "Enqueue one run of the schedule's job now (its ticks are unchanged).",
+           "/schedules/<name>/run-now", "schedule_run_now",
+           Html("/schedules/<name>/run-now", "schedules.run_now", "schedules.index"),
+           ("schedules", "run"), schedule_run_now, lambda a: str(a["name"]),
+           cli_line=_schedule_line("run")),
 ]
 
 

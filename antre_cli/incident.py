@@ -188,23 +188,29 @@ def cmd_task(args: argparse.Namespace) -> int:
 
 
 # -- the parser -------------------------------------------------------------------------------
-def _common(p: argparse.ArgumentParser, reason_required: bool = False) -> None:
-    p.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+def _common(p: argparse.ArgumentParser, reason_required: bool = False,
+            app: bool = True) -> None:
+    if app:
+        p.add_argument("--app", default=None,
+                       help="pkg.module:app (default: from environment)")
     p.add_argument("--reason", required=reason_required, default="",
                    help="why (written to the audit log)")
 
 
-def add_parsers(sub: Any, table: list[Action] | None = None) -> None:
-    add_table_parsers(sub, TABLE if table is None else table)
+def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
+    """The incident commands and the table's; ``groups``: subcommand groups made elsewhere
+    (with their own ``--app``) that table entries join, e.g. ``schedules``."""
+    add_table_parsers(sub, TABLE, groups or {})
     _add_purge(sub)
     _add_tasks(sub)
 
 
 # -- the table of operator actions (antre/actions.py) -----------------------------------------
-def add_table_parsers(sub: Any, table: list[Action]) -> None:
+def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> None:
     """One subcommand per table entry: ``antre WORD`` or ``antre GROUP WORD``, path
-    parameters as positionals, the others as ``--options``, and ``--app`` / ``--reason``."""
-    groups: dict[str, Any] = {}
+    parameters as positionals, the others as ``--options``, and ``--app`` (unless the group
+    is a ``shared`` one, which has it) / ``--reason``."""
+    groups: dict[str, Any] = dict(shared)
     for action in table:
         p = _action_parser(sub, groups, table, action.cli)
         for name in action.path_params:
@@ -214,7 +220,8 @@ def add_table_parsers(sub: Any, table: list[Action]) -> None:
                 p.add_argument(param.name, help=param.help)
             else:
                 _add_option(p, param)
-        _common(p, reason_required=action.reason_required_on_cli)
+        _common(p, reason_required=action.reason_required_on_cli,
+                app=action.cli[0] not in shared)
         p.set_defaults(table_action=action)
 
 
@@ -257,7 +264,8 @@ def cmd_action(args: argparse.Namespace) -> int:
     def run() -> Outcome:
         result = action.run(Ops(app), operator_actor(), values)
         if result.ok:
-            return Outcome(True, result.message, detail=result.detail)
+            line = action.cli_line(values, result) if action.cli_line else result.message
+            return Outcome(True, line, detail=result.detail)
         return _refuse(result.message, **result.detail)
     return run_audited(app, action.name, action.target(values), values["reason"], run)
 

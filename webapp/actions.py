@@ -130,33 +130,6 @@ def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
     return guarded("dlq.discard", f"{queue}/{job_id}", _reason(reason), run)
 
 
-# -- periodic schedules (antre/control/periodic.py) ----------------------------------------------------
-def schedule_pause(name: str, paused: bool, reason: str | None) -> Result:
-    """Pause (its ticks are skipped, not caught up later) or resume a schedule."""
-    def run() -> Result:
-        user = current_user()
-        try:
-            info = _svc().schedules.set_paused(name, paused, user.name if user else "")
-        except KeyError as exc:
-            return Result(False, str(exc.args[0]), 404)
-        verb = "paused: its ticks are skipped until resumed" if paused else \
-            "resumed: it runs from its next tick (paused ticks are not caught up)"
-        return Result(True, f"schedule {name} {verb}", 200, {"paused": info.paused})
-    action = "schedules.pause" if paused else "schedules.resume"
-    return guarded(action, name, _reason(reason), run)
-
-
-def schedule_run_now(name: str, reason: str | None) -> Result:
-    def run() -> Result:
-        try:
-            job_id = _svc().schedules.run_now(name)
-        except KeyError as exc:
-            return Result(False, str(exc.args[0]), 404)
-        return Result(True, f"schedule {name}: job {job_id} enqueued now (its ticks are "
-                            "unchanged)", 200, {"job_id": job_id})
-    return guarded("schedules.run_now", name, _reason(reason), run)
-
-
 # -- selected rows ----------------------------------------------------------------------------
 def each_selected(verb: str, ids: list[str], one: Callable[[str], Result]) -> Result:
     """``one`` per selected job (each writes its own audit entry), summed up in one result:

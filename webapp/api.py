@@ -340,30 +340,6 @@ def schedules() -> Response:
     return jsonify({"schedules": _plain(services.get().schedules.list())})
 
 
-@bp.post("/schedules/<name>/pause")
-@requires("operator", "schedules.pause")
-@doc(body=REASON)
-def schedule_pause(name: str) -> Response:
-    """Pause a schedule: its ticks are skipped (not caught up on resume)."""
-    return _answer(actions.schedule_pause(name, True, _body().get("reason")))
-
-
-@bp.post("/schedules/<name>/resume")
-@requires("operator", "schedules.resume")
-@doc(body=REASON)
-def schedule_resume(name: str) -> Response:
-    """Resume a paused schedule from its next tick."""
-    return _answer(actions.schedule_pause(name, False, _body().get("reason")))
-
-
-@bp.post("/schedules/<name>/run-now")
-@requires("operator", "schedules.run_now")
-@doc(body=REASON)
-def schedule_run_now(name: str) -> Response:
-    """Enqueue one run of the schedule's job now (its ticks are unchanged)."""
-    return _answer(actions.schedule_run_now(name, _body().get("reason")))
-
-
 BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
              "until_ms": "integer", "maximum": "integer", **REASON}
 

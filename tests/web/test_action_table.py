@@ -22,8 +22,8 @@ from antre_web import create_app
 from antre_web.api import openapi_document
 
 # Changes still written by hand, outside the table: the user and password changes (they act
-# on the session of the user asking), logging in and out, the DLQ's and the schedules' (their
-# CLI is ``antre dlq`` / ``antre schedules`` with its own syntax), selections, and the paced
+# on the session of the user asking), logging in and out, the DLQ's replay and discard (their
+# CLI is ``antre dlq`` with its own syntax: many ids, ``--all``), selections, and the paced
 # bulk / purge tasks with their controls (``antre task`` serves both kinds).
 NOT_YET_ROUTES = {
     "api.account_password", "api.user_add", "api.user_delete", "api.user_disable",
@@ -32,8 +32,6 @@ NOT_YET_ROUTES = {
     "users.add", "users.delete", "users.disable", "users.enable", "users.logout_everywhere",
     "users.reset_password", "users.set_role",
     "api.replay_one", "api.discard_one", "dlq.replay", "dlq.discard",
-    "api.schedule_pause", "api.schedule_resume", "api.schedule_run_now", "schedules.pause",
-    "schedules.resume", "schedules.run_now",
     "api.replay_selected", "api.discard_selected", "api.run_now_selected",
     "api.extend_selected", "dlq.selected", "scheduled.selected", "inflight.selected",
     "api.bulk_start", "api.bulk_pause", "api.bulk_resume", "api.bulk_cancel",
@@ -47,7 +45,7 @@ NOT_YET_ROUTES = {
 NOT_YET_COMMANDS = {
     "demo", "worker", "sweep", "web", "status", "find", "result", "tasks",
     "dlq list", "dlq show", "dlq replay", "dlq discard",
-    "schedules list", "schedules pause", "schedules resume", "schedules run",
+    "schedules list",
     "user add", "user passwd", "user delete", "user logout-everywhere", "user list",
     "purge", "bulk-replay", "task",
 }
