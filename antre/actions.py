@@ -21,7 +21,7 @@ from redis import Redis
 
 from antre.app import Antre
 from antre.clock import Clock
-from antre.control.bulk import BulkReplays
+from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError, Cancels
 from antre.control.pause import PauseError, Pauses, unknown_target
 from antre.control.periodic import Schedules
@@ -35,7 +35,7 @@ from antre.stores.audit import AuditLog
 MAX_EXTEND_S = 24 * 3600
 MAX_REASON_CHARS = 2000
 PATH_HELP = {"queue": "the queue", "job_id": "the job's id", "name": "its name",
-             "task_id": "the task's id"}  # the CLI's help for the positionals of a path
+             "task_id": "the task's id (see: antre tasks QUEUE)"}  # the CLI's help for the positionals of a path
 
 Args = dict[str, Any]
 
@@ -87,6 +87,7 @@ class Html:
     back: str
     follow_next: bool = True
     confirm: tuple[str, str, str] | None = None  # (parameter, what it is, the word)
+    partial: str | None = None  # for htmx: the refreshed piece of page (webapp's PARTIALS)
 
 
 class BadInput(ValueError):
@@ -108,6 +109,10 @@ class Action:
     reason_required_on_cli: bool = False
     # what the CLI prints on success when its line predates the table (scripts parse it)
     cli_line: Callable[[Args, Result], str] | None = None
+    # entries sharing CLI words (``antre task pause`` serves bulk replays and purges): the
+    # first whose ``cli_owns`` says yes runs, else the one without ``cli_owns``
+    cli_owns: Callable[[Ops, Args], bool] | None = None
+    cli_help: str | None = None  # the command's help when it is not ``summary``
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -347,6 +352,63 @@ def _schedule_line(verb: str) -> Callable[[Args, Result], str]:
     return line
 
 
+def _task_change(ops: Ops, a: Args, op: str, kind: str) -> Result:
+    """Pause, resume or cancel a paced task; ``kind``: 'replay' (the DLQ's bulk replays, as
+    the DLQ page always did: any task of the queue) or 'purge' (purges only)."""
+    bulk, queue, task_id = ops.bulk, a["queue"], a["task_id"]
+    if kind == "purge" and not _is_purge(ops, a):
+        return Result(False, f"no purge {task_id} in {queue}", 409)
+    change = {"pause": bulk.pause, "resume": bulk.resume, "cancel": bulk.cancel}[op]
+    try:
+        task = change(queue, task_id)
+    except TaskNotFound:
+        return Result(False, f"no bulk replay {task_id} in {queue}", 409)
+    except TaskStateError as exc:
+        return Result(False, str(exc), 409)
+    message = (f"purge {task_id}: {task.state} ({task.replayed} removed)" if kind == "purge"
+               else f"bulk {task.kind} {task_id}: {task.state} (done {task.replayed}, "
+                    f"skipped {task.skipped})")
+    return Result(True, message, 200, {"task": task.to_dict()})
+
+
+def _is_purge(ops: Ops, a: Args) -> bool:
+    task = ops.bulk.get(a["queue"], a["task_id"])
+    return task is not None and task.kind == "purge"
+
+
+def _task_target(a: Args) -> str:
+    return f"{a['queue']}/{a['task_id']}"
+
+
+def _task_controls() -> list[Action]:
+    """Pause, resume and cancel of the DLQ's bulk replays and of purges: six entries, one
+    ``antre task OP QUEUE TASK_ID`` each op (the task's kind picks the entry)."""
+    what = {"pause": "Pause a running {}.", "resume": "Resume a paused {}.",
+            "cancel": "Cancel a {}."}
+    out: list[Action] = []
+    for op in ("pause", "resume", "cancel"):
+        def replay(ops: Ops, who: Actor, a: Args, op: str = op) -> Result:
+            return _task_change(ops, a, op, "replay")
+
+        def purge(ops: Ops, who: Actor, a: Args, op: str = op) -> Result:
+            return _task_change(ops, a, op, "purge")
+        out.append(Action(
+            f"dlq.bulk_replay.{op}", "operator", what[op].format("bulk replay"),
+            f"/queues/<queue>/replays/<task_id>/{op}", f"bulk_{op}",
+            Html(f"/dlq/<queue>/bulk/<task_id>/{op}", f"dlq.bulk_{op}", "dlq.index",
+                 partial="bulk"),
+            ("task", op), replay, _task_target, cli_help=f"{op} a bulk replay or purge"))
+        cancel_note = " (what it removed stays removed)" if op == "cancel" else ""
+        out.append(Action(
+            f"purge.{op}", "operator", what[op].format("purge")[:-1] + cancel_note + ".",
+            f"/queues/<queue>/purges/<task_id>/{op}", f"purge_{op}",
+            Html(f"/purge/<queue>/<task_id>/{op}", f"control.purge_{op}",
+                 "control.purge_page", follow_next=False),
+            ("task", op), purge, _task_target, cli_owns=_is_purge,
+            cli_help=f"{op} a bulk replay or purge"))
+    return out
+
+
 TYPE = Param("type", help="only this job type")
 TABLE: list[Action] = [
     Action("queue.pause", "operator",
@@ -417,6 +479,7 @@ TABLE: list[Action] = [
            Html("/schedules/<name>/run-now", "schedules.run_now", "schedules.index"),
            ("schedules", "run"), schedule_run_now, lambda a: str(a["name"]),
            cli_line=_schedule_line("run")),
+    *_task_controls(),
 ]
 
 

@@ -23,6 +23,7 @@ import redis
 from antre import Antre
 from antre.actions import (
     PATH_HELP,
+    Args,
     TABLE,
     Action,
     Actor,
@@ -32,7 +33,7 @@ from antre.actions import (
     parse,
     record,
 )
-from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
+from antre.control.bulk import BulkReplays
 from antre.control.pause import unknown_target
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.observe.readmodels import DeadFilter
@@ -167,26 +168,6 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_task(args: argparse.Namespace) -> int:
-    app = _app(args.app)
-    bulk = BulkReplays(app.redis, app.clock)
-
-    def change() -> Outcome:
-        fn = {"pause": bulk.pause, "resume": bulk.resume, "cancel": bulk.cancel}[args.op]
-        try:
-            task = fn(args.queue, args.task_id)
-        except TaskNotFound:
-            return _refuse(f"no task {args.task_id} in {args.queue} (see: antre tasks "
-                           f"{args.queue})")
-        except TaskStateError as exc:
-            return _refuse(str(exc))
-        return Outcome(True, f"{task.kind} {task.id}: {task.state} ({task.replayed} done)")
-    task = bulk.get(args.queue, args.task_id)
-    prefix = "purge" if task is not None and task.kind == "purge" else "dlq.bulk_replay"
-    return run_audited(app, f"{prefix}.{args.op}", f"{args.queue}/{args.task_id}", args.reason,
-                       change)
-
-
 # -- the parser -------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser, reason_required: bool = False,
             app: bool = True) -> None:
@@ -207,12 +188,15 @@ def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
 
 # -- the table of operator actions (antre/actions.py) -----------------------------------------
 def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> None:
-    """One subcommand per table entry: ``antre WORD`` or ``antre GROUP WORD``, path
-    parameters as positionals, the others as ``--options``, and ``--app`` (unless the group
-    is a ``shared`` one, which has it) / ``--reason``."""
+    """One subcommand per CLI words of the table: ``antre WORD`` or ``antre GROUP WORD``,
+    path parameters as positionals, the others as ``--options``, and ``--app`` (unless the
+    group is a ``shared`` one, which has it) / ``--reason``. Entries sharing their words share
+    the command (``antre task pause`` serves bulk replays and purges)."""
     groups: dict[str, Any] = dict(shared)
-    for action in table:
-        p = _action_parser(sub, groups, table, action.cli)
+    for words in dict.fromkeys(a.cli for a in table):
+        entries = tuple(a for a in table if a.cli == words)
+        action = entries[0]
+        p = _action_parser(sub, groups, table, words)
         for name in action.path_params:
             p.add_argument(name, help=PATH_HELP.get(name, ""))
         for param in action.params:
@@ -220,22 +204,23 @@ def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> 
                 p.add_argument(param.name, help=param.help)
             else:
                 _add_option(p, param)
-        _common(p, reason_required=action.reason_required_on_cli,
-                app=action.cli[0] not in shared)
-        p.set_defaults(table_action=action)
+        _common(p, reason_required=action.reason_required_on_cli, app=words[0] not in shared)
+        p.set_defaults(table_actions=entries)
 
 
 def _action_parser(sub: Any, groups: dict[str, Any], table: list[Action],
                    words: tuple[str, ...]) -> Any:
     mine = next(a for a in table if a.cli == words)
+    helps = mine.cli_help or mine.summary
     if len(words) == 1:
-        return sub.add_parser(words[0], help=mine.summary)
+        return sub.add_parser(words[0], help=helps)
     group, word = words
     if group not in groups:
-        verbs = " | ".join(a.cli[1] for a in table if a.cli[0] == group and len(a.cli) == 2)
+        verbs = " | ".join(dict.fromkeys(a.cli[1] for a in table
+                                         if a.cli[0] == group and len(a.cli) == 2))
         g = sub.add_parser(group, help=f"{group}: {verbs}")
         groups[group] = g.add_subparsers(dest=f"{group}_cmd", required=True)
-    return groups[group].add_parser(word, help=mine.summary)
+    return groups[group].add_parser(word, help=helps)
 
 
 def _add_option(p: argparse.ArgumentParser, param: Param) -> None:
@@ -245,31 +230,42 @@ def _add_option(p: argparse.ArgumentParser, param: Param) -> None:
                    choices=list(param.choices) or None, help=param.help)
 
 
-def table_command(args: argparse.Namespace) -> Action | None:
-    """The table entry a parsed command line was made from, if it was."""
-    action: Action | None = getattr(args, "table_action", None)
-    return action
+def table_command(args: argparse.Namespace) -> tuple[Action, ...] | None:
+    """The table entries a parsed command line was made from, if it was."""
+    entries: tuple[Action, ...] | None = getattr(args, "table_actions", None)
+    return entries
+
+
+def _pick(entries: tuple[Action, ...], ops: Ops, values: Args) -> Action:
+    """The entry whose ``cli_owns`` claims the arguments, else the one without it."""
+    try:
+        for action in entries:
+            if action.cli_owns is not None and action.cli_owns(ops, values):
+                return action
+    except redis.RedisError:
+        pass  # the default entry runs and its audit entry says Redis failed
+    return next((a for a in entries if a.cli_owns is None), entries[0])
 
 
 def cmd_action(args: argparse.Namespace) -> int:
     """Run the table entry the subcommand was made from, audited as ``cli:NAME``."""
-    action: Action = args.table_action
+    entries: tuple[Action, ...] = args.table_actions
     app = _app(args.app)
     try:
-        values = parse(action, vars(args), vars(args))
+        values = parse(entries[0], vars(args), vars(args))
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    ops = Ops(app)
+    action = _pick(entries, ops, values)
 
     def run() -> Outcome:
-        result = action.run(Ops(app), operator_actor(), values)
+        result = action.run(ops, operator_actor(), values)
         if result.ok:
             line = action.cli_line(values, result) if action.cli_line else result.message
             return Outcome(True, line, detail=result.detail)
         return _refuse(result.message, **result.detail)
     return run_audited(app, action.name, action.target(values), values["reason"], run)
-
-
 
 
 def _add_purge(sub: Any) -> None:
@@ -301,13 +297,8 @@ def _add_tasks(sub: Any) -> None:
     p.add_argument("queue")
     p.add_argument("--json", action="store_true")
     p.add_argument("--app", default=None)
-    p = sub.add_parser("task", help="pause | resume | cancel a bulk replay or purge")
-    p.add_argument("op", choices=["pause", "resume", "cancel"])
-    p.add_argument("queue")
-    p.add_argument("task_id")
-    _common(p)
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "purge": cmd_purge, "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "task": cmd_task,
+    "purge": cmd_purge, "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks,
 }

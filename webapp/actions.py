@@ -9,7 +9,6 @@ from typing import Any, Callable
 from antre.actions import MAX_EXTEND_S, Action, Actor, Args, Ops, Result, by_name
 
 __all__ = ["MAX_EXTEND_S", "Result"]  # re-exported: the views and the API use them
-from antre.control.bulk import TaskNotFound, TaskStateError
 from antre.control.purge import PurgeError, PurgeFilter
 from antre.observe.readmodels import DeadFilter
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
@@ -178,22 +177,6 @@ def _not_idempotent_warning(flt: DeadFilter) -> str:
             + ", ".join(sorted(bad)) + ".")
 
 
-def bulk_change(queue: str, task_id: str, op: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        fn = {"pause": svc.bulk.pause, "resume": svc.bulk.resume, "cancel": svc.bulk.cancel}[op]
-        try:
-            task = fn(queue, task_id)
-        except TaskNotFound:
-            return Result(False, f"no bulk replay {task_id} in {queue}", 409)
-        except TaskStateError as exc:
-            return Result(False, str(exc), 409)
-        return Result(True, f"bulk {task.kind} {task_id}: {task.state} (done "
-                            f"{task.replayed}, skipped {task.skipped})", 200,
-                      {"task": task.to_dict()})
-    return guarded(f"dlq.bulk_replay.{op}", f"{queue}/{task_id}", _reason(reason), run)
-
-
 def confirmed(typed: str, count: int, word: str) -> bool:
     typed = (typed or "").strip()
     return typed == str(count) or typed.lower() == word
@@ -358,21 +341,5 @@ def purge_start(queue: str, flt: PurgeFilter, rate: float, maximum: int, confirm
                             f"at most {task.maximum} at {task.rate_per_s:g} jobs/s", 200,
                       {"task": task.to_dict(), "filter": flt.to_dict(), "dry_run": count})
     return guarded("purge.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
-
-
-def purge_change(queue: str, task_id: str, op: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        task = svc.bulk.get(queue, task_id)
-        if task is None or task.kind != "purge":
-            return Result(False, f"no purge {task_id} in {queue}", 409)
-        fn = {"pause": svc.bulk.pause, "resume": svc.bulk.resume, "cancel": svc.bulk.cancel}[op]
-        try:
-            task = fn(queue, task_id)
-        except TaskStateError as exc:
-            return Result(False, str(exc), 409)
-        return Result(True, f"purge {task_id}: {task.state} ({task.replayed} removed)", 200,
-                      {"task": task.to_dict()})
-    return guarded(f"purge.{op}", f"{queue}/{task_id}", _reason(reason), run)
 
 

@@ -362,34 +362,6 @@ def bulk_start(queue: str) -> Response:
                                       body.get("reason")))
 
 
-def _task_change(queue: str, task_id: str, op: str) -> Response:
-    return _answer(actions.bulk_change(check_queue(queue), task_id, op, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/replays/<task_id>/pause")
-@requires("operator", "dlq.bulk_replay.pause")
-@doc(body=REASON)
-def bulk_pause(queue: str, task_id: str) -> Response:
-    """Pause a running bulk replay."""
-    return _task_change(queue, task_id, "pause")
-
-
-@bp.post("/queues/<queue>/replays/<task_id>/resume")
-@requires("operator", "dlq.bulk_replay.resume")
-@doc(body=REASON)
-def bulk_resume(queue: str, task_id: str) -> Response:
-    """Resume a paused bulk replay."""
-    return _task_change(queue, task_id, "resume")
-
-
-@bp.post("/queues/<queue>/replays/<task_id>/cancel")
-@requires("operator", "dlq.bulk_replay.cancel")
-@doc(body=REASON)
-def bulk_cancel(queue: str, task_id: str) -> Response:
-    """Cancel a bulk replay."""
-    return _task_change(queue, task_id, "cancel")
-
-
 @bp.post("/queues/<queue>/dead/replay-now")
 @requires("operator", "dlq.replay_filtered_now")
 @doc(body=BULK_BODY, required=("maximum",))
@@ -540,33 +512,6 @@ def purge_start(queue: str) -> Response:
     return _answer(actions.purge_start(check_queue(queue), purge_filter(body, check=False),
                                        rate, maximum,
                                        str(body.get("confirm", "")), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/purges/<task_id>/pause")
-@requires("operator", "purge.pause")
-@doc(body=REASON)
-def purge_pause(queue: str, task_id: str) -> Response:
-    """Pause a running purge."""
-    return _answer(actions.purge_change(check_queue(queue), task_id, "pause",
-                                        _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/purges/<task_id>/resume")
-@requires("operator", "purge.resume")
-@doc(body=REASON)
-def purge_resume(queue: str, task_id: str) -> Response:
-    """Resume a paused purge."""
-    return _answer(actions.purge_change(check_queue(queue), task_id, "resume",
-                                        _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/purges/<task_id>/cancel")
-@requires("operator", "purge.cancel")
-@doc(body=REASON)
-def purge_cancel(queue: str, task_id: str) -> Response:
-    """Cancel a purge (what it removed stays removed)."""
-    return _answer(actions.purge_change(check_queue(queue), task_id, "cancel",
-                                        _body().get("reason")))
 
 
 # -- the OpenAPI document ---------------------------------------------------------------------

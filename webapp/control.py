@@ -82,29 +82,6 @@ def purge_start(queue: str) -> ResponseReturnValue:
     return redirect(url_for("control.purge_page", queue=queue, **_purge_args(flt)), code=303)
 
 
-def _purge_change(queue: str, task_id: str, op: str) -> ResponseReturnValue:
-    _flash(actions.purge_change(check_queue(queue), task_id, op, request.form.get("reason")))
-    return redirect(url_for("control.purge_page", queue=queue), code=303)
-
-
-@bp.post("/purge/<queue>/<task_id>/pause")
-@requires("operator", "purge.pause")
-def purge_pause(queue: str, task_id: str) -> ResponseReturnValue:
-    return _purge_change(queue, task_id, "pause")
-
-
-@bp.post("/purge/<queue>/<task_id>/resume")
-@requires("operator", "purge.resume")
-def purge_resume(queue: str, task_id: str) -> ResponseReturnValue:
-    return _purge_change(queue, task_id, "resume")
-
-
-@bp.post("/purge/<queue>/<task_id>/cancel")
-@requires("operator", "purge.cancel")
-def purge_cancel(queue: str, task_id: str) -> ResponseReturnValue:
-    return _purge_change(queue, task_id, "cancel")
-
-
 def paused_banners() -> list[PauseInfo]:
     """Every pause of every queue, for the banner on each page (one HGETALL per queue)."""
     svc = services.get()

@@ -131,30 +131,12 @@ def bulk_start(queue: str) -> Response:
     return _back(queue)
 
 
-def _bulk_change(queue: str, task_id: str, op: str) -> str | Response:
-    result = actions.bulk_change(check_queue(queue), task_id, op, request.form.get("reason"))
+def bulk_partial(path: dict[str, Any], result: actions.Result) -> str:
+    """The bulk tasks' piece of the DLQ page with ``result`` shown in place (htmx)."""
     svc = services.get()
-    return answer(result, lambda r: render("_bulk.html", "_bulk.html", queue=queue, outcome=r,
-                                           tasks=svc.bulk.list(queue), as_of=svc.clock()),
-                  safe_next(url_for("dlq.index", queue=queue)))
-
-
-@bp.post("/<queue>/bulk/<task_id>/pause")
-@requires("operator", "dlq.bulk_replay.pause")
-def bulk_pause(queue: str, task_id: str) -> str | Response:
-    return _bulk_change(queue, task_id, "pause")
-
-
-@bp.post("/<queue>/bulk/<task_id>/resume")
-@requires("operator", "dlq.bulk_replay.resume")
-def bulk_resume(queue: str, task_id: str) -> str | Response:
-    return _bulk_change(queue, task_id, "resume")
-
-
-@bp.post("/<queue>/bulk/<task_id>/cancel")
-@requires("operator", "dlq.bulk_replay.cancel")
-def bulk_cancel(queue: str, task_id: str) -> str | Response:
-    return _bulk_change(queue, task_id, "cancel")
+    queue = path["queue"]
+    return render("_bulk.html", "_bulk.html", queue=queue, outcome=result,
+                  tasks=svc.bulk.list(queue), as_of=svc.clock())
 
 
 @bp.post("/<queue>/discard-filtered")

@@ -13,10 +13,12 @@ from werkzeug.wrappers import Response
 
 from antre.actions import TABLE, Action, Args, BadInput, Result, parse
 
-from . import actions, api
-from .common import check_queue, safe_next
+from . import actions, api, dlq
+from .common import answer, check_queue, safe_next
 from .security import audit, requires
 
+# the refreshed pieces of page an htmx form gets back (``Html.partial``)
+PARTIALS: dict[str, Callable[[dict[str, Any], Result], str]] = {"bulk": dlq.bulk_partial}
 JSON_KIND = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -58,17 +60,21 @@ def _not_confirmed(action: Action, args: Args) -> Result | None:
     return result
 
 
-def _html_view(action: Action) -> Callable[..., Response]:
-    def view(**path: Any) -> Response:
+def _html_view(action: Action) -> Callable[..., Any]:
+    def view(**path: Any) -> Any:
         args = _args(action, path, request.form)
         result = _not_confirmed(action, args) or actions.perform(action, args)
-        flash(result.message, "ok" if result.ok else "error")
         back = url_for(action.html.back, **{k: v for k, v in path.items() if k == "queue"})
-        return redirect(safe_next(back) if action.html.follow_next else back, code=303)
+        back = safe_next(back) if action.html.follow_next else back
+        if action.html.partial is not None:
+            partial = PARTIALS[action.html.partial]
+            return answer(result, lambda r: partial(path, r), back)
+        flash(result.message, "ok" if result.ok else "error")
+        return redirect(back, code=303)
     return view
 
 
-def _guarded(action: Action, view: Callable[..., Response], name: str) -> Callable[..., Any]:
+def _guarded(action: Action, view: Callable[..., Any], name: str) -> Callable[..., Any]:
     view.__name__ = name
     view.__doc__ = action.summary
     guarded = requires(action.role, action.name)(view)
