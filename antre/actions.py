@@ -226,6 +226,34 @@ def _plain_pause(info: PauseInfo) -> dict[str, Any]:
             "reason": info.reason}
 
 
+def replay(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, job_id = a["queue"], a["job_id"]
+    before = ops.reads.count_dead(queue)
+    job = ops.reads.job(queue, job_id)
+    spec = ops.app.handlers.get(job.type) if job is not None else None
+    warn = ""
+    if job is not None and spec is not None and not spec.idempotent:
+        warn = (f" Warning: handler '{job.type}' is marked not idempotent; its effects may "
+                "happen twice.")
+    if not ops.app.queue(queue).replay(job_id, who.name, _note(a)):
+        return Result(False, f"job {job_id} is not in the dead-letter queue of {queue} "
+                             "(already replayed or discarded?); nothing was changed", 409,
+                      {"dead_before": before})
+    return Result(True, f"job {job_id} replayed: back in the ready list with its "
+                        f"attempts reset and its idempotency key kept.{warn}", 200,
+                  {"dead_before": before, "dead_after": ops.reads.count_dead(queue)})
+
+
+def discard(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, job_id = a["queue"], a["job_id"]
+    before = ops.reads.count_dead(queue)
+    if not ops.app.queue(queue).discard(job_id, who.name, _note(a)):
+        return Result(False, f"job {job_id} is not in the dead-letter queue of {queue}; "
+                             "nothing was changed", 409, {"dead_before": before})
+    return Result(True, f"job {job_id} discarded", 200,
+                  {"dead_before": before, "dead_after": ops.reads.count_dead(queue)})
+
+
 def pause(ops: Ops, who: Actor, a: Args) -> Result:
     bad = ops.unknown_target(a["queue"], a["type"])
     if bad is not None:
@@ -411,6 +439,15 @@ def _task_controls() -> list[Action]:
 
 TYPE = Param("type", help="only this job type")
 TABLE: list[Action] = [
+    Action("dlq.replay", "operator",
+           "Replay one dead job (attempts reset, idempotency key kept).",
+           "/queues/<queue>/jobs/<job_id>/replay", "replay_one",
+           Html("/dlq/<queue>/<job_id>/replay", "dlq.replay", "dlq.index"),
+           ("job", "replay"), replay, _job_target),
+    Action("dlq.discard", "operator", "Discard one dead job.",
+           "/queues/<queue>/jobs/<job_id>/discard", "discard_one",
+           Html("/dlq/<queue>/<job_id>/discard", "dlq.discard", "dlq.index"),
+           ("job", "discard"), discard, _job_target),
     Action("queue.pause", "operator",
            "Pause a queue (or one job type with ``type``): workers reserve none of its jobs.",
            "/queues/<queue>/pause", "pause", Html("/queues/<queue>/pause", "control.pause",

@@ -99,34 +99,11 @@ def _note(reason: str | None) -> dict[str, Any] | None:
 
 # -- one job ----------------------------------------------------------------------------------
 def replay_one(queue: str, job_id: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        before = svc.reads.count_dead(queue)
-        job = svc.reads.job(queue, job_id)
-        warn = ""
-        if job is not None and svc.idempotent(job.type) is False:
-            warn = (f" Warning: handler '{job.type}' is marked not idempotent; its effects may "
-                    "happen twice.")
-        if not svc.antre.queue(queue).replay(job_id, _actor(), _note(reason)):
-            return Result(False, f"job {job_id} is not in the dead-letter queue of {queue} "
-                                 "(already replayed or discarded?); nothing was changed", 409,
-                          {"dead_before": before})
-        return Result(True, f"job {job_id} replayed: back in the ready list with its "
-                            f"attempts reset and its idempotency key kept.{warn}", 200,
-                      {"dead_before": before, "dead_after": svc.reads.count_dead(queue)})
-    return guarded("dlq.replay", f"{queue}/{job_id}", _reason(reason), run)
+    return perform(by_name("dlq.replay"), _args(reason, queue=queue, job_id=job_id))
 
 
 def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        before = svc.reads.count_dead(queue)
-        if not svc.antre.queue(queue).discard(job_id, _actor(), _note(reason)):
-            return Result(False, f"job {job_id} is not in the dead-letter queue of {queue}; "
-                                 "nothing was changed", 409, {"dead_before": before})
-        return Result(True, f"job {job_id} discarded", 200,
-                      {"dead_before": before, "dead_after": svc.reads.count_dead(queue)})
-    return guarded("dlq.discard", f"{queue}/{job_id}", _reason(reason), run)
+    return perform(by_name("dlq.discard"), _args(reason, queue=queue, job_id=job_id))
 
 
 # -- selected rows ----------------------------------------------------------------------------

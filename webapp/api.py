@@ -251,22 +251,6 @@ def users() -> Response:
 REASON = {"reason": "string"}
 
 
-@bp.post("/queues/<queue>/jobs/<job_id>/replay")
-@requires("operator", "dlq.replay")
-@doc(body=REASON)
-def replay_one(queue: str, job_id: str) -> Response:
-    """Replay one dead job (attempts reset, idempotency key kept)."""
-    return _answer(actions.replay_one(check_queue(queue), job_id, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/discard")
-@requires("operator", "dlq.discard")
-@doc(body=REASON)
-def discard_one(queue: str, job_id: str) -> Response:
-    """Discard one dead job."""
-    return _answer(actions.discard_one(check_queue(queue), job_id, _body().get("reason")))
-
-
 # -- selections: the dashboard's action bar; one audit entry per job ---------------------------
 SELECTION = {"ids": "string[]", **REASON}
 

@@ -80,20 +80,6 @@ def _flash(result: actions.Result) -> None:
     flash(result.message, "ok" if result.ok else "error")
 
 
-@bp.post("/<queue>/<job_id>/replay")
-@requires("operator", "dlq.replay")
-def replay(queue: str, job_id: str) -> Response:
-    _flash(actions.replay_one(check_queue(queue), job_id, request.form.get("reason")))
-    return _back(queue)
-
-
-@bp.post("/<queue>/<job_id>/discard")
-@requires("operator", "dlq.discard")
-def discard(queue: str, job_id: str) -> Response:
-    _flash(actions.discard_one(check_queue(queue), job_id, request.form.get("reason")))
-    return _back(queue)
-
-
 @bp.post("/<queue>/selected")
 @requires("operator", "dlq.selected")
 def selected(queue: str) -> str | Response:

@@ -156,3 +156,21 @@ def test_status_shows_who_paused_what(env, capsys):
     capsys.readouterr()
     assert main(["status"]) == 0
     assert f"paused: charge by {ACTOR}" in capsys.readouterr().out
+
+
+def test_job_replay_and_discard_of_one_dead_job_come_from_the_table(env, capsys):
+    q = env.queue("billing")
+    for key in ("k1", "k2"):
+        q.enqueue("charge", {}, idempotency_key=key)
+    a, b = q.reserve("w", 2)
+    for job in (a, b):
+        q.bury(job, reason="card declined", error="declined")
+    assert main(["job", "replay", "billing", a.id, "--reason", "card fixed"]) == 0
+    assert "replayed: back in the ready list" in capsys.readouterr().out
+    assert q.where(a.id) == ["ready"]
+    assert main(["job", "replay", "billing", a.id]) == 1
+    assert "error: job" in capsys.readouterr().err and q.where(a.id) == ["ready"]
+    assert main(["job", "discard", "billing", b.id, "--reason", "dup"]) == 0
+    assert q.get(b.id) is None
+    assert audited(env, "dlq.replay") == [(ACTOR, "refused", ""), (ACTOR, "ok", "card fixed")]
+    assert audited(env, "dlq.discard") == [(ACTOR, "ok", "dup")]

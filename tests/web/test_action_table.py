@@ -22,16 +22,16 @@ from antre_web import create_app
 from antre_web.api import openapi_document
 
 # Changes still written by hand, outside the table: the user and password changes (they act
-# on the session of the user asking), logging in and out, the DLQ's replay and discard (their
-# CLI is ``antre dlq`` with its own syntax: many ids, ``--all``), selections, and starting
-# the paced bulk replay and purge tasks and the filtered discard / replay (their filters).
+# on the session of the user asking), logging in and out, ``antre dlq replay|discard`` (many
+# ids or ``--all``, one audit entry; the table's one-job entries are ``antre job replay``),
+# selections, and starting the paced bulk replay and purge tasks and the filtered discard /
+# replay (their filters).
 NOT_YET_ROUTES = {
     "api.account_password", "api.user_add", "api.user_delete", "api.user_disable",
     "api.user_enable", "api.user_logout_everywhere", "api.user_password", "api.user_role",
     "auth.change_password", "auth.login_post", "auth.logout", "auth.logout_everywhere",
     "users.add", "users.delete", "users.disable", "users.enable", "users.logout_everywhere",
     "users.reset_password", "users.set_role",
-    "api.replay_one", "api.discard_one", "dlq.replay", "dlq.discard",
     "api.replay_selected", "api.discard_selected", "api.run_now_selected",
     "api.extend_selected", "dlq.selected", "scheduled.selected", "inflight.selected",
     "api.bulk_start", "api.replay_filtered_now", "api.discard_filtered", "dlq.bulk_start",
