@@ -4,11 +4,11 @@ write the audit entry (ok, failed or refused) with before/after figures. The HTM
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from antre.actions import MAX_EXTEND_S, Action, Actor, Args, Ops, Result, by_name
+from antre.actions import MAX_EXTEND_S, MAX_SELECTED, Action, Actor, Args, Ops, Result, by_name
 
-__all__ = ["MAX_EXTEND_S", "Result"]  # re-exported: the views and the API use them
+__all__ = ["MAX_EXTEND_S", "MAX_SELECTED", "Result"]  # re-exported: the views and the API use them
 from antre.control.purge import PurgeError, PurgeFilter
 from antre.observe.readmodels import DeadFilter
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
@@ -18,7 +18,6 @@ from .security import audit, current_user, start_session
 from .services import REDIS_ERRORS, Services
 
 MAX_BULK = 1_000_000
-MAX_SELECTED = 500  # rows one selection may act on (a page holds at most 500)
 
 
 def _svc() -> Services:
@@ -107,23 +106,6 @@ def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
 
 
 # -- selected rows ----------------------------------------------------------------------------
-def each_selected(verb: str, ids: list[str], one: Callable[[str], Result]) -> Result:
-    """``one`` per selected job (each writes its own audit entry), summed up in one result:
-    ``"3 jobs replayed"``, with what went wrong for the others."""
-    results = [(job_id, one(job_id)) for job_id in ids]
-    done = [job_id for job_id, r in results if r.ok]
-    problems = [r.message for _, r in results if not r.ok]
-    message = f"{_jobs(len(done))} {verb}"
-    if problems:
-        message += f"; {_jobs(len(problems))} not"
-    status = 200 if not problems else max(r.status for _, r in results if not r.ok)
-    return Result(not problems, message, status, {"done": done, "problems": problems})
-
-
-def _jobs(n: int) -> str:
-    return "1 job" if n == 1 else f"{n} jobs"
-
-
 # -- filtered sets ----------------------------------------------------------------------------
 def bulk_start(queue: str, flt: DeadFilter, rate: float, maximum: int,
                reason: str | None) -> Result:

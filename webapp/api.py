@@ -21,7 +21,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, request
 from antre.stores.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, audit_filter, check_queue, dead_filter, lease_ref, page_args
+from .common import arg_int, audit_filter, check_queue, dead_filter, page_args
 from .control import purge_filter
 from .overview import overview_data
 from .security import requires
@@ -252,7 +252,6 @@ REASON = {"reason": "string"}
 
 
 # -- selections: the dashboard's action bar; one audit entry per job ---------------------------
-SELECTION = {"ids": "string[]", **REASON}
 
 
 def _ids() -> list[str]:
@@ -264,56 +263,6 @@ def _ids() -> list[str]:
     if len(ids) > actions.MAX_SELECTED:
         abort(400, f"{len(ids)} ids; at most {actions.MAX_SELECTED} at a time")
     return list(dict.fromkeys(ids))
-
-
-@bp.post("/queues/<queue>/selection/replay")
-@requires("operator", "dlq.selected")
-@doc(body=SELECTION, required=("ids",))
-def replay_selected(queue: str) -> Response:
-    """Replay the listed dead jobs; ``done`` and ``problems`` say which were and were not."""
-    check_queue(queue)
-    reason = _body().get("reason")
-    return _answer(actions.each_selected("replayed", _ids(),
-                                         lambda i: actions.replay_one(queue, i, reason)))
-
-
-@bp.post("/queues/<queue>/selection/discard")
-@requires("operator", "dlq.selected")
-@doc(body=SELECTION, required=("ids",))
-def discard_selected(queue: str) -> Response:
-    """Discard the listed dead jobs."""
-    check_queue(queue)
-    reason = _body().get("reason")
-    return _answer(actions.each_selected("discarded", _ids(),
-                                         lambda i: actions.discard_one(queue, i, reason)))
-
-
-@bp.post("/queues/<queue>/selection/run-now")
-@requires("operator", "scheduled.selected")
-@doc(body=SELECTION, required=("ids",))
-def run_now_selected(queue: str) -> Response:
-    """Move the listed scheduled jobs to the ready list now."""
-    check_queue(queue)
-    reason = _body().get("reason")
-    return _answer(actions.each_selected("moved to the ready list", _ids(),
-                                         lambda i: actions.run_now(queue, i, reason)))
-
-
-@bp.post("/queues/<queue>/selection/extend")
-@requires("operator", "inflight.selected")
-@doc(body={**SELECTION, "seconds": "integer"}, required=("ids", "seconds"))
-def extend_selected(queue: str) -> Response:
-    """Extend the listed leases (``ids``: ``<epoch>:<job id>``) by N seconds each."""
-    check_queue(queue)
-    body = _body()
-    try:
-        seconds = int(body["seconds"])
-    except (KeyError, TypeError, ValueError):
-        abort(400, "seconds (an integer) is required")
-    by_id = {job_id: epoch for epoch, job_id in map(lease_ref, _ids())}
-    return _answer(actions.each_selected(
-        "extended", list(by_id),
-        lambda i: actions.extend(queue, i, by_id[i], seconds, body.get("reason"))))
 
 
 # -- periodic schedules ---------------------------------------------------------------------

@@ -14,8 +14,6 @@ from antre.control.retention import Retention
 from . import actions, find, services
 from .common import (
     WINDOWS_MS,
-    answer,
-    selected_ids,
     arg_int,
     check_queue,
     dead_filter,
@@ -80,27 +78,6 @@ def _flash(result: actions.Result) -> None:
     flash(result.message, "ok" if result.ok else "error")
 
 
-@bp.post("/<queue>/selected")
-@requires("operator", "dlq.selected")
-def selected(queue: str) -> str | Response:
-    """Replay or discard the ticked rows: one audit entry per job, one answer for all."""
-    check_queue(queue)
-    op = request.form.get("op")
-    if op not in ("replay", "discard"):
-        abort(400, "op must be 'replay' or 'discard'")
-    ids = selected_ids(actions.MAX_SELECTED)
-    reason = request.form.get("reason")
-    if op == "replay":
-        result = actions.each_selected("replayed", ids,
-                                       lambda i: actions.replay_one(queue, i, reason))
-    else:
-        result = actions.each_selected("discarded", ids,
-                                       lambda i: actions.discard_one(queue, i, reason))
-    return answer(result, lambda r: render("_dlq.html", "_dlq.html", outcome=r,
-                                           **dlq_data(queue, request.form)),
-                  safe_next(url_for("dlq.index", queue=queue)))
-
-
 @bp.post("/<queue>/bulk")
 @requires("operator", "dlq.bulk_replay.start")
 def bulk_start(queue: str) -> Response:
@@ -115,6 +92,12 @@ def bulk_start(queue: str) -> Response:
     maximum = arg_int("maximum", 0, 0, src=request.form)
     _flash(actions.bulk_start(check_queue(queue), flt, rate, maximum, request.form.get("reason")))
     return _back(queue)
+
+
+def selection_partial(path: dict[str, Any], result: actions.Result) -> str:
+    """The DLQ table after an action on its ticked rows (its filter and page from the form)."""
+    return render("_dlq.html", "_dlq.html", outcome=result, **dlq_data(path["queue"],
+                                                                        request.form))
 
 
 def bulk_partial(path: dict[str, Any], result: actions.Result) -> str:

@@ -11,14 +11,29 @@ from typing import Any
 from flask import Flask, abort, flash, redirect, request, url_for
 from werkzeug.wrappers import Response
 
-from antre.actions import TABLE, Action, Args, BadInput, Result, parse
+from antre.actions import (
+    MAX_SELECTED,
+    SELECTIONS,
+    TABLE,
+    Action,
+    Args,
+    BadInput,
+    Result,
+    SelectOp,
+    Selection,
+    by_name,
+    each,
+    parse,
+)
 
-from . import actions, api, dlq
-from .common import answer, check_queue, safe_next
+from . import actions, api, dlq, inflight, scheduled
+from .common import answer, check_queue, lease_ref, safe_next, selected_ids
 from .security import audit, requires
 
 # the refreshed pieces of page an htmx form gets back (``Html.partial``)
-PARTIALS: dict[str, Callable[[dict[str, Any], Result], str]] = {"bulk": dlq.bulk_partial}
+PARTIALS: dict[str, Callable[[dict[str, Any], Result], str]] = {
+    "bulk": dlq.bulk_partial, "dlq": dlq.selection_partial,
+    "scheduled": scheduled.selection_partial, "inflight": inflight.selection_partial}
 JSON_KIND = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -74,12 +89,79 @@ def _html_view(action: Action) -> Callable[..., Any]:
     return view
 
 
-def _guarded(action: Action, view: Callable[..., Any], name: str) -> Callable[..., Any]:
+def _guarded(action: Action | Selection, view: Callable[..., Any], name: str,
+             summary: str | None = None) -> Callable[..., Any]:
     view.__name__ = name
-    view.__doc__ = action.summary
+    view.__doc__ = summary or getattr(action, "summary", "")
     guarded = requires(action.role, action.name)(view)
     guarded.table_action = action.name  # type: ignore[attr-defined]
     return guarded
+
+
+# -- selections -------------------------------------------------------------------------------
+def selection_doc(sel: Selection, op: SelectOp) -> dict[str, Any]:
+    """The OpenAPI body of a selection's API route: ``ids`` and the entry's own parameters
+    (but ``epoch``, which each in-flight row carries)."""
+    doc = api_doc(by_name(op.action))
+    skip = {"epoch"} if sel.leases else set()
+    body = {k: v for k, v in doc["body"].items() if k not in skip}
+    return {"query": {}, "body": {"ids": "string[]", **body},
+            "required": ("ids", *(n for n in doc["required"] if n not in skip))}
+
+
+def run_selected(sel: Selection, op: SelectOp, queue: str, ids: list[str], src: Any) -> Result:
+    """``op``'s entry for each selected id (leases: ``<epoch>:<job id>``), one answer."""
+    action = by_name(op.action)
+    epochs: dict[str, int] = {}
+    if sel.leases:
+        epochs = {job_id: epoch for epoch, job_id in map(lease_ref, ids)}
+        ids = list(epochs)
+
+    def one(job_id: str) -> Result:
+        args = _args(action, {"queue": queue, "job_id": job_id}, src)
+        if job_id in epochs:
+            args["epoch"] = epochs[job_id]
+        return actions.perform(action, args)
+    return each(op.verb, ids, one)
+
+
+def _selection_api_view(sel: Selection, op: SelectOp) -> Callable[..., Response]:
+    def view(queue: str) -> Response:
+        check_queue(queue)
+        body = api._body()
+        return api._answer(run_selected(sel, op, queue, api._ids(), body))
+    return view
+
+
+def _selection_html_view(sel: Selection) -> Callable[..., Any]:
+    def view(queue: str) -> Any:
+        check_queue(queue)
+        op = sel.op(request.form.get("op", sel.default_op or "") or "")
+        if op is None:
+            abort(400, "op must be " + " or ".join(f"'{o.op}'" for o in sel.ops))
+        result = run_selected(sel, op, queue, selected_ids(MAX_SELECTED), request.form)
+        back = url_for(sel.html.back, queue=queue)
+        back = safe_next(back) if sel.html.follow_next else back
+        partial = PARTIALS[sel.html.partial or ""]
+        return answer(result, lambda r: partial({"queue": queue}, r), back)
+    return view
+
+
+def install_selections(app: Flask, selections: list[Selection]) -> None:
+    for sel in selections:
+        for op in sel.ops:
+            if op.api is None or op.api_name is None:
+                continue
+            api.DOCS[f"api.{op.api_name}"] = selection_doc(sel, op)
+            app.add_url_rule(f"/api{op.api}", endpoint=f"api.{op.api_name}",
+                             view_func=_guarded(sel, _selection_api_view(sel, op),
+                                                op.api_name, op.summary),
+                             methods=["POST"])
+        app.add_url_rule(sel.html.path, endpoint=sel.html.endpoint,
+                         view_func=_guarded(sel, _selection_html_view(sel),
+                                            sel.html.endpoint.rpartition(".")[2],
+                                            f"The action bar of {sel.html.back}."),
+                         methods=["POST"])
 
 
 def install(app: Flask, table: list[Action] | None = None) -> None:
@@ -94,3 +176,4 @@ def install(app: Flask, table: list[Action] | None = None) -> None:
                          view_func=_guarded(action, _html_view(action),
                                             action.html.endpoint.rpartition(".")[2]),
                          methods=["POST"])
+    install_selections(app, SELECTIONS)

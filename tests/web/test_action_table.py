@@ -24,7 +24,7 @@ from antre_web.api import openapi_document
 # Changes still written by hand, outside the table: the user and password changes (they act
 # on the session of the user asking), logging in and out, ``antre dlq replay|discard`` (many
 # ids or ``--all``, one audit entry; the table's one-job entries are ``antre job replay``),
-# selections, and starting the paced bulk replay and purge tasks and the filtered discard /
+# and starting the paced bulk replay and purge tasks and the filtered discard /
 # replay (their filters).
 NOT_YET_ROUTES = {
     "api.account_password", "api.user_add", "api.user_delete", "api.user_disable",
@@ -32,8 +32,6 @@ NOT_YET_ROUTES = {
     "auth.change_password", "auth.login_post", "auth.logout", "auth.logout_everywhere",
     "users.add", "users.delete", "users.disable", "users.enable", "users.logout_everywhere",
     "users.reset_password", "users.set_role",
-    "api.replay_selected", "api.discard_selected", "api.run_now_selected",
-    "api.extend_selected", "dlq.selected", "scheduled.selected", "inflight.selected",
     "api.bulk_start", "api.replay_filtered_now", "api.discard_filtered", "dlq.bulk_start",
     "dlq.discard_filtered", "api.purge_start", "control.purge_start",
 }
@@ -81,8 +79,24 @@ def test_every_entry_has_its_api_route_openapi_entry_html_route_and_command(web)
         assert action in parser.get_default("table_actions")
 
 
+def test_every_selection_has_its_html_route_and_api_routes_over_table_entries(web):
+    rules = {r.endpoint: r for r in web.app.url_map.iter_rules()}
+    with web.app.test_request_context():
+        doc = openapi_document()
+    names = {a.name for a in table.TABLE}
+    for sel in table.SELECTIONS:
+        assert rules[sel.html.endpoint].rule == sel.html.path
+        for op in sel.ops:
+            assert op.action in names, op  # a selection runs table entries only
+            if op.api is None:
+                continue
+            assert rules[f"api.{op.api_name}"].rule == f"/api{op.api}"
+            body = doc["paths"][flask_rule(f"/api{op.api}")]["post"]["requestBody"]
+            assert "ids" in body["content"]["application/json"]["schema"]["required"]
+
+
 def test_no_change_route_or_command_exists_outside_the_table(web):
-    made = {a.name for a in table.TABLE}
+    made = {a.name for a in table.TABLE} | {s.name for s in table.SELECTIONS}
     for rule in web.app.url_map.iter_rules():
         if "POST" not in rule.methods:
             continue
