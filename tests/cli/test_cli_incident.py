@@ -174,3 +174,22 @@ def test_job_replay_and_discard_of_one_dead_job_come_from_the_table(env, capsys)
     assert q.get(b.id) is None
     assert audited(env, "dlq.replay") == [(ACTOR, "refused", ""), (ACTOR, "ok", "card fixed")]
     assert audited(env, "dlq.discard") == [(ACTOR, "ok", "dup")]
+
+
+def test_task_commands_pick_the_bulk_replay_or_the_purge_entry_by_the_tasks_kind(env, capsys):
+    q = env.queue("billing")
+    q.enqueue("charge", {}, idempotency_key="k1")
+    (job,) = q.reserve("w")
+    q.bury(job, reason="declined")
+    q.enqueue("charge", {}, idempotency_key="k2")
+    assert main(["bulk-replay", "billing", "--rate", "1", "--maximum", "5"]) == 0
+    assert main(["purge", "billing", "--confirm", "1", "--rate", "1"]) == 0
+    capsys.readouterr()
+    assert main(["tasks", "billing", "--json"]) == 0
+    ids = {t["kind"]: t["id"] for t in json.loads(capsys.readouterr().out)}
+    assert main(["task", "pause", "billing", ids["replay"], "--reason", "slow down"]) == 0
+    assert "bulk replay" in capsys.readouterr().out
+    assert main(["task", "pause", "billing", ids["purge"]]) == 0
+    assert f"purge {ids['purge']}: paused" in capsys.readouterr().out
+    assert audited(env, "dlq.bulk_replay.pause") == [(ACTOR, "ok", "slow down")]
+    assert audited(env, "purge.pause") == [(ACTOR, "ok", "")]
