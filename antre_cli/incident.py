@@ -37,6 +37,7 @@ from antre.control.bulk import BulkReplays
 from antre.control.pause import unknown_target
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.observe.readmodels import DeadFilter
+from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
 @dataclass
@@ -69,8 +70,8 @@ def run_audited(app: Antre, action: str, target: str, reason: str,
     try:
         out = fn()
     except redis.RedisError as exc:
-        out = Outcome(False, f"Redis at {app.redis_url} is unreachable ({exc}); nothing was "
-                             "done")
+        out = Outcome(False, f"Redis at {redact_url(app.redis_url)} is unreachable "
+                             f"({scrub(exc, app.redis_url)}); nothing was done")
     status = "ok" if out.ok else ("refused" if out.refused else "failed")
     record(app.audit, operator_actor(), action, target, reason, status,
            {"message": out.message, **out.detail})

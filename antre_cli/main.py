@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import json
 import os
 import secrets
 import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
-from urllib.parse import urlsplit
 
 import redis
 
@@ -20,6 +20,7 @@ from antre import Antre
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
+from antre.observe.redact import scrub
 from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry
@@ -62,8 +63,7 @@ def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
 
 def _no_secret(text: str, url: str) -> str:
     """``text`` with the URL's password blanked, wherever it shows."""
-    password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
+    return scrub(text, url)
 
 
 # -- status ---------------------------------------------------------------------------------
@@ -227,7 +227,8 @@ def cmd_find(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except redis.RedisError as exc:
-        print(f"error: Redis at {app.redis_url} is unreachable ({exc})", file=sys.stderr)
+        print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
+              f"({_no_secret(str(exc), app.redis_url)})", file=sys.stderr)
         return 2
 
 
@@ -247,9 +248,29 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 
 # -- users ----------------------------------------------------------------------------------
+PASSWORD_FLAG_WARNING = ("warning: --password puts the password in the process list and the "
+                         "shell history, where other users of this host can read it; use "
+                         "--password-stdin, --prompt or $ANTRE_PASSWORD instead")
+
+
+def _given_password(args: argparse.Namespace) -> str | None:
+    if args.password:
+        print(PASSWORD_FLAG_WARNING, file=sys.stderr)
+        return str(args.password)
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if args.prompt:
+        first = getpass.getpass("new password: ")
+        if getpass.getpass("again: ") != first:
+            raise ValueError("the two passwords differ; nothing was changed")
+        return first
+    return os.environ.get("ANTRE_PASSWORD") or None
+
+
 def _password(args: argparse.Namespace) -> tuple[str, bool]:
-    """The password given (``--password`` or ``$ANTRE_PASSWORD``), else a generated one."""
-    given = args.password or os.environ.get("ANTRE_PASSWORD")
+    """The password given (``--password-stdin``, ``--prompt``, ``$ANTRE_PASSWORD`` or the
+    discouraged ``--password``), else a generated one."""
+    given = _given_password(args)
     return (given, False) if given else (secrets.token_urlsafe(18), True)
 
 
@@ -402,8 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
-    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name; default: "
-               "$ANTRE_PASSWORD, else generated and printed")
+    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name (discouraged: "
+               "visible in the process list; use --password-stdin, --prompt or "
+               "$ANTRE_PASSWORD); default: $ANTRE_PASSWORD, else generated and printed")
     ua = usub.add_parser("add", help="add a user")
     ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
     up = usub.add_parser("passwd", help="set a user's password (their sessions end)")
@@ -414,6 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--reason", default="", help="why (written to the audit log)")
     for sp in (ua, up):
         sp.add_argument("--password", help=pw_help)
+        sp.add_argument("--password-stdin", action="store_true",
+                        help="read the password from the first line of stdin")
+        sp.add_argument("--prompt", action="store_true",
+                        help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
     incident.add_parsers(sub, groups={"schedules": scsub})
     return p

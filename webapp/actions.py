@@ -14,7 +14,8 @@ from antre.observe.readmodels import DeadFilter
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
 from . import services
-from .security import audit, current_user, start_session
+from .security import Attempt, TooManyTries, audit, client_addr, current_user, start_session
+from .security import throttled
 from .services import REDIS_ERRORS, Services
 
 MAX_BULK = 1_000_000
@@ -77,7 +78,8 @@ def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
     try:
         result: Result = fn()
     except REDIS_ERRORS as exc:
-        audit(action, target, "failed", reason, {"message": f"Redis unreachable: {exc}"})
+        audit(action, target, "failed", reason,
+              {"message": f"Redis unreachable: {services.scrubbed(exc)}"})
         raise
     return _done(action, target, reason, result)
 
@@ -232,7 +234,12 @@ def password_change(current: str, new: str) -> Result:
 
     def run() -> Result:
         svc = _svc()
-        if not svc.users.password_is(me.name, current):
+        try:  # limited like logins: guessing it here is guessing the password
+            right = throttled(Attempt.of(me.name, client_addr()),
+                              lambda: svc.users.password_is(me.name, current))
+        except TooManyTries as exc:
+            return Result(False, f"{exc}; nothing was changed", 429)
+        if not right:
             return Result(False, "the current password is wrong; nothing was changed", 403)
         try:
             svc.users.set_password(me.name, new)
@@ -245,17 +252,21 @@ def password_change(current: str, new: str) -> Result:
 
 
 def password_reset(name: str, password: str, reason: str | None) -> Result:
-    """An admin sets another user's password; that user's open sessions end."""
+    """An admin sets another user's password; that user's open sessions end. Their own takes
+    the current one (``password_change``): a stolen session must not be enough to take the
+    account over."""
     def run() -> Result:
+        me = current_user()
+        if me is not None and me.name == name:
+            return Result(False, "to change your own password, give the current one: use your "
+                                 "account page (/account) or POST /api/account/password; "
+                                 "nothing was changed", 403)
         try:
             _svc().users.set_password(name, password)
         except WeakPassword as exc:
             return Result(False, f"{exc}; nothing was changed", 400)
         except UnknownUser:
             return Result(False, f"no user {name}", 400)
-        me = current_user()
-        if me is not None and me.name == name and me.via == "session":
-            start_session(_svc().users.get(name))
         return Result(True, f"password of {name} reset; their open sessions are logged out")
     return guarded("users.password.reset", name, _reason(reason), run)
 

@@ -22,7 +22,7 @@ from antre.stores.sql import ROLES
 
 from . import actions, services
 from .common import arg_int, audit_filter, check_queue, dead_filter, page_args
-from .control import purge_filter
+from .control import dead_tally, purge_filter, purge_tally
 from .overview import overview_data
 from .security import requires
 
@@ -139,12 +139,16 @@ def dead(queue: str) -> Response:
 
 @bp.get("/queues/<queue>/dead/count")
 @requires("viewer")
-@doc(query=FILTER_Q)
+@doc(query={**FILTER_Q, "count_cursor": "string"})
 def dead_count(queue: str) -> Response:
-    """Dry run: how many dead jobs match the filter now."""
+    """Dry run: how many dead jobs match the filter, within a budget (``exact`` false with
+    both a type and a group until the group is walked: pass ``cursor`` back as
+    ``count_cursor``)."""
     svc = services.get()
     flt = dead_filter(request.args, svc.clock())
-    return jsonify({"count": svc.bulk.dry_run(check_queue(queue), flt), "filter": _plain(flt),
+    tally = dead_tally(check_queue(queue), flt, request.args)
+    return jsonify({"count": tally.matched, "exact": tally.exact, "looked": tally.looked,
+                    "cursor": None if tally.exact else tally.token(), "filter": _plain(flt),
                     "as_of": svc.clock()})
 
 
@@ -414,12 +418,16 @@ def pauses() -> Response:
 
 @bp.get("/queues/<queue>/purge/count")
 @requires("viewer")
-@doc(query=PURGE_Q)
+@doc(query={**PURGE_Q, "count_cursor": "string"})
 def purge_count(queue: str) -> Response:
-    """Dry run: how many jobs of ``source`` (ready, scheduled, dead) match the filter now."""
+    """Dry run: how many jobs of ``source`` (ready, scheduled, dead) match the filter, within
+    a budget. ``exact`` false: ``count`` is "at least"; pass ``cursor`` back as
+    ``count_cursor`` to go on counting (null once the walk is over)."""
     svc = services.get()
     flt = purge_filter(request.args)
-    return jsonify({"count": svc.purger.count(check_queue(queue), flt), "filter": flt.to_dict(),
+    tally = purge_tally(check_queue(queue), flt, request.args)
+    return jsonify({"count": tally.matched, "exact": tally.exact, "looked": tally.looked,
+                    "cursor": None if tally.exact else tally.token(), "filter": flt.to_dict(),
                     "as_of": svc.clock()})
 
 

@@ -19,7 +19,7 @@ from antre.engine.keys import valid_name
 from antre.observe.readmodels import Page
 
 from . import services
-from .common import check_queue, page_args, render
+from .common import arg_int, check_queue, page_args, render
 from .security import requires
 
 bp = Blueprint("find", __name__)
@@ -100,7 +100,7 @@ def more() -> str:
         step = finder().search(text, queue, state, cursor=cursor, budget_ms=NEXT_STEP_MS)
     except BadQuery as exc:
         abort(400, str(exc))
-    so_far = _int_arg("n") + len(step.hits)
+    so_far = arg_int("n", 0, 0, PAGE_HITS * 10) + len(step.hits)
     return render("_find_more.html", "_find_more.html", step=step, queue=queue or "",
                   state=state or "", more_url=more_url, hits_so_far=so_far, hit_cap=PAGE_HITS)
 
@@ -118,9 +118,6 @@ def ts_ms(ms: Any) -> str:
         + " UTC"
 
 
-def _int_arg(name: str) -> int:
-    raw = request.args.get(name) or "0"
-    return int(raw) if raw.isdigit() else 0
 
 
 # -- the job page -------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ class FieldMatch:
         for seg in self.path:
             if isinstance(node, dict) and seg in node:
                 node = node[seg]
-            elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+            elif isinstance(node, list) and _INDEX.fullmatch(seg) and int(seg) < len(node):
                 node = node[int(seg)]
             else:
                 return False, None
@@ -185,6 +185,9 @@ def _matches(fields: list[FieldMatch], payload: Any) -> dict[str, Any] | None:
     return found
 
 
+_INDEX = re.compile(r"[0-9]{1,15}")  # ASCII digits only (int() refuses '²'); within a list's range
+
+
 # -- cursors --------------------------------------------------------------------------------
 def _cursor(queue: str, state: str, offset: int) -> str:
     return f"{queue}|{state}|{offset}"
@@ -192,7 +195,7 @@ def _cursor(queue: str, state: str, offset: int) -> str:
 
 def _parse_cursor(text: str) -> tuple[str, str, int]:
     parts = text.split("|")
-    if len(parts) != 3 or parts[1] not in STATES or not parts[2].isdigit():
+    if len(parts) != 3 or parts[1] not in STATES or not _INDEX.fullmatch(parts[2]):
         raise BadQuery("bad search cursor: start the search again without one")
     return parts[0], parts[1], int(parts[2])
 

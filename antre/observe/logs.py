@@ -27,11 +27,11 @@ import sys
 import threading
 import time
 from typing import IO, Any, Callable
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
 from antre.engine.envelope import Job
+from antre.observe.redact import redact_url
 
 JOB_FIELDS = ("job_id", "job_type", "idempotency_key", "attempt", "lock_key", "trace_id",
               "duration_ms", "error_kind")
@@ -406,10 +406,5 @@ def _env_flush_ms() -> int:
 
 
 def safe_url(url: str) -> str:
-    """The URL without its password, for log lines."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its secrets, for log lines (``antre.observe.redact.redact_url``)."""
+    return redact_url(url)
