@@ -11,6 +11,7 @@ entry with ``record``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class Param:
     """One argument of an action. Path parameters (``<queue>`` in ``api``) are positionals on
     the CLI; the others are JSON body / form fields and ``--options``."""
     name: str
-    kind: type = str
+    kind: type = str  # str, int or float
     help: str = ""
     required: bool = False
     default: Any = None
@@ -138,6 +139,17 @@ def _convert(p: Param, raw: Any) -> Any:
         if isinstance(raw, bool) or not re.fullmatch(r"-?\d{1,15}", str(raw).strip()):
             raise BadInput(f"{p.name} must be a whole number")
         return int(raw)
+    if p.kind is float:
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(raw, bool) or not math.isfinite(value):
+            raise BadInput(f"{p.name} must be a finite number")
+        return value
+    if p.kind is not str:
+        raise TypeError(f"parameter {p.name}: kind {p.kind.__name__} is not one of str, int, "
+                        "float")
     return str(raw).strip()
 
 

@@ -34,7 +34,7 @@ from .security import audit, requires
 PARTIALS: dict[str, Callable[[dict[str, Any], Result], str]] = {
     "bulk": dlq.bulk_partial, "dlq": dlq.selection_partial,
     "scheduled": scheduled.selection_partial, "inflight": inflight.selection_partial}
-JSON_KIND = {str: "string", int: "integer", float: "number", bool: "boolean"}
+JSON_KIND = {str: "string", int: "integer", float: "number"}
 
 
 def api_doc(action: Action) -> dict[str, Any]:

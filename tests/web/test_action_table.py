@@ -197,3 +197,19 @@ def test_a_toy_entry_gets_a_cli_command(toy_web, monkeypatch, redis_url, capsys)
     assert TOUCHED == [(actor, "j3", "green")]
     assert [(e.user, e.outcome) for e in toy_web.audit("toy.touch")] == [
         (actor, "refused"), (actor, "ok")]
+
+
+def test_parse_converts_each_kind_and_names_a_bad_value():
+    action = Action("toy.kinds", "operator", "Kinds.", "/toy/<queue>/kinds", "toy_kinds",
+                    Html("/toy/<queue>/kinds", "control.toy_kinds", "overview.index"),
+                    ("toy", "kinds"), _touch, lambda a: a["queue"],
+                    (Param("n", int, default=0), Param("rate", float, default=1.0),
+                     Param("word", default="dlq")))
+    args = table.parse(action, {"queue": "q"}, {"n": " 7 ", "rate": "2.5", "word": " x ",
+                                                 "reason": "  why  "})
+    assert args == {"queue": "q", "n": 7, "rate": 2.5, "word": "x", "reason": "why"}
+    assert table.parse(action, {"queue": "q"}, {})["rate"] == 1.0  # the default
+    for body, field in (({"n": "2.5"}, "n"), ({"n": True}, "n"), ({"rate": "inf"}, "rate"),
+                        ({"rate": "fast"}, "rate")):
+        with pytest.raises(table.BadInput, match=field):
+            table.parse(action, {"queue": "q"}, body)
