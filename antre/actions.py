@@ -26,7 +26,7 @@ from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError, Cancels
 from antre.control.pause import PauseError, Pauses, unknown_target
 from antre.control.periodic import Schedules
-from antre.control.purge import PurgeError, Purger
+from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.engine.locks import Locks
 from antre.errors import LeaseLost
 from antre.limits.flow import FlowControl
@@ -75,6 +75,7 @@ class Param:
     cli_default: Any = None
     cli_required: bool = False
     positional: bool = False  # a positional on the CLI although not in the URL path
+    strip: bool = True  # text: leading and trailing blanks dropped
     choices: tuple[str, ...] = ()  # offered by the CLI; the action checks the value itself
 
 
@@ -89,6 +90,7 @@ class Html:
     follow_next: bool = True
     confirm: tuple[str, str, str] | None = None  # (parameter, what it is, the word)
     partial: str | None = None  # for htmx: the refreshed piece of page (webapp's PARTIALS)
+    back_args: Callable[[Args], dict[str, Any]] | None = None  # ``back``'s URL arguments
 
 
 class BadInput(ValueError):
@@ -114,6 +116,8 @@ class Action:
     # first whose ``cli_owns`` says yes runs, else the one without ``cli_owns``
     cli_owns: Callable[[Ops, Args], bool] | None = None
     cli_help: str | None = None  # the command's help when it is not ``summary``
+    # what ``--dry-run`` prints instead of acting (the CLI adds the flag when it is set)
+    dry_run: Callable[[Ops, Args], Result] | None = None
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -150,7 +154,7 @@ def _convert(p: Param, raw: Any) -> Any:
     if p.kind is not str:
         raise TypeError(f"parameter {p.name}: kind {p.kind.__name__} is not one of str, int, "
                         "float")
-    return str(raw).strip()
+    return str(raw).strip() if p.strip else str(raw)
 
 
 class Ops:
@@ -449,6 +453,77 @@ def _task_controls() -> list[Action]:
     return out
 
 
+MAX_BULK = 1_000_000
+
+
+def confirmed(typed: str, count: int, word: str) -> bool:
+    """The typed confirmation of a change to ``count`` jobs: the count, or ``word``."""
+    typed = (typed or "").strip()
+    return typed == str(count) or typed.lower() == word
+
+
+def _how_to_confirm(who: Actor, count: int, word: str) -> str:
+    """The confirmation asked for, in the words of the surface the operator is on."""
+    if who.via == "cli":
+        return (f"pass --confirm {count} (the number of matching jobs) or --confirm {word}")
+    return f"type {count} (the number of matching jobs) or the word '{word}'"
+
+
+def purge_filter(a: Args) -> PurgeFilter:
+    field = a["field"] or None
+    return PurgeFilter(source=a["source"], job_type=a["type"], group=a["group"],
+                       older_than_s=a["older_than_s"], field=field,
+                       value=a["value"] if field else None)
+
+
+def _purge_target(a: Args) -> str:
+    return f"{a['queue']} [{purge_filter(a).describe()}]"
+
+
+def _purge_page_args(a: Args) -> dict[str, Any]:
+    flt = purge_filter(a)
+    pairs = (("source", flt.source), ("type", flt.job_type), ("group", flt.group),
+             ("older_than_s", flt.older_than_s), ("field", flt.field), ("value", flt.value))
+    return {k: v for k, v in pairs if v is not None}
+
+
+def purge_dry_run(ops: Ops, a: Args) -> Result:
+    flt = purge_filter(a)
+    try:
+        flt.check()
+    except PurgeError as exc:
+        return Result(False, str(exc), 400)
+    return Result(True, f"{ops.purger.count(a['queue'], flt)} jobs match ({flt.describe()}) "
+                        f"in {a['queue']}")
+
+
+def purge_start(ops: Ops, who: Actor, a: Args) -> Result:
+    """A paced purge of the filtered set, once ``confirm`` is the dry-run count or 'purge'."""
+    queue, flt = a["queue"], purge_filter(a)
+    try:
+        flt.check()
+    except PurgeError as exc:
+        return Result(False, str(exc), 400)
+    bad = ops.unknown_target(queue, None)
+    if bad is not None:
+        return bad
+    count = ops.purger.count(queue, flt)
+    if count == 0:
+        return Result(False, f"no job matches ({flt.describe()}); nothing was changed", 400,
+                      {"dry_run": 0, "filter": flt.describe()})
+    if not confirmed(a["confirm"], count, "purge"):
+        return Result(False, f"not confirmed: {_how_to_confirm(who, count, 'purge')}; nothing "
+                             "was changed", 400, {"dry_run": count, "filter": flt.describe()})
+    try:
+        task = ops.bulk.start_purge(queue, flt, a["rate"], min(a["maximum"], MAX_BULK),
+                                    who.name, a["reason"])
+    except ValueError as exc:
+        return Result(False, str(exc), 400)
+    return Result(True, f"purge {task.id} started: {count} jobs match ({flt.describe()}), "
+                        f"at most {task.maximum} at {task.rate_per_s:g} jobs/s", 200,
+                  {"task": task.to_dict(), "filter": flt.to_dict(), "dry_run": count})
+
+
 TYPE = Param("type", help="only this job type")
 TABLE: list[Action] = [
     Action("dlq.replay", "operator",
@@ -528,6 +603,26 @@ TABLE: list[Action] = [
            Html("/schedules/<name>/run-now", "schedules.run_now", "schedules.index"),
            ("schedules", "run"), schedule_run_now, lambda a: str(a["name"]),
            cli_line=_schedule_line("run")),
+    Action("purge.start", "operator",
+           "Start a paced purge of the filtered set; ``confirm`` is the dry-run count or "
+           "'purge'.",
+           "/queues/<queue>/purges", "purge_start",
+           Html("/purge/<queue>/start", "control.purge_start", "control.purge_page",
+                follow_next=False, back_args=_purge_page_args),
+           ("purge",), purge_start, _purge_target,
+           (Param("source", help="ready, scheduled or dead", default="ready", choices=SOURCES),
+            Param("type", help="only this job type"),
+            Param("group", help="error group (dead only)"),
+            Param("older_than_s", float, "created more than this many seconds ago"),
+            Param("field", help="top-level payload field ..."),
+            Param("value", help="... equal to this value (as text)", strip=False),
+            Param("rate", float, "jobs per second", required=True, default=0.0,
+                  cli_default=500.0),
+            Param("maximum", int, "at most this many jobs", default=MAX_BULK),
+            Param("confirm", help="the dry-run count, or the word purge", required=True,
+                  default="")),
+           cli_help="remove a filtered set of ready, scheduled or dead jobs (paced; "
+                    "--dry-run counts)", dry_run=purge_dry_run),
     *_task_controls(),
 ]
 

@@ -23,6 +23,7 @@ import redis
 from antre import Antre
 from antre.actions import (
     PATH_HELP,
+    Result,
     Args,
     TABLE,
     Action,
@@ -35,7 +36,6 @@ from antre.actions import (
 )
 from antre.control.bulk import BulkReplays
 from antre.control.pause import unknown_target
-from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.observe.readmodels import DeadFilter
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
@@ -89,56 +89,6 @@ def _known(app: Antre, queue: str, job_type: str | None) -> str | None:
 
 
 # -- purge and bulk tasks ---------------------------------------------------------------------
-def _purge_filter(args: argparse.Namespace) -> PurgeFilter:
-    return PurgeFilter(args.source, args.type, args.group, args.older_than_s, args.field,
-                       args.value)
-
-
-def _dry_run(purger: Purger, queue: str, flt: PurgeFilter) -> int:
-    try:
-        flt.check()
-    except PurgeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{purger.count(queue, flt)} jobs match ({flt.describe()}) in {queue}")
-    return 0
-
-
-def cmd_purge(args: argparse.Namespace) -> int:
-    app = _app(args.app)
-    flt = _purge_filter(args)
-    purger = Purger(app.redis, app.clock, app.scripts)
-    if args.dry_run:
-        return _dry_run(purger, args.queue, flt)
-
-    def start() -> Outcome:
-        try:
-            flt.check()
-        except PurgeError as exc:
-            return _refuse(str(exc))
-        bad = _known(app, args.queue, None)
-        if bad:
-            return _refuse(bad)
-        count = purger.count(args.queue, flt)
-        if count == 0:
-            return _refuse(f"no job matches ({flt.describe()}); nothing was changed")
-        typed = (args.confirm or "").strip()
-        if typed != str(count) and typed.lower() != "purge":
-            return _refuse(f"not confirmed: pass --confirm {count} (the number of matching "
-                           "jobs) or --confirm purge; nothing was changed", dry_run=count)
-        try:
-            task = BulkReplays(app.redis, app.clock).start_purge(
-                args.queue, flt, args.rate, args.maximum, operator(), args.reason)
-        except ValueError as exc:
-            return _refuse(str(exc))
-        return Outcome(True, f"purge {task.id} started: {count} jobs match, at most "
-                             f"{task.maximum} at {task.rate_per_s:g} jobs/s (the worker pool "
-                             f"steps it; follow it with: antre tasks {args.queue})",
-                       detail={"task": task.id, "dry_run": count, "filter": flt.to_dict()})
-    return run_audited(app, "purge.start", f"{args.queue} [{flt.describe()}]", args.reason,
-                       start)
-
-
 def cmd_bulk_replay(args: argparse.Namespace) -> int:
     app = _app(args.app)
     flt = DeadFilter(job_type=args.type, group=args.group)
@@ -183,7 +133,6 @@ def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
     """The incident commands and the table's; ``groups``: subcommand groups made elsewhere
     (with their own ``--app``) that table entries join, e.g. ``schedules``."""
     add_table_parsers(sub, TABLE, groups or {})
-    _add_purge(sub)
     _add_tasks(sub)
 
 
@@ -205,6 +154,9 @@ def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> 
                 p.add_argument(param.name, help=param.help)
             else:
                 _add_option(p, param)
+        if action.dry_run is not None:
+            p.add_argument("--dry-run", action="store_true", help="say what it would do; "
+                                                                  "change nothing")
         _common(p, reason_required=action.reason_required_on_cli, app=words[0] not in shared)
         p.set_defaults(table_actions=entries)
 
@@ -248,6 +200,15 @@ def _pick(entries: tuple[Action, ...], ops: Ops, values: Args) -> Action:
     return next((a for a in entries if a.cli_owns is None), entries[0])
 
 
+def _print_dry_run(result: Result) -> int:
+    """A dry run changes nothing: its answer is printed, not audited."""
+    if not result.ok:
+        print(f"error: {result.message}", file=sys.stderr)
+        return 1
+    print(result.message)
+    return 0
+
+
 def cmd_action(args: argparse.Namespace) -> int:
     """Run the table entry the subcommand was made from, audited as ``cli:NAME``."""
     entries: tuple[Action, ...] = args.table_actions
@@ -259,6 +220,8 @@ def cmd_action(args: argparse.Namespace) -> int:
         return 1
     ops = Ops(app)
     action = _pick(entries, ops, values)
+    if action.dry_run is not None and getattr(args, "dry_run", False):
+        return _print_dry_run(action.dry_run(ops, values))
 
     def run() -> Outcome:
         result = action.run(ops, operator_actor(), values)
@@ -267,23 +230,6 @@ def cmd_action(args: argparse.Namespace) -> int:
             return Outcome(True, line, detail=result.detail)
         return _refuse(result.message, **result.detail)
     return run_audited(app, action.name, action.target(values), values["reason"], run)
-
-
-def _add_purge(sub: Any) -> None:
-    p = sub.add_parser("purge", help="remove a filtered set of ready, scheduled or dead jobs "
-                                     "(paced; --dry-run counts)")
-    p.add_argument("queue")
-    p.add_argument("--source", choices=SOURCES, default="ready")
-    p.add_argument("--type", default=None)
-    p.add_argument("--group", default=None, help="error group (dead only)")
-    p.add_argument("--older-than-s", type=float, default=None, dest="older_than_s")
-    p.add_argument("--field", default=None, help="top-level payload field ...")
-    p.add_argument("--value", default=None, help="... equal to this value (as text)")
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--confirm", default="", help="the dry-run count, or the word purge")
-    p.add_argument("--rate", type=float, default=500.0, help="jobs per second")
-    p.add_argument("--maximum", type=int, default=1_000_000)
-    _common(p)
 
 
 def _add_tasks(sub: Any) -> None:
@@ -301,5 +247,5 @@ def _add_tasks(sub: Any) -> None:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "purge": cmd_purge, "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks,
+    "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks,
 }

@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from antre.actions import MAX_EXTEND_S, MAX_SELECTED, Action, Actor, Args, Ops, Result, by_name
+from antre.actions import (
+    MAX_BULK as ACTIONS_MAX_BULK,
+    MAX_EXTEND_S,
+    MAX_SELECTED,
+    Action,
+    Actor,
+    Args,
+    Ops,
+    Result,
+    by_name,
+    confirmed,
+)
 
-__all__ = ["MAX_EXTEND_S", "MAX_SELECTED", "Result"]  # re-exported: the views and the API use them
-from antre.control.purge import PurgeError, PurgeFilter
 from antre.observe.readmodels import DeadFilter
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
@@ -18,7 +27,9 @@ from .security import Attempt, TooManyTries, audit, client_addr, current_user, s
 from .security import throttled
 from .services import REDIS_ERRORS, Services
 
-MAX_BULK = 1_000_000
+__all__ = ["MAX_EXTEND_S", "MAX_SELECTED", "Result"]  # re-exported for the views
+
+MAX_BULK = ACTIONS_MAX_BULK
 
 
 def _svc() -> Services:
@@ -136,11 +147,6 @@ def _not_idempotent_warning(flt: DeadFilter) -> str:
         return ""
     return (" Warning: not idempotent handlers in this set may repeat effects: "
             + ", ".join(sorted(bad)) + ".")
-
-
-def confirmed(typed: str, count: int, word: str) -> bool:
-    typed = (typed or "").strip()
-    return typed == str(count) or typed.lower() == word
 
 
 def discard_filtered(queue: str, flt: DeadFilter, maximum: int, confirm: str,
@@ -280,36 +286,5 @@ def user_end_sessions(name: str, reason: str | None) -> Result:
             return Result(False, f"no user {name}", 400)
         return Result(True, f"every session of {name} is logged out")
     return guarded("users.logout_everywhere", name, _reason(reason), run)
-
-
-def purge_start(queue: str, flt: PurgeFilter, rate: float, maximum: int, confirm: str,
-                reason: str | None) -> Result:
-    """A paced purge of the filtered set, once ``confirm`` is the dry-run count or 'purge'."""
-    def run() -> Result:
-        svc = _svc()
-        try:
-            flt.check()
-        except PurgeError as exc:
-            return Result(False, str(exc), 400)
-        bad = unknown_target(queue, None)
-        if bad is not None:
-            return bad
-        count = svc.purger.count(queue, flt)
-        if count == 0:
-            return Result(False, f"no job matches ({flt.describe()}); nothing was changed", 400,
-                          {"dry_run": 0, "filter": flt.describe()})
-        if not confirmed(confirm, count, "purge"):
-            return Result(False, f"not confirmed: type {count} (the number of matching jobs) "
-                                 "or the word 'purge'; nothing was changed", 400,
-                          {"dry_run": count, "filter": flt.describe()})
-        try:
-            task = svc.bulk.start_purge(queue, flt, rate, min(maximum, MAX_BULK), _actor(),
-                                        _reason(reason))
-        except ValueError as exc:
-            return Result(False, str(exc), 400)
-        return Result(True, f"purge {task.id} started: {count} jobs match ({flt.describe()}), "
-                            f"at most {task.maximum} at {task.rate_per_s:g} jobs/s", 200,
-                      {"task": task.to_dict(), "filter": flt.to_dict(), "dry_run": count})
-    return guarded("purge.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
 
 

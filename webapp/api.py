@@ -439,22 +439,6 @@ def purges(queue: str) -> Response:
     return jsonify({"tasks": [t.to_dict() for t in tasks]})
 
 
-@bp.post("/queues/<queue>/purges")
-@requires("operator", "purge.start")
-@doc(body={**PURGE_Q, "rate": "number", "maximum": "integer", "confirm": "string", **REASON},
-     required=("rate", "confirm"))
-def purge_start(queue: str) -> Response:
-    """Start a paced purge of the filtered set; ``confirm`` is the dry-run count or 'purge'."""
-    body = _body()
-    try:
-        rate, maximum = float(body["rate"]), int(body.get("maximum") or 1_000_000)
-    except (KeyError, TypeError, ValueError):
-        abort(400, "rate (jobs/s) is a required number; maximum an integer")
-    return _answer(actions.purge_start(check_queue(queue), purge_filter(body, check=False),
-                                       rate, maximum,
-                                       str(body.get("confirm", "")), body.get("reason")))
-
-
 # -- the OpenAPI document ---------------------------------------------------------------------
 def _schema(kind: str) -> dict[str, Any]:
     if kind.endswith("[]"):

@@ -6,21 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
-from flask.typing import ResponseReturnValue
+from flask import Blueprint, abort, request
 
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Tally
 from antre.observe.readmodels import DeadFilter, PauseInfo
 
-from . import actions, services
-from .common import arg_int, check_queue, is_htmx, queue_arg, render
+from . import services
+from .common import is_htmx, queue_arg, render
 from .security import requires
 
 bp = Blueprint("control", __name__)
-
-
-def _flash(result: actions.Result) -> None:
-    flash(result.message, "ok" if result.ok else "error")
 
 
 def _type_arg(src: Any) -> str | None:
@@ -99,20 +94,6 @@ def purge_page() -> str:
                   dry_run=tally.matched if tally else 0,
                   queues=svc.reads.queue_names(), types=svc.reads.dead_types(queue),
                   tasks=svc.bulk.list(queue, kind="purge"), as_of=svc.clock())
-
-
-@bp.post("/purge/<queue>/start")
-@requires("operator", "purge.start")
-def purge_start(queue: str) -> ResponseReturnValue:
-    flt = purge_filter(request.form, check=False)
-    try:
-        rate = float(request.form.get("rate") or 0)
-    except ValueError:
-        abort(400, "rate must be a number of jobs per second")
-    maximum = arg_int("maximum", 1_000_000, 0, src=request.form)
-    _flash(actions.purge_start(check_queue(queue), flt, rate, maximum,
-                               request.form.get("confirm", ""), request.form.get("reason")))
-    return redirect(url_for("control.purge_page", queue=queue, **_purge_args(flt)), code=303)
 
 
 def paused_banners() -> list[PauseInfo]:

@@ -24,8 +24,8 @@ from antre_web.api import openapi_document
 # Changes still written by hand, outside the table: the user and password changes (they act
 # on the session of the user asking), logging in and out, ``antre dlq replay|discard`` (many
 # ids or ``--all``, one audit entry; the table's one-job entries are ``antre job replay``),
-# and starting the paced bulk replay and purge tasks and the filtered discard /
-# replay (their filters).
+# and starting a paced bulk replay and the filtered discard / replay of the DLQ (their
+# filters take a time window).
 NOT_YET_ROUTES = {
     "api.account_password", "api.user_add", "api.user_delete", "api.user_disable",
     "api.user_enable", "api.user_logout_everywhere", "api.user_password", "api.user_role",
@@ -33,7 +33,7 @@ NOT_YET_ROUTES = {
     "users.add", "users.delete", "users.disable", "users.enable", "users.logout_everywhere",
     "users.reset_password", "users.set_role",
     "api.bulk_start", "api.replay_filtered_now", "api.discard_filtered", "dlq.bulk_start",
-    "dlq.discard_filtered", "api.purge_start", "control.purge_start",
+    "dlq.discard_filtered",
 }
 # Commands outside the table: reads, processes, and the changes listed above.
 NOT_YET_COMMANDS = {
@@ -41,7 +41,7 @@ NOT_YET_COMMANDS = {
     "dlq list", "dlq show", "dlq replay", "dlq discard",
     "schedules list",
     "user add", "user passwd", "user delete", "user logout-everywhere", "user list",
-    "purge", "bulk-replay",
+    "bulk-replay",
 }
 
 
