@@ -19,7 +19,6 @@ from typing import Any
 
 from redis import Redis
 
-
 from antre.app import Antre
 from antre.clock import Clock
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
@@ -35,8 +34,9 @@ from antre.stores.audit import AuditLog
 
 MAX_EXTEND_S = 24 * 3600
 MAX_REASON_CHARS = 2000
+# the CLI's help for the positionals that come from a path
 PATH_HELP = {"queue": "the queue", "job_id": "the job's id", "name": "its name",
-             "task_id": "the task's id (see: antre tasks QUEUE)"}  # the CLI's help for the positionals of a path
+             "task_id": "the task's id (see: antre tasks QUEUE)"}
 
 Args = dict[str, Any]
 
@@ -124,15 +124,15 @@ class Action:
         return tuple(re.findall(r"<(?:[^:>]+:)?([^>]+)>", self.api))
 
 
-def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any],
-          cli: bool = False) -> Args:
-    """The action's arguments from the URL path and a JSON body, form or CLI namespace:
-    each converted to its kind; a missing required one or a bad value is ``BadInput``."""
+def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any]) -> Args:
+    """The action's arguments from the URL path and a JSON body, form or CLI namespace, each
+    converted to its kind (an absent or empty one is its ``default``; the CLI's defaults are
+    argparse's); a value not of its kind is ``BadInput``."""
     args: Args = {name: str(path[name]) for name in action.path_params}
     for p in action.params:
         raw = body.get(p.name)
         if raw in (None, ""):  # ``required`` is the API's (OpenAPI) and the CLI's (argparse)
-            raw = p.cli_default if cli and p.cli_default is not None else p.default
+            raw = p.default
         args[p.name] = None if raw is None else _convert(p, raw)
     args["reason"] = str(body.get("reason") or "").strip()[:MAX_REASON_CHARS]
     return args

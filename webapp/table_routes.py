@@ -79,7 +79,9 @@ def _html_view(action: Action) -> Callable[..., Any]:
     def view(**path: Any) -> Any:
         args = _args(action, path, request.form)
         result = _not_confirmed(action, args) or actions.perform(action, args)
-        back = url_for(action.html.back, **{k: v for k, v in path.items() if k == "queue"})
+        extra = action.html.back_args(args) if action.html.back_args else {}
+        back = url_for(action.html.back, **{k: v for k, v in path.items() if k == "queue"},
+                       **extra)
         back = safe_next(back) if action.html.follow_next else back
         if action.html.partial is not None:
             partial = PARTIALS[action.html.partial]

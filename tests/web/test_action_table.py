@@ -213,3 +213,17 @@ def test_parse_converts_each_kind_and_names_a_bad_value():
                         ({"rate": "fast"}, "rate")):
         with pytest.raises(table.BadInput, match=field):
             table.parse(action, {"queue": "q"}, body)
+
+
+def test_an_html_route_goes_back_to_its_page_with_the_entrys_back_args(web):
+    web.q.enqueue("email", {"tenant": "t1"}, idempotency_key="e1")
+    c = web.client("operator")
+    resp = post(c, "/purge/default/start", {"source": "ready", "type": "email",
+                                            "field": "tenant", "value": "t1", "rate": "5",
+                                            "confirm": "7", "next": "/elsewhere"})
+    assert resp.status_code == 303
+    location = resp.headers["Location"]
+    assert location.startswith("/purge/?") and "next" not in location  # follow_next=False
+    for part in ("queue=default", "source=ready", "type=email", "field=tenant", "value=t1"):
+        assert part in location, location
+    assert [e.outcome for e in web.audit("purge.start")] == ["refused"]  # not confirmed
