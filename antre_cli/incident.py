@@ -1,9 +1,11 @@
-"""``antre`` commands for every action the dashboard offers (CLI parity): pause / resume,
-cancel a running job, delete a job, purge, paced bulk tasks and their controls, extend a lease, run a scheduled job
-now, force-release a lock, reset a circuit breaker.
+"""``antre`` commands for the dashboard's actions (CLI parity). Every entry of the table of
+actions (``antre/actions.py``: pause / resume, job replay|discard|delete|run-now|extend|cancel,
+purge, task pause|resume|cancel, lock release, breaker reset, schedules pause|resume|run) is a
+subcommand made by ``add_table_parsers`` and run by ``cmd_action``; ``bulk-replay`` and
+``tasks`` are written here.
 
-Each one changes Redis through the core (the same functions the dashboard's actions call),
-writes an audit entry with the OS user as the actor (``cli:NAME``) and the outcome (ok,
+Each one changes Redis through the core (the same ``run`` the dashboard calls), writes an
+audit entry with the OS user as the actor (``cli:NAME``) and the outcome (ok,
 failed, refused), and answers bad input with a message on stderr and exit status 1 (2 when a
 service is missing). Changes need the database (``ANTRE_DATABASE_URL``): they are audited.
 """

@@ -1,6 +1,9 @@
-"""Every change the dashboard and the API can make, in one place: do it through the core, then
-write the audit entry (ok, failed or refused) with before/after figures. The HTML views flash
-``Result.message``; the API returns ``Result.to_json()``."""
+"""The dashboard's side of every change: ``perform`` runs an entry of the table of actions
+(``antre/actions.py``) for the logged-in user, ``guarded`` (refused while the audit log is
+unreachable) and audited (ok, failed or refused, with before/after figures). The changes not
+in the table yet (bulk replay start, filtered discard / replay, users and passwords) are the
+functions below. The HTML views flash ``Result.message``; the API returns
+``Result.to_json()``."""
 
 from __future__ import annotations
 
