@@ -21,6 +21,7 @@ from redis import Redis
 
 from antre.app import Antre
 from antre.clock import Clock
+from antre.control.abandoned import RESOLUTIONS, AbandonedRecords, ResolveError
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError, Cancels
 from antre.control.pause import PauseError, Pauses, unknown_target
@@ -29,8 +30,10 @@ from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.engine.locks import Locks
 from antre.errors import LeaseLost
 from antre.limits.flow import FlowControl
+from antre.observe.finder import Finder
 from antre.observe.readmodels import PauseInfo, ReadModels
 from antre.stores.audit import AuditLog
+from antre.stores.idempotency import IdempotencyStore
 
 MAX_EXTEND_S = 24 * 3600
 MAX_REASON_CHARS = 2000
@@ -161,10 +164,12 @@ class Ops:
     """The core objects an action works with, on one app's Redis and clock."""
 
     def __init__(self, app: Antre, clock: Clock | None = None,
-                 reads: ReadModels | None = None) -> None:
+                 reads: ReadModels | None = None,
+                 idempotency: IdempotencyStore | None = None) -> None:
         self.app = app
         self.clock: Clock = clock or app.clock
         self.reads = reads or ReadModels(app.redis, self.clock)
+        self._idempotency = idempotency
 
     @property
     def redis(self) -> Redis:
@@ -197,6 +202,17 @@ class Ops:
     @property
     def flow(self) -> FlowControl:
         return FlowControl(self.redis, self.clock)
+
+    @property
+    def idempotency(self) -> IdempotencyStore | None:
+        """The dashboard's store, else the app's (None without a database)."""
+        return self._idempotency or self.app.idempotency
+
+    def abandoned(self) -> AbandonedRecords | None:
+        store = self.idempotency
+        if store is None:
+            return None
+        return AbandonedRecords(Finder(self.redis, self.clock, store), store)
 
     def unknown_target(self, queue: str, job_type: str | None) -> Result | None:
         """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
@@ -524,6 +540,24 @@ def purge_start(ops: Ops, who: Actor, a: Args) -> Result:
                   {"task": task.to_dict(), "filter": flt.to_dict(), "dry_run": count})
 
 
+def resolve_abandoned(ops: Ops, who: Actor, a: Args) -> Result:
+    """Mark an abandoned idempotency record failed, or reset it (``antre.control.abandoned``);
+    SQL only: a Redis outage does not stop it."""
+    key, to = a["key"], a["to"]
+    records = ops.abandoned()
+    if records is None:
+        return Result(False, "idempotency records live in the database: set "
+                             "ANTRE_DATABASE_URL", 503)
+    try:
+        was = records.resolve(key, to, by=who.name, reason=a["reason"])
+    except ResolveError as exc:
+        return Result(False, str(exc), 409 if to in RESOLUTIONS else 400)
+    done = "marked failed" if to == "failed" else "reset: a resend runs afresh"
+    return Result(True, f"abandoned idempotency record {key!r} {done}", 200,
+                  {"to": to, "job_id": was.job_id, "fence": was.fence,
+                   "abandoned_since_ms": was.since_ms})
+
+
 TYPE = Param("type", help="only this job type")
 TABLE: list[Action] = [
     Action("dlq.replay", "operator",
@@ -624,6 +658,23 @@ TABLE: list[Action] = [
            cli_help="remove a filtered set of ready, scheduled or dead jobs (paced; "
                     "--dry-run counts)", dry_run=purge_dry_run),
     *_task_controls(),
+    Action("idempotency.resolve", "operator",
+           "Resolve an abandoned idempotency record (stuck in processing, its owner's lease "
+           "expired, no job with its key): ``to`` 'failed' (the result answers failed) or "
+           "'reset' (forgotten: a resend runs afresh). 409 when it is not abandoned (nothing "
+           "changed).",
+           "/idempotency/resolve", "idempotency_resolve",
+           Html("/idempotency/resolve", "idempotency.resolve", "idempotency.index",
+                follow_next=False, back_args=lambda a: {"key": a["key"]}),
+           ("idempotency", "resolve"), resolve_abandoned, lambda a: str(a["key"]),
+           (Param("key", help="the idempotency key", required=True, default="",
+                  positional=True),
+            Param("to", help="failed: result answers failed; reset: forget it, a resend runs "
+                             "afresh", required=True, default="", cli_required=True,
+                  choices=RESOLUTIONS)),
+           reason_required_on_cli=True,
+           cli_help="resolve an abandoned idempotency record (stuck in processing, no job "
+                    "left): --to failed | reset"),
 ]
 
 

@@ -25,6 +25,7 @@ from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry
 from antre.stores.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
+from antre.observe.memory import MemoryPolicy
 from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
 from antre_worker.loader import load_app
@@ -98,7 +99,17 @@ def cmd_status(args: argparse.Namespace) -> int:
           f"{summary.conflicts_total} ever"
           + "".join(f"; {c.key}: {c.last_5m}/{c.last_1h}/{c.total}"
                     for c in summary.contention[:3]))
+    if summary.memory is not None:
+        print(_memory_line(summary.memory))
     return 0
+
+
+def _memory_line(mem: MemoryPolicy) -> str:
+    """``redis memory: ...``: the eviction policy, and the warning when it can lose jobs."""
+    limit = "no maxmemory" if not mem.maxmemory_bytes else f"maxmemory {mem.maxmemory_bytes:,} B"
+    used = "" if mem.used_bytes is None else f", {mem.used_bytes:,} B used"
+    line = f"redis memory: maxmemory-policy {mem.policy} ({limit}{used})"
+    return line + (f"\nWARNING: {mem.warning}" if mem.warning else "")
 
 
 # -- dlq ------------------------------------------------------------------------------------
@@ -233,7 +244,8 @@ def cmd_find(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    """``Antre.result``: completed (with the stored result), pending, failed or unknown."""
+    """``Antre.result``: completed (with the stored result), pending, failed, abandoned or
+    unknown."""
     app = _app(args.app)
     answer = app.result(args.key)
     if args.json:
@@ -415,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true")
 
     rs = sub.add_parser("result", help="an idempotency key's result: completed (with it), "
-                                       "pending, failed or unknown")
+                                       "pending, failed, abandoned (since when, and what to "
+                                       "do) or unknown")
     rs.add_argument("key")
     rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     rs.add_argument("--json", action="store_true")

@@ -52,7 +52,8 @@ def perform(action: Action, args: Args) -> Result:
     user = current_user()
     who = Actor(user.name if user else "(anonymous)", user.role if user else None)
     return guarded(action.name, action.target(args), args.get("reason") or "",
-                   lambda: action.run(Ops(svc.antre, svc.clock, svc.reads), who, args))
+                   lambda: action.run(Ops(svc.antre, svc.clock, svc.reads, svc.idempotency),
+                                      who, args))
 
 
 def _args(reason: str | None, **values: Any) -> Args:

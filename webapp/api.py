@@ -18,6 +18,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, request
 
+from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
 from . import actions, services
@@ -225,10 +226,13 @@ def idempotency() -> Response:
     key = request.args.get("key") or ""
     if not key:
         abort(400, "key is required")
-    record = services.get().idempotency.lookup(key)
+    svc = services.get()
+    record = svc.idempotency.lookup(key)
     if record is None:
         abort(404, f"no idempotency record for {key!r}")
-    return jsonify(record.to_dict())
+    gone = Finder(svc.redis, svc.clock, svc.idempotency).abandoned(key)
+    return jsonify({**record.to_dict(), "abandoned": None if gone is None else
+                    {"since_ms": gone.since_ms, "message": gone.message}})
 
 
 @bp.get("/audit")

@@ -75,6 +75,8 @@ def index() -> tuple[str, int] | Response:
     found = finder().resolve(text)  # a key may hold '=': ids and keys first
     if found is not None:
         return redirect(job_url(found), code=303)
+    if _has_record(text):  # no job left, but its idempotency record (abandoned?) is there
+        return redirect(url_for("idempotency.index", key=text), code=303)
     if "=" not in text:
         return _page(404, q=text, message=f"No job has the id or the idempotency key {text!r} "
                                            "(a job done more than an hour ago is pruned). To "
@@ -85,6 +87,14 @@ def index() -> tuple[str, int] | Response:
         return _page(400, q=text, queue=queue or "", state=state or "", error=str(exc))
     return _page(q=text, queue=queue or "", state=state or "", step=step,
                  hits_so_far=len(step.hits))
+
+
+def _has_record(key: str) -> bool:
+    try:
+        return services.get().idempotency.lookup(key[:500]) is not None
+    except SQLAlchemyError:
+        services.get().outages.failed("database")
+        return False
 
 
 @bp.get("/find/more")

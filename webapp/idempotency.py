@@ -1,8 +1,12 @@
-"""Idempotency lookup: a key's status, stored result, fence and timestamps."""
+"""Idempotency lookup: a key's status, stored result, fence and timestamps; an abandoned
+record (stuck in processing, no job left) says so, and an operator resolves it here (the
+table of actions' ``idempotency.resolve``, routes in ``table_routes``)."""
 
 from __future__ import annotations
 
 from flask import Blueprint, request
+
+from antre.observe.finder import Finder
 
 from . import services
 from .common import render
@@ -19,5 +23,9 @@ def index() -> str:
     record = svc.idempotency.lookup(key) if key else None
     svc.outages.ok("database")
     counts = svc.idempotency.counts()
+    abandoned = (Finder(svc.redis, svc.clock, svc.idempotency).abandoned(key)
+                 if record is not None and record.status == "processing" else None)
     return render("idempotency.html", "_idempotency.html", redis_read=False, key=key, record=record,
-                  counts=counts, as_of=svc.clock())
+                  counts=counts, as_of=svc.clock(), abandoned=abandoned)
+
+

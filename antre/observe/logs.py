@@ -3,7 +3,8 @@
 
 ``configure()`` reads ``ANTRE_LOG_FORMAT`` (``json`` | ``text``, default json),
 ``ANTRE_LOG_LEVEL`` (default INFO) and ``ANTRE_LOG_FLUSH_MS`` (default 200) and installs one
-handler on the ``antre`` logger (every module logs under ``antre.*``).
+handler on the ``antre`` logger (every module logs under ``antre.*``); APScheduler's loggers
+go through the same handler, at WARNING or worse.
 
 Lines to stderr are written in batches (``BufferedHandler``): a worker logs a line per job, and
 one write system call per line cost more than the line itself. A line waits at most
@@ -394,7 +395,23 @@ def configure(fmt: str | None = None, level: str | int | None = None,
     lvl = level or os.environ.get("ANTRE_LOG_LEVEL") or "INFO"
     target.setLevel(lvl.upper() if isinstance(lvl, str) else lvl)
     target.propagate = False
+    if logger == "antre":
+        _route_third_party(handler)
     return handler
+
+
+# loggers of libraries Antre runs (APScheduler, in the pool's supervisor): their lines come out
+# through Antre's handler, in its format, at WARNING or worse only ("Running job ..." at INFO
+# for every tick of every duty would drown the job lines)
+THIRD_PARTY_LOGGERS = ("apscheduler",)
+
+
+def _route_third_party(handler: logging.Handler) -> None:
+    for name in THIRD_PARTY_LOGGERS:
+        lib = logging.getLogger(name)
+        lib.handlers[:] = [handler]
+        lib.setLevel(logging.WARNING)
+        lib.propagate = False
 
 
 def _env_flush_ms() -> int:
