@@ -10,18 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from antre.actions import (
-    MAX_BULK as ACTIONS_MAX_BULK,
-    MAX_EXTEND_S,
+    MAX_BULK,
     MAX_SELECTED,
     Action,
     Actor,
     Args,
     Ops,
     Result,
-    by_name,
     confirmed,
+    outcome_of,
 )
-
 from antre.observe.readmodels import DeadFilter
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
@@ -30,9 +28,7 @@ from .security import Attempt, TooManyTries, audit, client_addr, current_user, s
 from .security import throttled
 from .services import REDIS_ERRORS, Services
 
-__all__ = ["MAX_EXTEND_S", "MAX_SELECTED", "Result"]  # re-exported for the views
-
-MAX_BULK = ACTIONS_MAX_BULK
+__all__ = ["MAX_SELECTED", "Result"]  # re-exported: the views and the API use them
 
 
 def _svc() -> Services:
@@ -40,8 +36,7 @@ def _svc() -> Services:
 
 
 def _done(action: str, target: str, reason: str, result: Result) -> Result:
-    outcome = "ok" if result.ok else ("refused" if result.status in (400, 403, 503) else "failed")
-    audit(action, target, outcome, reason, {"message": result.message, **result.detail})
+    audit(action, target, outcome_of(result, "dashboard"), reason, {"message": result.message, **result.detail})
     return result
 
 
@@ -54,33 +49,6 @@ def perform(action: Action, args: Args) -> Result:
     return guarded(action.name, action.target(args), args.get("reason") or "",
                    lambda: action.run(Ops(svc.antre, svc.clock, svc.reads, svc.idempotency),
                                       who, args))
-
-
-def _args(reason: str | None, **values: Any) -> Args:
-    return {**values, "reason": _reason(reason)}
-
-
-def run_now(queue: str, job_id: str, reason: str | None) -> Result:
-    return perform(by_name("scheduled.run_now"), _args(reason, queue=queue, job_id=job_id))
-
-
-def extend(queue: str, job_id: str, epoch: int, seconds: int, reason: str | None) -> Result:
-    return perform(by_name("inflight.extend"),
-                   _args(reason, queue=queue, job_id=job_id, epoch=epoch, seconds=seconds))
-
-
-def delete_job(queue: str, job_id: str, reason: str | None) -> Result:
-    return perform(by_name("job.delete"), _args(reason, queue=queue, job_id=job_id))
-
-
-def cancel_job(queue: str, job_id: str, to: str, reason: str | None) -> Result:
-    return perform(by_name("job.cancel"), _args(reason, queue=queue, job_id=job_id, to=to))
-
-
-def unknown_target(queue: str, job_type: str | None) -> Result | None:
-    """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
-    svc = _svc()
-    return Ops(svc.antre, svc.clock, svc.reads).unknown_target(queue, job_type)
 
 
 def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
@@ -114,14 +82,6 @@ def _note(reason: str | None) -> dict[str, Any] | None:
 
 
 # -- one job ----------------------------------------------------------------------------------
-def replay_one(queue: str, job_id: str, reason: str | None) -> Result:
-    return perform(by_name("dlq.replay"), _args(reason, queue=queue, job_id=job_id))
-
-
-def discard_one(queue: str, job_id: str, reason: str | None) -> Result:
-    return perform(by_name("dlq.discard"), _args(reason, queue=queue, job_id=job_id))
-
-
 # -- selected rows ----------------------------------------------------------------------------
 # -- filtered sets ----------------------------------------------------------------------------
 def bulk_start(queue: str, flt: DeadFilter, rate: float, maximum: int,
