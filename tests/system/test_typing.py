@@ -1,5 +1,5 @@
-"""The ``antre``, ``worker`` and ``webapp`` packages type-check under ``mypy --strict`` (config:
-``[tool.mypy]`` in pyproject.toml).
+"""The ``antre``, ``worker``, ``webapp`` and ``antre_django`` packages and ``examples/`` type-check
+under ``mypy --strict`` (config: ``[tool.mypy]`` in pyproject.toml).
 
 Skipped when mypy is not installed locally; under ``CI=true`` a missing mypy is a failure.
 """
@@ -16,7 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI", "").lower() == "true"
-PACKAGES = ("antre", "worker", "webapp")
+PACKAGES = ("antre", "worker", "webapp", "antre_django", "examples")
 
 
 def test_mypy_strict_passes() -> None:
