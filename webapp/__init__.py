@@ -36,6 +36,7 @@ from . import (
     schedules,
     security,
     services,
+    table_routes,
     users,
     workers,
 )
@@ -86,6 +87,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     control.install_globals(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
+    table_routes.install(app)
     return app
 
 
