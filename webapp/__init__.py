@@ -37,6 +37,7 @@ from . import (
     schedules,
     security,
     services,
+    table_routes,
     users,
     workers,
 )
@@ -88,6 +89,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     control.install_globals(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
+    table_routes.install(app)
     return app
 
 

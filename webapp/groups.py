@@ -1,16 +1,17 @@
 """Groups (issue 23): a queue's fair-share groups, the busiest by waiting jobs and by slots
 held, the ones held (paused, at a limit, held by an operator) and why, search by name, one
-group's jobs in order; pause / resume a group and override its slots (operators, audited)."""
+group's jobs in order. Pausing, resuming and overriding a group's slots are entries of the
+table of actions (``antre/actions.py``: group.pause, group.resume, group.slots, group.clear;
+routes in ``table_routes``)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
-from werkzeug.wrappers import Response
+from flask import Blueprint, abort, request
 
 from antre.engine.keys import valid_name
 
-from . import actions, services
-from .common import check_queue, page_args, queue_arg, render, safe_next
+from . import services
+from .common import check_queue, page_args, queue_arg, render
 from .security import requires
 
 bp = Blueprint("groups", __name__, url_prefix="/groups")
@@ -48,37 +49,3 @@ def group(queue: str, group: str) -> str:
     held, line = svc.group_reads.jobs(queue, group, offset, limit)
     return render("group.html", "_group.html", queue=queue, row=row, held=held, line=line,
                   offset=offset, limit=limit, as_of=svc.clock())
-
-
-def _back(queue: str, group: str) -> Response:
-    return redirect(safe_next(url_for("groups.group", queue=queue, group=group)), code=303)
-
-
-def _flash(result: actions.Result) -> None:
-    flash(result.message, "ok" if result.ok else "error")
-
-
-@bp.post("/<queue>/<group>/pause")
-@requires("operator", "group.pause")
-def pause(queue: str, group: str) -> Response:
-    _flash(actions.group_pause(check_queue(queue), _group(group), True,
-                               request.form.get("reason")))
-    return _back(queue, group)
-
-
-@bp.post("/<queue>/<group>/resume")
-@requires("operator", "group.resume")
-def resume(queue: str, group: str) -> Response:
-    _flash(actions.group_pause(check_queue(queue), _group(group), False,
-                               request.form.get("reason")))
-    return _back(queue, group)
-
-
-@bp.post("/<queue>/<group>/slots")
-@requires("operator", "group.slots")
-def slots(queue: str, group: str) -> Response:
-    clear = request.form.get("clear") == "1"
-    _flash(actions.group_slots(check_queue(queue), _group(group),
-                               None if clear else request.form.get("slots", ""),
-                               request.form.get("reason"), request.form.get("revert_after_s")))
-    return _back(queue, group)

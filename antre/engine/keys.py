@@ -122,6 +122,11 @@ class QueueKeys:
     @property
     def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
         return f"{self.tag}:tombstones"
+
+    @property
+    def quarantine(self) -> str:  # LIST of JSON: ids too broken to be dead jobs (newest first)
+        return f"{self.tag}:quarantine"
+
     # -- per-key turns (issue 23): jobs sharing a lock_key run one at a time, in order ------
     # The scripts given only ``job_prefix`` derive these from it (antre/engine/lua/_lib.lua
     # ``turns_key`` / ``line_key`` / ``waiting_key``).

@@ -52,10 +52,10 @@ def test_list_show_slots_pause_resume_are_audited(env, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["group", "slots", "billing", "tenant:7", "--slots", "-1", "--reason", "x"], "bad slots"),
-    (["group", "slots", "billing", "tenant:7", "--reason", "x"], "--slots"),
     (["group", "pause", "billing", "bad name", "--reason", "x"], "bad group"),
     (["group", "resume", "billing", "tenant:7"], "not paused"),
-    (["group", "slots", "billing", "tenant:7", "--slots", "2"], "reason is required"),
+    (["group", "slots", "billing", "tenant:7", "--slots", "2", "--reason", "  "],
+     "reason is required"),
 ])
 def test_bad_group_input_is_refused(env, capsys, argv, message):
     fill(env, "tenant:7", 2)

@@ -76,11 +76,11 @@ def test_the_api_reads_and_changes_groups(web):
     assert bad.status_code == 400 and "bad slots" in bad.get_json()["message"]
     nothing = c.post("/api/queues/default/groups/tenant:7/slots", headers=auth,
                      json={"reason": "x"})
-    assert nothing.status_code == 400
+    assert nothing.status_code == 400 and "slots" in nothing.get_data(as_text=True)
     assert c.post("/api/queues/default/groups/bad%20name/pause", headers=auth,
                   json={"reason": "x"}).status_code == 400
-    assert c.post("/api/queues/default/groups/tenant:7/slots", headers=auth,
-                  json={"clear": True, "reason": "done"}).get_json()["slots"] == 1
+    assert c.post("/api/queues/default/groups/tenant:7/slots/clear", headers=auth,
+                  json={"reason": "done"}).get_json()["slots"] == 1
 
 
 def test_metrics_count_waiting_jobs_and_groups_with_bounded_series(web):

@@ -9,10 +9,11 @@
 -- A job with a lock_key rejoins its key (turn_join, issue 23): the head when the key is free,
 -- else at the end of the key's line, in state 'waiting' (behind the jobs enqueued meanwhile);
 -- a job with a group then asks it for a slot, or waits at the end of its line.
--- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed).
+-- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed; so for a
+-- record that is not a hash: discard removes it).
 local id, now = ARGV[1], tonumber(ARGV[2])
-local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
-if f[1] ~= 'dead' then return 0 end
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'type', 'group')
+if f.err or f[1] ~= 'dead' then return 0 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)
