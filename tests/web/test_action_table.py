@@ -39,7 +39,7 @@ NOT_YET_ROUTES = {
 NOT_YET_COMMANDS = {
     "demo", "worker", "sweep", "web", "status", "find", "result", "tasks",
     "dlq list", "dlq show", "dlq replay", "dlq discard",
-    "schedules list",
+    "schedules list", "group list", "group show",
     "user add", "user passwd", "user delete", "user logout-everywhere", "user list",
     "bulk-replay",
 }
