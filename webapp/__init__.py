@@ -27,6 +27,7 @@ from . import (
     find,
     find_api,
     idempotency,
+    incident,
     inflight,
     locks,
     metrics,
@@ -44,7 +45,8 @@ ROOT = os.path.dirname(HERE)
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
-              control.bp)  # incident controls: pause, cancel, purge
+              control.bp,  # incident controls: pause, cancel, purge
+              incident.bp)  # the incident view (issue 25)
 
 
 def asset_dir(name: str) -> str:
@@ -74,6 +76,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     security.install(app)
     common.install(app)
     control.install_globals(app)
+    incident.install_globals(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     return app
