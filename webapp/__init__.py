@@ -24,6 +24,7 @@ from . import (
     common,
     control,
     dlq,
+    errors,
     find,
     find_api,
     idempotency,
@@ -46,7 +47,7 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
               control.bp,  # incident controls: pause, cancel, purge
-              incident.bp)  # the incident view (issue 25)
+              incident.bp, errors.bp)  # the incident view, error groups (issue 25)
 
 
 def asset_dir(name: str) -> str:

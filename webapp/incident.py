@@ -171,5 +171,14 @@ def incident_count() -> IncidentView | None:
         return None
 
 
+def detail_label(key: str) -> str:
+    """A timeline detail's name as a reader says it: ``delay_ms`` is "delay" (the template
+    shows an ``_ms`` value as a duration), ``ran_ms`` "ran", ``lock_key`` "lock key"."""
+    if key.endswith("_ms") and len(key) > 3:
+        key = key[:-3]
+    return key.replace("_", " ")
+
+
 def install_globals(app: Flask) -> None:
     app.jinja_env.globals["incident_count"] = incident_count
+    app.jinja_env.filters["detail_label"] = detail_label
