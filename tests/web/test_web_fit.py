@@ -75,3 +75,31 @@ def test_a_long_lock_key_is_cut_with_the_full_value_on_focus(web):
         assert "release-form" in page
     finally:
         web.svc.locks.release(lock)
+
+
+def test_charts_break_at_a_gap_in_the_samples(web):
+    """Samples every 10 s, then 18 minutes without any (the pool was stopped), then more: the
+    lines get a null inside the gap and the rate right after it is null, not an average."""
+    import json
+
+    from antre.observe import sampling
+
+    web.q.enqueue("email", {}, idempotency_key="fit:chart")
+    for _ in range(6):
+        sampling.take(web.producer.redis, web.clock)
+        web.clock.advance(10_000)
+    stopped_at = web.clock()
+    web.clock.advance(18 * 60_000)
+    for _ in range(6):
+        sampling.take(web.producer.redis, web.clock)
+        web.clock.advance(10_000)
+    body = web.client("viewer").get("/charts?queue=default&window=1h",
+                                    headers=htmx()).get_data(as_text=True)
+    depth, rates = (json.loads(f) for f in re.findall(r"data-chart='([^']*)'", body))
+    ready = depth["data"][0]
+    assert ready["name"] == "ready" and ready["connectgaps"] is False
+    holes = [x for x, y in zip(ready["x"], ready["y"]) if y is None]
+    assert len(holes) == 1 and stopped_at - 10_000 < holes[0] < stopped_at + 18 * 60_000
+    assert ready["y"].count(None) == 1 and len(ready["y"]) == 13
+    acked = rates["data"][0]
+    assert acked["y"].count(None) == 2  # inside the gap, and the first rate after it
