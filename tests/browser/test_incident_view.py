@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from antre.observe.alerts import AlertEngine, AlertQuiet
 
-from .conftest import screenshot, wait_until
+from .conftest import SCREENSHOTS, screenshot, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -97,7 +97,9 @@ def test_first_screens_show_rows_not_banners(stack, login, dlq_spike, scheme, vi
         page.goto(url)
         expect(page.locator("main .banner.alert")).to_have_count(0)
         _first_row_on_first_screen(page, row, h)
-        screenshot(page, f"first-screen-{url.strip('/').split('?')[0].replace('/', '-') or 'home'}-{tag}")
+        name = url.strip("/").split("?")[0].split("/")[0] or "home"
+        shot = screenshot(page, f"first-screen-{name}-{tag}")
+        page.screenshot(path=str(SCREENSHOTS / f"{shot.stem}-viewport.png"))  # the first screen
         widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         assert widths[0] <= widths[1], (url, widths)
     if viewport["width"] >= 1280:
