@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import inspect
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import redis
+from redis.asyncio import Redis as AsyncRedis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,8 +34,10 @@ from antre.control.periodic import Schedule, Scheduler, make_schedule
 from antre.engine.queue import Queue
 from antre.control.retention import RetentionPolicy, policy_from_env
 from antre.engine.retry import RetryPolicy
+from antre.engine import aio
 from antre.engine.scripts import Scripts
 from antre.observe.tracing import enqueue_span, inject_traceparent, recording
+from antre.tasks import P, R, Task, TaskFn
 
 Handler = Callable[[Any, Any], Any]
 # a worker's idle runner threads each hold a connection while they wait on the wake list:
@@ -125,6 +129,7 @@ class Antre:
                              "with decode_responses=True (e.g. redis.Redis.from_url(url, "
                              "decode_responses=True)), or pass redis_url= instead")
         self._redis = redis_client
+        self._aredis: "AsyncRedis | None" = None
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
         self._sql: SqlParts | None = None
@@ -310,6 +315,22 @@ class Antre:
             return fn
         return register
 
+    def task(self, name: str | None = None, *, key: Callable[..., str] | None = None,
+             model: type | None = None,
+             **options: Any) -> Callable[[TaskFn[P, R]], Task[P, R]]:
+        """A typed handler: ``@app.task(key=lambda order_id: f"charge:{order_id}")`` above
+        ``def charge(ctx, order_id: int) -> ...``; then ``charge.enqueue(order_id=7)`` is
+        checked by mypy against the handler's parameters (``antre.tasks``). ``name``: the job
+        type (default: the function's name); ``key``: the idempotency key from the arguments
+        (else ``charge.using(idempotency_key=...)``); ``model``: a dataclass or pydantic
+        model the payload must fit; ``options``: as ``handler()``'s."""
+        def register(fn: TaskFn[P, R]) -> Task[P, R]:
+            job_type = name or fn.__name__
+            made = Task(self, job_type, fn, key=key, model=model)
+            self.handler(job_type, **options)(made.handler())
+            return made
+        return register
+
     # -- periodic jobs (antre/control/periodic.py) ---------------------------------------------------
     def periodic(self, cron: str | None = None, job_type: str = "", *, every_s: int | None = None,
                  payload: Any = None, timezone: str = "UTC", name: str | None = None,
@@ -415,6 +436,47 @@ class Antre:
     def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
         """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips."""
         return self.queue(queue).enqueue_many(jobs)
+
+    # -- producing from asyncio (redis.asyncio; one round trip per call) ----------------------
+    @property
+    def aredis(self) -> AsyncRedis:
+        """The producer's ``redis.asyncio`` client, made on first use (the same URL). Use it
+        from one event loop; an app used from several loops makes one per loop itself."""
+        if self._aredis is None:
+            self._aredis = AsyncRedis.from_url(
+                self.redis_url, decode_responses=True, socket_timeout=10,
+                socket_connect_timeout=5, health_check_interval=30)
+        return self._aredis
+
+    async def aenqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
+                       lock_key: str | None = None, delay_s: float = 0.0,
+                       queue: str | None = None, **options: Any) -> str:
+        """``enqueue`` from a coroutine: the same validation (``InvalidJob`` before anything
+        is sent), scripts and tracing, one pipelined round trip on ``redis.asyncio``. (The
+        transactional ``session=`` form is synchronous: use ``enqueue`` for it.)"""
+        q = self.queue_for(job_type, queue)
+        spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
+                         delay_s=delay_s, **options)
+        if recording():
+            with enqueue_span(job_type, q.name) as traceparent:
+                spec.trace_id = spec.trace_id or traceparent
+                return (await self._asend(q, [spec]))[0]
+        spec.trace_id = spec.trace_id or inject_traceparent()
+        return (await self._asend(q, [spec]))[0]
+
+    async def aenqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
+        """``enqueue_many`` from a coroutine: every spec checked first, then one round trip."""
+        if not jobs:
+            return []
+        return await self._asend(self.queue(queue), jobs)
+
+    async def _asend(self, q: Queue, specs: list[JobSpec]) -> list[str]:
+        ids, calls = q.enqueue_calls(specs)
+        return q.stored_ids(ids, await aio.send(self.aredis, calls))
+
+    async def aresult(self, idempotency_key: str) -> ResultStatus:
+        """``result`` from a coroutine, off the event loop (it reads SQL and Redis)."""
+        return await asyncio.to_thread(self.result, idempotency_key)
 
     def outbox_add(self, session: Any, q: Queue, spec: JobSpec) -> str:
         if self.outbox is None:

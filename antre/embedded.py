@@ -375,7 +375,7 @@ class EmbeddedRedis:
             tcp_client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2.0)
             try:
                 tcp_client.ping()
-            except redis.ConnectionError as e:
+            except (redis.ConnectionError, redis.TimeoutError) as e:
                 raise RuntimeError(self._failure_message(f"TCP port not answering: {e}")) from e
             finally:
                 tcp_client.close()

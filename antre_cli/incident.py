@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 from antre import Antre
+from antre.control.abandoned import AbandonedRecords, ResolveError
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError, Cancels
 from antre.errors import LeaseLost
@@ -28,6 +29,7 @@ from antre.limits.flow import FlowControl
 from antre.control.pause import PauseError, Pauses, unknown_target
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.observe.readmodels import DeadFilter
+from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
 MAX_EXTEND_S = 24 * 3600
@@ -59,8 +61,8 @@ def run_audited(app: Antre, action: str, target: str, reason: str,
     try:
         out = fn()
     except redis.RedisError as exc:
-        out = Outcome(False, f"Redis at {app.redis_url} is unreachable ({exc}); nothing was "
-                             "done")
+        out = Outcome(False, f"Redis at {redact_url(app.redis_url)} is unreachable "
+                             f"({scrub(exc, app.redis_url)}); nothing was done")
     status = "ok" if out.ok else ("refused" if out.refused else "failed")
     app.audit.record(user=operator(), role="cli", action=action, target=target,
                      reason=reason, outcome=status,
@@ -291,6 +293,31 @@ def cmd_breaker_reset(args: argparse.Namespace) -> int:
     return run_audited(app, "flow.reset_breaker", args.name, args.reason, reset)
 
 
+# -- abandoned idempotency records -------------------------------------------------------------
+def cmd_idempotency_resolve(args: argparse.Namespace) -> int:
+    """Mark an abandoned idempotency record failed, or reset it (``antre result`` says which
+    keys are abandoned)."""
+    app = _app(args.app)
+    if app.idempotency is None:
+        print("error: idempotency records live in the database: set ANTRE_DATABASE_URL",
+              file=sys.stderr)
+        return 2
+
+    def resolve() -> Outcome:
+        store = app.idempotency
+        assert store is not None
+        try:
+            was = AbandonedRecords(app.finder, store).resolve(args.key, args.to, by=operator(),
+                                                              reason=args.reason)
+        except ResolveError as exc:
+            return _refuse(str(exc))
+        done = "marked failed" if args.to == "failed" else "reset: a resend runs afresh"
+        return Outcome(True, f"abandoned idempotency record {args.key!r} {done}",
+                       detail={"to": args.to, "job_id": was.job_id, "fence": was.fence,
+                               "abandoned_since_ms": was.since_ms})
+    return run_audited(app, "idempotency.resolve", args.key, args.reason, resolve)
+
+
 # -- the parser -------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser, reason_required: bool = False) -> None:
     p.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
@@ -304,6 +331,7 @@ def add_parsers(sub: Any) -> None:
     _add_purge(sub)
     _add_tasks(sub)
     _add_flow(sub)
+    _add_idempotency(sub)
 
 
 def _add_pause(sub: Any) -> None:
@@ -380,8 +408,19 @@ def _add_flow(sub: Any) -> None:
     _common(p)
 
 
+def _add_idempotency(sub: Any) -> None:
+    p = sub.add_parser("idempotency", help="resolve an abandoned idempotency record (stuck in "
+                                           "processing, no job left): --to failed | reset")
+    p.add_argument("idem_cmd", choices=["resolve"])
+    p.add_argument("key")
+    p.add_argument("--to", choices=["failed", "reset"], required=True,
+                   help="failed: result answers failed; reset: forget it, a resend runs afresh")
+    _common(p, reason_required=True)
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pause": cmd_pause, "resume": cmd_pause, "job": cmd_job, "purge": cmd_purge,
     "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "task": cmd_task,
     "lock": cmd_lock_release, "breaker": cmd_breaker_reset,
+    "idempotency": cmd_idempotency_resolve,
 }

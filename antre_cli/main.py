@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import json
 import os
 import secrets
 import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
-from urllib.parse import urlsplit
 
 import redis
 
@@ -20,10 +20,12 @@ from antre import Antre
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
+from antre.observe.redact import scrub
 from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry
 from antre.stores.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
+from antre.observe.memory import MemoryPolicy
 from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
 from antre_worker.loader import load_app
@@ -62,8 +64,7 @@ def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
 
 def _no_secret(text: str, url: str) -> str:
     """``text`` with the URL's password blanked, wherever it shows."""
-    password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
+    return scrub(text, url)
 
 
 # -- status ---------------------------------------------------------------------------------
@@ -98,7 +99,17 @@ def cmd_status(args: argparse.Namespace) -> int:
           f"{summary.conflicts_total} ever"
           + "".join(f"; {c.key}: {c.last_5m}/{c.last_1h}/{c.total}"
                     for c in summary.contention[:3]))
+    if summary.memory is not None:
+        print(_memory_line(summary.memory))
     return 0
+
+
+def _memory_line(mem: MemoryPolicy) -> str:
+    """``redis memory: ...``: the eviction policy, and the warning when it can lose jobs."""
+    limit = "no maxmemory" if not mem.maxmemory_bytes else f"maxmemory {mem.maxmemory_bytes:,} B"
+    used = "" if mem.used_bytes is None else f", {mem.used_bytes:,} B used"
+    line = f"redis memory: maxmemory-policy {mem.policy} ({limit}{used})"
+    return line + (f"\nWARNING: {mem.warning}" if mem.warning else "")
 
 
 # -- dlq ------------------------------------------------------------------------------------
@@ -242,12 +253,14 @@ def cmd_find(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except redis.RedisError as exc:
-        print(f"error: Redis at {app.redis_url} is unreachable ({exc})", file=sys.stderr)
+        print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
+              f"({_no_secret(str(exc), app.redis_url)})", file=sys.stderr)
         return 2
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    """``Antre.result``: completed (with the stored result), pending, failed or unknown."""
+    """``Antre.result``: completed (with the stored result), pending, failed, abandoned or
+    unknown."""
     app = _app(args.app)
     answer = app.result(args.key)
     if args.json:
@@ -262,9 +275,29 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 
 # -- users ----------------------------------------------------------------------------------
+PASSWORD_FLAG_WARNING = ("warning: --password puts the password in the process list and the "
+                         "shell history, where other users of this host can read it; use "
+                         "--password-stdin, --prompt or $ANTRE_PASSWORD instead")
+
+
+def _given_password(args: argparse.Namespace) -> str | None:
+    if args.password:
+        print(PASSWORD_FLAG_WARNING, file=sys.stderr)
+        return str(args.password)
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if args.prompt:
+        first = getpass.getpass("new password: ")
+        if getpass.getpass("again: ") != first:
+            raise ValueError("the two passwords differ; nothing was changed")
+        return first
+    return os.environ.get("ANTRE_PASSWORD") or None
+
+
 def _password(args: argparse.Namespace) -> tuple[str, bool]:
-    """The password given (``--password`` or ``$ANTRE_PASSWORD``), else a generated one."""
-    given = args.password or os.environ.get("ANTRE_PASSWORD")
+    """The password given (``--password-stdin``, ``--prompt``, ``$ANTRE_PASSWORD`` or the
+    discouraged ``--password``), else a generated one."""
+    given = _given_password(args)
     return (given, False) if given else (secrets.token_urlsafe(18), True)
 
 
@@ -412,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true")
 
     rs = sub.add_parser("result", help="an idempotency key's result: completed (with it), "
-                                       "pending, failed or unknown")
+                                       "pending, failed, abandoned (since when, and what to "
+                                       "do) or unknown")
     rs.add_argument("key")
     rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     rs.add_argument("--json", action="store_true")
@@ -420,8 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
-    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name; default: "
-               "$ANTRE_PASSWORD, else generated and printed")
+    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name (discouraged: "
+               "visible in the process list; use --password-stdin, --prompt or "
+               "$ANTRE_PASSWORD); default: $ANTRE_PASSWORD, else generated and printed")
     ua = usub.add_parser("add", help="add a user")
     ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
     up = usub.add_parser("passwd", help="set a user's password (their sessions end)")
@@ -432,6 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--reason", default="", help="why (written to the audit log)")
     for sp in (ua, up):
         sp.add_argument("--password", help=pw_help)
+        sp.add_argument("--password-stdin", action="store_true",
+                        help="read the password from the first line of stdin")
+        sp.add_argument("--prompt", action="store_true",
+                        help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
     incident.add_parsers(sub)
     return p

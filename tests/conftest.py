@@ -98,10 +98,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def _antre_loggers() -> dict[str, tuple[list[logging.Handler], int, bool]]:
-    """The handlers, level and propagate of ``antre`` and every ``antre.*`` logger."""
+    """The handlers, level and propagate of ``antre`` and every ``antre.*`` logger, and of the
+    libraries' loggers ``configure()`` routes (``apscheduler``)."""
     out = {}
     for name, logger in list(logging.root.manager.loggerDict.items()):
-        if (name == "antre" or name.startswith("antre.")) and isinstance(logger, logging.Logger):
+        if name.split(".")[0] in ("antre", "apscheduler") and isinstance(logger, logging.Logger):
             out[name] = (logger.handlers[:], logger.level, logger.propagate)
     return out
 

@@ -4,7 +4,8 @@ Config keys: ``ANTRE_REDIS_URL``, ``ANTRE_DATABASE_URL`` (default: ``antre.db`` 
 directory), ``SECRET_KEY`` (default: env ``ANTRE_SECRET_KEY``; required: at least 32 bytes and
 not a placeholder, else ``InsecureConfig`` says how to make one), ``ANTRE_TRUSTED_PROXIES``
 (default: env of that name, else 0: how many reverse proxies' ``X-Forwarded-*`` headers to
-believe), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose handlers tell which job types are
+believe), ``TRUSTED_HOSTS`` (default: env ``ANTRE_TRUSTED_HOSTS``, comma-separated: the host
+names this dashboard answers to; any other ``Host`` is a 400), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose handlers tell which job types are
 not idempotent) and ``ANTRE_CLOCK`` (tests). ``PERMANENT_SESSION_LIFETIME`` (default 12 hours,
 env ``ANTRE_SESSION_HOURS``) is the absolute lifetime of a session from its login.
 """
@@ -57,6 +58,14 @@ def asset_dir(name: str) -> str:
     return inside if os.path.isdir(inside) else os.path.join(ROOT, name)
 
 
+def trusted_hosts(setting: str) -> list[str] | None:
+    """``ANTRE_TRUSTED_HOSTS`` (comma-separated host names; ``.example.org`` also allows its
+    subdomains) as Flask's ``TRUSTED_HOSTS``: a request for any other ``Host`` is a 400.
+    None (every host) when unset."""
+    hosts = [h.strip() for h in setting.split(",") if h.strip()]
+    return hosts or None
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     app = Flask(__name__, template_folder=asset_dir("templates"),
                 static_folder=asset_dir("static"), static_url_path="/static")
@@ -68,6 +77,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         PERMANENT_SESSION_LIFETIME=timedelta(hours=float(os.environ.get("ANTRE_SESSION_HOURS")
                                                          or 12)),
         ANTRE_TRUSTED_PROXIES=int(os.environ.get("ANTRE_TRUSTED_PROXIES") or 0),
+        TRUSTED_HOSTS=trusted_hosts(os.environ.get("ANTRE_TRUSTED_HOSTS", "")),
         MAX_CONTENT_LENGTH=1024 * 1024,
         JSON_SORT_KEYS=False,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from antre.control.abandoned import RESOLUTIONS, AbandonedRecords, ResolveError
 from antre.control.bulk import TaskNotFound, TaskStateError
 from antre.control.cancel import CancelError
 from antre.errors import LeaseLost
@@ -14,11 +15,13 @@ from antre.limits.flow import FlowControl
 from antre.control.pause import PauseError
 from antre.control.pause import unknown_target as pause_target_unknown
 from antre.control.purge import PurgeError, PurgeFilter
+from antre.observe.finder import Finder
 from antre.observe.readmodels import DeadFilter, PauseInfo
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
 from . import services
-from .security import audit, current_user, start_session
+from .security import Attempt, TooManyTries, audit, client_addr, current_user, start_session
+from .security import throttled
 from .services import REDIS_ERRORS, Services
 
 MAX_EXTEND_S = 24 * 3600
@@ -57,7 +60,8 @@ def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
     try:
         result: Result = fn()
     except REDIS_ERRORS as exc:
-        audit(action, target, "failed", reason, {"message": f"Redis unreachable: {exc}"})
+        audit(action, target, "failed", reason,
+              {"message": f"Redis unreachable: {services.scrubbed(exc)}"})
         raise
     return _done(action, target, reason, result)
 
@@ -188,6 +192,24 @@ def release_lock(key: str, token: str, reason: str | None) -> Result:
                                  "expired or re-taken since); nothing was changed", 409)
         return Result(True, f"lock {key!r} released", 200, {"token": token})
     return guarded("locks.release", key, _reason(reason), run)
+
+
+def resolve_abandoned(key: str, to: str, reason: str | None) -> Result:
+    """Mark an abandoned idempotency record failed, or reset it (``antre.control.abandoned``);
+    SQL only: a Redis outage does not stop it."""
+    def run() -> Result:
+        svc = _svc()
+        finder = Finder(svc.redis, svc.clock, svc.idempotency)
+        try:
+            was = AbandonedRecords(finder, svc.idempotency).resolve(key, to, by=_actor(),
+                                                                    reason=_reason(reason))
+        except ResolveError as exc:
+            return Result(False, str(exc), 409 if to in RESOLUTIONS else 400)
+        done = "marked failed" if to == "failed" else "reset: a resend runs afresh"
+        return Result(True, f"abandoned idempotency record {key!r} {done}", 200,
+                      {"to": to, "job_id": was.job_id, "fence": was.fence,
+                       "abandoned_since_ms": was.since_ms})
+    return guarded("idempotency.resolve", key, _reason(reason), run)
 
 
 # -- selected rows ----------------------------------------------------------------------------
@@ -350,7 +372,12 @@ def password_change(current: str, new: str) -> Result:
 
     def run() -> Result:
         svc = _svc()
-        if not svc.users.password_is(me.name, current):
+        try:  # limited like logins: guessing it here is guessing the password
+            right = throttled(Attempt.of(me.name, client_addr()),
+                              lambda: svc.users.password_is(me.name, current))
+        except TooManyTries as exc:
+            return Result(False, f"{exc}; nothing was changed", 429)
+        if not right:
             return Result(False, "the current password is wrong; nothing was changed", 403)
         try:
             svc.users.set_password(me.name, new)
@@ -363,17 +390,21 @@ def password_change(current: str, new: str) -> Result:
 
 
 def password_reset(name: str, password: str, reason: str | None) -> Result:
-    """An admin sets another user's password; that user's open sessions end."""
+    """An admin sets another user's password; that user's open sessions end. Their own takes
+    the current one (``password_change``): a stolen session must not be enough to take the
+    account over."""
     def run() -> Result:
+        me = current_user()
+        if me is not None and me.name == name:
+            return Result(False, "to change your own password, give the current one: use your "
+                                 "account page (/account) or POST /api/account/password; "
+                                 "nothing was changed", 403)
         try:
             _svc().users.set_password(name, password)
         except WeakPassword as exc:
             return Result(False, f"{exc}; nothing was changed", 400)
         except UnknownUser:
             return Result(False, f"no user {name}", 400)
-        me = current_user()
-        if me is not None and me.name == name and me.via == "session":
-            start_session(_svc().users.get(name))
         return Result(True, f"password of {name} reset; their open sessions are logged out")
     return guarded("users.password.reset", name, _reason(reason), run)
 

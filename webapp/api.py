@@ -18,11 +18,12 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, request
 
+from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
 from . import actions, services
 from .common import arg_int, audit_filter, check_queue, dead_filter, lease_ref, page_args
-from .control import purge_filter
+from .control import dead_tally, purge_filter, purge_tally
 from .overview import overview_data
 from .security import requires
 
@@ -139,12 +140,16 @@ def dead(queue: str) -> Response:
 
 @bp.get("/queues/<queue>/dead/count")
 @requires("viewer")
-@doc(query=FILTER_Q)
+@doc(query={**FILTER_Q, "count_cursor": "string"})
 def dead_count(queue: str) -> Response:
-    """Dry run: how many dead jobs match the filter now."""
+    """Dry run: how many dead jobs match the filter, within a budget (``exact`` false with
+    both a type and a group until the group is walked: pass ``cursor`` back as
+    ``count_cursor``)."""
     svc = services.get()
     flt = dead_filter(request.args, svc.clock())
-    return jsonify({"count": svc.bulk.dry_run(check_queue(queue), flt), "filter": _plain(flt),
+    tally = dead_tally(check_queue(queue), flt, request.args)
+    return jsonify({"count": tally.matched, "exact": tally.exact, "looked": tally.looked,
+                    "cursor": None if tally.exact else tally.token(), "filter": _plain(flt),
                     "as_of": svc.clock()})
 
 
@@ -221,10 +226,13 @@ def idempotency() -> Response:
     key = request.args.get("key") or ""
     if not key:
         abort(400, "key is required")
-    record = services.get().idempotency.lookup(key)
+    svc = services.get()
+    record = svc.idempotency.lookup(key)
     if record is None:
         abort(404, f"no idempotency record for {key!r}")
-    return jsonify(record.to_dict())
+    gone = Finder(svc.redis, svc.clock, svc.idempotency).abandoned(key)
+    return jsonify({**record.to_dict(), "abandoned": None if gone is None else
+                    {"since_ms": gone.since_ms, "message": gone.message}})
 
 
 @bp.get("/audit")
@@ -370,6 +378,18 @@ def release_lock() -> Response:
 def reset_breaker(name: str) -> Response:
     """Close a circuit breaker by hand and forget its failures."""
     return _answer(actions.reset_breaker(name, _body().get("reason")))
+
+
+@bp.post("/idempotency/resolve")
+@requires("operator", "idempotency.resolve")
+@doc(body={"key": "string", "to": "string", **REASON}, required=("key", "to"))
+def idempotency_resolve() -> Response:
+    """Resolve an abandoned idempotency record (stuck in processing, its owner's lease
+    expired, no job with its key): ``to`` 'failed' (the result answers failed) or 'reset'
+    (forgotten: a resend runs afresh). 409 when it is not abandoned (nothing changed)."""
+    body = _body()
+    return _answer(actions.resolve_abandoned(str(body["key"]), str(body["to"]),
+                                             body.get("reason")))
 
 
 # -- periodic schedules ---------------------------------------------------------------------
@@ -610,12 +630,16 @@ def cancel_job(queue: str, job_id: str) -> Response:
 
 @bp.get("/queues/<queue>/purge/count")
 @requires("viewer")
-@doc(query=PURGE_Q)
+@doc(query={**PURGE_Q, "count_cursor": "string"})
 def purge_count(queue: str) -> Response:
-    """Dry run: how many jobs of ``source`` (ready, scheduled, dead) match the filter now."""
+    """Dry run: how many jobs of ``source`` (ready, scheduled, dead) match the filter, within
+    a budget. ``exact`` false: ``count`` is "at least"; pass ``cursor`` back as
+    ``count_cursor`` to go on counting (null once the walk is over)."""
     svc = services.get()
     flt = purge_filter(request.args)
-    return jsonify({"count": svc.purger.count(check_queue(queue), flt), "filter": flt.to_dict(),
+    tally = purge_tally(check_queue(queue), flt, request.args)
+    return jsonify({"count": tally.matched, "exact": tally.exact, "looked": tally.looked,
+                    "cursor": None if tally.exact else tally.token(), "filter": flt.to_dict(),
                     "as_of": svc.clock()})
 
 

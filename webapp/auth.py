@@ -5,6 +5,8 @@ Login attempts are rate-limited per client address, per account and per (account
 
 from __future__ import annotations
 
+import hashlib
+
 from flask import (
     Blueprint,
     flash,
@@ -32,11 +34,22 @@ from .security import (
     current_user,
     end_session,
     requires,
+    TooManyTries,
     start_session,
-    svc_limiter,
+    throttled,
 )
 
 bp = Blueprint("auth", __name__)
+
+UNKNOWN_USER = "(unknown user)"
+
+
+def typed_name_digest(name: str) -> str:
+    """What a failed login records of the name typed: a short SHA-256, so an admin can tell
+    repeated tries at one name (``sha256("admin")`` is easy to check) while a password typed in
+    the name field is never readable, and nobody can add rows under a user's name."""
+    digest = hashlib.sha256(normalise_name(name).lower().encode("utf-8", "replace")).hexdigest()
+    return f"name sha256:{digest[:12]}"
 
 
 @bp.get("/login")
@@ -56,24 +69,23 @@ def login_post() -> Response | tuple[str, int]:
         return refused
     name = normalise_name(request.form.get("username") or "")
     attempt = Attempt.of(name, client_addr())
-    limiter = svc_limiter()
-    wait = limiter.blocked_for(attempt)
-    if wait:
-        count_anonymous("login", 429)  # counted, not audited: nobody proved who they are
-        return _login_page(f"Too many failed attempts; try again in {int(wait) + 1}s.", 429)
     svc = services.get()
     try:
-        info = svc.users.verify(name, request.form.get("password") or "")
+        info = throttled(attempt, lambda: svc.users.verify(name, request.form.get("password")
+                                                           or ""))
         svc.outages.ok("database")
+    except TooManyTries as exc:
+        count_anonymous("login", 429)  # counted, not audited: nobody proved who they are
+        return _login_page(f"Too many failed attempts; try again in {int(exc.wait_s) + 1}s.",
+                           429)
     except SQLAlchemyError:
         svc.outages.failed("database")
         return _login_page("The user database is unreachable; try again shortly.", 503)
-    if info is None:
-        limiter.failed(attempt)
-        audit("login", name, "failed", None, {"why": "wrong user name or password"},
-              user=CurrentUser(name or "(anonymous)", "", "form"))
+    if info is None:  # the typed name is no user's: it may be a password typed in the wrong box
+        audit("login", typed_name_digest(name), "failed", None,
+              {"why": "wrong user name or password"},
+              user=CurrentUser(UNKNOWN_USER, "", "form"))
         return _login_page("Wrong user name or password.", 401)
-    limiter.succeeded(attempt)
     start_session(info)
     audit("login", info.name, "ok", None, None,
           user=CurrentUser(info.name, info.role, "form", info.id))

@@ -10,7 +10,9 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
+
+import redis
 
 from flask import (
     Flask,
@@ -25,6 +27,7 @@ from flask import (
     request,
     session,
 )
+from flask.globals import request_ctx
 from markupsafe import Markup, escape
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -94,7 +97,7 @@ def last_good() -> LastGood:
 def _outage(backend: str, exc: Exception) -> Response | str:
     svc = services.get()
     since = svc.outages.failed(backend)
-    services.log.warning("%s unreachable: %s", backend, exc)
+    services.log.warning("%s unreachable: %s", backend, services.scrubbed(exc))
     if request.path.startswith("/api/"):
         what = "Redis" if backend == "redis" else "the database"
         resp = jsonify({"error": f"{what} is unreachable: the request was not done",
@@ -187,7 +190,8 @@ def pretty_json(value: Any) -> str:
 
 
 # -- request parsing ---------------------------------------------------------------------------
-_INT_RE = re.compile(r"^\s*[+-]?\d{1,18}\s*$")
+_INT_RE = re.compile(r"^\s*[+-]?[0-9]{1,18}\s*$")
+_ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 def arg_int(name: str, default: int, lo: int = 0, hi: int = 10**12, src: Any = None) -> int:
@@ -213,9 +217,10 @@ def queue_arg(default: str | None = None, busiest: str | None = None) -> str:
         if busiest and len(names) > 1:
             name = max(names, key=lambda n: getattr(svc.reads.queue_info(n), busiest))
             if request.method == "GET" and request.endpoint:
-                # name the chosen queue in the URL, so polling and links stay on it
-                url_args: dict[str, Any] = {**request.args.to_dict(), "queue": name}
-                abort(redirect(url_for(request.endpoint, **url_args)))
+                # name the chosen queue in the URL, so polling and links stay on it; the query
+                # is copied as data (never as url_for's arguments: endpoint, _anchor, ...)
+                url_args = [(k, v) for k, v in request.args.items(multi=True) if k != "queue"]
+                abort(redirect(f"{request.path}?{urlencode([*url_args, ('queue', name)])}"))
     if not valid_name(name):
         abort(400, "bad queue name")
     return name
@@ -245,7 +250,7 @@ def selected_ids(limit: int) -> list[str]:
 def lease_ref(value: str) -> tuple[int, str]:
     """A selected in-flight row: ``<epoch>:<job id>`` (the lease the operator saw)."""
     epoch, _, job_id = str(value).partition(":")
-    if not epoch.isdigit() or not job_id:
+    if not _ASCII_DIGITS.fullmatch(epoch) or not job_id:
         abort(400, f"bad row {value!r}: expected <epoch>:<job id>")
     return int(epoch), job_id
 
@@ -336,12 +341,41 @@ def safe_next(default: str) -> str:
     return nxt if is_local_path(nxt) else default
 
 
+def _bad_request(message: str) -> Response:
+    if request.path.startswith("/api/"):
+        resp = jsonify({"error": message, "status": 400})
+    else:
+        resp = Response(render_template("refused.html", status=400, message=message),
+                        mimetype="text/html")
+    resp.status_code = 400
+    return resp
+
+
+def _too_deep(exc: RecursionError) -> Response:
+    """A body or argument nested beyond what Python can walk (a JSON body 100k deep)."""
+    services.log.warning("request refused: nested too deeply (%s %s)", request.method,
+                         request.path)
+    return _bad_request("the request is nested too deeply: send a flatter JSON body")
+
+
+def _redis_refused(exc: redis.ResponseError) -> Response:
+    """Redis refused a command built from this request's arguments (an offset out of range,
+    say): the request is wrong, not the server; nothing was changed by a refused command."""
+    why = services.scrubbed(exc)[:200]
+    services.log.warning("Redis refused a command of %s %s: %s", request.method, request.path,
+                         why)
+    return _bad_request(f"Redis refused this request ({why}): check its arguments (offsets, "
+                        "cursors and counts must be small whole numbers)")
+
+
 def install(app: Flask) -> None:
     app.extensions["antre_last_good"] = LastGood()
     for redis_exc in REDIS_ERRORS:
         app.register_error_handler(redis_exc, lambda e: _outage("redis", e))
     for db_exc in DB_ERRORS:
         app.register_error_handler(db_exc, lambda e: _outage("database", e))
+    app.register_error_handler(RecursionError, _too_deep)
+    app.register_error_handler(redis.ResponseError, _redis_refused)
     app.jinja_env.filters["ts"] = fmt_ts
     app.jinja_env.filters["when"] = when
     app.jinja_env.filters["jobs"] = count_of
@@ -359,6 +393,9 @@ def install(app: Flask) -> None:
         message = getattr(e, "description", "") or str(e)
         if e.code == 429:
             message = "too many attempts; wait a minute and try again"
+        if request_ctx.url_adapter is None:  # a Host outside TRUSTED_HOSTS: no URLs to build
+            return Response(f"{e.code}: this dashboard does not answer to that host name "
+                            "(ANTRE_TRUSTED_HOSTS)\n", status=e.code, mimetype="text/plain")
         if request.path.startswith("/api/"):
             resp = jsonify({"error": message, "status": e.code})
         else:

@@ -9,11 +9,11 @@ from typing import Any
 from flask import Blueprint, abort, flash, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 
-from antre.control.purge import SOURCES, PurgeError, PurgeFilter
-from antre.observe.readmodels import PauseInfo
+from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Tally
+from antre.observe.readmodels import DeadFilter, PauseInfo
 
 from . import actions, services
-from .common import arg_int, check_queue, queue_arg, render, safe_next
+from .common import arg_int, check_queue, is_htmx, queue_arg, render, safe_next
 from .security import requires
 
 bp = Blueprint("control", __name__)
@@ -80,6 +80,34 @@ def purge_filter(src: Any, check: bool = True) -> PurgeFilter:
         abort(400, str(exc))
 
 
+def start_tally(src: Any) -> Tally | None:
+    """The count to go on from (``count_cursor``), or None to start; 400 when it is bad."""
+    token = (src.get("count_cursor") or "").strip()
+    if not token:
+        return None
+    try:
+        return Tally.from_token(token)
+    except PurgeError as exc:
+        abort(400, str(exc))
+
+
+def dead_tally(queue: str, flt: DeadFilter, src: Any) -> Tally:
+    """The DLQ dry run within a budget (exact unless both a type and a group are given),
+    going on from the request's ``count_cursor``."""
+    try:
+        return services.get().bulk.dry_run_tally(queue, flt, start_tally(src))
+    except PurgeError as exc:
+        abort(400, str(exc))
+
+
+def purge_tally(queue: str, flt: PurgeFilter, src: Any) -> Tally:
+    """A dry run within a budget, going on from the request's ``count_cursor``."""
+    try:
+        return services.get().purger.tally(queue, flt, start_tally(src))
+    except PurgeError as exc:
+        abort(400, str(exc))
+
+
 def _purge_args(flt: PurgeFilter) -> dict[str, Any]:
     pairs = (("source", flt.source), ("type", flt.job_type), ("group", flt.group),
              ("older_than_s", flt.older_than_s), ("field", flt.field), ("value", flt.value))
@@ -89,11 +117,16 @@ def _purge_args(flt: PurgeFilter) -> dict[str, Any]:
 @bp.get("/purge/")
 @requires("viewer")
 def purge_page() -> str:
+    """The purge form, a dry run within a budget ("at least N so far" with a link to count
+    further) and the purges of the queue. The polled partial is the purges table only: a poll
+    never counts."""
     svc = services.get()
     queue = queue_arg()
     flt = purge_filter(request.args)
+    tally = None if is_htmx() else purge_tally(queue, flt, request.args)
     return render("purge.html", "_purges.html", queue=queue, flt=flt, sources=SOURCES,
-                  fargs=_purge_args(flt), dry_run=svc.purger.count(queue, flt),
+                  fargs=_purge_args(flt), tally=tally,
+                  dry_run=tally.matched if tally else 0,
                   queues=svc.reads.queue_names(), types=svc.reads.dead_types(queue),
                   tasks=svc.bulk.list(queue, kind="purge"), as_of=svc.clock())
 

@@ -20,11 +20,13 @@ from .common import (
     check_queue,
     dead_filter,
     filter_args,
+    is_htmx,
     page_args,
     queue_arg,
     render,
     safe_next,
 )
+from .control import dead_tally
 from .security import requires
 
 bp = Blueprint("dlq", __name__, url_prefix="/dlq")
@@ -40,11 +42,13 @@ def dlq_data(queue: str, src: Any = None) -> dict[str, Any]:
     window = src.get("window") or ""
     offset, limit = page_args(src=src)
     page = svc.reads.dead(queue, flt, offset, limit)
+    tally = None if is_htmx() else dead_tally(queue, flt, src)  # a poll never counts
     return {"queue": queue, "flt": flt, "window": window if window in WINDOWS_MS else "",
             "windows": list(WINDOWS_MS), "page": page, "as_of": page.as_of,
             "fargs": filter_args(flt, window), "groups": svc.reads.error_groups(queue),
             "filter_name": flt.describe(svc.reads.group_signature(queue, flt.group)),
-            "types": svc.reads.dead_types(queue), "dry_run": svc.bulk.dry_run(queue, flt),
+            "types": svc.reads.dead_types(queue), "dry_run": tally.matched if tally else 0,
+            "tally": tally,
             "queues": svc.reads.queue_names(), "tasks": svc.bulk.list(queue),
             "not_idempotent": sorted(n for n, s in svc.antre.handlers.items()
                                      if not s.idempotent),

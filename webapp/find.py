@@ -19,7 +19,7 @@ from antre.engine.keys import valid_name
 from antre.observe.readmodels import Page
 
 from . import services
-from .common import check_queue, page_args, render
+from .common import arg_int, check_queue, page_args, render
 from .security import requires
 
 bp = Blueprint("find", __name__)
@@ -75,6 +75,8 @@ def index() -> tuple[str, int] | Response:
     found = finder().resolve(text)  # a key may hold '=': ids and keys first
     if found is not None:
         return redirect(job_url(found), code=303)
+    if _has_record(text):  # no job left, but its idempotency record (abandoned?) is there
+        return redirect(url_for("idempotency.index", key=text), code=303)
     if "=" not in text:
         return _page(404, q=text, message=f"No job has the id or the idempotency key {text!r} "
                                            "(a job done more than an hour ago is pruned). To "
@@ -85,6 +87,14 @@ def index() -> tuple[str, int] | Response:
         return _page(400, q=text, queue=queue or "", state=state or "", error=str(exc))
     return _page(q=text, queue=queue or "", state=state or "", step=step,
                  hits_so_far=len(step.hits))
+
+
+def _has_record(key: str) -> bool:
+    try:
+        return services.get().idempotency.lookup(key[:500]) is not None
+    except SQLAlchemyError:
+        services.get().outages.failed("database")
+        return False
 
 
 @bp.get("/find/more")
@@ -100,7 +110,7 @@ def more() -> str:
         step = finder().search(text, queue, state, cursor=cursor, budget_ms=NEXT_STEP_MS)
     except BadQuery as exc:
         abort(400, str(exc))
-    so_far = _int_arg("n") + len(step.hits)
+    so_far = arg_int("n", 0, 0, PAGE_HITS * 10) + len(step.hits)
     return render("_find_more.html", "_find_more.html", step=step, queue=queue or "",
                   state=state or "", more_url=more_url, hits_so_far=so_far, hit_cap=PAGE_HITS)
 
@@ -118,9 +128,6 @@ def ts_ms(ms: Any) -> str:
         + " UTC"
 
 
-def _int_arg(name: str) -> int:
-    raw = request.args.get(name) or "0"
-    return int(raw) if raw.isdigit() else 0
 
 
 # -- the job page -------------------------------------------------------------------------------

@@ -1,10 +1,14 @@
-"""Idempotency lookup: a key's status, stored result, fence and timestamps."""
+"""Idempotency lookup: a key's status, stored result, fence and timestamps; an abandoned
+record (stuck in processing, no job left) says so, and an operator resolves it here."""
 
 from __future__ import annotations
 
-from flask import Blueprint, request
+from flask import Blueprint, flash, redirect, request, url_for
+from werkzeug.wrappers import Response
 
-from . import services
+from antre.observe.finder import Finder
+
+from . import actions, services
 from .common import render
 from .security import requires
 
@@ -19,5 +23,18 @@ def index() -> str:
     record = svc.idempotency.lookup(key) if key else None
     svc.outages.ok("database")
     counts = svc.idempotency.counts()
+    abandoned = (Finder(svc.redis, svc.clock, svc.idempotency).abandoned(key)
+                 if record is not None and record.status == "processing" else None)
     return render("idempotency.html", "_idempotency.html", redis_read=False, key=key, record=record,
-                  counts=counts, as_of=svc.clock())
+                  counts=counts, as_of=svc.clock(), abandoned=abandoned)
+
+
+@bp.post("/resolve")
+@requires("operator", "idempotency.resolve")
+def resolve() -> Response:
+    """Mark an abandoned record failed, or reset it (the form under its banner)."""
+    key = (request.form.get("key") or "")[:500]
+    result = actions.resolve_abandoned(key, request.form.get("to", ""),
+                                       request.form.get("reason"))
+    flash(result.message, "ok" if result.ok else "error")
+    return redirect(url_for("idempotency.index", key=key), code=303)

@@ -20,10 +20,13 @@
   cross-site form cannot send. The Basic challenge (``WWW-Authenticate``) is only sent to
   scripts, never to a browser navigating, so a browser is not invited to cache Basic
   credentials.
-- Login attempts (form and Basic): failures are counted per client address, per account, and
-  per (account, address), in Redis so the limits hold across every gunicorn worker and host
-  (``antre.stores.logins``); while Redis is unreachable, in this process's bounded memory. The address
-  limit is checked before any password hash is computed. Behind a reverse proxy, set
+- Login attempts (form and Basic) and current-password checks: failures are counted per client
+  address, per account, and per (account, address), in Redis so the limits hold across every
+  gunicorn worker and host (``antre.stores.logins``); while Redis is unreachable, in this
+  process's bounded memory. Every bucket is checked and the try reserved in one atomic step
+  before any password hash is computed (``throttled``), so parallel tries cannot overshoot; a
+  success takes its reservation back. A successful Basic check is cached (``BasicCache``) per
+  user id, session generation and credentials, so a scraper does not hash on every request. Behind a reverse proxy, set
   ``ANTRE_TRUSTED_PROXIES`` to the number of proxies so the client address is the real one.
 - Refusals of anonymous requests are counted (``antre_anonymous_refusals`` in the process's
   memory, logged), not written to the audit log: nobody to name, and an easy flood.
@@ -32,6 +35,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import hmac
 import logging
 import secrets
@@ -40,8 +44,8 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from flask import (
     Flask,
@@ -66,6 +70,7 @@ from antre.stores.users import UserInfo, normalise_name, role_at_least
 from . import services
 
 log = logging.getLogger("antre.webapp.security")
+_T = TypeVar("_T")
 
 PAIR_LIMIT = 5     # failures per (account, address) per window
 ACCOUNT_LIMIT = 20  # failures per account from all addresses per window
@@ -73,6 +78,8 @@ ADDRESS_LIMIT = 30  # failures per address over all account names per window
 LOGIN_LIMIT = PAIR_LIMIT
 LOGIN_WINDOW_S = 60.0
 MEMORY_LIMITER_KEYS = 10_000
+BASIC_CACHE_ENTRIES = 1024
+BASIC_CACHE_TTL_S = 300.0
 PUBLIC_ENDPOINTS = {"auth.login", "auth.login_post", "static"}
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 MIN_SECRET_BYTES = 32
@@ -168,6 +175,25 @@ class LoginLimiter:
                 return wait
         return 0.0
 
+    def reserve(self, attempt: Attempt) -> tuple[float, Reserved]:
+        """Check every bucket of ``attempt`` and count the try in all of them, in one atomic
+        step, before any hash is computed: ``(0, reserved)`` when it may go ahead (it is a
+        failure unless ``succeeded(attempt, reserved)`` takes it back), else ``(wait_s, ...)``
+        and nothing is counted. N parallel tries cannot all pass a check made before any of
+        them is counted."""
+        buckets = attempt.buckets()
+        wait, at = self.memory.try_reserve(buckets)
+        if wait:
+            return wait, Reserved()
+        try:
+            wait_ms, token = self._shared().try_reserve(buckets)
+        except services.REDIS_ERRORS:
+            return 0.0, Reserved(memory_at=at)  # counted in memory
+        if wait_ms:
+            self.memory.release([b for b, _ in buckets], at)
+            return wait_ms / 1000, Reserved()
+        return 0.0, Reserved(memory_at=at, token=token)
+
     def failed(self, attempt: Attempt) -> None:
         for bucket, _ in attempt.buckets():
             self.memory.failed(bucket)
@@ -176,15 +202,65 @@ class LoginLimiter:
             except services.REDIS_ERRORS:
                 pass  # counted in memory
 
-    def succeeded(self, attempt: Attempt) -> None:
-        """Forget the (account, address) failures; the address and account counts stay, so a
-        valid login cannot be used to reset them between guesses."""
+    def succeeded(self, attempt: Attempt, reserved: Reserved | None = None) -> None:
+        """Forget the (account, address) failures, and the try ``reserved`` for this attempt;
+        the address and account's earlier failures stay, so a valid login cannot be used to
+        reset them between guesses."""
+        if reserved is not None:
+            self.release(attempt, reserved)
         bucket = attempt.buckets()[-1][0]
         self.memory.succeeded(bucket)
         try:
             self._shared().succeeded(bucket)
         except services.REDIS_ERRORS:
             pass
+
+
+    def release(self, attempt: Attempt, reserved: Reserved) -> None:
+        """Take back a try counted by ``reserve`` (it succeeded, or could not be checked)."""
+        buckets = [b for b, _ in attempt.buckets()]
+        if reserved.memory_at is not None:
+            self.memory.release(buckets, reserved.memory_at)
+        if reserved.token:
+            try:
+                self._shared().release(buckets, reserved.token)
+            except services.REDIS_ERRORS:
+                pass  # it leaves the window on its own
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A try counted before it was checked: its time in this process's memory and its member
+    in the Redis buckets, so that a success can take it back."""
+
+    memory_at: float | None = None
+    token: str = ""
+
+
+class TooManyTries(Exception):
+    """A login-limit bucket is full: the password was not checked."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"too many failed attempts; try again in {int(wait_s) + 1}s")
+        self.wait_s = wait_s
+
+
+def throttled(attempt: Attempt, check: Callable[[], _T]) -> _T:
+    """``check()`` (a password hash), only when ``attempt`` may be tried: the try is reserved
+    first (``TooManyTries`` when a bucket is full), and a truthy result takes it back. An
+    exception (the database is down) takes it back too: nothing was checked."""
+    limiter = svc_limiter()
+    wait, reserved = limiter.reserve(attempt)
+    if wait:
+        raise TooManyTries(wait)
+    try:
+        result = check()
+    except BaseException:
+        limiter.release(attempt, reserved)
+        raise
+    if result:
+        limiter.succeeded(attempt, reserved)
+    return result
 
 
 class MemoryLimiter:
@@ -209,6 +285,30 @@ class MemoryLimiter:
             q = self._recent(key, now)
             return (q[0] + self.window_s - now) if len(q) >= limit else 0.0
 
+    def try_reserve(self, buckets: list[tuple[str, int]]) -> tuple[float, float]:
+        """``(0, at)`` with the try counted at ``at`` in every bucket, or ``(wait_s, 0)`` when
+        one is full (nothing counted): checked and counted under one lock."""
+        now = time.monotonic()
+        with self._lock:
+            recent = [(key, self._recent(key, now), limit) for key, limit in buckets]
+            for _, q, limit in recent:
+                if len(q) >= limit:
+                    return max(q[0] + self.window_s - now, 1e-3), 0.0
+            for key, q, _ in recent:
+                q.append(now)
+                self._failures[key] = q
+                self._failures.move_to_end(key)
+            while len(self._failures) > self.max_keys:
+                self._failures.popitem(last=False)
+        return 0.0, now
+
+    def release(self, keys: list[str], at: float) -> None:
+        with self._lock:
+            for key in keys:
+                q = self._failures.get(key)
+                if q is not None and at in q:
+                    q.remove(at)
+
     def failed(self, key: str) -> None:
         now = time.monotonic()
         with self._lock:
@@ -225,6 +325,47 @@ class MemoryLimiter:
 
     def __len__(self) -> int:
         return len(self._failures)
+
+
+class BasicCache:
+    """Successful HTTP Basic checks, so a script (Prometheus scraping ``/metrics``) costs one
+    argon2 hash per ``ttl_s``, not one per request. Keyed by the user's id, their session
+    generation and an HMAC of the credentials under a key of this process (the password itself
+    is never kept): a password change, role change, disable or "log out everywhere" moves the
+    generation on, so the entry no longer matches. Bounded (least recently used go first);
+    thread-safe."""
+
+    def __init__(self, max_entries: int = BASIC_CACHE_ENTRIES,
+                 ttl_s: float = BASIC_CACHE_TTL_S) -> None:
+        self.max_entries, self.ttl_s = max_entries, ttl_s
+        self._key = secrets.token_bytes(32)
+        self._entries: OrderedDict[tuple[int, int, str], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _entry(self, info: UserInfo, password: str) -> tuple[int, int, str]:
+        raw = f"{info.name}\x00{password}".encode("utf-8", "surrogatepass")
+        return info.id, info.session_gen, hmac.new(self._key, raw, hashlib.sha256).hexdigest()
+
+    def hit(self, info: UserInfo, password: str) -> bool:
+        entry, now = self._entry(info, password), time.monotonic()
+        with self._lock:
+            expires = self._entries.get(entry)
+            if expires is None or expires <= now:
+                self._entries.pop(entry, None)
+                return False
+            self._entries.move_to_end(entry)
+            return True
+
+    def remember(self, info: UserInfo, password: str) -> None:
+        entry = self._entry(info, password)
+        with self._lock:
+            self._entries[entry] = time.monotonic() + self.ttl_s
+            self._entries.move_to_end(entry)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 # -- request helpers --------------------------------------------------------------------------
@@ -256,7 +397,8 @@ def audit(action: str, target: str | None, outcome: str, reason: str | None = No
         svc.outages.ok("database")
     except SQLAlchemyError as exc:
         svc.outages.failed("database")
-        services.log.error("audit write failed (%s): %s %s %s", exc, action, target, outcome)
+        services.log.error("audit write failed (%s): %s %s %s", services.scrubbed(exc), action,
+                           target, outcome)
 
 
 class AnonymousRefusals:
@@ -273,7 +415,9 @@ class AnonymousRefusals:
 
 
 def wants_json() -> bool:
-    return request.path.startswith("/api/")
+    """API-like paths (``/api/``, ``/metrics``): read by scripts, answered in JSON, and a
+    missing login is a 401 with a Basic challenge, not a redirect to the login page."""
+    return request.path.startswith("/api/") or request.path == "/metrics"
 
 
 def _is_browser_navigation() -> bool:
@@ -341,16 +485,19 @@ def _basic_user() -> CurrentUser | None:
     auth = request.authorization
     if auth is None or auth.type != "basic" or not auth.username:
         return None
-    svc = services.get()
+    svc, password = services.get(), auth.password or ""
+    cache: BasicCache = current_app.extensions["antre_basic_cache"]
+    known = svc.users.get(normalise_name(auth.username))
+    if known is not None and not known.disabled and cache.hit(known, password):
+        return CurrentUser(known.name, known.role, "basic", known.id)
     attempt = Attempt.of(auth.username, client_addr())
-    limiter = svc_limiter()
-    if limiter.blocked_for(attempt):
+    try:
+        info = throttled(attempt, lambda: svc.users.verify(auth.username or "", password))
+    except TooManyTries:
         abort(429)
-    info = svc.users.verify(auth.username, auth.password or "")
     if info is None:
-        limiter.failed(attempt)
         return None
-    limiter.succeeded(attempt)
+    cache.remember(info, password)
     return CurrentUser(info.name, info.role, "basic", info.id)
 
 
@@ -512,6 +659,18 @@ def _security_headers(resp: Response) -> Response:
     return resp
 
 
+def _relative_location(resp: Response) -> Response:
+    """Every redirect to this site is relative (``/path?query``): the ``Host`` a client sent
+    (Werkzeug's slash redirects build absolute URLs from it) is never reflected back."""
+    location = resp.headers.get("Location")
+    if location:
+        parts = urlsplit(location)
+        if parts.netloc and parts.netloc == request.host:
+            resp.headers["Location"] = urlunsplit(("", "", parts.path or "/", parts.query,
+                                                   parts.fragment))
+    return resp
+
+
 def trust_proxies(app: Flask, count: int) -> None:
     """Behind ``count`` reverse proxies: take the client address, scheme and host from their
     ``X-Forwarded-*`` headers (only the last ``count`` hops: a client cannot forge them)."""
@@ -525,7 +684,9 @@ def install(app: Flask) -> None:
     trust_proxies(app, int(app.config.get("ANTRE_TRUSTED_PROXIES") or 0))
     app.extensions["antre_login_limiter"] = LoginLimiter()
     app.extensions["antre_anonymous_refusals"] = AnonymousRefusals()
+    app.extensions["antre_basic_cache"] = BasicCache()
     app.before_request(_load_user_and_check)
     app.after_request(_security_headers)
+    app.after_request(_relative_location)
     app.jinja_env.globals["csrf_token"] = csrf_token
     app.jinja_env.globals["current_user"] = current_user

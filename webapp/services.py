@@ -16,7 +16,6 @@ import redis
 from flask import Flask, current_app
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from sqlalchemy.engine import make_url
 
 import antre
 import antre.stores.sql
@@ -32,6 +31,7 @@ from antre.engine.locks import Locks
 from antre.control.pause import Pauses
 from antre.control.purge import Purger
 from antre.observe.readmodels import ReadModels
+from antre.observe.redact import redact_url, scrub
 from antre.observe.registry import WorkerRegistry
 from antre.stores.users import UserStore
 
@@ -114,11 +114,16 @@ def dashboard_redis(url: str) -> redis.Redis:
 
 
 def redact(url: str) -> str:
-    """A URL fit for a banner: no password."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a banner must never fail
-        return url.split("@")[-1]
+    """A URL fit for a banner: no password, no secret query values (the core's one redaction)."""
+    return redact_url(url)
+
+
+def scrubbed(exc: object) -> str:
+    """An exception's text fit for a log line, the audit log or a page: every URL in it
+    redacted, and the passwords of this dashboard's Redis and database URLs blanked."""
+    svc: Services | None = current_app.extensions.get("antre") if current_app else None
+    urls = (svc.redis_url, svc.database_url) if svc is not None else ()
+    return scrub(exc, *urls)
 
 
 def build(config: dict[str, Any]) -> Services:
@@ -138,7 +143,7 @@ def build(config: dict[str, Any]) -> Services:
     try:
         antre.stores.sql.migrate(db_url)
     except Exception as exc:  # noqa: BLE001 - the dashboard starts and shows the outage
-        log.error("database migration failed at startup: %s", exc)
+        log.error("database migration failed at startup: %s", scrub(exc, db_url))
         outages.failed("database")
     sf = users = audit = idem = None
     try:  # the antre app's own stores (built from its database URL), when it is ours too
@@ -146,7 +151,7 @@ def build(config: dict[str, Any]) -> Services:
             sf, users, audit, idem = (getattr(app, n, None) for n in
                                       ("session_factory", "users", "audit", "idempotency"))
     except Exception as exc:  # noqa: BLE001 - database down at startup: build lazy stores
-        log.error("the antre app's SQL stores are unavailable: %s", exc)
+        log.error("the antre app's SQL stores are unavailable: %s", scrub(exc, db_url))
         sf = users = audit = idem = None
     if sf is None:
         sf = antre.stores.sql.session_factory(antre.stores.sql.make_engine(db_url))  # connects lazily

@@ -1,8 +1,11 @@
 """One worker process of a pool: ``python -m antre_worker.child APP_PATH [options]``.
 
 Started by ``worker.pool.Supervisor`` (a fresh interpreter per child, so a crash or kill -9
-leaves nothing half-imported behind). SIGTERM/SIGINT stop it gracefully. Exit codes: 0 stopped
-or burst done, 2 bad arguments or app, 3 recycled after a hard timeout.
+leaves nothing half-imported behind). SIGTERM/SIGINT stop it gracefully: running jobs get ``--grace`` seconds, and the process is
+gone ``STOP_BOUND_S`` after that whatever Redis or a handler does (what it still holds comes
+back through its leases). Exit codes: 0 stopped or burst done, 2 bad arguments or app, 3
+recycled after a hard timeout, 4 stopped with Redis unreachable (or ``--burst`` gave up waiting
+for it), 5 did not stop within grace + ``STOP_BOUND_S`` and was ended by its own watchdog.
 """
 
 from __future__ import annotations
@@ -14,14 +17,19 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 from antre.observe.logs import configure as configure_logging
 
 from .executor import DEFAULT_PREFETCH, WorkerProcess
+from .health import EXIT_STOP_TIMEOUT
 from .loader import AppLoadError, load_app
 
 PR_SET_PDEATHSIG = 1
+STOP_BOUND_S = 10.0  # past its grace, a stopping process waits at most this long for itself
+
+log = logging.getLogger("antre.worker")
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -71,12 +79,42 @@ def main(argv: Sequence[str] | None = None) -> int:
                            supervisor_id=args.supervisor_id, prefetch=args.prefetch,
                            heartbeat_s=args.heartbeat, stop_grace_s=args.grace,
                            concurrency=args.concurrency)
-    signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
-    signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
+    watchdog = Watchdog(args.grace + STOP_BOUND_S, worker.running_jobs)
+
+    def on_stop(*_: object) -> None:
+        worker.request_stop()
+        watchdog.arm()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
     if args.burst:
         worker.run_burst()
         return worker.exit_code
     return worker.run()
+
+
+class Watchdog:
+    """Ends the process ``bound_s`` after it was told to stop if it has not exited by then (a
+    handler that ignores its cancel, a Redis call stuck in a dead socket): one last ERROR line,
+    exit code 5. Armed once, from the signal handler (a timer thread: the main thread may be
+    the one stuck)."""
+
+    def __init__(self, bound_s: float, held: Callable[[], Sequence[object]]) -> None:
+        self.bound_s = bound_s
+        self.held = held
+        self._timer: threading.Timer | None = None
+
+    def arm(self) -> None:
+        if self._timer is None:
+            self._timer = threading.Timer(self.bound_s, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        log.error("did not stop within %gs of being told to; exiting now with %d jobs held "
+                  "(their leases expire and the sweeper returns them)", self.bound_s,
+                  len(self.held()), extra={"event": "stop_timeout"})  # ERROR: written at once
+        os._exit(EXIT_STOP_TIMEOUT)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,11 @@ from antre.control.bulk import BulkReplays, BulkTask
 from antre.control.cancel import Cancels
 from antre.control.pause import Pauses
 from antre.clock import Clock
+from antre.observe.memory import MemoryPolicy, memory_policy
 from antre.observe.readmodels import ReadModels
 from antre.control.retention import Retention, SqlRetention
+
+from .health import REDIS_DOWN
 
 log = logging.getLogger("antre.worker.duties")
 
@@ -178,6 +181,28 @@ def _outbox_age(d: Duties) -> Callable[[], float | None] | None:
     return age_s
 
 
+class EvictionWatch:
+    """Redis's ``maxmemory-policy``, checked at the pool's start and every minute: one WARNING
+    line (naming the policy and what to set) when Redis may evict keys, then again only when
+    the policy changes."""
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self.client = client
+        self.seen: str | None = None
+
+    def check(self) -> MemoryPolicy:
+        found = memory_policy(self.client)
+        if found.policy != self.seen and found.warning:
+            log.warning("%s", found.warning, extra={"event": "redis_evicts",
+                                                    "policy": found.policy})
+        self.seen = found.policy
+        return found
+
+
+def _eviction(d: Duties) -> Any:
+    return d.eviction.check()
+
+
 DUTIES = (
     Duty("sweeper", 1.0, _sweep),
     Duty("sampler", 10.0, _sample),
@@ -187,6 +212,7 @@ DUTIES = (
     Duty("alerts", 15.0, _alerts),
     Duty("periodic", 1.0, _periodic),
     Duty("retention", 60.0, _retention),
+    Duty("eviction_check", 60.0, _eviction),
 )
 
 
@@ -200,6 +226,8 @@ class Duties:
         self.duties = {d.name: d for d in duties}
         self.scheduler: BackgroundScheduler | None = None
         self.failures = 0
+        self.redis_down = False  # the last duty found Redis unreachable
+        self.eviction = EvictionWatch(app.redis)
 
     def start(self) -> None:
         self.scheduler = BackgroundScheduler(
@@ -208,8 +236,7 @@ class Duties:
         for d in self.duties.values():
             self.scheduler.add_job(self.run, "interval", seconds=d.interval_s, args=[d.name],
                                    id=d.name, name=d.name)
-        self.scheduler.start()
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        self.scheduler.start()  # its loggers: antre.observe.logs.configure (WARNING+, JSON)
 
     def stop(self) -> None:
         if self.scheduler is not None:
@@ -221,14 +248,33 @@ class Duties:
         d = self.duties[name]
         try:
             if not self._claim_tick(d):
+                self._reachable()
                 return None
-            return d.fn(self)
+            result = d.fn(self)
+        except REDIS_DOWN as exc:  # refused, reset or timed out: an outage, said once
+            self.failures += 1
+            self._unreachable(name, exc)
+            return None
         except Exception as exc:  # an outage must not kill the scheduler
             self.failures += 1
-            level = logging.WARNING if isinstance(exc, redis.ConnectionError) else logging.ERROR
-            log.log(level, "duty %s failed: %s", name, exc, exc_info=level == logging.ERROR,
-                    extra={"event": "duty_failed"})
+            log.error("duty %s failed: %s", name, exc, exc_info=True,
+                      extra={"event": "duty_failed"})
             return None
+        self._reachable()
+        return result
+
+    def _unreachable(self, name: str, exc: BaseException) -> None:
+        """One WARNING per Redis outage (every duty fails each tick until it is back): the
+        rest at DEBUG."""
+        level = logging.DEBUG if self.redis_down else logging.WARNING
+        self.redis_down = True
+        log.log(level, "duty %s failed: %s; the duties go on trying every tick (said again "
+                "when Redis is back)", name, exc, extra={"event": "duty_failed"})
+
+    def _reachable(self) -> None:
+        if self.redis_down:
+            self.redis_down = False
+            log.warning("duties: Redis reachable again", extra={"event": "duty_recovered"})
 
     def _claim_tick(self, d: Duty) -> bool:
         ttl_ms = max(100, int(d.interval_s * 1000 * 0.9))

@@ -1,5 +1,8 @@
 """Riding out a Redis outage: retry with exponential backoff, log the outage once and the
-recovery once (whichever thread notices), never give up on an outcome that must land."""
+recovery once (whichever thread notices), never give up on an outcome that must land, except
+when the process has to go: once ``give_up_at`` (a stopping worker's grace) has passed, or an
+outage lasted ``give_up_after_s`` (``--burst``), every call gives up and the jobs held come
+back through their leases."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ log = logging.getLogger("antre.worker")
 
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 BACKOFF_CAP_S = 5.0
+EXIT_REDIS_GONE = 4  # stopped (or gave up in burst mode) with Redis unreachable
+EXIT_STOP_TIMEOUT = 5  # did not stop within its grace plus a bound: ended by force
 
 
 class RedisHealth:
@@ -26,7 +31,28 @@ class RedisHealth:
     def __init__(self, url: str) -> None:
         self.url = safe_url(url)
         self._down = False
+        self._down_since = 0.0  # time.monotonic() when the current outage was noticed
         self._lock = threading.Lock()
+        self.give_up_at: float | None = None  # monotonic: no call retries past this
+        self.give_up_after_s: float | None = None  # no call retries an outage longer than this
+        self.gave_up = False  # a call gave up because of the two above
+
+    def giving_up(self) -> bool:
+        """Whether a call failing now must give up rather than retry."""
+        now = time.monotonic()
+        if self.give_up_at is not None and now >= self.give_up_at:
+            return True
+        limit = self.give_up_after_s
+        return limit is not None and self._down and now - self._down_since >= limit
+
+    def _pause_s(self, delay_s: float) -> float:
+        """The backoff ``delay_s``, cut short so no retry sleeps past ``give_up_at``."""
+        if self.give_up_at is None:
+            return delay_s
+        return max(0.0, min(delay_s, self.give_up_at - time.monotonic()))
+
+    def outage_s(self) -> float:
+        return time.monotonic() - self._down_since if self._down else 0.0
 
     @property
     def down(self) -> bool:
@@ -37,6 +63,7 @@ class RedisHealth:
             if self._down:
                 return
             self._down = True
+            self._down_since = time.monotonic()
         log.error("redis unreachable at %s: %s; retrying with backoff", self.url, exc,
                   extra={"event": "redis_down"})
 
@@ -52,20 +79,25 @@ class RedisHealth:
     def call(self, fn: Callable[..., Any], *args: Any, stop: threading.Event | None = None,
              give_up_at: float | None = None, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``, retried while Redis is unreachable. Gives up (re-raising)
-        once ``stop`` is set or ``time.monotonic()`` passes ``give_up_at``."""
+        once ``stop`` is set or ``time.monotonic()`` passes ``give_up_at`` (this call's or the
+        process's), or the outage outlasted ``give_up_after_s``."""
         delay = 0.05
         while True:
             try:
                 result = fn(*args, **kwargs)
             except REDIS_DOWN as exc:
                 self.failed(exc)
+                if self.giving_up():
+                    self.gave_up = True
+                    raise
                 if (stop is not None and stop.is_set()) or (
                         give_up_at is not None and time.monotonic() >= give_up_at):
                     raise
+                pause_s = self._pause_s(delay)
                 if stop is not None:
-                    stop.wait(delay)
+                    stop.wait(pause_s)
                 else:
-                    time.sleep(delay)
+                    time.sleep(pause_s)
                 delay = min(delay * 2, BACKOFF_CAP_S)
                 continue
             self.ok()

@@ -2,11 +2,16 @@
 handler's max runtime, or by the handler itself through ``ctx.extend_lease``), the owner lease of
 its idempotency record and its flow-control slots (both follow the Redis lease), its business
 lock (compare-and-expire every third of its TTL), and its timeouts (soft: ``ctx.cancelled``;
-hard: the job is settled as a timeout and the process recycled)."""
+hard: the job is settled as a timeout and the process recycled).
+
+The heartbeat never waits for SQL: the idempotency records' owner leases are extended by a
+thread of their own (``SqlLeases``), so a stalled database delays only them, while every Redis
+lease, slot and lock is renewed on time."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +21,10 @@ import redis
 from antre import Antre, JobTimeout, LeaseLost
 from antre.control.cancel import Cancels
 from antre.clock import Clock
+from antre.engine.envelope import Job
 from antre.engine.locks import Locks
 from antre.observe.logs import job_fields
+from antre.stores.idempotency import IdempotencyStore
 
 from .failures import failure_outcome
 from .held import Running
@@ -37,6 +44,51 @@ def quietly(fn: Callable[[], Any]) -> None:
         log.debug("flow control bookkeeping failed: %s", exc, extra={"event": "error"})
 
 
+class SqlLeases:
+    """Extends idempotency owner leases on the ``antre-sql-leases`` thread: ``submit`` only
+    records the newest deadline of a record (a later one replaces one still waiting) and
+    returns at once, whatever the database does."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[tuple[int, str], tuple[IdempotencyStore, Job, int]] = {}
+        self._cond = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, store: IdempotencyStore, job: Job, deadline_ms: int) -> None:
+        with self._cond:
+            self._waiting[(id(store), job.idempotency_key)] = (store, job, deadline_ms)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="antre-sql-leases")
+                self._thread.start()
+            self._cond.notify()
+
+    def idle(self, timeout_s: float) -> bool:
+        """Wait until every submitted extension was written (or failed); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._waiting and not self._busy, timeout_s)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._waiting))
+                batch, self._waiting, self._busy = self._waiting, {}, True
+            for store, job, deadline_ms in batch.values():
+                _extend_sql(store, job, deadline_ms)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
+def _extend_sql(store: IdempotencyStore, job: Job, deadline_ms: int) -> None:
+    try:
+        store.extend_lease(job.idempotency_key, job.epoch, deadline_ms, job_id=job.id)
+    except Exception as exc:
+        log.error("could not extend the idempotency lease: %s", exc,
+                  extra=job_fields(job, "error"))
+
+
 class Leases:
     """The heartbeat's work on the jobs this process holds (``beat``), and ``extend_by`` for
     ``ctx.extend_lease``. ``on_abandon(r)`` is called after a hard timeout settled ``r``."""
@@ -50,6 +102,7 @@ class Leases:
         self.hard_grace_s = hard_grace_s
         self.on_abandon = on_abandon
         self.cancels = Cancels(app.redis, clock, app.scripts)
+        self.sql = SqlLeases()
 
     def beat(self, held: list[Running]) -> None:
         """Enforce timeouts and cancel requests, extend every held lease, renew the business
@@ -142,7 +195,7 @@ class Leases:
             r.stop_handler()
             self.settler.lease_lost(r.job, exc)
             return
-        self._follow(r, deadline)
+        self._follow(r, deadline, sql_inline=False)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("lease extended to %d", deadline, extra=job_fields(r.job, "lease_extended"))
 
@@ -150,22 +203,23 @@ class Leases:
         """``ctx.extend_lease``: now + seconds, capped by the handler's max runtime."""
         deadline = r.queue.extend(r.job.id, r.job.epoch, int(seconds * 1000), mode="from_now",
                                   cap_ms=r.job.reserved_at + self._max_runtime_ms(r))
-        self._follow(r, deadline)
+        self._follow(r, deadline, sql_inline=True)
         return deadline
 
-    def _follow(self, r: Running, deadline: int) -> None:
-        """The job's new lease deadline, for its flow-control slots and idempotency record."""
+    def _follow(self, r: Running, deadline: int, *, sql_inline: bool) -> None:
+        """The job's new lease deadline, for its flow-control slots and idempotency record
+        (written by this thread when ``sql_inline``, the handler's own ``ctx.extend_lease``;
+        the heartbeat's go to the ``SqlLeases`` thread)."""
         r.job.deadline = deadline
         admission = r.admission
         if admission is not None:
             quietly(lambda: admission.renew(deadline))
-        if r.store is not None:
-            try:
-                r.store.extend_lease(r.job.idempotency_key, r.job.epoch, deadline,
-                                     job_id=r.job.id)
-            except Exception as exc:
-                log.error("could not extend the idempotency lease: %s", exc,
-                          extra=job_fields(r.job, "error"))
+        if r.store is None:
+            return
+        if sql_inline:
+            _extend_sql(r.store, r.job, deadline)
+        else:
+            self.sql.submit(r.store, r.job, deadline)
 
     def _renew_lock(self, r: Running) -> None:
         """Compare-and-expire the job's business lock every third of its TTL (a lock TTL must

@@ -20,9 +20,9 @@ import redis
 from antre import Antre
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 
-from .duties import Duties
+from .duties import Duties, EvictionWatch
 from .executor import DEFAULT_PREFETCH, default_worker_id
-from .health import REDIS_DOWN, RedisHealth
+from .health import EXIT_REDIS_GONE, EXIT_STOP_TIMEOUT, REDIS_DOWN, RedisHealth
 from .loader import load_app
 
 log = logging.getLogger("antre.worker.pool")
@@ -39,7 +39,7 @@ class Slot:
     started: float = 0.0
     fails: int = 0
     restart_at: float = 0.0
-    finished: bool = False  # burst mode: exited 0
+    finished: bool = False  # burst mode: exited 0, or gave up on Redis (4)
     history: list[int] = field(default_factory=list)  # exit codes
 
 
@@ -61,6 +61,7 @@ class Supervisor:
         self.restarts = 0
         self.slots = [Slot(i) for i in range(processes)]
         self.duties = Duties(self.app) if scheduler else None
+        self.eviction = self.duties.eviction if self.duties else EvictionWatch(self.app.redis)
         self.health = RedisHealth(self.app.redis_url)
         self.registry = WorkerRegistry(self.app.redis)
         self.info = WorkerInfo(id=self.id, host=socket.gethostname(), pid=os.getpid(),
@@ -78,6 +79,7 @@ class Supervisor:
         self.info.started_at = int(time.time() * 1000)
         log.info("pool %s: %d processes x %d threads on queues %s", self.id, self.processes,
                  self.threads, ",".join(self.queues), extra={"event": "pool_started"})
+        self._check_eviction()
         if self.app.database_url is None:
             log.warning("no database (ANTRE_DATABASE_URL is unset): no idempotency store, so a "
                         "redelivered job runs its handler again (effects at least once, not at "
@@ -88,11 +90,18 @@ class Supervisor:
         try:
             self._loop()
         finally:
-            self._shutdown()
-        return 0
+            code = self._shutdown()
+        return code
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _check_eviction(self) -> None:
+        """Warn at start when Redis may evict jobs (again from the duties, every minute)."""
+        try:
+            self.eviction.check()
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
 
     def _on_signal(self, *_: object) -> None:
         self._signalled = True  # acted on by the loop: an Event set here could deadlock
@@ -126,7 +135,7 @@ class Supervisor:
             return
         slot.history.append(code)
         slot.proc = None
-        if self.burst and code == 0:
+        if self.burst and code in (0, EXIT_REDIS_GONE):  # done, or gave up waiting for Redis
             slot.finished = True
             return
         lived = now - slot.started
@@ -170,13 +179,16 @@ class Supervisor:
         except redis.RedisError as exc:
             log.error("registry heartbeat failed: %s", exc, extra={"event": "error"})
 
-    def _shutdown(self) -> None:
+    def _shutdown(self) -> int:
+        """Stop the children (SIGTERM, killed past grace + 5 s); the pool's exit code: 0, or
+        the first non-zero code of a child's last exit (4: Redis was unreachable)."""
         if self.duties is not None:
             self.duties.stop()
         live = [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
         for proc in live:
             proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace_s + 5.0
+        killed = 0
         for proc in live:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -185,10 +197,27 @@ class Supervisor:
                           extra={"event": "worker_killed"})
                 proc.kill()
                 proc.wait()
+                killed += 1
         self.info.state = "stopped"
         self._beat()
-        log.info("pool %s stopped (%d restarts)", self.id, self.restarts,
-                 extra={"event": "pool_stopped"})
+        code = self._exit_code([p.returncode for p in live], killed)
+        level = logging.INFO if code == 0 else logging.ERROR
+        log.log(level, "pool %s stopped (%d restarts); exit code %d%s", self.id, self.restarts,
+                code, "" if not self.health.down else
+                f", redis unreachable at {self.health.url}", extra={"event": "pool_stopped"})
+        return code
+
+    def _exit_code(self, stopped: list[int], killed: int) -> int:
+        """A child's own non-zero exit (4: Redis unreachable; in burst mode its last one), 5
+        when one had to be killed, 4 when Redis is unreachable from here; else 0. (A child
+        ended by the SIGTERM we sent before it could handle it stopped as asked.)"""
+        last = [s.history[-1] for s in self.slots if s.history and s.proc is None]
+        failed = [c for c in stopped + (last if self.burst else []) if c > 0]
+        if failed:
+            return failed[0]
+        if killed:
+            return EXIT_STOP_TIMEOUT
+        return EXIT_REDIS_GONE if self.health.down else 0
 
 
 def _describe_exit(code: int) -> str:

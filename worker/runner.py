@@ -31,7 +31,7 @@ from antre.observe.tracing import execution_span
 
 from .aio import AsyncJobs, AsyncStart, BlockReporter
 from .execution import Execution
-from .health import REDIS_DOWN, RedisHealth
+from .health import EXIT_REDIS_GONE, REDIS_DOWN, RedisHealth
 from .held import Running
 from .leases import Leases
 from .outcomes import HandBack
@@ -49,6 +49,7 @@ IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before look
 DEFAULT_CONCURRENCY = 100  # async jobs at once per process when the app has async handlers
 ASYNC_BATCH = 64  # a runner with async slots free reserves up to this many at once
 ASYNC_MIN_BATCH = 16  # ... and waits until at least this many are free
+BURST_REDIS_WAIT_S = 30.0  # --burst gives up after Redis was unreachable this long
 
 
 def default_worker_id() -> str:
@@ -69,7 +70,8 @@ class WorkerProcess:
                  clock: Clock | None = None, prefetch: int = DEFAULT_PREFETCH,
                  heartbeat_s: float = 1.0,
                  stop_grace_s: float = 30.0, hard_grace_s: float = 5.0,
-                 concurrency: int | None = None) -> None:
+                 concurrency: int | None = None,
+                 burst_redis_wait_s: float | None = None) -> None:
         if threads < 1 or prefetch < 1:
             raise ValueError("threads and prefetch must be at least 1")
         self.app = app
@@ -84,6 +86,8 @@ class WorkerProcess:
         self.prefetch = prefetch
         self.heartbeat_s = heartbeat_s
         self.stop_grace_s = stop_grace_s
+        self.burst_redis_wait_s = (burst_redis_wait_s if burst_redis_wait_s is not None
+                                   else _env_s("ANTRE_BURST_REDIS_WAIT_S", BURST_REDIS_WAIT_S))
         self.exit_code = 0
         self.counts: Counter[str] = Counter()
         self.durations = DurationBuffer()  # written to Redis on each heartbeat
@@ -131,12 +135,20 @@ class WorkerProcess:
         return self.exit_code
 
     def run_burst(self) -> dict[str, int]:
+        """Until nothing is ready or in flight; gives up (``exit_code`` 4) once Redis was
+        unreachable for ``burst_redis_wait_s`` (``ANTRE_BURST_REDIS_WAIT_S``, default 30)."""
         self._burst = True
+        self.health.give_up_after_s = self.burst_redis_wait_s
         self._start()
         for t in self._runners:
             while t.is_alive() and not self._stopping.is_set():
                 self._poll_stop_request()
                 t.join(0.05)
+        if self.health.gave_up:
+            log.error("burst: redis unreachable at %s for %gs (ANTRE_BURST_REDIS_WAIT_S); "
+                      "giving up, jobs may be left in the queue", self.health.url,
+                      self.burst_redis_wait_s,
+                      extra={"event": "redis_gave_up", "worker_id": self.worker_id})
         self._finish()
         return dict(self.counts)
 
@@ -154,6 +166,9 @@ class WorkerProcess:
         if not self._stopping.is_set():
             log.info("stopping: no new jobs; running jobs get %gs to finish", self.stop_grace_s,
                      extra={"event": "stopping", "worker_id": self.worker_id})
+            # past the grace no Redis call retries an outage: what is still held comes back
+            # through its lease, and the process exits
+            self.health.give_up_at = time.monotonic() + self.stop_grace_s
         self._stopping.set()
 
     @property
@@ -190,13 +205,24 @@ class WorkerProcess:
                 t.join(max(0.0, deadline - time.monotonic()))
         if self.aio is not None:  # running async jobs get the rest of the grace period
             self.aio.wait_idle(deadline - time.monotonic())
-        for r in self._held():
-            self.settler.settle(r, HandBack(deadline + 5.0))
+        if self.health.give_up_at is None:
+            self.health.give_up_at = deadline + 5.0
+        left = [r for r in self._held() if not self.settler.settle(r, HandBack(deadline + 5.0))]
         self._stop_async()
         self._hb_stop.set()
         self._info.state = "stopped"
         self._beat_quietly()
-        log.info("worker stopped", extra={"event": "stopped", "worker_id": self.worker_id})
+        self._last_line(len(left))
+
+    def _last_line(self, left: int) -> None:
+        if not (self.health.down or self.health.gave_up):
+            log.info("worker stopped", extra={"event": "stopped", "worker_id": self.worker_id})
+            return
+        if self.exit_code == 0:
+            self.exit_code = EXIT_REDIS_GONE
+        log.error("worker stopped with redis unreachable at %s: %d jobs not handed back (their "
+                  "leases expire and the sweeper returns them); exit code %d", self.health.url,
+                  left, self.exit_code, extra={"event": "stopped", "worker_id": self.worker_id})
 
     def _held(self) -> list[Running]:
         with self._lock:
@@ -291,6 +317,10 @@ class WorkerProcess:
                 on_loop = self._start_async(r, to_loop)
             else:
                 self.pipeline.process(r)
+        except REDIS_DOWN as exc:  # a give-up (stopping, or burst): the lease brings it back
+            log.warning("job %s not settled, redis unreachable: %s; its lease will expire and "
+                        "it will be delivered again", r.job.id, exc,
+                        extra=job_fields(r.job, "redis_down"))
         except Exception:
             log.exception("unexpected error while processing job %s; its lease will expire "
                           "and it will be delivered again", r.job.id,
@@ -435,6 +465,16 @@ class WorkerProcess:
             self._beat()
         except REDIS_DOWN as exc:
             self.health.failed(exc)
+
+
+def _env_s(name: str, default_s: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else default_s
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds; using %g", name, raw, default_s,
+                    extra={"event": "bad_config"})
+        return default_s
 
 
 def async_concurrency(app: Antre, concurrency: int | None) -> int:

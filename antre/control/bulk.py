@@ -20,6 +20,7 @@ or dead) the same way, removing at most ``rate`` matching jobs per second throug
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import uuid
@@ -31,7 +32,7 @@ import redis
 
 from antre.engine import keys
 from antre.clock import Clock, system_ms
-from antre.control.purge import CHUNK, PurgeFilter, Purger
+from antre.control.purge import CHUNK, COUNT_CHUNKS, PurgeError, PurgeFilter, Purger, Tally
 from antre.engine.queue import Queue
 from antre.observe.readmodels import DeadFilter, ReadModels
 from antre.engine.scripts import Scripts
@@ -151,7 +152,15 @@ class BulkReplays:
 
     def _walk(self, queue: str, flt: DeadFilter, cursor: tuple[int, str] | None,
               batch: int = 200) -> Iterator[tuple[str, int]]:
-        """Dead jobs matching ``flt`` after ``cursor``, oldest first, fetched in batches.
+        """Dead jobs matching ``flt`` after ``cursor``, oldest first (``_walk_index``, with
+        the job type checked when the group index is walked)."""
+        for job_id, score in self._walk_index(queue, flt, cursor, batch):
+            if self._type_ok(queue, flt, job_id):
+                yield job_id, score
+
+    def _walk_index(self, queue: str, flt: DeadFilter, cursor: tuple[int, str] | None,
+                    batch: int = 200) -> Iterator[tuple[str, int]]:
+        """The ids of ``flt``'s index after ``cursor``, oldest first, fetched in batches.
 
         Re-reads the index after each batch, so jobs replayed/discarded meanwhile are gone and
         jobs skipped (still in the index at the cursor's score) are stepped over by id."""
@@ -169,10 +178,49 @@ class BulkReplays:
                 return
             for job_id, score in fresh:
                 cursor = (score, job_id)
-                if self._type_ok(queue, flt, job_id):
-                    yield job_id, score
+                yield job_id, score
             if len(pairs) < limit:
                 return
+
+    def dry_run_tally(self, queue: str, flt: DeadFilter, start: Tally | None = None,
+                      max_looked: int = COUNT_CHUNKS * CHUNK) -> Tally:
+        """How many dead jobs the filter matches, within a budget: exact at once (one ZCOUNT)
+        unless both a group and a type are given; then at most ``max_looked`` jobs of the
+        group are looked at per call (their types read in pipelined batches), going on from
+        ``start``, and the tally says "at least" with a cursor until the group is walked."""
+        if not (flt.group and flt.job_type):
+            return Tally(self.reads.count_dead(queue, flt), 0, None)
+        matched, looked = (start.matched, start.looked) if start else (0, 0)
+        at = start.cursor if start else None
+        try:
+            cursor = (int(at["score"]), str(at["id"])) if at else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PurgeError("bad count cursor: count again from the start (without "
+                             "count_cursor)") from exc
+        walked = self._walk_index(queue, flt, cursor, batch=min(1000, max_looked))
+        remaining, last, done = max_looked, None, False
+        while remaining > 0 and not done:
+            want = min(200, remaining)
+            batch = list(itertools.islice(walked, want))
+            matched += self._of_type(queue, flt.job_type, [i for i, _ in batch])
+            looked, remaining = looked + len(batch), remaining - len(batch)
+            last = batch[-1] if batch else last
+            done = len(batch) < want
+        if not done and next(walked, None) is None:
+            done = True  # the budget ended with the group
+        if done or last is None:
+            return Tally(matched, looked, None)
+        return Tally(matched, looked, {"score": int(last[1]), "id": last[0]})
+
+    def _of_type(self, queue: str, job_type: str, ids: list[str]) -> int:
+        """How many of ``ids`` are of ``job_type`` (one pipelined HGET each)."""
+        if not ids:
+            return 0
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(k.job(job_id), "type")
+        return sum(1 for t in pipe.execute() if t == job_type)
 
     def dry_run(self, queue: str, flt: DeadFilter) -> int:
         """How many dead jobs the filter matches now."""

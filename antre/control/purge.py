@@ -15,7 +15,9 @@ form (rate, maximum, progress, pause, cancel) is a ``BulkTask`` of kind ``purge`
 
 from __future__ import annotations
 
+import base64
 import json
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -27,6 +29,9 @@ from antre.engine.scripts import Scripts
 
 SOURCES = ("ready", "scheduled", "dead")
 CHUNK = 100  # ids per purge.lua call: ~0.5 ms of Redis time each (bench/INCIDENT.md)
+COUNT_CHUNKS = 40  # chunks one bounded count walks (4,000 jobs, ~20 ms of Redis time)
+COUNT_BUDGET_MS = 100  # and it stops after this long, whichever comes first
+MAX_TOKEN = 2_000
 MAX_FIELD = 200
 
 
@@ -92,6 +97,44 @@ class PurgeFilter:
 
 
 @dataclass(frozen=True)
+class Tally:
+    """A count made within a budget: ``matched`` of ``looked`` so far; ``cursor`` None when
+    the walk finished (the count is exact), else where the next request goes on."""
+
+    matched: int
+    looked: int
+    cursor: dict[str, Any] | None
+
+    @property
+    def exact(self) -> bool:
+        return self.cursor is None
+
+    def token(self) -> str:
+        """The cursor and the figures so far, as one URL-safe string to continue from."""
+        raw = json.dumps({"c": self.cursor, "m": self.matched, "l": self.looked})
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    @classmethod
+    def from_token(cls, token: str) -> "Tally":
+        """The tally a ``token()`` stood for; ``PurgeError`` for anything else."""
+        try:
+            if len(token) > MAX_TOKEN:
+                raise ValueError("too long")
+            data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            cursor, matched, looked = data["c"], data["m"], data["l"]
+            if not (isinstance(cursor, dict) and all(
+                    isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
+                    for k, v in cursor.items())):
+                raise ValueError("bad cursor")
+            if not all(type(n) is int and 0 <= n < 2**53 for n in (matched, looked)):
+                raise ValueError("bad figures")
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise PurgeError("bad count cursor: count again from the start (without "
+                             "count_cursor)") from exc
+        return cls(matched, looked, cursor)
+
+
+@dataclass(frozen=True)
 class Chunk:
     looked: int
     matched: int
@@ -145,6 +188,21 @@ class Purger:
             if chunk.cursor is None:
                 return total
             cursor = chunk.cursor
+
+    def tally(self, queue: str, flt: PurgeFilter, start: Tally | None = None,
+              max_chunks: int = COUNT_CHUNKS, budget_ms: int = COUNT_BUDGET_MS) -> Tally:
+        """Dry run within a budget: at most ``max_chunks`` chunks and about ``budget_ms``,
+        going on from ``start`` (a tally not exact yet). Exact when the walk ends within the
+        budget; else "at least ``matched``", with the cursor to continue."""
+        matched, looked = (start.matched, start.looked) if start else (0, 0)
+        cursor = start.cursor if start else None
+        deadline = time.monotonic() + budget_ms / 1000
+        for _ in range(max(1, max_chunks)):
+            chunk = self.step(queue, flt, cursor, CHUNK, dry=True)
+            matched, looked, cursor = matched + chunk.matched, looked + chunk.looked, chunk.cursor
+            if cursor is None or time.monotonic() >= deadline:
+                break
+        return Tally(matched, looked, cursor)
 
     def purge(self, queue: str, flt: PurgeFilter, maximum: int) -> int:
         """Remove up to ``maximum`` matching jobs at once (chunked); returns how many."""

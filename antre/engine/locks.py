@@ -176,7 +176,7 @@ class Locks:
             else:
                 at, _, job = (since[i] or "").partition("|")
                 out.append(HeldLock(name, holder, int(ttl), int(fence or 0),
-                                    int(at) if at.isdigit() else 0, job))
+                                    int(at) if at.isascii() and at.isdigit() else 0, job))
         if gone:
             self.redis.zrem(keys.locks_held(), *gone)
             self.redis.hdel(keys.locks_since(), *gone)

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
 from redis.cluster import RedisCluster
+from redis.commands.core import Script
 
 from antre.engine import keys
 from antre.clock import Clock, system_ms
@@ -165,13 +166,11 @@ class Queue:
         if spec.unique:  # its reply may name another job
             return self.enqueue_many([spec])[0]
         now = self.clock()
-        values = encode_new(spec, self.name, now, self.max_payload_bytes)
-        if spec.job_id or values[2] != values[7]:  # the caller's id, or visible later
-            script, args = self.scripts.enqueue, [self._job_prefix, now, "", pack_new(values)]
-            script_keys, indexed = self._enqueue_keys, self._indexed_keys
+        values, script, script_keys, args = self._one_call(spec, now)
+        if script is self.scripts.enqueue:
+            indexed = self._indexed_keys
         else:
-            script, args = self.scripts.enqueue_one, [self._job_prefix, *values]
-            script_keys, indexed = self._one_typed_keys, self._one_indexed_keys
+            indexed = self._one_indexed_keys
             if self._pinned is not None and not self._index_due(spec.job_type, now):
                 indexed = self._one_keys
         if self._pinned is not None:
@@ -181,6 +180,51 @@ class Queue:
         else:
             script_and_command(self.redis, script, script_keys, args, self._index_command)
         return values[0]
+
+    def _one_call(self, spec: JobSpec, now: int) -> tuple[list[str], Script, list[str],
+                                                          list[Any]]:
+        """A single job's values and its script call (keys without the queue index): the lean
+        ``enqueue_one.lua`` for a job made ready now with an id made here, ``enqueue.lua``
+        for a delayed job or one with the caller's id."""
+        values = encode_new(spec, self.name, now, self.max_payload_bytes)
+        if spec.job_id or values[2] != values[7]:  # the caller's id, or visible later
+            return (values, self.scripts.enqueue, self._enqueue_keys,
+                    [self._job_prefix, now, "", pack_new(values)])
+        return values, self.scripts.enqueue_one, self._one_typed_keys, [self._job_prefix, *values]
+
+    def enqueue_calls(self, specs: Sequence[JobSpec],
+                      chunk: int = ENQUEUE_CHUNK) -> tuple[list[str], list[Call]]:
+        """What ``enqueue_one`` / ``enqueue_many`` send, as calls an asynchronous client sends
+        itself (``antre.engine.aio``): the jobs' ids and the script calls, then the queue
+        index's SADD. Every spec is checked first (``InvalidJob`` before anything is made).
+        With one spec that is not unique, its lean single-job call; else ``enqueue.lua`` per
+        chunk (a unique job's reply may name the job holding its key: see ``stored_ids``)."""
+        now = self.clock()
+        index: Call = (None, self._index_command, ())
+        if len(specs) == 1 and not specs[0].unique:
+            values, script, script_keys, args = self._one_call(specs[0], now)
+            return [values[0]], [(script, script_keys, args), index]
+        payloads = [checked_payload(s, self.name, self.max_payload_bytes) for s in specs]
+        raw = new_entropy(len(specs))
+        made = [self._encoded(spec, now, payloads[i], raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX])
+                for i, spec in enumerate(specs)]
+        calls: list[Call] = [
+            (self.scripts.enqueue, self._enqueue_keys,
+             [self._job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
+              pack_chunk(part)])
+            for names, part in _runs(iter(made), chunk)]
+        return [values[0] for _, values in made], [*calls, index]
+
+    @staticmethod
+    def stored_ids(ids: Sequence[str], replies: Sequence[Any]) -> list[str]:
+        """Each job's id from ``enqueue_calls``' replies (the last one is the index's): a
+        unique job whose key was held gives the id of the job holding it."""
+        per_job = [r for reply in replies[:-1] for r in (reply if isinstance(reply, list)
+                                                          else [reply])]
+        if len(per_job) != len(ids):  # the lean single-job script answers with the id
+            return list(ids)
+        return [job_id if reply == 1 else _stored(job_id, reply)[0]
+                for job_id, reply in zip(ids, per_job)]
 
     def _index_due(self, job_type: str, now: int) -> bool:
         """Whether a single enqueue of ``job_type`` at ``now`` (ms, the queue's clock) adds its

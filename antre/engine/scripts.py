@@ -42,7 +42,7 @@ NAMES = (
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
     # login throttling (antre/stores/logins.py)
-    "failure_add",
+    "failure_add", "login_try",
     # incident controls (antre/control/pause.py, antre/control/purge.py)
     "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
     # retention (antre/control/retention.py)
@@ -122,6 +122,7 @@ class Scripts:
     breaker_failure: redis.commands.core.Script
     breaker_release: redis.commands.core.Script
     failure_add: redis.commands.core.Script
+    login_try: redis.commands.core.Script
     pause_set: redis.commands.core.Script
     unpark: redis.commands.core.Script
     purge: redis.commands.core.Script

@@ -56,6 +56,7 @@ import redis
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.observe.readmodels import QueueInfo, ReadModels
+from antre.observe.redact import scrub
 from antre.observe.registry import WorkerRegistry
 
 log = logging.getLogger("antre.observe.alerts")
@@ -647,7 +648,8 @@ class AlertEngine:
                 try:
                     self.post(self.webhook_url, alert.payload(self.dashboard_url))
                 except Exception as exc:  # any failure: retried at the next check
-                    log.warning("alert webhook failed (%s); retrying at the next check", exc,
+                    log.warning("alert webhook failed (%s); retrying at the next check",
+                                scrub(exc, self.webhook_url),
                                 extra={"event": "alert_webhook_failed", "rule": alert.rule})
                     continue
             self._delivered(alert)

@@ -20,7 +20,8 @@ import redis
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import STATES
-from antre.stores.idempotency import IdempotencyStore
+from antre.stores.idempotency import IdempotencyStore, Record
+from antre.stores.sql import datetime_to_ms
 from antre.observe.readmodels import Page, ReadModels
 
 CHUNK = 500  # ids read per Redis command of a payload search
@@ -86,8 +87,9 @@ class JobStatus:
 
 @dataclass(frozen=True)
 class ResultStatus:
-    """``Antre.result(idempotency_key)``: completed (with the stored result), pending, failed
-    or unknown. ``source``: 'sql' (the idempotency record) or 'redis' (the job itself)."""
+    """``Antre.result(idempotency_key)``: completed (with the stored result), pending, failed,
+    abandoned (``error`` says since when and what to do) or unknown. ``source``: 'sql' (the
+    idempotency record) or 'redis' (the job itself)."""
 
     idempotency_key: str
     status: str
@@ -96,6 +98,28 @@ class ResultStatus:
     queue: str = ""
     error: str = ""
     source: str = ""
+    abandoned_since_ms: int = 0  # status 'abandoned': when its owner's lease expired
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """An idempotency record stuck in ``processing`` whose owner's lease expired (at
+    ``since_ms``) while no job with its key exists in any queue: after Redis lost its data
+    nothing will ever finish it. A resend takes it over; an operator may mark it failed or
+    reset it (``antre.control.abandoned``)."""
+    key: str
+    job_id: str
+    job_type: str
+    fence: int
+    since_ms: int
+
+    @property
+    def message(self) -> str:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since_ms / 1000))
+        return (f"abandoned since {at}: the owner lease of job {self.job_id} expired and no job "
+                f"with this key exists in any queue (Redis lost it?); nothing will finish it. "
+                f"Resend the job (it takes the key over), or resolve it: mark it failed, or "
+                f"reset it so a resend runs afresh")
 
 
 @dataclass(frozen=True)
@@ -135,7 +159,7 @@ class FieldMatch:
         for seg in self.path:
             if isinstance(node, dict) and seg in node:
                 node = node[seg]
-            elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+            elif isinstance(node, list) and _INDEX.fullmatch(seg) and int(seg) < len(node):
                 node = node[int(seg)]
             else:
                 return False, None
@@ -185,6 +209,9 @@ def _matches(fields: list[FieldMatch], payload: Any) -> dict[str, Any] | None:
     return found
 
 
+_INDEX = re.compile(r"[0-9]{1,15}")  # ASCII digits only (int() refuses '²'); within a list's range
+
+
 # -- cursors --------------------------------------------------------------------------------
 def _cursor(queue: str, state: str, offset: int) -> str:
     return f"{queue}|{state}|{offset}"
@@ -192,7 +219,7 @@ def _cursor(queue: str, state: str, offset: int) -> str:
 
 def _parse_cursor(text: str) -> tuple[str, str, int]:
     parts = text.split("|")
-    if len(parts) != 3 or parts[1] not in STATES or not parts[2].isdigit():
+    if len(parts) != 3 or parts[1] not in STATES or not _INDEX.fullmatch(parts[2]):
         raise BadQuery("bad search cursor: start the search again without one")
     return parts[0], parts[1], int(parts[2])
 
@@ -322,10 +349,31 @@ class Finder:
             return ResultStatus(idempotency_key, status, job.result, job.job_id, job.queue,
                                 job.reason or job.last_error, "redis")
         if record is not None:
+            gone = self._abandoned(record, found)
+            if gone is not None:
+                return ResultStatus(idempotency_key, "abandoned", None, record.job_id,
+                                    error=gone.message, source="sql",
+                                    abandoned_since_ms=gone.since_ms)
             status = "failed" if record.status == "failed" else "pending"
             return ResultStatus(idempotency_key, status, None, record.job_id,
                                 error=record.last_error or "", source="sql")
         return ResultStatus(idempotency_key, "unknown")
+
+    def abandoned(self, idempotency_key: str) -> Abandoned | None:
+        """The key's record when it is abandoned (see ``Abandoned``), else None."""
+        record = self.idempotency.lookup(idempotency_key) if self.idempotency else None
+        if record is None or record.status != "processing":
+            return None
+        return self._abandoned(record, self.by_key(idempotency_key))
+
+    def _abandoned(self, record: Record, found: Located | None) -> Abandoned | None:
+        if record.status != "processing" or (found is not None and found.state != "gone"):
+            return None
+        # a released record (a retryable failure: deadline 0) was left at its last update
+        since = record.lease_deadline_ms or datetime_to_ms(record.updated_at)
+        if since > self.clock():
+            return None  # its owner may still be running it
+        return Abandoned(record.key, record.job_id, record.job_type, record.fence, since)
 
     # -- browsing ---------------------------------------------------------------------------------
     def ready_of_type(self, queue: str, job_type: str, offset: int, limit: int,

@@ -3,7 +3,8 @@
 
 ``configure()`` reads ``ANTRE_LOG_FORMAT`` (``json`` | ``text``, default json),
 ``ANTRE_LOG_LEVEL`` (default INFO) and ``ANTRE_LOG_FLUSH_MS`` (default 200) and installs one
-handler on the ``antre`` logger (every module logs under ``antre.*``).
+handler on the ``antre`` logger (every module logs under ``antre.*``); APScheduler's loggers
+go through the same handler, at WARNING or worse.
 
 Lines to stderr are written in batches (``BufferedHandler``): a worker logs a line per job, and
 one write system call per line cost more than the line itself. A line waits at most
@@ -27,11 +28,11 @@ import sys
 import threading
 import time
 from typing import IO, Any, Callable
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
 from antre.engine.envelope import Job
+from antre.observe.redact import redact_url
 
 JOB_FIELDS = ("job_id", "job_type", "idempotency_key", "attempt", "lock_key", "trace_id",
               "duration_ms", "error_kind")
@@ -394,7 +395,23 @@ def configure(fmt: str | None = None, level: str | int | None = None,
     lvl = level or os.environ.get("ANTRE_LOG_LEVEL") or "INFO"
     target.setLevel(lvl.upper() if isinstance(lvl, str) else lvl)
     target.propagate = False
+    if logger == "antre":
+        _route_third_party(handler)
     return handler
+
+
+# loggers of libraries Antre runs (APScheduler, in the pool's supervisor): their lines come out
+# through Antre's handler, in its format, at WARNING or worse only ("Running job ..." at INFO
+# for every tick of every duty would drown the job lines)
+THIRD_PARTY_LOGGERS = ("apscheduler",)
+
+
+def _route_third_party(handler: logging.Handler) -> None:
+    for name in THIRD_PARTY_LOGGERS:
+        lib = logging.getLogger(name)
+        lib.handlers[:] = [handler]
+        lib.setLevel(logging.WARNING)
+        lib.propagate = False
 
 
 def _env_flush_ms() -> int:
@@ -406,10 +423,5 @@ def _env_flush_ms() -> int:
 
 
 def safe_url(url: str) -> str:
-    """The URL without its password, for log lines."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its secrets, for log lines (``antre.observe.redact.redact_url``)."""
+    return redact_url(url)

@@ -17,6 +17,7 @@ from antre.clock import Clock, system_ms
 from antre.engine.envelope import Job, from_fields
 from antre.limits.flow import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
+from antre.observe.memory import MemoryPolicy
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
@@ -206,7 +207,7 @@ class QueueRates:
 class StatusSummary:
     """What the overview page, ``GET /api/overview`` and ``antre status`` show: depth per
     queue, rates, flow control, lock conflicts (all keys: last 5 minutes / hour / ever) and
-    the most contended keys, live workers."""
+    the most contended keys, live workers, whether Redis may evict jobs."""
     overview: Overview
     rates: dict[str, QueueRates]
     breakers: list[BreakerState]
@@ -219,6 +220,7 @@ class StatusSummary:
     live_workers: int
     oldest_ready_ms: int
     as_of: int
+    memory: MemoryPolicy | None = None  # Redis's eviction policy (None: not read)
 
 
 def _int(v: Any) -> int:

@@ -11,6 +11,7 @@ from antre.clock import Clock, system_ms
 from antre.limits.flow import FlowControl
 from antre.engine.locks import Locks
 from antre.observe.readmodels import QueueRates, ReadModels, StatusSummary
+from antre.observe.memory import memory_policy
 from antre.observe.registry import WorkerRegistry
 
 RATE_WINDOW_MS = 5 * 60_000
@@ -52,7 +53,7 @@ def status_summary(client: "redis.Redis", clock: Clock = system_ms, *,
         contention=locks.contention(CONTENDED_KEYS),
         live_workers=WorkerRegistry(client, clock=clock).live_count(),
         oldest_ready_ms=max((q.oldest_ready_age_ms for q in overview.queues), default=0),
-        as_of=now)
+        as_of=now, memory=memory_policy(client))
 
 
 __all__ = ["status_summary", "queue_rates", "rate_per_min", "RATE_WINDOW_MS"]

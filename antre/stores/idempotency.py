@@ -722,6 +722,18 @@ class IdempotencyStore:
             self.cache.invalidate(key)
         return row is not None
 
+    def forget_processing(self, key: str, fence: int, job_id: str) -> bool:
+        """Delete ``key``'s record only while it is still ``processing`` under ``fence`` for
+        ``job_id`` (an operator resetting an abandoned record; a delivery that took it over
+        since changed the fence and keeps it). Returns whether the row went."""
+        stmt = delete(_T).where(_C.key == key, _C.fence == int(fence), _C.job_id == job_id,
+                                _C.status == "processing")
+        with self._one() as s:
+            row = s.execute(stmt.returning(_C.key)).first()
+        if self.cache is not None:
+            self.cache.invalidate(key)
+        return row is not None
+
     def lookup(self, key: str) -> Record | None:
         """The record for ``key`` as stored now (from the database, never the cache)."""
         return self._read(key)

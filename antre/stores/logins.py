@@ -47,6 +47,25 @@ class LoginThrottle:
         first = int(cast(float, oldest[0][1]))
         return max(1, first + self.window_ms - now)
 
+    def try_reserve(self, buckets: list[tuple[str, int]]) -> tuple[int, str]:
+        """Check every ``(bucket, limit)`` and, when none is full, count this try in all of them,
+        in one atomic step (``login_try.lua``): ``(0, token)`` when the try may go ahead (it is
+        already counted as a failure; ``release(buckets, token)`` takes it back on success),
+        else ``(wait_ms, "")`` and nothing is counted."""
+        now = self.clock()
+        token = f"{now}:{os.urandom(8).hex()}"
+        ok, wait_ms = self.scripts.login_try(
+            keys=[self._key(b) for b, _ in buckets],
+            args=[now, self.window_ms, token, *(limit for _, limit in buckets)])
+        return (0, token) if int(ok) == 1 else (max(1, int(wait_ms)), "")
+
+    def release(self, buckets: list[str], token: str) -> None:
+        """Take back a try reserved by ``try_reserve`` (it succeeded: it is not a failure)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for bucket in buckets:
+            pipe.zrem(self._key(bucket), token)
+        pipe.execute()
+
     def failed(self, bucket: str) -> int:
         """Count a failure; returns the failures in the window."""
         now = self.clock()

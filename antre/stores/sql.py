@@ -312,6 +312,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 
 def _create(u: Any, kwargs: dict[str, Any]) -> Engine:
+    # a failed statement's parameters (a new password's hash, an idempotency key) stay out of
+    # the exception text, and so out of every log line and page that shows it
+    kwargs.setdefault("hide_parameters", True)
     if u.get_backend_name() != "sqlite" and "poolclass" not in kwargs:
         # a pool keeps only what was in use at once, so a larger size opens nothing more; with
         # SQLAlchemy's default of 5, a worker with more threads than that would close and
@@ -329,10 +332,21 @@ def _create(u: Any, kwargs: dict[str, Any]) -> Engine:
             parent = os.path.dirname(os.path.abspath(database))
             if parent:
                 os.makedirs(parent, exist_ok=True)
+            if not database.startswith("file:"):  # a URI filename: SQLite opens it
+                _create_private(database)
         engine = create_engine(u, connect_args=connect_args, **kwargs)
         event.listen(engine, "connect", _sqlite_on_connect)
         return engine
     return create_engine(u, **kwargs)
+
+
+def _create_private(path: str) -> None:
+    """Create the SQLite file readable by its owner only (0600) unless it exists: it holds the
+    password hashes and the audit log. SQLite gives its -wal and -shm files the same mode."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
 
 
 PING_IDLE_S = 1.0

@@ -171,6 +171,24 @@ def test_result_says_completed_pending_failed_unknown(env, capsys):
     assert capsys.readouterr().out.strip() == "unknown"
 
 
+def test_status_warns_when_redis_can_evict_jobs(env, capsys):
+    env.redis.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert main(["status"]) == 0
+        out = capsys.readouterr().out
+        assert main(["status", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+    finally:
+        env.redis.config_set("maxmemory-policy", "noeviction")
+    assert "redis memory: maxmemory-policy allkeys-lru" in out
+    assert "WARNING: Redis maxmemory-policy is allkeys-lru" in out
+    assert "Set maxmemory-policy noeviction" in out
+    assert data["memory"]["policy"] == "allkeys-lru" and data["memory"]["evicts"] is True
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "maxmemory-policy noeviction" in out and "WARNING" not in out
+
+
 def test_web_without_a_user_database_refuses_and_says_what_to_set(redis_url, monkeypatch,
                                                                   capsys):
     import antre_cli.web

@@ -156,3 +156,36 @@ def test_status_shows_who_paused_what(env, capsys):
     capsys.readouterr()
     assert main(["status"]) == 0
     assert f"paused: charge by {ACTOR}" in capsys.readouterr().out
+
+
+def _abandoned(app: Antre, key: str) -> str:
+    """A record whose delivery began its effect, whose lease has run out, and whose job Redis
+    lost (deleted with every trace of it, as after a data loss)."""
+    app.enqueue("charge", {}, idempotency_key=key)
+    (job,) = app.queue().reserve("w1")
+    app.idempotency.begin(key, "fp", "charge", job.id, job.epoch, "w1", app.clock() - 1)
+    app.redis.flushall()
+    return job.id
+
+
+def test_result_reports_an_abandoned_record_and_idempotency_resolve_settles_it(env, capsys):
+    job_id = _abandoned(env, "order:7")
+    assert main(["result", "order:7"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"abandoned (job {job_id})" and out[1].startswith("abandoned since ")
+    assert main(["result", "order:7", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["abandoned_since_ms"] > 0
+    assert main(["idempotency", "resolve", "order:7", "--to", "failed",
+                 "--reason", "never charged"]) == 0
+    assert "marked failed" in capsys.readouterr().out
+    assert main(["result", "order:7"]) == 0
+    assert capsys.readouterr().out.startswith("failed")
+    assert main(["idempotency", "resolve", "order:7", "--to", "reset",
+                 "--reason", "again"]) == 1  # failed now, not abandoned: refused
+    assert "not abandoned" in capsys.readouterr().err
+    _abandoned(env, "order:8")
+    assert main(["idempotency", "resolve", "order:8", "--to", "reset",
+                 "--reason", "resend it"]) == 0
+    assert env.idempotency.lookup("order:8") is None
+    assert audited(env, "idempotency.resolve") == [
+        (ACTOR, "ok", "resend it"), (ACTOR, "refused", "again"), (ACTOR, "ok", "never charged")]

@@ -405,3 +405,16 @@ def test_a_forked_child_that_logs_nothing_does_not_write_the_parents_lines_at_ex
     log.info("parent, after the fork")
     assert read() == [("parent, before the fork", os.getpid()),
                       ("parent, after the fork", os.getpid())]
+
+
+def test_apscheduler_lines_come_out_as_json_at_warning_only(antre_logging):
+    """A pool's APScheduler lines went to stderr as plain text (and its INFO lines too when the
+    app configured the root logger): they go through Antre's handler, in its format, WARNING+."""
+    out = io.StringIO()
+    logs.configure("json", stream=out)
+    sched = logging.getLogger("apscheduler.scheduler")
+    sched.info("Running job \"sweeper\" (scheduled at 2026-12-01)")
+    sched.warning("Execution of job \"sweeper\" skipped: maximum number of running instances")
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(x["level"], x["logger"]) for x in lines] == [("WARNING", "apscheduler.scheduler")]
+    assert "skipped" in lines[0]["message"]

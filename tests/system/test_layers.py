@@ -4,7 +4,10 @@
 - inside ``antre/``, a room imports only rooms below it: the top (errors, clock) <- engine <-
   limits, stores <- observe <- control <- app (``app``, ``context``, ``embedded``, the package);
 - ``antre/`` imports neither flask nor apscheduler, nor the worker, the dashboard or the CLI;
-- ``worker/`` and ``webapp/`` never import each other (nor the CLI).
+- ``worker/`` and ``webapp/`` never import each other (nor the CLI);
+- framework integrations live in their own packages (``antre_django/``): ``antre/`` imports no
+  web framework, and an integration uses the core (``antre``), never the worker, the
+  dashboard or the CLI.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ RANK = {"base": 0, "engine": 1, "limits": 2, "stores": 2, "observe": 3, "control
 BASE = {"errors", "clock"}
 FORBIDDEN = {
     "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "webapp",
-              "worker"},
+              "worker", "django", "django_tasks", "fastapi", "starlette", "antre_django"},
     "worker": {"antre_web", "webapp", "flask", "antre_cli"},
     "webapp": {"antre_worker", "worker", "apscheduler", "antre_cli"},
+    "antre_django": {"antre_web", "webapp", "antre_worker", "worker", "antre_cli", "flask"},
 }
 
 
@@ -73,7 +77,8 @@ def violations(module: str, imported: list[tuple[int, str]]) -> list[str]:
 
 def modules() -> list[tuple[str, Path]]:
     out = []
-    for folder, name in (("antre", "antre"), ("worker", "worker"), ("webapp", "webapp")):
+    for folder, name in (("antre", "antre"), ("worker", "worker"), ("webapp", "webapp"),
+                         ("antre_django", "antre_django")):
         for path in sorted((REPO / folder).rglob("*.py")):
             rel = path.relative_to(REPO / folder).with_suffix("")
             parts = [name, *rel.parts]
@@ -101,6 +106,8 @@ def test_the_rooms_are_where_the_picture_says() -> None:
     ("antre.limits.flow", "antre.stores.sql"),            # a sibling room
     ("antre.errors", "antre.engine.keys"),                # the base imports nothing of Antre
     ("antre.control.pause", "flask"),                     # no web framework in the core
+    ("antre.app", "django.tasks"),
+    ("antre_django.jobs", "antre_worker.executor"),       # integrations: the core only
     ("worker.runner", "antre_web.services"),              # the floors never meet
     ("webapp.api", "antre_worker.pool"),
 ])

@@ -1,5 +1,5 @@
-"""The ``antre``, ``worker`` and ``webapp`` packages type-check under ``mypy --strict`` (config:
-``[tool.mypy]`` in pyproject.toml).
+"""The ``antre``, ``worker``, ``webapp`` and ``antre_django`` packages and ``examples/`` type-check
+under ``mypy --strict`` (config: ``[tool.mypy]`` in pyproject.toml).
 
 Skipped when mypy is not installed locally; under ``CI=true`` a missing mypy is a failure.
 """
@@ -16,7 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI", "").lower() == "true"
-PACKAGES = ("antre", "worker", "webapp")
+PACKAGES = ("antre", "worker", "webapp", "antre_django", "examples")
 
 
 def test_mypy_strict_passes() -> None:
@@ -36,3 +36,40 @@ def test_mypy_strict_passes() -> None:
     if proc.returncode != 0:
         print(output)
     assert proc.returncode == 0, f"mypy --strict {' '.join(PACKAGES)} failed:\n{output}"
+
+
+TYPED_TASKS = '''
+from antre import Antre, JobContext
+
+app = Antre()
+
+
+@app.task(key=lambda to, subject: f"email:{to}:{subject}")
+def send_email(ctx: JobContext, to: str, subject: str) -> dict[str, str]:
+    return {"to": to, "subject": subject}
+
+
+send_email.enqueue(to="a@example.org", subject="welcome")
+send_email.using(idempotency_key="email:1").enqueue("a@example.org", "hi")
+send_email.enqueue(to=42, subject="welcome")  # line 14: wrong type
+send_email.using(idempotency_key="k").enqueue(to="a@example.org", subjet="x")  # line 15: typo
+'''
+
+
+def test_typed_tasks_let_mypy_check_a_producers_arguments(tmp_path: Path) -> None:
+    """``@app.task``: a wrong argument type and a misspelt field are mypy errors at the
+    producer's line, and the right calls pass."""
+    if importlib.util.find_spec("mypy") is None:
+        if IN_CI:
+            pytest.fail("mypy is not installed (CI=true: install the 'test' extra)")
+        pytest.skip("mypy is not installed")
+    src = tmp_path / "producer.py"
+    src.write_text(TYPED_TASKS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(src)],
+        cwd=REPO_ROOT, env={**os.environ, "MYPYPATH": str(REPO_ROOT)}, check=False,
+        capture_output=True, text=True, timeout=600)
+    errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors] == ["14", "15"], proc.stdout
+    assert 'incompatible type "int"; expected "str"' in errors[0]
+    assert '"subjet"' in errors[1]

@@ -44,3 +44,17 @@ def test_page_api_and_summary_agree(web):
     page = web.client("viewer").get("/").get_data(as_text=True)
     assert "2<small> in 5 min</small> · 2<small> in 1 h</small> · 2<small> ever</small>" in page
     assert "<code>sku:1</code></td><td>2</td><td>2</td><td>2</td>" in page
+
+
+def test_the_overview_shows_a_banner_when_redis_can_evict_jobs(web):
+    page = web.client("viewer").get("/").get_data(as_text=True)
+    assert 'id="eviction-banner"' not in page  # noeviction: nothing to say
+    web.producer.redis.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        page = web.client("viewer").get("/").get_data(as_text=True)
+        api = web.app.test_client().get("/api/overview", headers=basic("viewer")).get_json()
+    finally:
+        web.producer.redis.config_set("maxmemory-policy", "noeviction")
+    assert 'id="eviction-banner"' in page
+    assert "maxmemory-policy is allkeys-lru" in page and "noeviction" in page
+    assert api["memory"]["policy"] == "allkeys-lru" and api["memory"]["evicts"] is True

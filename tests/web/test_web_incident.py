@@ -203,3 +203,55 @@ def test_cancel_and_delete_from_the_action_bars(web):
     assert resp.status_code in (200, 303) and web.q.get(later) is None
     assert [e.outcome for e in web.audit("job.cancel")] == ["ok"]
     assert [e.outcome for e in web.audit("job.delete")] == ["ok"]
+
+
+def _abandoned(web, key):
+    """A delivery began its effect, its lease ran out, then Redis lost the job (FLUSHALL)."""
+    web.q.enqueue("charge", {}, idempotency_key=key)
+    (job,) = web.q.reserve("w1")
+    web.svc.idempotency.begin(key, "fp", "charge", job.id, job.epoch, "w1", web.clock() - 1)
+    web.producer.redis.flushall()
+    return job.id
+
+
+def test_an_abandoned_record_is_shown_and_resolved_by_an_operator_only(web):
+    job_id = _abandoned(web, "order:5")
+    _abandoned(web, "order:6")
+    viewer, operator = web.client("viewer"), web.client("operator")
+    found = viewer.get("/find?q=order:5")  # no job left: the finder leads to its record
+    assert found.status_code == 303 and found.location.endswith("/idempotency/?key=order:5")
+    page = viewer.get("/idempotency/?key=order:5").get_data(as_text=True)
+    assert 'id="abandoned"' in page and f"the owner lease of job {job_id} expired" in page
+    assert "Mark failed" not in page  # a viewer sees it, cannot resolve it
+    api = web.app.test_client().get("/api/idempotency?key=order:5",
+                                    headers=basic("viewer")).get_json()
+    assert api["status"] == "processing" and api["abandoned"]["since_ms"] == web.clock() - 1
+    assert post(viewer, "/idempotency/resolve",
+                {"key": "order:5", "to": "failed", "reason": "x"}).status_code == 403
+    assert post(operator, "/idempotency/resolve", {"key": "order:5", "to": "failed",
+                                                   "reason": "x"}, csrf=False).status_code in (
+        400, 403)
+    assert "Mark failed" in operator.get("/idempotency/?key=order:5").get_data(as_text=True)
+    resp = post(operator, "/idempotency/resolve",
+                {"key": "order:5", "to": "failed", "reason": "never charged"})
+    assert resp.status_code == 303
+    assert web.svc.idempotency.lookup("order:5").status == "failed"
+    page = operator.get("/idempotency/?key=order:5").get_data(as_text=True)
+    assert "marked failed" in page and 'id="abandoned"' not in page
+    c = web.app.test_client()
+    ok = c.post("/api/idempotency/resolve", json={"key": "order:6", "to": "reset",
+                                                  "reason": "resend"}, headers=basic("operator"))
+    assert ok.status_code == 200 and ok.get_json()["to"] == "reset"
+    assert web.svc.idempotency.lookup("order:6") is None
+    again = c.post("/api/idempotency/resolve", json={"key": "order:6", "to": "reset"},
+                   headers=basic("operator"))
+    assert again.status_code == 409 and "not abandoned" in again.get_json()["message"]
+    assert c.post("/api/idempotency/resolve", json={"key": "order:6", "to": "gone"},
+                  headers=basic("operator")).status_code == 400
+    entries = [(e.user, e.action, e.target, e.outcome)
+               for e in web.svc.audit.list(action="idempotency.resolve")]
+    assert ("operator", "idempotency.resolve", "order:5", "ok") in entries
+    assert ("operator", "idempotency.resolve", "order:6", "ok") in entries
+    assert ("operator", "idempotency.resolve", "order:6", "failed") in entries  # 409
+    assert ("operator", "idempotency.resolve", "order:6", "refused") in entries  # bad 'to'
+    assert ("viewer", "idempotency.resolve", "/idempotency/resolve", "refused") in entries

@@ -10,6 +10,7 @@ import pytest
 from helpers import burst, make_worker
 
 from antre import Antre, Permanent, Retryable
+from antre.engine import keys as k
 
 
 # -- idempotency (SQL) ------------------------------------------------------------------------
@@ -289,3 +290,61 @@ def test_the_worker_trims_done_jobs_by_the_apps_retention(app, clock, q, keep_s,
     app.enqueue("noop", {}, idempotency_key="new")
     burst(app, clock)
     assert (q.get(first) is None) is gone
+
+
+# -- a stalled database never stops the Redis heartbeat ------------------------------------------
+def _stall(app: Antre, url: str):
+    """Another connection holding the idempotency table exclusively (PostgreSQL ``LOCK TABLE
+    ... ACCESS EXCLUSIVE``; SQLite ``BEGIN EXCLUSIVE``): every statement on it waits."""
+    from sqlalchemy import create_engine, text
+
+    if url.startswith("sqlite"):
+        conn = create_engine(url, connect_args={"timeout": 30}).connect()
+        conn.exec_driver_sql("BEGIN EXCLUSIVE")
+    else:
+        conn = app.engine.connect()
+        conn.execute(text("LOCK TABLE antre_idempotency IN ACCESS EXCLUSIVE MODE"))
+    return conn
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "pg"], indirect=True)
+def test_a_stalled_database_does_not_stop_the_redis_lease_extensions(redis_url, clock, db_url):
+    """The heartbeat extended the SQL owner lease after each Redis lease, on the same thread: a
+    15 s database stall let the Redis leases expire. Now the Redis lease is extended on time
+    while SQL waits, and the owner lease follows once the database is back."""
+    app = Antre(redis_url=redis_url, database_url=db_url, clock=clock)
+    go, started = threading.Event(), threading.Event()
+
+    @app.handler("hold", visibility_timeout_s=30)
+    def hold(ctx, payload):
+        started.set()
+        assert go.wait(30)
+        return "done"
+
+    q = app.queue()
+    job_id = app.enqueue("hold", {}, idempotency_key="hold:stall", lock_key="acct:stall")
+    w = make_worker(app, clock)
+    runner = threading.Thread(target=w.run_burst, daemon=True)
+    runner.start()
+    assert started.wait(10)
+    before = q.get(job_id).deadline
+    (r,) = w._running.values()
+    app.redis.pexpire(k.lock("acct:stall"), 1000)
+    r.lock_renewed = 0.0  # the lock's renewal is due too
+    stall = _stall(app, db_url)
+    try:
+        clock.advance(20_000)  # 10 s of the 30 s lease left: the extension is due
+        beat = threading.Thread(target=w.heartbeat_once, daemon=True)
+        beat.start()
+        beat.join(3)
+        assert not beat.is_alive(), "the heartbeat waited for the stalled database"
+        assert q.get(job_id).deadline == clock() + 30_000 > before  # Redis: extended now
+        assert app.redis.pttl(k.lock("acct:stall")) > 20_000  # and the lock renewed
+    finally:
+        stall.rollback()
+        stall.close()
+    assert w.leases.sql.idle(10)  # the database is back: the owner lease follows
+    assert app.idempotency.lookup("hold:stall").lease_deadline_ms == clock() + 30_000
+    go.set()
+    runner.join(10)
+    assert q.get(job_id).state == "done"

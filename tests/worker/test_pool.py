@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 from antre import Antre
 from antre.engine import keys
 from antre.clock import ManualClock
 from antre.engine.queue import Queue
-from antre_worker.duties import Duties, sweep_once
+from antre_worker.duties import Duties, Duty, sweep_once
 from antre_worker.executor import WorkerProcess
 from antre_worker.loader import AppLoadError, load_app
 from antre_worker.pool import Supervisor
@@ -54,12 +57,34 @@ def test_a_duty_runs_once_per_tick_cluster_wide(app, clock, r):
     assert two.run("sweeper")["requeued"] == 0
 
 
-def test_duties_survive_an_outage(clock):
+def test_duties_survive_an_outage(clock, caplog):
     dead = Antre(redis_url="redis://127.0.0.1:1/0", clock=clock)
     duties = Duties(dead)
-    for name in duties.duties:
-        assert duties.run(name) is None
-    assert duties.failures == len(duties.duties)
+    with caplog.at_level(logging.DEBUG, logger="antre.worker.duties"):
+        for _ in range(3):  # three ticks of every duty
+            for name in duties.duties:
+                assert duties.run(name) is None
+    assert duties.failures == 3 * len(duties.duties)
+    # one WARNING for the outage, not one per duty per tick (157 in 40 s in the review's run)
+    said = [x.levelno for x in caplog.records if x.name == "antre.worker.duties"]
+    assert said.count(logging.WARNING) == 1 and logging.ERROR not in said
+
+
+def test_a_redis_timeout_in_a_duty_is_one_warning_without_traceback(app, caplog):
+    """redis-py 8's TimeoutError is no ConnectionError: a Redis that stalls past the socket
+    timeout is an outage too, one WARNING line, no ERROR with a traceback per tick."""
+    slow = redis.Redis.from_url(app.redis_url, socket_timeout=0.05,
+                                retry=Retry(NoBackoff(), 0))
+
+    def stalls(d: Duties) -> object:  # a real read timeout: BLPOP outlives the socket timeout
+        return slow.blpop(["antre-test:never"], timeout=1)
+
+    duties = Duties(app, duties=(Duty("stalls", 1.0, stalls),))
+    with caplog.at_level(logging.INFO, logger="antre.worker.duties"):
+        assert duties.run("stalls") is None
+    [rec] = [x for x in caplog.records if x.name == "antre.worker.duties"]
+    assert rec.levelno == logging.WARNING and not rec.exc_info
+    assert "duty stalls failed" in rec.getMessage() and duties.failures == 1
 
 
 def test_every_duty_runs_against_a_live_redis(app):
@@ -104,6 +129,30 @@ def test_worker_cli_rejects_a_bad_app_path(redis_url):
     out = subprocess.run([sys.executable, "-m", "antre_worker", "worker", "nope.nope:app", "--burst"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and "cannot import 'nope.nope'" in out.stderr
+
+
+def test_an_evicting_redis_is_one_warning_at_start_and_again_only_when_it_changes(
+        embedded_redis_factory, caplog):
+    """A Redis that evicts deletes jobs silently when full: the pool says so at start (one
+    WARNING naming the policy and what to set), the duty checks every minute and speaks again
+    only when the policy changed."""
+    server = embedded_redis_factory(tcp=True, extra_args=["--maxmemory-policy", "allkeys-lru"])
+    app = Antre(redis_url=server.url)
+    pool = Supervisor("tests.apps.basic:app", app=app)
+    with caplog.at_level(logging.INFO, logger="antre.worker"):
+        pool._check_eviction()  # what run() does first
+        app.redis.delete(keys.maintenance_lock("eviction_check"))
+        assert pool.duties.run("eviction_check").policy == "allkeys-lru"  # the same: quiet
+        app.redis.config_set("maxmemory-policy", "volatile-lru")
+        app.redis.delete(keys.maintenance_lock("eviction_check"))
+        pool.duties.run("eviction_check")
+        app.redis.config_set("maxmemory-policy", "noeviction")
+        app.redis.delete(keys.maintenance_lock("eviction_check"))
+        assert pool.duties.run("eviction_check").evicts is False
+    warned = [x for x in caplog.records if getattr(x, "event", "") == "redis_evicts"]
+    assert [(x.levelno, x.policy) for x in warned] == [(logging.WARNING, "allkeys-lru"),
+                                                        (logging.WARNING, "volatile-lru")]
+    assert "Set maxmemory-policy noeviction" in warned[0].getMessage()
 
 
 @pytest.mark.parametrize("with_database", [False, True])

@@ -175,3 +175,97 @@ def test_hung_handler_is_timed_out_and_its_process_recycled(app, r, tmp_path, pr
              what="the supervisor to recycle both hung processes")
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(15) == 0
+
+
+def _last_line(path) -> dict:
+    import json
+    lines = [x for x in path.read_text().splitlines() if x.startswith("{")]
+    return json.loads(lines[-1])
+
+
+def test_a_stopping_worker_with_redis_gone_exits_within_its_grace_plus_a_bound(
+        embedded_redis_factory, tmp_path, procs):
+    """SIGTERM while a handler runs, then Redis stops: the handler's settle retried forever
+    holding the job, the stop's hand-back waited for it, and the process never exited (nor on
+    a further SIGTERM). Now every retry gives up at the end of the grace, the process exits
+    with 4 and says why; the job's lease brings it back."""
+    server = embedded_redis_factory(tcp=True)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 1.5},
+                                                idempotency_key="slow:gone")
+    log = tmp_path / "worker.log"
+    p = spawn(server.url, ["antre_worker.child", APP, "--threads", "1", "--heartbeat", "0.2",
+                           "--grace", "3"], log)
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, what="handler started")
+    p.send_signal(signal.SIGTERM)
+    server.stop()
+    assert p.wait(3 + 10 + 5) == 4  # grace + the child's STOP_BOUND_S + slack
+    last = _last_line(log)
+    assert last["level"] == "ERROR" and "redis unreachable" in last["message"]
+    assert "exit code 4" in last["message"] and "leases expire" in last["message"]
+
+
+def test_burst_with_redis_unreachable_gives_up_with_a_clear_message(tmp_path, procs,
+                                                                     monkeypatch):
+    """``antre worker --burst`` on a Redis that never answers used to retry for ever; it gives
+    up after ANTRE_BURST_REDIS_WAIT_S, the child and the pool exit with 4."""
+    monkeypatch.setenv("ANTRE_BURST_REDIS_WAIT_S", "1")
+    log = tmp_path / "pool.log"
+    sup = spawn("redis://127.0.0.1:1/0", ["antre_worker", "worker", APP, "--burst",
+                                          "--processes", "1", "--threads", "1"], log)
+    procs.append(sup)
+    assert sup.wait(30) == 4
+    text = log.read_text()
+    assert "burst: redis unreachable at redis://127.0.0.1:1/0 for 1s" in text
+    assert "giving up" in text
+    last = _last_line(log)
+    assert last["logger"] == "antre.worker.pool" and "exit code 4" in last["message"]
+
+
+def test_the_child_of_a_killed_supervisor_exits_with_redis_gone(embedded_redis_factory, tmp_path,
+                                                                 procs):
+    """The review's run: SIGTERM to the supervisor, SIGKILL to it a second later, then Redis
+    stopped; its child (a handler running) lived on for 10 minutes. Now the child (told by
+    PDEATHSIG) is gone within its grace plus the bound."""
+    server = embedded_redis_factory(tcp=True)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 2},
+                                                idempotency_key="slow:orphan")
+    sup = spawn(server.url, ["antre_worker", "worker", APP, "--processes", "1", "--threads", "1",
+                             "--no-scheduler", "--grace", "3"], tmp_path / "pool.log")
+    procs.append(sup)
+    wait_for(lambda: r.llen("test:started") == 1, 20, "handler started")
+    child_pid = int(r.lindex("test:started", 0).rsplit(":", 1)[1])
+    sup.send_signal(signal.SIGTERM)
+    log = tmp_path / "pool.log"  # the supervisor passed the SIGTERM on: the child is stopping
+    wait_for(lambda: "stopping: no new jobs" in log.read_text(), what="the child stopping")
+    sup.kill()
+    server.stop()
+    wait_for(lambda: gone(child_pid), 3 + 10 + 5, "the orphaned child to exit")
+    assert "redis unreachable" in (tmp_path / "pool.log").read_text()
+
+
+def test_a_stopping_worker_on_a_hung_redis_ends_itself_after_grace_plus_the_bound(
+        embedded_redis_factory, tmp_path, procs):
+    """Redis frozen (SIGSTOP: every call waits out its socket timeout, retried): the hand-back
+    at the end of the grace would take minutes. The child's watchdog ends it at grace + 10 s
+    with exit code 5 and a last line saying what it left."""
+    server = embedded_redis_factory(tcp=True)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 60},
+                                                idempotency_key="slow:hung")
+    log = tmp_path / "worker.log"
+    p = spawn(server.url, ["antre_worker.child", APP, "--threads", "1", "--heartbeat", "0.2",
+                           "--grace", "1"], log)
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, what="handler started")
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(1 + 10 + 5) == 5
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    last = _last_line(log)
+    assert last["event"] == "stop_timeout" and "did not stop within 11s" in last["message"]
+    assert "1 jobs held" in last["message"]
