@@ -3,8 +3,9 @@
 
 An incident is a firing alert (``alerts.AlertEngine``: DLQ growth, lease expirations, lock
 conflicts, retry storms, fence refusals, lost locks, outbox lag, oldest ready, no live
-worker, paused too long), an open circuit breaker, a paused queue or job type, or a lock hot
-spot (a key whose jobs found it held many times in the last 5 minutes). Each has a severity,
+worker, paused too long), an open circuit breaker, a paused queue or job type, a lock hot
+spot (a key whose jobs found it held many times in the last 5 minutes), or leases stuck past
+their deadline (their worker died or hung and no sweeper hands them back). Each has a severity,
 its evidence (for the DLQ: the top error groups with counts and first/last seen) and the one
 action that usually helps. Acknowledged and silenced incidents (``alerts.AlertQuiet``) are
 listed apart and not counted.
@@ -29,7 +30,7 @@ SEVERITIES = ("critical", "major", "minor")
 SEVERITY = {"no_live_worker": "critical", "dlq_growth": "critical",
             "lease_expiration_spike": "critical", "outbox_backlog_age": "critical",
             "oldest_ready_age": "major", "retry_storm": "major", "fence_refusals": "major",
-            "lost_locks": "major", "breaker_open": "major",
+            "lost_locks": "major", "breaker_open": "major", "stuck_leases": "critical",
             "lock_conflict_spike": "minor", "duplicate_delivery_spike": "minor",
             "paused_too_long": "minor", "paused": "minor", "lock_hot_spot": "minor"}
 TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growing",
@@ -39,7 +40,8 @@ TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growin
           "breaker_open": "Circuit breaker open", "lock_conflict_spike": "Lock conflicts",
           "duplicate_delivery_spike": "Duplicate deliveries",
           "paused_too_long": "Paused too long", "paused": "Paused",
-          "lock_hot_spot": "Lock hot spot"}
+          "lock_hot_spot": "Lock hot spot", "stuck_leases": "Leases past their deadline"}
+STUCK_GRACE_MS = 30_000  # a lease this far past its deadline has not been swept: no sweeper
 HOT_LOCK_5M = 20  # conflicts on one key in 5 minutes that make it a hot spot
 TOP_GROUPS = 3
 
@@ -153,6 +155,30 @@ def _breakers(client: "redis.Redis", clock: Clock) -> list[Incident]:
     return out
 
 
+def _stuck(client: "redis.Redis", queues: list[str], now: int) -> list[Incident]:
+    """Leases past their deadline by more than ``STUCK_GRACE_MS``: their worker died or hung
+    and no sweeper handed them back (one ZCOUNT and one ZRANGE per queue)."""
+    pipe = client.pipeline(transaction=False)
+    for q in queues:
+        pipe.zcount(keys.QueueKeys(q).inflight, "-inf", now - STUCK_GRACE_MS)
+        pipe.zrangebyscore(keys.QueueKeys(q).inflight, "-inf", "+inf", start=0, num=1,
+                           withscores=True)
+    raw = pipe.execute()
+    out = []
+    for i, q in enumerate(queues):
+        n, oldest = int(raw[2 * i]), raw[2 * i + 1]
+        if not n or not oldest:
+            continue
+        since = int(oldest[0][1])
+        out.append(Incident(
+            f"stuck_leases|{q}", "stuck_leases", "critical", q, TITLES["stuck_leases"],
+            f"{n} in-flight jobs of queue {q} are past their lease deadline and not handed "
+            "back: their workers died or hung and no sweeper runs", since, n, 0,
+            Remedy("Extend or cancel them", f"/inflight/?queue={quote(q)}&sort=deadline",
+                   role="operator")))
+    return out
+
+
 def _hot_locks(client: "redis.Redis", clock: Clock, now: int) -> list[Incident]:
     return [Incident(f"lock_hot_spot|{c.key}", "lock_hot_spot", "minor", ALL_QUEUES,
                      TITLES["lock_hot_spot"], f"lock {c.key}: {c.last_5m} conflicts in the "
@@ -166,7 +192,8 @@ def incident_view(client: "redis.Redis", clock: Clock = system_ms) -> IncidentVi
     now = clock()
     reads = ReadModels(client, clock)
     found = [_from_alert(a, reads) for a in AlertEngine(client, clock).active()]
-    found += [_from_pause(p) for p in _pauses(client, reads.queue_names())]
+    names = reads.queue_names()
+    found += [_from_pause(p) for p in _pauses(client, names)] + _stuck(client, names, now)
     found += _breakers(client, clock) + _hot_locks(client, clock, now)
     quiet = AlertQuiet(client, clock).all()
     open_, hushed = [], []

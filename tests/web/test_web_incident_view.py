@@ -157,3 +157,16 @@ def test_an_admin_overrides_a_threshold_for_one_queue(web):
     # another queue keeps the default
     other = AlertEngine(web.producer.redis, web.clock, rules=[dlq_growth(1, 300)])
     assert AlertThresholds(web.producer.redis).rules_for(other.rules, "orders") == {}
+
+
+def test_a_lease_stuck_past_its_deadline_is_a_critical_incident(web):
+    web.q.enqueue("email", {}, idempotency_key="stuck:1")
+    (job,) = web.q.reserve("w-dead")
+    op = web.client("operator")
+    assert 'data-incident="stuck_leases|default"' not in op.get("/incident/").get_data(
+        as_text=True)  # a running lease is no problem
+    web.clock.advance(job.deadline - web.clock() + 31_000)  # nobody swept it
+    page = op.get("/incident/").get_data(as_text=True)
+    assert 'data-incident="stuck_leases|default"' in page
+    assert "1 in-flight jobs of queue default are past their lease deadline" in page
+    assert "/inflight/?queue=default&amp;sort=deadline" in page
