@@ -25,6 +25,7 @@ from . import (
     common,
     control,
     dlq,
+    edit,
     errors,
     find,
     find_api,
@@ -48,7 +49,7 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
               control.bp,  # incident controls: pause, cancel, purge
-              incident.bp, errors.bp)  # the incident view, error groups (issue 25)
+              incident.bp, errors.bp, edit.bp)  # incidents, error groups, edited replay
 
 
 def asset_dir(name: str) -> str:
