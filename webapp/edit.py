@@ -66,15 +66,17 @@ def replay(queue: str, job_id: str) -> ResponseReturnValue:
     user = current_user()
 
     def run() -> Result:
-        detail = {"diff": "\n".join(p.diff), "new_key": p.new_key, "key": p.key}
+        detail = {"diff": "\n".join(p.diff), "new_key": p.new_key, "key": p.key,
+                  "reset_failed_key": p.resets_failed}
         if not reason:
             return Result(False, "say why (the reason is required); nothing was changed", 400,
                           detail)
         if not p.ok:
             return Result(False, "refused: " + "; ".join(p.problems) + "; nothing was "
                                  "changed", 400, detail)
-        done = ReplayEdits(services.get().antre.queue(queue)).replay(
-            p, user.name if user else "(anonymous)", reason)
+        svc = services.get()
+        done = ReplayEdits(svc.antre.queue(queue)).replay(
+            p, user.name if user else "(anonymous)", reason, svc.idempotency)
         if done != 1:
             return Result(False, f"job {job_id} is no longer in the dead-letter queue (or a "
                                  "unique job's key cannot change); nothing was changed", 409,

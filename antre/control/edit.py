@@ -4,8 +4,10 @@ idempotency record of the key it would run under, and why it would be refused. I
 run the dashboard shows and the check ``ReplayEdits.replay`` makes before it changes anything.
 
 Refused: a job that is not dead, a payload that is not JSON or cannot be stored, and a key
-whose effect already completed (the replay would only return the stored result) unless a new
-key is given. A unique job keeps its key. The original payload goes onto the timeline's
+whose effect already completed (the replay would only return the stored result) or is being
+processed, unless a new key is given. A unique job keeps its key. A key that failed is reset
+(its row forgotten, as a worker does for a plain replay) before the job is replayed: its row
+carries the old payload's fingerprint, which the edited payload would not match. The original payload goes onto the timeline's
 ``replayed`` event; the caller audits the edit.
 """
 
@@ -20,7 +22,7 @@ from antre.engine.envelope import Job, encode_payload
 from antre.engine.keys import valid_name
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
-from antre.stores.idempotency import Record
+from antre.stores.idempotency import IdempotencyStore, Record
 
 MAX_KEY = 200
 
@@ -41,6 +43,12 @@ class EditPlan:
     record_status: str  # of that key: '' no record, pending, completed, failed
     handler_known: bool | None  # None: the dashboard's app registers no handlers
     problems: tuple[str, ...]  # each a reason the replay is refused
+
+    @property
+    def resets_failed(self) -> bool:
+        """The replay forgets the key's ``failed`` row first (the edited payload would not
+        match its fingerprint)."""
+        return self.record_status == "failed" and not self.new_key
 
     @property
     def ok(self) -> bool:
@@ -92,6 +100,9 @@ def plan(queue: str, job: Job, text: str, new_key: str, record: Record | None,
     if record is not None and record.status == "completed" and not new_key:
         problems.append(f"the effect of key {job.idempotency_key} already completed: a replay "
                         "would only return the stored result; give a new key to run it again")
+    if record is not None and record.status == "processing":
+        problems.append(f"key {record.key} is being processed by job {record.job_id}; give a "
+                        "new key or wait")
     if handler_known is False:
         problems.append(f"no handler '{job.type}' is registered: the job would fail again")
     diff = tuple(difflib.unified_diff(pretty(job.payload).splitlines(),
@@ -113,11 +124,15 @@ class ReplayEdits:
         """Whether the job holds a uniqueness entry (then its key cannot change)."""
         return bool(self.queue.redis.hget(self.queue.keys.job(job_id), "ukey"))
 
-    def replay(self, p: EditPlan, actor: str, reason: str) -> int:
+    def replay(self, p: EditPlan, actor: str, reason: str,
+               idempotency: IdempotencyStore | None = None) -> int:
         """1 replayed, 0 the job left the DLQ meanwhile, -1 a unique job's key cannot change;
-        ``ValueError`` for a plan with problems (nothing changes)."""
+        ``ValueError`` for a plan with problems (nothing changes). A failed key is reset in
+        ``idempotency`` first (``EditPlan.resets_failed``)."""
         if not p.ok:
             raise ValueError("; ".join(p.problems))
+        if p.resets_failed and idempotency is not None:
+            idempotency.reset(p.key)  # only a failed row goes
         note = {"edited": True, "original_payload": p.original, "reason": reason,
                 **({"new_key": p.new_key} if p.new_key else {})}
         return self.queue.replay_edited(p.job_id, p.edited, p.new_key, actor, note)

@@ -81,3 +81,20 @@ def test_a_completed_key_is_refused_unless_a_new_key_is_given(web):
     assert (job.state, job.idempotency_key) == ("ready", "edit:done:2")
     assert web.client("viewer").get("/find?q=edit:done:2").headers["Location"].endswith(
         f"/jobs/default/{job_id}")  # the finder knows the new key
+
+
+def test_a_failed_key_is_reset_so_the_edited_payload_is_not_a_mismatch(web):
+    from antre.stores.idempotency import fingerprint
+    job_id = _dead(web, key="edit:failed")
+    svc = web.svc.idempotency
+    svc.begin("edit:failed", fingerprint("email", {"to": "a@x", "n": 1}), "email", job_id, 1,
+              "w1", web.clock() + 30_000)
+    assert svc.fail("edit:failed", 1, "bad address", True, job_id=job_id)
+    assert svc.lookup("edit:failed").status == "failed"
+    op = web.client("operator")
+    dry = post(op, f"/jobs/default/{job_id}/edit/dry-run",
+               {"payload": json.dumps({"to": "b@x", "n": 1})}).get_data(as_text=True)
+    assert "the failed record is reset first" in dry
+    assert _edit(op, job_id, {"to": "b@x", "n": 1}, reason="fixed").status_code == 303
+    assert svc.lookup("edit:failed") is None  # the next delivery claims it afresh
+    assert web.audit("dlq.replay_edited")[0].detail["reset_failed_key"] is True
