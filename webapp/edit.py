@@ -13,7 +13,6 @@ from antre.control.edit import EditPlan, ReplayEdits, plan, pretty
 from . import services
 from .actions import Result, guarded
 from .common import check_queue, render
-from .find import _idempotency
 from .security import current_user, requires
 
 bp = Blueprint("edit", __name__)
@@ -26,7 +25,7 @@ def _plan(queue: str, job_id: str) -> EditPlan:
         abort(404, f"no job {job_id} in queue {queue}")
     text = request.form.get("payload", "")
     new_key = request.form.get("new_key", "")
-    record, _ = _idempotency(new_key.strip() or job.idempotency_key)
+    record = svc.idempotency.lookup(new_key.strip() or job.idempotency_key)  # DB down: outage
     known = (job.type in svc.antre.handlers) if svc.antre.handlers else None
     return plan(queue, job, text, new_key, record, known,
                 ReplayEdits(svc.antre.queue(queue)).unique(job_id))

@@ -9,11 +9,11 @@ from dataclasses import asdict
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Flask, abort, flash, jsonify, redirect, request, url_for
+from flask import Blueprint, Flask, abort, flash, g, jsonify, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 
 from antre.engine.keys import valid_name
-from antre.observe.alerts import PER_QUEUE, AlertConfig, AlertQuiet, AlertThresholds
+from antre.observe.alerts import PER_QUEUE, AlertQuiet, AlertThresholds
 from antre.observe.incidents import Incident, IncidentView, incident_view
 
 from . import services
@@ -29,8 +29,12 @@ MAX_ID = 300
 
 
 def view() -> IncidentView:
-    svc = services.get()
-    return incident_view(svc.redis, svc.clock)
+    """This request's incident view (read once: the header's count and the page share it)."""
+    found: IncidentView | None = g.get("antre_incidents")
+    if found is None:
+        svc = services.get()
+        found = g.antre_incidents = incident_view(svc.redis, svc.clock)
+    return found
 
 
 def _thresholds() -> list[dict[str, Any]]:
@@ -48,7 +52,7 @@ def _thresholds() -> list[dict[str, Any]]:
 def index() -> str:
     iv = view()
     return render("incident.html", "_incident.html", iv=iv, as_of=iv.as_of, silences=SILENCES,
-                  thresholds=_thresholds(), fields=PER_QUEUE, defaults=AlertConfig())
+                  thresholds=_thresholds())
 
 
 @bp.get("/api/incidents")
