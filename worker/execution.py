@@ -14,6 +14,7 @@ end is then told by the lock's release (its compare-and-delete reply), not a ren
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -35,11 +36,13 @@ from antre.observe.tracing import run_in_execution_span
 from .failures import cancelled, failure_outcome
 from .held import Running
 from .leases import Leases, quietly
-from .outcomes import (ACKED, Ack, Completion, DropStale, HandBack, Outcome, Snooze, jitter_ms,
-                       lock_lost)
+from .outcomes import (ACKED, Ack, Bury, Completion, DropStale, HandBack, Outcome, Snooze,
+                       jitter_ms, lock_lost)
 from .settle import duration_ms
 
 log = logging.getLogger("antre.worker")
+# a result's text as the ack stores it (queue._result)
+_RESULT_JSON = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 
 class Execution:
@@ -132,6 +135,10 @@ class Execution:
         if r.closed or r.lease_lost:
             _rollback(db)
             return DropStale("finished after its lease was given up")
+        refused = self._result_refused(result)
+        if refused is not None:
+            _rollback(db)
+            return refused
         if db is None and r.store is not None and self.batching():
             return self._deferred(r, r.store, result)
         lock_lost = self._lock_lost(r)
@@ -146,6 +153,29 @@ class Execution:
             _rollback(db)
             return self._commit_failed(r, exc)
         return Ack(result)
+
+    def _result_refused(self, result: Any) -> Bury | None:
+        """A result is kept like a payload (on the job, in its idempotency record), so it is
+        bounded like one: over the payload limit, or nested past what can be encoded, the
+        job goes to the DLQ (permanent: every retry would return it again), and nothing of
+        the run is committed."""
+        if result is None or type(result) in (bool, int, float):
+            return None
+        limit = self.app.max_payload_bytes
+        if type(result) is str and len(result) * 6 + 2 <= limit:
+            return None
+        try:
+            size = len(_RESULT_JSON(result).encode("utf-8", "surrogatepass"))
+        except RecursionError:
+            return Bury("handler result is nested too deeply to store; return a flatter "
+                        "value", "result_invalid")
+        except (TypeError, ValueError):
+            return None  # the store's check_result, or the ack's encoder, says why
+        if size <= limit:
+            return None
+        return Bury(f"handler result is {size} bytes, over the limit of {limit} bytes; store "
+                    "large data elsewhere and return a reference, or raise "
+                    "ANTRE_MAX_PAYLOAD_BYTES", "result_too_large")
 
     def _deferred(self, r: Running, store: IdempotencyStore, result: Any) -> Outcome:
         if r.lock is not None and r.lock.lost:  # the heartbeat's renewal found it gone

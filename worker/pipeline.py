@@ -45,6 +45,7 @@ from antre.limits.flow import Admission, FlowControl, FlowPolicy
 from antre.stores.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
                                Claim, IdempotencyStore, Record, fingerprint)
 from antre.engine.locks import Lock, Locks
+from antre.stores.sql import unstorable
 from antre.observe.logs import job_fields
 
 from .execution import Execution
@@ -319,7 +320,12 @@ class Pipeline:
                 begin = self._begin(store, r)
             except InvalidJob as exc:
                 return Bury(f"bad idempotency key: {exc}", "invalid")
-            except Exception as exc:  # the database is unreachable: wait, spend nothing
+            except Exception as exc:
+                if unstorable(exc):  # no retry stores this value: to the DLQ, not an outage
+                    return Bury(f"the idempotency store cannot store this job's key or "
+                                f"payload: {exc}; enqueue text without NUL characters or lone "
+                                "surrogates, then replay", "invalid", error=repr(exc))
+                # the database is unreachable: wait, spend nothing
                 return Snooze(jitter_ms(1000, 5000), "database_unavailable",
                               level=logging.ERROR, note=f"idempotency store unavailable: {exc}")
             if not self._reset_on_replay(store, job, begin):
@@ -458,8 +464,9 @@ class Pipeline:
 def _claim(r: Running, owner: str, lock: Lock | None) -> Claim | None:
     job = r.job
     try:
+        IdempotencyStore.check_key(job.idempotency_key)  # one bad key must not fail the batch
         fp = fingerprint(job.type, job.payload)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # (InvalidJob is a ValueError)
         return None  # its own turn says why
     return Claim(job.idempotency_key, fp, job.type, job.id, job.epoch, owner, job.deadline,
                  lock.fence if lock is not None else None)

@@ -139,7 +139,27 @@ def _encode_payload_stdlib(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BY
             "booleans and None, and convert dates, decimals and objects first"
         ) from None
     _check_size(len(text) if text.isascii() else len(text.encode()), max_bytes)
+    if "\\ud" in text:  # (the stdlib writes every surrogate as an escape, lower case)
+        _check_surrogates(text)
     return text
+
+
+def _check_surrogates(text: str) -> None:
+    """Refuse a payload holding a lone surrogate (a str that is not text: no UTF-8 encoding,
+    so no fingerprint and no database can take it). ``text`` is its stored JSON, whose
+    escapes ``\\udxxx`` may also be proper pairs (non-BMP characters) or literal text."""
+    level: list[Any] = [[json.loads(text)]]
+    while level:  # no recursion: at most MAX_PAYLOAD_DEPTH levels
+        children: list[Any] = []
+        for obj in level:
+            items = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+            for item in items:
+                if isinstance(item, str):
+                    if not item.isascii():
+                        _utf8("a string of the payload", item)
+                elif isinstance(item, (dict, list)):
+                    children.append(item)
+        level = children
 
 
 def _check_size(size: int, max_bytes: int) -> None:
@@ -213,10 +233,26 @@ def _num(raw: str | None, default: int = 0) -> int:
         return default
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and the infinities are not JSON: no store (PostgreSQL, the fingerprint) keeps them,
+    so a stored payload holding one is refused when read, not run and then never stored."""
+    raise ValueError(f"{name} is not valid JSON (only finite numbers are)")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refused when it overflows to an infinity (``1e999``), which
+    no store keeps either (see ``_no_constant``)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a float (only finite numbers are stored)")
+    return value
+
+
+_decoder = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 # the stdlib decoder's own C scanner: what json.loads runs, without its wrappers, for text
-# that is one JSON value with nothing around it (anything else: json.loads decides)
+# that is one JSON value with nothing around it (anything else: the decoder's decode decides)
 _scan_json: Callable[[str, int], tuple[Any, int]] = (
-    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
+    _decoder.scan_once)  # type: ignore[attr-defined]
 
 
 def _json(text: str | None, default: Any) -> tuple[Any, str]:
@@ -228,12 +264,18 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
         value, end = _scan_json(text, 0)
         if end == len(text):
             return value, ""
-    except (StopIteration, ValueError, TypeError):  # (TypeError: bytes, from a raw client)
+    except (StopIteration, ValueError, TypeError, RecursionError):  # (TypeError: bytes)
         pass
     try:
-        return json.loads(text), ""
+        return _decoder.decode(text), ""
     except ValueError as exc:
         return default, f"cannot decode JSON: {exc}"
+    except RecursionError:
+        return default, f"cannot decode JSON: nested deeper than this process can read " \
+                        f"(stored payloads are at most {MAX_PAYLOAD_DEPTH} levels deep)"
+    except TypeError:  # bytes, from a client that does not decode
+        raw: Any = text
+        return _json(bytes(raw).decode("utf-8", "replace"), default)
 
 
 def from_fields(fields: Mapping[str, str]) -> Job:
@@ -338,6 +380,9 @@ def check_names(queue: str, job_type: str, idempotency_key: str, lock_key: str |
     if lock_key is not None and (not isinstance(lock_key, str) or not lock_key
                                  or len(lock_key) > 200 or "{" in lock_key or "}" in lock_key):
         raise InvalidJob(f"bad lock_key {lock_key!r}: a string of 1-200 characters, no braces")
+    if "\x00" in idempotency_key or (lock_key and "\x00" in lock_key):
+        raise InvalidJob("idempotency_key and lock_key must not contain NUL characters ('\\x00'), "
+                         "which PostgreSQL cannot store; pass printable text")
     if not idempotency_key.isascii():  # ASCII is valid UTF-8: the common case costs one test
         _utf8("idempotency_key", idempotency_key)
     if lock_key:
@@ -407,6 +452,7 @@ def _plain_spec(spec: JobSpec, queue: str) -> bool:
     return (type(queue) is str and queue in _KNOWN_NAMES
             and type(spec.job_type) is str and spec.job_type in _KNOWN_NAMES
             and type(idem) is str and 0 < len(idem) <= 500 and idem.isascii()
+            and "\x00" not in idem
             and spec.lock_key is None and type(spec.headers) is dict and not spec.headers
             and spec.trace_id is None and spec.unique is False and not spec.job_id
             and type(max_attempts) is int and 1 <= max_attempts <= 10_000
@@ -518,6 +564,40 @@ RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_
                   "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
                   "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at",
                   "snoozes", "cancel")
+
+
+def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
+    """A reserved job's values as ``reserve`` reads them (bytes: the reply is read undecoded,
+    so one job's bad bytes cannot fail the whole batch's reply) as text, and '' or the name of
+    the first field that is not UTF-8 (then read with replacement characters)."""
+    try:
+        return [None if v is None else v.decode() for v in row], ""
+    except UnicodeDecodeError:
+        pass
+    out: list[str | None] = []
+    bad = ""
+    for name, v in zip(RESERVE_FIELDS, row):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(v.decode())
+        except UnicodeDecodeError:
+            out.append(v.decode("utf-8", "replace"))
+            bad = bad or name
+    return out, bad
+
+
+def from_raw_row(row: Sequence[bytes | None]) -> Job:
+    """``from_row`` of a row read undecoded: a job holding bytes that are not UTF-8 is decoded
+    with replacement characters and its ``payload_error`` says which field (the worker buries
+    it with that reason; its batch-mates are untouched)."""
+    values, bad = text_row(row)
+    job = from_row(values)
+    if bad:
+        job.payload_error = (f"the stored job's field {bad!r} is not valid UTF-8 text; "
+                             "enqueue text (str) values only")
+    return job
 
 
 def from_row(row: Sequence[str | None]) -> Job:

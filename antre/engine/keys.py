@@ -122,6 +122,11 @@ class QueueKeys:
     @property
     def tombstones(self) -> str:  # STRING counter: purged ids still marked in ready/parked lists
         return f"{self.tag}:tombstones"
+
+    @property
+    def quarantine(self) -> str:  # LIST of JSON: ids too broken to be dead jobs (newest first)
+        return f"{self.tag}:quarantine"
+
     # -- finder and job timelines (issue 11) -------------------------------------------------
     # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
     # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence, cast
 
 import redis
+from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
@@ -18,11 +19,12 @@ from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
-                       encode_payload,
-                       from_fields, from_row, new_entropy, new_values, pack_chunk, pack_new)
+                       encode_payload, from_fields, from_raw_row, new_entropy, new_values,
+                       pack_chunk, pack_new)
 from antre.errors import InvalidJob, LeaseLost
 from antre.engine.retry import error_signature
-from antre.engine.scripts import Batch, Call, Scripts, direct, direct_ok, script_and_command
+from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
+                                  script_raw)
 
 # the codec lives in antre/engine/envelope.py; these names stay importable from here
 __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
@@ -112,7 +114,7 @@ class Queue:
         k = self.keys  # built once: each key property formats a string
         self._enqueue_keys = [k.ready, k.scheduled, k.stats, k.types, k.wake]
         self._reserve_keys = [k.ready, k.inflight, k.stats, k.paused, k.parked_types,
-                              k.tombstones]
+                              k.tombstones, k.dead, k.error_groups, k.quarantine]
         self._job_prefix = k.job_prefix
         self._index_command = ("SADD", keys.queues_index(), name)
         # not on a cluster (the index is in another slot): enqueue.lua adds the queue's name to
@@ -302,12 +304,33 @@ class Queue:
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
         args: list[Any] = [k.job_prefix, self.clock(), count, worker_id, k.parked_prefix,
-                           *RESERVE_FIELDS]
+                           k.dead_type_prefix, k.dead_group_prefix, *RESERVE_FIELDS]
+        # the reply is read undecoded: a job holding bytes that are not UTF-8 is that job's
+        # problem (from_raw_row), not a failure of the batch's whole reply
         if self._pinned is not None:  # a runner thread's own connection, as a producer's
-            rows = self._pinned.call([(self.scripts.reserve, self._reserve_keys, args)])[0]
+            rows = self._pinned.call([(self.scripts.reserve, self._reserve_keys, args)],
+                                     raw=True)[0]
         else:
-            rows = self.scripts.reserve(keys=self._reserve_keys, args=args)
-        return [from_row(row) for row in rows]
+            rows = script_raw(self.redis, self.scripts.reserve, self._reserve_keys, args)
+        return self._reserved(rows)
+
+    def _reserved(self, rows: list[list[bytes | None]]) -> list[Job]:
+        """The jobs of reserve's reply (read undecoded); one whose id is not UTF-8 (no
+        command could name it as text) goes to the quarantine instead."""
+        jobs = [from_raw_row(row) for row in rows]
+        if all(not job.payload_error for job in jobs):
+            return jobs
+        kept = []
+        for row, job in zip(rows, jobs):
+            if job.payload_error and "field 'id'" in job.payload_error:
+                k = self.keys
+                self.scripts.quarantine(
+                    keys=[k.inflight, k.quarantine, k.stats],
+                    args=[row[0] or b"", self.clock(),
+                          "job id is not UTF-8 text (found by reserve)"])
+            else:
+                kept.append(job)
+        return kept
 
     def wait_and_reserve(self, worker_id: str, count: int, timeout_s: float) -> list[Job]:
         """An idle runner's wait: block until a job is enqueued or promoted (or ``timeout_s``),
@@ -323,10 +346,11 @@ class Queue:
         calls: list[Call] = [
             (None, ("BLPOP", k.wake, timeout_s), ()),
             (self.scripts.reserve, self._reserve_keys,
-             [k.job_prefix, "server", count, worker_id, k.parked_prefix, *RESERVE_FIELDS])]
-        _, rows = (self._pinned.call(calls) if self._pinned is not None
-                   else direct(self.redis, calls))
-        return [from_row(row) for row in rows]
+             [k.job_prefix, "server", count, worker_id, k.parked_prefix, k.dead_type_prefix,
+              k.dead_group_prefix, *RESERVE_FIELDS])]
+        _, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
+                   else direct(self.redis, calls, raw=True))
+        return self._reserved(rows)
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
             note: Note = None) -> None:
@@ -447,7 +471,7 @@ class Queue:
     def sweep(self, limit: int = 1000) -> SweepResult:
         k = self.keys
         reply = self.scripts.sweep_expired(
-            keys=[k.inflight, k.ready, k.dead, k.stats, k.error_groups],
+            keys=[k.inflight, k.ready, k.dead, k.stats, k.error_groups, k.quarantine],
             args=[k.job_prefix, self.clock(), limit, k.dead_type_prefix, k.dead_group_prefix])
         outcomes = dict(zip(reply[2::2], reply[3::2]))
         return SweepResult(int(reply[0]), int(reply[1]), outcomes)
@@ -493,7 +517,13 @@ class Queue:
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, job_id: str) -> Job | None:
-        fields = cast(dict[str, str], self.redis.hgetall(self.keys.job(job_id)))
+        """The job's hash decoded; bytes in it that are not UTF-8 read as replacement
+        characters (a damaged job can still be looked at)."""
+        execute: Any = self.redis.execute_command
+        raw = cast(dict[bytes, bytes], execute("HGETALL", self.keys.job(job_id),
+                                               **{NEVER_DECODE: True}))
+        fields = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                  for k, v in raw.items()}
         return from_fields(fields) if fields else None
 
     def where(self, job_id: str) -> list[str]:
@@ -512,6 +542,16 @@ class Queue:
             found[0] = "parked"  # held because its job type is paused: still a ready job
         return [name for name, hit in zip(("ready", "scheduled", "inflight", "done", "dead"), found)
                 if hit is not None]
+
+    def quarantined(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest entries of the queue's quarantine: ids too broken to be dead jobs (not
+        ASCII, or their record missing), each ``{t, id, id_hex, why}`` (see
+        "Records that are not job hashes" in lua/_lib.lua); ``quarantine_count`` counts them."""
+        raw = cast(list[str], self.redis.lrange(self.keys.quarantine, 0, limit - 1))
+        return [json.loads(entry) for entry in raw]
+
+    def quarantine_count(self) -> int:
+        return int(self.redis.llen(self.keys.quarantine))
 
     def stats(self) -> dict[str, int]:
         stats = cast(dict[str, str], self.redis.hgetall(self.keys.stats))

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any, cast
 
 import redis
+from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.connection import Connection, UnixDomainSocketConnection
@@ -47,6 +48,8 @@ NAMES = (
     "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
     # retention (antre/control/retention.py)
     "retention",
+    # records too broken to be dead jobs (issue 24)
+    "quarantine",
 )
 
 
@@ -130,6 +133,7 @@ class Scripts:
     cancel_request: redis.commands.core.Script
     cancel_finish: redis.commands.core.Script
     retention: redis.commands.core.Script
+    quarantine: redis.commands.core.Script
 
 
 class Batch:
@@ -206,19 +210,20 @@ def direct_ok(client: "redis.Redis") -> bool:
     return not isinstance(client, RedisCluster) and client.connection is None
 
 
-def direct(client: "redis.Redis", calls: Sequence[Call]) -> list[Any]:
+def direct(client: "redis.Redis", calls: Sequence[Call], raw: bool = False) -> list[Any]:
     """Scripts and raw commands written to one pooled connection at once (one round trip);
     returns the replies in order and raises the first error once all are read. The hot paths'
     way (a single enqueue; a wait for work with the reserve behind it): a third of a redis-py
     pipeline's client time (no pipeline object, no per-command bookkeeping). The connection's
     retry policy applies as it does to any command. ``NOSCRIPT``: the script is loaded and only
     the script calls are sent again (a blocking pop before them is not repeated). Callers
-    check ``direct_ok`` first."""
+    check ``direct_ok`` first. ``raw``: the replies are read undecoded (bytes), whatever the
+    client decodes (a reply holding bytes that are not UTF-8 must not fail as a whole)."""
     pool = client.connection_pool
     conn: Any = pool.get_connection()
     try:
         return cast(list[Any], conn.retry.call_with_retry(
-            lambda: _direct(client, conn, calls), lambda error: conn.disconnect()))
+            lambda: _direct(client, conn, calls, raw=raw), lambda error: conn.disconnect()))
     finally:
         pool.release(conn)
 
@@ -270,15 +275,17 @@ class _SocketIO:
     socket to the next. Used for plain TCP and unix-socket connections speaking RESP2 on
     POSIX with hiredis installed (``Pinned.direct_io``); others keep redis-py's path."""
 
-    __slots__ = ("sock", "fd", "reader", "poller")
+    __slots__ = ("sock", "fd", "reader", "poller", "encoding", "errors")
 
     def __init__(self, conn: Any) -> None:
         self.sock = conn._sock
         self.fd = self.sock.fileno()
+        self.errors = conn.encoder.encoding_errors
+        self.encoding = conn.encoder.encoding if conn.encoder.decode_responses else None
         kwargs = {"protocolError": InvalidResponse, "replyError": conn._parser.parse_error,
-                  "errors": conn.encoder.encoding_errors, "notEnoughData": _MORE}
-        if conn.encoder.decode_responses:
-            kwargs["encoding"] = conn.encoder.encoding
+                  "errors": self.errors, "notEnoughData": _MORE}
+        if self.encoding is not None:
+            kwargs["encoding"] = self.encoding
         self.reader = _HiredisReader(**kwargs)
         self.poller = select.poll()
         self.poller.register(self.fd, select.POLLIN)
@@ -287,10 +294,16 @@ class _SocketIO:
         """Nothing to read: the server has not closed the socket and sent nothing unasked."""
         return not self.poller.poll(0)
 
-    def write_read(self, conn: Any, data: bytes, n: int) -> list[Any]:
+    def write_read(self, conn: Any, data: bytes, n: int, raw: bool = False) -> list[Any]:
         """Write ``data`` (``n`` commands), read their ``n`` replies (error replies as
-        exception instances, as ``_reply`` returns them)."""
-        return self.exchange(conn, ((data, n),))
+        exception instances, as ``_reply`` returns them; ``raw``: bytes, undecoded)."""
+        if not raw or self.encoding is None:
+            return self.exchange(conn, ((data, n),))
+        self.reader.set_encoding(None, None)
+        try:
+            return self.exchange(conn, ((data, n),))
+        finally:
+            self.reader.set_encoding(self.encoding, self.errors)
 
     def exchange(self, conn: Any, pieces: Iterable[tuple[bytes, int]]) -> list[Any]:
         """``write_read`` of pieces (packed commands and how many) that are written one by one
@@ -406,13 +419,14 @@ class Pinned:
             conn.disconnect()  # the write below connects again
         return conn, (_socket_io(held) if self.direct_io else None)
 
-    def call(self, calls: Sequence[Call]) -> list[Any]:
-        """``direct(client, calls)`` on this thread's connection."""
+    def call(self, calls: Sequence[Call], raw: bool = False) -> list[Any]:
+        """``direct(client, calls, raw)`` on this thread's connection."""
         conn, io = self._connection()
         held = self._local.held
         # a retry after a reconnect gets the I/O of the new socket
         return self._retried(conn, lambda: _direct(self.client, conn, calls, self.fast_pack,
-                                                   None if io is None else _socket_io(held)))
+                                                   None if io is None else _socket_io(held),
+                                                   raw))
 
     def call_made(self, calls: Iterable[Call]) -> list[Any]:
         """``call`` of calls that ``calls`` makes one at a time (a generator): each is written
@@ -467,13 +481,27 @@ def script_and_command(client: "redis.Redis", script: Script, keys: Sequence[Any
     return direct(client, [(script, keys, args), (None, command, ())])[0]
 
 
+def script_raw(client: "redis.Redis", script: Script, keys: Sequence[Any],
+               args: Sequence[Any]) -> Any:
+    """One script call whose reply is read undecoded (bytes), on any client (a cluster, a
+    single-connection client): what ``direct(..., raw=True)`` does for the others."""
+    execute: Callable[..., Any] = client.execute_command
+    try:
+        return execute("EVALSHA", script.sha, len(keys), *keys, *args, **{NEVER_DECODE: True})
+    except NoScriptError:
+        script.sha = client.script_load(script.script)
+        return execute("EVALSHA", script.sha, len(keys), *keys, *args, **{NEVER_DECODE: True})
+
+
 def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
-            fast_pack: bool = False, io: "_SocketIO | None" = None) -> list[Any]:
-    return _settle(client, conn, calls, _write_read(conn, calls, fast_pack, io), fast_pack, io)
+            fast_pack: bool = False, io: "_SocketIO | None" = None,
+            raw: bool = False) -> list[Any]:
+    return _settle(client, conn, calls, _write_read(conn, calls, fast_pack, io, raw),
+                   fast_pack, io, raw)
 
 
 def _settle(client: "redis.Redis", conn: Any, calls: Sequence[Call], replies: list[Any],
-            fast_pack: bool, io: "_SocketIO | None") -> list[Any]:
+            fast_pack: bool, io: "_SocketIO | None", raw: bool = False) -> list[Any]:
     """The replies of ``calls``: those a server without the script refused (NOSCRIPT) sent
     again once it is loaded; the first error reply raised."""
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
@@ -482,7 +510,7 @@ def _settle(client: "redis.Redis", conn: Any, calls: Sequence[Call], replies: li
             assert script is not None
             script.sha = client.script_load(script.script)
         for i, reply in zip(missing, _write_read(conn, [calls[i] for i in missing],
-                                                 fast_pack, io)):
+                                                 fast_pack, io, raw)):
             replies[i] = reply
     for reply in replies:
         if isinstance(reply, Exception):
@@ -503,15 +531,16 @@ def _direct_made(client: "redis.Redis", conn: Any, source: Iterator[Call], made:
 
 
 def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
-                io: "_SocketIO | None" = None) -> list[Any]:
+                io: "_SocketIO | None" = None, raw: bool = False) -> list[Any]:
     commands = [_command(call) for call in calls]
     if io is not None:  # fast_pack holds too (Pinned.direct_io)
-        return io.write_read(conn, b"".join([_hiredis_pack(c) for c in commands]), len(calls))
+        return io.write_read(conn, b"".join([_hiredis_pack(c) for c in commands]), len(calls),
+                             raw)
     if fast_pack:  # str (UTF-8), bytes and int arguments only: what the hot paths send
         conn.send_packed_command([b"".join([_hiredis_pack(c) for c in commands])])
     else:
         conn.send_packed_command(conn.pack_commands(commands))
-    return [_reply(conn) for _ in calls]  # read every reply: the connection stays in step
+    return [_reply(conn, raw) for _ in calls]  # read every reply: the connection stays in step
 
 
 def _command(call: Call) -> tuple[Any, ...]:
@@ -520,8 +549,8 @@ def _command(call: Call) -> tuple[Any, ...]:
     return tuple(words) if script is None else ("EVALSHA", script.sha, len(words), *words, *args)
 
 
-def _reply(conn: Any) -> Any:
+def _reply(conn: Any, raw: bool = False) -> Any:
     try:
-        return conn.read_response()
+        return conn.read_response(disable_decoding=raw)
     except ResponseError as exc:  # NoScriptError is one; a connection error propagates
         return exc

@@ -455,11 +455,21 @@ class IdempotencyStore:
     # ------------------------------------------------------------------ helpers
 
     @staticmethod
-    def _check_key(key: str) -> None:
+    def check_key(key: str) -> None:
+        """Raise ``InvalidJob`` unless every store (SQLite, PostgreSQL) can keep ``key``."""
         if not isinstance(key, str) or not key:
             raise InvalidJob("idempotency key must be a non-empty string")
         if len(key) > MAX_KEY_LENGTH:
             raise InvalidJob(f"idempotency key is longer than {MAX_KEY_LENGTH} characters")
+        if "\x00" in key:
+            raise InvalidJob("idempotency key contains a NUL character, which PostgreSQL "
+                             "cannot store")
+        if not key.isascii():
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidJob("idempotency key is not valid text (a lone surrogate, or "
+                                 "bytes that are not UTF-8)") from None
 
     def _read(self, key: str) -> Record | None:
         row = self._autocommit(self._read_stmt, {"b_key": key})
@@ -502,7 +512,7 @@ class IdempotencyStore:
         compare-and-sets on the exact owner state read. Races are re-read and decided again, at
         most ``max_rounds`` times; if still undecided the answer is ``busy`` (retry shortly).
         """
-        self._check_key(key)
+        self.check_key(key)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:

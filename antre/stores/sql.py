@@ -66,7 +66,20 @@ __all__ = [
     "migrate",
     "ms_to_datetime",
     "session_factory",
+    "unstorable",
 ]
+
+def unstorable(error: BaseException) -> bool:
+    """Whether a store's ``error`` is about the value given, which no retry can store (a NUL
+    in a PostgreSQL text, text that is not UTF-8, a value the driver cannot adapt), rather
+    than an outage (a connection lost, a timeout, a lock wait): the caller buries the job
+    with the reason instead of waiting for the database to come back."""
+    if isinstance(error, exc.DataError):
+        return not getattr(error, "connection_invalidated", False)
+    if isinstance(error, exc.StatementError) and not isinstance(error, exc.DBAPIError):
+        return isinstance(error.orig, (ValueError, TypeError))  # raised binding a parameter
+    return isinstance(error, (ValueError, TypeError)) and not isinstance(error, exc.SQLAlchemyError)
+
 
 IDEMPOTENCY_STATUSES = ("processing", "completed", "failed")
 ROLES = ("viewer", "operator", "admin")

@@ -37,7 +37,9 @@ end
 
 local function lease_error(job_key, epoch)
   -- nil when the caller holds the lease (state inflight, same epoch); else a LOST:... string
-  local st = redis.call('HMGET', job_key, 'state', 'epoch')
+  -- (a record that is not a hash is LOST too: the sweeper sends it to the DLQ)
+  local st = redis.pcall('HMGET', job_key, 'state', 'epoch')
+  if st.err then return 'LOST:job record is not a hash' end
   if not st[1] then return 'LOST:job does not exist' end
   if st[1] ~= 'inflight' then return 'LOST:job is ' .. st[1] end
   if st[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(st[2]) .. ', not ' .. epoch end
@@ -68,7 +70,7 @@ end
 
 local function unique_release_key(job_key, id, keep, ukey)
   -- unique_release with the job's 'ukey' field already read (false/nil/'': not a unique job)
-  if not ukey or ukey == '' or redis.call('GET', ukey) ~= id then return end
+  if not ukey or ukey == '' or redis.pcall('GET', ukey) ~= id then return end
   local window = keep and (tonumber(redis.call('HGET', job_key, 'unique_ms') or '') or 0) or 0
   if window > 0 then
     redis.call('SET', ukey, 'done:' .. id, 'PX', math.floor(window))
@@ -94,11 +96,12 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   redis.call('ZADD', type_prefix .. jtype, now, id)
   redis.call('ZADD', group_prefix .. group, now, id)
   local g = redis.call('HGET', errgroups, group)
-  local rec
-  if g then rec = cjson.decode(g) else
+  local ok, rec = false, nil
+  if g then ok, rec = pcall(cjson.decode, g) end
+  if not ok or type(rec) ~= 'table' then  -- new, or a damaged record: started again
     rec = {signature = signature, first = now, total = 0, job_type = jtype, sample = reason}
   end
-  rec.total = rec.total + 1
+  rec.total = (tonumber(rec.total) or 0) + 1
   rec.last = now
   redis.call('HSET', errgroups, group, cjson.encode(rec))
   redis.call('HINCRBY', stats, 'buried', 1)
@@ -135,7 +138,9 @@ local function tl_add_json(key, now, kind, actor_json, detail_json, extra)
   local ev = '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '","a":' ..
              actor_json .. ',"d":' .. detail_json
   if extra and extra ~= '' then ev = ev .. ',"x":' .. extra end
-  if redis.call('RPUSH', key, ev .. '}') > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
+  -- pcall: a timeline key of another type loses the event, never the job's move
+  local n = redis.pcall('RPUSH', key, ev .. '}')
+  if type(n) == 'number' and n > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
 end
 
 local function tl_add(key, now, kind, actor, detail, extra)
@@ -151,7 +156,8 @@ end
 
 local function forget_job(job_prefix, id)
   local key = job_prefix .. id
-  unindex_key(idem_index_key(job_prefix), redis.call('HGET', key, 'idem_key'), id)
+  local ikey = redis.pcall('HGET', key, 'idem_key')  -- (not a hash: nothing indexed)
+  if type(ikey) == 'string' then unindex_key(idem_index_key(job_prefix), ikey, id) end
   redis.call('DEL', key, tl_key(job_prefix, id))
 end
 
@@ -168,8 +174,9 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- to done and counts it. Returns nil and the job's end-to-end latency in ms (nil when its
   -- created_at is unusable), or a 'LOST:...' string with nothing changed. ``tl``: the job's
   -- timeline (nil: no event).
-  local f = redis.call('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                       'created_at')
+  local f = redis.pcall('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
+                        'created_at')
+  if f.err then return 'LOST:job record is not a hash' end  -- (the sweeper buries it)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
@@ -198,4 +205,52 @@ local function trim_done(done, prefix, now, keep_ms, max_count, limit)
   if #old == 0 then return end
   for _, oid in ipairs(old) do forget_job(prefix, oid) end
   redis.call('ZREM', done, unpack(old))
+end
+
+-- == Records that are not job hashes (issue 24) ================================================
+-- A script that walks several jobs deals with a broken record alone, before it writes anything
+-- for it, and never leaves its id in no list:
+-- * an id that is not ASCII (no client could decode it, so it cannot be a dead job the pages
+--   list) goes to the queue's quarantine (keys.QueueKeys.quarantine: a LIST of JSON entries
+--   {t, id (non-printable bytes as '?'), id_hex, why}, newest first, capped at QUARANTINE_CAP;
+--   stats 'quarantined' counts them), and so does an id whose record is missing;
+-- * a record that is not a hash (a string, list, set, zset, stream) becomes a dead job saying
+--   so: the old value is replaced by a hash (type '(unknown)', its field 'corrupt' keeps a
+--   printable preview of what was there) buried with the reason, in the DLQ like any other.
+local QUARANTINE_CAP = 1000
+
+local function bad_id(id)
+  -- true for an id a client cannot decode: bytes outside ASCII
+  return string.find(id, '[\128-\255]') ~= nil
+end
+
+local function printable(raw)
+  local out = string.gsub(raw, '[^\32-\126]', '?')
+  return out
+end
+
+local function quarantine(qkey, stats, now, id, why)
+  local hex = string.gsub(id, '.', function(c) return string.format('%02x', string.byte(c)) end)
+  redis.call('LPUSH', qkey, cjson.encode({t = now, id = printable(id), id_hex = hex, why = why}))
+  redis.call('LTRIM', qkey, 0, QUARANTINE_CAP - 1)
+  redis.call('HINCRBY', stats, 'quarantined', 1)
+end
+
+local function bury_not_hash(prefix, id, now, actor, dlq)
+  -- the record of ``id`` is not a hash (already taken out of its list): a dead job that says
+  -- so. dlq: {dead, stats, errgroups, dead-by-type prefix, dead-by-group prefix}
+  local key = prefix .. id
+  local rtype = redis.call('TYPE', key).ok
+  local preview = rtype
+  if rtype == 'string' then
+    preview = 'string: ' .. printable(redis.call('GETRANGE', key, 0, 999))
+  end
+  local reason = 'job record is a ' .. rtype .. ', not a hash (found by ' .. actor ..
+                 '); the job cannot run: its field corrupt shows what was stored'
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'id', id, 'type', '(unknown)', 'corrupt', preview,
+             'error_kind', 'corrupt', 'last_error', reason, 'deadline', 0)
+  bury_job(key, id, now, reason, 'corrupt: job record is a ' .. rtype .. ', not a hash',
+           dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
+  tl_add(tl_key(prefix, id), now, 'buried', actor, {reason = reason, kind = 'corrupt'})
 end

@@ -4,9 +4,14 @@
 -- KEYS[4] the job's timeline (optional)   KEYS[5] idempotency-key index (optional)
 -- ARGV[4] now_ms   ARGV[5] actor   ARGV[6] the caller's event details as JSON ('')
 -- ARGV[7] keep the timeline this many ms after the job is gone (it ends with 'discarded')
+-- A record that is not a hash but whose id is in the dead-letter queue is removed from it.
 -- Returns: 1 discarded, 0 the job is not in the dead-letter queue (nothing changed).
 local id = ARGV[1]
-local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'type', 'group')
+if f.err then
+  if not redis.call('ZSCORE', KEYS[2], id) then return 0 end
+  f = {'dead', nil, nil}
+end
 if f[1] ~= 'dead' then return 0 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[2] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
@@ -15,7 +20,10 @@ if KEYS[4] then
   tl_add(KEYS[4], tonumber(ARGV[4]), 'discarded', ARGV[5] or '', {}, ARGV[6])
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[7]))
 end
-if KEYS[5] then unindex_key(KEYS[5], redis.call('HGET', KEYS[1], 'idem_key'), id) end
+if KEYS[5] then
+  local ikey = redis.pcall('HGET', KEYS[1], 'idem_key')
+  if type(ikey) == 'string' then unindex_key(KEYS[5], ikey, id) end
+end
 redis.call('DEL', KEYS[1])
 redis.call('HINCRBY', KEYS[3], 'discarded', 1)
 return 1

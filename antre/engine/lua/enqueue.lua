@@ -43,13 +43,14 @@ local types = {}     -- job types stored by this call (a list, and a set of them
 local pending = {ready = true, scheduled = true, inflight = true}
 
 local function unique_guard(ukey)
-  local held = redis.call('GET', ukey)
-  if not held then return nil end
+  local held = redis.pcall('GET', ukey)
+  if type(held) ~= 'string' then return nil end  -- none, or a damaged entry: not held
   if string.sub(held, 1, 5) == 'done:' then
     redis.call('HINCRBY', KEYS[3], 'enqueue_refused_recent', 1)
     return 'recent:' .. string.sub(held, 6)
   end
-  if pending[redis.call('HGET', prefix .. held, 'state') or ''] then
+  local held_state = redis.pcall('HGET', prefix .. held, 'state')  -- (not a hash: not pending)
+  if type(held_state) == 'string' and pending[held_state] then
     redis.call('HINCRBY', KEYS[3], 'enqueue_deduplicated', 1)
     return 'dup:' .. held
   end

@@ -28,7 +28,8 @@ redis.call('ZADD', KEYS[2], deadline, id)
 redis.call('HSET', KEYS[1], 'extended_at', now)
 if KEYS[3] then
   local by = ({at_least = 'heartbeat', add = 'operator'})[ARGV[5]] or 'handler'
-  local last = by == 'heartbeat' and redis.call('LINDEX', KEYS[3], -1)
+  local last = by == 'heartbeat' and redis.pcall('LINDEX', KEYS[3], -1)
+  if type(last) ~= 'string' then last = nil end  -- (a timeline of another type: no event)
   local ok, ev = false, nil
   if last and string.find(last, '"by":"heartbeat"', 1, true) then ok, ev = pcall(cjson.decode, last) end
   if ok and type(ev) == 'table' and ev.k == 'extended' and type(ev.d) == 'table' then

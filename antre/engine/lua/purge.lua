@@ -23,8 +23,9 @@ local flt = cjson.decode(ARGV[4])
 local function matches(id)
   if flt.id and id ~= flt.id then return false end
   if string.byte(id, 1) == 123 then return false end  -- a mark left by an earlier purge
-  local f = redis.call('HMGET', prefix .. id, 'type', 'group', 'created_at', 'payload')
-  if not f[1] then return false end
+  -- (a record that is not a hash never matches: reserve.lua or retention deal with it)
+  local f = redis.pcall('HMGET', prefix .. id, 'type', 'group', 'created_at', 'payload')
+  if f.err or not f[1] then return false end
   if flt.type and f[1] ~= flt.type then return false end
   if flt.group and f[2] ~= flt.group then return false end
   if flt.created_before and (tonumber(f[3] or '') or 0) > tonumber(flt.created_before) then
@@ -43,7 +44,8 @@ local function matches(id)
 end
 
 local function forget_dead(id)
-  local f = redis.call('HMGET', prefix .. id, 'type', 'group')
+  local f = redis.pcall('HMGET', prefix .. id, 'type', 'group')
+  if f.err then f = {} end
   redis.call('ZREM', ARGV[7] .. ((f[1] and f[1] ~= '') and f[1] or '(unknown)'), id)
   redis.call('ZREM', ARGV[8] .. (f[2] or ''), id)
 end

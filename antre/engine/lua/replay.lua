@@ -6,10 +6,11 @@
 -- event details as JSON ('': e.g. the bulk task)
 -- A unique job (field 'ukey': its idempotency key's index entry, same slot) takes the entry
 -- back unless another job holds it.
--- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed).
+-- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed; so for a
+-- record that is not a hash: discard removes it).
 local id, now = ARGV[1], tonumber(ARGV[2])
-local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group')
-if f[1] ~= 'dead' then return 0 end
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'type', 'group')
+if f.err or f[1] ~= 'dead' then return 0 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)

@@ -2,16 +2,23 @@
 -- KEYS[1] ready (LIST)   KEYS[2] inflight (ZSET by deadline)   KEYS[3] stats (HASH)
 -- KEYS[4] paused (HASH: '*' or job type -> JSON)   KEYS[5] parked types (SET)
 -- KEYS[6] tombstones (STRING counter of purged ids still marked in the lists)
+-- KEYS[7] dead (ZSET)   KEYS[8] errgroups (HASH)   KEYS[9] quarantine (LIST)
 -- ARGV[1] job_prefix   ARGV[2] now_ms, or 'server': the server's clock (a reserve sent behind a
 -- blocking wait runs when the wait ends, so the client's now would be stale; Queue.wait_and_reserve)
 -- ARGV[3] max jobs   ARGV[4] worker id
 -- ARGV[5] parked-list prefix (+ job type)
--- ARGV[6 ..] the fields to return for each job
+-- ARGV[6] dead-by-type prefix   ARGV[7] dead-by-group prefix
+-- ARGV[8 ..] the fields to return for each job
 -- Each reserved job gets a 'reserved' event on its timeline (actor: the worker).
 -- Returns: array of HMGET arrays (values of ARGV[6 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
 -- read as 0 and a corrupted vt_ms as 30 s, so the job still reaches a worker, which buries it.
+-- A record that is not a hash goes to the DLQ here and one whose id is not ASCII, or that is
+-- missing, to the quarantine (see "Records that are not job hashes" in _lib.lua; counted as
+-- 'corrupt' and 'orphans'): each alone, the batch's other jobs are reserved as usual. A job
+-- whose id is not UTF-8 is reserved like any other (no check here: the hot path stays as it
+-- was); the client finds it when it decodes the reply and quarantines it (quarantine.lua).
 -- Paused (incident controls): with '*' in KEYS[4] nothing is reserved. A job whose type is
 -- paused is moved, untouched (no epoch, delivery or attempt spent), to its type's parked list,
 -- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
@@ -29,8 +36,8 @@ if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
 local function paused_type(id)
   -- the job's type when that type is paused, else nil
   if npaused == 0 then return nil end
-  local jtype = redis.call('HGET', prefix .. id, 'type')
-  if jtype and redis.call('HEXISTS', KEYS[4], jtype) == 1 then return jtype end
+  local jtype = redis.pcall('HGET', prefix .. id, 'type')  -- (not a hash: dealt with below)
+  if type(jtype) == 'string' and redis.call('HEXISTS', KEYS[4], jtype) == 1 then return jtype end
   return nil
 end
 local ids, parked, tombs = {}, 0, 0
@@ -62,13 +69,14 @@ if #ids == 0 then return {} end
 -- one read (HMGET: the fields to return, and vt_ms / epoch / deliveries) and one write (HSET)
 -- per job; the reply carries the values written; the inflight ZADD is one for the batch
 local fields, pos = {}, {}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i]; pos[ARGV[i]] = pos[ARGV[i]] or #fields end
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i]; pos[ARGV[i]] = pos[ARGV[i]] or #fields end
 local nret = #fields
 for _, name in ipairs({'vt_ms', 'epoch', 'deliveries'}) do
   if not pos[name] then fields[#fields + 1] = name; pos[name] = #fields end
 end
 local out, deadlines = {}, {}
-local orphans = 0
+local orphans, corrupt = 0, 0
+local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
 local worker_json = cjson.encode(worker)
 local now_s = string.format('%d', now)
 -- where the values this script writes go in a returned row (0: not asked for)
@@ -83,12 +91,20 @@ local p_vt, p_ep, p_dl, p_id = pos.vt_ms, pos.epoch, pos.deliveries, pos.id
 local nfields = #fields
 for _, id in ipairs(ids) do
   local key = prefix .. id
-  local row = redis.call('HMGET', key, unpack(fields))
+  local row = redis.pcall('HMGET', key, unpack(fields))
   local present = row[1] ~= false  -- the first field asked for (Queue asks for the id first)
   if not present then
     for i = 2, nfields do if row[i] then present = true; break end end
   end
-  if not present and redis.call('EXISTS', key) == 0 then
+  if row.err then
+    if bad_id(id) then
+      quarantine(KEYS[9], KEYS[3], now, id, 'job id is not ASCII text (found by reserve)')
+    else
+      bury_not_hash(prefix, id, now, 'reserve', dlq)
+    end
+    corrupt = corrupt + 1
+  elseif not present and redis.call('EXISTS', key) == 0 then
+    quarantine(KEYS[9], KEYS[3], now, id, 'job record is missing (found by reserve)')
     orphans = orphans + 1
   else
     local vt = num_of(row[p_vt], 30000)
@@ -116,6 +132,7 @@ for _, id in ipairs(ids) do
     if p_deadline > 0 then row[p_deadline] = deadline end
     if p_reserved_at > 0 then row[p_reserved_at] = now_s end
     if p_worker > 0 then row[p_worker] = worker end
+    if p_id then row[p_id] = id end  -- the id it is known by (a hash's own may be damaged)
     for i = nfields, nret + 1, -1 do row[i] = nil end
     out[#out + 1] = row
   end
@@ -127,4 +144,5 @@ end
 if #deadlines > 0 then redis.call('ZADD', KEYS[2], unpack(deadlines)) end
 redis.call('HINCRBY', KEYS[3], 'reserved', #out)
 if orphans > 0 then redis.call('HINCRBY', KEYS[3], 'orphans', orphans) end
+if corrupt > 0 then redis.call('HINCRBY', KEYS[3], 'corrupt', corrupt) end
 return out

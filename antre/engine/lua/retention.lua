@@ -14,7 +14,8 @@ local max_jobs, max_age, done_age = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumb
 local touched = {}
 
 local function drop_dead(id)
-  local f = redis.call('HMGET', prefix .. id, 'type', 'group')
+  local f = redis.pcall('HMGET', prefix .. id, 'type', 'group')
+  if f.err then f = {} end  -- not a hash: dropped all the same (forget_job deletes any type)
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', ARGV[7] .. ((f[1] and f[1] ~= '') and f[1] or '(unknown)'), id)
   if f[2] and f[2] ~= '' then

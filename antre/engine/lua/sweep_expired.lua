@@ -1,18 +1,36 @@
 -- sweep_expired: in-flight jobs past their deadline (their worker vanished) -> ready, or -> dead
 -- when they were delivered max_deliveries times without finishing (a poison job).
 -- KEYS[1] inflight   KEYS[2] ready   KEYS[3] dead   KEYS[4] stats   KEYS[5] errgroups
+-- KEYS[6] quarantine (LIST; optional: without it a missing record is only dropped)
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] dead-by-type prefix
 -- ARGV[5] dead-by-group prefix
 -- Each swept job gets a 'swept' event (and a 'buried' one when poison) by the 'sweeper'.
+-- A record that is not a hash goes to the DLQ (outcome 'corrupt'), an id that is not ASCII or
+-- whose record is missing to the quarantine (no outcome returned), each alone (_lib.lua, "Records that
+-- are not job hashes").
 -- Returns: {requeued count, buried count, id, outcome, id, outcome, ...}
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 1, 'LIMIT', 0, tonumber(ARGV[3]))
 local requeued, buried = 0, 0
 local out = {0, 0}
+local dlq = {KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5]}
 for _, id in ipairs(ids) do
   local key = prefix .. id
   redis.call('ZREM', KEYS[1], id)
-  if redis.call('EXISTS', key) == 1 then
+  local rtype = redis.call('TYPE', key).ok
+  if bad_id(id) or rtype == 'none' then
+    if KEYS[6] then
+      quarantine(KEYS[6], KEYS[4], now, id, bad_id(id) and
+                 'job id is not ASCII text (found by the sweeper)' or
+                 'job record is missing (found by the sweeper)')
+    end
+  elseif rtype ~= 'hash' then
+    bury_not_hash(prefix, id, now, 'sweeper', dlq)
+    redis.call('HINCRBY', KEYS[4], 'corrupt', 1)
+    buried = buried + 1
+    out[#out + 1] = id
+    out[#out + 1] = 'corrupt'
+  else
     local deliveries, maxd = num_field(key, 'deliveries', 0), num_field(key, 'max_deliveries', 10)
     local f = redis.call('HMGET', key, 'worker_id')
     local msg = 'lease expired on worker ' .. (f[1] or '?') .. ' (delivery ' .. deliveries .. ')'
