@@ -102,6 +102,10 @@ def test_first_screens_show_rows_not_banners(stack, login, dlq_spike, scheme, vi
         page.screenshot(path=str(SCREENSHOTS / f"{shot.stem}-viewport.png"))  # the first screen
         widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         assert widths[0] <= widths[1], (url, widths)
+    page.goto("/incident/")
+    count = page.locator("article.incident table.groups td[data-label='Dead now']").first
+    box = count.bounding_box()
+    assert box and box["x"] + box["width"] <= viewport["width"], box  # the count stays in view
     if viewport["width"] >= 1280:
         page.goto("/locks/")
         release = page.locator("#live table.grid tbody tr").first.get_by_role(
