@@ -171,26 +171,11 @@ def _schedule_line(info: ScheduleInfo) -> str:
 def cmd_schedules(args: argparse.Namespace) -> int:
     app = _app(args.app)
     ops = Schedules(app.redis, clock=app.clock, scripts=app.scripts)
-    if args.sched_cmd == "list":
-        rows = ops.list()
-        if args.json:
-            print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
-        for row in [] if args.json else rows:
-            print(_schedule_line(row))
-        return 0
-    try:
-        if args.sched_cmd == "run":
-            detail: dict[str, Any] = {"job_id": ops.run_now(args.name)}
-        else:
-            ops.set_paused(args.name, args.sched_cmd == "pause", _operator())
-            detail = {}
-    except KeyError as exc:
-        print(f"error: {exc.args[0]}; see 'antre schedules list'", file=sys.stderr)
-        return 1
-    action = {"run": "schedules.run_now"}.get(args.sched_cmd, f"schedules.{args.sched_cmd}")
-    _audit(app, action, args.name, args.reason, "ok", detail)
-    print(f"{args.name}: {args.sched_cmd} done" +
-          (f" (job {detail['job_id']})" if detail else ""))
+    rows = ops.list()  # list; pause, resume and run are the table's (antre/actions.py)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+    for row in [] if args.json else rows:
+        print(_schedule_line(row))
     return 0
 
 
@@ -430,10 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     scsub = sc.add_subparsers(dest="sched_cmd", required=True)
     scl = scsub.add_parser("list")
     scl.add_argument("--json", action="store_true")
-    for name in ("pause", "resume", "run"):
-        sca = scsub.add_parser(name)
-        sca.add_argument("name")
-        sca.add_argument("--reason", default="", help="why (written to the audit log)")
+    # pause | resume | run: entries of the table of actions (antre/actions.py)
 
     f = sub.add_parser("find", help="a job by id or idempotency key (with its timeline), or "
                                     "jobs by payload field: antre find order_id=1234")
@@ -472,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--prompt", action="store_true",
                         help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
-    incident.add_parsers(sub)
+    incident.add_parsers(sub, groups={"schedules": scsub})
     return p
 
 
@@ -486,4 +468,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
                 "demo": cmd_demo, "schedules": cmd_schedules, "find": cmd_find,
                 "result": cmd_result, **incident.HANDLERS}
+    if incident.table_command(args) is not None:  # an entry of antre.actions.TABLE
+        return incident.cmd_action(args)
     return handlers[args.command](args)

@@ -11,9 +11,11 @@ Functions only: the fixtures every folder shares (``clock`` at ``START_MS``, ``a
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +51,25 @@ def burst(app: Antre, clock: ManualClock, **kw: Any) -> tuple[WorkerProcess, Any
     flight): the worker and its counts."""
     w = make_worker(app, clock, **kw)
     return w, w.run_burst()
+
+
+def run_async(coro: Any) -> Any:
+    """``asyncio.run(coro)`` on a thread of its own: the browser tests' Playwright (sync API)
+    leaves an event loop running on the main thread, where ``asyncio.run`` refuses to start."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = asyncio.run(coro)
+        except BaseException as exc:  # re-raised on the caller's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, name="run_async")
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 def spawn(redis_url: str, args: list[str], log_path: Path) -> subprocess.Popen[bytes]:

@@ -39,6 +39,7 @@ from . import (
     schedules,
     security,
     services,
+    table_routes,
     users,
     workers,
 )
@@ -91,6 +92,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     incident.install_globals(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
+    table_routes.install(app)
     return app
 
 

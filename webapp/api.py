@@ -22,7 +22,7 @@ from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, audit_filter, check_queue, dead_filter, lease_ref, page_args
+from .common import arg_int, audit_filter, check_queue, dead_filter, page_args
 from .control import dead_tally, purge_filter, purge_tally
 from .overview import overview_data
 from .security import requires
@@ -259,46 +259,7 @@ def users() -> Response:
 REASON = {"reason": "string"}
 
 
-@bp.post("/queues/<queue>/jobs/<job_id>/replay")
-@requires("operator", "dlq.replay")
-@doc(body=REASON)
-def replay_one(queue: str, job_id: str) -> Response:
-    """Replay one dead job (attempts reset, idempotency key kept)."""
-    return _answer(actions.replay_one(check_queue(queue), job_id, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/discard")
-@requires("operator", "dlq.discard")
-@doc(body=REASON)
-def discard_one(queue: str, job_id: str) -> Response:
-    """Discard one dead job."""
-    return _answer(actions.discard_one(check_queue(queue), job_id, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/run-now")
-@requires("operator", "scheduled.run_now")
-@doc(body=REASON)
-def run_now(queue: str, job_id: str) -> Response:
-    """Move a scheduled job to the ready list now."""
-    return _answer(actions.run_now(check_queue(queue), job_id, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/extend")
-@requires("operator", "inflight.extend")
-@doc(body={"epoch": "integer", "seconds": "integer", **REASON}, required=("epoch", "seconds"))
-def extend(queue: str, job_id: str) -> Response:
-    """Extend an in-flight lease by N seconds; 409 if the lease epoch changed."""
-    body = _body()
-    try:
-        epoch, seconds = int(body["epoch"]), int(body["seconds"])
-    except (KeyError, TypeError, ValueError):
-        abort(400, "epoch and seconds (integers) are required")
-    return _answer(actions.extend(check_queue(queue), job_id, epoch, seconds,
-                                  body.get("reason")))
-
-
 # -- selections: the dashboard's action bar; one audit entry per job ---------------------------
-SELECTION = {"ids": "string[]", **REASON}
 
 
 def _ids() -> list[str]:
@@ -312,116 +273,12 @@ def _ids() -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-@bp.post("/queues/<queue>/selection/replay")
-@requires("operator", "dlq.selected")
-@doc(body=SELECTION, required=("ids",))
-def replay_selected(queue: str) -> Response:
-    """Replay the listed dead jobs; ``done`` and ``problems`` say which were and were not."""
-    check_queue(queue)
-    reason = _body().get("reason")
-    return _answer(actions.each_selected("replayed", _ids(),
-                                         lambda i: actions.replay_one(queue, i, reason)))
-
-
-@bp.post("/queues/<queue>/selection/discard")
-@requires("operator", "dlq.selected")
-@doc(body=SELECTION, required=("ids",))
-def discard_selected(queue: str) -> Response:
-    """Discard the listed dead jobs."""
-    check_queue(queue)
-    reason = _body().get("reason")
-    return _answer(actions.each_selected("discarded", _ids(),
-                                         lambda i: actions.discard_one(queue, i, reason)))
-
-
-@bp.post("/queues/<queue>/selection/run-now")
-@requires("operator", "scheduled.selected")
-@doc(body=SELECTION, required=("ids",))
-def run_now_selected(queue: str) -> Response:
-    """Move the listed scheduled jobs to the ready list now."""
-    check_queue(queue)
-    reason = _body().get("reason")
-    return _answer(actions.each_selected("moved to the ready list", _ids(),
-                                         lambda i: actions.run_now(queue, i, reason)))
-
-
-@bp.post("/queues/<queue>/selection/extend")
-@requires("operator", "inflight.selected")
-@doc(body={**SELECTION, "seconds": "integer"}, required=("ids", "seconds"))
-def extend_selected(queue: str) -> Response:
-    """Extend the listed leases (``ids``: ``<epoch>:<job id>``) by N seconds each."""
-    check_queue(queue)
-    body = _body()
-    try:
-        seconds = int(body["seconds"])
-    except (KeyError, TypeError, ValueError):
-        abort(400, "seconds (an integer) is required")
-    by_id = {job_id: epoch for epoch, job_id in map(lease_ref, _ids())}
-    return _answer(actions.each_selected(
-        "extended", list(by_id),
-        lambda i: actions.extend(queue, i, by_id[i], seconds, body.get("reason"))))
-
-
-@bp.post("/locks/release")
-@requires("operator", "locks.release")
-@doc(body={"key": "string", "token": "string", **REASON}, required=("key", "token"))
-def release_lock() -> Response:
-    """Force-release a lock, only if still held by ``token`` (compare-and-delete)."""
-    body = _body()
-    return _answer(actions.release_lock(str(body.get("key", "")), str(body.get("token", "")),
-                                        body.get("reason")))
-
-
-@bp.post("/flow/breakers/<name>/reset")
-@requires("operator", "flow.reset_breaker")
-@doc(body=REASON)
-def reset_breaker(name: str) -> Response:
-    """Close a circuit breaker by hand and forget its failures."""
-    return _answer(actions.reset_breaker(name, _body().get("reason")))
-
-
-@bp.post("/idempotency/resolve")
-@requires("operator", "idempotency.resolve")
-@doc(body={"key": "string", "to": "string", **REASON}, required=("key", "to"))
-def idempotency_resolve() -> Response:
-    """Resolve an abandoned idempotency record (stuck in processing, its owner's lease
-    expired, no job with its key): ``to`` 'failed' (the result answers failed) or 'reset'
-    (forgotten: a resend runs afresh). 409 when it is not abandoned (nothing changed)."""
-    body = _body()
-    return _answer(actions.resolve_abandoned(str(body["key"]), str(body["to"]),
-                                             body.get("reason")))
-
-
 # -- periodic schedules ---------------------------------------------------------------------
 @bp.get("/schedules")
 @requires("viewer")
 def schedules() -> Response:
     """Periodic schedules: trigger, next and last runs, the last run's outcome, paused."""
     return jsonify({"schedules": _plain(services.get().schedules.list())})
-
-
-@bp.post("/schedules/<name>/pause")
-@requires("operator", "schedules.pause")
-@doc(body=REASON)
-def schedule_pause(name: str) -> Response:
-    """Pause a schedule: its ticks are skipped (not caught up on resume)."""
-    return _answer(actions.schedule_pause(name, True, _body().get("reason")))
-
-
-@bp.post("/schedules/<name>/resume")
-@requires("operator", "schedules.resume")
-@doc(body=REASON)
-def schedule_resume(name: str) -> Response:
-    """Resume a paused schedule from its next tick."""
-    return _answer(actions.schedule_pause(name, False, _body().get("reason")))
-
-
-@bp.post("/schedules/<name>/run-now")
-@requires("operator", "schedules.run_now")
-@doc(body=REASON)
-def schedule_run_now(name: str) -> Response:
-    """Enqueue one run of the schedule's job now (its ticks are unchanged)."""
-    return _answer(actions.schedule_run_now(name, _body().get("reason")))
 
 
 BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
@@ -444,34 +301,6 @@ def bulk_start(queue: str) -> Response:
     flt = dead_filter(body, svc.clock())
     return _answer(actions.bulk_start(check_queue(queue), flt, rate, maximum,
                                       body.get("reason")))
-
-
-def _task_change(queue: str, task_id: str, op: str) -> Response:
-    return _answer(actions.bulk_change(check_queue(queue), task_id, op, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/replays/<task_id>/pause")
-@requires("operator", "dlq.bulk_replay.pause")
-@doc(body=REASON)
-def bulk_pause(queue: str, task_id: str) -> Response:
-    """Pause a running bulk replay."""
-    return _task_change(queue, task_id, "pause")
-
-
-@bp.post("/queues/<queue>/replays/<task_id>/resume")
-@requires("operator", "dlq.bulk_replay.resume")
-@doc(body=REASON)
-def bulk_resume(queue: str, task_id: str) -> Response:
-    """Resume a paused bulk replay."""
-    return _task_change(queue, task_id, "resume")
-
-
-@bp.post("/queues/<queue>/replays/<task_id>/cancel")
-@requires("operator", "dlq.bulk_replay.cancel")
-@doc(body=REASON)
-def bulk_cancel(queue: str, task_id: str) -> Response:
-    """Cancel a bulk replay."""
-    return _task_change(queue, task_id, "cancel")
 
 
 @bp.post("/queues/<queue>/dead/replay-now")
@@ -591,43 +420,6 @@ def pauses() -> Response:
     return jsonify({"paused": _plain(svc.pauses.all()), "as_of": svc.clock()})
 
 
-@bp.post("/queues/<queue>/pause")
-@requires("operator", "queue.pause")
-@doc(body=PAUSE_BODY)
-def pause(queue: str) -> Response:
-    """Pause a queue (or one job type with ``type``): workers reserve none of its jobs."""
-    body = _body()
-    return _answer(actions.pause(check_queue(queue), _job_type(body), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/resume")
-@requires("operator", "queue.resume")
-@doc(body=PAUSE_BODY)
-def resume(queue: str) -> Response:
-    """Resume a paused queue (or job type); parked jobs go back to the ready list."""
-    body = _body()
-    return _answer(actions.resume(check_queue(queue), _job_type(body), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/delete")
-@requires("operator", "job.delete")
-@doc(body=REASON)
-def delete_job(queue: str, job_id: str) -> Response:
-    """Delete one ready or scheduled job; 409 when it is running, dead, done or gone."""
-    return _answer(actions.delete_job(check_queue(queue), job_id, _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
-@requires("operator", "job.cancel")
-@doc(body={"to": "string", **REASON})
-def cancel_job(queue: str, job_id: str) -> Response:
-    """Stop a running job: ``to`` 'dlq' (default; reason 'cancelled by NAME') or 'discard';
-    409 when the job is not running."""
-    body = _body()
-    return _answer(actions.cancel_job(check_queue(queue), job_id, str(body.get("to") or "dlq"),
-                                      body.get("reason")))
-
-
 @bp.get("/queues/<queue>/purge/count")
 @requires("viewer")
 @doc(query={**PURGE_Q, "count_cursor": "string"})
@@ -649,49 +441,6 @@ def purges(queue: str) -> Response:
     """Purge tasks of a queue, newest first, with their progress."""
     tasks = services.get().bulk.list(check_queue(queue), kind="purge")
     return jsonify({"tasks": [t.to_dict() for t in tasks]})
-
-
-@bp.post("/queues/<queue>/purges")
-@requires("operator", "purge.start")
-@doc(body={**PURGE_Q, "rate": "number", "maximum": "integer", "confirm": "string", **REASON},
-     required=("rate", "confirm"))
-def purge_start(queue: str) -> Response:
-    """Start a paced purge of the filtered set; ``confirm`` is the dry-run count or 'purge'."""
-    body = _body()
-    try:
-        rate, maximum = float(body["rate"]), int(body.get("maximum") or 1_000_000)
-    except (KeyError, TypeError, ValueError):
-        abort(400, "rate (jobs/s) is a required number; maximum an integer")
-    return _answer(actions.purge_start(check_queue(queue), purge_filter(body, check=False),
-                                       rate, maximum,
-                                       str(body.get("confirm", "")), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/purges/<task_id>/pause")
-@requires("operator", "purge.pause")
-@doc(body=REASON)
-def purge_pause(queue: str, task_id: str) -> Response:
-    """Pause a running purge."""
-    return _answer(actions.purge_change(check_queue(queue), task_id, "pause",
-                                        _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/purges/<task_id>/resume")
-@requires("operator", "purge.resume")
-@doc(body=REASON)
-def purge_resume(queue: str, task_id: str) -> Response:
-    """Resume a paused purge."""
-    return _answer(actions.purge_change(check_queue(queue), task_id, "resume",
-                                        _body().get("reason")))
-
-
-@bp.post("/queues/<queue>/purges/<task_id>/cancel")
-@requires("operator", "purge.cancel")
-@doc(body=REASON)
-def purge_cancel(queue: str, task_id: str) -> Response:
-    """Cancel a purge (what it removed stays removed)."""
-    return _answer(actions.purge_change(check_queue(queue), task_id, "cancel",
-                                        _body().get("reason")))
 
 
 # -- the OpenAPI document ---------------------------------------------------------------------

@@ -6,56 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
-from flask.typing import ResponseReturnValue
+from flask import Blueprint, abort, request
 
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Tally
 from antre.observe.readmodels import DeadFilter, PauseInfo
 
-from . import actions, services
-from .common import arg_int, check_queue, is_htmx, queue_arg, render, safe_next
+from . import services
+from .common import is_htmx, queue_arg, render
 from .security import requires
 
 bp = Blueprint("control", __name__)
 
 
-def _flash(result: actions.Result) -> None:
-    flash(result.message, "ok" if result.ok else "error")
-
-
 def _type_arg(src: Any) -> str | None:
     value = (src.get("type") or "").strip()
     return value or None
-
-
-@bp.post("/queues/<queue>/pause")
-@requires("operator", "queue.pause")
-def pause(queue: str) -> ResponseReturnValue:
-    _flash(actions.pause(check_queue(queue), _type_arg(request.form), request.form.get("reason")))
-    return redirect(safe_next(url_for("overview.index")), code=303)
-
-
-@bp.post("/queues/<queue>/resume")
-@requires("operator", "queue.resume")
-def resume(queue: str) -> ResponseReturnValue:
-    _flash(actions.resume(check_queue(queue), _type_arg(request.form),
-                          request.form.get("reason")))
-    return redirect(safe_next(url_for("overview.index")), code=303)
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/delete")
-@requires("operator", "job.delete")
-def delete_job(queue: str, job_id: str) -> ResponseReturnValue:
-    _flash(actions.delete_job(check_queue(queue), job_id, request.form.get("reason")))
-    return redirect(safe_next(url_for("scheduled.index", queue=queue)), code=303)
-
-
-@bp.post("/queues/<queue>/jobs/<job_id>/cancel")
-@requires("operator", "job.cancel")
-def cancel_job(queue: str, job_id: str) -> ResponseReturnValue:
-    _flash(actions.cancel_job(check_queue(queue), job_id, request.form.get("to") or "dlq",
-                              request.form.get("reason")))
-    return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)
 
 
 # -- purge ------------------------------------------------------------------------------------
@@ -129,43 +94,6 @@ def purge_page() -> str:
                   dry_run=tally.matched if tally else 0,
                   queues=svc.reads.queue_names(), types=svc.reads.dead_types(queue),
                   tasks=svc.bulk.list(queue, kind="purge"), as_of=svc.clock())
-
-
-@bp.post("/purge/<queue>/start")
-@requires("operator", "purge.start")
-def purge_start(queue: str) -> ResponseReturnValue:
-    flt = purge_filter(request.form, check=False)
-    try:
-        rate = float(request.form.get("rate") or 0)
-    except ValueError:
-        abort(400, "rate must be a number of jobs per second")
-    maximum = arg_int("maximum", 1_000_000, 0, src=request.form)
-    _flash(actions.purge_start(check_queue(queue), flt, rate, maximum,
-                               request.form.get("confirm", ""), request.form.get("reason")))
-    return redirect(url_for("control.purge_page", queue=queue, **_purge_args(flt)), code=303)
-
-
-def _purge_change(queue: str, task_id: str, op: str) -> ResponseReturnValue:
-    _flash(actions.purge_change(check_queue(queue), task_id, op, request.form.get("reason")))
-    return redirect(url_for("control.purge_page", queue=queue), code=303)
-
-
-@bp.post("/purge/<queue>/<task_id>/pause")
-@requires("operator", "purge.pause")
-def purge_pause(queue: str, task_id: str) -> ResponseReturnValue:
-    return _purge_change(queue, task_id, "pause")
-
-
-@bp.post("/purge/<queue>/<task_id>/resume")
-@requires("operator", "purge.resume")
-def purge_resume(queue: str, task_id: str) -> ResponseReturnValue:
-    return _purge_change(queue, task_id, "resume")
-
-
-@bp.post("/purge/<queue>/<task_id>/cancel")
-@requires("operator", "purge.cancel")
-def purge_cancel(queue: str, task_id: str) -> ResponseReturnValue:
-    return _purge_change(queue, task_id, "cancel")
 
 
 def paused_banners() -> list[PauseInfo]:

@@ -14,8 +14,6 @@ from antre.control.retention import Retention
 from . import actions, find, services
 from .common import (
     WINDOWS_MS,
-    answer,
-    selected_ids,
     arg_int,
     check_queue,
     dead_filter,
@@ -85,41 +83,6 @@ def _flash(result: actions.Result) -> None:
     flash(result.message, "ok" if result.ok else "error")
 
 
-@bp.post("/<queue>/<job_id>/replay")
-@requires("operator", "dlq.replay")
-def replay(queue: str, job_id: str) -> Response:
-    _flash(actions.replay_one(check_queue(queue), job_id, request.form.get("reason")))
-    return _back(queue)
-
-
-@bp.post("/<queue>/<job_id>/discard")
-@requires("operator", "dlq.discard")
-def discard(queue: str, job_id: str) -> Response:
-    _flash(actions.discard_one(check_queue(queue), job_id, request.form.get("reason")))
-    return _back(queue)
-
-
-@bp.post("/<queue>/selected")
-@requires("operator", "dlq.selected")
-def selected(queue: str) -> str | Response:
-    """Replay or discard the ticked rows: one audit entry per job, one answer for all."""
-    check_queue(queue)
-    op = request.form.get("op")
-    if op not in ("replay", "discard"):
-        abort(400, "op must be 'replay' or 'discard'")
-    ids = selected_ids(actions.MAX_SELECTED)
-    reason = request.form.get("reason")
-    if op == "replay":
-        result = actions.each_selected("replayed", ids,
-                                       lambda i: actions.replay_one(queue, i, reason))
-    else:
-        result = actions.each_selected("discarded", ids,
-                                       lambda i: actions.discard_one(queue, i, reason))
-    return answer(result, lambda r: render("_dlq.html", "_dlq.html", outcome=r,
-                                           **dlq_data(queue, request.form)),
-                  safe_next(url_for("dlq.index", queue=queue)))
-
-
 @bp.post("/<queue>/bulk")
 @requires("operator", "dlq.bulk_replay.start")
 def bulk_start(queue: str) -> Response:
@@ -136,30 +99,18 @@ def bulk_start(queue: str) -> Response:
     return _back(queue)
 
 
-def _bulk_change(queue: str, task_id: str, op: str) -> str | Response:
-    result = actions.bulk_change(check_queue(queue), task_id, op, request.form.get("reason"))
+def selection_partial(path: dict[str, Any], result: actions.Result) -> str:
+    """The DLQ table after an action on its ticked rows (its filter and page from the form)."""
+    return render("_dlq.html", "_dlq.html", outcome=result, **dlq_data(path["queue"],
+                                                                        request.form))
+
+
+def bulk_partial(path: dict[str, Any], result: actions.Result) -> str:
+    """The bulk tasks' piece of the DLQ page with ``result`` shown in place (htmx)."""
     svc = services.get()
-    return answer(result, lambda r: render("_bulk.html", "_bulk.html", queue=queue, outcome=r,
-                                           tasks=svc.bulk.list(queue), as_of=svc.clock()),
-                  safe_next(url_for("dlq.index", queue=queue)))
-
-
-@bp.post("/<queue>/bulk/<task_id>/pause")
-@requires("operator", "dlq.bulk_replay.pause")
-def bulk_pause(queue: str, task_id: str) -> str | Response:
-    return _bulk_change(queue, task_id, "pause")
-
-
-@bp.post("/<queue>/bulk/<task_id>/resume")
-@requires("operator", "dlq.bulk_replay.resume")
-def bulk_resume(queue: str, task_id: str) -> str | Response:
-    return _bulk_change(queue, task_id, "resume")
-
-
-@bp.post("/<queue>/bulk/<task_id>/cancel")
-@requires("operator", "dlq.bulk_replay.cancel")
-def bulk_cancel(queue: str, task_id: str) -> str | Response:
-    return _bulk_change(queue, task_id, "cancel")
+    queue = path["queue"]
+    return render("_bulk.html", "_bulk.html", queue=queue, outcome=result,
+                  tasks=svc.bulk.list(queue), as_of=svc.clock())
 
 
 @bp.post("/<queue>/discard-filtered")

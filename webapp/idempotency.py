@@ -1,14 +1,14 @@
 """Idempotency lookup: a key's status, stored result, fence and timestamps; an abandoned
-record (stuck in processing, no job left) says so, and an operator resolves it here."""
+record (stuck in processing, no job left) says so, and an operator resolves it here (the
+table of actions' ``idempotency.resolve``, routes in ``table_routes``)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, flash, redirect, request, url_for
-from werkzeug.wrappers import Response
+from flask import Blueprint, request
 
 from antre.observe.finder import Finder
 
-from . import actions, services
+from . import services
 from .common import render
 from .security import requires
 
@@ -29,12 +29,3 @@ def index() -> str:
                   counts=counts, as_of=svc.clock(), abandoned=abandoned)
 
 
-@bp.post("/resolve")
-@requires("operator", "idempotency.resolve")
-def resolve() -> Response:
-    """Mark an abandoned record failed, or reset it (the form under its banner)."""
-    key = (request.form.get("key") or "")[:500]
-    result = actions.resolve_abandoned(key, request.form.get("to", ""),
-                                       request.form.get("reason"))
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(url_for("idempotency.index", key=key), code=303)

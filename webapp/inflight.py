@@ -4,21 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
-from werkzeug.wrappers import Response
+from flask import Blueprint, abort, request
 
 from . import actions, find, services
-from .common import (
-    answer,
-    arg_int,
-    check_queue,
-    lease_ref,
-    page_args,
-    queue_arg,
-    render,
-    safe_next,
-    selected_ids,
-)
+from .common import page_args, queue_arg, render
 from .security import requires
 
 bp = Blueprint("inflight", __name__, url_prefix="/inflight")
@@ -54,38 +43,9 @@ def index() -> str:
                   **inflight_data(queue, *page_args(), sort=sort))
 
 
-@bp.post("/<queue>/selected")
-@requires("operator", "inflight.selected")
-def selected(queue: str) -> str | Response:
-    """Extend the leases of the ticked rows by ``seconds``, or cancel them (``op=cancel``, to
-    ``to``): one audit entry per job."""
-    check_queue(queue)
-    op = request.form.get("op", "extend")
-    if op not in ("extend", "cancel"):
-        abort(400, "op must be 'extend' or 'cancel'")
-    rows = [lease_ref(v) for v in selected_ids(actions.MAX_SELECTED)]
-    seconds = arg_int("seconds", 0, 0, src=request.form)
-    reason = request.form.get("reason")
-    by_id = {job_id: epoch for epoch, job_id in rows}
-    if op == "cancel":  # incident controls: one audit entry (job.cancel) per job
-        to = request.form.get("to") or "dlq"
-        result = actions.each_selected("asked to stop", list(by_id),
-                                       lambda i: actions.cancel_job(queue, i, to, reason))
-    else:
-        result = actions.each_selected(
-            "extended", list(by_id),
-            lambda i: actions.extend(queue, i, by_id[i], seconds, reason))
-    return answer(result, lambda r: render("_inflight.html", "_inflight.html", outcome=r,
-                                           **inflight_data(queue, *page_args(src=request.form))),
-                  url_for("inflight.index", queue=queue))
 
 
-@bp.post("/<queue>/<job_id>/extend")
-@requires("operator", "inflight.extend")
-def extend(queue: str, job_id: str) -> Response:
-    check_queue(queue)
-    epoch = arg_int("epoch", -1, -1, src=request.form)
-    seconds = arg_int("seconds", 0, 0, src=request.form)
-    result = actions.extend(queue, job_id, epoch, seconds, request.form.get("reason"))
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(safe_next(url_for("inflight.index", queue=queue)), code=303)
+def selection_partial(path: dict[str, Any], result: actions.Result) -> str:
+    """The in-flight table after an action on its ticked rows (its page from the form)."""
+    return render("_inflight.html", "_inflight.html", outcome=result,
+                  **inflight_data(path["queue"], *page_args(src=request.form)))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, flash, redirect, request, url_for
+from flask import Blueprint
 from sqlalchemy.exc import SQLAlchemyError
-from werkzeug.wrappers import Response
 
 
-from . import actions, services
+from . import services
 from .common import render
-from .security import audit, requires
+from .security import requires
 
 bp = Blueprint("locks", __name__, url_prefix="/locks")
 
@@ -46,18 +45,3 @@ def index() -> str:
     return render("locks.html", "_locks.html", **locks_data())
 
 
-@bp.post("/release")
-@requires("operator", "locks.release")
-def release() -> Response:
-    key = request.form.get("key", "")
-    confirm = (request.form.get("confirm") or "").strip()
-    if confirm != key and confirm.lower() != "release":
-        result = actions.Result(False, f"not confirmed: type the lock key ({key}) or the word "
-                                       "'release'; nothing was changed", 400)
-        audit("locks.release", key, "refused", request.form.get("reason"),
-                      {"message": result.message})
-    else:
-        result = actions.release_lock(key, request.form.get("token", ""),
-                                      request.form.get("reason"))
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(url_for("locks.index"), code=303)

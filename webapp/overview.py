@@ -6,16 +6,15 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from flask import Blueprint, flash, redirect, request, url_for
+from flask import Blueprint, request
 from sqlalchemy.exc import SQLAlchemyError
-from werkzeug.wrappers import Response
 
 from antre.observe import sampling
 from antre.observe.readmodels import StatusSummary
 from antre.observe.status import status_summary
 
-from . import actions, services
-from .common import WINDOWS_MS, check_queue, render, safe_next
+from . import services
+from .common import WINDOWS_MS, check_queue, render
 from .security import requires
 
 bp = Blueprint("overview", __name__)
@@ -184,9 +183,3 @@ def charts() -> str:
                   **chart_data(queue, window))
 
 
-@bp.post("/flow/breakers/<name>/reset")
-@requires("operator", "flow.reset_breaker")
-def reset_breaker(name: str) -> Response:
-    result = actions.reset_breaker(name, request.form.get("reason"))
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(safe_next(url_for("overview.index")), code=303)

@@ -1,14 +1,14 @@
-"""Scheduled retries: next attempt, attempt/max, last error; run now."""
+"""Scheduled retries: next attempt, attempt/max, last error. Run now and delete (one job or
+the ticked rows) are the table of actions' (``antre/actions.py``, routes in ``table_routes``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
-from werkzeug.wrappers import Response
+from flask import Blueprint, request
 
 from . import actions, services
-from .common import answer, check_queue, page_args, queue_arg, render, safe_next, selected_ids
+from .common import page_args, queue_arg, render
 from .security import requires
 
 bp = Blueprint("scheduled", __name__, url_prefix="/scheduled")
@@ -27,30 +27,8 @@ def _page(queue: str, outcome: actions.Result | None = None, src: Any = None) ->
                   as_of=page.as_of, queues=svc.reads.queue_names())
 
 
-@bp.post("/<queue>/selected")
-@requires("operator", "scheduled.selected")
-def selected(queue: str) -> str | Response:
-    """Run the ticked retries now, or delete them: one audit entry per job."""
-    check_queue(queue)
-    op = request.form.get("op", "run_now")
-    if op not in ("run_now", "delete"):
-        abort(400, "op must be 'run_now' or 'delete'")
-    ids = selected_ids(actions.MAX_SELECTED)
-    reason = request.form.get("reason")
-    if op == "delete":  # incident controls: one audit entry (job.delete) per job
-        result = actions.each_selected("deleted", ids,
-                                       lambda i: actions.delete_job(queue, i, reason))
-    else:
-        result = actions.each_selected("moved to the ready list", ids,
-                                       lambda i: actions.run_now(queue, i, reason))
-    return answer(result, lambda r: _page(queue, r, request.form),
-                  url_for("scheduled.index", queue=queue))
 
 
-@bp.post("/<queue>/<job_id>/run-now")
-@requires("operator", "scheduled.run_now")
-def run_now(queue: str, job_id: str) -> Response:
-    check_queue(queue)
-    result = actions.run_now(queue, job_id, request.form.get("reason"))
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(safe_next(url_for("scheduled.index", queue=queue)), code=303)
+def selection_partial(path: dict[str, Any], result: actions.Result) -> str:
+    """The scheduled table after an action on its ticked rows (its page from the form)."""
+    return _page(path["queue"], result, request.form)

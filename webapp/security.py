@@ -64,6 +64,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response as BaseResponse
 
+from antre.actions import Actor, record
 from antre.stores.logins import LoginThrottle
 from antre.stores.users import UserInfo, normalise_name, role_at_least
 
@@ -392,8 +393,9 @@ def audit(action: str, target: str | None, outcome: str, reason: str | None = No
     who = user or current_user()
     svc = services.get()
     try:
-        svc.audit.record(who.name if who else "(anonymous)", who.role if who else None, action,
-                         target, reason or None, outcome, detail, client_addr())
+        who_acted = Actor(who.name if who else "(anonymous)", who.role if who else None,
+                          "dashboard", client_addr())
+        record(svc.audit, who_acted, action, target, reason or None, outcome, detail)
         svc.outages.ok("database")
     except SQLAlchemyError as exc:
         svc.outages.failed("database")

@@ -158,6 +158,43 @@ def test_status_shows_who_paused_what(env, capsys):
     assert f"paused: charge by {ACTOR}" in capsys.readouterr().out
 
 
+def test_job_replay_and_discard_of_one_dead_job_come_from_the_table(env, capsys):
+    q = env.queue("billing")
+    for key in ("k1", "k2"):
+        q.enqueue("charge", {}, idempotency_key=key)
+    a, b = q.reserve("w", 2)
+    for job in (a, b):
+        q.bury(job, reason="card declined", error="declined")
+    assert main(["job", "replay", "billing", a.id, "--reason", "card fixed"]) == 0
+    assert "replayed: back in the ready list" in capsys.readouterr().out
+    assert q.where(a.id) == ["ready"]
+    assert main(["job", "replay", "billing", a.id]) == 1
+    assert "error: job" in capsys.readouterr().err and q.where(a.id) == ["ready"]
+    assert main(["job", "discard", "billing", b.id, "--reason", "dup"]) == 0
+    assert q.get(b.id) is None
+    assert audited(env, "dlq.replay") == [(ACTOR, "refused", ""), (ACTOR, "ok", "card fixed")]
+    assert audited(env, "dlq.discard") == [(ACTOR, "ok", "dup")]
+
+
+def test_task_commands_pick_the_bulk_replay_or_the_purge_entry_by_the_tasks_kind(env, capsys):
+    q = env.queue("billing")
+    q.enqueue("charge", {}, idempotency_key="k1")
+    (job,) = q.reserve("w")
+    q.bury(job, reason="declined")
+    q.enqueue("charge", {}, idempotency_key="k2")
+    assert main(["bulk-replay", "billing", "--rate", "1", "--maximum", "5"]) == 0
+    assert main(["purge", "billing", "--confirm", "1", "--rate", "1"]) == 0
+    capsys.readouterr()
+    assert main(["tasks", "billing", "--json"]) == 0
+    ids = {t["kind"]: t["id"] for t in json.loads(capsys.readouterr().out)}
+    assert main(["task", "pause", "billing", ids["replay"], "--reason", "slow down"]) == 0
+    assert "bulk replay" in capsys.readouterr().out
+    assert main(["task", "pause", "billing", ids["purge"]]) == 0
+    assert f"purge {ids['purge']}: paused" in capsys.readouterr().out
+    assert audited(env, "dlq.bulk_replay.pause") == [(ACTOR, "ok", "slow down")]
+    assert audited(env, "purge.pause") == [(ACTOR, "ok", "")]
+
+
 def _abandoned(app: Antre, key: str) -> str:
     """A record whose delivery began its effect, whose lease has run out, and whose job Redis
     lost (deleted with every trace of it, as after a data loss)."""

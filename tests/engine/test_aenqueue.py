@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from helpers import run_async
 
 from antre import Antre, InvalidJob
 from antre.engine.keys import QueueKeys, queues_index
@@ -16,7 +15,7 @@ def calls(r, name: str) -> int:
 
 
 def run(coro):
-    return asyncio.run(coro)
+    return run_async(coro)
 
 
 async def _closing(app: Antre, coro):

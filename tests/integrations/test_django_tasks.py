@@ -4,7 +4,6 @@ a real Redis, real SQLite for the idempotency store, a real in-process worker (`
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from antre_django.compat import (SUCCESSFUL, InvalidTask, TaskResultDoesNotExist
 from antre_django.jobs import DjangoAntre
 from antre_django.worker import make_app
 from antre_worker.executor import WorkerProcess
-from helpers import REPO
+from helpers import REPO, run_async
 
 from djshop import tasks
 
@@ -221,7 +220,7 @@ def test_aenqueue_enqueues_on_redis_asyncio(on_antre, clock):
         backend().antre._aredis = None
         return result.id
 
-    result_id = asyncio.run(produce())
+    result_id = run_async(produce())
     run_worker(clock)
     assert tasks.add.get_result(result_id).return_value == 9
 

@@ -1,0 +1,761 @@
+"""The table of operator actions: each change an operator makes (pause, cancel, extend,
+release, ...) declared once, with its audit name, minimum role, arguments (typed, with help
+text), target and ``run`` against the core objects. The dashboard's HTML route, its JSON API
+route with the OpenAPI entry (``webapp/table_routes.py``) and the ``antre`` subcommand
+(``antre_cli/incident.py``) are all built from ``TABLE``: a new action is one ``Action`` in it.
+
+This module knows no Flask and no argparse; a surface parses its input into ``Args`` (with
+``parse``), runs the action with ``Ops`` and the ``Actor`` who asked, and writes the audit
+entry with ``record``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+
+from antre.app import Antre
+from antre.clock import Clock
+from antre.control.abandoned import RESOLUTIONS, AbandonedRecords, ResolveError
+from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
+from antre.control.cancel import CancelError, Cancels
+from antre.control.pause import PauseError, Pauses, unknown_target
+from antre.control.periodic import Schedules
+from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
+from antre.engine.locks import Locks
+from antre.errors import LeaseLost
+from antre.limits.flow import FlowControl
+from antre.observe.finder import Finder
+from antre.observe.readmodels import PauseInfo, ReadModels
+from antre.stores.audit import AuditLog
+from antre.stores.idempotency import IdempotencyStore
+
+MAX_EXTEND_S = 24 * 3600
+MAX_REASON_CHARS = 2000
+# the CLI's help for the positionals that come from a path
+PATH_HELP = {"queue": "the queue", "job_id": "the job's id", "name": "its name",
+             "task_id": "the task's id (see: antre tasks QUEUE)"}
+
+Args = dict[str, Any]
+
+
+@dataclass
+class Result:
+    """What came of an action: the message the operator reads, the HTTP status the API
+    answers, and the figures written to the audit entry."""
+    ok: bool
+    message: str
+    status: int = 200
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "message": self.message, **self.detail}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acted: a dashboard user (``via='dashboard'``) or ``cli:NAME`` (``via='cli'``)."""
+    name: str
+    role: str | None
+    via: str = "dashboard"
+    remote_addr: str = ""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of an action. Path parameters (``<queue>`` in ``api``) are positionals on
+    the CLI; the others are JSON body / form fields and ``--options``."""
+    name: str
+    kind: type = str  # str, int or float
+    help: str = ""
+    required: bool = False
+    default: Any = None
+    cli_default: Any = None
+    cli_required: bool = False
+    positional: bool = False  # a positional on the CLI although not in the URL path
+    strip: bool = True  # text: leading and trailing blanks dropped
+    choices: tuple[str, ...] = ()  # offered by the CLI; the action checks the value itself
+
+
+@dataclass(frozen=True)
+class Html:
+    """The dashboard's form route: POST ``path`` (endpoint ``endpoint``), flash the message,
+    redirect (303) to ``back`` (or the form's local ``next``). ``confirm``: the form must
+    carry ``confirm`` equal to the value of that parameter or the given word."""
+    path: str
+    endpoint: str
+    back: str
+    follow_next: bool = True
+    confirm: tuple[str, str, str] | None = None  # (parameter, what it is, the word)
+    partial: str | None = None  # for htmx: the refreshed piece of page (webapp's PARTIALS)
+    back_args: Callable[[Args], dict[str, Any]] | None = None  # ``back``'s URL arguments
+
+
+class BadInput(ValueError):
+    """An argument is missing or not of its kind: a 400 / exit status 1 naming it."""
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str  # the audit action name
+    role: str
+    summary: str  # one line: the OpenAPI summary and the CLI help
+    api: str  # the JSON API path under /api, e.g. /queues/<queue>/pause
+    api_name: str  # the API endpoint name (``api.<api_name>``)
+    html: Html
+    cli: tuple[str, ...]  # the CLI words, e.g. ("job", "extend")
+    run: Callable[[Ops, Actor, Args], Result]
+    target: Callable[[Args], str]
+    params: tuple[Param, ...] = ()
+    reason_required_on_cli: bool = False
+    # what the CLI prints on success when its line predates the table (scripts parse it)
+    cli_line: Callable[[Args, Result], str] | None = None
+    # entries sharing CLI words (``antre task pause`` serves bulk replays and purges): the
+    # first whose ``cli_owns`` says yes runs, else the one without ``cli_owns``
+    cli_owns: Callable[[Ops, Args], bool] | None = None
+    cli_help: str | None = None  # the command's help when it is not ``summary``
+    # what ``--dry-run`` prints instead of acting (the CLI adds the flag when it is set)
+    dry_run: Callable[[Ops, Args], Result] | None = None
+
+    @property
+    def path_params(self) -> tuple[str, ...]:
+        return tuple(re.findall(r"<(?:[^:>]+:)?([^>]+)>", self.api))
+
+
+def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any]) -> Args:
+    """The action's arguments from the URL path and a JSON body, form or CLI namespace, each
+    converted to its kind (an absent or empty one is its ``default``; the CLI's defaults are
+    argparse's); a value not of its kind is ``BadInput``."""
+    args: Args = {name: str(path[name]) for name in action.path_params}
+    for p in action.params:
+        raw = body.get(p.name)
+        if raw in (None, ""):  # ``required`` is the API's (OpenAPI) and the CLI's (argparse)
+            raw = p.default
+        args[p.name] = None if raw is None else _convert(p, raw)
+    args["reason"] = str(body.get("reason") or "").strip()[:MAX_REASON_CHARS]
+    return args
+
+
+def _convert(p: Param, raw: Any) -> Any:
+    if p.kind is int:
+        if isinstance(raw, bool) or not re.fullmatch(r"-?\d{1,15}", str(raw).strip()):
+            raise BadInput(f"{p.name} must be a whole number")
+        return int(raw)
+    if p.kind is float:
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(raw, bool) or not math.isfinite(value):
+            raise BadInput(f"{p.name} must be a finite number")
+        return value
+    if p.kind is not str:
+        raise TypeError(f"parameter {p.name}: kind {p.kind.__name__} is not one of str, int, "
+                        "float")
+    return str(raw).strip() if p.strip else str(raw)
+
+
+class Ops:
+    """The core objects an action works with, on one app's Redis and clock."""
+
+    def __init__(self, app: Antre, clock: Clock | None = None,
+                 reads: ReadModels | None = None,
+                 idempotency: IdempotencyStore | None = None) -> None:
+        self.app = app
+        self.clock: Clock = clock or app.clock
+        self.reads = reads or ReadModels(app.redis, self.clock)
+        self._idempotency = idempotency
+
+    @property
+    def redis(self) -> Redis:
+        return self.app.redis
+
+    @property
+    def pauses(self) -> Pauses:
+        return Pauses(self.redis, self.clock, self.app.scripts)
+
+    @property
+    def cancels(self) -> Cancels:
+        return Cancels(self.redis, self.clock, self.app.scripts)
+
+    @property
+    def purger(self) -> Purger:
+        return Purger(self.redis, self.clock, self.app.scripts)
+
+    @property
+    def bulk(self) -> BulkReplays:
+        return BulkReplays(self.redis, self.clock)
+
+    @property
+    def locks(self) -> Locks:
+        return Locks(self.redis, clock=self.clock)
+
+    @property
+    def schedules(self) -> Schedules:
+        return Schedules(self.redis, clock=self.clock, scripts=self.app.scripts)
+
+    @property
+    def flow(self) -> FlowControl:
+        return FlowControl(self.redis, self.clock)
+
+    @property
+    def idempotency(self) -> IdempotencyStore | None:
+        """The dashboard's store, else the app's (None without a database)."""
+        return self._idempotency or self.app.idempotency
+
+    def abandoned(self) -> AbandonedRecords | None:
+        store = self.idempotency
+        if store is None:
+            return None
+        return AbandonedRecords(Finder(self.redis, self.clock, store), store)
+
+    def unknown_target(self, queue: str, job_type: str | None) -> Result | None:
+        """A 400 naming what exists when ``queue`` (or ``job_type`` in it) is not known."""
+        message = unknown_target(self.redis, queue, job_type,
+                                 {n: s.queue for n, s in self.app.handlers.items()},
+                                 self.app.queues())
+        return None if message is None else Result(False, message, 400)
+
+
+# -- the audit entry --------------------------------------------------------------------------
+def outcome_of(result: Result, via: str) -> str:
+    """ok, refused or failed. The dashboard calls a conflict (the state changed, 404/409)
+    failed and bad input or a missing service refused; the CLI answers every unsuccessful
+    request as a refusal (exit status 1)."""
+    if result.ok:
+        return "ok"
+    if via == "cli" or result.status in (400, 403, 503):
+        return "refused"
+    return "failed"
+
+
+def record(log: AuditLog, who: Actor, action: str, target: str | None, reason: str | None,
+           outcome: str, detail: dict[str, Any] | None) -> None:
+    """The one writer of an audit entry for an operator's change, from any surface."""
+    log.record(who.name, who.role, action, target, reason, outcome, detail, who.remote_addr)
+
+
+# -- the actions ------------------------------------------------------------------------------
+def _note(a: Args) -> dict[str, Any] | None:
+    return {"reason": a["reason"]} if a["reason"] else None
+
+
+def _job_target(a: Args) -> str:
+    return f"{a['queue']}/{a['job_id']}"
+
+
+def _pause_target(a: Args) -> str:
+    return a["queue"] if a.get("type") is None else f"{a['queue']}/{a['type']}"
+
+
+def _plain_pause(info: PauseInfo) -> dict[str, Any]:
+    return {"queue": info.queue, "job_type": info.job_type, "by": info.by, "at_ms": info.at_ms,
+            "reason": info.reason}
+
+
+def replay(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, job_id = a["queue"], a["job_id"]
+    before = ops.reads.count_dead(queue)
+    job = ops.reads.job(queue, job_id)
+    spec = ops.app.handlers.get(job.type) if job is not None else None
+    warn = ""
+    if job is not None and spec is not None and not spec.idempotent:
+        warn = (f" Warning: handler '{job.type}' is marked not idempotent; its effects may "
+                "happen twice.")
+    if not ops.app.queue(queue).replay(job_id, who.name, _note(a)):
+        return Result(False, f"job {job_id} is not in the dead-letter queue of {queue} "
+                             "(already replayed or discarded?); nothing was changed", 409,
+                      {"dead_before": before})
+    return Result(True, f"job {job_id} replayed: back in the ready list with its "
+                        f"attempts reset and its idempotency key kept.{warn}", 200,
+                  {"dead_before": before, "dead_after": ops.reads.count_dead(queue)})
+
+
+def discard(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, job_id = a["queue"], a["job_id"]
+    before = ops.reads.count_dead(queue)
+    if not ops.app.queue(queue).discard(job_id, who.name, _note(a)):
+        return Result(False, f"job {job_id} is not in the dead-letter queue of {queue}; "
+                             "nothing was changed", 409, {"dead_before": before})
+    return Result(True, f"job {job_id} discarded", 200,
+                  {"dead_before": before, "dead_after": ops.reads.count_dead(queue)})
+
+
+def pause(ops: Ops, who: Actor, a: Args) -> Result:
+    bad = ops.unknown_target(a["queue"], a["type"])
+    if bad is not None:
+        return bad
+    try:
+        info = ops.pauses.pause(a["queue"], a["type"], who.name, a["reason"])
+    except PauseError as exc:
+        return Result(False, f"{exc}; nothing was changed", 409 if "already" in str(exc)
+                      else 400)
+    return Result(True, f"{info.target} paused: workers reserve none of its jobs until it "
+                        "is resumed (jobs in flight finish)", 200, {"paused": _plain_pause(info)})
+
+
+def resume(ops: Ops, who: Actor, a: Args) -> Result:
+    bad = ops.unknown_target(a["queue"], a["type"])
+    if bad is not None:
+        return bad
+    before = ops.pauses.get(a["queue"], a["type"])
+    try:
+        moved = ops.pauses.resume(a["queue"], a["type"])
+    except PauseError as exc:
+        return Result(False, f"{exc}; nothing was changed", 409)
+    return Result(True, f"{_pause_target(a)} resumed ({moved} parked jobs back in the ready "
+                        "list)", 200,
+                  {"unparked": moved, "was": _plain_pause(before) if before else None})
+
+
+def delete_job(ops: Ops, who: Actor, a: Args) -> Result:
+    try:
+        where = ops.purger.delete(a["queue"], a["job_id"])
+    except PurgeError as exc:
+        return Result(False, str(exc), 409)
+    return Result(True, f"job {a['job_id']} deleted from {where}", 200, {"was": where})
+
+
+def run_now(ops: Ops, who: Actor, a: Args) -> Result:
+    if not ops.app.queue(a["queue"]).run_now(a["job_id"], who.name, _note(a)):
+        return Result(False, f"job {a['job_id']} is no longer scheduled (it already ran or "
+                             "moved); nothing was changed", 409)
+    return Result(True, f"job {a['job_id']} moved to the ready list")
+
+
+def extend(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, job_id, epoch, seconds = a["queue"], a["job_id"], a["epoch"], a["seconds"]
+    if not 1 <= seconds <= MAX_EXTEND_S:
+        return Result(False, f"seconds must be between 1 and {MAX_EXTEND_S}", 400)
+    before = ops.reads.job(queue, job_id)
+    detail = {"epoch": epoch, "seconds": seconds,
+              "deadline_before": before.deadline if before else None}
+    try:
+        deadline = ops.app.queue(queue).extend(job_id, epoch, seconds * 1000, mode="add",
+                                               actor=who.name, note=_note(a))
+    except LeaseLost as exc:
+        return Result(False, "the lease changed under you (job was re-delivered/finished); "
+                             f"nothing was changed. ({exc})", 409, detail)
+    return Result(True, f"lease of job {job_id} extended by {seconds}s", 200,
+                  {**detail, "deadline_after": deadline})
+
+
+def cancel_job(ops: Ops, who: Actor, a: Args) -> Result:
+    try:
+        req = ops.cancels.request(a["queue"], a["job_id"], who.name, a["to"], a["reason"])
+    except CancelError as exc:
+        return Result(False, str(exc), 409 if "not running" in str(exc) else 400)
+    where = "the dead-letter queue" if req.to == "dlq" else "discarded"
+    return Result(True, f"cancel of job {a['job_id']} requested: its worker stops it within "
+                        f"the handler's grace period, then it is {where}", 200, {"to": req.to})
+
+
+def release_lock(ops: Ops, who: Actor, a: Args) -> Result:
+    key, token = a["key"], a["token"] or ""
+    if not token:
+        return Result(False, "the holder token is required", 400)
+    if not ops.locks.release_token(key, token):
+        return Result(False, f"lock {key!r} is no longer held by that token (released, "
+                             "expired or re-taken since); nothing was changed", 409)
+    return Result(True, f"lock {key!r} released", 200, {"token": token})
+
+
+def reset_breaker(ops: Ops, who: Actor, a: Args) -> Result:
+    name = a["name"]
+    flow = ops.flow
+    known = {b.name: b for b in flow.breakers()}
+    if name not in known:
+        return Result(False, f"no circuit breaker named {name!r}; known: "
+                             f"{', '.join(sorted(known)) or 'none'}", 404)
+    state = known[name]
+    flow.breaker(name, state.failure_threshold, state.window_s, state.cooldown_s).reset()
+    return Result(True, f"circuit breaker {name} closed by hand (was {state.state})", 200,
+                  {"before": state.state, "after": "closed"})
+
+
+def _set_schedule_paused(ops: Ops, who: Actor, name: str, paused: bool) -> Result:
+    try:
+        info = ops.schedules.set_paused(name, paused, who.name)
+    except KeyError as exc:
+        return Result(False, str(exc.args[0]), 404)
+    verb = "paused: its ticks are skipped until resumed" if paused else \
+        "resumed: it runs from its next tick (paused ticks are not caught up)"
+    return Result(True, f"schedule {name} {verb}", 200, {"paused": info.paused})
+
+
+def schedule_pause(ops: Ops, who: Actor, a: Args) -> Result:
+    return _set_schedule_paused(ops, who, a["name"], True)
+
+
+def schedule_resume(ops: Ops, who: Actor, a: Args) -> Result:
+    return _set_schedule_paused(ops, who, a["name"], False)
+
+
+def schedule_run_now(ops: Ops, who: Actor, a: Args) -> Result:
+    try:
+        job_id = ops.schedules.run_now(a["name"])
+    except KeyError as exc:
+        return Result(False, str(exc.args[0]), 404)
+    return Result(True, f"schedule {a['name']}: job {job_id} enqueued now (its ticks are "
+                        "unchanged)", 200, {"job_id": job_id})
+
+
+def _schedule_line(verb: str) -> Callable[[Args, Result], str]:
+    def line(a: Args, r: Result) -> str:
+        job = f" (job {r.detail['job_id']})" if "job_id" in r.detail else ""
+        return f"{a['name']}: {verb} done{job}"
+    return line
+
+
+def _task_change(ops: Ops, a: Args, op: str, kind: str) -> Result:
+    """Pause, resume or cancel a paced task; ``kind``: 'replay' (the DLQ's bulk replays, as
+    the DLQ page always did: any task of the queue) or 'purge' (purges only)."""
+    bulk, queue, task_id = ops.bulk, a["queue"], a["task_id"]
+    if kind == "purge" and not _is_purge(ops, a):
+        return Result(False, f"no purge {task_id} in {queue}", 409)
+    change = {"pause": bulk.pause, "resume": bulk.resume, "cancel": bulk.cancel}[op]
+    try:
+        task = change(queue, task_id)
+    except TaskNotFound:
+        return Result(False, f"no bulk replay {task_id} in {queue}", 409)
+    except TaskStateError as exc:
+        return Result(False, str(exc), 409)
+    message = (f"purge {task_id}: {task.state} ({task.replayed} removed)" if kind == "purge"
+               else f"bulk {task.kind} {task_id}: {task.state} (done {task.replayed}, "
+                    f"skipped {task.skipped})")
+    return Result(True, message, 200, {"task": task.to_dict()})
+
+
+def _is_purge(ops: Ops, a: Args) -> bool:
+    task = ops.bulk.get(a["queue"], a["task_id"])
+    return task is not None and task.kind == "purge"
+
+
+def _task_target(a: Args) -> str:
+    return f"{a['queue']}/{a['task_id']}"
+
+
+def _task_controls() -> list[Action]:
+    """Pause, resume and cancel of the DLQ's bulk replays and of purges: six entries, one
+    ``antre task OP QUEUE TASK_ID`` each op (the task's kind picks the entry)."""
+    what = {"pause": "Pause a running {}.", "resume": "Resume a paused {}.",
+            "cancel": "Cancel a {}."}
+    out: list[Action] = []
+    for op in ("pause", "resume", "cancel"):
+        def replay(ops: Ops, who: Actor, a: Args, op: str = op) -> Result:
+            return _task_change(ops, a, op, "replay")
+
+        def purge(ops: Ops, who: Actor, a: Args, op: str = op) -> Result:
+            return _task_change(ops, a, op, "purge")
+        out.append(Action(
+            f"dlq.bulk_replay.{op}", "operator", what[op].format("bulk replay"),
+            f"/queues/<queue>/replays/<task_id>/{op}", f"bulk_{op}",
+            Html(f"/dlq/<queue>/bulk/<task_id>/{op}", f"dlq.bulk_{op}", "dlq.index",
+                 partial="bulk"),
+            ("task", op), replay, _task_target, cli_help=f"{op} a bulk replay or purge"))
+        cancel_note = " (what it removed stays removed)" if op == "cancel" else ""
+        out.append(Action(
+            f"purge.{op}", "operator", what[op].format("purge")[:-1] + cancel_note + ".",
+            f"/queues/<queue>/purges/<task_id>/{op}", f"purge_{op}",
+            Html(f"/purge/<queue>/<task_id>/{op}", f"control.purge_{op}",
+                 "control.purge_page", follow_next=False),
+            ("task", op), purge, _task_target, cli_owns=_is_purge,
+            cli_help=f"{op} a bulk replay or purge"))
+    return out
+
+
+MAX_BULK = 1_000_000
+
+
+def confirmed(typed: str, count: int, word: str) -> bool:
+    """The typed confirmation of a change to ``count`` jobs: the count, or ``word``."""
+    typed = (typed or "").strip()
+    return typed == str(count) or typed.lower() == word
+
+
+def _how_to_confirm(who: Actor, count: int, word: str) -> str:
+    """The confirmation asked for, in the words of the surface the operator is on."""
+    if who.via == "cli":
+        return (f"pass --confirm {count} (the number of matching jobs) or --confirm {word}")
+    return f"type {count} (the number of matching jobs) or the word '{word}'"
+
+
+def purge_filter(a: Args) -> PurgeFilter:
+    field = a["field"] or None
+    return PurgeFilter(source=a["source"], job_type=a["type"], group=a["group"],
+                       older_than_s=a["older_than_s"], field=field,
+                       value=a["value"] if field else None)
+
+
+def _purge_target(a: Args) -> str:
+    return f"{a['queue']} [{purge_filter(a).describe()}]"
+
+
+def _purge_page_args(a: Args) -> dict[str, Any]:
+    flt = purge_filter(a)
+    pairs = (("source", flt.source), ("type", flt.job_type), ("group", flt.group),
+             ("older_than_s", flt.older_than_s), ("field", flt.field), ("value", flt.value))
+    return {k: v for k, v in pairs if v is not None}
+
+
+def purge_dry_run(ops: Ops, a: Args) -> Result:
+    flt = purge_filter(a)
+    try:
+        flt.check()
+    except PurgeError as exc:
+        return Result(False, str(exc), 400)
+    return Result(True, f"{ops.purger.count(a['queue'], flt)} jobs match ({flt.describe()}) "
+                        f"in {a['queue']}")
+
+
+def purge_start(ops: Ops, who: Actor, a: Args) -> Result:
+    """A paced purge of the filtered set, once ``confirm`` is the dry-run count or 'purge'."""
+    queue, flt = a["queue"], purge_filter(a)
+    try:
+        flt.check()
+    except PurgeError as exc:
+        return Result(False, str(exc), 400)
+    bad = ops.unknown_target(queue, None)
+    if bad is not None:
+        return bad
+    count = ops.purger.count(queue, flt)
+    if count == 0:
+        return Result(False, f"no job matches ({flt.describe()}); nothing was changed", 400,
+                      {"dry_run": 0, "filter": flt.describe()})
+    if not confirmed(a["confirm"], count, "purge"):
+        return Result(False, f"not confirmed: {_how_to_confirm(who, count, 'purge')}; nothing "
+                             "was changed", 400, {"dry_run": count, "filter": flt.describe()})
+    try:
+        task = ops.bulk.start_purge(queue, flt, a["rate"], min(a["maximum"], MAX_BULK),
+                                    who.name, a["reason"])
+    except ValueError as exc:
+        return Result(False, str(exc), 400)
+    return Result(True, f"purge {task.id} started: {count} jobs match ({flt.describe()}), "
+                        f"at most {task.maximum} at {task.rate_per_s:g} jobs/s", 200,
+                  {"task": task.to_dict(), "filter": flt.to_dict(), "dry_run": count})
+
+
+def resolve_abandoned(ops: Ops, who: Actor, a: Args) -> Result:
+    """Mark an abandoned idempotency record failed, or reset it (``antre.control.abandoned``);
+    SQL only: a Redis outage does not stop it."""
+    key, to = a["key"], a["to"]
+    records = ops.abandoned()
+    if records is None:
+        return Result(False, "idempotency records live in the database: set "
+                             "ANTRE_DATABASE_URL", 503)
+    try:
+        was = records.resolve(key, to, by=who.name, reason=a["reason"])
+    except ResolveError as exc:
+        return Result(False, str(exc), 409 if to in RESOLUTIONS else 400)
+    done = "marked failed" if to == "failed" else "reset: a resend runs afresh"
+    return Result(True, f"abandoned idempotency record {key!r} {done}", 200,
+                  {"to": to, "job_id": was.job_id, "fence": was.fence,
+                   "abandoned_since_ms": was.since_ms})
+
+
+TYPE = Param("type", help="only this job type")
+TABLE: list[Action] = [
+    Action("dlq.replay", "operator",
+           "Replay one dead job (attempts reset, idempotency key kept).",
+           "/queues/<queue>/jobs/<job_id>/replay", "replay_one",
+           Html("/dlq/<queue>/<job_id>/replay", "dlq.replay", "dlq.index"),
+           ("job", "replay"), replay, _job_target),
+    Action("dlq.discard", "operator", "Discard one dead job.",
+           "/queues/<queue>/jobs/<job_id>/discard", "discard_one",
+           Html("/dlq/<queue>/<job_id>/discard", "dlq.discard", "dlq.index"),
+           ("job", "discard"), discard, _job_target),
+    Action("queue.pause", "operator",
+           "Pause a queue (or one job type with ``type``): workers reserve none of its jobs.",
+           "/queues/<queue>/pause", "pause", Html("/queues/<queue>/pause", "control.pause",
+                                                  "overview.index"),
+           ("pause",), pause, _pause_target, (TYPE,), reason_required_on_cli=True),
+    Action("queue.resume", "operator",
+           "Resume a paused queue (or job type); parked jobs go back to the ready list.",
+           "/queues/<queue>/resume", "resume", Html("/queues/<queue>/resume", "control.resume",
+                                                    "overview.index"),
+           ("resume",), resume, _pause_target, (TYPE,)),
+    Action("job.delete", "operator",
+           "Delete one ready or scheduled job; 409 when it is running, dead, done or gone.",
+           "/queues/<queue>/jobs/<job_id>/delete", "delete_job",
+           Html("/queues/<queue>/jobs/<job_id>/delete", "control.delete_job",
+                "scheduled.index"),
+           ("job", "delete"), delete_job, _job_target),
+    Action("scheduled.run_now", "operator", "Move a scheduled job to the ready list now.",
+           "/queues/<queue>/jobs/<job_id>/run-now", "run_now",
+           Html("/scheduled/<queue>/<job_id>/run-now", "scheduled.run_now", "scheduled.index"),
+           ("job", "run-now"), run_now, _job_target),
+    Action("inflight.extend", "operator",
+           "Extend an in-flight lease by N seconds; 409 if the lease epoch changed.",
+           "/queues/<queue>/jobs/<job_id>/extend", "extend",
+           Html("/inflight/<queue>/<job_id>/extend", "inflight.extend", "inflight.index"),
+           ("job", "extend"), extend, _job_target,
+           (Param("epoch", int, "the lease epoch you saw", required=True, default=-1,
+                  cli_required=True),
+            Param("seconds", int, "how many seconds to add", required=True, default=0,
+                  cli_default=30))),
+    Action("job.cancel", "operator",
+           "Stop a running job: ``to`` 'dlq' (default; reason 'cancelled by NAME') or "
+           "'discard'; 409 when the job is not running.",
+           "/queues/<queue>/jobs/<job_id>/cancel", "cancel_job",
+           Html("/queues/<queue>/jobs/<job_id>/cancel", "control.cancel_job", "inflight.index"),
+           ("job", "cancel"), cancel_job, _job_target,
+           (Param("to", help="where the job goes: dlq or discard", default="dlq",
+                  choices=("dlq", "discard")),)),
+    Action("locks.release", "operator",
+           "Force-release a lock, only if still held by ``token`` (compare-and-delete).",
+           "/locks/release", "release_lock",
+           Html("/locks/release", "locks.release", "locks.index", follow_next=False,
+                confirm=("key", "lock key", "release")),
+           ("lock", "release"), release_lock, lambda a: str(a["key"]),
+           (Param("key", help="the lock key", required=True, default="", positional=True),
+            Param("token", help="the holder token (Locks page / API)", required=True,
+                  default="", cli_required=True))),
+    Action("flow.reset_breaker", "operator",
+           "Close a circuit breaker by hand and forget its failures.",
+           "/flow/breakers/<name>/reset", "reset_breaker",
+           Html("/flow/breakers/<name>/reset", "overview.reset_breaker", "overview.index"),
+           ("breaker", "reset"), reset_breaker, lambda a: str(a["name"])),
+    Action("schedules.pause", "operator",
+           "Pause a schedule: its ticks are skipped (not caught up on resume).",
+           "/schedules/<name>/pause", "schedule_pause",
+           Html("/schedules/<name>/pause", "schedules.pause", "schedules.index"),
+           ("schedules", "pause"), schedule_pause, lambda a: str(a["name"]),
+           cli_line=_schedule_line("pause")),
+    Action("schedules.resume", "operator", "Resume a paused schedule from its next tick.",
+           "/schedules/<name>/resume", "schedule_resume",
+           Html("/schedules/<name>/resume", "schedules.resume", "schedules.index"),
+           ("schedules", "resume"), schedule_resume, lambda a: str(a["name"]),
+           cli_line=_schedule_line("resume")),
+    Action("schedules.run_now", "operator",
+           "Enqueue one run of the schedule's job now (its ticks are unchanged).",
+           "/schedules/<name>/run-now", "schedule_run_now",
+           Html("/schedules/<name>/run-now", "schedules.run_now", "schedules.index"),
+           ("schedules", "run"), schedule_run_now, lambda a: str(a["name"]),
+           cli_line=_schedule_line("run")),
+    Action("purge.start", "operator",
+           "Start a paced purge of the filtered set; ``confirm`` is the dry-run count or "
+           "'purge'.",
+           "/queues/<queue>/purges", "purge_start",
+           Html("/purge/<queue>/start", "control.purge_start", "control.purge_page",
+                follow_next=False, back_args=_purge_page_args),
+           ("purge",), purge_start, _purge_target,
+           (Param("source", help="ready, scheduled or dead", default="ready", choices=SOURCES),
+            Param("type", help="only this job type"),
+            Param("group", help="error group (dead only)"),
+            Param("older_than_s", float, "created more than this many seconds ago"),
+            Param("field", help="top-level payload field ..."),
+            Param("value", help="... equal to this value (as text)", strip=False),
+            Param("rate", float, "jobs per second", required=True, default=0.0,
+                  cli_default=500.0),
+            Param("maximum", int, "at most this many jobs", default=MAX_BULK),
+            Param("confirm", help="the dry-run count, or the word purge", required=True,
+                  default="")),
+           cli_help="remove a filtered set of ready, scheduled or dead jobs (paced; "
+                    "--dry-run counts)", dry_run=purge_dry_run),
+    *_task_controls(),
+    Action("idempotency.resolve", "operator",
+           "Resolve an abandoned idempotency record (stuck in processing, its owner's lease "
+           "expired, no job with its key): ``to`` 'failed' (the result answers failed) or "
+           "'reset' (forgotten: a resend runs afresh). 409 when it is not abandoned (nothing "
+           "changed).",
+           "/idempotency/resolve", "idempotency_resolve",
+           Html("/idempotency/resolve", "idempotency.resolve", "idempotency.index",
+                follow_next=False, back_args=lambda a: {"key": a["key"]}),
+           ("idempotency", "resolve"), resolve_abandoned, lambda a: str(a["key"]),
+           (Param("key", help="the idempotency key", required=True, default="",
+                  positional=True),
+            Param("to", help="failed: result answers failed; reset: forget it, a resend runs "
+                             "afresh", required=True, default="", cli_required=True,
+                  choices=RESOLUTIONS)),
+           reason_required_on_cli=True,
+           cli_help="resolve an abandoned idempotency record (stuck in processing, no job "
+                    "left): --to failed | reset"),
+]
+
+
+def by_name(name: str) -> Action:
+    return next(a for a in TABLE if a.name == name)
+
+
+# -- selections: one table entry over the ticked rows of a page --------------------------------
+@dataclass(frozen=True)
+class SelectOp:
+    """One button of a selection: ``op`` (the form's value) runs the table entry ``action`` for
+    each ticked row; ``api`` / ``api_name`` / ``summary``: its JSON route, when it has one."""
+    op: str
+    action: str
+    verb: str  # "3 jobs <verb>"
+    api: str | None = None
+    api_name: str | None = None
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The action bar of a page's table: POST ``html.path`` with ``ids`` and ``op``, each id
+    run through its entry (one audit entry per job, under the entry's name), one answer for
+    all. A refusal of the whole request (role) is audited as ``name``."""
+    name: str
+    role: str
+    html: Html
+    ops: tuple[SelectOp, ...]
+    default_op: str | None = None  # the op when the form names none (None: op is required)
+    leases: bool = False  # rows are ``<epoch>:<job id>``: the lease the operator saw
+
+    def op(self, name: str) -> SelectOp | None:
+        return next((o for o in self.ops if o.op == name), None)
+
+
+MAX_SELECTED = 500  # rows one selection may act on (a page holds at most 500)
+
+
+def each(verb: str, ids: list[str], one: Callable[[str], Result]) -> Result:
+    """``one`` per selected job (each writes its own audit entry), summed up in one result:
+    ``"3 jobs replayed"``, with what went wrong for the others."""
+    results = [(job_id, one(job_id)) for job_id in ids]
+    done = [job_id for job_id, r in results if r.ok]
+    problems = [r.message for _, r in results if not r.ok]
+    message = f"{_jobs(len(done))} {verb}"
+    if problems:
+        message += f"; {_jobs(len(problems))} not"
+    status = 200 if not problems else max(r.status for _, r in results if not r.ok)
+    return Result(not problems, message, status, {"done": done, "problems": problems})
+
+
+def _jobs(n: int) -> str:
+    return "1 job" if n == 1 else f"{n} jobs"
+
+
+SELECTIONS: list[Selection] = [
+    Selection("dlq.selected", "operator",
+              Html("/dlq/<queue>/selected", "dlq.selected", "dlq.index", partial="dlq"),
+              (SelectOp("replay", "dlq.replay", "replayed",
+                        "/queues/<queue>/selection/replay", "replay_selected",
+                        "Replay the listed dead jobs; ``done`` and ``problems`` say which "
+                        "were and were not."),
+               SelectOp("discard", "dlq.discard", "discarded",
+                        "/queues/<queue>/selection/discard", "discard_selected",
+                        "Discard the listed dead jobs."))),
+    Selection("scheduled.selected", "operator",
+              Html("/scheduled/<queue>/selected", "scheduled.selected", "scheduled.index",
+                   follow_next=False, partial="scheduled"),
+              (SelectOp("run_now", "scheduled.run_now", "moved to the ready list",
+                        "/queues/<queue>/selection/run-now", "run_now_selected",
+                        "Move the listed scheduled jobs to the ready list now."),
+               SelectOp("delete", "job.delete", "deleted")),
+              default_op="run_now"),
+    Selection("inflight.selected", "operator",
+              Html("/inflight/<queue>/selected", "inflight.selected", "inflight.index",
+                   follow_next=False, partial="inflight"),
+              (SelectOp("extend", "inflight.extend", "extended",
+                        "/queues/<queue>/selection/extend", "extend_selected",
+                        "Extend the listed leases (``ids``: ``<epoch>:<job id>``) by N "
+                        "seconds each."),
+               SelectOp("cancel", "job.cancel", "asked to stop")),
+              default_op="extend", leases=True),
+]
