@@ -38,8 +38,9 @@ def test_edit_dry_run_and_replay_from_the_job_page(stack, login):
     screenshot(page, "edit-replay-dry-run")
     assert stack.client.queue().get(job_id).state == "dead"  # a dry run changes nothing
 
-    page.get_by_label("Reason", exact=False).fill("wrong ref typed by support, browser test")
-    page.get_by_role("button", name="Replay with this payload").click()
+    form = page.locator("form.replay-edited")  # offered for exactly what was dry-run
+    form.get_by_label("Reason", exact=False).fill("wrong ref typed by support, browser test")
+    form.get_by_role("button", name="Replay with this payload").click()
     page.locator("dialog#confirm").get_by_role("button", name="Confirm").click()
     expect(page.locator(".flash.ok")).to_contain_text("replayed with the edited payload")
     wait_until("the edited job to run", lambda: good in stack.marks("done"))

@@ -130,8 +130,9 @@ def test_silence_lasts_its_duration_and_holds_back_the_webhook(web):
     assert engine is not None
     entry = web.audit("incident.silence")[0]
     assert (entry.user, entry.outcome, entry.reason) == ("operator", "ok", "known, fix deploying")
-    assert post(op, "/incident/silence", {"id": "dlq_growth|payments-eu", "for": "forever",
-                                          "reason": "x"}).status_code == 400
+    post(op, "/incident/silence", {"id": "dlq_growth|payments-eu", "for": "forever",
+                                   "reason": "x"})
+    assert web.audit("incident.silence")[0].outcome == "refused"
 
 
 def test_an_admin_overrides_a_threshold_for_one_queue(web):
@@ -157,6 +158,20 @@ def test_an_admin_overrides_a_threshold_for_one_queue(web):
     # another queue keeps the default
     other = AlertEngine(web.producer.redis, web.clock, rules=[dlq_growth(1, 300)])
     assert AlertThresholds(web.producer.redis).rules_for(other.rules, "orders") == {}
+
+
+def test_acknowledge_through_the_api_and_the_cli_names(web):
+    from webtools import basic
+    fire_dlq_alert(web)
+    c = web.app.test_client()
+    resp = c.post("/api/incidents/ack", json={"id": "dlq_growth|payments-eu",
+                                              "reason": "api on it"}, headers=basic("operator"))
+    assert resp.status_code == 200 and resp.get_json()["ok"]
+    assert c.get("/api/incidents", headers=basic("viewer")).get_json()["count"] == 0
+    resp = c.post("/api/alerts/thresholds", json={"queue": "payments-eu",
+                                                  "field": "dlq_growth_max", "value": "5"},
+                  headers=basic("operator"))
+    assert resp.status_code == 403
 
 
 def test_a_lease_stuck_past_its_deadline_is_a_critical_incident(web):
