@@ -23,15 +23,19 @@ from antre.app import Antre
 from antre.clock import Clock
 from antre.control.abandoned import RESOLUTIONS, AbandonedRecords, ResolveError
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
+from antre.control import edit
 from antre.control.cancel import CancelError, Cancels
 from antre.control.groups import GroupControl, GroupError
+from antre.control.edit import EditPlan, ReplayEdits
 from antre.control.pause import PauseError, Pauses, unknown_target
 from antre.control.periodic import Schedules
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.engine.locks import Locks
 from antre.errors import LeaseLost
 from antre.limits.flow import FlowControl
+from antre.observe.alerts import AlertQuiet, AlertThresholds
 from antre.observe.finder import Finder
+from antre.observe.incidents import Incident, incident_view
 from antre.observe.readmodels import PauseInfo, ReadModels
 from antre.stores.audit import AuditLog
 from antre.stores.idempotency import IdempotencyStore
@@ -659,6 +663,111 @@ def _group_actions() -> list[Action]:
 
 
 TYPE = Param("type", help="only this job type")
+# -- the incident view and edited replays (issue 25) -------------------------------------------
+#: How long a silence may last (label -> seconds), as the dashboard and the CLI offer it.
+SILENCES = {"15 min": 900, "1 hour": 3600, "4 hours": 14_400, "24 hours": 86_400}
+
+
+def _incident(ops: Ops, incident_id: str) -> Incident | None:
+    iv = incident_view(ops.redis, ops.clock)
+    return next((i for i in iv.open + iv.quiet if i.id == incident_id), None)
+
+
+def _quiet_target(ops: Ops, a: Args) -> Incident | Result:
+    if not a["reason"]:
+        return Result(False, "say why (the reason is required); nothing was changed", 400)
+    inc = _incident(ops, a["id"])
+    if inc is None:
+        return Result(False, f"no open incident {a['id']!r} (it resolved?); nothing was "
+                             "changed", 404)
+    return inc
+
+
+def incident_ack(ops: Ops, who: Actor, a: Args) -> Result:
+    inc = _quiet_target(ops, a)
+    if isinstance(inc, Result):
+        return inc
+    AlertQuiet(ops.redis, ops.clock).ack(inc.id, inc.since, who.name, a["reason"])
+    return Result(True, f"{inc.title} ({inc.queue}) acknowledged until it resolves")
+
+
+def incident_silence(ops: Ops, who: Actor, a: Args) -> Result:
+    if a["for"] not in SILENCES:
+        return Result(False, f"silence for one of: {', '.join(SILENCES)}; nothing was "
+                             "changed", 400)
+    inc = _quiet_target(ops, a)
+    if isinstance(inc, Result):
+        return inc
+    q = AlertQuiet(ops.redis, ops.clock).silence(inc.id, SILENCES[a["for"]], who.name,
+                                                 a["reason"])
+    return Result(True, f"{inc.title} ({inc.queue}) silenced for {a['for']}: its webhook "
+                        "waits until then", 200, {"until_ms": q.until_ms})
+
+
+def incident_reopen(ops: Ops, who: Actor, a: Args) -> Result:
+    if not AlertQuiet(ops.redis, ops.clock).clear(a["id"]):
+        return Result(False, f"{a['id']} was neither acknowledged nor silenced", 404)
+    return Result(True, f"{a['id']} is open again")
+
+
+def alert_threshold(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, name, raw = a["queue"], a["field"], a["value"] or ""
+    if queue not in ops.reads.queue_names():
+        return Result(False, f"no queue named {queue!r}; nothing was changed", 400)
+    try:
+        value = AlertThresholds(ops.redis).set(queue, name, raw)
+    except ValueError as exc:
+        return Result(False, f"{exc}; nothing was changed", 400)
+    said = "the default" if raw == "" else ("off" if value is None else f"{value:g}")
+    return Result(True, f"alert threshold {name} of queue {queue} set to {said}; the next "
+                        "alert check uses it", 200, {"field": name, "value": raw})
+
+
+def edit_plan(ops: Ops, a: Args) -> EditPlan | Result:
+    """The dry run of a replay of ``a['job_id']`` with ``a['payload']`` (JSON text)."""
+    job = ops.reads.job(a["queue"], a["job_id"])
+    if job is None:
+        return Result(False, f"no job {a['job_id']} in queue {a['queue']}", 404)
+    new_key = a["new_key"] or ""
+    store = ops.idempotency
+    record = store.lookup(new_key.strip() or job.idempotency_key) if store else None
+    known = (job.type in ops.app.handlers) if ops.app.handlers else None
+    return edit.plan(a["queue"], job, a["payload"] or "", new_key, record, known,
+                     ReplayEdits(ops.app.queue(a["queue"])).unique(job.id))
+
+
+def replay_edited(ops: Ops, who: Actor, a: Args) -> Result:
+    p = edit_plan(ops, a)
+    if isinstance(p, Result):
+        return p
+    detail = {"diff": "\n".join(p.diff), "new_key": p.new_key, "key": p.key,
+              "reset_failed_key": p.resets_failed}
+    if not a["reason"]:
+        return Result(False, "say why (the reason is required); nothing was changed", 400,
+                      detail)
+    if not p.ok:
+        return Result(False, "refused: " + "; ".join(p.problems) + "; nothing was changed",
+                      400, detail)
+    if ReplayEdits(ops.app.queue(a["queue"])).replay(p, who.name, a["reason"],
+                                                     ops.idempotency) != 1:
+        return Result(False, f"job {p.job_id} is no longer in the dead-letter queue (or a "
+                             "unique job's key cannot change); nothing was changed", 409,
+                      detail)
+    return Result(True, f"job {p.job_id} replayed with the edited payload under key "
+                        f"{p.key}; the original is on its timeline", 200, detail)
+
+
+def replay_edited_dry_run(ops: Ops, a: Args) -> Result:
+    p = edit_plan(ops, a)
+    if isinstance(p, Result):
+        return p
+    lines = ["\n".join(p.diff) or "(no change)",
+             f"key {p.key}: idempotency record {p.record_status or 'none'}"]
+    lines += [f"refused: {problem}" for problem in p.problems]
+    return Result(p.ok, "\n".join(lines), 200 if p.ok else 400,
+                  {"diff": "\n".join(p.diff), "problems": list(p.problems)})
+
+
 TABLE: list[Action] = [
     Action("dlq.replay", "operator",
            "Replay one dead job (attempts reset, idempotency key kept).",
@@ -777,6 +886,55 @@ TABLE: list[Action] = [
            cli_help="resolve an abandoned idempotency record (stuck in processing, no job "
                     "left): --to failed | reset"),
     *_group_actions(),
+    Action("incident.ack", "operator",
+           "Acknowledge an incident until it resolves (who and why are shown and audited).",
+           "/incidents/ack", "incident_ack",
+           Html("/incident/ack", "incident.ack", "incident.index", follow_next=False),
+           ("incident", "ack"), incident_ack, lambda a: str(a["id"]),
+           (Param("id", help="the incident id (GET /api/incidents)", required=True,
+                  default="", positional=True),),
+           reason_required_on_cli=True),
+    Action("incident.silence", "operator",
+           "Silence an incident for a while: it leaves the count and its webhook waits.",
+           "/incidents/silence", "incident_silence",
+           Html("/incident/silence", "incident.silence", "incident.index", follow_next=False),
+           ("incident", "silence"), incident_silence, lambda a: str(a["id"]),
+           (Param("id", help="the incident id (GET /api/incidents)", required=True,
+                  default="", positional=True),
+            Param("for", help="how long", required=True, default="", cli_required=True,
+                  choices=tuple(SILENCES))),
+           reason_required_on_cli=True),
+    Action("incident.unquiet", "operator",
+           "Reopen an acknowledged or silenced incident.",
+           "/incidents/reopen", "incident_reopen",
+           Html("/incident/unquiet", "incident.unquiet", "incident.index", follow_next=False),
+           ("incident", "reopen"), incident_reopen, lambda a: str(a["id"]),
+           (Param("id", help="the incident id", required=True, default="", positional=True),)),
+    Action("alerts.threshold", "admin",
+           "Override an alert threshold for one queue (a number, 'off', or empty: the "
+           "default from the environment or code).",
+           "/alerts/thresholds", "alert_threshold",
+           Html("/incident/thresholds", "incident.threshold", "incident.index",
+                follow_next=False),
+           ("alerts", "threshold"), alert_threshold,
+           lambda a: f"{a['queue']}/{a['field']}",
+           (Param("queue", help="the queue", required=True, default="", positional=True),
+            Param("field", help="the AlertConfig field, e.g. dlq_growth_max", required=True,
+                  default="", positional=True),
+            Param("value", help="a number, off, or empty for the default", default=""))),
+    Action("dlq.replay_edited", "operator",
+           "Replay a dead job with an edited payload (JSON) and optionally a new idempotency "
+           "key; refused for a key whose effect completed unless a new key is given.",
+           "/queues/<queue>/jobs/<job_id>/replay-edited", "replay_edited",
+           Html("/jobs/<queue>/<job_id>/edit/replay", "edit.replay", "find.job",
+                follow_next=False, back_args=lambda a: {"job_id": a["job_id"]}),
+           ("job", "replay-edited"), replay_edited,
+           lambda a: f"{a['queue']}/{a['job_id']}",
+           (Param("payload", help="the new payload, as JSON", required=True, default="",
+                  strip=False),
+            Param("new_key", help="a new idempotency key (empty: keep the job's)",
+                  default="")),
+           reason_required_on_cli=True, dry_run=replay_edited_dry_run),
 ]
 
 

@@ -127,8 +127,8 @@
     var s = Math.round((Date.now() - ms) / 1000), future = s < 0;
     s = Math.abs(s);
     var text;
-    if (s < 5) { return "just now"; }
-    if (s < 60) { text = s + " s"; }
+    if (s < 5 && !future) { return "just now"; }  // a deadline seconds away is not "just now"
+    if (s < 60) { text = (future ? Math.max(1, s) : s) + " s"; }
     else if (s < 3600) { text = Math.floor(s / 60) + " min"; }
     else if (s < 172800) { text = Math.floor(s / 3600) + " h " + pad(Math.floor(s % 3600 / 60)) + " min"; }
     else { text = Math.floor(s / 86400) + " days"; }

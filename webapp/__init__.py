@@ -25,10 +25,13 @@ from . import (
     common,
     control,
     dlq,
+    edit,
+    errors,
     find,
     find_api,
     groups,
     idempotency,
+    incident,
     inflight,
     locks,
     metrics,
@@ -48,6 +51,7 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
               control.bp,  # incident controls: pause, cancel, purge
+              incident.bp, errors.bp, edit.bp,  # incidents, error groups, edited replay
               groups.bp)  # fair-share groups (issue 23)
 
 
@@ -87,6 +91,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     security.install(app)
     common.install(app)
     control.install_globals(app)
+    incident.install_globals(app)
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
     table_routes.install(app)

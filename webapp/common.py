@@ -39,6 +39,7 @@ from antre.observe.readmodels import DeadFilter
 
 from . import services
 from .actions import Result
+from .security import current_user
 from .services import REDIS_ERRORS, redact
 
 DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
@@ -126,7 +127,10 @@ def outage_banners() -> list[str]:
 
 
 def alert_banners() -> list[Any]:
-    """Firing alerts (the rules run in the worker pool's scheduler)."""
+    """Firing alerts (the rules run in the worker pool's scheduler); none before login: they
+    name queues and counts."""
+    if current_user() is None:
+        return []
     svc = services.get()
     try:
         return AlertEngine(svc.redis, svc.clock).active()

@@ -44,6 +44,7 @@ def dlq_data(queue: str, src: Any = None) -> dict[str, Any]:
     return {"queue": queue, "flt": flt, "window": window if window in WINDOWS_MS else "",
             "windows": list(WINDOWS_MS), "page": page, "as_of": page.as_of,
             "fargs": filter_args(flt, window), "groups": svc.reads.error_groups(queue),
+            "filter_name": flt.describe(svc.reads.group_signature(queue, flt.group)),
             "types": svc.reads.dead_types(queue), "dry_run": tally.matched if tally else 0,
             "tally": tally,
             "queues": svc.reads.queue_names(), "tasks": svc.bulk.list(queue),

@@ -68,12 +68,48 @@ TICK_FORMATS = [{"dtickrange": [None, 60_000], "value": "%H:%M:%S"},
                 {"dtickrange": [86_400_000, None], "value": "%b %d"}]
 
 
+GAP_FACTOR = 3  # samples further apart than 3 typical intervals: nobody sampled in between
+MIN_GAP_MS = 60_000
+
+
+def gap_after(xs: list[int]) -> int:
+    """The spacing (ms) beyond which two neighbouring samples have a gap between them: three
+    times the median spacing, at least a minute (0: too few samples to tell)."""
+    steps = sorted(b - a for a, b in pairwise(xs))
+    if not steps:
+        return 0
+    return max(MIN_GAP_MS, GAP_FACTOR * steps[len(steps) // 2])
+
+
+def with_gaps(xs: list[int], traces: list[tuple[str, list[Any]]]
+              ) -> tuple[list[int], list[tuple[str, list[Any]]]]:
+    """``xs`` and each trace with a ``None`` point inside every gap, so Plotly breaks the
+    line there instead of drawing a trend across a stopped period; a per-minute rate right
+    after a gap (spread over the gap) is ``None`` too."""
+    limit = gap_after(xs)
+    if not limit:
+        return xs, traces
+    gaps = {i for i in range(1, len(xs)) if xs[i] - xs[i - 1] > limit}
+    out_x: list[int] = []
+    out_y: list[list[Any]] = [[] for _ in traces]
+    for i, x in enumerate(xs):
+        if i in gaps:
+            out_x.append((xs[i - 1] + x) // 2)
+            for ys in out_y:
+                ys.append(None)
+        out_x.append(x)
+        for ys, (_, values) in zip(out_y, traces):
+            ys.append(values[i])
+    return out_x, [(name, ys) for (name, _), ys in zip(traces, out_y)]
+
+
 def _figure(title: str, samples: list[dict[str, int]], traces: list[tuple[str, list[Any]]],
             markers: list[dict[str, Any]], ytitle: str) -> dict[str, Any]:
-    """A Plotly figure; x values are epoch ms (antre.js shifts them for local time)."""
-    xs = [s["t"] for s in samples]
+    """A Plotly figure; x values are epoch ms (antre.js shifts them for local time). A gap in
+    the samples breaks the lines (``with_gaps``)."""
+    xs, gapped = with_gaps([s["t"] for s in samples], traces)
     data: list[dict[str, Any]] = [{"type": "scatter", "mode": "lines", "name": name, "x": xs,
-                                   "y": ys} for name, ys in traces]
+                                   "y": ys, "connectgaps": False} for name, ys in gapped]
     mx = [m["t"] for m in markers]
     if markers:
         data.append({"type": "scatter", "mode": "markers", "name": "operator actions",
@@ -92,7 +128,8 @@ def _figure(title: str, samples: list[dict[str, int]], traces: list[tuple[str, l
 def _summary(title: str, traces: list[tuple[str, list[Any]]]) -> str:
     """The chart in words (its accessible name): the latest value and the peak of each line."""
     parts = []
-    for name, ys in traces:
+    for name, values in traces:
+        ys = [y for y in values if y is not None]
         if ys:
             parts.append(f"{name} {_num(ys[-1])} now, peak {_num(max(ys))}")
     return f"{title}: " + ("; ".join(parts) if parts else "no samples yet")
@@ -102,11 +139,17 @@ def _num(v: Any) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
-def _diffs(samples: list[dict[str, int]], name: str) -> list[float]:
-    out: list[float] = [0.0]
+def _diffs(samples: list[dict[str, int]], name: str) -> list[float | None]:
+    """Per-minute growth of counter ``name`` between neighbouring samples; None across a gap
+    (the average over a stopped period is no rate anybody saw)."""
+    limit = gap_after([s["t"] for s in samples])
+    out: list[float | None] = [0.0]
     for a, b in pairwise(samples):
         dt = (b["t"] - a["t"]) / 60_000
-        out.append(max(0, b.get(name, 0) - a.get(name, 0)) / dt if dt > 0 else 0.0)
+        if limit and b["t"] - a["t"] > limit:
+            out.append(None)
+        else:
+            out.append(max(0, b.get(name, 0) - a.get(name, 0)) / dt if dt > 0 else 0.0)
     return out
 
 

@@ -263,7 +263,8 @@ class BulkReplays:
         now = self.clock()
         until = now if flt.until_ms is None else min(int(flt.until_ms), now)
         task = self._new(queue, filter_to_dict(flt), until, rate_per_s, maximum, user, reason,
-                         flt.describe(), "replay", self.dry_run(queue, flt))
+                         flt.describe(self.reads.group_signature(queue, flt.group)), "replay",
+                         self.dry_run(queue, flt))
         return self._save(task)
 
     def start_purge(self, queue: str, flt: PurgeFilter, rate_per_s: float, maximum: int,

@@ -301,6 +301,18 @@ def alert_points() -> str:
     return f"{PREFIX}:{{alerts}}:points"
 
 
+def alert_quiet() -> str:
+    """HASH incident id -> JSON acknowledgement or silence ``{kind, by, reason, at, until,
+    episode}`` (``antre/observe/incidents.py``)."""
+    return f"{PREFIX}:{{alerts}}:quiet"
+
+
+def alert_thresholds() -> str:
+    """HASH ``<queue>|<AlertConfig field>`` -> a number or ``off``: an admin's per-queue
+    override of an alert threshold (the environment and code set the defaults)."""
+    return f"{PREFIX}:{{alerts}}:thresholds"
+
+
 def alert_signals() -> str:
     """HASH signal -> value measured by the alert check outside Redis (the outbox's oldest
     unsent row, from SQL), for ``/metrics``."""

@@ -19,8 +19,8 @@ from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
-                       from_fields, from_raw_row, new_entropy, new_values, pack_chunk,
-                       pack_new)
+                       encode_payload, from_fields, from_raw_row, new_entropy, new_values,
+                       pack_chunk, pack_new)
 from antre.errors import InvalidJob, LeaseLost
 from antre.engine.retry import error_signature
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
@@ -495,6 +495,17 @@ class Queue:
             keys=[k.job(job_id), k.dead, k.ready, k.stats, k.timeline(job_id)],
             args=[job_id, self.clock(), k.dead_type_prefix, k.dead_group_prefix, actor,
                   _note(note)]))
+
+    def replay_edited(self, job_id: str, payload: Any, new_key: str = "", actor: str = "",
+                      note: Note = None) -> int:
+        """dead → ready with ``payload`` instead of the job's own (encoded and size-checked
+        here; ``InvalidJob`` if it cannot be stored) and, with ``new_key``, a new idempotency
+        key. 1 replayed, 0 not dead, -1 a unique job's key cannot change."""
+        k = self.keys
+        return int(self.scripts.replay_edited(
+            keys=[k.job(job_id), k.dead, k.ready, k.stats, k.timeline(job_id), k.idem_index],
+            args=[job_id, self.clock(), k.dead_type_prefix, k.dead_group_prefix, actor,
+                  _note(note), encode_payload(payload), new_key]))
 
     def discard(self, job_id: str, actor: str = "", note: Note = None) -> bool:
         """dead → gone; the job's timeline stays ``DISCARDED_TIMELINE_MS`` to say who did it."""

@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - without hiredis, redis-py packs and re
 
 NAMES = (
     "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease",
-    "promote_due", "sweep_expired", "replay", "discard", "run_now", "lock_acquire", "lock_release",
+    "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/limits/flow.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
@@ -110,6 +110,7 @@ class Scripts:
     promote_due: redis.commands.core.Script
     sweep_expired: redis.commands.core.Script
     replay: redis.commands.core.Script
+    replay_edited: redis.commands.core.Script
     discard: redis.commands.core.Script
     run_now: redis.commands.core.Script
     lock_acquire: redis.commands.core.Script

@@ -19,6 +19,10 @@ secret (``ANTRE_ALERT_WEBHOOK_SECRET``) the body is signed: ``X-Antre-Timestamp:
 and ``X-Antre-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">``. The README shows
 how a receiver verifies it.
 
+An admin may override a threshold per queue (``AlertThresholds``, in Redis); an operator may
+acknowledge an alert (for its episode) or silence it for a while (``AlertQuiet``): a silenced
+alert's firing is not POSTed until the silence ends.
+
 Run ``check`` from one node per tick (the worker pool's duty holds the ``alerts`` maintenance
 key, as for the sweeper); the dashboard reads ``active()`` for its banner.
 
@@ -426,6 +430,129 @@ def post_json(url: str, payload: dict[str, Any], deadline_s: float = WEBHOOK_DEA
     _within(deadline_s, lambda: _send(req, deadline_s))
 
 
+#: ``AlertConfig`` fields an admin may override per queue, and the rule each one sets.
+PER_QUEUE = {"dlq_growth_max": "dlq_growth", "oldest_ready_s": "oldest_ready_age",
+             "lease_expirations_max": "lease_expiration_spike",
+             "lock_conflicts_max": "lock_conflict_spike", "retries_per_min": "retry_storm",
+             "duplicates_max": "duplicate_delivery_spike",
+             "fence_refusals_max": "fence_refusals", "lost_locks_max": "lost_locks",
+             "paused_max_min": "paused_too_long"}
+
+
+def with_threshold(rule: Rule, value: float) -> Rule:
+    """``rule`` with its threshold set to ``value``."""
+    if isinstance(rule, CounterSpike):
+        return replace(rule, max_in_window=int(value))
+    if isinstance(rule, OldestReady):
+        return replace(rule, max_age_s=value)
+    if isinstance(rule, PausedTooLong):
+        return replace(rule, max_min=value)
+    raise ValueError(f"rule {rule.name} has no per-queue threshold")
+
+
+class AlertThresholds:
+    """Per-queue overrides of alert thresholds (``keys.alert_thresholds()``), set by an admin
+    in the dashboard; a field without one keeps the ``AlertConfig`` default."""
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self.redis = client
+
+    def all(self) -> dict[tuple[str, str], Threshold]:
+        """``(queue, field) -> threshold`` (None: the rule is off for that queue)."""
+        out: dict[tuple[str, str], Threshold] = {}
+        for name, raw in self.redis.hgetall(keys.alert_thresholds()).items():
+            queue, _, field = str(name).rpartition("|")
+            if field in PER_QUEUE:
+                try:
+                    out[(queue, field)] = _threshold(field, str(raw))
+                except ValueError:
+                    continue
+        return out
+
+    def set(self, queue: str, field: str, raw: str) -> Threshold:
+        """Override ``field`` for ``queue`` with ``raw`` (a number, or ``off``); an empty
+        ``raw`` goes back to the default. Raises ``ValueError`` naming what is wrong."""
+        if field not in PER_QUEUE:
+            raise ValueError(f"{field!r} is not a per-queue alert threshold")
+        name = f"{queue}|{field}"
+        if raw.strip() == "":
+            self.redis.hdel(keys.alert_thresholds(), name)
+            return None
+        value = _threshold(field, raw)
+        self.redis.hset(keys.alert_thresholds(), name, "off" if value is None else f"{value:g}")
+        return value
+
+    def rules_for(self, rules: list[Rule], queue: str) -> dict[str, Rule | None]:
+        """The rules whose threshold ``queue`` overrides: rule name -> the rule with the
+        queue's threshold (None: off for this queue)."""
+        by_name = {rule.name: rule for rule in rules}
+        out: dict[str, Rule | None] = {}
+        for (q, field), value in self.all().items():
+            rule = by_name.get(PER_QUEUE[field])
+            if q == queue and rule is not None:
+                out[rule.name] = None if value is None else with_threshold(rule, value)
+        return out
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """An operator's acknowledgement (lasts the alert's episode) or silence (until
+    ``until_ms``) of an incident: who, why, when."""
+
+    incident: str
+    kind: str  # ack | silence
+    by: str
+    reason: str
+    at_ms: int
+    until_ms: int = 0  # silence: its end; ack: 0
+    episode: int = 0  # ack: the episode start (``since``) it acknowledges
+
+    def holds(self, since: int, now_ms: int) -> bool:
+        if self.kind == "silence":
+            return now_ms < self.until_ms
+        return self.episode == since
+
+
+class AlertQuiet:
+    """Acknowledgements and silences (``keys.alert_quiet()``), one per incident id."""
+
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms) -> None:
+        self.redis, self.clock = client, clock
+
+    def all(self) -> dict[str, Quiet]:
+        out = {}
+        for name, raw in self.redis.hgetall(keys.alert_quiet()).items():
+            try:
+                data = json.loads(raw)
+                out[str(name)] = Quiet(str(name), str(data["kind"]), str(data["by"]),
+                                       str(data.get("reason", "")), int(data["at"]),
+                                       int(data.get("until", 0)), int(data.get("episode", 0)))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return out
+
+    def _put(self, quiet: Quiet) -> Quiet:
+        self.redis.hset(keys.alert_quiet(), quiet.incident, json.dumps(
+            {"kind": quiet.kind, "by": quiet.by, "reason": quiet.reason, "at": quiet.at_ms,
+             "until": quiet.until_ms, "episode": quiet.episode}, separators=(",", ":")))
+        return quiet
+
+    def ack(self, incident: str, episode: int, by: str, reason: str) -> Quiet:
+        return self._put(Quiet(incident, "ack", by, reason, self.clock(), 0, episode))
+
+    def silence(self, incident: str, seconds: float, by: str, reason: str) -> Quiet:
+        now = self.clock()
+        return self._put(Quiet(incident, "silence", by, reason, now, now + int(seconds * 1000)))
+
+    def clear(self, incident: str) -> bool:
+        return bool(self.redis.hdel(keys.alert_quiet(), incident))
+
+    def silenced(self) -> set[str]:
+        """The incident ids whose silence holds now (their notifications wait)."""
+        now = self.clock()
+        return {i for i, q in self.all().items() if q.kind == "silence" and q.holds(0, now)}
+
+
 class AlertEngine:
     def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
                  rules: Iterable[Rule] | None = None, webhook_url: str | None = None,
@@ -459,7 +586,7 @@ class AlertEngine:
         snap = self._snapshot()
         stored = {a.id: a for a in self.alerts()}
         events, changed = [], {}
-        for reading in (r for rule in self.rules for r in rule.evaluate(snap)):
+        for reading in self._readings(snap):
             alert, event = self._transition(stored.get(f"{reading.rule}|{reading.queue}"),
                                             reading, snap.now)
             if alert is not None:
@@ -476,6 +603,20 @@ class AlertEngine:
                        "rule": event.rule})
         self._deliver(list(stored.values()))
         return events
+
+    def _readings(self, snap: Snapshot) -> list[Reading]:
+        """Every rule's readings; a queue with an admin's threshold override is judged by it."""
+        out = [r for rule in self.rules for r in rule.evaluate(snap)]
+        thresholds = AlertThresholds(self.redis)
+        for queue in snap.queues:
+            for name, rule in thresholds.rules_for(self.rules, queue).items():
+                mine = [r for r in out if r.rule == name and r.queue == queue]
+                if rule is None:
+                    fresh = [replace(r, firing=False) for r in mine]
+                else:
+                    fresh = rule.evaluate(replace(snap, queues={queue: snap.queues[queue]}))
+                out = [r for r in out if not (r.rule == name and r.queue == queue)] + fresh
+        return out
 
     @staticmethod
     def _transition(old: Alert | None, reading: Reading, now: int
@@ -494,9 +635,12 @@ class AlertEngine:
         return None, None
 
     def _deliver(self, alerts: list[Alert]) -> None:
+        silenced = AlertQuiet(self.redis, self.clock).silenced()
         for alert in alerts:
             if alert.notified == alert.status:
                 continue
+            if alert.status == "firing" and alert.id in silenced:
+                continue  # sent when the silence ends, if it still fires
             if alert.status == "resolved" and alert.notified == "":
                 log.info("alert %s resolved before it was delivered; nothing sent", alert.id,
                          extra={"event": "alert_dropped"})

@@ -171,10 +171,14 @@ class DeadFilter:
     since_ms: int | None = None
     until_ms: int | None = None
 
-    def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in (("type", self.job_type), ("group", self.group),
-                                          ("since", self.since_ms), ("until", self.until_ms)) if v]
-        return ", ".join(parts) or "all"
+    def describe(self, signature: str = "") -> str:
+        """The filter as a reader names it; with the group's ``signature`` the group is named
+        by its error (``error "timeout talking to <host>"``), not its hash."""
+        group = f'error "{signature}"' if self.group and signature else \
+            (f"group={self.group}" if self.group else "")
+        parts = [f"{k}={v}" for k, v in (("type", self.job_type), ("since", self.since_ms),
+                                          ("until", self.until_ms)) if v]
+        return ", ".join(([group] if group else []) + parts) or "all"
 
 
 @dataclass(frozen=True)
@@ -452,6 +456,16 @@ class ReadModels:
                                   _int(rec.get("last"))))
         out.sort(key=lambda e: (-e.count, -e.last_seen))
         return out
+
+    def group_signature(self, queue: str, group: str | None) -> str:
+        """The error signature of ``group`` ('' none, or unknown)."""
+        if not group:
+            return ""
+        raw = self.redis.hget(keys.QueueKeys(queue).error_groups, group)
+        try:
+            return str(json.loads(str(raw)).get("signature", "")) if raw else ""
+        except (ValueError, AttributeError):
+            return ""
 
     def rows(self, queue: str, ids: list[str]) -> list[JobRow]:
         """Table rows of the given jobs (one pipelined HMGET each)."""

@@ -279,3 +279,19 @@ def login(stack, chromium) -> Iterator[Callable[[str], Any]]:
         ctx.close()
     stack.check_alive()
     assert not errors, "errors in the page:\n" + "\n".join(errors)
+
+
+def nav_link(page: Any, name: str) -> Any:
+    """The header's link to page ``name``, its "More" menu opened when that is where it is."""
+    nav = page.get_by_role("navigation", name="Pages")
+    link = nav.get_by_role("link", name=name, exact=True)
+    if not link.is_visible():
+        nav.locator("details.navmenu > summary").click()
+    return link
+
+
+def open_settings(page: Any) -> None:
+    """Open the header's settings menu (theme, times, live updates, account, log out)."""
+    menu = page.locator("header details.settings")
+    if menu.get_attribute("open") is None:
+        menu.locator("> summary").click()

@@ -65,6 +65,10 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         ("/dlq/", f"tr[data-row='{made['dead']}']"),
         (f"/dlq/default/{made['dead']}", "dl.facts"),
         ("/locks/", "code:text-is('browser:a11y:1')"),
+        ("/incident/", "#live p.asof"),  # issue 25
+        (f"/jobs/default/{made['dead']}/edit", "textarea#payload"),
+        ("/errors/?queue=default", "table.error-groups td.sig"),
+        ("/purge/", "p.dry-run"),
         ("/workers/", "td:text-is('running')"),
         (f"/idempotency/?key=browser:charge:{made['dead_ref']}", "dl.facts"),
         ("/audit/", "td:text-is('login')"),

@@ -14,7 +14,7 @@ import pytest
 from antre.observe.registry import WorkerRegistry
 from playwright.sync_api import expect
 
-from .conftest import screenshot, wait_until
+from .conftest import nav_link, screenshot, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -152,7 +152,7 @@ def test_operator_extends_a_running_lease(stack, login):
     screenshot(page, "inflight-extended")
 
     # the audit log has the deadline before and after
-    page.get_by_role("navigation").get_by_role("link", name="Audit log").click()
+    nav_link(page, "Audit log").click()
     entry = page.locator("#live tbody tr", has_text="inflight.extend").first
     expect(entry).to_contain_text(f"default/{job_id}")
     expect(entry).to_contain_text("needs more time, browser test")
@@ -282,7 +282,7 @@ def test_every_page_for_the_record(stack, login):
             ("Users", "Users", "td:text-is('viewer')"),
         ]
         for link, heading, content in tour:
-            page.get_by_role("navigation").get_by_role("link", name=link, exact=True).click()
+            nav_link(page, link).click()
             expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
             expect(page.locator(content).first).to_be_visible(timeout=JOB_TIMEOUT_MS)
             screenshot(page, heading.lower())
@@ -298,7 +298,7 @@ def test_every_page_for_the_record(stack, login):
 
 def test_operator_pauses_and_runs_a_schedule_now(stack, login):
     page = login("operator")
-    page.get_by_role("navigation").get_by_role("link", name="Schedules", exact=True).click()
+    nav_link(page, "Schedules").click()
     expect(page.get_by_role("heading", name="Schedules", exact=True)).to_be_visible()
     row = page.locator("#live tr[data-schedule='nightly_digest']")
     expect(row).to_be_visible(timeout=JOB_TIMEOUT_MS)  # published by the worker's duty

@@ -24,11 +24,14 @@ JOB_TIMEOUT_MS = 20_000
 def test_operator_pauses_during_traffic_resumes_and_cancels_a_running_job(stack, login):
     q = stack.client.queue()
     page = login("operator")
-    cell = page.locator("#live td.pause-cell[data-queue='default']")
-    expect(cell).to_be_visible()
-    cell.get_by_placeholder("why (required)").fill("bad deploy of the mailer, browser test")
-    cell.get_by_role("button", name="Pause").click()
-    banner = page.locator(".banner.paused[data-paused='default']")
+    expect(page.locator("#live td.pause-cell[data-queue='default']")).to_be_visible()
+    expect(page.locator("#live .pause-form")).to_have_count(0)  # not in the overview rows
+    page.goto("/inflight/?queue=default")
+    box = page.locator("section.pause-box")
+    box.get_by_text("Pause queue default").click()
+    box.get_by_placeholder("why (required)").fill("bad deploy of the mailer, browser test")
+    box.get_by_role("button", name="Pause").click()
+    banner = page.locator(".paused-note[data-paused='default']")
     expect(banner).to_contain_text("queue default")
     expect(banner).to_contain_text("by operator")
     expect(banner).to_contain_text("bad deploy of the mailer, browser test")
@@ -42,6 +45,7 @@ def test_operator_pauses_during_traffic_resumes_and_cancels_a_running_job(stack,
                lambda: stack.r.llen(q.keys.wake) == 0)
     assert not set(refs) & set(stack.marks("done"))
     assert int(stack.r.llen(q.keys.ready)) >= 6
+    page.goto("/")
     row = page.locator("#live table.grid tbody tr", has=page.locator("td.pause-cell"))
     expect(row.first.locator("td").nth(1)).to_have_text(re.compile(r"^([6-9]|\d\d+)$"),
                                                         timeout=JOB_TIMEOUT_MS)
@@ -49,11 +53,12 @@ def test_operator_pauses_during_traffic_resumes_and_cancels_a_running_job(stack,
     screenshot(page, "incident-paused")
     assert not set(refs) & set(stack.marks("done"))
 
-    # resume from the banner: everything that waited runs, once
+    # resume from the queue's page: everything that waited runs, once
+    page.goto("/inflight/?queue=default")
     banner.get_by_placeholder("reason (for the audit log)").fill("mailer fixed, browser test")
     banner.get_by_role("button", name="Resume").click()
     expect(page.locator(".flash.ok")).to_contain_text("default resumed")
-    expect(page.locator(".banner.paused")).to_have_count(0)
+    expect(page.locator(".paused-note")).to_have_count(0)
     wait_until("the traffic to run after the resume", lambda: set(refs) <= set(stack.marks("done")))
     assert all(stack.marks("done").count(ref) == 1 for ref in refs)
 

@@ -105,6 +105,7 @@ def test_password_change_in_the_browser_ends_the_other_sessions(stack, chromium)
     (ctx1, here), (ctx2, there) = (_log_in(chromium, stack, name, "first-password-1")
                                    for _ in range(2))
     try:
+        here.locator("header details.settings > summary").click()
         here.locator("header .who a").click()
         expect(here.get_by_role("heading", name="Your account")).to_be_visible()
         here.get_by_label("Current password").fill("first-password-1")

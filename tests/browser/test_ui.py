@@ -11,7 +11,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import screenshot, wait_until
+from .conftest import open_settings, screenshot, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -118,6 +118,7 @@ def test_dark_scheme_when_the_browser_asks_and_the_toggle_is_remembered(stack, l
     assert "29, 35, 41" in plot.evaluate("el => getComputedStyle(el).backgroundColor")
     screenshot(page, "overview-dark")
 
+    open_settings(page)
     page.get_by_label("Theme").select_option("light")  # this browser's choice wins from now on
     assert page.evaluate("document.documentElement.dataset.theme") == "light"
     page.reload()
@@ -135,6 +136,7 @@ def test_times_switch_between_relative_utc_and_local(stack, login):
     when = page.locator("#live td time.when").first
     expect(when).to_have_text(re.compile(r"ago$|^just now$"), timeout=JOB_TIMEOUT_MS)
     assert when.get_attribute("title").endswith(" UTC")
+    open_settings(page)
     page.get_by_label("Times").select_option("local")
     expect(when).to_have_attribute("title", re.compile(r"UTC\+05:30$"))
     page.reload()  # remembered
@@ -146,6 +148,7 @@ def test_live_updates_can_be_paused(stack, login):
     page = login("operator")
     page.goto("/inflight/")
     expect(page.locator("#live p.asof time")).to_be_visible()
+    open_settings(page)
     page.get_by_label("Live").select_option("0")
     first = page.locator("#live p.asof time").text_content()
     polls: list[str] = []
@@ -160,7 +163,7 @@ TOO_WIDE_JS = """Array.from(document.querySelectorAll('body *'))
   .filter(el => !el.closest('.table-wrap') && el.getBoundingClientRect().right > window.innerWidth + 0.5)
   .slice(0, 8).map(el => el.tagName + '.' + el.className + ' ' + Math.round(el.getBoundingClientRect().right))"""
 PHONE_PAGES = ["/", "/inflight/", "/scheduled/", "/dlq/", "/locks/", "/workers/",
-               "/idempotency/", "/audit/", "/users/"]
+               "/idempotency/", "/audit/", "/users/", "/incident/", "/errors/", "/purge/"]
 
 
 def test_no_page_scrolls_sideways_on_a_phone(stack, login):

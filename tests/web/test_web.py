@@ -154,8 +154,9 @@ def test_pages_show_the_data(web):
     with web.svc.session_factory() as s:
         web.svc.fences.advance(s, "customer:42", made["lock"].fence)
         s.commit()
-    row = c.get("/locks/").get_data(as_text=True).split("customer:42")[1].split("</tr>")[0]
-    assert f"<td>{made['lock'].fence}</td>" in row and "none yet" not in row
+    row = c.get("/locks/").get_data(as_text=True).split("customer:42</code>")[1].split("</tr>")[0]
+    committed = f'data-label="Committed in SQL" class="opt">{made["lock"].fence}</td>'
+    assert committed in row and "none yet" not in row
     workers = c.get("/workers/").get_data(as_text=True)
     assert "h1 / 7" in workers and "stale heartbeat" not in workers
     web.clock.advance(120_000)

@@ -14,10 +14,15 @@ def fill(web, n=5, job_type="email"):
                           idempotency_key=f"{job_type}:{i}:{web.clock()}") for i in range(n)]
 
 
-def test_pause_from_the_overview_shows_banner_and_holds(web):
+def test_pause_from_the_queue_page_shows_who_and_why_and_holds(web):
+    """Issue 25: the pause form sits in the queue's own box (not in every overview row, not
+    in a banner on every page)."""
     fill(web, 3)
     c = web.client("operator")
-    resp = post(c, "/queues/default/pause", {"reason": "bad deploy <b>", "next": "/"},
+    assert "pause-form" not in c.get("/", headers=htmx()).get_data(as_text=True)
+    assert "pause-form" in c.get("/inflight/?queue=default").get_data(as_text=True)
+    resp = post(c, "/queues/default/pause", {"reason": "bad deploy <b>",
+                                             "next": "/inflight/?queue=default"},
                 follow_redirects=True)
     body = resp.get_data(as_text=True)
     assert 'data-paused="default"' in body and "bad deploy &lt;b&gt;" in body
@@ -25,6 +30,8 @@ def test_pause_from_the_overview_shows_banner_and_holds(web):
     assert web.q.reserve("w1", 10) == []
     overview = c.get("/", headers=htmx()).get_data(as_text=True)
     assert ">paused<" in overview.replace("</span>", "<")  # the row's tag
+    assert 'data-paused="default"' not in overview  # no banner elsewhere
+    assert 'data-incident="paused|default"' in c.get("/incident/").get_data(as_text=True)
     for page in ("/inflight/?queue=default", "/scheduled/?queue=default", "/dlq/?queue=default"):
         assert "paused-note" in c.get(page).get_data(as_text=True), page
     metrics = c.get("/metrics").get_data(as_text=True)

@@ -30,12 +30,17 @@ def test_metrics_need_a_user_and_parse(web):
     assert values[("antre_queue_depth", (("queue", "default"), ("state", "ready")))] == 1
 
 
-def test_firing_alert_shows_as_a_banner(web):
+def test_firing_alert_shows_as_the_header_count_and_in_the_incident_view(web):
+    """Issue 25: no full-width banner; a count in the header opens the incident view."""
     web.q.enqueue("email", {}, idempotency_key="stuck")  # ready, and no live worker
     events = AlertEngine(web.producer.redis, web.clock).check()
     assert any(e.rule == "no_live_worker" for e in events)
-    page = web.client("viewer").get("/").get_data(as_text=True)
-    assert 'class="banner alert"' in page and "worker" in page
+    viewer = web.client("viewer")
+    page = viewer.get("/").get_data(as_text=True)
+    assert 'class="banner alert"' not in page
+    assert 'class="incident-count critical"' in page and 'data-count="1"' in page
+    view = viewer.get("/incident/").get_data(as_text=True)
+    assert 'data-incident="no_live_worker|*"' in view and "no live worker while 1 jobs" in view
 
 
 def test_open_breaker_is_shown_and_an_operator_can_close_it(web):

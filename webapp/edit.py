@@ -1,0 +1,41 @@
+"""Replay a dead job with an edited payload, from its job page (issue 25 item 4): edit the JSON
+and dry run it (``GET``: the diff, the handler, the idempotency record of the key it would run
+under, and why it would be refused); the page then offers to replay exactly what was dry-run.
+The replay itself is the table entry ``dlq.replay_edited`` (``antre/actions.py``: operator,
+POST + CSRF, audited with the diff; its API route and ``antre job replay-edited``)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, abort, request
+from flask.typing import ResponseReturnValue
+
+from antre.actions import Ops, Result, edit_plan
+from antre.control.edit import pretty
+
+from . import services
+from .common import check_queue, render
+from .security import requires
+
+bp = Blueprint("edit", __name__)
+
+
+@bp.get("/jobs/<queue>/<job_id>/edit")
+@requires("operator")
+def form(queue: str, job_id: str) -> ResponseReturnValue:
+    svc = services.get()
+    job = svc.reads.job(check_queue(queue), job_id)
+    if job is None:
+        abort(404, f"no job {job_id} in queue {queue}")
+    text = request.args.get("payload")
+    new_key = request.args.get("new_key") or ""
+    plan = None
+    if text is not None:  # a dry run
+        found = edit_plan(Ops(svc.antre, svc.clock, svc.reads, svc.idempotency),
+                          {"queue": queue, "job_id": job_id, "payload": text,
+                           "new_key": new_key})
+        if isinstance(found, Result):
+            abort(found.status, found.message)
+        plan = found
+    return render("edit.html", "_edit.html", queue=queue, job=job,
+                  text=pretty(job.payload) if text is None else text, new_key=new_key,
+                  plan=plan, as_of=svc.clock())
