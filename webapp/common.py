@@ -18,7 +18,6 @@ from flask import (
     Flask,
     flash,
     redirect,
-    url_for,
     Response,
     abort,
     current_app,

@@ -96,15 +96,6 @@ def purge_page() -> str:
                   tasks=svc.bulk.list(queue, kind="purge"), as_of=svc.clock())
 
 
-def paused_banners() -> list[PauseInfo]:
-    """Every pause of every queue, for the banner on each page (one HGETALL per queue)."""
-    svc = services.get()
-    try:
-        return svc.pauses.all()
-    except services.REDIS_ERRORS:
-        return []  # the outage banner says it
-
-
 def queue_pauses(queue: str) -> list[PauseInfo]:
     try:
         return services.get().pauses.of_queue(queue)
@@ -113,5 +104,4 @@ def queue_pauses(queue: str) -> list[PauseInfo]:
 
 
 def install_globals(app: Any) -> None:
-    app.jinja_env.globals["paused_banners"] = paused_banners
     app.jinja_env.globals["queue_pauses"] = queue_pauses

@@ -111,9 +111,10 @@ class Watchdog:
             self._timer.start()
 
     def _fire(self) -> None:
-        log.error("did not stop within %gs of being told to; exiting now with %d jobs held "
-                  "(their leases expire and the sweeper returns them)", self.bound_s,
-                  len(self.held()), extra={"event": "stop_timeout"})  # ERROR: written at once
+        held = len(self.held())
+        log.error("did not stop within %gs of being told to; exiting now with %d job%s held "
+                  "(their leases expire and the sweeper returns them)", self.bound_s, held,
+                  "" if held == 1 else "s", extra={"event": "stop_timeout"})  # ERROR: written at once
         os._exit(EXIT_STOP_TIMEOUT)
 
 

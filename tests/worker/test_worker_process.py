@@ -268,4 +268,4 @@ def test_a_stopping_worker_on_a_hung_redis_ends_itself_after_grace_plus_the_boun
         os.kill(server.pid, signal.SIGCONT)
     last = _last_line(log)
     assert last["event"] == "stop_timeout" and "did not stop within 11s" in last["message"]
-    assert "1 jobs held" in last["message"]
+    assert "1 job held" in last["message"]
