@@ -84,12 +84,15 @@ class Turn:
     line: int
     group: str = ""  # set when it waits for a slot of its group (head is then '')
     slots_held: int = 0
+    rate: str = ""  # set when it is scheduled for the start its group's rate gave it
 
     @property
     def ordinal(self) -> str:
         return _ordinal(self.place)
 
     def describe(self) -> str:
+        if self.rate:
+            return f"group {self.group}'s rate {self.rate}"
         if self.group:
             return (f"{_ordinal(self.place)} in line for a slot of group {self.group} "
                     f"({self.slots_held} held)")
@@ -365,6 +368,8 @@ class ReadModels:
         """Where a job with a lock_key stands on its key (None: no lock_key, or the key has no
         head). Its place is counted from the line's oldest end (LPOS: one pass of the line)."""
         k = keys.QueueKeys(queue)
+        if job.waits_for_rate and job.group:  # scheduled for its group's rate (no read)
+            return Turn(job.lock_key, "", 0, 0, job.group, 0, job.group_rate)
         if job.state == "waiting" and job.waits_on == "group" and job.group:
             pipe = self.redis.pipeline(transaction=False)
             pipe.llen(k.group_line(job.group))

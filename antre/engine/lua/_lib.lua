@@ -222,10 +222,46 @@ local function group_limit(job_prefix, id, g, now)
   return num_field(job_prefix .. id, 'gconc', GROUP_WINDOW)
 end
 
-local function slot_take(job_prefix, g, id)
+-- Group rates (group_rate="10/s"): a job of a group with a rate (its field 'grate',
+-- '<n>/<window ms>') is given its start when it takes a slot: at most n of the group's jobs
+-- are made ready in any window of that length (a sliding window, not a bucket that refills:
+-- never more than n). LIST '<tag>:grate:<group>' (keys.QueueKeys.group_rate) keeps the starts
+-- given, newest first: the newest n and any later than a window ago (the Groups page counts
+-- those still ahead), the key expiring a window after the newest; the next start is the n-th
+-- newest + the window, or now. A start later than the job's visible_at becomes its
+-- visible_at (field 'rate_due': why it is scheduled): the job waits in 'scheduled', holding its
+-- slot, and promote_due.lua makes it ready then, like any delayed job; it is never delivered
+-- early, snoozed or charged an attempt, and the ready list holds only other groups' jobs
+-- meanwhile. A retried or swept job keeps its slot and its start (no second one is taken).
+local function rate_start(job_prefix, id, g, now)
+  local key = job_prefix .. id
+  local raw = redis.call('HGET', key, 'grate')
+  if not raw or raw == '' then return end
+  local n, w = string.match(raw, '^(%d+)/(%d+)$')
+  n, w = tonumber(n), tonumber(w)
+  if not n or n < 1 or w < 1 then return end
+  local starts = tag_of(job_prefix) .. 'grate:' .. g
+  local at = now
+  local nth = tonumber(redis.call('LINDEX', starts, n - 1) or '')
+  if nth and nth + w > now then at = nth + w end
+  redis.call('LPUSH', starts, at)
+  -- the oldest starts out of every window now are dropped, a few per call (each call adds one)
+  for _ = 1, 4 do
+    local last = tonumber(redis.call('LINDEX', starts, -1) or '')
+    if not last or last + w > now or redis.call('LLEN', starts) <= n then break end
+    redis.call('RPOP', starts)
+  end
+  redis.call('PEXPIRE', starts, at - now + w)  -- (relative: now is the caller's clock)
+  if at > now and at > num_field(key, 'visible_at', 0) then
+    redis.call('HSET', key, 'visible_at', at, 'rate_due', at)
+  end
+end
+
+local function slot_take(job_prefix, g, id, now)
   local tag = tag_of(job_prefix)
   if redis.call('SADD', tag .. 'gheld:' .. g, id) == 1 then
     redis.call('ZINCRBY', tag .. 'gslots', 1, g)
+    rate_start(job_prefix, id, g, now)
   end
 end
 
@@ -238,7 +274,7 @@ local function group_fill(job_prefix, g, now, limit)
     if redis.call('SCARD', held) >= limit then return end
     local nxt = pop_waiting(job_prefix, line, g)
     if not nxt then return end
-    slot_take(job_prefix, g, nxt)
+    slot_take(job_prefix, g, nxt, now)
     place(job_prefix, nxt, now, false)
     tl_add_json(tl_key(job_prefix, nxt), now, 'turn', '""', '{"group":' .. cjson.encode(g) .. '}')
   end
@@ -263,7 +299,7 @@ local function group_join(job_prefix, id, g, now)
   end
   if redis.call('LLEN', line) > 0 then group_fill(job_prefix, g, now, limit) end
   if redis.call('SCARD', held) < limit and redis.call('LLEN', line) == 0 then
-    slot_take(job_prefix, g, id)
+    slot_take(job_prefix, g, id, now)
     return true
   end
   wait_in(job_prefix, line, id, now, 'group', g)
