@@ -155,8 +155,9 @@ class QueueKeys:
         return f"{self.tag}:gline:{group}"
 
     def group_rate(self, group: str) -> str:
-        """LIST of the starts (ms) given to the group's newest n jobs under its rate n/window,
-        newest first (rate_start in lua/_lib.lua); it expires a window after the newest."""
+        """ZSET job id -> its start (ms) under the group's rate n/window: those of the last
+        window and those ahead (rate_start in lua/_lib.lua); it expires a window after the
+        newest."""
         return f"{self.tag}:grate:{group}"
 
     @property

@@ -16,7 +16,7 @@ from antre.engine import keys
 from antre.engine.envelope import Job, format_rate, from_fields
 
 TOP_N = 20
-RATE_READ = 1000  # a group's rate starts read for its row (its jobs scheduled for a start)
+RATE_READ = 1000  # a group's rate starts read for its row, newest first
 GROUP_TARGET = "group="  # the paused HASH's field of a group (antre.control.pause)
 
 
@@ -54,7 +54,8 @@ class GroupRow:
             if self.waiting and self.slots_held >= self.override.slots:
                 return f"at its limit of {self.override.slots} (set by {self.override.by})"
         if self.rate and self.rate_waiting:
-            return f"at its rate {self.rate}: {self.rate_waiting} job(s) scheduled for a start"
+            return (f"at its rate {self.rate}: its next job is scheduled for its start"
+                    + (f", {self.waiting} more wait in line" if self.waiting else ""))
         if self.waiting:
             return f"all {self.slots_held} slots taken"
         return ""
@@ -112,7 +113,7 @@ class Groups:
             pipe.hget(k.group_overrides, n)
             pipe.lindex(k.group_line(n), -1)
             pipe.srandmember(k.group_held(n))
-            pipe.lrange(k.group_rate(n), 0, RATE_READ - 1)
+            pipe.zrevrange(k.group_rate(n), 0, RATE_READ - 1, withscores=True)
         replies = pipe.execute()
         pipe = self.redis.pipeline(transaction=False)
         for i in range(len(names)):
@@ -174,7 +175,7 @@ def _rate(grate: Any, starts: list[Any], now: int) -> tuple[str, int, int]:
     allows its next start (0: now)."""
     if not grate:
         return "", 0, 0
-    times = [int(t) for t in starts if str(t).isdigit()]
+    times = [int(t) for _, t in starts]
     ahead = sum(1 for t in times if t > now)
     try:
         count, window = (int(x) for x in str(grate).split("/"))

@@ -91,6 +91,8 @@ class Turn:
         return _ordinal(self.place)
 
     def describe(self) -> str:
+        if self.rate and self.place:
+            return f"{_ordinal(self.place)} in line for group {self.group}'s rate {self.rate}"
         if self.rate:
             return f"group {self.group}'s rate {self.rate}"
         if self.group:
@@ -375,9 +377,13 @@ class ReadModels:
             pipe.llen(k.group_line(job.group))
             pipe.lpos(k.group_line(job.group), job.id)
             pipe.scard(k.group_held(job.group))
-            length, index, held = pipe.execute()
+            pipe.zrevrange(k.group_rate(job.group), 0, 0, withscores=True)
+            length, index, held, newest = pipe.execute()
             place = int(length) - int(index) if index is not None else 0
-            return Turn(job.lock_key, "", place, int(length), job.group, int(held))
+            # its group at its rate: a start ahead (rate_start in lua/_lib.lua)
+            rate = (job.group_rate if job.group_rate and newest
+                    and int(newest[0][1]) > self.clock() else "")
+            return Turn(job.lock_key, "", place, int(length), job.group, int(held), rate)
         if not job.lock_key:
             return None
         pipe = self.redis.pipeline(transaction=False)

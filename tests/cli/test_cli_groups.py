@@ -70,5 +70,5 @@ def test_show_says_the_groups_rate(env, capsys):
          for i in range(3)])
     assert main(["group", "show", "billing", "tenant:9"]) == 0
     out = capsys.readouterr().out
-    assert "rate 1/h (2 scheduled for a start)" in out
-    assert "at its rate 1/h: 2 job(s) scheduled for a start" in out
+    assert "rate 1/h (1 scheduled for a start)" in out
+    assert "at its rate 1/h: its next job is scheduled for its start, 1 more wait in line" in out

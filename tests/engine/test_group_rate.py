@@ -1,7 +1,8 @@
 """Group rates (issue 23): ``group_rate="10/s"`` lets at most that many of a group's jobs start
-in any window of that length. A job the window does not allow yet is given its start and waits
-in 'scheduled' for it (holding its slot), promoted by the ordinary promotion pass: never
-delivered early, snoozed or charged an attempt, and other groups' jobs run meanwhile."""
+in any window of that length. The next job the window does not allow yet is given its start and
+waits in 'scheduled' for it (holding its slot), promoted by the ordinary promotion pass; the
+group's later jobs wait in its line until that one ends. Nothing is delivered early, snoozed or
+charged an attempt, and other groups' jobs run meanwhile."""
 
 from __future__ import annotations
 
@@ -51,17 +52,31 @@ def test_exactly_the_rates_jobs_start_per_window(q, clock):
 def test_a_job_the_window_does_not_allow_waits_in_scheduled_for_its_start(q, clock):
     t0 = clock()
     ids = rated(q, "g", 4, rate="2/s")
-    assert [q.get(i).state for i in ids] == ["ready", "ready", "scheduled", "scheduled"]
+    assert [q.get(i).state for i in ids] == ["ready", "ready", "scheduled", "waiting"]
     later = q.get(ids[2])
     assert later.visible_at == t0 + 1000 and later.waits_for_rate
     assert later.group_rate == "2/s"
     assert not q.get(ids[0]).waits_for_rate
+    assert drain(q) == ids[:2]  # only the two started at t0
     clock.advance(999)
     q.promote()
-    assert drain(q) == ids[:2]  # only the two started at t0
+    assert drain(q) == []
     clock.advance(1)
     q.promote()
-    assert set(drain(q)) == set(ids[2:])  # (one start time: in no order between them)
+    assert drain(q) == ids[2:]  # the scheduled one, then (at its end) the next in line
+
+
+def test_the_next_starts_count_from_when_jobs_really_started(q, clock):
+    # made ready at t0 but reserved only at t0 + 600 (no worker free): the window of the
+    # next starts counts from then, not from t0
+    t0 = clock()
+    ids = rated(q, "g", 5, rate="2/s")
+    clock.advance(600)
+    assert drain(q) == ids[:2]
+    clock.advance(400)
+    q.promote()
+    assert drain(q) == [ids[2]]  # its start was given at t0; the next wait for t0 + 1600
+    assert q.get(ids[3]).state == "scheduled" and q.get(ids[3]).visible_at == t0 + 1600
 
 
 def test_a_rate_limited_group_never_holds_back_other_groups(q, clock):
@@ -94,9 +109,10 @@ def test_the_rate_holds_across_the_slots_handing_over(q, clock):
     first = drain(q)
     assert first == ids[:3]  # two at once, the third takes a freed slot within the window
     assert q.get(ids[3]).state == "scheduled" and q.get(ids[3]).waits_for_rate
+    assert [q.get(i).state for i in ids[4:]] == ["waiting"] * 5
     clock.advance(1000)
     q.promote()
-    assert set(drain(q)) == set(ids[3:6])
+    assert drain(q) == ids[3:6]
 
 
 def test_a_replayed_job_waits_for_the_rate_too(q, clock):
@@ -146,14 +162,38 @@ def test_the_handler_default_and_app_spec(r, clock):
     assert [q.get(i).state for i in ids] == ["ready", "ready", "scheduled"]
 
 
+def test_a_start_is_never_given_more_than_a_window_ahead(q, clock):
+    ids = rated(q, "g", 200, rate="1/h")  # 128 slots: one start ahead, the rest in line
+    states = [q.get(i).state for i in ids]
+    assert states[:2] == ["ready", "scheduled"] and set(states[2:]) == {"waiting"}
+    assert q.get(ids[1]).visible_at == clock() + 3_600_000
+
+
+def test_the_line_is_not_stuck_when_the_scheduled_job_is_removed(q, r, clock):
+    from antre.control.purge import Purger
+    ids = rated(q, "g", 3, rate="1/s")
+    q.ack(q.reserve("w")[0])  # the group holds no slot but the scheduled job's
+    assert Purger(r, clock=clock).delete("jobs", ids[1]) == "scheduled"
+    # it took the slot and a start (purge runs on the server's clock, not the test's)
+    assert q.get(ids[2]).state in ("ready", "scheduled") and r.sismember(
+        q.keys.group_held("g"), ids[2])
+    clock.advance(3_600_000)
+    q.promote()
+    assert drain(q) == [ids[2]]
+
+
 def test_shown_on_the_groups_read_and_the_job_page_model(q, r, clock):
-    ids = rated(q, "tenant:7", 12)
+    ids = rated(q, "tenant:7", 13)
     row = Groups(r, clock).rows("jobs", ["tenant:7"])[0]
-    assert row.rate == "10/s" and row.rate_waiting == 2
-    assert row.held_why(clock()) == "at its rate 10/s: 2 job(s) scheduled for a start"
-    turn = ReadModels(r, clock).turn("jobs", q.get(ids[11]))
+    assert row.rate == "10/s" and row.rate_waiting == 1 and row.next_start_ms == clock() + 1000
+    assert row.held_why(clock()) == ("at its rate 10/s: its next job is scheduled for its "
+                                     "start, 2 more wait in line")
+    reads = ReadModels(r, clock)
+    turn = reads.turn("jobs", q.get(ids[10]))
     assert turn is not None and turn.describe() == "group tenant:7's rate 10/s"
-    assert ReadModels(r, clock).turn("jobs", q.get(ids[0])) is None
+    turn = reads.turn("jobs", q.get(ids[12]))
+    assert turn is not None and turn.describe() == "2nd in line for group tenant:7's rate 10/s"
+    assert reads.turn("jobs", q.get(ids[0])) is None
 
 
 def test_the_rates_key_is_in_the_queues_slot_and_expires(q, r, clock):

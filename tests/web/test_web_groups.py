@@ -99,9 +99,11 @@ def test_a_groups_rate_is_shown_and_a_job_scheduled_for_it_says_so(web):
     ids = web.q.enqueue_many([JobSpec("order", {"i": i}, f"r:{i}", group="tenant:7",
                                       group_rate="10/s") for i in range(12)])
     c = web.client("viewer")
+    job = c.get(f"/jobs/default/{ids[10]}").get_data(as_text=True)
+    assert "tenant:7</code></a>'s rate 10/s (its start:" in job
     job = c.get(f"/jobs/default/{ids[11]}").get_data(as_text=True)
-    assert "tenant:7</code></a>&#39;s rate 10/s" in job or "tenant:7</code></a>'s rate 10/s" in job
+    assert "1st in line for group" in job and "tenant:7</code></a>'s rate 10/s" in job
     group = c.get("/groups/default/tenant:7").get_data(as_text=True)
-    assert "10/s (its jobs' group_rate): 2 job(s) scheduled for a start" in group
+    assert "10/s (its jobs' group_rate): 1 job(s) scheduled for a start" in group
     listing = c.get("/groups/?queue=default").get_data(as_text=True)
     assert "rate 10/s" in listing
