@@ -46,9 +46,13 @@ def perform(action: Action, args: Args) -> Result:
     svc = _svc()
     user = current_user()
     who = Actor(user.name if user else "(anonymous)", user.role if user else None)
+    renew = None
+    if user is not None and user.via == "session":
+        def renew(name: str) -> None:
+            start_session(svc.users.get(name))
+    ops = Ops(svc.antre, svc.clock, svc.reads, svc.idempotency, svc.users, renew)
     return guarded(action.name, action.target(args), args.get("reason") or "",
-                   lambda: action.run(Ops(svc.antre, svc.clock, svc.reads, svc.idempotency),
-                                      who, args))
+                   lambda: action.run(ops, who, args))
 
 
 def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
@@ -150,52 +154,6 @@ def user_add(name: str, role: str, password: str, reason: str | None) -> Result:
     return guarded("users.add", name, _reason(reason), run)
 
 
-def user_set_role(name: str, role: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        me = current_user()
-        if me and me.name == name and role != "admin":
-            return Result(False, "you cannot take the admin role from yourself", 400)
-        before = svc.users.get(name)
-        try:
-            svc.users.set_role(name, role)
-        except (UnknownUser, ValueError) as exc:
-            return Result(False, str(exc).strip("'\""), 400)
-        if me is not None and me.name == name and me.via == "session":
-            start_session(svc.users.get(name))  # the change ends sessions; not this one
-        return Result(True, f"user {name} is now {role}", 200,
-                      {"role_before": before.role if before else None, "role_after": role})
-    return guarded("users.set_role", name, _reason(reason), run)
-
-
-def user_set_disabled(name: str, disabled: bool, reason: str | None) -> Result:
-    """A disabled user cannot log in (browser or HTTP Basic) and their open sessions end on
-    their next request; enabling gives the same account back."""
-    action = "users.disable" if disabled else "users.enable"
-
-    def run() -> Result:
-        me = current_user()
-        if me and me.name == name and disabled:
-            return Result(False, "you cannot disable yourself", 400)
-        try:
-            _svc().users.set_disabled(name, disabled)
-        except UnknownUser:
-            return Result(False, f"no user {name}", 400)
-        return Result(True, f"user {name} {'disabled' if disabled else 'enabled'}")
-    return guarded(action, name, _reason(reason), run)
-
-
-def user_delete(name: str, reason: str | None) -> Result:
-    def run() -> Result:
-        me = current_user()
-        if me and me.name == name:
-            return Result(False, "you cannot delete yourself", 400)
-        if not _svc().users.delete(name):
-            return Result(False, f"no user {name}", 400)
-        return Result(True, f"user {name} deleted")
-    return guarded("users.delete", name, _reason(reason), run)
-
-
 def password_change(current: str, new: str) -> Result:
     """The logged-in user changes their own password (the current one is asked again). Their
     other sessions end; this one carries on, signed with the new session generation."""
@@ -239,16 +197,3 @@ def password_reset(name: str, password: str, reason: str | None) -> Result:
             return Result(False, f"no user {name}", 400)
         return Result(True, f"password of {name} reset; their open sessions are logged out")
     return guarded("users.password.reset", name, _reason(reason), run)
-
-
-def user_end_sessions(name: str, reason: str | None) -> Result:
-    """Log a user out everywhere: every session signed before now ends."""
-    def run() -> Result:
-        try:
-            _svc().users.end_sessions(name)
-        except UnknownUser:
-            return Result(False, f"no user {name}", 400)
-        return Result(True, f"every session of {name} is logged out")
-    return guarded("users.logout_everywhere", name, _reason(reason), run)
-
-

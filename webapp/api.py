@@ -381,39 +381,6 @@ def user_add() -> Response:
                                     str(body.get("password", "")), body.get("reason")))
 
 
-@bp.post("/users/<name>/role")
-@requires("admin", "users.set_role")
-@doc(body={"role": "string", **REASON}, required=("role",))
-def user_role(name: str) -> Response:
-    """Change a user's role (admin)."""
-    body = _body()
-    return _answer(actions.user_set_role(name, str(body.get("role", "")), body.get("reason")))
-
-
-@bp.post("/users/<name>/disable")
-@requires("admin", "users.disable")
-@doc(body=REASON)
-def user_disable(name: str) -> Response:
-    """Disable a user: no login, open sessions end (admin)."""
-    return _answer(actions.user_set_disabled(name, True, _body().get("reason")))
-
-
-@bp.post("/users/<name>/enable")
-@requires("admin", "users.enable")
-@doc(body=REASON)
-def user_enable(name: str) -> Response:
-    """Enable a disabled user again (admin)."""
-    return _answer(actions.user_set_disabled(name, False, _body().get("reason")))
-
-
-@bp.post("/users/<name>/delete")
-@requires("admin", "users.delete")
-@doc(body=REASON)
-def user_delete(name: str) -> Response:
-    """Delete a user (admin)."""
-    return _answer(actions.user_delete(name, _body().get("reason")))
-
-
 @bp.post("/users/<name>/password")
 @requires("admin", "users.password.reset")
 @doc(body={"password": "string", **REASON}, required=("password",))
@@ -422,14 +389,6 @@ def user_password(name: str) -> Response:
     body = _body()
     return _answer(actions.password_reset(name, str(body.get("password", "")),
                                           body.get("reason")))
-
-
-@bp.post("/users/<name>/logout-everywhere")
-@requires("admin", "users.logout_everywhere")
-@doc(body=REASON)
-def user_logout_everywhere(name: str) -> Response:
-    """End every open session of a user (admin)."""
-    return _answer(actions.user_end_sessions(name, _body().get("reason")))
 
 
 @bp.post("/account/password")
