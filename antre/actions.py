@@ -36,7 +36,7 @@ from antre.limits.flow import FlowControl
 from antre.observe.alerts import AlertQuiet, AlertThresholds
 from antre.observe.finder import Finder
 from antre.observe.incidents import Incident, incident_view
-from antre.observe.readmodels import PauseInfo, ReadModels
+from antre.observe.readmodels import MAX_EPOCH_MS, WINDOWS_MS, DeadFilter, PauseInfo, ReadModels
 from antre.stores.audit import AuditLog
 from antre.stores.idempotency import IdempotencyStore
 from antre.stores.sql import ROLES
@@ -129,6 +129,9 @@ class Action:
     cli_help: str | None = None  # the command's help when it is not ``summary``
     # what ``--dry-run`` prints instead of acting (the CLI adds the flag when it is set)
     dry_run: Callable[[Ops, Args], Result] | None = None
+    # the arguments completed with what needs the core (a DLQ filter's window from the
+    # clock), run by every surface before ``target`` and ``run``; ``BadInput`` for bad ones
+    prepare: Callable[[Ops, Args], Args] | None = None
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -780,6 +783,122 @@ def replay_edited_dry_run(ops: Ops, a: Args) -> Result:
                   {"diff": "\n".join(p.diff), "problems": list(p.problems)})
 
 
+# -- the DLQ's filtered set: paced bulk replay, replay now, discard --------------------------
+def dead_filter(ops: Ops, a: Args) -> Args:
+    """``a`` with ``filter``: the DLQ filter of its type, group and time window (``window``
+    15m..7d from the app's clock, or ``since_ms`` / ``until_ms``, which win)."""
+    since: int | None = None
+    if (a["window"] or "") in WINDOWS_MS:
+        since = ops.clock() - WINDOWS_MS[a["window"]]
+    until = a["until_ms"]
+    if a["since_ms"] is not None:
+        since = a["since_ms"]
+    for name in ("since_ms", "until_ms"):
+        if a[name] is not None and not 0 <= a[name] <= MAX_EPOCH_MS:
+            raise BadInput(f"{name} must be epoch milliseconds from 0 to {MAX_EPOCH_MS}")
+    for v in (a["type"], a["group"]):
+        if v and (len(v) > 200 or "{" in v or "}" in v):
+            raise BadInput("bad filter value")
+    return {**a, "filter": DeadFilter(job_type=a["type"] or None, group=a["group"] or None,
+                                      since_ms=since, until_ms=until)}
+
+
+def _dead_target(a: Args) -> str:
+    return f"{a['queue']} [{a['filter'].describe()}]"
+
+
+def _not_idempotent_warning(ops: Ops, flt: DeadFilter) -> str:
+    bad = [name for name, spec in ops.app.handlers.items()
+           if not spec.idempotent and (flt.job_type in (None, name))]
+    if not bad:
+        return ""
+    return (" Warning: not idempotent handlers in this set may repeat effects: "
+            + ", ".join(sorted(bad)) + ".")
+
+
+def bulk_start(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, flt = a["queue"], a["filter"]
+    try:
+        task = ops.bulk.start(queue, flt, a["rate"], min(max(a["maximum"], 0), MAX_BULK),
+                              who.name, a["reason"])
+    except ValueError as exc:
+        return Result(False, str(exc), 400)
+    return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "
+                        f"({flt.describe()}), at most {task.maximum} at "
+                        f"{task.rate_per_s:g} jobs/s.{_not_idempotent_warning(ops, flt)}", 200,
+                  {"task": task.to_dict(), "filter": flt.describe(), "dry_run": task.total,
+                   "dead_before": ops.reads.count_dead(queue)})
+
+
+def replay_filtered_now(ops: Ops, who: Actor, a: Args) -> Result:
+    flt = a["filter"]
+    out = ops.bulk.replay_filtered_now(a["queue"], flt, max(0, min(a["maximum"], MAX_BULK)),
+                                       who.name)
+    return Result(True, f"replayed {out.done} dead jobs ({flt.describe()})"
+                        + _not_idempotent_warning(ops, flt), 200,
+                  {"filter": flt.describe(), **out.to_dict()})
+
+
+def discard_filtered_dry_run(ops: Ops, a: Args) -> Result:
+    flt = a["filter"]
+    return Result(True, f"{ops.bulk.dry_run(a['queue'], flt)} dead jobs match "
+                        f"({flt.describe()}) in {a['queue']}")
+
+
+def discard_filtered(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, flt = a["queue"], a["filter"]
+    count = ops.bulk.dry_run(queue, flt)
+    if not confirmed(a["confirm"], count, "discard"):
+        return Result(False, f"not confirmed: {_how_to_confirm(who, count, 'discard')}; "
+                             "nothing was changed", 400, {"dry_run": count})
+    out = ops.bulk.discard_filtered(queue, flt, max(0, min(a["maximum"], MAX_BULK)), who.name)
+    return Result(True, f"discarded {out.done} dead jobs ({flt.describe()})", 200,
+                  {"dry_run": count, "filter": flt.describe(), **out.to_dict()})
+
+
+DEAD_FILTER = (Param("type", help="only this job type"),
+               Param("group", help="only this error group"),
+               Param("window", help="only jobs dead in the last 15m, 1h, 6h, 24h or 7d"),
+               Param("since_ms", int, "dead at or after (epoch ms; wins over window)"),
+               Param("until_ms", int, "dead at or before (epoch ms)"))
+
+
+def _dead_set_actions() -> list[Action]:
+    return [
+        Action("dlq.bulk_replay.start", "operator",
+               "Start a paced bulk replay of the filtered DLQ set (tracked task).",
+               "/queues/<queue>/replays", "bulk_start",
+               Html("/dlq/<queue>/bulk", "dlq.bulk_start", "dlq.index"),
+               ("bulk-replay",), bulk_start, _dead_target,
+               (*DEAD_FILTER,
+                Param("rate", float, "jobs per second", required=True, default=0.0,
+                      cli_default=5.0),
+                Param("maximum", int, "at most this many jobs", required=True, default=0,
+                      cli_default=1000)),
+               cli_help="paced replay of the filtered dead-letter set", prepare=dead_filter),
+        Action("dlq.replay_filtered_now", "operator",
+               "Replay up to ``maximum`` jobs of the filtered set at once (no pacing).",
+               "/queues/<queue>/dead/replay-now", "replay_filtered_now",
+               Html("/dlq/<queue>/replay-now", "dlq.replay_filtered_now", "dlq.index"),
+               ("filtered", "replay-now"), replay_filtered_now, _dead_target,
+               (*DEAD_FILTER,
+                Param("maximum", int, "at most this many jobs", required=True, default=0,
+                      cli_required=True)),
+               prepare=dead_filter),
+        Action("dlq.discard_filtered", "operator",
+               "Discard the filtered set; ``confirm`` must be the matching count or "
+               "'discard'.",
+               "/queues/<queue>/dead/discard", "discard_filtered",
+               Html("/dlq/<queue>/discard-filtered", "dlq.discard_filtered", "dlq.index"),
+               ("filtered", "discard"), discard_filtered, _dead_target,
+               (*DEAD_FILTER,
+                Param("maximum", int, "at most this many jobs", default=MAX_BULK),
+                Param("confirm", help="the matching count, or the word discard",
+                      required=True, default="")),
+               dry_run=discard_filtered_dry_run, prepare=dead_filter),
+    ]
+
+
 # -- dashboard users (admin): role, disable / enable, delete, log out everywhere -------------
 def _users(ops: Ops) -> UserStore | Result:
     store = ops.users
@@ -1048,6 +1167,7 @@ TABLE: list[Action] = [
             Param("new_key", help="a new idempotency key (empty: keep the job's)",
                   default="")),
            reason_required_on_cli=True, dry_run=replay_edited_dry_run),
+    *_dead_set_actions(),
     *_user_actions(),
 ]
 

@@ -11,7 +11,6 @@ map, so a route cannot be left out.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -325,49 +324,6 @@ def schedules() -> Response:
 
 BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
              "until_ms": "integer", "maximum": "integer", **REASON}
-
-
-@bp.post("/queues/<queue>/replays")
-@requires("operator", "dlq.bulk_replay.start")
-@doc(body={**BULK_BODY, "rate": "number"}, required=("rate", "maximum"))
-def bulk_start(queue: str) -> Response:
-    """Start a paced bulk replay of the filtered DLQ set (tracked task)."""
-    svc = services.get()
-    body = _body()
-    try:
-        rate, maximum = float(body["rate"]), int(body["maximum"])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        abort(400, "rate (jobs/s) and maximum are required numbers")
-    if not math.isfinite(rate):
-        abort(400, "rate must be a finite number of jobs per second")
-    flt = dead_filter(body, svc.clock())
-    return _answer(actions.bulk_start(check_queue(queue), flt, rate, maximum,
-                                      body.get("reason")))
-
-
-@bp.post("/queues/<queue>/dead/replay-now")
-@requires("operator", "dlq.replay_filtered_now")
-@doc(body=BULK_BODY, required=("maximum",))
-def replay_filtered_now(queue: str) -> Response:
-    """Replay up to ``maximum`` jobs of the filtered set at once (no pacing)."""
-    svc = services.get()
-    body = _body()
-    flt = dead_filter(body, svc.clock())
-    return _answer(actions.replay_filtered_now(check_queue(queue), flt,
-                                               int(body.get("maximum") or 0), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/dead/discard")
-@requires("operator", "dlq.discard_filtered")
-@doc(body={**BULK_BODY, "confirm": "string"}, required=("confirm",))
-def discard_filtered(queue: str) -> Response:
-    """Discard the filtered set; ``confirm`` must be the matching count or 'discard'."""
-    svc = services.get()
-    body = _body()
-    flt = dead_filter(body, svc.clock())
-    return _answer(actions.discard_filtered(check_queue(queue), flt,
-                                            int(body.get("maximum") or 1_000_000),
-                                            str(body.get("confirm", "")), body.get("reason")))
 
 
 @bp.post("/users")
