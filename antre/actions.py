@@ -36,9 +36,11 @@ from antre.limits.flow import FlowControl
 from antre.observe.alerts import AlertQuiet, AlertThresholds
 from antre.observe.finder import Finder
 from antre.observe.incidents import Incident, incident_view
-from antre.observe.readmodels import PauseInfo, ReadModels
+from antre.observe.readmodels import MAX_EPOCH_MS, WINDOWS_MS, DeadFilter, PauseInfo, ReadModels
 from antre.stores.audit import AuditLog
 from antre.stores.idempotency import IdempotencyStore
+from antre.stores.sql import ROLES
+from antre.stores.users import UnknownUser, UserStore
 
 MAX_EXTEND_S = 24 * 3600
 MAX_REASON_CHARS = 2000
@@ -127,6 +129,9 @@ class Action:
     cli_help: str | None = None  # the command's help when it is not ``summary``
     # what ``--dry-run`` prints instead of acting (the CLI adds the flag when it is set)
     dry_run: Callable[[Ops, Args], Result] | None = None
+    # the arguments completed with what needs the core (a DLQ filter's window from the
+    # clock), run by every surface before ``target`` and ``run``; ``BadInput`` for bad ones
+    prepare: Callable[[Ops, Args], Args] | None = None
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -171,11 +176,21 @@ class Ops:
 
     def __init__(self, app: Antre, clock: Clock | None = None,
                  reads: ReadModels | None = None,
-                 idempotency: IdempotencyStore | None = None) -> None:
+                 idempotency: IdempotencyStore | None = None,
+                 users: UserStore | None = None,
+                 renew_session: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.clock: Clock = clock or app.clock
         self.reads = reads or ReadModels(app.redis, self.clock)
         self._idempotency = idempotency
+        self._users = users
+        # the dashboard's: a change to your own account ends your sessions but this one
+        self.renew_session = renew_session
+
+    @property
+    def users(self) -> UserStore | None:
+        """The dashboard's user store, else the app's (None without a database)."""
+        return self._users or self.app.users
 
     @property
     def redis(self) -> Redis:
@@ -768,6 +783,223 @@ def replay_edited_dry_run(ops: Ops, a: Args) -> Result:
                   {"diff": "\n".join(p.diff), "problems": list(p.problems)})
 
 
+# -- the DLQ's filtered set: paced bulk replay, replay now, discard --------------------------
+def dead_filter(ops: Ops, a: Args) -> Args:
+    """``a`` with ``filter``: the DLQ filter of its type, group and time window (``window``
+    15m..7d from the app's clock, or ``since_ms`` / ``until_ms``, which win)."""
+    since: int | None = None
+    if (a["window"] or "") in WINDOWS_MS:
+        since = ops.clock() - WINDOWS_MS[a["window"]]
+    until = a["until_ms"]
+    if a["since_ms"] is not None:
+        since = a["since_ms"]
+    for name in ("since_ms", "until_ms"):
+        if a[name] is not None and not 0 <= a[name] <= MAX_EPOCH_MS:
+            raise BadInput(f"{name} must be epoch milliseconds from 0 to {MAX_EPOCH_MS}")
+    for v in (a["type"], a["group"]):
+        if v and (len(v) > 200 or "{" in v or "}" in v):
+            raise BadInput("bad filter value")
+    return {**a, "filter": DeadFilter(job_type=a["type"] or None, group=a["group"] or None,
+                                      since_ms=since, until_ms=until)}
+
+
+def _dead_target(a: Args) -> str:
+    return f"{a['queue']} [{a['filter'].describe()}]"
+
+
+def _not_idempotent_warning(ops: Ops, flt: DeadFilter) -> str:
+    bad = [name for name, spec in ops.app.handlers.items()
+           if not spec.idempotent and (flt.job_type in (None, name))]
+    if not bad:
+        return ""
+    return (" Warning: not idempotent handlers in this set may repeat effects: "
+            + ", ".join(sorted(bad)) + ".")
+
+
+def bulk_start(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, flt = a["queue"], a["filter"]
+    try:
+        task = ops.bulk.start(queue, flt, a["rate"], min(max(a["maximum"], 0), MAX_BULK),
+                              who.name, a["reason"])
+    except ValueError as exc:
+        return Result(False, str(exc), 400)
+    return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "
+                        f"({flt.describe()}), at most {task.maximum} at "
+                        f"{task.rate_per_s:g} jobs/s.{_not_idempotent_warning(ops, flt)}", 200,
+                  {"task": task.to_dict(), "filter": flt.describe(), "dry_run": task.total,
+                   "dead_before": ops.reads.count_dead(queue)})
+
+
+def replay_filtered_now(ops: Ops, who: Actor, a: Args) -> Result:
+    flt = a["filter"]
+    out = ops.bulk.replay_filtered_now(a["queue"], flt, max(0, min(a["maximum"], MAX_BULK)),
+                                       who.name)
+    return Result(True, f"replayed {out.done} dead jobs ({flt.describe()})"
+                        + _not_idempotent_warning(ops, flt), 200,
+                  {"filter": flt.describe(), **out.to_dict()})
+
+
+def discard_filtered_dry_run(ops: Ops, a: Args) -> Result:
+    flt = a["filter"]
+    return Result(True, f"{ops.bulk.dry_run(a['queue'], flt)} dead jobs match "
+                        f"({flt.describe()}) in {a['queue']}")
+
+
+def discard_filtered(ops: Ops, who: Actor, a: Args) -> Result:
+    queue, flt = a["queue"], a["filter"]
+    count = ops.bulk.dry_run(queue, flt)
+    if not confirmed(a["confirm"], count, "discard"):
+        return Result(False, f"not confirmed: {_how_to_confirm(who, count, 'discard')}; "
+                             "nothing was changed", 400, {"dry_run": count})
+    out = ops.bulk.discard_filtered(queue, flt, max(0, min(a["maximum"], MAX_BULK)), who.name)
+    return Result(True, f"discarded {out.done} dead jobs ({flt.describe()})", 200,
+                  {"dry_run": count, "filter": flt.describe(), **out.to_dict()})
+
+
+DEAD_FILTER = (Param("type", help="only this job type"),
+               Param("group", help="only this error group"),
+               Param("window", help="only jobs dead in the last 15m, 1h, 6h, 24h or 7d"),
+               Param("since_ms", int, "dead at or after (epoch ms; wins over window)"),
+               Param("until_ms", int, "dead at or before (epoch ms)"))
+
+
+def _dead_set_actions() -> list[Action]:
+    return [
+        Action("dlq.bulk_replay.start", "operator",
+               "Start a paced bulk replay of the filtered DLQ set (tracked task).",
+               "/queues/<queue>/replays", "bulk_start",
+               Html("/dlq/<queue>/bulk", "dlq.bulk_start", "dlq.index"),
+               ("bulk-replay",), bulk_start, _dead_target,
+               (*DEAD_FILTER,
+                Param("rate", float, "jobs per second", required=True, default=0.0,
+                      cli_default=5.0),
+                Param("maximum", int, "at most this many jobs", required=True, default=0,
+                      cli_default=1000)),
+               cli_help="paced replay of the filtered dead-letter set", prepare=dead_filter),
+        Action("dlq.replay_filtered_now", "operator",
+               "Replay up to ``maximum`` jobs of the filtered set at once (no pacing).",
+               "/queues/<queue>/dead/replay-now", "replay_filtered_now",
+               Html("/dlq/<queue>/replay-now", "dlq.replay_filtered_now", "dlq.index"),
+               ("filtered", "replay-now"), replay_filtered_now, _dead_target,
+               (*DEAD_FILTER,
+                Param("maximum", int, "at most this many jobs", required=True, default=0,
+                      cli_required=True)),
+               prepare=dead_filter),
+        Action("dlq.discard_filtered", "operator",
+               "Discard the filtered set; ``confirm`` must be the matching count or "
+               "'discard'.",
+               "/queues/<queue>/dead/discard", "discard_filtered",
+               Html("/dlq/<queue>/discard-filtered", "dlq.discard_filtered", "dlq.index"),
+               ("filtered", "discard"), discard_filtered, _dead_target,
+               (*DEAD_FILTER,
+                Param("maximum", int, "at most this many jobs", default=MAX_BULK),
+                Param("confirm", help="the matching count, or the word discard",
+                      required=True, default="")),
+               dry_run=discard_filtered_dry_run, prepare=dead_filter),
+    ]
+
+
+# -- dashboard users (admin): role, disable / enable, delete, log out everywhere -------------
+def _users(ops: Ops) -> UserStore | Result:
+    store = ops.users
+    if store is None:
+        return Result(False, "users live in the database: set ANTRE_DATABASE_URL", 503)
+    return store
+
+
+def user_set_role(ops: Ops, who: Actor, a: Args) -> Result:
+    name, role = a["name"], a["role"]
+    store = _users(ops)
+    if isinstance(store, Result):
+        return store
+    if who.name == name and role != "admin":
+        return Result(False, "you cannot take the admin role from yourself", 400)
+    before = store.get(name)
+    try:
+        store.set_role(name, role)
+    except UnknownUser:
+        return Result(False, f"no user {name}", 400)
+    except ValueError as exc:
+        return Result(False, f"{exc}; nothing was changed", 400)
+    if who.name == name and ops.renew_session is not None:
+        ops.renew_session(name)  # the change ends sessions; not this one
+    return Result(True, f"user {name} is now {role}", 200,
+                  {"role_before": before.role if before else None, "role_after": role})
+
+
+def _set_disabled(ops: Ops, who: Actor, name: str, disabled: bool) -> Result:
+    """A disabled user cannot log in (browser or HTTP Basic) and their open sessions end on
+    their next request; enabling gives the same account back."""
+    store = _users(ops)
+    if isinstance(store, Result):
+        return store
+    if who.name == name and disabled:
+        return Result(False, "you cannot disable yourself", 400)
+    try:
+        store.set_disabled(name, disabled)
+    except UnknownUser:
+        return Result(False, f"no user {name}", 400)
+    return Result(True, f"user {name} {'disabled' if disabled else 'enabled'}")
+
+
+def user_disable(ops: Ops, who: Actor, a: Args) -> Result:
+    return _set_disabled(ops, who, a["name"], True)
+
+
+def user_enable(ops: Ops, who: Actor, a: Args) -> Result:
+    return _set_disabled(ops, who, a["name"], False)
+
+
+def user_delete(ops: Ops, who: Actor, a: Args) -> Result:
+    name = a["name"]
+    store = _users(ops)
+    if isinstance(store, Result):
+        return store
+    if who.name == name:
+        return Result(False, "you cannot delete yourself", 400)
+    if not store.delete(name):
+        return Result(False, f"no user {name}", 400)
+    return Result(True, f"user {name} deleted")
+
+
+def user_end_sessions(ops: Ops, who: Actor, a: Args) -> Result:
+    """Log a user out everywhere: every session signed before now ends."""
+    name = a["name"]
+    store = _users(ops)
+    if isinstance(store, Result):
+        return store
+    try:
+        store.end_sessions(name)
+    except UnknownUser:
+        return Result(False, f"no user {name}", 400)
+    return Result(True, f"every session of {name} is logged out")
+
+
+def _user_actions() -> list[Action]:
+    def entry(name: str, summary: str, verb: str, endpoint: str, word: str,
+              run: Callable[[Ops, Actor, Args], Result],
+              params: tuple[Param, ...] = ()) -> Action:
+        return Action(name, "admin", summary, f"/users/<name>/{verb}", f"user_{endpoint}",
+                      Html(f"/users/<name>/{verb}", name, "users.index", follow_next=False),
+                      ("user", word), run, lambda a: str(a["name"]), params,
+                      cli_help=summary)
+    return [
+        entry("users.set_role", "Change a user's role (admin).", "role", "role", "role",
+              user_set_role,
+              (Param("role", help="viewer, operator or admin", required=True, default="",
+                     positional=True, choices=ROLES),)),
+        entry("users.disable", "Disable a user: no login, open sessions end (admin).",
+              "disable", "disable", "disable", user_disable),
+        entry("users.enable", "Enable a disabled user again (admin).", "enable", "enable",
+              "enable", user_enable),
+        entry("users.delete", "Delete a user (admin).", "delete", "delete", "delete",
+              user_delete),
+        entry("users.logout_everywhere", "End every open session of a user (admin).",
+              "logout-everywhere", "logout_everywhere", "logout-everywhere",
+              user_end_sessions),
+    ]
+
+
 TABLE: list[Action] = [
     Action("dlq.replay", "operator",
            "Replay one dead job (attempts reset, idempotency key kept).",
@@ -935,6 +1167,8 @@ TABLE: list[Action] = [
             Param("new_key", help="a new idempotency key (empty: keep the job's)",
                   default="")),
            reason_required_on_cli=True, dry_run=replay_edited_dry_run),
+    *_dead_set_actions(),
+    *_user_actions(),
 ]
 
 

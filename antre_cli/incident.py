@@ -1,8 +1,9 @@
 """``antre`` commands for the dashboard's actions (CLI parity). Every entry of the table of
 actions (``antre/actions.py``: pause / resume, job replay|discard|delete|run-now|extend|cancel,
-purge, task pause|resume|cancel, lock release, breaker reset, schedules pause|resume|run) is a
-subcommand made by ``add_table_parsers`` and run by ``cmd_action``; ``bulk-replay`` and
-``tasks`` are written here.
+purge, bulk-replay, filtered replay-now|discard, task pause|resume|cancel, lock release,
+breaker reset, schedules pause|resume|run, user role|disable|enable|delete|logout-everywhere,
+...) is a subcommand made by ``add_table_parsers`` and run by ``cmd_action``; ``tasks`` and
+``group list|show`` (reads) are written here.
 
 Each one changes Redis through the core (the same ``run`` the dashboard calls), writes an
 audit entry with the OS user as the actor (``cli:NAME``) and the outcome (ok,
@@ -40,7 +41,6 @@ from antre.actions import (
 from antre.control.bulk import BulkReplays
 from antre.control.pause import unknown_target
 from antre.observe.groups import Groups
-from antre.observe.readmodels import DeadFilter
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
@@ -93,24 +93,6 @@ def _known(app: Antre, queue: str, job_type: str | None) -> str | None:
 
 
 # -- purge and bulk tasks ---------------------------------------------------------------------
-def cmd_bulk_replay(args: argparse.Namespace) -> int:
-    app = _app(args.app)
-    flt = DeadFilter(job_type=args.type, group=args.group)
-
-    def start() -> Outcome:
-        try:
-            task = BulkReplays(app.redis, app.clock).start(args.queue, flt, args.rate,
-                                                           args.maximum, operator(),
-                                                           args.reason)
-        except ValueError as exc:
-            return _refuse(str(exc))
-        return Outcome(True, f"bulk replay {task.id} started: {task.total} jobs match "
-                             f"({flt.describe()}), at most {task.maximum} at "
-                             f"{task.rate_per_s:g} jobs/s", detail={"task": task.id})
-    return run_audited(app, "dlq.bulk_replay.start", f"{args.queue} [{flt.describe()}]",
-                       args.reason, start)
-
-
 def cmd_tasks(args: argparse.Namespace) -> int:
     app = _app(args.app)
     tasks = BulkReplays(app.redis, app.clock).list(args.queue)
@@ -266,6 +248,11 @@ def cmd_action(args: argparse.Namespace) -> int:
         return 1
     ops = Ops(app)
     action = _pick(entries, ops, values)
+    try:
+        values = values if action.prepare is None else action.prepare(ops, values)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if action.dry_run is not None and getattr(args, "dry_run", False):
         return _print_dry_run(action.dry_run(ops, values))
 
@@ -279,13 +266,6 @@ def cmd_action(args: argparse.Namespace) -> int:
 
 
 def _add_tasks(sub: Any) -> None:
-    p = sub.add_parser("bulk-replay", help="paced replay of the filtered dead-letter set")
-    p.add_argument("queue")
-    p.add_argument("--type", default=None)
-    p.add_argument("--group", default=None)
-    p.add_argument("--rate", type=float, default=5.0)
-    p.add_argument("--maximum", type=int, default=1000)
-    _common(p)
     p = sub.add_parser("tasks", help="bulk replays and purges of a queue, with progress")
     p.add_argument("queue")
     p.add_argument("--json", action="store_true")
@@ -293,5 +273,5 @@ def _add_tasks(sub: Any) -> None:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "bulk-replay": cmd_bulk_replay, "tasks": cmd_tasks, "group": cmd_group,
+    "tasks": cmd_tasks, "group": cmd_group,
 }

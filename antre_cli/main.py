@@ -302,21 +302,8 @@ def _user_passwd(app: Antre, args: argparse.Namespace) -> str:
         f"; password: {password}" if generated else "")
 
 
-def _user_delete(app: Antre, args: argparse.Namespace) -> str:
-    if not app.users.delete(args.name):  # type: ignore[union-attr]
-        raise UnknownUser(args.name)
-    _audit(app, "users.delete", args.name, args.reason, "ok", {})
-    return f"user {args.name} deleted"
-
-
-def _user_logout(app: Antre, args: argparse.Namespace) -> str:
-    app.users.end_sessions(args.name)  # type: ignore[union-attr]
-    _audit(app, "users.logout_everywhere", args.name, args.reason, "ok", {})
-    return f"every session of {args.name} is logged out"
-
-
-USER_COMMANDS = {"add": _user_add, "passwd": _user_passwd, "delete": _user_delete,
-                 "logout-everywhere": _user_logout}
+# role, disable, enable, delete and logout-everywhere: entries of the table of actions
+USER_COMMANDS = {"add": _user_add, "passwd": _user_passwd}
 
 
 def cmd_user(args: argparse.Namespace) -> int:
@@ -442,9 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     ua = usub.add_parser("add", help="add a user")
     ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
     up = usub.add_parser("passwd", help="set a user's password (their sessions end)")
-    ud = usub.add_parser("delete", help="delete a user")
-    ul = usub.add_parser("logout-everywhere", help="end every open session of a user")
-    for sp in (ua, up, ud, ul):
+    for sp in (ua, up):
         sp.add_argument("name")
         sp.add_argument("--reason", default="", help="why (written to the audit log)")
     for sp in (ua, up):
@@ -454,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--prompt", action="store_true",
                         help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
-    incident.add_parsers(sub, groups={"schedules": scsub})
+    # role, disable, enable, delete, logout-everywhere: the table's (antre/actions.py)
+    incident.add_parsers(sub, groups={"schedules": scsub, "user": usub})
     return p
 
 

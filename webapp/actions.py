@@ -1,8 +1,7 @@
 """The dashboard's side of every change: ``perform`` runs an entry of the table of actions
 (``antre/actions.py``) for the logged-in user, ``guarded`` (refused while the audit log is
 unreachable) and audited (ok, failed or refused, with before/after figures). The changes not
-in the table yet (bulk replay start, filtered discard / replay, users and passwords) are the
-functions below. The HTML views flash ``Result.message``; the API returns
+in the table yet (adding a user, passwords) are the functions below. The HTML views flash ``Result.message``; the API returns
 ``Result.to_json()``."""
 
 from __future__ import annotations
@@ -10,17 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from antre.actions import (
-    MAX_BULK,
     MAX_SELECTED,
     Action,
     Actor,
     Args,
     Ops,
     Result,
-    confirmed,
     outcome_of,
 )
-from antre.observe.readmodels import DeadFilter
 from antre.stores.users import UnknownUser, UserExists, WeakPassword
 
 from . import services
@@ -46,9 +42,17 @@ def perform(action: Action, args: Args) -> Result:
     svc = _svc()
     user = current_user()
     who = Actor(user.name if user else "(anonymous)", user.role if user else None)
+    def renew(name: str) -> None:
+        start_session(svc.users.get(name))
+    ops = table_ops(renew if user is not None and user.via == "session" else None)
     return guarded(action.name, action.target(args), args.get("reason") or "",
-                   lambda: action.run(Ops(svc.antre, svc.clock, svc.reads, svc.idempotency),
-                                      who, args))
+                   lambda: action.run(ops, who, args))
+
+
+def table_ops(renew: Any = None) -> Ops:
+    """The core objects of the table's entries, on the dashboard's Redis, clock and stores."""
+    svc = _svc()
+    return Ops(svc.antre, svc.clock, svc.reads, svc.idempotency, svc.users, renew)
 
 
 def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
@@ -83,62 +87,6 @@ def _note(reason: str | None) -> dict[str, Any] | None:
 
 # -- one job ----------------------------------------------------------------------------------
 # -- selected rows ----------------------------------------------------------------------------
-# -- filtered sets ----------------------------------------------------------------------------
-def bulk_start(queue: str, flt: DeadFilter, rate: float, maximum: int,
-               reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        user = current_user()
-        try:
-            task = svc.bulk.start(queue, flt, rate, min(maximum, MAX_BULK),
-                                  user.name if user else "?", _reason(reason))
-        except ValueError as exc:
-            return Result(False, str(exc), 400)
-        warn = _not_idempotent_warning(flt)
-        return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "
-                            f"({flt.describe()}), at most {task.maximum} at "
-                            f"{task.rate_per_s:g} jobs/s.{warn}", 200,
-                      {"task": task.to_dict(), "filter": flt.describe(), "dry_run": task.total,
-                       "dead_before": svc.reads.count_dead(queue)})
-    return guarded("dlq.bulk_replay.start", f"{queue} [{flt.describe()}]", _reason(reason), run)
-
-
-def _not_idempotent_warning(flt: DeadFilter) -> str:
-    svc = _svc()
-    bad = [name for name, spec in svc.antre.handlers.items()
-           if not spec.idempotent and (flt.job_type in (None, name))]
-    if not bad:
-        return ""
-    return (" Warning: not idempotent handlers in this set may repeat effects: "
-            + ", ".join(sorted(bad)) + ".")
-
-
-def discard_filtered(queue: str, flt: DeadFilter, maximum: int, confirm: str,
-                     reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        count = svc.bulk.dry_run(queue, flt)
-        if not confirmed(confirm, count, "discard"):
-            return Result(False, f"not confirmed: type {count} (the number of matching jobs) "
-                                 "or the word 'discard'; nothing was changed", 400,
-                          {"dry_run": count})
-        out = svc.bulk.discard_filtered(queue, flt, max(0, min(maximum, MAX_BULK)), _actor())
-        return Result(True, f"discarded {out.done} dead jobs ({flt.describe()})", 200,
-                      {"dry_run": count, "filter": flt.describe(), **out.to_dict()})
-    return guarded("dlq.discard_filtered", f"{queue} [{flt.describe()}]", _reason(reason), run)
-
-
-def replay_filtered_now(queue: str, flt: DeadFilter, maximum: int, reason: str | None) -> Result:
-    def run() -> Result:
-        out = _svc().bulk.replay_filtered_now(queue, flt, max(0, min(maximum, MAX_BULK)),
-                                              _actor())
-        return Result(True, f"replayed {out.done} dead jobs ({flt.describe()})"
-                            + _not_idempotent_warning(flt), 200,
-                      {"filter": flt.describe(), **out.to_dict()})
-    return guarded("dlq.replay_filtered_now", f"{queue} [{flt.describe()}]", _reason(reason),
-                   run)
-
-
 # -- users ------------------------------------------------------------------------------------
 def user_add(name: str, role: str, password: str, reason: str | None) -> Result:
     def run() -> Result:
@@ -148,52 +96,6 @@ def user_add(name: str, role: str, password: str, reason: str | None) -> Result:
             return Result(False, str(exc), 400)
         return Result(True, f"user {info.name} added as {info.role}", 200, {"role": info.role})
     return guarded("users.add", name, _reason(reason), run)
-
-
-def user_set_role(name: str, role: str, reason: str | None) -> Result:
-    def run() -> Result:
-        svc = _svc()
-        me = current_user()
-        if me and me.name == name and role != "admin":
-            return Result(False, "you cannot take the admin role from yourself", 400)
-        before = svc.users.get(name)
-        try:
-            svc.users.set_role(name, role)
-        except (UnknownUser, ValueError) as exc:
-            return Result(False, str(exc).strip("'\""), 400)
-        if me is not None and me.name == name and me.via == "session":
-            start_session(svc.users.get(name))  # the change ends sessions; not this one
-        return Result(True, f"user {name} is now {role}", 200,
-                      {"role_before": before.role if before else None, "role_after": role})
-    return guarded("users.set_role", name, _reason(reason), run)
-
-
-def user_set_disabled(name: str, disabled: bool, reason: str | None) -> Result:
-    """A disabled user cannot log in (browser or HTTP Basic) and their open sessions end on
-    their next request; enabling gives the same account back."""
-    action = "users.disable" if disabled else "users.enable"
-
-    def run() -> Result:
-        me = current_user()
-        if me and me.name == name and disabled:
-            return Result(False, "you cannot disable yourself", 400)
-        try:
-            _svc().users.set_disabled(name, disabled)
-        except UnknownUser:
-            return Result(False, f"no user {name}", 400)
-        return Result(True, f"user {name} {'disabled' if disabled else 'enabled'}")
-    return guarded(action, name, _reason(reason), run)
-
-
-def user_delete(name: str, reason: str | None) -> Result:
-    def run() -> Result:
-        me = current_user()
-        if me and me.name == name:
-            return Result(False, "you cannot delete yourself", 400)
-        if not _svc().users.delete(name):
-            return Result(False, f"no user {name}", 400)
-        return Result(True, f"user {name} deleted")
-    return guarded("users.delete", name, _reason(reason), run)
 
 
 def password_change(current: str, new: str) -> Result:
@@ -239,16 +141,3 @@ def password_reset(name: str, password: str, reason: str | None) -> Result:
             return Result(False, f"no user {name}", 400)
         return Result(True, f"password of {name} reset; their open sessions are logged out")
     return guarded("users.password.reset", name, _reason(reason), run)
-
-
-def user_end_sessions(name: str, reason: str | None) -> Result:
-    """Log a user out everywhere: every session signed before now ends."""
-    def run() -> Result:
-        try:
-            _svc().users.end_sessions(name)
-        except UnknownUser:
-            return Result(False, f"no user {name}", 400)
-        return Result(True, f"every session of {name} is logged out")
-    return guarded("users.logout_everywhere", name, _reason(reason), run)
-
-

@@ -11,7 +11,6 @@ map, so a route cannot be left out.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -327,49 +326,6 @@ BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms"
              "until_ms": "integer", "maximum": "integer", **REASON}
 
 
-@bp.post("/queues/<queue>/replays")
-@requires("operator", "dlq.bulk_replay.start")
-@doc(body={**BULK_BODY, "rate": "number"}, required=("rate", "maximum"))
-def bulk_start(queue: str) -> Response:
-    """Start a paced bulk replay of the filtered DLQ set (tracked task)."""
-    svc = services.get()
-    body = _body()
-    try:
-        rate, maximum = float(body["rate"]), int(body["maximum"])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        abort(400, "rate (jobs/s) and maximum are required numbers")
-    if not math.isfinite(rate):
-        abort(400, "rate must be a finite number of jobs per second")
-    flt = dead_filter(body, svc.clock())
-    return _answer(actions.bulk_start(check_queue(queue), flt, rate, maximum,
-                                      body.get("reason")))
-
-
-@bp.post("/queues/<queue>/dead/replay-now")
-@requires("operator", "dlq.replay_filtered_now")
-@doc(body=BULK_BODY, required=("maximum",))
-def replay_filtered_now(queue: str) -> Response:
-    """Replay up to ``maximum`` jobs of the filtered set at once (no pacing)."""
-    svc = services.get()
-    body = _body()
-    flt = dead_filter(body, svc.clock())
-    return _answer(actions.replay_filtered_now(check_queue(queue), flt,
-                                               int(body.get("maximum") or 0), body.get("reason")))
-
-
-@bp.post("/queues/<queue>/dead/discard")
-@requires("operator", "dlq.discard_filtered")
-@doc(body={**BULK_BODY, "confirm": "string"}, required=("confirm",))
-def discard_filtered(queue: str) -> Response:
-    """Discard the filtered set; ``confirm`` must be the matching count or 'discard'."""
-    svc = services.get()
-    body = _body()
-    flt = dead_filter(body, svc.clock())
-    return _answer(actions.discard_filtered(check_queue(queue), flt,
-                                            int(body.get("maximum") or 1_000_000),
-                                            str(body.get("confirm", "")), body.get("reason")))
-
-
 @bp.post("/users")
 @requires("admin", "users.add")
 @doc(body={"name": "string", "role": "string", "password": "string", **REASON},
@@ -381,39 +337,6 @@ def user_add() -> Response:
                                     str(body.get("password", "")), body.get("reason")))
 
 
-@bp.post("/users/<name>/role")
-@requires("admin", "users.set_role")
-@doc(body={"role": "string", **REASON}, required=("role",))
-def user_role(name: str) -> Response:
-    """Change a user's role (admin)."""
-    body = _body()
-    return _answer(actions.user_set_role(name, str(body.get("role", "")), body.get("reason")))
-
-
-@bp.post("/users/<name>/disable")
-@requires("admin", "users.disable")
-@doc(body=REASON)
-def user_disable(name: str) -> Response:
-    """Disable a user: no login, open sessions end (admin)."""
-    return _answer(actions.user_set_disabled(name, True, _body().get("reason")))
-
-
-@bp.post("/users/<name>/enable")
-@requires("admin", "users.enable")
-@doc(body=REASON)
-def user_enable(name: str) -> Response:
-    """Enable a disabled user again (admin)."""
-    return _answer(actions.user_set_disabled(name, False, _body().get("reason")))
-
-
-@bp.post("/users/<name>/delete")
-@requires("admin", "users.delete")
-@doc(body=REASON)
-def user_delete(name: str) -> Response:
-    """Delete a user (admin)."""
-    return _answer(actions.user_delete(name, _body().get("reason")))
-
-
 @bp.post("/users/<name>/password")
 @requires("admin", "users.password.reset")
 @doc(body={"password": "string", **REASON}, required=("password",))
@@ -422,14 +345,6 @@ def user_password(name: str) -> Response:
     body = _body()
     return _answer(actions.password_reset(name, str(body.get("password", "")),
                                           body.get("reason")))
-
-
-@bp.post("/users/<name>/logout-everywhere")
-@requires("admin", "users.logout_everywhere")
-@doc(body=REASON)
-def user_logout_everywhere(name: str) -> Response:
-    """End every open session of a user (admin)."""
-    return _answer(actions.user_end_sessions(name, _body().get("reason")))
 
 
 @bp.post("/account/password")

@@ -19,6 +19,7 @@ from flask import (
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
+from antre.actions import by_name
 from antre.stores.users import MIN_PASSWORD_LENGTH, normalise_name
 
 from . import actions, services
@@ -124,7 +125,8 @@ def change_password() -> Response:
 def logout_everywhere() -> Response:
     me = current_user()
     assert me is not None  # @requires
-    result = actions.user_end_sessions(me.name, request.form.get("reason") or "self")
+    result = actions.perform(by_name("users.logout_everywhere"),  # the table's run, as viewer
+                             {"name": me.name, "reason": request.form.get("reason") or "self"})
     session.clear()
     flash(result.message, "ok" if result.ok else "error")
     return redirect(url_for("auth.login"), code=303)

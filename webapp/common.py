@@ -34,6 +34,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from antre.observe.alerts import AlertEngine
 from antre.engine.keys import valid_name
+from antre.observe.readmodels import MAX_EPOCH_MS as MAX_EPOCH_MS, WINDOWS_MS as WINDOWS_MS
 from antre.observe.readmodels import DeadFilter
 
 from . import services
@@ -42,9 +43,7 @@ from .security import current_user
 from .services import REDIS_ERRORS, redact
 
 DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
-MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last a datetime can hold
-WINDOWS_MS = {"15m": 900_000, "1h": 3_600_000, "6h": 21_600_000, "24h": 86_400_000,
-              "7d": 604_800_000}
+# (MAX_EPOCH_MS and WINDOWS_MS: the DLQ filter's, antre.observe.readmodels)
 
 
 class LastGood:

@@ -3,10 +3,9 @@ bulk replay of a filtered set (tracked task), discard a filtered set (typed conf
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
+from flask import Blueprint, flash, redirect, request, url_for
 from werkzeug.wrappers import Response
 
 from antre.control.retention import Retention
@@ -14,8 +13,6 @@ from antre.control.retention import Retention
 from . import actions, find, services
 from .common import (
     WINDOWS_MS,
-    arg_int,
-    check_queue,
     dead_filter,
     filter_args,
     is_htmx,
@@ -83,22 +80,6 @@ def _flash(result: actions.Result) -> None:
     flash(result.message, "ok" if result.ok else "error")
 
 
-@bp.post("/<queue>/bulk")
-@requires("operator", "dlq.bulk_replay.start")
-def bulk_start(queue: str) -> Response:
-    svc = services.get()
-    flt = dead_filter(request.form, svc.clock())
-    try:
-        rate = float(request.form.get("rate") or 0)
-    except ValueError:
-        abort(400, "rate must be a number of jobs per second")
-    if not math.isfinite(rate):
-        abort(400, "rate must be a finite number of jobs per second")
-    maximum = arg_int("maximum", 0, 0, src=request.form)
-    _flash(actions.bulk_start(check_queue(queue), flt, rate, maximum, request.form.get("reason")))
-    return _back(queue)
-
-
 def selection_partial(path: dict[str, Any], result: actions.Result) -> str:
     """The DLQ table after an action on its ticked rows (its filter and page from the form)."""
     return render("_dlq.html", "_dlq.html", outcome=result, **dlq_data(path["queue"],
@@ -111,14 +92,3 @@ def bulk_partial(path: dict[str, Any], result: actions.Result) -> str:
     queue = path["queue"]
     return render("_bulk.html", "_bulk.html", queue=queue, outcome=result,
                   tasks=svc.bulk.list(queue), as_of=svc.clock())
-
-
-@bp.post("/<queue>/discard-filtered")
-@requires("operator", "dlq.discard_filtered")
-def discard_filtered(queue: str) -> Response:
-    svc = services.get()
-    flt = dead_filter(request.form, svc.clock())
-    maximum = arg_int("maximum", 1_000_000, 0, src=request.form)
-    _flash(actions.discard_filtered(check_queue(queue), flt, maximum,
-                                    request.form.get("confirm", ""), request.form.get("reason")))
-    return _back(queue)

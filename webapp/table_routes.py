@@ -48,7 +48,8 @@ def _args(action: Action, path: dict[str, Any], src: Any) -> Args:
     if "queue" in path:
         check_queue(path["queue"])
     try:
-        return parse(action, path, src)
+        args = parse(action, path, src)
+        return args if action.prepare is None else action.prepare(actions.table_ops(), args)
     except BadInput as exc:
         abort(400, str(exc))
 

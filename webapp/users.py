@@ -1,5 +1,6 @@
-"""Users (admin only): list, add, change role, disable / enable, delete, reset a password,
-log a user out everywhere."""
+"""Users (admin only): list, add, reset a password. Changing a role, disabling / enabling,
+deleting and logging a user out everywhere are entries of the table of actions
+(``antre/actions.py``)."""
 
 from __future__ import annotations
 
@@ -36,39 +37,8 @@ def add() -> Response:
                                   f.get("reason")))
 
 
-@bp.post("/<name>/role")
-@requires("admin", "users.set_role")
-def set_role(name: str) -> Response:
-    return _back(actions.user_set_role(name, request.form.get("role", ""),
-                                       request.form.get("reason")))
-
-
-@bp.post("/<name>/disable")
-@requires("admin", "users.disable")
-def disable(name: str) -> Response:
-    return _back(actions.user_set_disabled(name, True, request.form.get("reason")))
-
-
-@bp.post("/<name>/enable")
-@requires("admin", "users.enable")
-def enable(name: str) -> Response:
-    return _back(actions.user_set_disabled(name, False, request.form.get("reason")))
-
-
-@bp.post("/<name>/delete")
-@requires("admin", "users.delete")
-def delete(name: str) -> Response:
-    return _back(actions.user_delete(name, request.form.get("reason")))
-
-
 @bp.post("/<name>/password")
 @requires("admin", "users.password.reset")
 def reset_password(name: str) -> Response:
     return _back(actions.password_reset(name, request.form.get("password", ""),
                                         request.form.get("reason")))
-
-
-@bp.post("/<name>/logout-everywhere")
-@requires("admin", "users.logout_everywhere")
-def logout_everywhere(name: str) -> Response:
-    return _back(actions.user_end_sessions(name, request.form.get("reason")))

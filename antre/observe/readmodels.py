@@ -169,6 +169,12 @@ class ErrorGroup:
     last_seen: int
 
 
+MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last a datetime can hold
+# a DLQ filter's time window by name (the dashboard's and the API's ``window``)
+WINDOWS_MS = {"15m": 900_000, "1h": 3_600_000, "6h": 21_600_000, "24h": 86_400_000,
+              "7d": 604_800_000}
+
+
 @dataclass(frozen=True)
 class DeadFilter:
     job_type: str | None = None

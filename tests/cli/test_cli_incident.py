@@ -226,3 +226,31 @@ def test_result_reports_an_abandoned_record_and_idempotency_resolve_settles_it(e
     assert env.idempotency.lookup("order:8") is None
     assert audited(env, "idempotency.resolve") == [
         (ACTOR, "ok", "resend it"), (ACTOR, "refused", "again"), (ACTOR, "ok", "never charged")]
+
+
+def test_filtered_replay_now_and_discard_are_the_tables_audited(env, capsys):
+    """``antre filtered replay-now|discard QUEUE``: the dashboard's filtered-set entries, the
+    time window from the app's clock; discard asks for the count (``--dry-run`` says it)."""
+    q = env.queue("billing")
+    for key, kind in (("k1", "charge"), ("k2", "refund"), ("k3", "refund")):
+        q.enqueue(kind, {}, idempotency_key=key)
+        (job,) = q.reserve("w")
+        q.bury(job, reason="declined")
+    assert main(["filtered", "replay-now", "billing", "--type", "charge", "--window", "1h",
+                 "--maximum", "10", "--reason", "psp back"]) == 0
+    assert "replayed 1 dead jobs" in capsys.readouterr().out
+    assert main(["filtered", "discard", "billing", "--dry-run", "--confirm", "x"]) == 0
+    assert "2 dead jobs match" in capsys.readouterr().out
+    assert main(["filtered", "discard", "billing", "--confirm", "5"]) == 1
+    assert "pass --confirm 2" in capsys.readouterr().err
+    assert main(["filtered", "discard", "billing", "--since-ms", "-5", "--confirm", "2"]) == 1
+    assert "since_ms must be epoch milliseconds" in capsys.readouterr().err
+    assert main(["filtered", "discard", "billing", "--confirm", "2"]) == 0
+    assert env.redis.zcard(q.keys.dead) == 0
+    assert audited(env, "dlq.replay_filtered_now") == [(ACTOR, "ok", "psp back")]
+    assert [o for _, o, _ in audited(env, "dlq.discard_filtered")] == ["ok", "refused"]
+    capsys.readouterr()
+    assert main(["bulk-replay", "billing", "--window", "1h", "--rate", "1",
+                 "--maximum", "5"]) == 0  # the window from the clock, as the dashboard's
+    assert "0 jobs match (since=" in capsys.readouterr().out
+    assert [o for _, o, _ in audited(env, "dlq.bulk_replay.start")] == ["ok"]

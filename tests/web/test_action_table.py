@@ -21,27 +21,22 @@ from antre_cli.main import build_parser, main
 from antre_web import create_app
 from antre_web.api import openapi_document
 
-# Changes still written by hand, outside the table: the user and password changes (they act
-# on the session of the user asking), logging in and out, ``antre dlq replay|discard`` (many
-# ids or ``--all``, one audit entry; the table's one-job entries are ``antre job replay``),
-# and starting a paced bulk replay and the filtered discard / replay of the DLQ (their
-# filters take a time window).
+# Changes still written by hand, outside the table: adding a user and the password changes
+# (the CLI reads the password from stdin, a prompt or $ANTRE_PASSWORD, or makes one), logging
+# in and out (and out everywhere from your account page, which runs the table's entry), and
+# ``antre dlq replay|discard`` (many ids or ``--all``, one audit entry; the table's one-job
+# entries are ``antre job replay``, its filtered-set ones ``antre filtered replay-now|discard``).
 NOT_YET_ROUTES = {
-    "api.account_password", "api.user_add", "api.user_delete", "api.user_disable",
-    "api.user_enable", "api.user_logout_everywhere", "api.user_password", "api.user_role",
+    "api.account_password", "api.user_add", "api.user_password",
     "auth.change_password", "auth.login_post", "auth.logout", "auth.logout_everywhere",
-    "users.add", "users.delete", "users.disable", "users.enable", "users.logout_everywhere",
-    "users.reset_password", "users.set_role",
-    "api.bulk_start", "api.replay_filtered_now", "api.discard_filtered", "dlq.bulk_start",
-    "dlq.discard_filtered",
+    "users.add", "users.reset_password",
 }
 # Commands outside the table: reads, processes, and the changes listed above.
 NOT_YET_COMMANDS = {
     "demo", "worker", "sweep", "web", "status", "find", "result", "tasks",
     "dlq list", "dlq show", "dlq replay", "dlq discard",
     "schedules list", "group list", "group show",
-    "user add", "user passwd", "user delete", "user logout-everywhere", "user list",
-    "bulk-replay",
+    "user add", "user passwd", "user list",
 }
 
 
