@@ -89,6 +89,7 @@ class HandlerSpec:
     # (``group=lambda payload: payload["tenant"]``), and its slots (ready or running at once)
     group: str | Callable[[Any], str] | None = None
     group_concurrency: int | None = None
+    group_rate: str | None = None  # at most this many of a group's jobs start: '10/s', '600/m'
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
@@ -327,8 +328,8 @@ class Antre:
         flow (a ``FlowPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes,
         unique and unique_for_s (the defaults of ``enqueue``'s own: see there), ordered (False:
         a retried job with a lock_key lets the jobs waiting behind its key go first), group (a
-        name, or a function of the payload) and group_concurrency (fair shares: see
-        ``enqueue``)."""
+        name, or a function of the payload), group_concurrency and group_rate (fair shares:
+        see ``enqueue``)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
@@ -428,6 +429,8 @@ class Antre:
             merged["group"] = _group_of(handler, payload)
             if handler.group_concurrency is not None:
                 merged.setdefault("group_concurrency", handler.group_concurrency)
+            if handler.group_rate is not None:
+                merged.setdefault("group_rate", handler.group_rate)
         return JobSpec(job_type, payload, idempotency_key, lock_key, delay_s, **merged)
 
     def queue_for(self, job_type: str, queue: str | None) -> Queue:
@@ -444,7 +447,9 @@ class Antre:
         others wait (state 'waiting') without being delivered. ``group="tenant:7"``: fair
         shares; at most ``group_concurrency`` (default 128) of a group's jobs are ready or
         running at once, the rest wait in the group's line, so one group's backlog never
-        starves another's jobs.
+        starves another's jobs. ``group_rate="10/s"`` (or '600/m', '1/h', '5/10s'): at most
+        that many of the group's jobs start in any such window; the next one waits in
+        'scheduled' until the window allows it, so it never holds back other groups.
 
         ``unique=True``: while a job with the same idempotency key is pending (ready,
         scheduled or in flight) in this queue, no second job is added and that job's id is

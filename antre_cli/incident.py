@@ -170,12 +170,14 @@ def cmd_group(args: argparse.Namespace) -> int:
               f"have jobs waiting ({view.jobs_waiting} waiting jobs), {len(view.paused)} paused")
         for row in view.by_waiting:
             print(f"  {row.name}: {row.waiting} waiting, {row.slots_held} held"
+                  f"{f', rate {row.rate}' if row.rate else ''}"
                   f"{'  [paused]' if row.paused else ''}")
         return 0
     row = reads.rows(args.queue, [args.group])[0]
     data = {**dataclasses.asdict(row), "held_why": row.held_why(app.clock())}
     print(json.dumps(data, indent=1) if args.json else
           f"{row.name}: {row.waiting} waiting, {row.slots_held} slot(s) held"
+          f"{f', rate {row.rate} ({row.rate_waiting} scheduled for a start)' if row.rate else ''}"
           f"{', paused' if row.paused else ''}; {data['held_why'] or 'not held'}")
     return 0
 

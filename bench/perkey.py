@@ -208,18 +208,83 @@ def reserve_cost(args: argparse.Namespace) -> dict[str, object]:
         server.stop()
 
 
+def rate(args: argparse.Namespace) -> dict[str, object]:
+    """``--jobs`` jobs of group A at ``--rate`` (default 50/s), then as many of group B with no
+    rate, 2 ms handler, one default worker (not --burst: it leaves scheduled jobs) until all
+    are done: A's most starts (reserved_at) in any 1 s window, B's drain, snoozes spent."""
+    server = EmbeddedRedis(tcp=True, appendonly=False).start()
+    try:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        q = Queue(client, "default")
+
+        def fill() -> tuple[list[str], list[str]]:
+            return (q.enqueue_many([JobSpec("hot", {"k": "A", "i": i}, f"a:{i}", group="A",
+                                            group_rate=args.rate) for i in range(args.jobs)]),
+                    q.enqueue_many([JobSpec("hot", {"k": "B", "i": i}, f"b:{i}", group="B")
+                                    for i in range(args.jobs)]))
+        if not args.worker_first:
+            a, b = fill()
+        path = os.pathsep.join(p for p in (os.path.join(TREE, ".pkgs"), TREE,
+                                           os.path.join(ROOT, "bench", "apps"))
+                               if os.path.isdir(p))
+        env = dict(os.environ, BENCH_REDIS_URL=server.url, ANTRE_REDIS_URL=server.url,
+                   PYTHONPATH=path)
+        env.pop("ANTRE_DATABASE_URL", None)
+        log_path = os.path.join(ROOT, "bench", "out", "perkey-worker.log")
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with open(log_path, "wb") as log:
+            worker = subprocess.Popen([sys.executable, "-m", "antre_cli", "worker", APP],
+                                      cwd=TREE, env=env, stdout=log, stderr=log)
+            deadline = time.monotonic() + args.timeout
+            if args.worker_first:  # the jobs arrive once the worker runs one (a warm-up job)
+                q.enqueue("hot", {"k": "warm", "i": 0}, idempotency_key="warm")
+                while not client.zcard(q.keys.done) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                a, b = fill()
+            try:
+                while time.monotonic() < deadline:
+                    if client.zcard(q.keys.done) >= 2 * args.jobs + int(args.worker_first):
+                        break
+                    time.sleep(0.2)
+            finally:
+                worker.terminate()
+                worker.wait(60)
+        pipe = client.pipeline(transaction=False)
+        for i in a + b:
+            pipe.hmget(q.keys.job(i), "reserved_at", "snoozes", "deliveries")
+        rows = pipe.execute()
+        starts_a = sorted(int(r[0]) for r in rows[:len(a)] if r[0])
+        if os.environ.get("BENCH_DEBUG"):  # A's starts, ms after the first
+            print([t - starts_a[0] for t in starts_a], file=sys.stderr)
+        most = max((sum(1 for t in starts_a if s <= t < s + 1000) for s in starts_a), default=0)
+        fa, fb = _finish_times(client, a), _finish_times(client, b)
+        start = min(fa + fb)
+        return {"case": f"group rate {args.rate}" + (", worker first" if args.worker_first else ""), "a_done": len(fa), "b_done": len(fb),
+                "a_most_starts_in_1s": most, "a_drain_s": round((max(fa) - start) / 1000, 2),
+                "b_drain_s": round((max(fb) - start) / 1000, 2),
+                "snoozes": sum(int(r[1] or 0) for r in rows),
+                "deliveries_per_job": round(sum(int(r[2] or 0) for r in rows) / len(rows), 3),
+                "left": states(client)}
+    finally:
+        server.stop()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("case", choices=["hot", "noisy", "noop", "reserve"])
+    p.add_argument("case", choices=["hot", "noisy", "noop", "reserve", "rate"])
     p.add_argument("--jobs", type=int, default=3000)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--groups", type=int, default=10_000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--kinds", default="ungrouped,grouped", help="noop: which rows, in turn")
     p.add_argument("--ungrouped", action="store_true", help="noisy: the same jobs, no groups")
+    p.add_argument("--rate", default="50/s", help="rate: group A's group_rate")
+    p.add_argument("--worker-first", action="store_true",
+                   help="rate: enqueue once the worker runs (else before it starts)")
 
     args = p.parse_args()
-    case = {"hot": hot, "noisy": noisy, "noop": noop, "reserve": reserve_cost}[args.case]
+    case = {"hot": hot, "noisy": noisy, "noop": noop, "reserve": reserve_cost,
+            "rate": rate}[args.case]
     print(json.dumps(case(args), indent=1))
 
 

@@ -213,6 +213,14 @@ class Job:
     cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
     group: str = ""  # its fair-share group (issue 23; stored as 'fgroup', not read at reserve)
     waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
+    group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
+    rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
+
+    @property
+    def waits_for_rate(self) -> bool:
+        """Scheduled only because its group's rate gives it a later start."""
+        return (self.state == "scheduled" and self.rate_due > 0
+                and self.rate_due == self.visible_at)
 
     @property
     def lease(self) -> tuple[str, int]:
@@ -335,6 +343,8 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         cancel=fields.get("cancel", ""),
         group=fields.get("fgroup", ""),
         waits_on=fields.get("waits_on", ""),
+        group_rate=format_rate(fields.get("grate", "")) if fields.get("grate") else "",
+        rate_due=_int(fields, "rate_due"),
     )
 
 
@@ -416,6 +426,7 @@ class JobSpec:
     unique_for_s: float = 0.0  # unique: after it completes, refuse the key this long
     group: str | None = None  # fair shares (issue 23): a tenant, a customer, ...
     group_concurrency: int | None = None  # the group's slots (ready or running at once)
+    group_rate: str | None = None  # at most this many of the group's starts: '10/s', '600/m'
 
 
 # the fields of a new job hash; enqueue.lua reads id, type, visible_at by position: first
@@ -444,8 +455,9 @@ def check_spec(spec: JobSpec, queue: str) -> None:
     _check_seconds("delay_s", spec.delay_s, 0)
     if spec.unique is not False:  # unique jobs (issue 13): the common case costs one test
         _check_unique(spec)
-    if spec.group is not None or spec.group_concurrency is not None:
-        check_group(spec.group, spec.group_concurrency)
+    if (spec.group is not None or spec.group_concurrency is not None
+            or spec.group_rate is not None):
+        check_group(spec.group, spec.group_concurrency, spec.group_rate)
     if spec.job_id and not valid_name(spec.job_id):  # '' or None: a new id is made
         raise InvalidJob(f"bad job id {spec.job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
 
@@ -465,6 +477,7 @@ def _plain_spec(spec: JobSpec, queue: str) -> bool:
             and spec.lock_key is None and type(spec.headers) is dict and not spec.headers
             and spec.trace_id is None and spec.unique is False and not spec.job_id
             and spec.group is None and spec.group_concurrency is None
+            and spec.group_rate is None
             and type(max_attempts) is int and 1 <= max_attempts <= 10_000
             and type(max_deliveries) is int and 1 <= max_deliveries <= 10_000
             and (type(timeout) is float or type(timeout) is int)
@@ -477,11 +490,12 @@ def _plain_spec(spec: JobSpec, queue: str) -> bool:
 MAX_GROUP_CONCURRENCY = 100_000
 
 
-def check_group(group: Any, concurrency: Any) -> None:
-    """A fair-share group's name and slots, as ``enqueue(group=..., group_concurrency=...)``
-    takes them; ``InvalidJob`` saying what to pass."""
+def check_group(group: Any, concurrency: Any, rate: Any = None) -> None:
+    """A fair-share group's name, slots and rate, as ``enqueue(group=...,
+    group_concurrency=..., group_rate=...)`` takes them; ``InvalidJob`` saying what to pass."""
     if group is None:
-        raise InvalidJob("group_concurrency needs a group: pass group='tenant:7' as well")
+        what = "group_concurrency" if concurrency is not None else "group_rate"
+        raise InvalidJob(f"{what} needs a group: pass group='tenant:7' as well")
     if not valid_name(group):
         raise InvalidJob(f"bad group {group!r}: use 1-100 of A-Z a-z 0-9 _ . : - "
                          "(e.g. 'tenant:7')")
@@ -490,6 +504,45 @@ def check_group(group: Any, concurrency: Any) -> None:
         raise InvalidJob(f"bad group_concurrency {concurrency!r}: an int from 1 to "
                          f"{MAX_GROUP_CONCURRENCY} (how many of the group's jobs may be ready "
                          "or running at once)")
+    if rate is not None:
+        parse_rate(rate)
+
+
+MAX_GROUP_RATE = 10_000  # starts per window (the script keeps the newest n starts)
+RATE_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_RATE = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]*)\s*([smhd])\s*$")
+
+
+def parse_rate(rate: Any) -> tuple[int, int]:
+    """A group rate as ``group_rate`` takes it ('10/s', '600/m', '1/h', '5/10s', '100/d') ->
+    (starts, window ms); ``InvalidJob`` saying what to pass."""
+    m = _RATE.match(rate) if isinstance(rate, str) else None
+    count = int(m.group(1)) if m else 0
+    per = int(m.group(2) or 1) if m else 0
+    if not m or not 1 <= count <= MAX_GROUP_RATE or not 1 <= per <= 1000:
+        raise InvalidJob(f"bad group_rate {rate!r}: pass how many of the group's jobs may start "
+                         f"per second, minute, hour or day as text, e.g. '10/s', '600/m', "
+                         f"'1/h' or '5/10s' (1 to {MAX_GROUP_RATE} per window)")
+    return count, per * RATE_UNITS[m.group(3)]
+
+
+def rate_field(rate: str) -> str:
+    """The job hash's 'grate' value of a checked rate: '<starts>/<window ms>'."""
+    count, window = parse_rate(rate)
+    return f"{count}/{window}"
+
+
+def format_rate(field_value: str) -> str:
+    """A stored 'grate' ('10/1000') as it was given ('10/s'); '' when not a rate."""
+    try:
+        count, window = (int(x) for x in field_value.split("/"))
+    except ValueError:
+        return ""
+    for unit, ms in reversed(list(RATE_UNITS.items())):
+        if window % ms == 0:
+            per = window // ms
+            return f"{count}/{'' if per == 1 else per}{unit}"
+    return f"{count}/{window}ms"
 
 
 def _check_unique(spec: JobSpec) -> None:

@@ -154,6 +154,12 @@ class QueueKeys:
     def group_line(self, group: str) -> str:  # LIST: the group's waiting jobs, LPUSH newest
         return f"{self.tag}:gline:{group}"
 
+    def group_rate(self, group: str) -> str:
+        """ZSET job id -> its start (ms) under the group's rate n/window: those of the last
+        window and those ahead (rate_start in lua/_lib.lua); it expires a window after the
+        newest."""
+        return f"{self.tag}:grate:{group}"
+
     @property
     def group_waiting(self) -> str:  # ZSET group -> jobs in its line (the Groups page's index)
         return f"{self.tag}:gwait"

@@ -20,7 +20,7 @@ from antre.clock import Clock, system_ms
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
                        encode_payload, from_fields, from_raw_row, new_entropy, new_values,
-                       pack_chunk, pack_new)
+                       pack_chunk, pack_new, rate_field)
 from antre.errors import InvalidJob, LeaseLost
 from antre.engine.retry import error_signature
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
@@ -155,6 +155,9 @@ class Queue:
         if spec.group is not None:  # a fair-share group: its name and slots (enqueue.lua)
             names += ("fgroup", "gconc")
             values += [spec.group, str(spec.group_concurrency or "")]
+            if spec.group_rate is not None:  # its rate, '<starts>/<window ms>' (rate_start)
+                names += ("grate",)
+                values += [rate_field(spec.group_rate)]
         return names, values
 
     def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,

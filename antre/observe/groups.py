@@ -13,9 +13,10 @@ import redis
 
 from antre.clock import Clock, system_ms
 from antre.engine import keys
-from antre.engine.envelope import Job, from_fields
+from antre.engine.envelope import Job, format_rate, from_fields
 
 TOP_N = 20
+RATE_READ = 1000  # a group's rate starts read for its row, newest first
 GROUP_TARGET = "group="  # the paused HASH's field of a group (antre.control.pause)
 
 
@@ -39,6 +40,9 @@ class GroupRow:
     paused: bool
     override: GroupOverride | None
     oldest_waiting_ms: int  # when its oldest waiting job joined (0: none)
+    rate: str = ""  # its jobs' group_rate as given ('10/s'; '' none), read off one of its jobs
+    rate_waiting: int = 0  # starts given in the future: its jobs scheduled for the rate
+    next_start_ms: int = 0  # when the rate allows its next start (0: now, or no rate)
 
     def held_why(self, now_ms: int) -> str:
         """Why its waiting jobs wait: '' when they do not."""
@@ -49,6 +53,9 @@ class GroupRow:
                 return f"held by {self.override.by}: {self.override.reason}"
             if self.waiting and self.slots_held >= self.override.slots:
                 return f"at its limit of {self.override.slots} (set by {self.override.by})"
+        if self.rate and self.rate_waiting:
+            return (f"at its rate {self.rate}: its next job is scheduled for its start"
+                    + (f", {self.waiting} more wait in line" if self.waiting else ""))
         if self.waiting:
             return f"all {self.slots_held} slots taken"
         return ""
@@ -94,7 +101,8 @@ class Groups:
                           int(n_w), int(n_s), int(n_keys), int(n_jobs), self.clock())
 
     def rows(self, queue: str, names: list[str]) -> list[GroupRow]:
-        """One row per distinct name (five reads each, pipelined)."""
+        """One row per distinct name (seven reads each, then two, pipelined; of the group's
+        rate starts the newest RATE_READ are counted)."""
         k = keys.QueueKeys(queue)
         names = list(dict.fromkeys(n for n in names if keys.valid_name(n)))
         pipe = self.redis.pipeline(transaction=False)
@@ -104,17 +112,24 @@ class Groups:
             pipe.hexists(k.paused, GROUP_TARGET + n)
             pipe.hget(k.group_overrides, n)
             pipe.lindex(k.group_line(n), -1)
+            pipe.srandmember(k.group_held(n))
+            pipe.zrevrange(k.group_rate(n), 0, RATE_READ - 1, withscores=True)
         replies = pipe.execute()
-        oldest_ids = [replies[i * 5 + 4] for i in range(len(names))]
         pipe = self.redis.pipeline(transaction=False)
-        for oid in oldest_ids:
-            pipe.zscore(k.waiting, oid or "-")
-        joined = pipe.execute()
+        for i in range(len(names)):
+            pipe.zscore(k.waiting, replies[i * 7 + 4] or "-")
+            one = replies[i * 7 + 5] or replies[i * 7 + 4]  # a job holding a slot, or waiting
+            pipe.hget(k.job(one or "-"), "grate")
+        second = pipe.execute()
+        now = self.clock()
         out = []
         for i, n in enumerate(names):
-            waiting, held, paused, over = replies[i * 5:i * 5 + 4]
+            waiting, held, paused, over, _, _, starts = replies[i * 7:i * 7 + 7]
+            joined, grate = second[i * 2:i * 2 + 2]
+            rate, ahead, next_start = _rate(grate, starts, now)
             out.append(GroupRow(n, int(float(waiting or 0)), int(held), bool(paused),
-                                _override(over), int(float(joined[i] or 0))))
+                                _override(over), int(float(joined or 0)), rate, ahead,
+                                next_start))
         return out
 
     def find(self, queue: str, name: str) -> GroupRow | None:
@@ -123,7 +138,7 @@ class Groups:
         if not keys.valid_name(name):
             return None
         row = self.rows(queue, [name])[0]
-        if not (row.waiting or row.slots_held or row.paused or row.override):
+        if not (row.waiting or row.slots_held or row.paused or row.override or row.rate_waiting):
             return None
         return row
 
@@ -153,3 +168,18 @@ def _override(raw: Any) -> GroupOverride | None:
                              int(d.get("at", 0)), int(d.get("until_ms", 0)))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _rate(grate: Any, starts: list[Any], now: int) -> tuple[str, int, int]:
+    """A group's rate as given, how many of its starts are still ahead, and when the rate
+    allows its next start (0: now)."""
+    if not grate:
+        return "", 0, 0
+    times = [int(t) for _, t in starts]
+    ahead = sum(1 for t in times if t > now)
+    try:
+        count, window = (int(x) for x in str(grate).split("/"))
+    except ValueError:
+        return "", ahead, 0
+    next_start = times[count - 1] + window if len(times) >= count else 0
+    return format_rate(str(grate)), ahead, next_start if next_start > now else 0

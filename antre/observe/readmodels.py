@@ -84,12 +84,17 @@ class Turn:
     line: int
     group: str = ""  # set when it waits for a slot of its group (head is then '')
     slots_held: int = 0
+    rate: str = ""  # set when it is scheduled for the start its group's rate gave it
 
     @property
     def ordinal(self) -> str:
         return _ordinal(self.place)
 
     def describe(self) -> str:
+        if self.rate and self.place:
+            return f"{_ordinal(self.place)} in line for group {self.group}'s rate {self.rate}"
+        if self.rate:
+            return f"group {self.group}'s rate {self.rate}"
         if self.group:
             return (f"{_ordinal(self.place)} in line for a slot of group {self.group} "
                     f"({self.slots_held} held)")
@@ -385,14 +390,20 @@ class ReadModels:
         """Where a job with a lock_key stands on its key (None: no lock_key, or the key has no
         head). Its place is counted from the line's oldest end (LPOS: one pass of the line)."""
         k = keys.QueueKeys(queue)
+        if job.waits_for_rate and job.group:  # scheduled for its group's rate (no read)
+            return Turn(job.lock_key, "", 0, 0, job.group, 0, job.group_rate)
         if job.state == "waiting" and job.waits_on == "group" and job.group:
             pipe = self.redis.pipeline(transaction=False)
             pipe.llen(k.group_line(job.group))
             pipe.lpos(k.group_line(job.group), job.id)
             pipe.scard(k.group_held(job.group))
-            length, index, held = pipe.execute()
+            pipe.zrevrange(k.group_rate(job.group), 0, 0, withscores=True)
+            length, index, held, newest = pipe.execute()
             place = int(length) - int(index) if index is not None else 0
-            return Turn(job.lock_key, "", place, int(length), job.group, int(held))
+            # its group at its rate: a start ahead (rate_start in lua/_lib.lua)
+            rate = (job.group_rate if job.group_rate and newest
+                    and int(newest[0][1]) > self.clock() else "")
+            return Turn(job.lock_key, "", place, int(length), job.group, int(held), rate)
         if not job.lock_key:
             return None
         pipe = self.redis.pipeline(transaction=False)

@@ -62,3 +62,13 @@ def test_bad_group_input_is_refused(env, capsys, argv, message):
     assert main(argv) != 0
     assert message in capsys.readouterr().err
     assert env.redis.hlen(env.queue("billing").keys.group_limits) == 0
+
+
+def test_show_says_the_groups_rate(env, capsys):
+    env.queue("billing").enqueue_many(
+        [JobSpec("charge", {"i": i}, f"r:{i}", group="tenant:9", group_rate="1/h")
+         for i in range(3)])
+    assert main(["group", "show", "billing", "tenant:9"]) == 0
+    out = capsys.readouterr().out
+    assert "rate 1/h (1 scheduled for a start)" in out
+    assert "at its rate 1/h: its next job is scheduled for its start, 1 more wait in line" in out

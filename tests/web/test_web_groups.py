@@ -93,3 +93,17 @@ def test_metrics_count_waiting_jobs_and_groups_with_bounded_series(web):
     assert 'antre_groups_waiting{queue="default"} 15.0' in text
     series = [ln for ln in text.splitlines() if ln.startswith("antre_group_waiting_jobs{")]
     assert len(series) == 10 and 'group="tenant:14"' in text and 'group="tenant:0"' not in text
+
+
+def test_a_groups_rate_is_shown_and_a_job_scheduled_for_it_says_so(web):
+    ids = web.q.enqueue_many([JobSpec("order", {"i": i}, f"r:{i}", group="tenant:7",
+                                      group_rate="10/s") for i in range(12)])
+    c = web.client("viewer")
+    job = c.get(f"/jobs/default/{ids[10]}").get_data(as_text=True)
+    assert "tenant:7</code></a>'s rate 10/s (its start:" in job
+    job = c.get(f"/jobs/default/{ids[11]}").get_data(as_text=True)
+    assert "1st in line for group" in job and "tenant:7</code></a>'s rate 10/s" in job
+    group = c.get("/groups/default/tenant:7").get_data(as_text=True)
+    assert "10/s (its jobs' group_rate): 1 job(s) scheduled for a start" in group
+    listing = c.get("/groups/?queue=default").get_data(as_text=True)
+    assert "rate 10/s" in listing

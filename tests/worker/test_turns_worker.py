@@ -1,7 +1,8 @@
 """Per-key turns and fair-share groups through a real in-process worker (issue 23): a hot key
 runs in enqueue order with no snooze; a handler's ``ordered=False`` lets the key's next job go
 first; a handler's default group comes from the payload; a small group finishes long before a
-big group's backlog; burst mode drains what waits on a key or a group."""
+big group's backlog; burst mode drains what waits on a key or a group; a group's rate starts
+its jobs window by window while other jobs run at once."""
 
 from __future__ import annotations
 
@@ -96,3 +97,36 @@ def test_a_small_group_finishes_early_behind_a_big_backlog(app, clock, q):
     last_b = max(i for i, g in enumerate(order) if g == "B")
     assert len(order) == 1020 and last_b < 200  # without groups it would be 1019
 
+
+
+def test_a_groups_rate_through_a_real_worker_starts_its_jobs_per_window_only(app, clock, q):
+    ran = []
+
+    @app.handler("call_api", group=lambda payload: f"tenant:{payload['t']}", group_rate="3/s")
+    def call_api(ctx, payload):
+        ran.append((payload["t"], payload["i"], clock()))
+
+    ids = [app.enqueue("call_api", {"t": 1, "i": i}, idempotency_key=f"r{i}") for i in range(8)]
+    others = [app.enqueue("call_api", {"t": 2, "i": i}, idempotency_key=f"o{i}")
+              for i in range(3)]
+
+    @app.handler("step_plain")
+    def step_plain(ctx, payload):
+        ran.append((0, 0, clock()))
+
+    plain = app.enqueue("step_plain", {}, idempotency_key="p")
+
+    t0 = clock()
+    windows = []
+    for _ in range(4):
+        before = len(ran)
+        burst(app, clock, threads=3, prefetch=8)
+        windows.append(sorted((t, i) for t, i, _ in ran[before:] if t == 1))
+        clock.advance(1000)
+    # tenant 1: three starts a second, in windows; tenant 2 and the plain job ran at once
+    assert [len(w) for w in windows] == [3, 3, 2, 0]
+    assert {(t, i) for t, i, at in ran if at == t0} >= {(2, 0), (2, 1), (2, 2), (0, 0)}
+    for job_id in ids + others + [plain]:
+        job = q.get(job_id)
+        assert (job.state, job.deliveries, job.attempt, job.snoozes) == ("done", 1, 0, 0)
+    assert q.stats().get("snoozed", 0) == 0 and q.stats().get("retried", 0) == 0

@@ -222,23 +222,96 @@ local function group_limit(job_prefix, id, g, now)
   return num_field(job_prefix .. id, 'gconc', GROUP_WINDOW)
 end
 
-local function slot_take(job_prefix, g, id)
+-- Group rates (group_rate="10/s"): a job of a group with a rate (its field 'grate',
+-- '<n>/<window ms>') is given its start when it takes a slot: at most n of the group's jobs
+-- start in any window of that length (a sliding window, not a bucket that refills). ZSET
+-- '<tag>:grate:<group>' (keys.QueueKeys.group_rate) holds the group's starts of the last window
+-- and those ahead (member: the job's id, score: its start; the key expires a window after the
+-- newest); the next start is the n-th newest + the window, or now. A job's start is when it is
+-- made ready; when it ends (group_leave) its score becomes the time it was reserved if that was
+-- later (no worker free, or the promotion pass's lag), so the next starts count from the real
+-- ones. A start later than now makes that one job wait in 'scheduled' for it (its visible_at;
+-- field 'rate_due' says why), holding its slot, promoted by promote_due.lua like any delayed
+-- job. While such a start is ahead the group is at its rate (rate_blocked): its next jobs wait
+-- in the group's line, and the scheduled job's end gives the next starts. So no job is
+-- delivered early, snoozed or charged an attempt for its group's rate, no start is given more
+-- than a window ahead, and the ready list holds only other groups' jobs meanwhile. A retried
+-- or swept job keeps its slot and its start (no second one is taken).
+local function rate_of(job_prefix, id)
+  local raw = redis.call('HGET', job_prefix .. id, 'grate')
+  if not raw or raw == '' then return nil, nil end
+  local n, w = string.match(raw, '^(%d+)/(%d+)$')
+  n, w = tonumber(n), tonumber(w)
+  if not n or n < 1 or w < 1 then return nil, nil end
+  return n, w
+end
+
+local function rate_blocked(job_prefix, id, g, now)
+  -- whether ``id`` (of group ``g``) must wait in the line: its group has a rate, has given a
+  -- start that is still ahead, and one of its jobs holds a slot (whose end fills the line
+  -- again: with none, e.g. the scheduled one purged, the job takes its slot and a start)
+  if not rate_of(job_prefix, id) then return false end
+  local tag = tag_of(job_prefix)
+  local newest = redis.call('ZREVRANGE', tag .. 'grate:' .. g, 0, 0, 'WITHSCORES')
+  return newest[2] ~= nil and tonumber(newest[2]) > now and
+         redis.call('SCARD', tag .. 'gheld:' .. g) > 0
+end
+
+local function rate_start(job_prefix, id, g, now)
+  local n, w = rate_of(job_prefix, id)
+  if not n then return end
+  local key = job_prefix .. id
+  local starts = tag_of(job_prefix) .. 'grate:' .. g
+  redis.call('ZREMRANGEBYSCORE', starts, '-inf', now - w)  -- (they limit no start now)
+  local at = now
+  local nth = redis.call('ZREVRANGE', starts, n - 1, n - 1, 'WITHSCORES')
+  if nth[2] and tonumber(nth[2]) + w > now then at = tonumber(nth[2]) + w end
+  redis.call('ZADD', starts, at, id)
+  if redis.call('PTTL', starts) < at - now + w then
+    redis.call('PEXPIRE', starts, at - now + w)  -- (relative: now is the caller's clock)
+  end
+  if at > now and at > num_field(key, 'visible_at', 0) then
+    redis.call('HSET', key, 'visible_at', at, 'rate_due', at)
+  end
+end
+
+local function rate_started(job_prefix, id, g, now)
+  -- a job of a group with a rate left its slot: its start becomes the time it was reserved,
+  -- when that was later than the start it was given
+  local f = redis.call('HMGET', job_prefix .. id, 'grate', 'reserved_at')
+  if not f[1] or f[1] == '' then return end
+  local w = tonumber(string.match(f[1], '^%d+/(%d+)$') or '')
+  local began = tonumber(f[2] or '')
+  if not w or not began or began + w <= now then return end
+  local starts = tag_of(job_prefix) .. 'grate:' .. g
+  local given = tonumber(redis.call('ZSCORE', starts, id) or '')
+  if given and given >= began then return end
+  redis.call('ZADD', starts, began, id)
+  if redis.call('PTTL', starts) < began - now + w then
+    redis.call('PEXPIRE', starts, began - now + w)
+  end
+end
+
+local function slot_take(job_prefix, g, id, now)
   local tag = tag_of(job_prefix)
   if redis.call('SADD', tag .. 'gheld:' .. g, id) == 1 then
     redis.call('ZINCRBY', tag .. 'gslots', 1, g)
+    rate_start(job_prefix, id, g, now)
   end
 end
 
 local function group_fill(job_prefix, g, now, limit)
-  -- while ``g`` has a free slot, its oldest waiting job takes it and is placed (at most 100
-  -- per call: a raised limit fills over the next calls)
+  -- while ``g`` has a free slot (and is not at its rate: rate_blocked), its oldest waiting
+  -- job takes it and is placed (at most 100 per call: a raised limit fills over the next calls)
   local tag = tag_of(job_prefix)
   local held, line = tag .. 'gheld:' .. g, tag .. 'gline:' .. g
   for _ = 1, 100 do
     if redis.call('SCARD', held) >= limit then return end
+    local oldest = redis.call('LINDEX', line, -1)
+    if oldest and rate_blocked(job_prefix, oldest, g, now) then return end
     local nxt = pop_waiting(job_prefix, line, g)
     if not nxt then return end
-    slot_take(job_prefix, g, nxt)
+    slot_take(job_prefix, g, nxt, now)
     place(job_prefix, nxt, now, false)
     tl_add_json(tl_key(job_prefix, nxt), now, 'turn', '""', '{"group":' .. cjson.encode(g) .. '}')
   end
@@ -262,8 +335,9 @@ local function group_join(job_prefix, id, g, now)
     end
   end
   if redis.call('LLEN', line) > 0 then group_fill(job_prefix, g, now, limit) end
-  if redis.call('SCARD', held) < limit and redis.call('LLEN', line) == 0 then
-    slot_take(job_prefix, g, id)
+  if redis.call('SCARD', held) < limit and redis.call('LLEN', line) == 0
+      and not rate_blocked(job_prefix, id, g, now) then
+    slot_take(job_prefix, g, id, now)
     return true
   end
   wait_in(job_prefix, line, id, now, 'group', g)
@@ -279,6 +353,7 @@ local function group_leave(job_prefix, id, g, now)
   if tonumber(redis.call('ZINCRBY', tag .. 'gslots', -1, g)) <= 0 then
     redis.call('ZREM', tag .. 'gslots', g)
   end
+  rate_started(job_prefix, id, g, now)
   group_fill(job_prefix, g, now, group_limit(job_prefix, id, g, now))
 end
 

@@ -23,7 +23,8 @@
 -- 'waiting' at the end of the key's line (a delayed one too: it keeps its place in the
 -- enqueue order, and is scheduled for its visible_at when its turn comes). A job with a group
 -- (named field 'fgroup', its slots 'gconc') then asks it for a slot (group_join), or waits in
--- the group's line.
+-- the group's line. A group with a rate (field 'grate', group_rate) may give the job a later
+-- start when it takes its slot (rate_start in _lib.lua): it is stored scheduled for then.
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
 -- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
@@ -122,6 +123,13 @@ local function store(key, id, values)
   -- after the HSET: a group's slots are read from the job ('gconc'); a waiting job's state
   -- and line are written by admit (wait_in)
   local waits = (lk ~= '' or g ~= '') and not admit(prefix, id, lk, g, now)
+  if g ~= '' and not waits then  -- its group's rate may start it later (rate_start)
+    local due = num_field(key, 'visible_at', visible_at)
+    if due > visible_at then
+      visible_at, later = due, true
+      redis.call('HSET', key, 'state', 'scheduled')
+    end
+  end
   if not types[values[2]] then
     types[values[2]] = true
     types[#types + 1] = values[2]

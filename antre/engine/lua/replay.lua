@@ -8,7 +8,8 @@
 -- back unless another job holds it.
 -- A job with a lock_key rejoins its key (turn_join, issue 23): the head when the key is free,
 -- else at the end of the key's line, in state 'waiting' (behind the jobs enqueued meanwhile);
--- a job with a group then asks it for a slot, or waits at the end of its line.
+-- a job with a group then asks it for a slot, or waits at the end of its line (a group's rate
+-- may schedule it for later: rate_start in _lib.lua).
 -- Returns: 1 replayed, 0 the job is not in the dead-letter queue (nothing changed; so for a
 -- record that is not a hash: discard removes it).
 local id, now = ARGV[1], tonumber(ARGV[2])
@@ -22,7 +23,13 @@ redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'vi
 bump(KEYS[1], 'replays', 1)
 local turn = redis.call('HMGET', KEYS[1], 'lock_key', 'fgroup')
 if admit(prefix_of(KEYS[1], id), id, turn[1] or '', turn[2] or '', now) then
-  redis.call('LPUSH', KEYS[3], id)
+  local due = num_field(KEYS[1], 'visible_at', now)
+  if due > now then  -- its group's rate starts it later (rate_start in _lib.lua)
+    redis.call('HSET', KEYS[1], 'state', 'scheduled')
+    redis.call('ZADD', tag_of(prefix_of(KEYS[1], id)) .. 'scheduled', due, id)
+  else
+    redis.call('LPUSH', KEYS[3], id)
+  end
 end
 if KEYS[5] then tl_add(KEYS[5], now, 'replayed', ARGV[5] or '', {}, ARGV[6]) end
 -- a unique job holds its idempotency key again while pending, unless another job took it
