@@ -96,6 +96,10 @@ class Execution:
 
     def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
         self._measure(r)
+        if r.cancel is not None:  # cancelled while it ran (its task too): nothing commits
+            _report_flow(r, None if exc is None else _as_failure(r, exc))
+            _rollback(r.ctx.opened_db if r.ctx else None)
+            return cancelled(r)
         if exc is None:
             _report_flow(r, None)
             return self.complete(r, result)

@@ -157,8 +157,8 @@ class Leases:
             if req is None or r.cancel is not None or r.closed:
                 continue
             r.cancel, r.cancel_seen_ms = req, now
-            if r.ctx is not None:
-                r.ctx.cancelled.set()
+            if r.ctx is not None:  # started: ctx.cancelled, and an async handler's task
+                r.stop_handler()   # is cancelled (it may ignore it: then the grace ends it)
             log.warning("job %s cancelled by %s; the handler has %gs to stop", r.job.id, req.by,
                         self._grace_s(r), extra=job_fields(r.job, "cancel_requested"))
 

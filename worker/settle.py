@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any
 
 from antre.clock import Clock
+from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
 from antre.errors import LeaseLost
 from antre.observe.logs import job_fields, job_line, succeeded_line
@@ -153,7 +154,8 @@ class Settler:
                 r.closed = True
                 return True
             try:
-                self.health.call(self._transition, r, outcome)
+                if self.health.call(self._transition, r, outcome):
+                    outcome = cancelled_instead(r)
             except LeaseLost as exc:
                 self.lease_lost(r.job, exc)
                 return False
@@ -162,18 +164,20 @@ class Settler:
         return True
 
     @staticmethod
-    def _transition(r: Running, outcome: Outcome) -> None:
-        """The outcome's one fenced Lua transition."""
+    def _transition(r: Running, outcome: Outcome) -> bool:
+        """The outcome's one fenced Lua transition; True when the job, cancelled by an
+        operator, was ended as cancelled instead of put back (retry.lua decides: issue 25)."""
         q, job, note = r.queue, r.job, timeline_note(r, outcome)
+        if isinstance(outcome, Retry):
+            return q.retry(job, delay_ms=outcome.delay_ms, error=outcome.error,
+                           kind=outcome.kind, traceback=outcome.traceback, note=note,
+                           keep_turn=r.spec is None or r.spec.ordered)
+        if isinstance(outcome, Snooze):
+            return q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter,
+                            note=note)
         if isinstance(outcome, Ack):
             q.ack(job, outcome.result,
                   counter="deduplicated" if outcome.deduplicated else "acked", note=note)
-        elif isinstance(outcome, Retry):
-            q.retry(job, delay_ms=outcome.delay_ms, error=outcome.error, kind=outcome.kind,
-                    traceback=outcome.traceback, note=note,
-                    keep_turn=r.spec is None or r.spec.ordered)
-        elif isinstance(outcome, Snooze):
-            q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter, note=note)
         elif isinstance(outcome, Bury):
             q.bury(job, reason=outcome.reason, error=outcome.error or outcome.reason,
                    kind=outcome.kind, traceback=outcome.traceback,
@@ -186,6 +190,7 @@ class Settler:
         elif isinstance(outcome, SnoozeCap):
             q.bury(job, reason=outcome.reason, kind="snooze_cap", spend_attempt=False,
                    signature=f"snooze_cap: {outcome.last.reason}", note=note)
+        return False
 
     def _hand_back(self, r: Running, outcome: HandBack) -> bool:
         with r.settle_lock:
@@ -194,8 +199,10 @@ class Settler:
             r.closed = True  # whatever the handler does later is dropped
             r.stop_handler()
             try:
-                self.health.call(r.queue.hand_back, r.job, give_up_at=outcome.give_up_at,
-                                 note=timeline_note(r, outcome))
+                if self.health.call(r.queue.hand_back, r.job, give_up_at=outcome.give_up_at,
+                                    note=timeline_note(r, outcome)):
+                    self._record(r, cancelled_instead(r))  # cancelled: never handed back
+                    return True
             except LeaseLost as exc:
                 self.lease_lost(r.job, exc)
                 return False
@@ -239,6 +246,15 @@ class Settler:
             self.counts[outcome.count_as] += 1
         elif isinstance(outcome, DropStale) and outcome.newly_lost:
             self.counts["lease_lost"] += 1
+
+
+def cancelled_instead(r: Running) -> Cancelled:
+    """The outcome of a job the script ended as cancelled instead of putting it back (its
+    request as this process knows it; the script applied the one stored on the job)."""
+    req = r.cancel or CancelRequest.parse(r.job.cancel)
+    if req is None:
+        return Cancelled("dlq", "cancelled by an operator")
+    return Cancelled(req.to, req.dlq_reason)
 
 
 def timeline_note(r: Running, outcome: Outcome) -> dict[str, Any] | None:

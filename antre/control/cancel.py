@@ -74,8 +74,9 @@ class Cancels:
             raise CancelError(f"no job {job_id!r} in queue {queue!r}")
         req = CancelRequest(by, to, (reason or "").strip()[:MAX_REASON], self.clock())
         k = keys.QueueKeys(queue)
-        reply = str(self.scripts.cancel_request(keys=[k.job(job_id), k.cancels],
-                                                args=[job_id, req.to_json()]))
+        reply = str(self.scripts.cancel_request(
+            keys=[k.job(job_id), k.cancels, k.timeline(job_id)],
+            args=[job_id, req.to_json(), req.at_ms]))
         if reply != "OK":
             raise CancelError(f"job {job_id} is not running (it is {reply}); only a job in "
                               "flight can be cancelled: nothing was changed")

@@ -114,7 +114,7 @@ class Queue:
         k = self.keys  # built once: each key property formats a string
         self._enqueue_keys = [k.ready, k.scheduled, k.stats, k.types, k.wake]
         self._reserve_keys = [k.ready, k.inflight, k.stats, k.paused, k.parked_types,
-                              k.tombstones, k.dead, k.error_groups, k.quarantine]
+                              k.tombstones, k.dead, k.error_groups, k.quarantine, k.cancels]
         self._job_prefix = k.job_prefix
         self._index_command = ("SADD", keys.queues_index(), name)
         # not on a cluster (the index is in another slot): enqueue.lua adds the queue's name to
@@ -411,29 +411,32 @@ class Queue:
     def retry(self, job: Job, *, delay_ms: int, error: str = "", kind: str = "error",
               traceback: str = "", spend_attempt: bool = True, undeliver: bool = False,
               counter: str = "retried", note: Note = None, count_snooze: bool = False,
-              keep_turn: bool = True) -> None:
-        """in-flight → scheduled (or ready when ``delay_ms`` <= 0). ``keep_turn=False``: a job
+              keep_turn: bool = True) -> bool:
+        """in-flight → scheduled (or ready when ``delay_ms`` <= 0); True when the job was
+        cancelled by an operator instead, and so ended as cancelled (issue 25: never put back). ``keep_turn=False``: a job
         holding its lock_key's turn gives it to the next in line and waits at the end of it."""
         k = self.keys
         now = self.clock()
         reply = self.scripts.retry(
-            keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats, k.timeline(job.id)],
+            keys=[k.job(job.id), k.inflight, k.scheduled, k.ready, k.stats, k.timeline(job.id),
+                  k.dead, k.error_groups, k.cancels],
             args=[job.id, job.epoch, now, now + max(0, int(delay_ms)), int(spend_attempt),
                   int(undeliver), error, kind, traceback, counter, _note(note), "",
-                  int(count_snooze), int(keep_turn)])
-        _lease_result(reply, job.id)
+                  int(count_snooze), int(keep_turn), k.dead_type_prefix, k.dead_group_prefix])
+        return _lease_result(reply, job.id) == "CANCELLED"
 
-    def hand_back(self, job: Job, note: Note = None) -> None:
-        """Graceful shutdown: back to ready, no attempt spent, the delivery not counted."""
-        self.retry(job, delay_ms=0, spend_attempt=False, undeliver=True, counter="handed_back",
+    def hand_back(self, job: Job, note: Note = None) -> bool:
+        """Graceful shutdown: back to ready, no attempt spent, the delivery not counted; True
+        when the job was cancelled and so ended as cancelled instead."""
+        return self.retry(job, delay_ms=0, spend_attempt=False, undeliver=True, counter="handed_back",
                    note=note)
 
     def snooze(self, job: Job, delay_ms: int, why: str, counter: str = "snoozed",
-               note: Note = None) -> None:
+               note: Note = None) -> bool:
         """Rate limited, lock busy, breaker open: later, no attempt spent. ``note``: what held
         it back (the lock and its fence, the limiter, ...) for the job's timeline."""
-        self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True, counter=counter,
-                   error="", kind=why, note=note, count_snooze=True)
+        return self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True,
+                          counter=counter, error="", kind=why, note=note, count_snooze=True)
 
     def bury(self, job: Job, *, reason: str, error: str = "", kind: str = "permanent",
              traceback: str = "", signature: str | None = None, spend_attempt: bool = True,
@@ -452,7 +455,8 @@ class Queue:
         operator's cancel request carried out. Raises ``LeaseLost`` if the lease changed."""
         k = self.keys
         reply = self.scripts.cancel_finish(
-            keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups, k.cancels],
+            keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups, k.cancels,
+                  k.timeline(job.id)],
             args=[job.id, job.epoch, self.clock(), to, reason,
                   f"cancelled: {error_signature(reason)}", k.dead_type_prefix,
                   k.dead_group_prefix, k.job_prefix])
@@ -486,7 +490,7 @@ class Queue:
     def sweep(self, limit: int = 1000) -> SweepResult:
         k = self.keys
         reply = self.scripts.sweep_expired(
-            keys=[k.inflight, k.ready, k.dead, k.stats, k.error_groups, k.quarantine],
+            keys=[k.inflight, k.ready, k.dead, k.stats, k.error_groups, k.quarantine, k.cancels],
             args=[k.job_prefix, self.clock(), limit, k.dead_type_prefix, k.dead_group_prefix])
         outcomes = dict(zip(reply[2::2], reply[3::2]))
         return SweepResult(int(reply[0]), int(reply[1]), outcomes)

@@ -22,7 +22,7 @@ from antre.observe.memory import MemoryPolicy
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
               "finished_at", "created_at", "deliveries", "idem_key", "first_failed_at",
-              "extended_at", "checkpoint_at")
+              "extended_at", "checkpoint_at", "cancel")
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,20 @@ class Turn:
         return f"{_ordinal(self.place)} behind job {self.head} on lock {self.lock_key}"
 
 
+def _cancel_of(raw: str | None) -> dict[str, Any]:
+    """A job's pending cancel request (its 'cancel' field, JSON {by, to, reason, at}) as the
+    ``JobRow`` fields ``cancel_at`` and ``cancel_by``; none for an empty or damaged value."""
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return {}
+    at = data.get("at")
+    return {"cancel_at": at if isinstance(at, int) else 0,
+            "cancel_by": str(data.get("by", "?"))}
+
+
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
@@ -135,6 +149,12 @@ class JobRow:
     first_failed_at: int
     extended_at: int = 0  # last lease extension (a heartbeat, the handler, an operator)
     checkpoint_at: int = 0  # last checkpoint saved
+    cancel_at: int = 0  # an operator's cancel request not carried out yet: when (0: none) ...
+    cancel_by: str = ""  # ... and by whom (the in-flight page's "cancelling since")
+
+    @property
+    def cancelling(self) -> bool:
+        return bool(self.cancel_at or self.cancel_by)
 
     def running_ms(self, now_ms: int) -> int:
         return now_ms - self.reserved_at if self.reserved_at else 0
@@ -346,7 +366,7 @@ class ReadModels:
                 group=f["group"] or "", finished_at=_int(f["finished_at"]),
                 created_at=_int(f["created_at"]), idempotency_key=f["idem_key"] or "",
                 first_failed_at=_int(f["first_failed_at"]), extended_at=_int(f["extended_at"]),
-                checkpoint_at=_int(f["checkpoint_at"])))
+                checkpoint_at=_int(f["checkpoint_at"]), **_cancel_of(f["cancel"])))
         return rows
 
     def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,

@@ -55,6 +55,13 @@ def hang_forever(ctx, payload):
     time.sleep(120)
 
 
+@app.handler("ignores_cancel_long", cancel_grace_s=600)
+def ignores_cancel_long(ctx, payload):
+    """Ignores ``ctx.cancelled`` with a long grace: its worker is restarted within it."""
+    _mark(ctx, "started")
+    time.sleep(120)
+
+
 @app.handler("ignores_cancel", cancel_grace_s=0.5)
 def ignores_cancel(ctx, payload):
     """Ignores ``ctx.cancelled``: only the cancel grace (and a recycled process) ends it. Its

@@ -188,6 +188,23 @@ def test_cancel_a_running_job_from_the_in_flight_page_and_the_api(web):
     assert sorted(e.outcome for e in web.audit("job.cancel")) == ["failed", "ok", "refused"]
 
 
+def test_the_in_flight_page_marks_a_job_cancelling_since_its_request(web):
+    """Issue 25: a read model field (``JobRow.cancel_at`` / ``cancel_by``), shown on the row."""
+    web.q.enqueue("email", {}, idempotency_key="k1")
+    web.q.enqueue("email", {}, idempotency_key="k2")
+    first, other = web.q.reserve("w1", 2)
+    c = web.client("operator")
+    assert "cancelling since" not in c.get("/inflight/?queue=default").get_data(as_text=True)
+    asked_at = web.clock()
+    post(c, f"/queues/default/jobs/{first.id}/cancel", {"to": "dlq", "reason": "stop"})
+    rows = {row.id: row for row in web.svc.reads.inflight("default").rows}
+    assert (rows[first.id].cancel_at, rows[first.id].cancel_by) == (asked_at, "operator")
+    assert rows[first.id].cancelling and not rows[other.id].cancelling
+    page = c.get("/inflight/?queue=default").get_data(as_text=True)
+    assert page.count("cancelling since") == 1 and "(by operator)" in page
+    assert f'data-ms="{asked_at}"' in page.split("cancelling since", 1)[1][:400]
+
+
 def test_cancel_and_delete_from_the_action_bars(web):
     web.q.enqueue("email", {}, idempotency_key="k1")
     (running,) = web.q.reserve("w1")

@@ -69,3 +69,34 @@ def test_cancel_abandons_a_handler_that_ignores_it_in_a_real_worker(app, r, tmp_
     assert (job.state, job.reason, job.attempt) == (
         "dead", "cancelled by oncall: runaway export", 0)
     assert q.where(job_id) == ["dead"] and r.llen("test:done") == 0
+
+
+def test_a_worker_restarted_during_the_cancel_grace_never_runs_the_job_again(  # noqa: F811
+        app, r, tmp_path, procs):
+    """Issue 25: the stopping worker's hand-back ends the cancelled job (retry.lua), so the
+    next worker finds nothing to run, and the job's timeline ends with the cancel."""
+    from antre.control.cancel import Cancels
+    from antre.observe.finder import Finder
+
+    q = app.queue()
+    job_id = q.enqueue("ignores_cancel_long", {}, idempotency_key="icl:1")
+    p = child(app.redis_url, tmp_path, "--grace", "0.3")
+    procs.append(p)
+    wait_for(lambda: r.llen("test:started") == 1, 20, "the handler to start")
+    Cancels(app.redis).request("default", job_id, "oncall", "dlq", "runaway report")
+    log = tmp_path / "worker.log"
+    wait_for(lambda: "has 600s to stop" in log.read_text(), 20, "the heartbeat to see it")
+    p.terminate()  # restarted within the 600 s grace
+    assert p.wait(20) is not None
+    p2 = child(app.redis_url, tmp_path)
+    procs.append(p2)
+    echo = q.enqueue("echo", {}, idempotency_key="icl:echo")  # the new worker is at work
+    wait_for(lambda: q.get(echo).state == "done", 20, "the new worker to run a job")
+    job = q.get(job_id)
+    assert (job.state, job.reason, job.attempt) == ("dead", "cancelled by oncall: runaway report", 0)
+    assert r.llen("test:started") == 1  # never ran again
+    events = Finder(app.redis).timeline("default", job_id).events
+    assert [e.kind for e in events].count("reserved") == 1
+    assert events[-1].kind == "cancelled" and events[-1].details["by"] == "oncall"
+    assert any(e.kind == "cancel_requested" and e.details["reason"] == "runaway report"
+               for e in events)

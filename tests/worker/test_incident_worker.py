@@ -13,12 +13,17 @@ from sqlalchemy import text
 from antre import Antre
 from antre.engine import keys
 from antre.control.cancel import CancelError, Cancels
+from antre.observe.finder import Finder
 from antre_worker.executor import EXIT_RECYCLE
 
 
 @pytest.fixture
 def app(redis_url, sqlite_url, clock):
     return Antre(redis_url=redis_url, database_url=sqlite_url, clock=clock)
+
+
+def kinds(app, clock, job_id):
+    return [e.kind for e in Finder(app.redis, clock).timeline("default", job_id).events]
 
 
 def effects(app):
@@ -116,9 +121,11 @@ def test_a_cancelled_job_whose_worker_died_is_not_run_again(app, clock):
     (job,) = q.reserve("dead-worker")
     Cancels(app.redis, clock).request("default", job_id, "carol", "dlq", "")
     clock.advance(11_000)
-    assert q.sweep().requeued == 1  # its worker never came back
+    # its worker never came back: the sweep ends it as cancelled, never puts it back (issue 25)
+    assert q.sweep().outcomes == {job_id: "cancelled"}
     make_worker(app, clock).run_burst()
     assert runs == [] and q.get(job_id).reason == "cancelled by carol"
+    assert kinds(app, clock, job_id)[-3:] == ["cancel_requested", "swept", "cancelled"]
 
 
 def test_a_job_older_than_max_age_goes_to_the_dlq_without_running(app, clock):
@@ -224,3 +231,123 @@ def test_the_bulk_duty_steps_a_paced_purge_and_audits_its_end(app, clock):
     assert BulkReplays(app.redis, clock).get("default", task.id).state == "done"
     (entry,) = app.audit.list(action="purge.done")
     assert (entry.user, entry.reason, entry.detail["removed"]) == ("alice", "flood", 4)
+
+
+# -- issue 25: cancel keeps its word ----------------------------------------------------------
+def _ends_with_the_cancel(app, clock, job_id, by, reason):
+    """The job's timeline records the request (who, why) and ends with the cancel."""
+    events = Finder(app.redis, clock).timeline("default", job_id).events
+    asked = [e for e in events if e.kind == "cancel_requested"]
+    assert len(asked) == 1 and asked[0].actor == by and asked[0].details["reason"] == reason
+    assert events[-1].kind == "cancelled" and events[-1].details["by"] == by
+    assert [e.kind for e in events].count("reserved") == 1  # never reserved again
+    return events
+
+
+def test_a_sync_handler_that_ignores_the_cancel_ends_within_the_grace_and_never_runs_again(
+        app, clock, table):
+    runs, release = [], threading.Event()
+
+    @app.handler("slow_report", cancel_grace_s=10)
+    def slow_report(ctx, payload):
+        runs.append(ctx.job.deliveries)
+        ctx.db.execute(text("INSERT INTO effects (k) VALUES ('report')"))
+        release.wait(10)  # ignores ctx.cancelled
+        return "late"
+
+    q = app.queue()
+    job_id = app.enqueue("slow_report", {}, idempotency_key="sr:1")
+    w = make_worker(app, clock, heartbeat_s=60)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("code", w.run()))
+    t.start()
+    try:
+        assert wait_for(lambda: runs == [1])
+        Cancels(app.redis, clock).request("default", job_id, "alice", "dlq", "wrong month")
+        w.heartbeat_once()  # seen: the grace starts
+        clock.advance(9_999)
+        w.heartbeat_once()
+        assert q.get(job_id).state == "inflight"  # within the grace
+        clock.advance(1)
+        w.heartbeat_once()  # grace over: abandoned, to the DLQ, the process recycles
+        t.join(5)
+        assert out["code"] == EXIT_RECYCLE
+        job = q.get(job_id)
+        assert (job.state, job.reason, job.attempt) == (
+            "dead", "cancelled by alice: wrong month", 0)
+    finally:
+        release.set()
+    make_worker(app, clock).run_burst()  # another worker: nothing to run
+    assert runs == [1] and effects(app) == [] and q.where(job_id) == ["dead"]
+    _ends_with_the_cancel(app, clock, job_id, "alice", "wrong month")
+
+
+def test_a_cancelled_job_handed_back_at_shutdown_ends_as_cancelled(app, clock):
+    runs, release = [], threading.Event()
+
+    @app.handler("slow_report", cancel_grace_s=60)
+    def slow_report(ctx, payload):
+        runs.append(ctx.job.deliveries)
+        release.wait(10)
+        return "late"
+
+    q = app.queue()
+    job_id = app.enqueue("slow_report", {}, idempotency_key="sr:2")
+    w = make_worker(app, clock, stop_grace_s=0.2)
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        assert wait_for(lambda: runs == [1])
+        Cancels(app.redis, clock).request("default", job_id, "bob", "discard", "dup")
+        w.heartbeat_once()  # seen: within a grace of 60 s ...
+        w.stop()  # ... the worker stops: the hand-back ends the job instead (retry.lua)
+        t.join(10)
+        assert not t.is_alive() and q.get(job_id) is None  # discarded, as asked
+    finally:
+        release.set()
+    make_worker(app, clock).run_burst()
+    assert runs == [1] and "handed_back" not in q.stats()
+    assert q.stats()["discarded"] == 1 and w.counts["cancelled"] == 1
+    events = _ends_with_the_cancel(app, clock, job_id, "bob", "dup")
+    assert events[-1].details["to"] == "discard"
+
+
+def test_an_async_handler_that_ignores_cancellation_is_abandoned_and_never_runs_again(
+        app, clock):
+    import asyncio
+
+    runs, swallowed, release = [], [], threading.Event()
+
+    @app.handler("slow_fetch", cancel_grace_s=5)
+    async def slow_fetch(ctx, payload):
+        runs.append(ctx.job.deliveries)
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                swallowed.append(1)  # ignores the cancellation
+        return "late"
+
+    q = app.queue()
+    job_id = app.enqueue("slow_fetch", {}, idempotency_key="sf:1")
+    w = make_worker(app, clock)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("code", w.run()))
+    t.start()
+    try:
+        assert wait_for(lambda: runs == [1])
+        Cancels(app.redis, clock).request("default", job_id, "carol", "dlq", "stuck api")
+        w.heartbeat_once()  # seen: its task is cancelled, it carries on
+        assert wait_for(lambda: swallowed)
+        assert q.get(job_id).state == "inflight"
+        clock.advance(5_000)
+        w.heartbeat_once()  # grace over: abandoned, the process recycles
+        t.join(10)
+        assert out["code"] == EXIT_RECYCLE
+        assert (q.get(job_id).state, q.get(job_id).reason) == (
+            "dead", "cancelled by carol: stuck api")
+    finally:
+        release.set()
+    make_worker(app, clock).run_burst()
+    assert runs == [1] and "acked" not in q.stats()
+    _ends_with_the_cancel(app, clock, job_id, "carol", "stuck api")

@@ -451,6 +451,54 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   return group
 end
 
+-- == Cancelled jobs (issue 25) ==================================================================
+-- An operator's cancel request (cancel_request.lua) is kept on the job (field 'cancel', JSON
+-- {by, to, reason, at}) until the job ends. A cancelled job is never run again nor handed back:
+-- whichever script would put it back where a worker can take it (a hand-back, retry or snooze:
+-- retry.lua; a lease expiry: sweep_expired.lua; a reserve of one put back before: reserve.lua)
+-- ends it as cancelled instead (cancel_end), as cancel_finish.lua does for the worker.
+local CANCEL_TL_KEEP_MS = 7 * 86400000  -- a discarded job's timeline stays (DISCARDED_TIMELINE_MS)
+
+local function cancel_of(raw)
+  -- the request held in a job's 'cancel' field (a table), or nil when there is none
+  if type(raw) ~= 'string' or raw == '' then return nil end
+  local ok, req = pcall(cjson.decode, raw)
+  if not ok or type(req) ~= 'table' then req = {} end
+  return req
+end
+
+local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason, signature)
+  -- ends the job at ``job_key`` (already taken out of inflight / ready) as the request ``req``
+  -- asks: to the DLQ (dlq = {dead, stats, errgroups, dead-by-type prefix, dead-by-group
+  -- prefix}) with ``reason`` ('cancelled by NAME: why' when nil), or discarded (the job gone,
+  -- its timeline kept CANCEL_TL_KEEP_MS). A 'cancelled' event ends its timeline ``tl``.
+  local by, why = tostring(req.by or '?'), tostring(req.reason or '')
+  local to = req.to == 'discard' and 'discard' or 'dlq'
+  reason = reason or ('cancelled by ' .. by .. (why ~= '' and (': ' .. why) or ''))
+  signature = signature or ('cancelled: cancelled by ' .. by)
+  redis.call('HDEL', cancels, id)
+  redis.call('HINCRBY', dlq[2], 'cancelled', 1)
+  local detail = {by = by, reason = why, to = to, requested_at = tonumber(req.at) or 0,
+                  delivery = num_field(job_key, 'deliveries', 0)}
+  if to == 'discard' then
+    tl_add(tl, now, 'cancelled', actor, detail)
+    turn_end(job_key, id, now)  -- the next job waiting on its lock_key gets the turn
+    local ikey = redis.call('HGET', job_key, 'idem_key')
+    if ikey then unindex_key(idem_index_key(prefix_of(job_key, id)), ikey, id) end
+    redis.call('DEL', job_key)
+    redis.pcall('PEXPIRE', tl, CANCEL_TL_KEEP_MS)
+    redis.call('HINCRBY', dlq[2], 'discarded', 1)
+    return 'discarded'
+  end
+  redis.call('HDEL', job_key, 'cancel')
+  append_error(job_key, now, 'cancelled', reason, '')
+  redis.call('HSET', job_key, 'deadline', 0)
+  bury_job(job_key, id, now, reason, signature, dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
+  detail.reason_text = reason
+  tl_add(tl, now, 'cancelled', actor, detail)
+  return 'cancelled'
+end
+
 -- == Completing jobs (ack.lua, one job; ack_many.lua, a worker's batch) =========================
 local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- in-flight -> done for the holder of the lease: the job's hash and its timeline event, with

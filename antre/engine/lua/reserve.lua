@@ -3,6 +3,8 @@
 -- KEYS[4] paused (HASH: '*' or job type -> JSON)   KEYS[5] parked types (SET)
 -- KEYS[6] tombstones (STRING counter of purged ids still marked in the lists)
 -- KEYS[7] dead (ZSET)   KEYS[8] errgroups (HASH)   KEYS[9] quarantine (LIST)
+-- KEYS[10] cancels (HASH; optional): a ready job that holds an operator's cancel request (put
+-- back by a version that did not end it) is not reserved: it ends as cancelled (cancel_end)
 -- ARGV[1] job_prefix   ARGV[2] now_ms, or 'server': the server's clock (a reserve sent behind a
 -- blocking wait runs when the wait ends, so the client's now would be stale; Queue.wait_and_reserve)
 -- ARGV[3] max jobs   ARGV[4] worker id
@@ -77,7 +79,7 @@ if #ids == 0 then return {} end
 local fields, pos = {}, {}
 for i = 8, #ARGV do fields[#fields + 1] = ARGV[i]; pos[ARGV[i]] = pos[ARGV[i]] or #fields end
 local nret = #fields
-for _, name in ipairs({'vt_ms', 'epoch', 'deliveries'}) do
+for _, name in ipairs({'vt_ms', 'epoch', 'deliveries', 'cancel'}) do
   if not pos[name] then fields[#fields + 1] = name; pos[name] = #fields end
 end
 local out, deadlines = {}, {}
@@ -93,7 +95,7 @@ local function at(name)
 end
 local p_epoch, p_deliveries, p_state = at('epoch'), at('deliveries'), at('state')
 local p_deadline, p_reserved_at, p_worker = at('deadline'), at('reserved_at'), at('worker_id')
-local p_vt, p_ep, p_dl, p_id = pos.vt_ms, pos.epoch, pos.deliveries, pos.id
+local p_vt, p_ep, p_dl, p_id, p_cancel = pos.vt_ms, pos.epoch, pos.deliveries, pos.id, pos.cancel
 local nfields = #fields
 for _, id in ipairs(ids) do
   local key = prefix .. id
@@ -112,6 +114,9 @@ for _, id in ipairs(ids) do
   elseif not present and redis.call('EXISTS', key) == 0 then
     quarantine(KEYS[9], KEYS[3], now, id, 'job record is missing (found by reserve)')
     orphans = orphans + 1
+  elseif KEYS[10] and row[p_cancel] and row[p_cancel] ~= '' then
+    cancel_end(key, id, now, cancel_of(row[p_cancel]), worker, dlq, KEYS[10],
+               tl_key(prefix, id), nil, nil)
   else
     local vt = num_of(row[p_vt], 30000)
     if vt <= 0 or vt > 604800000 then vt = 30000 end

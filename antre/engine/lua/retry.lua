@@ -12,11 +12,22 @@
 -- ARGV[14] '0': the job gives up its key's turn (a handler with ordered=False): the next job
 -- waiting on its lock_key becomes the head, and this one waits at the end of the line (its
 -- visible_at kept for when its turn comes). Absent or '1': a head keeps its turn (issue 23).
--- Returns: 'OK', or 'LOST:<why>' with nothing changed.
+-- KEYS[7] dead   KEYS[8] errgroups   KEYS[9] cancels   ARGV[15] dead-by-type prefix
+-- ARGV[16] dead-by-group prefix (issue 25; with KEYS[6]): a job an operator cancelled is not put
+-- back: it ends as cancelled instead (to the DLQ or discarded, as requested; cancel_end).
+-- Returns: 'OK', 'CANCELLED' (ended as cancelled), or 'LOST:<why>' with nothing changed.
 local id, epoch, now, visible_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)
 if lost then return lost end
 redis.call('ZREM', KEYS[2], id)
+if KEYS[9] then
+  local req = cancel_of(redis.call('HGET', KEYS[1], 'cancel'))
+  if req then
+    cancel_end(KEYS[1], id, now, req, actor_of(KEYS[1], ARGV[12]),
+               {KEYS[7], KEYS[5], KEYS[8], ARGV[15], ARGV[16]}, KEYS[9], KEYS[6], nil, nil)
+    return 'CANCELLED'
+  end
+end
 if ARGV[5] == '1' then bump(KEYS[1], 'attempt', 1) end
 if ARGV[6] == '1' then bump(KEYS[1], 'deliveries', -1) end
 if ARGV[13] == '1' then bump(KEYS[1], 'snoozes', 1) end

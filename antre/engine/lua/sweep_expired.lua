@@ -2,6 +2,8 @@
 -- when they were delivered max_deliveries times without finishing (a poison job).
 -- KEYS[1] inflight   KEYS[2] ready   KEYS[3] dead   KEYS[4] stats   KEYS[5] errgroups
 -- KEYS[6] quarantine (LIST; optional: without it a missing record is only dropped)
+-- KEYS[7] cancels (HASH; optional): a job an operator cancelled is not put back; it ends as
+-- cancelled (to the DLQ or discarded, as requested; outcome 'cancelled' / 'discarded')
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] max jobs   ARGV[4] dead-by-type prefix
 -- ARGV[5] dead-by-group prefix
 -- Each swept job gets a 'swept' event (and a 'buried' one when poison) by the 'sweeper'.
@@ -30,6 +32,15 @@ for _, id in ipairs(ids) do
     buried = buried + 1
     out[#out + 1] = id
     out[#out + 1] = 'corrupt'
+  elseif KEYS[7] and cancel_of(redis.call('HGET', key, 'cancel')) then
+    local tl = tl_key(prefix, id)
+    local w = redis.call('HGET', key, 'worker_id') or ''
+    tl_add(tl, now, 'swept', 'sweeper', {worker = w, delivery = num_field(key, 'deliveries', 0),
+                                         outcome = 'cancelled'})
+    out[#out + 1] = id
+    out[#out + 1] = cancel_end(key, id, now, cancel_of(redis.call('HGET', key, 'cancel')),
+                               'sweeper', dlq, KEYS[7], tl, nil, nil)
+    buried = buried + 1
   else
     local deliveries, maxd = num_field(key, 'deliveries', 0), num_field(key, 'max_deliveries', 10)
     local f = redis.call('HMGET', key, 'worker_id')
