@@ -79,6 +79,12 @@ def _runs(encoded: Iterable[Encoded],
         yield names, run
 
 
+def _held_ids(ids: Sequence[str], replies: Sequence[Any]) -> list[str]:
+    """Each job's id, or for a unique job whose key was held, the id of the job holding it."""
+    return [job_id if reply == 1 else _stored(job_id, reply)[0]
+            for job_id, reply in zip(ids, replies)]
+
+
 def _stored(job_id: str, reply: Any) -> tuple[str, str]:
     if reply == 1:
         return job_id, "stored"
@@ -220,16 +226,11 @@ class Queue:
         if len(specs) == 1 and not specs[0].unique and specs[0].group is None:
             values, script, script_keys, args = self._one_call(specs[0], now)
             return [values[0]], [(script, script_keys, args), index]
-        payloads = [checked_payload(s, self.name, self.max_payload_bytes) for s in specs]
-        raw = new_entropy(len(specs))
-        made = [self._encoded(spec, now, payloads[i], raw[i * ENTROPY_HEX:(i + 1) * ENTROPY_HEX])
-                for i, spec in enumerate(specs)]
-        calls: list[Call] = [
-            (self.scripts.enqueue, self._enqueue_keys,
-             [self._job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
-              pack_chunk(part)])
-            for names, part in _runs(iter(made), chunk)]
-        return [values[0] for _, values in made], [*calls, index]
+        ids, made = self._encoder(specs, now)
+        calls: list[Call] = [(self.scripts.enqueue, self._enqueue_keys,
+                              self._run_args(names, part, now))
+                             for names, part in _runs(made, chunk)]
+        return ids, [*calls, index]
 
     @staticmethod
     def stored_ids(ids: Sequence[str], replies: Sequence[Any]) -> list[str]:
@@ -239,8 +240,7 @@ class Queue:
                                                           else [reply])]
         if len(per_job) != len(ids):  # the lean single-job script answers with the id
             return list(ids)
-        return [job_id if reply == 1 else _stored(job_id, reply)[0]
-                for job_id, reply in zip(ids, per_job)]
+        return _held_ids(ids, per_job)
 
     def _index_due(self, job_type: str, now: int) -> bool:
         """Whether a single enqueue of ``job_type`` at ``now`` (ms, the queue's clock) adds its
@@ -261,6 +261,13 @@ class Queue:
         specs = list(specs)
         if not specs:
             return []
+        ids, made = self._encoder(specs, now)
+        return _held_ids(ids, self._send(_runs(made, chunk), now))
+
+    def _encoder(self, specs: Sequence[JobSpec], now: int) -> tuple[list[str], Iterator[Encoded]]:
+        """Every spec checked now (an ``InvalidJob`` before anything is made or sent), then the
+        jobs made one by one as the caller takes them, each id appended to the list as its job
+        is made (so a chunk can be sent while the next is made)."""
         name, limit = self.name, self.max_payload_bytes
         payloads = [checked_payload(s, name, limit) for s in specs]  # every refusal, first
         ids: list[str] = []
@@ -273,10 +280,12 @@ class Queue:
                            now_text)
                 ids.append(job[1][0])
                 yield job
+        return ids, encoded()
 
-        replies = self._send(_runs(encoded(), chunk), now)
-        return [job_id if reply == 1 else _stored(job_id, reply)[0]
-                for job_id, reply in zip(ids, replies)]
+    def _run_args(self, names: tuple[str, ...], part: list[list[str]], now: int) -> list[Any]:
+        """enqueue.lua's arguments for one run of jobs (their values in one argument)."""
+        return [self._job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
+                pack_chunk(part)]
 
     def store(self, encoded: list[Encoded], now: int,
               chunk: int = ENQUEUE_CHUNK) -> list[tuple[str, str]]:
@@ -295,20 +304,15 @@ class Queue:
         script's reply for each job. On the thread's own connection each call is written as
         soon as its run is made, with the queue index in the script (one command per run);
         elsewhere the calls and the index's SADD go in one batch."""
-        prefix, script = self._job_prefix, self.scripts.enqueue
-
-        def args(names: tuple[str, ...], part: list[list[str]]) -> list[Any]:
-            return [prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
-                    pack_chunk(part)]
-
+        script = self.scripts.enqueue
         if self._pinned is not None:
             indexed = self._indexed_keys
             out = self._pinned.call_made(
-                (script, indexed, args(names, part)) for names, part in runs)
+                (script, indexed, self._run_args(names, part, now)) for names, part in runs)
         else:
             batch = Batch(self.redis)
             for names, part in runs:
-                batch.script(script, self._enqueue_keys, args(names, part))
+                batch.script(script, self._enqueue_keys, self._run_args(names, part, now))
             batch.command("sadd", keys.queues_index(), self.name)
             out = batch.execute()[:-1]
         return [r for reply in out for r in reply]
