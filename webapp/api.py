@@ -22,7 +22,7 @@ from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
 from . import actions, services
-from .common import arg_int, audit_filter, check_queue, dead_filter, page_args
+from .common import arg_int, audit_filter, check_queue, dead_filter, job_or_404, page_args
 from .control import dead_tally, purge_filter, purge_tally
 from .overview import overview_data
 from .security import requires
@@ -167,9 +167,7 @@ def error_groups(queue: str) -> Response:
 def job(queue: str, job_id: str) -> Response:
     """One job with payload, errors of every attempt and its idempotency record."""
     svc = services.get()
-    found = svc.reads.job(check_queue(queue), job_id)
-    if found is None:
-        abort(404, f"no job {job_id} in queue {queue}")
+    found = job_or_404(queue, job_id)
     record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
     turn = svc.reads.turn(queue, found)
     return jsonify({"job": _plain(found), "idempotency": record.to_dict() if record else None,

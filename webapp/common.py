@@ -33,6 +33,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.wrappers import Response as BaseResponse
 
 from antre.observe.alerts import AlertEngine
+from antre.engine.envelope import Job
 from antre.engine.keys import valid_name
 from antre.observe.readmodels import MAX_EPOCH_MS as MAX_EPOCH_MS, WINDOWS_MS as WINDOWS_MS
 from antre.observe.readmodels import DeadFilter
@@ -228,6 +229,14 @@ def check_queue(name: str) -> str:
     if not valid_name(name):
         abort(404, "no such queue")
     return name
+
+
+def job_or_404(queue: str, job_id: str) -> Job:
+    """The job, or a 404 naming it (the queue name checked first)."""
+    found = services.get().reads.job(check_queue(queue), job_id)
+    if found is None:
+        abort(404, f"no job {job_id} in queue {queue}")
+    return found
 
 
 def page_args(default_limit: int = 50, src: Any = None) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from antre.actions import Ops, Result, edit_plan
 from antre.control.edit import pretty
 
 from . import services
-from .common import check_queue, render
+from .common import job_or_404, render
 from .security import requires
 
 bp = Blueprint("edit", __name__)
@@ -23,9 +23,7 @@ bp = Blueprint("edit", __name__)
 @requires("operator")
 def form(queue: str, job_id: str) -> ResponseReturnValue:
     svc = services.get()
-    job = svc.reads.job(check_queue(queue), job_id)
-    if job is None:
-        abort(404, f"no job {job_id} in queue {queue}")
+    job = job_or_404(queue, job_id)
     text = request.args.get("payload")
     new_key = request.args.get("new_key") or ""
     plan = None
