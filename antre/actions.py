@@ -25,14 +25,14 @@ from antre.control.abandoned import RESOLUTIONS, AbandonedRecords, ResolveError
 from antre.control.bulk import BulkReplays, TaskNotFound, TaskStateError
 from antre.control import edit
 from antre.control.cancel import CancelError, Cancels
-from antre.control.groups import GroupControl, GroupError
+from antre.scheduling.controls import GroupControl, GroupError
 from antre.control.edit import EditPlan, ReplayEdits
 from antre.control.pause import PauseError, Pauses, unknown_target
 from antre.control.periodic import Schedules
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Purger
 from antre.engine.locks import Locks
 from antre.errors import LeaseLost
-from antre.limits.flow import FlowControl
+from antre.scheduling.flow import FlowControl
 from antre.observe.alerts import AlertQuiet, AlertThresholds
 from antre.observe.finder import Finder
 from antre.observe.incidents import Incident, incident_view
@@ -226,7 +226,7 @@ class Ops:
 
     @property
     def groups(self) -> GroupControl:  # fair-share groups (issue 23)
-        return GroupControl(self.redis, self.clock, self.app.scripts)
+        return GroupControl(self.redis, self.clock, self.app.scripts, self.pauses)
 
     @property
     def idempotency(self) -> IdempotencyStore | None:
