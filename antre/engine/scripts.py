@@ -52,6 +52,8 @@ NAMES = (
     "quarantine",
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
+    # flow limits held at reserve, and their overrides (antre/scheduling/gates.py)
+    "flow_declare", "flow_override",
 )
 
 
@@ -137,6 +139,8 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
+    flow_declare: redis.commands.core.Script
+    flow_override: redis.commands.core.Script
 
 
 class Batch:
