@@ -15,9 +15,8 @@ import pytest
 
 from antre import Antre
 from antre.embedded import free_port
-from tests.browser.conftest import (CHROMIUM_ARGS, LOGS, REPO, SECRET_KEY, START_TIMEOUT_S,
-                                    _http_status, _stop, open_settings, screenshot,
-                                    wait_until)
+from .conftest import (LOGS, REPO, SECRET_KEY, START_TIMEOUT_S, _http_status, _stop,
+                       open_settings, screenshot, wait_until)
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from werkzeug.test import Client
 from webtools import TEST_SECRET_KEY, htmx
 
 import antre
 from antre.clock import ManualClock, system_ms
-from antre_web import HostAuth, create_app
+from antre_web import HostAuth, create_app, wsgi_mount
 from examples.flask_host import create_host
 from tests.web.test_web import populate
 from webtools import Web
@@ -155,3 +156,25 @@ def test_without_a_login_url_a_page_is_a_401(redis_url, sqlite_url):
                       "SECRET_KEY": TEST_SECRET_KEY}, auth=HostAuth(user=lambda request: None))
     resp = app.test_client().get("/dlq/")
     assert resp.status_code == 401 and "log in to the host" in resp.get_data(as_text=True)
+
+
+def test_any_wsgi_host_through_wsgi_mount(redis_url, sqlite_url):
+    """A host that is not Flask (Django's WSGI app, here a bare WSGI callable): the callable
+    reads the host's own cookie from the request."""
+    def host(environ: Any, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"the host's own page"]
+
+    def user(request: Any) -> tuple[str, str] | None:
+        return ("dana", "admin") if request.cookies.get("hostid") == "dana-ok" else None
+
+    dashboard = create_app({"ANTRE_REDIS_URL": redis_url, "ANTRE_DATABASE_URL": sqlite_url,
+                            "SECRET_KEY": TEST_SECRET_KEY},
+                           auth=HostAuth(user=user, login_url="/accounts/login/"))
+    c = Client(wsgi_mount(host, "/ops/antre/", dashboard))
+    assert c.get("/elsewhere").get_data() == b"the host's own page"
+    away = c.get("/ops/antre/workers/")
+    assert away.headers["Location"] == "/accounts/login/?next=%2Fops%2Fantre%2Fworkers%2F"
+    c.set_cookie("hostid", "dana-ok")
+    page = c.get("/ops/antre/workers/").get_data(as_text=True)
+    assert "dana" in page and 'href="/ops/antre/users/"' in page  # admin: the Users page
