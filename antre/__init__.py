@@ -3,7 +3,7 @@
 from antre.app import Antre, HandlerSpec
 from antre.context import JobContext
 from antre.errors import InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited, Retryable
-from antre.limits.flow import FlowPolicy
+from antre.scheduling.flow import FlowPolicy
 from antre.engine.locks import LockBusy
 from antre.engine.envelope import JobSpec
 from antre.engine.queue import Queue

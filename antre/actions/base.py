@@ -22,14 +22,14 @@ from antre.clock import Clock
 from antre.control.abandoned import AbandonedRecords
 from antre.control.bulk import BulkReplays
 from antre.control.cancel import Cancels
-from antre.control.groups import GroupControl
 from antre.control.pause import Pauses, unknown_target
 from antre.control.periodic import Schedules
 from antre.control.purge import Purger
 from antre.engine.locks import Locks
-from antre.limits.flow import FlowControl
 from antre.observe.finder import Finder
 from antre.observe.readmodels import ReadModels
+from antre.scheduling.controls import GroupControl
+from antre.scheduling.flow import FlowControl
 from antre.stores.audit import AuditLog
 from antre.stores.idempotency import IdempotencyStore
 from antre.stores.users import UserStore
@@ -219,7 +219,7 @@ class Ops:
 
     @property
     def groups(self) -> GroupControl:  # fair-share groups (issue 23)
-        return GroupControl(self.redis, self.clock, self.app.scripts)
+        return GroupControl(self.redis, self.clock, self.app.scripts, self.pauses)
 
     @property
     def idempotency(self) -> IdempotencyStore | None:

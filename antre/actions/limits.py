@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from antre.control.abandoned import RESOLUTIONS, ResolveError
-from antre.control.groups import GroupError
+from antre.scheduling.controls import GroupError
 
 from .base import (
     Action,
