@@ -6,7 +6,7 @@ from antre.errors import (InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimi
                           ResultUnavailable, Retryable)
 from antre.engine.progress import Progress
 from antre.observe.finder import ResultStatus
-from antre.limits.flow import FlowPolicy
+from antre.scheduling.flow import FlowPolicy
 from antre.engine.locks import LockBusy
 from antre.engine.envelope import JobSpec
 from antre.engine.queue import Queue

@@ -28,7 +28,7 @@ from antre.stores.idempotency import CompletedCache, IdempotencyStore
 from antre.stores.outbox import Outbox
 from antre.stores.users import UserStore
 from antre.errors import InvalidJob
-from antre.limits.flow import FlowPolicy
+from antre.scheduling.flow import FlowPolicy
 from antre.engine.keys import valid_name
 from antre.engine.locks import Lock, Locks, held_lock
 from antre.control.periodic import Schedule, Scheduler, make_schedule
