@@ -1,5 +1,5 @@
 """``antre`` commands for the dashboard's actions (CLI parity). Every entry of the table of
-actions (``antre/actions.py``: pause / resume, job replay|discard|delete|run-now|extend|cancel,
+actions (``antre/actions/``: pause / resume, job replay|discard|delete|run-now|extend|cancel,
 purge, bulk-replay, filtered replay-now|discard, task pause|resume|cancel, lock release,
 breaker reset, schedules pause|resume|run, user role|disable|enable|delete|logout-everywhere,
 ...) is a subcommand made by ``add_table_parsers`` and run by ``cmd_action``; ``tasks`` and
@@ -164,7 +164,7 @@ def cmd_group(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- the table of operator actions (antre/actions.py) -----------------------------------------
+# -- the table of operator actions (antre/actions/) -----------------------------------------
 def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> None:
     """One subcommand per CLI words of the table: ``antre WORD`` or ``antre GROUP WORD``,
     path parameters as positionals, the others as ``--options``, and ``--app`` (unless the

@@ -54,6 +54,8 @@ NAMES = (
     "group_limit",
     # flow limits held at reserve, and their overrides (antre/scheduling/gates.py)
     "flow_declare", "flow_override",
+    # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
+    "result_wait", "progress",
 )
 
 
@@ -141,6 +143,8 @@ class Scripts:
     group_limit: redis.commands.core.Script
     flow_declare: redis.commands.core.Script
     flow_override: redis.commands.core.Script
+    result_wait: redis.commands.core.Script
+    progress: redis.commands.core.Script
 
 
 class Batch:
