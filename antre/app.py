@@ -23,6 +23,7 @@ from antre.clock import Clock, system_ms
 from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
+from antre.observe.waiting import ResultWaiter
 from antre.stores.idempotency import CompletedCache, IdempotencyStore
 from antre.stores.outbox import Outbox
 from antre.stores.users import UserStore
@@ -151,6 +152,7 @@ class Antre:
                              "decode_responses=True)), or pass redis_url= instead")
         self._redis = redis_client
         self._aredis: "AsyncRedis | None" = None
+        self._waiter: ResultWaiter | None = None
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
         self._sql: SqlParts | None = None
@@ -512,9 +514,14 @@ class Antre:
         ids, calls = q.enqueue_calls(specs)
         return q.stored_ids(ids, await aio.send(self.aredis, calls))
 
-    async def aresult(self, idempotency_key: str) -> ResultStatus:
-        """``result`` from a coroutine, off the event loop (it reads SQL and Redis)."""
-        return await asyncio.to_thread(self.result, idempotency_key)
+    async def aresult(self, idempotency_key: str, timeout: float | None = None) -> ResultStatus:
+        """``result`` from a coroutine, off the event loop (it reads SQL and Redis). With
+        ``timeout`` (seconds): ``result(key).wait(timeout)`` without holding a thread while it
+        waits (the blocking pop runs on ``aredis``): the final status, or the status at the
+        timeout with ``timed_out`` True; ``ResultUnavailable`` if Redis stayed unreachable."""
+        if timeout is None:
+            return self.waiter.bind(await asyncio.to_thread(self.finder.result, idempotency_key))
+        return await self.waiter.await_result(idempotency_key, timeout)
 
     def outbox_add(self, session: Any, q: Queue, spec: JobSpec) -> str:
         if self.outbox is None:
@@ -537,8 +544,17 @@ class Antre:
 
     def result(self, idempotency_key: str) -> ResultStatus:
         """``status`` 'completed' with the stored ``result``, 'pending', 'failed' (with
-        ``error``) or 'unknown' for the operation named by ``idempotency_key``."""
-        return self.finder.result(idempotency_key)
+        ``error``), 'cancelled', 'abandoned' or 'unknown' for the operation named by
+        ``idempotency_key``, with the handler's last ``progress``. ``.wait(timeout)`` on it
+        waits for the job's end (woken by it, not by polling)."""
+        return self.waiter.bind(self.finder.result(idempotency_key))
+
+    @property
+    def waiter(self) -> ResultWaiter:
+        """Waits for keys' results (``result(key).wait``, ``aresult(key, timeout=)``)."""
+        if self._waiter is None:
+            self._waiter = ResultWaiter(lambda: self.finder, self.queue, lambda: self.aredis)
+        return self._waiter
 
     @contextlib.contextmanager
     def lock(self, key: str, ttl_ms: int = 30_000, owner: str = "") -> Iterator[Lock]:

@@ -52,6 +52,8 @@ NAMES = (
     "quarantine",
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
+    # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
+    "result_wait", "progress",
 )
 
 
@@ -137,6 +139,8 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
+    result_wait: redis.commands.core.Script
+    progress: redis.commands.core.Script
 
 
 class Batch:
