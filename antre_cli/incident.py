@@ -1,5 +1,5 @@
 """``antre`` commands for the dashboard's actions (CLI parity). Every entry of the table of
-actions (``antre/actions.py``: pause / resume, job replay|discard|delete|run-now|extend|cancel,
+actions (``antre/actions/``: pause / resume, job replay|discard|delete|run-now|extend|cancel,
 purge, bulk-replay, filtered replay-now|discard, task pause|resume|cancel, lock release,
 breaker reset, schedules pause|resume|run, user role|disable|enable|delete|logout-everywhere,
 ...) is a subcommand made by ``add_table_parsers`` and run by ``cmd_action``; ``tasks`` and
@@ -40,7 +40,7 @@ from antre.actions import (
 )
 from antre.control.bulk import BulkReplays
 from antre.control.pause import unknown_target
-from antre.observe.groups import Groups
+from antre.scheduling.groups import Groups
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
@@ -164,7 +164,7 @@ def cmd_group(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- the table of operator actions (antre/actions.py) -----------------------------------------
+# -- the table of operator actions (antre/actions/) -----------------------------------------
 def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> None:
     """One subcommand per CLI words of the table: ``antre WORD`` or ``antre GROUP WORD``,
     path parameters as positionals, the others as ``--options``, and ``--app`` (unless the

@@ -171,7 +171,7 @@ def _schedule_line(info: ScheduleInfo) -> str:
 def cmd_schedules(args: argparse.Namespace) -> int:
     app = _app(args.app)
     ops = Schedules(app.redis, clock=app.clock, scripts=app.scripts)
-    rows = ops.list()  # list; pause, resume and run are the table's (antre/actions.py)
+    rows = ops.list()  # list; pause, resume and run are the table's (antre/actions/)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
     for row in [] if args.json else rows:
@@ -402,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     scsub = sc.add_subparsers(dest="sched_cmd", required=True)
     scl = scsub.add_parser("list")
     scl.add_argument("--json", action="store_true")
-    # pause | resume | run: entries of the table of actions (antre/actions.py)
+    # pause | resume | run: entries of the table of actions (antre/actions/)
 
     f = sub.add_parser("find", help="a job by id or idempotency key (with its timeline), or "
                                     "jobs by payload field: antre find order_id=1234")
@@ -439,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--prompt", action="store_true",
                         help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
-    # role, disable, enable, delete, logout-everywhere: the table's (antre/actions.py)
+    # role, disable, enable, delete, logout-everywhere: the table's (antre/actions/)
     incident.add_parsers(sub, groups={"schedules": scsub, "user": usub})
     return p
 

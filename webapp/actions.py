@@ -1,5 +1,5 @@
 """The dashboard's side of every change: ``perform`` runs an entry of the table of actions
-(``antre/actions.py``) for the logged-in user, ``guarded`` (refused while the audit log is
+(``antre/actions/``) for the logged-in user, ``guarded`` (refused while the audit log is
 unreachable) and audited (ok, failed or refused, with before/after figures). The changes not
 in the table yet (adding a user, passwords) are the functions below. The HTML views flash ``Result.message``; the API returns
 ``Result.to_json()``."""
@@ -37,7 +37,7 @@ def _done(action: str, target: str, reason: str, result: Result) -> Result:
 
 
 def perform(action: Action, args: Args) -> Result:
-    """Run one entry of the table of actions (``antre/actions.py``) for the logged-in user,
+    """Run one entry of the table of actions (``antre/actions/``) for the logged-in user,
     guarded and audited like every other change."""
     svc = _svc()
     user = current_user()

@@ -260,7 +260,7 @@ REASON = {"reason": "string"}
 
 
 # -- fair-share groups (issue 23) -----------------------------------------------------------------
-# (pause, resume and slots are entries of the table of actions: antre/actions.py)
+# (pause, resume and slots are entries of the table of actions: antre/actions/)
 def _group_name(name: str) -> str:
     if not valid_name(name):
         abort(400, "bad group name: use 1-100 of A-Z a-z 0-9 _ . : - (e.g. tenant:7)")

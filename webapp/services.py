@@ -28,9 +28,9 @@ from antre.control.periodic import Schedules
 from antre.stores.fencing import LockFences
 from antre.stores.idempotency import IdempotencyStore
 from antre.engine.locks import Locks
-from antre.control.groups import GroupControl
+from antre.scheduling.controls import GroupControl
 from antre.control.pause import Pauses
-from antre.observe.groups import Groups
+from antre.scheduling.groups import Groups
 from antre.control.purge import Purger
 from antre.observe.readmodels import ReadModels
 from antre.observe.redact import redact_url, scrub
@@ -91,7 +91,7 @@ class Services:
 
     @property
     def groups(self) -> GroupControl:  # fair-share groups: pause, slots (issue 23)
-        return GroupControl(self.redis, self.clock, self.antre.scripts)
+        return GroupControl(self.redis, self.clock, self.antre.scripts, self.pauses)
 
     @property
     def group_reads(self) -> Groups:

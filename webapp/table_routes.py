@@ -1,5 +1,5 @@
 """The dashboard's routes for every entry of the table of operator actions
-(``antre/actions.py``): a JSON API route ``POST /api<action.api>`` with its OpenAPI entry
+(``antre/actions/``): a JSON API route ``POST /api<action.api>`` with its OpenAPI entry
 (``api.DOCS``) and an HTML form route ``POST <action.html.path>`` (flash, then a 303 back),
 each behind ``requires(action.role, action.name)`` like every other change."""
 

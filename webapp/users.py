@@ -1,6 +1,6 @@
 """Users (admin only): list, add, reset a password. Changing a role, disabling / enabling,
 deleting and logging a user out everywhere are entries of the table of actions
-(``antre/actions.py``)."""
+(``antre/actions/``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The table of operator actions (``antre/actions.py``) is the single source of the dashboard's
+"""The table of operator actions (``antre/actions/``) is the single source of the dashboard's
 HTML route, its JSON API route with the OpenAPI entry, and the ``antre`` subcommand of each
 action: every entry has all four, no change route or command exists outside it (but for the
 ones listed as not yet in it), and a toy entry added to the table shows up in all of them,
