@@ -144,6 +144,7 @@ class Antre:
         self.max_payload_bytes = max_payload_bytes or _env_int(
             "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
         self.handlers: dict[str, HandlerSpec] = {}
+        self.tasks: dict[str, Task[Any, Any]] = {}  # the typed ones (@app.task): their schema
         self.downstreams: dict[str, FlowPolicy] = {}
         self.schedules: dict[str, Schedule] = {}
         self.retention_policies: dict[str, RetentionPolicy] = {}  # per queue; else from env
@@ -355,6 +356,7 @@ class Antre:
             job_type = name or fn.__name__
             made = Task(self, job_type, fn, key=key, model=model)
             self.handler(job_type, **options)(made.handler())
+            self.tasks[job_type] = made
             return made
         return register
 
