@@ -54,6 +54,8 @@ NAMES = (
     "group_limit",
     # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
     "result_wait", "progress",
+    # flows: chains, groups, chords, batches (antre/flows/)
+    "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",
 )
 
 
@@ -141,6 +143,10 @@ class Scripts:
     group_limit: redis.commands.core.Script
     result_wait: redis.commands.core.Script
     progress: redis.commands.core.Script
+    enqueue_flow: redis.commands.core.Script
+    flow_inputs: redis.commands.core.Script
+    flow_close: redis.commands.core.Script
+    flow_cancel: redis.commands.core.Script
 
 
 class Batch:
