@@ -176,40 +176,40 @@ class QueueKeys:
     def group_overrides(self) -> str:  # HASH group -> JSON {slots, by, reason, at, until_ms}
         return f"{self.tag}:goverrides"
 
-    # flow limits held at reserve (issue 23 item 3; "Flow slots" in lua/_lib.lua); a gate is
+    # flow limits held at reserve (issue 23 item 3; "Limit gates" in lua/_lib.lua); a gate is
     # 'type:<job type>' or 'ds:<downstream>'. The scripts derive these from ``job_prefix``.
     @property
     def flow_candidates(self) -> str:  # HASH job type -> its gates, as its worker declared
-        return f"{self.tag}:fcand"
+        return f"{self.tag}:lcand"
 
     @property
     def flow_slots(self) -> str:  # HASH gate -> slots (declared concurrency)
-        return f"{self.tag}:fconc"
+        return f"{self.tag}:lconc"
 
     @property
     def flow_rates(self) -> str:  # HASH gate -> '<n>/<window ms>' (declared rate)
-        return f"{self.tag}:frate"
+        return f"{self.tag}:lrate"
 
     @property
     def flow_active(self) -> str:  # HASH job type -> its gates with a limit (reserve reads it)
-        return f"{self.tag}:flimits"
+        return f"{self.tag}:lactive"
 
     @property
     def flow_overrides(self) -> str:  # HASH gate -> '<slots>|<until ms>|<n>/<window ms>'
-        return f"{self.tag}:fover"
+        return f"{self.tag}:lover"
 
     @property
     def flow_override_records(self) -> str:  # HASH gate -> JSON {slots, rate, by, reason, ...}
-        return f"{self.tag}:foverrec"
+        return f"{self.tag}:loverrec"
 
     def flow_held(self, gate: str) -> str:  # SET of the ids in flight holding a gate's slot
-        return f"{self.tag}:fheld:{gate}"
+        return f"{self.tag}:lheld:{gate}"
 
     def flow_line(self, gate: str) -> str:  # LIST: the gate's waiting jobs, LPUSH newest
-        return f"{self.tag}:fline:{gate}"
+        return f"{self.tag}:lline:{gate}"
 
     def flow_starts(self, gate: str) -> str:  # ZSET id -> its start under the gate's rate
-        return f"{self.tag}:frated:{gate}"
+        return f"{self.tag}:lstart:{gate}"
 
     # -- finder and job timelines (issue 11) -------------------------------------------------
     # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
@@ -241,6 +241,36 @@ class QueueKeys:
         """STRING: the id of the pending job holding ``idempotency_key`` (a unique job), or
         ``done:<id>`` with a TTL while a completed job's ``unique_for_s`` window lasts."""
         return f"{self.unique_prefix}{idempotency_key}"
+
+    # -- flows (issue 26): chains, groups, chords and batches; see "Flows" in lua/_lib.lua --
+    # The scripts derive these from ``job_prefix`` and the flow id (``flow_key`` in _lib.lua:
+    # '<tag>:flow:<id>' and its suffixes), so all of a flow sits in its queue's slot.
+    @property
+    def held(self) -> str:  # ZSET score = enqueued ms: jobs in state 'held' (parents unfinished)
+        return f"{self.tag}:held"
+
+    def flow(self, flow_id: str) -> str:
+        """HASH: a flow's state, counters (total, done, failed, pending), policy, times."""
+        return f"{self.tag}:flow:{flow_id}"
+
+    def flow_jobs(self, flow_id: str) -> str:  # LIST: the flow's job ids, in the order made
+        return f"{self.tag}:flow:{flow_id}:jobs"
+
+    def flow_results(self, flow_id: str) -> str:
+        """HASH job id -> its result JSON once settled ('!' + JSON {job_id, error}: a failure
+        the flow ignored); an id in it is settled (the exactly-once guard)."""
+        return f"{self.tag}:flow:{flow_id}:res"
+
+    def flow_failed(self, flow_id: str) -> str:  # SET: dead children not settled (fail, wait)
+        return f"{self.tag}:flow:{flow_id}:failed"
+
+    def flow_wake(self, flow_id: str) -> str:  # LIST: one token once the flow has finished
+        return f"{self.tag}:flow:{flow_id}:wake"
+
+    def flows_by_state(self, state: str) -> str:
+        """ZSET flow id -> created ms (finished_at ms for a finished state): the flows in
+        ``state`` (running, waiting, failed, succeeded, cancelled)."""
+        return f"{self.tag}:flows:{state}"
 
     def schedule(self, name: str) -> str:
         """HASH: a periodic schedule's state (last_tick, last_job, last_enqueued_at, paused,

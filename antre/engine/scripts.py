@@ -53,9 +53,11 @@ NAMES = (
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
     # flow limits held at reserve, and their overrides (antre/scheduling/gates.py)
-    "flow_declare", "flow_override",
+    "gates_declare", "gate_override",
     # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
     "result_wait", "progress",
+    # flows: chains, groups, chords, batches (antre/flows/)
+    "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",
 )
 
 
@@ -152,10 +154,14 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
-    flow_declare: redis.commands.core.Script
-    flow_override: redis.commands.core.Script
+    gates_declare: redis.commands.core.Script
+    gate_override: redis.commands.core.Script
     result_wait: redis.commands.core.Script
     progress: redis.commands.core.Script
+    enqueue_flow: redis.commands.core.Script
+    flow_inputs: redis.commands.core.Script
+    flow_close: redis.commands.core.Script
+    flow_cancel: redis.commands.core.Script
 
 
 class Batch:

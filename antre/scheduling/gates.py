@@ -1,6 +1,6 @@
 """Flow limits held at reserve (issue 23 items 3 and 4): a job type's and a downstream's
 concurrency and rate as *gates* of the queue ('type:<job type>', 'ds:<downstream>'), which
-``reserve.lua`` applies before delivering a job ("Flow slots" in ``antre/engine/lua/_lib.lua``):
+``reserve.lua`` applies before delivering a job ("Limit gates" in ``antre/engine/lua/_lib.lua``):
 a job over its gate's slots waits in the gate's line and is moved back to ready by the script
 that frees a slot (ack, retry, bury, sweep, cancel); one over its gate's rate waits in
 ``scheduled`` for its start. Nothing is delivered, snoozed or charged.
@@ -60,7 +60,7 @@ class HandlerLike(Protocol):
 
 @dataclass
 class Declaration:
-    """One queue's gates as a worker declares them (``flow_declare.lua``)."""
+    """One queue's gates as a worker declares them (``gates_declare.lua``)."""
 
     cand: dict[str, str] = field(default_factory=dict)  # job type -> its gates
     conc: dict[str, int] = field(default_factory=dict)  # gate -> slots
@@ -174,7 +174,7 @@ class FlowGates:
         """Write ``queue``'s gates (replacing the last declaration; overrides are kept);
         returns how many waiting jobs a raised or removed limit started."""
         k = keys.QueueKeys(queue)
-        return int(self.scripts.flow_declare(
+        return int(self.scripts.gates_declare(
             keys=[k.flow_candidates, k.flow_slots, k.flow_rates, k.flow_active],
             args=[k.job_prefix, self.clock(), d.as_json()]))
 
@@ -269,7 +269,7 @@ class FlowGates:
 
     def _call(self, queue: str, gate: str, value: str, record: str) -> int:
         k = keys.QueueKeys(queue)
-        return int(self.scripts.flow_override(
+        return int(self.scripts.gate_override(
             keys=[k.flow_overrides, k.flow_override_records],
             args=[k.job_prefix, gate, value, record, self.clock()]))
 

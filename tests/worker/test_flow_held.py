@@ -45,7 +45,7 @@ def test_jobs_over_a_limit_of_two_run_with_no_snooze_and_never_three_at_once(
     assert int(r.get("flow:peak")) == 2  # six threads, two at once
     assert all(j.deliveries == 1 and j.attempt == 0 and j.snoozes == 0 for j in done)
     stats = r.hgetall(q.keys.stats)
-    assert int(stats.get("flow_held", 0)) > 0  # the limit was reached: jobs waited in its line
+    assert int(stats.get("limit_held", 0)) > 0  # the limit was reached: jobs waited in its line
     assert int(stats.get("concurrency_limited", 0)) == 0
     assert r.scard(q.keys.flow_held("type:limited")) == 0
 

@@ -234,37 +234,37 @@ local function pop_waiting(job_prefix, line, group)
   end
 end
 
--- Flow slots (issue 23 item 3): a job type's or downstream's concurrency and rate, held in the
+-- Limit gates (issue 23 item 3): a job type's or downstream's concurrency and rate, held in the
 -- queue at reserve instead of delivered and snoozed. A worker declares the limits of the
--- handlers it serves (flow_declare.lua): HASH '<tag>:flimits' job type -> its gates
--- ('type:<t>', 'ds:<name>', space-separated), HASH '<tag>:fconc' gate -> slots, HASH
--- '<tag>:frate' gate -> '<n>/<window ms>'; an operator's override, HASH '<tag>:fover' gate ->
+-- handlers it serves (gates_declare.lua): HASH '<tag>:lactive' job type -> its gates
+-- ('type:<t>', 'ds:<name>', space-separated), HASH '<tag>:lconc' gate -> slots, HASH
+-- '<tag>:lrate' gate -> '<n>/<window ms>'; an operator's override, HASH '<tag>:lover' gate ->
 -- '<slots>|<until ms>|<n>/<window ms>' (either part '' when not overridden; until 0: until
--- cleared; flow_override.lua). Reserve (flow_take) gives each popped job of a type with gates
+-- cleared; gate_override.lua). Reserve (gate_take) gives each popped job of a type with gates
 -- a start under each gate's rate (a later start makes the job wait in 'scheduled' for it, as
--- a group rate's: field 'rate_due'; ZSET '<tag>:frated:<gate>' the starts of the last window
--- and those ahead) and then a slot of each gate's concurrency (SET '<tag>:fheld:<gate>', the
+-- a group rate's: field 'rate_due'; ZSET '<tag>:lstart:<gate>' the starts of the last window
+-- and those ahead) and then a slot of each gate's concurrency (SET '<tag>:lheld:<gate>', the
 -- ids in flight): a gate at its limit puts the job, untouched, at the end of the gate's line
--- (LIST '<tag>:fline:<gate>', state 'waiting', waits_on 'flow', field 'flow_gate'); no lease,
+-- (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field 'gate'); no lease,
 -- no delivery, no attempt, no snooze. Whichever script takes a job out of flight (ack, retry,
--- snooze, hand-back, bury, sweep, cancel: flow_leave) frees its slots ('fgates') and moves as
+-- snooze, hand-back, bury, sweep, cancel: gate_leave) frees its slots ('lgates') and moves as
 -- many of the line's oldest jobs as slots are free to the oldest end of ready, in the same
 -- call. A slot whose job is no longer in flight (removed by hand) is freed by the next reserve
 -- that finds its gate full, one per call.
-local function flow_override(tag, gate, now)
+local function gate_override(tag, gate, now)
   -- the live override of ``gate``: slots (or nil), rate (or nil)
-  local raw = redis.call('HGET', tag .. 'fover', gate)
+  local raw = redis.call('HGET', tag .. 'lover', gate)
   if not raw then return nil, nil end
   local n, untl, rate = string.match(raw, '^(%d*)|(%d+)|(.*)$')
   if not untl or (untl ~= '0' and tonumber(untl) <= now) then return nil, nil end
   return tonumber(n), (rate ~= '' and rate or nil)
 end
 
-local function flow_limits(tag, gate, now)
+local function gate_limits(tag, gate, now)
   -- ``gate``'s slots (nil: no concurrency limit) and rate (n, window ms; nil: none) now
-  local n, rate = flow_override(tag, gate, now)
-  if not n then n = tonumber(redis.call('HGET', tag .. 'fconc', gate) or '') end
-  rate = rate or redis.call('HGET', tag .. 'frate', gate)
+  local n, rate = gate_override(tag, gate, now)
+  if not n then n = tonumber(redis.call('HGET', tag .. 'lconc', gate) or '') end
+  rate = rate or redis.call('HGET', tag .. 'lrate', gate)
   local rn, rw = nil, nil
   if rate then
     rn, rw = string.match(rate, '^(%d+)/(%d+)$')
@@ -274,10 +274,10 @@ local function flow_limits(tag, gate, now)
   return n, rn, rw
 end
 
-local function flow_start(prefix, id, tag, gate, now, rn, rw)
+local function gate_start(prefix, id, tag, gate, now, rn, rw)
   -- ``id``'s start under ``gate``'s rate (rn per rw ms): one given before and not yet past its
   -- window is kept; else the next free one. Returns the start (ms).
-  local starts = tag .. 'frated:' .. gate
+  local starts = tag .. 'lstart:' .. gate
   local given = tonumber(redis.call('ZSCORE', starts, id) or '')
   if given and given + rw > now then return given end
   redis.call('ZREMRANGEBYSCORE', starts, '-inf', now - rw)
@@ -289,7 +289,7 @@ local function flow_start(prefix, id, tag, gate, now, rn, rw)
   return at
 end
 
-local function flow_mend(prefix, held)
+local function gate_mend(prefix, held)
   -- frees one slot of ``held`` whose job is no longer in flight (removed by hand; 'ready':
   -- taken by this reserve call a moment ago)
   local one = redis.call('SRANDMEMBER', held)
@@ -299,19 +299,19 @@ local function flow_mend(prefix, held)
   end
 end
 
-local function flow_take(prefix, id, now)
-  -- at reserve: nil when ``id`` may be reserved (its gates' slots taken: field 'fgates'),
+local function gate_take(prefix, id, now)
+  -- at reserve: nil when ``id`` may be reserved (its gates' slots taken: field 'lgates'),
   -- else where it went instead: 'rate' (scheduled for its start) or 'line' (a gate is full)
   local t = redis.pcall('HGET', prefix .. id, 'type')
   if type(t) ~= 'string' then return nil end  -- (missing, or not a hash: reserve deals with it)
   local tag = tag_of(prefix)
-  local gates = redis.call('HGET', tag .. 'flimits', t)
+  local gates = redis.call('HGET', tag .. 'lactive', t)
   if not gates then return nil end
   local take = {}
   for gate in string.gmatch(gates, '%S+') do
-    local n, rn, rw = flow_limits(tag, gate, now)
+    local n, rn, rw = gate_limits(tag, gate, now)
     if rn then
-      local at = flow_start(prefix, id, tag, gate, now, rn, rw)
+      local at = gate_start(prefix, id, tag, gate, now, rn, rw)
       if at > now then
         redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'rate_due', at)
         redis.call('ZADD', tag .. 'scheduled', at, id)
@@ -319,35 +319,35 @@ local function flow_take(prefix, id, now)
       end
     end
     if n then
-      local held = tag .. 'fheld:' .. gate
-      if redis.call('SCARD', held) >= n then flow_mend(prefix, held) end
+      local held = tag .. 'lheld:' .. gate
+      if redis.call('SCARD', held) >= n then gate_mend(prefix, held) end
       if redis.call('SCARD', held) >= n then
-        wait_in(prefix, tag .. 'fline:' .. gate, id, now, 'flow', nil)
-        redis.call('HSET', prefix .. id, 'flow_gate', gate)
+        wait_in(prefix, tag .. 'lline:' .. gate, id, now, 'limit', nil)
+        redis.call('HSET', prefix .. id, 'gate', gate)
         return 'line'
       end
       take[#take + 1] = gate
     end
   end
   if #take > 0 then
-    for _, gate in ipairs(take) do redis.call('SADD', tag .. 'fheld:' .. gate, id) end
-    redis.call('HSET', prefix .. id, 'fgates', table.concat(take, ' '))
+    for _, gate in ipairs(take) do redis.call('SADD', tag .. 'lheld:' .. gate, id) end
+    redis.call('HSET', prefix .. id, 'lgates', table.concat(take, ' '))
   end
   return nil
 end
 
-local function flow_fill(prefix, gate, now)
+local function gate_fill(prefix, gate, now)
   -- as many of ``gate``'s waiting jobs as it has free slots (at most 100 per call) go to the
   -- oldest end of ready, where reserve takes them next
   local tag = tag_of(prefix)
-  local n = flow_limits(tag, gate, now)
+  local n = gate_limits(tag, gate, now)
   local free = 100
-  if n then free = math.min(100, n - redis.call('SCARD', tag .. 'fheld:' .. gate)) end
+  if n then free = math.min(100, n - redis.call('SCARD', tag .. 'lheld:' .. gate)) end
   local moved = {}
   for _ = 1, free do
-    local nxt = pop_waiting(prefix, tag .. 'fline:' .. gate, nil)
+    local nxt = pop_waiting(prefix, tag .. 'lline:' .. gate, nil)
     if not nxt then break end
-    redis.call('HDEL', prefix .. nxt, 'flow_gate')
+    redis.call('HDEL', prefix .. nxt, 'gate')
     redis.call('HSET', prefix .. nxt, 'state', 'ready')
     table.insert(moved, 1, nxt)  -- newest first: the oldest is RPUSHed last, reserved first
   end
@@ -356,44 +356,44 @@ local function flow_fill(prefix, gate, now)
   wake(tag .. 'wake', #moved)
 end
 
-local function flow_leave(prefix, id, now, gates)
-  -- ``id`` left flight: its gates' slots (``gates``: its 'fgates', read by the caller or here)
+local function gate_leave(prefix, id, now, gates)
+  -- ``id`` left flight: its gates' slots (``gates``: its 'lgates', read by the caller or here)
   -- pass to the gates' waiting jobs
-  gates = gates or redis.call('HGET', prefix .. id, 'fgates')
+  gates = gates or redis.call('HGET', prefix .. id, 'lgates')
   if not gates or gates == '' then return end
-  redis.call('HDEL', prefix .. id, 'fgates')
+  redis.call('HDEL', prefix .. id, 'lgates')
   local tag = tag_of(prefix)
   for gate in string.gmatch(gates, '%S+') do
-    redis.call('SREM', tag .. 'fheld:' .. gate, id)
-    flow_fill(prefix, gate, now)
+    redis.call('SREM', tag .. 'lheld:' .. gate, id)
+    gate_fill(prefix, gate, now)
   end
 end
 
-local function flow_regate(prefix, now)
-  -- after a declaration or an override: each job type's active gates ('<tag>:flimits') are
-  -- those of its candidates ('<tag>:fcand' type -> 'type:<t> ds:<name>') with a declared or a
+local function gate_regate(prefix, now)
+  -- after a declaration or an override: each job type's active gates ('<tag>:lactive') are
+  -- those of its candidates ('<tag>:lcand' type -> 'type:<t> ds:<name>') with a declared or a
   -- live overridden limit, and every candidate gate's line is filled to its slots (a raised or
   -- removed limit starts waiting jobs at once). Returns how many jobs it started.
   local tag = tag_of(prefix)
-  local cand = redis.call('HGETALL', tag .. 'fcand')
+  local cand = redis.call('HGETALL', tag .. 'lcand')
   local seen, moved = {}, 0
   for i = 1, #cand, 2 do
     local active = {}
     for gate in string.gmatch(cand[i + 1], '%S+') do
-      local n, rn = flow_limits(tag, gate, now)
+      local n, rn = gate_limits(tag, gate, now)
       if n or rn then active[#active + 1] = gate end
       seen[gate] = true
     end
     if #active > 0 then
-      redis.call('HSET', tag .. 'flimits', cand[i], table.concat(active, ' '))
+      redis.call('HSET', tag .. 'lactive', cand[i], table.concat(active, ' '))
     else
-      redis.call('HDEL', tag .. 'flimits', cand[i])
+      redis.call('HDEL', tag .. 'lactive', cand[i])
     end
   end
   for gate in pairs(seen) do
-    local before = redis.call('LLEN', tag .. 'fline:' .. gate)
-    flow_fill(prefix, gate, now)
-    moved = moved + before - redis.call('LLEN', tag .. 'fline:' .. gate)
+    local before = redis.call('LLEN', tag .. 'lline:' .. gate)
+    gate_fill(prefix, gate, now)
+    moved = moved + before - redis.call('LLEN', tag .. 'lline:' .. gate)
   end
   return moved
 end
@@ -517,7 +517,7 @@ local function group_join(job_prefix, id, g, now)
   if redis.call('SCARD', held) >= limit then
     local one = redis.call('SRANDMEMBER', held)
     local st = redis.call('HMGET', job_prefix .. (one or ''), 'state', 'waits_on')
-    if one and not HEAD_STATES[st[1] or ''] and not (st[1] == 'waiting' and st[2] == 'flow') then
+    if one and not HEAD_STATES[st[1] or ''] and not (st[1] == 'waiting' and st[2] == 'limit') then
       redis.call('SREM', held, one)
       redis.call('ZINCRBY', tag .. 'gslots', -1, g)
     end
@@ -574,7 +574,7 @@ local function is_head(job_prefix, id)
   -- whether the job a key names as its head still is one: ready, scheduled, in flight, or
   -- waiting for its group's slot
   local f = redis.call('HMGET', job_prefix .. id, 'state', 'waits_on')
-  return HEAD_STATES[f[1] or ''] or (f[1] == 'waiting' and (f[2] == 'group' or f[2] == 'flow'))
+  return HEAD_STATES[f[1] or ''] or (f[1] == 'waiting' and (f[2] == 'group' or f[2] == 'limit'))
 end
 
 local function turn_join(job_prefix, id, lk, now)
@@ -608,11 +608,157 @@ end
 local function turn_end(job_key, id, now)
   -- the job at ``job_key`` ended (dead or gone): its group slot and its key's turn, if it
   -- held them, pass on
-  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup', 'fgates')
+  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup', 'lgates')
   local prefix = prefix_of(job_key, id)
-  flow_leave(prefix, id, now, f[3])
+  gate_leave(prefix, id, now, f[3])
   group_leave(prefix, id, f[2], now)
   if f[1] and f[1] ~= '' then turn_pass(prefix, id, f[1], now) end
+end
+
+-- == Flows (issue 26) ===========================================================================
+-- A flow (chain, group, chord, batch: antre/flows/) is ordinary jobs of one queue linked as a
+-- DAG, all stored by one enqueue_flow.lua call. A job of a flow carries 'flow' (the flow's
+-- id), 'fpar' / 'fkids' (JSON arrays: its parents in input order, its dependents), 'fin' (how
+-- many parents; the worker reads their results when it starts the job: flow_inputs.lua) and,
+-- while a parent is unsettled, 'fdeps' (how many) in state 'held' (ZSET '<tag>:held',
+-- keys.QueueKeys.held): never delivered. A batch's callbacks ('fhook': on_success /
+-- on_complete) are held jobs of the flow that are not its members. The flow's HASH
+-- '<tag>:flow:<id>' (flow_key) keeps its state (running, waiting, failed, succeeded,
+-- cancelled; ZSET '<tag>:flows:<state>' lists each), counters (total, done, failed, pending)
+-- and policy. A member settles in the script that acks it (ack_job: flow_acked) or makes it
+-- dead (bury_job, a discarding cancel: flow_dead), fenced like the ack: its result goes into
+-- '<flow>:res' (HASH job id -> result; an id in it is settled, so a duplicate ack, a sweep or
+-- a replay never counts it twice), each dependent's 'fdeps' drops by one and one at 0 is
+-- placed (admit + place: its lock_key and group apply). A dead member: policy 'ignore' (and a
+-- batch) settles it with its error ('!' + JSON {job_id, error}); 'fail' (the default) and
+-- 'wait' keep it in SET '<flow>:failed' and its dependents held (flow state failed / waiting)
+-- until its replay succeeds, which settles it. A flow that reaches a final state pushes one
+-- token to LIST '<flow>:wake' (a waiter's BLMOVE of the list onto itself keeps it there).
+local FLOW_FINAL = {succeeded = true, failed = true, cancelled = true}
+
+local function flow_key(job_prefix, fid)
+  return tag_of(job_prefix) .. 'flow:' .. fid
+end
+
+local function flow_move(job_prefix, fk, fid, to, now)
+  -- the flow's state becomes ``to``, its index entry moved; a final state sets finished_at and
+  -- the waiters' token, leaving one clears both
+  local tag = tag_of(job_prefix)
+  local from = redis.call('HGET', fk, 'state') or 'running'
+  if from == to then return end
+  redis.call('ZREM', tag .. 'flows:' .. from, fid)
+  redis.call('DEL', fk .. ':wake')
+  if FLOW_FINAL[to] then
+    redis.call('HSET', fk, 'state', to, 'finished_at', now)
+    redis.call('ZADD', tag .. 'flows:' .. to, now, fid)
+    redis.call('RPUSH', fk .. ':wake', to)
+  else
+    redis.call('HSET', fk, 'state', to, 'finished_at', 0)
+    redis.call('ZADD', tag .. 'flows:' .. to, num_field(fk, 'created_at', now), fid)
+  end
+end
+
+local function flow_place(job_prefix, id, now, after)
+  -- a held job of a flow whose parents have all settled: placed as an arriving job (its
+  -- lock_key's turn and its group's slot apply), with a 'released' event
+  local key = job_prefix .. id
+  if redis.call('ZREM', tag_of(job_prefix) .. 'held', id) == 0 then return end
+  redis.call('HDEL', key, 'fdeps')
+  tl_add_json(tl_key(job_prefix, id), now, 'released', '""', '{"after":' .. cjson.encode(after) .. '}')
+  local f = redis.call('HMGET', key, 'lock_key', 'fgroup')
+  if admit(job_prefix, id, f[1] or '', f[2] or '', now) then place(job_prefix, id, now, false) end
+end
+
+local function flow_release(job_prefix, id, now, kids_json)
+  -- the dependents of ``id``, which just settled: each one's count of unsettled parents drops
+  -- by one, and one at 0 is placed (a dependent whose record is gone or broken is passed over)
+  if not kids_json or kids_json == '' then return end
+  local ok, kids = pcall(cjson.decode, kids_json)
+  if not ok or type(kids) ~= 'table' then return end
+  for _, kid in ipairs(kids) do
+    local key = job_prefix .. tostring(kid)
+    if redis.pcall('HEXISTS', key, 'fdeps') == 1 and
+        tonumber(redis.call('HINCRBY', key, 'fdeps', -1)) <= 0 then
+      flow_place(job_prefix, tostring(kid), now, id)
+    end
+  end
+end
+
+local function flow_hook(job_prefix, fk, name, now)
+  -- a batch's callback ``name`` ('on_success' / 'on_complete'), placed once
+  local hid = redis.call('HGET', fk, name)
+  if not hid or hid == '' or redis.call('HSETNX', fk, name .. '_at', now) == 0 then return end
+  flow_place(job_prefix, hid, now, 'batch')
+end
+
+local function flow_check(job_prefix, fk, fid, now)
+  -- the flow's state from its counters: with members unsettled (or a batch still open) it is
+  -- running, or failed / waiting while a dead member holds it (policies fail / wait); once
+  -- all are settled, succeeded (a batch with dead members: failed), and a batch's callbacks
+  -- run: on_complete, and on_success when no member is dead
+  local f = redis.call('HMGET', fk, 'state', 'pending', 'failed', 'open', 'policy')
+  if f[1] == 'cancelled' then return end
+  local pending, failed, policy = num_of(f[2], 0), num_of(f[3], 0), f[5] or 'fail'
+  if pending > 0 or f[4] == '1' then
+    local stuck = failed > 0 and (policy == 'fail' or policy == 'wait')
+    flow_move(job_prefix, fk, fid, stuck and (policy == 'wait' and 'waiting' or 'failed') or 'running', now)
+    return
+  end
+  flow_hook(job_prefix, fk, 'on_complete', now)
+  if failed == 0 then flow_hook(job_prefix, fk, 'on_success', now) end
+  flow_move(job_prefix, fk, fid, (failed > 0 and policy == 'batch') and 'failed' or 'succeeded', now)
+end
+
+local function flow_acked(job_key, id, now, result, fid)
+  -- a job of flow ``fid`` completed (the caller holds its lease): settle it once
+  local prefix = prefix_of(job_key, id)
+  local fk = flow_key(prefix, fid)
+  local f = redis.call('HMGET', fk, 'state', 'rmax')
+  if not f[1] or f[1] == 'cancelled' then return end
+  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
+  if j[1] and j[1] ~= '' then return end  -- a batch's callback: not a member
+  if result == '' then result = 'null' end
+  local rmax = num_of(f[2], 65536)
+  if #result > rmax then
+    result = '!' .. cjson.encode({job_id = id, error = 'its result of ' .. #result ..
+                                  ' bytes is over the limit of ' .. rmax .. ' (ANTRE_FLOW_RESULT_MAX)'})
+  end
+  local res = fk .. ':res'
+  local prev = redis.call('HGET', res, id)
+  if prev and string.sub(prev, 1, 1) ~= '!' then return end  -- settled already
+  redis.call('HSET', res, id, result)
+  redis.call('HINCRBY', fk, 'done', 1)
+  if prev then  -- its failure was ignored (its dependents ran then); now it succeeded
+    redis.call('HINCRBY', fk, 'failed', -1)
+  else
+    if redis.call('SREM', fk .. ':failed', id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
+    redis.call('HINCRBY', fk, 'pending', -1)
+    flow_release(prefix, id, now, j[2])
+  end
+  flow_check(prefix, fk, fid, now)
+end
+
+local function flow_dead(job_key, id, now, reason)
+  -- the job at ``job_key`` went to the DLQ (or was discarded): if it is a member of a flow,
+  -- the flow's policy decides (see above). One HGET for a job of no flow.
+  local fid = redis.call('HGET', job_key, 'flow')
+  if not fid or fid == '' then return end
+  local prefix = prefix_of(job_key, id)
+  local fk = flow_key(prefix, fid)
+  local f = redis.call('HMGET', fk, 'state', 'policy')
+  if not f[1] or f[1] == 'cancelled' then return end
+  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
+  if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. ':res', id) == 1 then return end
+  if f[2] == 'ignore' or f[2] == 'batch' then
+    redis.call('HSET', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = reason}))
+    redis.call('HINCRBY', fk, 'failed', 1)
+    redis.call('HINCRBY', fk, 'pending', -1)
+    flow_release(prefix, id, now, j[2])
+  elseif redis.call('SADD', fk .. ':failed', id) == 1 then
+    redis.call('HINCRBY', fk, 'failed', 1)
+    redis.call('HSET', fk, 'failed_job', id, 'failed_reason', string.sub(reason, 1, 500))
+  end
+  flow_check(prefix, fk, fid, now)
 end
 
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
@@ -639,6 +785,7 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   unique_release(job_key, id, false)
   turn_end(job_key, id, now)
   if bf[2] then result_wake(prefix_of(job_key, id), id, bf[2]) end
+  flow_dead(job_key, id, now, reason)  -- a member of a flow: its policy decides (issue 26)
   return group
 end
 
@@ -674,6 +821,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
   if to == 'discard' then
     tl_add(tl, now, 'cancelled', actor, detail)
     turn_end(job_key, id, now)  -- the next job waiting on its lock_key gets the turn
+    flow_dead(job_key, id, now, reason)  -- (a member of a flow: as if dead)
     local df = redis.call('HMGET', job_key, 'idem_key', 'waiters')
     if df[1] then unindex_key(idem_index_key(prefix_of(job_key, id)), df[1], id) end
     result_wake(prefix_of(job_key, id), id, df[2])
@@ -700,7 +848,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass), one
   -- with a group its slot (group_leave).
   local f = redis.pcall('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                        'created_at', 'lock_key', 'fgroup', 'waiters', 'fgates')
+                        'created_at', 'lock_key', 'fgroup', 'waiters', 'flow', 'lgates')
   if f.err then return 'LOST:job record is not a hash' end  -- (the sweeper buries it)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
@@ -714,9 +862,10 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
   if f[9] then result_wake(prefix_of(key, id), id, f[9]) end
-  if f[10] then flow_leave(prefix_of(key, id), id, now, f[10]) end
+  if f[11] then gate_leave(prefix_of(key, id), id, now, f[11]) end
   if f[8] and f[8] ~= '' then group_leave(prefix_of(key, id), id, f[8], now) end
   if f[7] and f[7] ~= '' then turn_pass(prefix_of(key, id), id, f[7], now) end
+  if f[10] and f[10] ~= '' then flow_acked(key, id, now, result, f[10]) end  -- a flow's (issue 26)
   local created = num_of(f[6], 0)
   if created > 0 and created <= now then return nil, now - created end
   return nil, nil

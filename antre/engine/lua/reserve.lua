@@ -27,9 +27,9 @@
 -- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
 -- the type puts the parked list back at the oldest end of ready (unpark.lua). Ids starting with
 -- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
--- Flow slots (issue 23): a job of a type with declared limits ('<tag>:flimits') whose gate's
+-- Limit gates (issue 23): a job of a type with declared limits ('<tag>:lactive') whose gate's
 -- rate gives it a later start waits in scheduled for it; one whose gate's slots are all in
--- flight waits in the gate's line (flow_take in _lib.lua; stats 'flow_held' counts both).
+-- flight waits in the gate's line (gate_take in _lib.lua; stats 'limit_held' counts both).
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if ARGV[2] == 'server' then
   local t = redis.call('TIME')
@@ -52,9 +52,9 @@ local function paused_type(id)
   return nil
 end
 local ids, parked, tombs, held = {}, 0, 0, 0
--- flow slots (issue 23 item 3; "Flow slots" in _lib.lua): a job of a type with declared limits
+-- limit gates (issue 23 item 3; "Limit gates" in _lib.lua): a job of a type with declared limits
 -- that its gate holds back is moved to the gate's line or to scheduled, untouched
-local nflow = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'flimits')
+local ngates = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'lactive')
 while #ids < count and parked + tombs + held < SKIP_MAX do
   local want = count - #ids
   local got = redis.call('RPOP', KEYS[1], want)
@@ -69,7 +69,7 @@ while #ids < count and parked + tombs + held < SKIP_MAX do
         redis.call('LPUSH', ARGV[5] .. jtype, id)
         redis.call('SADD', KEYS[5], jtype)
         parked = parked + 1
-      elseif nflow > 0 and flow_take(prefix, id, now) then
+      elseif ngates > 0 and gate_take(prefix, id, now) then
         held = held + 1
       else
         ids[#ids + 1] = id
@@ -80,7 +80,7 @@ while #ids < count and parked + tombs + held < SKIP_MAX do
 end
 if parked > 0 then redis.call('HINCRBY', KEYS[3], 'parked', parked) end
 if tombs > 0 then redis.call('DECRBY', KEYS[6], tombs) end
-if held > 0 then redis.call('HINCRBY', KEYS[3], 'flow_held', held) end
+if held > 0 then redis.call('HINCRBY', KEYS[3], 'limit_held', held) end
 if #ids == 0 then return {} end
 -- <<< incident controls
 -- one read (HMGET: the fields to return, and vt_ms / epoch / deliveries) and one write (HSET)
