@@ -179,36 +179,36 @@ class QueueKeys:
     # flow limits held at reserve (issue 23 item 3; "Limit gates" in lua/_lib.lua); a gate is
     # 'type:<job type>' or 'ds:<downstream>'. The scripts derive these from ``job_prefix``.
     @property
-    def flow_candidates(self) -> str:  # HASH job type -> its gates, as its worker declared
+    def gate_candidates(self) -> str:  # HASH job type -> its gates, as its worker declared
         return f"{self.tag}:lcand"
 
     @property
-    def flow_slots(self) -> str:  # HASH gate -> slots (declared concurrency)
+    def gate_slots(self) -> str:  # HASH gate -> slots (declared concurrency)
         return f"{self.tag}:lconc"
 
     @property
-    def flow_rates(self) -> str:  # HASH gate -> '<n>/<window ms>' (declared rate)
+    def gate_rates(self) -> str:  # HASH gate -> '<n>/<window ms>' (declared rate)
         return f"{self.tag}:lrate"
 
     @property
-    def flow_active(self) -> str:  # HASH job type -> its gates with a limit (reserve reads it)
+    def gate_active(self) -> str:  # HASH job type -> its gates with a limit (reserve reads it)
         return f"{self.tag}:lactive"
 
     @property
-    def flow_overrides(self) -> str:  # HASH gate -> '<slots>|<until ms>|<n>/<window ms>'
+    def gate_overrides(self) -> str:  # HASH gate -> '<slots>|<until ms>|<n>/<window ms>'
         return f"{self.tag}:lover"
 
     @property
-    def flow_override_records(self) -> str:  # HASH gate -> JSON {slots, rate, by, reason, ...}
+    def gate_override_records(self) -> str:  # HASH gate -> JSON {slots, rate, by, reason, ...}
         return f"{self.tag}:loverrec"
 
-    def flow_held(self, gate: str) -> str:  # SET of the ids in flight holding a gate's slot
+    def gate_held(self, gate: str) -> str:  # SET of the ids in flight holding a gate's slot
         return f"{self.tag}:lheld:{gate}"
 
-    def flow_line(self, gate: str) -> str:  # LIST: the gate's waiting jobs, LPUSH newest
+    def gate_line(self, gate: str) -> str:  # LIST: the gate's waiting jobs, LPUSH newest
         return f"{self.tag}:lline:{gate}"
 
-    def flow_starts(self, gate: str) -> str:  # ZSET id -> its start under the gate's rate
+    def gate_starts(self, gate: str) -> str:  # ZSET id -> its start under the gate's rate
         return f"{self.tag}:lstart:{gate}"
 
     # -- finder and job timelines (issue 11) -------------------------------------------------

@@ -53,7 +53,7 @@ NAMES = (
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
     # flow limits held at reserve, and their overrides (antre/scheduling/gates.py)
-    "gates_declare", "gate_override",
+    "gates_declare", "gates_override",
     # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
     "result_wait", "progress",
     # flows: chains, groups, chords, batches (antre/flows/)
@@ -155,7 +155,7 @@ class Scripts:
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
     gates_declare: redis.commands.core.Script
-    gate_override: redis.commands.core.Script
+    gates_override: redis.commands.core.Script
     result_wait: redis.commands.core.Script
     progress: redis.commands.core.Script
     enqueue_flow: redis.commands.core.Script

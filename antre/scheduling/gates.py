@@ -175,12 +175,12 @@ class FlowGates:
         returns how many waiting jobs a raised or removed limit started."""
         k = keys.QueueKeys(queue)
         return int(self.scripts.gates_declare(
-            keys=[k.flow_candidates, k.flow_slots, k.flow_rates, k.flow_active],
+            keys=[k.gate_candidates, k.gate_slots, k.gate_rates, k.gate_active],
             args=[k.job_prefix, self.clock(), d.as_json()]))
 
     def known(self, queue: str) -> set[str]:
         """The gates a worker declared for ``queue`` (its handlers' types and downstreams)."""
-        raw = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).flow_candidates))
+        raw = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).gate_candidates))
         return {g for gates in raw.values() for g in gates.split()}
 
     def set_override(self, queue: str, kind: str, name: str, by: str, reason: str, *,
@@ -225,7 +225,7 @@ class FlowGates:
         what a lowered limit held back). Returns how many ended."""
         k = keys.QueueKeys(queue)
         now, ended = self.clock(), 0
-        for gate, raw in cast(dict[str, str], self.redis.hgetall(k.flow_override_records)).items():
+        for gate, raw in cast(dict[str, str], self.redis.hgetall(k.gate_override_records)).items():
             until = _int(_json(raw).get("until_ms"), 1)
             if until and until <= now:
                 self._call(queue, gate, "", "")
@@ -233,7 +233,7 @@ class FlowGates:
         return ended
 
     def override(self, queue: str, gate: str) -> GateOverride | None:
-        raw = self.redis.hget(keys.QueueKeys(queue).flow_override_records, gate)
+        raw = self.redis.hget(keys.QueueKeys(queue).gate_override_records, gate)
         return _override(cast(str | None, raw), self.clock())
 
     def limits(self, queue: str) -> list[GateState]:
@@ -241,12 +241,12 @@ class FlowGates:
         k = keys.QueueKeys(queue)
         gates = sorted(self.known(queue))
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(k.flow_slots)
-        pipe.hgetall(k.flow_rates)
-        pipe.hgetall(k.flow_override_records)
+        pipe.hgetall(k.gate_slots)
+        pipe.hgetall(k.gate_rates)
+        pipe.hgetall(k.gate_override_records)
         for g in gates:
-            pipe.scard(k.flow_held(g))
-            pipe.llen(k.flow_line(g))
+            pipe.scard(k.gate_held(g))
+            pipe.llen(k.gate_line(g))
         slots, rates, records, *counts = pipe.execute()
         now = self.clock()
         out = []
@@ -269,8 +269,8 @@ class FlowGates:
 
     def _call(self, queue: str, gate: str, value: str, record: str) -> int:
         k = keys.QueueKeys(queue)
-        return int(self.scripts.gate_override(
-            keys=[k.flow_overrides, k.flow_override_records],
+        return int(self.scripts.gates_override(
+            keys=[k.gate_overrides, k.gate_override_records],
             args=[k.job_prefix, gate, value, record, self.clock()]))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from antre.engine.queue import JobSpec, Queue
+from antre.observe.readmodels import ReadModels
 from antre.scheduling.flow import FlowPolicy
 from antre.scheduling.gates import Declaration, FlowGates, GateError, plan
 
@@ -33,12 +34,15 @@ def test_jobs_over_the_slots_wait_untouched_and_the_ack_starts_the_next(q, r, cl
     assert [j.id for j in first] == ids[:2]
     assert [q.get(i).state for i in ids[2:]] == ["waiting"] * 3
     waiting = q.get(ids[2])
-    assert waiting.waits_on == "flow" and waiting.deliveries == 0 and waiting.attempt == 0
+    assert waiting.waits_on == "limit" and waiting.deliveries == 0 and waiting.attempt == 0
     assert q.reserve("w", count=10) == []  # nothing else is delivered meanwhile
+    reads = ReadModels(r, clock)
+    assert reads.turn("jobs", q.get(ids[3])).describe() == \
+        "2nd in line for a slot of type:t (2 in flight)"
     q.ack(first[0])
     nxt = q.reserve("w", count=10)
     assert [j.id for j in nxt] == [ids[2]] and nxt[0].deliveries == 1
-    assert r.scard(q.keys.flow_held("type:t")) == 2
+    assert r.scard(q.keys.gate_held("type:t")) == 2
 
 
 def test_retry_bury_and_sweep_each_free_the_slot(q, r, clock):
@@ -55,7 +59,7 @@ def test_retry_bury_and_sweep_each_free_the_slot(q, r, clock):
     q.sweep()
     got = q.reserve("w", count=10)
     assert [j.id for j in got] == [c.id] and got[0].deliveries == 2
-    assert r.smembers(q.keys.flow_held("type:t")) == {c.id}
+    assert r.smembers(q.keys.gate_held("type:t")) == {c.id}
     assert q.get(ids[3]).state == "waiting"
 
 
@@ -76,6 +80,7 @@ def test_a_rate_gives_later_starts_in_scheduled_without_a_delivery(q, r, clock):
     later = [q.get(i) for i in ids[2:]]
     assert [j.state for j in later] == ["scheduled"] * 3
     assert all(j.deliveries == 0 for j in later)
+    assert ReadModels(r, clock).turn("jobs", later[0]).describe() == "type:t's rate"
     q.ack_many([(j, None) for j in got])
     clock.advance(1000)
     q.promote()

@@ -47,7 +47,7 @@ def test_jobs_over_a_limit_of_two_run_with_no_snooze_and_never_three_at_once(
     stats = r.hgetall(q.keys.stats)
     assert int(stats.get("limit_held", 0)) > 0  # the limit was reached: jobs waited in its line
     assert int(stats.get("concurrency_limited", 0)) == 0
-    assert r.scard(q.keys.flow_held("type:limited")) == 0
+    assert r.scard(q.keys.gate_held("type:limited")) == 0
 
 
 def test_kill_9_of_a_slots_holder_frees_the_slot_on_the_sweep(proc_app, r, tmp_path, procs):
@@ -59,9 +59,9 @@ def test_kill_9_of_a_slots_holder_frees_the_slot_on_the_sweep(proc_app, r, tmp_p
     p.kill()
     p.wait(10)
     assert [q.get(i).state for i in ids] == ["inflight", "waiting", "waiting"]
-    assert r.smembers(q.keys.flow_held("type:solo")) == {ids[0]}
+    assert r.smembers(q.keys.gate_held("type:solo")) == {ids[0]}
     assert later(31_000).sweep().requeued == 1
-    assert r.scard(q.keys.flow_held("type:solo")) == 0  # freed with the sweep
+    assert r.scard(q.keys.gate_held("type:solo")) == 0  # freed with the sweep
     r.set("flow:go", 1)
     r.set("flow:now", 0)  # the killed run never counted itself off
     p2 = child(proc_app.redis_url, tmp_path, "--burst")

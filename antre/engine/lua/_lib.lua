@@ -242,7 +242,7 @@ end
 -- '<slots>|<until ms>|<n>/<window ms>' (either part '' when not overridden; until 0: until
 -- cleared; gate_override.lua). Reserve (gate_take) gives each popped job of a type with gates
 -- a start under each gate's rate (a later start makes the job wait in 'scheduled' for it, as
--- a group rate's: field 'rate_due'; ZSET '<tag>:lstart:<gate>' the starts of the last window
+-- a group rate's: field 'gate' says which; ZSET '<tag>:lstart:<gate>' the starts of the last window
 -- and those ahead) and then a slot of each gate's concurrency (SET '<tag>:lheld:<gate>', the
 -- ids in flight): a gate at its limit puts the job, untouched, at the end of the gate's line
 -- (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field 'gate'); no lease,
@@ -313,7 +313,7 @@ local function gate_take(prefix, id, now)
     if rn then
       local at = gate_start(prefix, id, tag, gate, now, rn, rw)
       if at > now then
-        redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'rate_due', at)
+        redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'gate', gate)
         redis.call('ZADD', tag .. 'scheduled', at, id)
         return 'rate'
       end
@@ -333,6 +333,7 @@ local function gate_take(prefix, id, now)
     for _, gate in ipairs(take) do redis.call('SADD', tag .. 'lheld:' .. gate, id) end
     redis.call('HSET', prefix .. id, 'lgates', table.concat(take, ' '))
   end
+  redis.call('HDEL', prefix .. id, 'gate')  -- (what it waited for, if it did)
   return nil
 end
 

@@ -1,4 +1,4 @@
--- gate_override: an operator's override of one job type's or downstream's limits in this queue
+-- gates_override: an operator's override of one job type's or downstream's limits in this queue
 -- (issue 23 item 4), or its end.
 -- KEYS[1] overrides (HASH gate -> '<slots>|<until ms>|<n>/<window ms>', read by reserve:
 -- gate_limits in _lib.lua)   KEYS[2] override records (HASH gate -> JSON {slots, rate, by,
