@@ -1,6 +1,6 @@
 """The table of operator actions, ``TABLE``: the entries of the modules beside this one
-(``jobs``, ``queues``, ``limits``, ``dead``, ``incidents``, ``users``) in one list, and the
-selections (``SELECTIONS``: one entry run over the ticked rows of a dashboard page).
+(``jobs``, ``queues``, ``limits``, ``dead``, ``incidents``, ``users``, ``flows``) in one list,
+and the selections (``SELECTIONS``: one entry run over the ticked rows of a dashboard page).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import dead, incidents, jobs, limits, queues, users
+from . import dead, flows, incidents, jobs, limits, queues, users
 from .base import Action, Html, Result
 
 TABLE: list[Action] = [
@@ -18,6 +18,7 @@ TABLE: list[Action] = [
     *dead.ENTRIES,
     *incidents.ENTRIES,
     *users.ENTRIES,
+    *flows.ENTRIES,
 ]
 
 
