@@ -127,6 +127,7 @@ class ResultStatus:
         by the end itself, not by polling: see README "Waiting for a result"); when it does not
         end in time, the status then, with ``timed_out`` True. Raises ``ResultUnavailable``
         when Redis was unreachable up to the timeout. A final status returns itself."""
+        check_timeout(timeout)
         if self.final:
             return self
         waiter = cast("Waits | None", self.__dict__.get("_waiter"))
@@ -134,6 +135,14 @@ class ResultStatus:
             raise RuntimeError("this ResultStatus was not read through Antre.result: call "
                                "app.result(key).wait(timeout)")
         return waiter.wait(self.idempotency_key, timeout)
+
+
+def check_timeout(timeout: Any) -> float:
+    """A wait's timeout in seconds, or ``ValueError`` saying what to pass."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout \
+            or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0 (e.g. 30), not {timeout!r}")
+    return min(float(timeout), 366 * 86_400.0)
 
 
 @dataclass(frozen=True)

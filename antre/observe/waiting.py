@@ -31,7 +31,7 @@ from redis.cluster import RedisCluster
 
 from antre.engine.queue import Queue
 from antre.errors import ResultUnavailable
-from antre.observe.finder import Finder, ResultStatus
+from antre.observe.finder import Finder, ResultStatus, check_timeout
 
 SLICE_S = 300.0  # the longest single blocking pop (its reply is awaited this + 5 s)
 FIRST_RETRY_S = 0.05  # a key not in Redis yet, or Redis away: read again after this...
@@ -102,7 +102,7 @@ class ResultWaiter:
     # -- synchronous --------------------------------------------------------------------------
     def wait(self, idempotency_key: str, timeout: float) -> ResultStatus:
         """The key's final status, or its status at ``timeout`` seconds (``timed_out``)."""
-        deadline = self.monotonic() + _seconds(timeout)
+        deadline = self.monotonic() + check_timeout(timeout)
         delay = FIRST_RETRY_S
         while True:
             try:
@@ -139,7 +139,7 @@ class ResultWaiter:
     async def await_result(self, idempotency_key: str, timeout: float) -> ResultStatus:
         """``wait`` from a coroutine: the reads run on a thread (SQL and Redis, short), the
         blocking pop on ``redis.asyncio`` (no thread held while it waits)."""
-        deadline = self.monotonic() + _seconds(timeout)
+        deadline = self.monotonic() + check_timeout(timeout)
         delay = FIRST_RETRY_S
         while True:
             try:
@@ -197,10 +197,3 @@ def _after_wake(before: ResultStatus, now: ResultStatus) -> tuple[ResultStatus, 
             f"job {before.job_id} was removed before it ended (purged, or lost by Redis); "
             f"nothing will finish it: enqueue it again")), END
     return now, AGAIN
-
-
-def _seconds(timeout: Any) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout \
-            or timeout < 0:
-        raise ValueError(f"timeout must be a number of seconds >= 0 (e.g. 30), not {timeout!r}")
-    return min(float(timeout), 366 * 86_400.0)
