@@ -395,7 +395,7 @@ class Finder:
                 status = "cancelled"
             return ResultStatus(idempotency_key, status, job.result, job.job_id, job.queue,
                                 job.reason or job.last_error, "redis", progress=job.progress)
-        if found is not None and self._cancelled(found):  # discarded by its cancel request
+        if found is not None and self.cancelled_gone(found.queue, found.job_id):
             return ResultStatus(idempotency_key, "cancelled", None, found.job_id, found.queue,
                                 "cancelled (the job was discarded)", "redis")
         if record is not None:
@@ -409,9 +409,10 @@ class Finder:
                                 error=record.last_error or "", source="sql")
         return ResultStatus(idempotency_key, "unknown")
 
-    def _cancelled(self, found: Located) -> bool:
-        """Whether a gone job's kept timeline ends with its cancellation."""
-        last = self.redis.lindex(keys.QueueKeys(found.queue).timeline(found.job_id), -1)
+    def cancelled_gone(self, queue: str, job_id: str) -> bool:
+        """Whether a gone job's kept timeline ends with its cancellation (a cancel request
+        that discarded it)."""
+        last = self.redis.lindex(keys.QueueKeys(queue).timeline(job_id), -1)
         return isinstance(last, str) and _event(last).kind == "cancelled"
 
     def abandoned(self, idempotency_key: str) -> Abandoned | None:

@@ -133,7 +133,7 @@ class ResultWaiter:
             if left <= 0:
                 return status, AGAIN
             blocking_pop(q.redis, q.keys.result_wake(status.job_id), min(left, SLICE_S))
-        return _after_wake(status, finder.result(key))
+        return _after_wake(finder, status, finder.result(key))
 
     # -- asyncio ------------------------------------------------------------------------------
     async def await_result(self, idempotency_key: str, timeout: float) -> ResultStatus:
@@ -172,7 +172,8 @@ class ResultWaiter:
                 await asyncio.to_thread(blocking_pop, q.redis, wake, min(left, SLICE_S))
             else:
                 await ablocking_pop(self.aredis(), wake, min(left, SLICE_S))
-        return _after_wake(status, await asyncio.to_thread(finder.result, key))
+        return await asyncio.to_thread(
+            lambda: _after_wake(finder, status, finder.result(key)))
 
     # -- the end of a wait that did not see the job end ---------------------------------------
     def _timed_out(self, key: str, status: ResultStatus | None,
@@ -186,12 +187,18 @@ class ResultWaiter:
         return self.bind(dataclasses.replace(status, timed_out=not status.final))
 
 
-def _after_wake(before: ResultStatus, now: ResultStatus) -> tuple[ResultStatus, str]:
+def _after_wake(finder: Finder, before: ResultStatus,
+                now: ResultStatus) -> tuple[ResultStatus, str]:
     """The key read again after its job's wait ended: final (END); still pending (a token left
-    from an earlier end, or the slice ran out: AGAIN); not known any more: the job was removed
-    before it ended (purged, or lost with Redis's data) and nothing will finish it (END)."""
+    from an earlier end, or the slice ran out: AGAIN); not known any more: its cancel request
+    discarded it ('cancelled'), or it was removed before it ended (purged, or lost with Redis's
+    data) and nothing will finish it (END)."""
     if now.final:
         return now, END
+    if now.status == "unknown" and finder.cancelled_gone(before.queue, before.job_id):
+        return dataclasses.replace(now, status="cancelled", job_id=before.job_id,
+                                   queue=before.queue, source="redis",
+                                   error="cancelled (the job was discarded)"), END
     if now.status == "unknown":
         return dataclasses.replace(now, job_id=before.job_id, queue=before.queue, error=(
             f"job {before.job_id} was removed before it ended (purged, or lost by Redis); "
