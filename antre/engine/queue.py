@@ -559,12 +559,13 @@ class Queue:
         pipe.zscore(k.done, job_id)
         pipe.zscore(k.dead, job_id)
         pipe.zscore(k.waiting, job_id)
+        pipe.zscore(k.held, job_id)  # a job of a flow waiting for its parents (issue 26)
         pipe.smembers(k.parked_types)
         *found, parked_types = pipe.execute()
         if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None
                                     for t in parked_types):
             found[0] = "parked"  # held because its job type is paused: still a ready job
-        names = ("ready", "scheduled", "inflight", "done", "dead", "waiting")
+        names = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
         return [name for name, hit in zip(names, found) if hit is not None]
 
     def quarantined(self, limit: int = 100) -> list[dict[str, Any]]:

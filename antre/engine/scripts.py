@@ -52,6 +52,8 @@ NAMES = (
     "quarantine",
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
+    # flows: chains, groups, chords, batches (antre/flows/)
+    "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",
 )
 
 
@@ -137,6 +139,10 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
+    enqueue_flow: redis.commands.core.Script
+    flow_inputs: redis.commands.core.Script
+    flow_close: redis.commands.core.Script
+    flow_cancel: redis.commands.core.Script
 
 
 class Batch:

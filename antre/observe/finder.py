@@ -29,7 +29,7 @@ SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cur
 MAX_HITS = 100  # hits returned by one step
 STUCK_SCAN = 1_000  # in-flight jobs sorted worst first (by running or silent time)
 TIMELINE_CAP = 100  # antre/engine/lua/_lib.lua TL_CAP
-SEARCH_ORDER = ("ready", "waiting", "scheduled", "inflight", "dead", "done")
+SEARCH_ORDER = ("ready", "waiting", "held", "scheduled", "inflight", "dead", "done")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
 
 
@@ -227,7 +227,7 @@ def _parse_cursor(text: str) -> tuple[str, str, int]:
 def state_key(k: keys.QueueKeys, state: str) -> str:
     """The index holding a queue's jobs in ``state`` (LIST for ready, ZSET for the others)."""
     return {"ready": k.ready, "scheduled": k.scheduled, "inflight": k.inflight, "dead": k.dead,
-            "done": k.done, "waiting": k.waiting}[state]
+            "done": k.done, "waiting": k.waiting, "held": k.held}[state]
 
 
 def _int(v: Any) -> int:
