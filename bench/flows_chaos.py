@@ -228,19 +228,14 @@ class FlowsChaos(Chaos):
         return result
 
     def wait_done(self, t0: float) -> tuple[bool, float]:
-        """Until every flow is final and nothing is left in flight (faults stop after
-        ``chaos_s``); (done, seconds from the start to the last flow final)."""
-        reader = FlowReader(self.client)
-        while time.monotonic() < t0 + self.args.timeout:
+        """Until every flow is final and nothing is left in flight (faults stop once
+        ``chaos_until`` of the flows are final, or after ``chaos_s``); (done, seconds from the
+        start to the last flow final)."""
+        reader, a = FlowReader(self.client), self.args
+        while time.monotonic() < t0 + a.timeout:
             time.sleep(0.25)
             if self.restart_requested.is_set():
                 self._do_restart()
-            if (time.monotonic() - t0 > self.args.chaos_s and not self.stop.is_set()
-                    and not self.args.script):  # (scripted faults all run, whenever)
-                self.stop.set()
-                log("faults stopped; draining")
-            if not self.produced.is_set():
-                continue
             try:
                 with self.redis_lock:
                     counts = reader.counts("default")
@@ -248,7 +243,12 @@ class FlowsChaos(Chaos):
             except (redis.ConnectionError, redis.TimeoutError):
                 continue
             final = counts["succeeded"] + counts["failed"] + counts["cancelled"]
-            if final >= self.args.flows and not busy:
+            late = a.chaos_s is not None and time.monotonic() - t0 > a.chaos_s
+            if (late or final >= a.chaos_until * a.flows) and not self.stop.is_set() \
+                    and not a.script:  # (scripted faults all run, whenever)
+                self.stop.set()
+                log(f"faults stopped ({final} flows final); draining")
+            if self.produced.is_set() and final >= a.flows and not busy:
                 return True, time.monotonic() - t0
         return False, time.monotonic() - t0
 
@@ -332,8 +332,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="fraction of children whose first attempt fails (retryable)")
     p.add_argument("--produce-s", type=float, default=None,
                    help="spread enqueueing over this many seconds (default: flows/100)")
+    p.add_argument("--chaos-until", type=float, default=0.9,
+                   help="inject faults until this fraction of the flows is final")
     p.add_argument("--chaos-s", type=float, default=None,
-                   help="inject faults for this many seconds (default: produce time + 15)")
+                   help="and for at most this many seconds from the start (default: no bound)")
     p.add_argument("--every", type=float, nargs=2, default=(0.5, 1.5),
                    help="seconds between faults (uniform range)")
     p.add_argument("--max-redis-restarts", type=int, default=3)
@@ -349,7 +351,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.produce_s = args.produce_s if args.produce_s is not None else max(1.0, args.flows / 100)
-    args.chaos_s = args.chaos_s if args.chaos_s is not None else args.produce_s + 15
     args.timeout = args.timeout or max(300.0, args.flows / 5)
     return args
 

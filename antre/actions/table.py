@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import dead, incidents, jobs, limits, queues, users
+from . import dead, flow_members, incidents, jobs, limits, queues, users
 from .base import Action, Html, Result
 
 TABLE: list[Action] = [
@@ -18,6 +18,7 @@ TABLE: list[Action] = [
     *dead.ENTRIES,
     *incidents.ENTRIES,
     *users.ENTRIES,
+    *flow_members.ENTRIES,  # a flow's dead members (issue 26)
 ]
 
 
