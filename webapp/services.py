@@ -36,6 +36,7 @@ from antre.observe.readmodels import ReadModels
 from antre.observe.redact import redact_url, scrub
 from antre.observe.registry import WorkerRegistry
 from antre.stores.users import UserStore
+from antre.tasks import Schema
 
 log = logging.getLogger("antre.webapp")
 
@@ -109,6 +110,21 @@ class Services:
     def schedules(self) -> Schedules:
         """Periodic schedules as published in Redis by the workers' scheduler duty."""
         return Schedules(self.redis, clock=self.clock, scripts=self.antre.scripts)
+
+    def task_schema(self, job_type: str) -> tuple[Schema | None, str]:
+        """The payload schema of a typed task (``@app.task``) the dashboard's app registers,
+        or None and a note saying why it is not known here."""
+        task = self.antre.tasks.get(job_type)
+        if task is not None:
+            return task.schema(), ""
+        if not self.antre.handlers:
+            return None, ("this dashboard does not import the handlers, so the task's schema "
+                          "is unknown here: start it with the app (antre web pkg.module:app) "
+                          "to see it")
+        if job_type in self.antre.handlers:
+            return None, (f"'{job_type}' is an untyped handler (@app.handler): its payload is "
+                          "any JSON the handler accepts")
+        return None, f"the dashboard's app registers no handler '{job_type}'"
 
     def idempotent(self, job_type: str) -> bool | None:
         """False when the app knows the handler and it is marked not idempotent."""

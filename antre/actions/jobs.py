@@ -103,8 +103,10 @@ def edit_plan(ops: Ops, a: Args) -> EditPlan | Result:
     store = ops.idempotency
     record = store.lookup(new_key.strip() or job.idempotency_key) if store else None
     known = (job.type in ops.app.handlers) if ops.app.handlers else None
+    task = ops.app.tasks.get(job.type)
     return edit.plan(a["queue"], job, a["payload"] or "", new_key, record, known,
-                     ReplayEdits(ops.app.queue(a["queue"])).unique(job.id))
+                     ReplayEdits(ops.app.queue(a["queue"])).unique(job.id),
+                     task.problem if task is not None else None)
 
 
 def replay_edited(ops: Ops, who: Actor, a: Args) -> Result:

@@ -733,8 +733,8 @@ def from_row(row: Sequence[str | None]) -> Job:
         reserved_at=n_reserved_at, worker_id=worker_id or "", checkpoint=checkpoint,
         first_failed_at=n_first_failed_at, replayed_at=n_replayed_at,
         payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[])
-    if flow:  # a job of a flow (issue 26): the only jobs with these fields
-        fields.update(flow=flow, flow_inputs=_num(fin))
+    if flow or fin:  # a job of a flow (issue 26): the only jobs with these fields
+        fields.update(flow=flow or "", flow_inputs=_num(fin))
     return job
 
 

@@ -190,6 +190,13 @@ class QueueKeys:
     def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
         return f"{self.tag}:idem"
 
+    def result_wake(self, job_id: str) -> str:
+        """LIST of wake tokens for producers waiting on the job's end (``app.result(key)
+        .wait()``): the script that ends a job whose field 'waiters' is set pushes that many
+        and expires the list shortly after (``_lib.lua`` ``result_wake``; derived there from
+        the job prefix as ``<tag>:rwake:<id>``)."""
+        return f"{self.tag}:rwake:{job_id}"
+
     # -- producer side: unique jobs, periodic schedules, retention (issue 13) ---------------
     @property
     def unique_prefix(self) -> str:  # STRING per idempotency key of a unique job (see below)

@@ -52,6 +52,8 @@ NAMES = (
     "quarantine",
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
+    # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
+    "result_wait", "progress",
     # flows: chains, groups, chords, batches (antre/flows/)
     "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",
 )
@@ -139,6 +141,8 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
+    result_wait: redis.commands.core.Script
+    progress: redis.commands.core.Script
     enqueue_flow: redis.commands.core.Script
     flow_inputs: redis.commands.core.Script
     flow_close: redis.commands.core.Script

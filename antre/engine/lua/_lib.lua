@@ -102,6 +102,29 @@ local function idem_index_key(job_prefix)
   return string.sub(job_prefix, 1, -5) .. 'idem'
 end
 
+-- == Producers waiting for a job's end (issue 26) ================================================
+-- A producer waiting for a job (result_wait.lua) counts itself in the job's field 'waiters';
+-- the script that ends the job (ack_job, bury_job, cancel_end's discard, purge.lua) pushes
+-- that many tokens to the job's LIST '<tag>:rwake:<id>' (keys.QueueKeys.result_wake), which
+-- expires RESULT_WAKE_MS later, and clears the count. A job nobody waits for pays nothing:
+-- the field comes with the read the ending script already does.
+local RESULT_WAKE_MS = 60000
+
+local function result_wake(job_prefix, id, n)
+  n = num_of(n, 0)
+  if n <= 0 then return end
+  local wk = string.sub(job_prefix, 1, -5) .. 'rwake:' .. id
+  local left = math.min(n, 100000)
+  while left > 0 do
+    local tokens = {}
+    for i = 1, math.min(left, 1000) do tokens[i] = '1' end
+    redis.pcall('LPUSH', wk, unpack(tokens))  -- (pcall: a key of another type loses the wake)
+    left = left - #tokens
+  end
+  redis.pcall('PEXPIRE', wk, RESULT_WAKE_MS)
+  redis.pcall('HDEL', job_prefix .. id, 'waiters')
+end
+
 local ms_n, ms_s = nil, ''  -- the last time formatted: a call's events share their now
 local function ms_text(now)
   -- ``now`` (ms) as digits, formatted once per call rather than per job
@@ -575,7 +598,8 @@ end
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
                         type_prefix, group_prefix)
   -- moves a job (already removed from its previous place) into the dead-letter indexes
-  local jtype = redis.call('HGET', job_key, 'type') or ''
+  local bf = redis.call('HMGET', job_key, 'type', 'waiters')
+  local jtype = bf[1] or ''
   if jtype == '' then jtype = '(unknown)' end
   local group = string.sub(redis.sha1hex(signature), 1, 12)
   redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
@@ -594,6 +618,7 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   redis.call('HINCRBY', stats, 'buried', 1)
   unique_release(job_key, id, false)
   turn_end(job_key, id, now)
+  if bf[2] then result_wake(prefix_of(job_key, id), id, bf[2]) end
   flow_dead(job_key, id, now, reason)  -- a member of a flow: its policy decides (issue 26)
   return group
 end
@@ -631,8 +656,9 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
     tl_add(tl, now, 'cancelled', actor, detail)
     turn_end(job_key, id, now)  -- the next job waiting on its lock_key gets the turn
     flow_dead(job_key, id, now, reason)  -- (a member of a flow: as if dead)
-    local ikey = redis.call('HGET', job_key, 'idem_key')
-    if ikey then unindex_key(idem_index_key(prefix_of(job_key, id)), ikey, id) end
+    local df = redis.call('HMGET', job_key, 'idem_key', 'waiters')
+    if df[1] then unindex_key(idem_index_key(prefix_of(job_key, id)), df[1], id) end
+    result_wake(prefix_of(job_key, id), id, df[2])
     redis.call('DEL', job_key)
     redis.pcall('PEXPIRE', tl, CANCEL_TL_KEEP_MS)
     redis.call('HINCRBY', dlq[2], 'discarded', 1)
@@ -656,7 +682,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass), one
   -- with a group its slot (group_leave).
   local f = redis.pcall('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                        'created_at', 'lock_key', 'fgroup', 'flow')
+                        'created_at', 'lock_key', 'fgroup', 'waiters', 'flow')
   if f.err then return 'LOST:job record is not a hash' end  -- (the sweeper buries it)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
@@ -669,9 +695,10 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   end
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
+  if f[9] then result_wake(prefix_of(key, id), id, f[9]) end
   if f[8] and f[8] ~= '' then group_leave(prefix_of(key, id), id, f[8], now) end
   if f[7] and f[7] ~= '' then turn_pass(prefix_of(key, id), id, f[7], now) end
-  if f[9] and f[9] ~= '' then flow_acked(key, id, now, result, f[9]) end  -- a flow's (issue 26)
+  if f[10] and f[10] ~= '' then flow_acked(key, id, now, result, f[10]) end  -- a flow's (issue 26)
   local created = num_of(f[6], 0)
   if created > 0 and created <= now then return nil, now - created end
   return nil, nil
