@@ -51,7 +51,10 @@ def test_the_flows_page_counts_states_pages_and_finds_a_flow(web, shop):
     shop["fail"].add("email")
     failed = chord(app, "B")
     burst(app, web.clock)
-    running = [chord(app, f"R{i}") for i in range(3)]
+    running = []
+    for i in range(3):  # newest first: each a little later
+        web.clock.advance(5)
+        running.append(chord(app, f"R{i}"))
     c = web.client("viewer")
     page = c.get("/flows/?queue=default&state=running&limit=2").get_data(as_text=True)
     assert 'data-state="running" aria-current="page">Running <span class="count">3</span>' in page
