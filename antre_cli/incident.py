@@ -44,6 +44,9 @@ from antre.scheduling.groups import Groups
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
+from . import flows
+
+
 @dataclass
 class Outcome:
     ok: bool
@@ -118,7 +121,8 @@ def _common(p: argparse.ArgumentParser, reason_required: bool = False,
 def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
     """The incident commands and the table's; ``groups``: subcommand groups made elsewhere
     (with their own ``--app``) that table entries join, e.g. ``schedules``."""
-    add_table_parsers(sub, TABLE, {**(groups or {}), "group": _add_group(sub)})
+    add_table_parsers(sub, TABLE, {**(groups or {}), "group": _add_group(sub),
+                                   "flow": flows.add_flow(sub)})
     _add_tasks(sub)
 
 
@@ -273,5 +277,5 @@ def _add_tasks(sub: Any) -> None:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "tasks": cmd_tasks, "group": cmd_group,
+    "tasks": cmd_tasks, "group": cmd_group, "flow": flows.cmd_flow,
 }
