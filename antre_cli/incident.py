@@ -51,6 +51,7 @@ from antre_worker.loader import load_app
 
 from . import flows, passwords
 
+
 @dataclass
 class Outcome:
     ok: bool
