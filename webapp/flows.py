@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, request
 
-from antre.actions.table import TABLE
+from antre.actions.table import by_name
 from antre.engine.keys import valid_name
 from antre.flows import FLOW_STATES, FlowReader
 from antre.flows.layout import levels
@@ -20,7 +20,7 @@ from .security import requires
 
 bp = Blueprint("flows", __name__, url_prefix="/flows")
 TREE_LIMIT = 200  # jobs of one flow per page (at most 1000: FlowReader's bound)
-CANCEL_ENTRY = next((a for a in TABLE if "<flow_id>" in a.api and a.api.endswith("/cancel")), None)
+CANCEL_ENTRY = by_name("flow.cancel")  # its form route, from the table of actions
 
 
 def reader() -> FlowReader:

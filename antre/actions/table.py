@@ -1,7 +1,7 @@
 """The table of operator actions, ``TABLE``: the entries of the modules beside this one
-(``jobs``, ``queues``, ``limits``, ``dead``, ``incidents``, ``users``) in one list, and the
-selections (``SELECTIONS``: one entry run over the ticked rows of a dashboard page, or over
-the job ids an ``antre`` command names).
+(``jobs``, ``queues``, ``limits``, ``dead``, ``incidents``, ``users``, ``flows``) in one list,
+and the selections (``SELECTIONS``: one entry run over the ticked rows of a dashboard page, or
+over the job ids an ``antre`` command names).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from antre.observe.readmodels import DeadFilter
 
-from . import dead, flow_members, incidents, jobs, limits, queues, users
+from . import dead, flows, incidents, jobs, limits, queues, users
 from .base import Action, Args, Html, Ops, Param, Result
 
 TABLE: list[Action] = [
@@ -21,7 +21,7 @@ TABLE: list[Action] = [
     *dead.ENTRIES,
     *incidents.ENTRIES,
     *users.ENTRIES,
-    *flow_members.ENTRIES,  # a flow's dead members (issue 26)
+    *flows.ENTRIES,  # a whole flow: cancel, replay its dead jobs (issue 26)
 ]
 
 

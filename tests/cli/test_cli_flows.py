@@ -72,7 +72,7 @@ def test_replay_failed_from_the_cli_is_audited_and_the_flow_goes_on(env, clock, 
     failing.clear()
     assert main(["flow", "replay-failed", "default", flow.id, "--reason", "smtp back"]) == 0
     assert "1 dead job(s)" in capsys.readouterr().out
-    (entry,) = app.audit.list(action="flows.replay_failed")
+    (entry,) = app.audit.list(action="flow.replay_failed")
     assert entry.user == ACTOR and entry.reason == "smtp back" and entry.outcome == "ok"
     burst(app, clock)
     assert flow.status().state == "succeeded"

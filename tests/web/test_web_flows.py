@@ -123,8 +123,8 @@ def test_an_operator_replays_a_flows_dead_jobs_and_the_flow_goes_on(web, shop):
     assert resp.status_code == 303 and resp.headers["Location"].endswith(f"/flows/default/{flow.id}")
     states = {j.type: j.state for j in FlowReader(web.svc.redis).tree("default", flow.id).jobs}
     assert states["email"] == "ready" and states["stock"] == "ready"
-    (entry,) = web.audit("flows.replay_failed")
-    assert entry.target == f"default/flow:{flow.id}" and entry.reason == "smtp is back"
+    (entry,) = web.audit("flow.replay_failed")
+    assert entry.target == f"default/flow/{flow.id}" and entry.reason == "smtp is back"
     assert entry.outcome == "ok" and entry.detail["replayed"] == 2
     shop["fail"].clear()
     burst(app, web.clock)
@@ -183,3 +183,22 @@ def test_the_flows_api_lists_counts_and_shows_a_flow_with_depths(web, shop):
     post_doc = paths["/api/queues/{queue}/flows/{flow_id}/replay-failed"]["post"]
     assert "operator" in post_doc["description"]
     assert json.dumps(one)  # plain JSON all through
+
+
+def test_an_operator_cancels_a_flow_from_its_page_and_it_is_audited(web, shop):
+    app = shop["app"]
+    flow = chord(app, "H")
+    op = web.client("operator")
+    page = op.get(f"/flows/default/{flow.id}").get_data(as_text=True)
+    assert "Cancel this flow" in page and "data-confirm" in page
+    viewer = web.client("viewer")
+    assert post(viewer, f"/flows/default/{flow.id}/cancel", {"reason": "x"}).status_code == 403
+    assert flow.status().state == "running"
+    resp = post(op, f"/flows/default/{flow.id}/cancel",
+                {"reason": "duplicate order", "next": f"/flows/default/{flow.id}"})
+    assert resp.status_code == 303 and resp.headers["Location"].endswith(f"/flows/default/{flow.id}")
+    assert flow.status().state == "cancelled"
+    after = op.get(f"/flows/default/{flow.id}").get_data(as_text=True)
+    assert "by operator: duplicate order" in after and "Cancel this flow" not in after
+    assert [e.outcome for e in web.audit("flow.cancel")] == ["refused", "ok"][::-1] or \
+        sorted(e.outcome for e in web.audit("flow.cancel")) == ["ok", "refused"]

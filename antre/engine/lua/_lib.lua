@@ -575,8 +575,8 @@ end
 local function flow_dead(job_key, id, now, reason)
   -- the job at ``job_key`` went to the DLQ (or was discarded): if it is a member of a flow,
   -- the flow's policy decides (see above). One HGET for a job of no flow.
-  local fid = redis.call('HGET', job_key, 'flow')
-  if not fid or fid == '' then return end
+  local fid = redis.pcall('HGET', job_key, 'flow')  -- (a record that is not a hash: none)
+  if type(fid) ~= 'string' or fid == '' then return end
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
   local f = redis.call('HMGET', fk, 'state', 'policy')
