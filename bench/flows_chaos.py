@@ -109,7 +109,15 @@ class FlowsChaos(Chaos):
             swept = self.q.sweep()
         self.events[DUPLICATE] += swept.requeued
 
+    def children(self) -> list[Any]:
+        """The pool's worker processes that have been up ``--min-age`` seconds (a process
+        killed while it starts never runs a job: a loaded machine would see no work done)."""
+        now = time.time()
+        return [c for c in super().children() if now - c.create_time() >= self.args.min_age]
+
     def chaos_loop(self) -> None:
+        while not self.stop.is_set() and not self._started():  # faults once workers work
+            time.sleep(0.2)
         faults = [(self.kill9, 4), (self.sigstop, 2), (self.restart_redis, 1),
                   (self.cut_leases, 3)]
         total = sum(w for _, w in faults)
@@ -125,6 +133,12 @@ class FlowsChaos(Chaos):
                     continue
                 restarts += 1
             self._fault(fn)
+
+    def _started(self) -> bool:
+        try:
+            return bool(self.rows("SELECT count(*) FROM flow_child")[0][0])
+        except Exception:  # noqa: BLE001 - the database busy: not yet
+            return False
 
     def _fault(self, fn: Any) -> None:
         try:
@@ -336,9 +350,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="inject faults until this fraction of the flows is final")
     p.add_argument("--chaos-s", type=float, default=None,
                    help="and for at most this many seconds from the start (default: no bound)")
-    p.add_argument("--every", type=float, nargs=2, default=(0.5, 1.5),
+    p.add_argument("--every", type=float, nargs=2, default=(1.0, 3.0),
                    help="seconds between faults (uniform range)")
     p.add_argument("--max-redis-restarts", type=int, default=3)
+    p.add_argument("--min-age", type=float, default=5.0,
+                   help="kill -9 / SIGSTOP only worker processes up this many seconds")
     p.add_argument("--script", default="",
                    help="fixed faults instead of random ones, e.g. kill9,sweep (kill9, "
                         "sigstop, redis, dup, sweep)")
