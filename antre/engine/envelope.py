@@ -21,6 +21,7 @@ import orjson
 
 from antre.errors import InvalidJob
 from antre.engine.keys import valid_name
+from antre.engine.progress import Progress, decode as decode_progress
 
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
@@ -216,6 +217,7 @@ class Job:
     waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
     group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
     rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
+    progress: Progress | None = None  # its handler's last ctx.progress (issue 26)
     flow: str = ""  # the id of the flow it belongs to (issue 26), '' for none
     flow_inputs: int = 0  # how many parents in its flow give it their results ('fin')
 
@@ -357,6 +359,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         waits_on=fields.get("waits_on", ""),
         group_rate=format_rate(fields.get("grate", "")) if fields.get("grate") else "",
         rate_due=_int(fields, "rate_due"),
+        progress=decode_progress(fields.get("progress")),
         flow=fields.get("flow", ""),
         flow_inputs=_int(fields, "fin"),
     )

@@ -15,6 +15,7 @@ import redis
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import Job, from_fields
+from antre.engine.progress import Progress, decode as decode_progress
 from antre.scheduling.flow import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
 from antre.observe.memory import MemoryPolicy
@@ -22,7 +23,7 @@ from antre.observe.memory import MemoryPolicy
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
               "finished_at", "created_at", "deliveries", "idem_key", "first_failed_at",
-              "extended_at", "checkpoint_at", "cancel")
+              "extended_at", "checkpoint_at", "cancel", "progress")
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class JobRow:
     checkpoint_at: int = 0  # last checkpoint saved
     cancel_at: int = 0  # an operator's cancel request not carried out yet: when (0: none) ...
     cancel_by: str = ""  # ... and by whom (the in-flight page's "cancelling since")
+    progress: Progress | None = None  # the handler's last ctx.progress
 
     @property
     def cancelling(self) -> bool:
@@ -366,7 +368,8 @@ class ReadModels:
                 group=f["group"] or "", finished_at=_int(f["finished_at"]),
                 created_at=_int(f["created_at"]), idempotency_key=f["idem_key"] or "",
                 first_failed_at=_int(f["first_failed_at"]), extended_at=_int(f["extended_at"]),
-                checkpoint_at=_int(f["checkpoint_at"]), **_cancel_of(f["cancel"])))
+                checkpoint_at=_int(f["checkpoint_at"]), progress=decode_progress(f["progress"]),
+                **_cancel_of(f["cancel"])))
         return rows
 
     def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,
