@@ -59,6 +59,7 @@ def drain(url: str, kind: str, chords: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url, decode_responses=True)
     ab.flush(client)
     n = fill_chords(url, chords) if kind == "chord" else fill_plain(url, chords * CHILDREN)
+    before = _redis_cpu_s(client)
     log_path = os.path.join(ROOT, "bench", "out", f"flows-{kind}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "wb") as log:
@@ -68,12 +69,20 @@ def drain(url: str, kind: str, chords: int) -> dict[str, Any]:
         got = ab.wait_progress(client, n, [p], 300, cpu)
         cpu_us = cpu.us_per_job(progress.read(client)[0])
         ab.stop([p])
+    redis_us = round((_redis_cpu_s(client) - before) / max(got[0], 1) * 1e6, 1)
     out = ab._result(n, got, 1, kind=kind, worker_cpu_us_per_job=cpu_us,
-                     command="antre worker app:app")
+                     redis_cpu_us_per_job=redis_us, command="antre worker app:app")
     if got[0] < n:
         out["error"] = f"only {got[0]}/{n} done"
     client.close()
     return out
+
+
+def _redis_cpu_s(client: redis.Redis) -> float:
+    """The Redis server's CPU seconds so far (user + sys), the drain's share read as a
+    difference (it includes the worker's reads and writes of the jobs, not the fill)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def compare(url: str, chords: int, reps: int) -> dict[str, Any]:

@@ -477,11 +477,12 @@ def _flows_table(res: dict[str, Any]) -> list[str]:
             f"against {f['chords'] * f['children']:,} plain no-op jobs enqueued 100 per "
             "`enqueue_many`, each drained by `antre worker app:app` (defaults), the two taking "
             "turns (`bench/flows.py`; bench/FLOWS.md).", "",
-            "| jobs | jobs/s (median) | runs | worker CPU µs/job |", "|---|---:|---|---:|",
+            "| jobs | jobs/s (median) | runs | worker CPU µs/job | Redis CPU µs/job |",
+            "|---|---:|---|---:|---:|",
             f"| chords | {chord.get('jobs_per_s', 0):,} | {chord.get('runs')} | "
-            f"{chord.get('worker_cpu_us_per_job')} |",
+            f"{chord.get('worker_cpu_us_per_job')} | {chord.get('redis_cpu_us_per_job')} |",
             f"| plain | {plain.get('jobs_per_s', 0):,} | {plain.get('runs')} | "
-            f"{plain.get('worker_cpu_us_per_job')} |", "",
+            f"{plain.get('worker_cpu_us_per_job')} | {plain.get('redis_cpu_us_per_job')} |", "",
             f"Chords at {100 * f['ratio']:.0f}% of plain (target >= 50%): "
             f"{_met(bool(f['met']))}.", ""]
 
