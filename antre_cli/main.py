@@ -56,8 +56,8 @@ def _no_secret(text: str, url: str) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     app = _app(args.app)
     try:
-        summary = status_summary(app.redis)
-        workers = WorkerRegistry(app.redis).list()
+        workers = WorkerRegistry(app.redis).list()  # read once: the count and the rows
+        summary = status_summary(app.redis, workers=workers)
     except redis.RedisError as exc:
         print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
               f"({_no_secret(str(exc), app.redis_url)}); start it or set ANTRE_REDIS_URL",

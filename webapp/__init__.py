@@ -38,6 +38,8 @@ from . import (
     errors,
     find,
     find_api,
+    flows,
+    flows_api,
     groups,
     idempotency,
     incident,
@@ -61,7 +63,8 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
               control.bp,  # incident controls: pause, cancel, purge
               incident.bp, errors.bp, edit.bp,  # incidents, error groups, edited replay
-              groups.bp)  # fair-share groups (issue 23)
+              groups.bp,  # fair-share groups (issue 23)
+              flows.bp, flows_api.bp)  # flows (issue 26)
 
 
 def asset_dir(name: str) -> str:

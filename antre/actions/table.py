@@ -21,7 +21,7 @@ TABLE: list[Action] = [
     *dead.ENTRIES,
     *incidents.ENTRIES,
     *users.ENTRIES,
-    *flows.ENTRIES,
+    *flows.ENTRIES,  # a whole flow: cancel, replay its dead jobs (issue 26)
 ]
 
 

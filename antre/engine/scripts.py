@@ -182,36 +182,51 @@ class Batch:
         if self.cluster:
             return [script(keys=a[0], args=a[1]) if script is not None
                     else getattr(self.client, name)(*a, **kw) for script, name, a, kw in calls]
-        replies: list[Any] = [None] * len(calls)
-        pending = list(range(len(calls)))
-        for attempt in (1, 2):
+        rounds = Resend([call[0] for call in calls])
+        while rounds.pending:
             pipe = self.client.pipeline(transaction=False)
-            for i in pending:
+            for i in rounds.pending:
                 script, name, a, kw = calls[i]
                 if script is not None:
                     pipe.evalsha(script.sha, len(a[0]), *a[0], *a[1])
                 else:
                     getattr(pipe, name)(*a, **kw)
-            out = pipe.execute(raise_on_error=False)
-            missing = []
-            for i, reply in zip(pending, out):
-                if attempt == 1 and isinstance(reply, NoScriptError):
-                    missing.append(i)
-                else:
-                    replies[i] = reply
-            if not missing:
-                break
-            loaded: set[int] = set()
-            for i in missing:
-                script = calls[i][0]
-                if script is not None and id(script) not in loaded:
-                    loaded.add(id(script))
-                    script.sha = self.client.script_load(script.script)
-            pending = missing
-        for reply in replies:
+            for script in rounds.take(pipe.execute(raise_on_error=False)):
+                script.sha = self.client.script_load(script.script)
+        return rounds.replies_or_raise()
+
+
+class Resend:
+    """The rounds of one pipelined send of calls (``Batch.execute``, ``aio.send``): the calls
+    still to send (``pending``: all, then those a server without their script refused with
+    NOSCRIPT in the first round, which ran nothing), their replies in order. ``take`` stores a
+    round's replies and returns the scripts to load before the next round (one each); a second
+    round is the last."""
+
+    def __init__(self, scripts: Sequence["Script | None"]) -> None:
+        self.scripts = scripts  # each call's script (None: a plain command)
+        self.replies: list[Any] = [None] * len(scripts)
+        self.pending = list(range(len(scripts)))
+        self.first = True
+
+    def take(self, out: Sequence[Any]) -> list["Script"]:
+        """Store the replies of ``pending``; returns the scripts to load, unique."""
+        missing = [i for i, reply in zip(self.pending, out)
+                   if self.first and isinstance(reply, NoScriptError)]
+        again = set(missing)
+        for i, reply in zip(self.pending, out):
+            if i not in again:
+                self.replies[i] = reply
+        self.pending, self.first = missing, False
+        found = {id(s): s for s in (self.scripts[i] for i in missing) if s is not None}
+        return list(found.values())
+
+    def replies_or_raise(self) -> list[Any]:
+        """The replies in order; the first error reply raised."""
+        for reply in self.replies:
             if isinstance(reply, Exception):
                 raise reply
-        return replies
+        return self.replies
 
 
 # one call of ``direct``: (script, keys, args), or (None, a raw command's words, ())

@@ -223,6 +223,24 @@ def test_the_live_worker_count_is_the_same_in_text_json_and_the_overview(env, ca
     assert status_summary(env.redis).live_workers == 1
 
 
+def test_status_reads_the_worker_registry_once(env, capsys, monkeypatch):
+    """The live count and the rows of ``antre status`` come from one read of the registry."""
+    from antre.observe.registry import WorkerInfo, WorkerRegistry
+
+    WorkerRegistry(env.redis).beat(WorkerInfo(id="w-1"))
+    reads = []
+    real = WorkerRegistry.list
+
+    def counted(self, limit=500):
+        reads.append(limit)
+        return real(self, limit)
+    monkeypatch.setattr(WorkerRegistry, "list", counted)
+    assert main(["status", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["live_workers"] == 1 and [w["id"] for w in out["workers"]] == ["w-1"]
+    assert len(reads) == 1
+
+
 def test_find_by_field_prints_readable_text(env, capsys):
     env.queue("billing").enqueue("charge", {"order": {"id": 7}, "tenant": "acme"},
                                  idempotency_key="charge:acme:7")
