@@ -6,7 +6,8 @@
  * - polls ([data-poll]) only while the tab is visible, live updates are not paused, the chosen
  *   interval has passed, and the operator is not working inside the polled region (focus
  *   in it, rows selected, a reason typed): a refresh would wipe what they are doing;
- * - <time class="when" data-ms> reads "3 min ago", the absolute time on hover (title);
+ * - <time class="when" data-ms> reads "3 min ago", the absolute time on hover (title) and on
+ *   keyboard focus (tabindex=0; data-abs, drawn by the stylesheet);
  * - counts lease time down between polls, relative to the server's "as of" time;
  * - draws Plotly charts from the JSON in [data-chart] (in the current theme and time zone)
  *   and builds their numbers as a table when the operator opens "Numbers as a table";
@@ -139,6 +140,7 @@
       var ms = Number(el.dataset.ms);
       el.textContent = relative(ms);
       el.title = absolute(ms);
+      el.dataset.abs = el.title;  // shown beside it while it has the keyboard focus (CSS)
     });
   }
 

@@ -96,6 +96,12 @@ class QueueKeys:
         return f"{self.tag}:replays"
 
     @property
+    def replay_watch(self) -> str:
+        """HASH '<task id>|failed|died|same|last' -> n (last: an error group): what the jobs a
+        paced bulk replay put here did since (redrive_failed in lua/_lib.lua)."""
+        return f"{self.tag}:rwatch"
+
+    @property
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
         return f"{self.tag}:durations"
 
