@@ -183,7 +183,7 @@
     var bg = isDark() ? "#1d2329" : "#ffffff";
     var out = Object.assign({}, layout, {paper_bgcolor: bg, plot_bgcolor: bg, font: {color: fg}});
     out.xaxis = Object.assign({}, layout.xaxis || {}, {gridcolor: grid, linecolor: grid});
-    out.xaxis.title = {text: useLocal() ? "local time" : "UTC"};
+    if ((layout.xaxis || {}).type === "date") { out.xaxis.title = {text: useLocal() ? "local time" : "UTC"}; }
     out.yaxis = Object.assign({}, layout.yaxis || {}, {gridcolor: grid, linecolor: grid});
     out.shapes = (layout.shapes || []).map(function (s) {
       return Object.assign({}, s, {x0: shifted([s.x0])[0], x1: shifted([s.x1])[0]});
@@ -197,7 +197,8 @@
       if (!fig) { return; }
       var target = el.querySelector(".plot");
       if (!target) { target = document.createElement("div"); target.className = "plot"; el.insertBefore(target, el.firstChild); }
-      var data = fig.data.map(function (t) { return Object.assign({}, t, {x: shifted(t.x)}); });
+      var dated = ((fig.layout || {}).xaxis || {}).type === "date";  // (a histogram's x: buckets)
+      var data = fig.data.map(function (t) { return dated ? Object.assign({}, t, {x: shifted(t.x)}) : t; });
       window.Plotly.react(target, data, themed(fig.layout), {displaylogo: false, responsive: true});
     });
   }

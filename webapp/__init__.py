@@ -36,6 +36,7 @@ from . import (
     locks,
     metrics,
     overview,
+    perf,
     scheduled,
     schedules,
     security,
@@ -52,7 +53,8 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
               control.bp,  # incident controls: pause, cancel, purge
               incident.bp, errors.bp, edit.bp,  # incidents, error groups, edited replay
-              groups.bp)  # fair-share groups (issue 23)
+              groups.bp,  # fair-share groups (issue 23)
+              perf.bp)  # performance per job type (issue 25)
 
 
 def asset_dir(name: str) -> str:

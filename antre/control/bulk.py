@@ -24,6 +24,7 @@ or dead) the same way, removing at most ``rate`` matching jobs per second throug
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import json
 import math
@@ -330,7 +331,7 @@ class BulkReplays:
         tasks.sort(key=lambda t: (-t.created_at, t.id))
         return self._watched([t for t in tasks if kind in (None, t.kind)])
 
-    def _watched(self, tasks: list[BulkTask]) -> list[BulkTask]:
+    def _watched(self, tasks: "builtins.list[BulkTask]") -> "builtins.list[BulkTask]":
         """The replays among ``tasks`` with what their replayed jobs did so far (one
         pipelined HMGET each)."""
         replays = [t for t in tasks if t.kind == "replay"]
