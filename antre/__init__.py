@@ -2,8 +2,11 @@
 
 from antre.app import Antre, HandlerSpec
 from antre.context import JobContext
-from antre.errors import InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited, Retryable
-from antre.limits.flow import FlowPolicy
+from antre.errors import (InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited,
+                          ResultUnavailable, Retryable)
+from antre.engine.progress import Progress
+from antre.observe.finder import ResultStatus
+from antre.scheduling.flow import FlowPolicy
 from antre.engine.locks import LockBusy
 from antre.engine.envelope import JobSpec
 from antre.engine.queue import Queue
@@ -11,5 +14,6 @@ from antre.engine.retry import RetryPolicy
 from antre.tasks import Task
 
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
-           "Permanent", "RateLimited", "Retryable", "LockBusy", "FlowPolicy", "JobSpec", "Queue", "RetryPolicy", "Task"]
+           "Permanent", "RateLimited", "Retryable", "LockBusy", "FlowPolicy", "JobSpec", "Queue", "RetryPolicy", "Task",
+           "Progress", "ResultStatus", "ResultUnavailable"]
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ import inspect
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import redis
 from redis.asyncio import Redis as AsyncRedis
@@ -21,13 +21,15 @@ from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
+from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, Group, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
+from antre.observe.waiting import ResultWaiter
 from antre.stores.idempotency import CompletedCache, IdempotencyStore
 from antre.stores.outbox import Outbox
 from antre.stores.users import UserStore
 from antre.errors import InvalidJob
-from antre.limits.flow import FlowPolicy
+from antre.scheduling.flow import FlowPolicy
 from antre.engine.keys import valid_name
 from antre.engine.locks import Lock, Locks, held_lock
 from antre.control.periodic import Schedule, Scheduler, make_schedule
@@ -142,6 +144,7 @@ class Antre:
         self.max_payload_bytes = max_payload_bytes or _env_int(
             "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
         self.handlers: dict[str, HandlerSpec] = {}
+        self.tasks: dict[str, Task[Any, Any]] = {}  # the typed ones (@app.task): their schema
         self.downstreams: dict[str, FlowPolicy] = {}
         self.schedules: dict[str, Schedule] = {}
         self.retention_policies: dict[str, RetentionPolicy] = {}  # per queue; else from env
@@ -151,6 +154,7 @@ class Antre:
                              "decode_responses=True)), or pass redis_url= instead")
         self._redis = redis_client
         self._aredis: "AsyncRedis | None" = None
+        self._waiter: ResultWaiter | None = None
         self._scripts: Scripts | None = None
         self._queues: dict[str, Queue] = {}
         self._sql: SqlParts | None = None
@@ -352,6 +356,7 @@ class Antre:
             job_type = name or fn.__name__
             made = Task(self, job_type, fn, key=key, model=model)
             self.handler(job_type, **options)(made.handler())
+            self.tasks[job_type] = made
             return made
         return register
 
@@ -475,6 +480,36 @@ class Antre:
         """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips."""
         return self.queue(queue).enqueue_many(jobs)
 
+    # -- flows (issue 26; antre/flows/): chains, groups, chords, batches ----------------------
+    @property
+    def flows(self) -> FlowProducer:
+        return FlowProducer(self)
+
+    def chain(self, *steps: Step) -> Chain:
+        """Each step after the previous one, given its result (``ctx.previous_result``);
+        ``.enqueue(...)`` stores the whole flow (see ``antre.flows.compose``)."""
+        return self.flows.chain(*steps)
+
+    def group(self, steps: Iterable[Step]) -> Group:
+        """Steps run in parallel; ``.enqueue(...)`` stores them as one flow."""
+        return self.flows.group(steps)
+
+    def chord(self, header: Group | Iterable[Step], callback: Step) -> Chord:
+        """``callback`` once every step of ``header`` completed, with their results in order
+        (``ctx.flow_results``)."""
+        return self.flows.chord(header, callback)
+
+    def batch(self, *, on_success: JobSpec | None = None, on_complete: JobSpec | None = None,
+              description: str = "", queue: str | None = None) -> Batch:
+        """An open batch: ``add`` jobs over time, ``close()`` (or leave its ``with`` block);
+        then ``on_complete`` runs once every job settled, ``on_success`` when none is dead."""
+        return self.flows.batch(on_success=on_success, on_complete=on_complete,
+                                description=description, queue=queue)
+
+    def flow(self, flow_id: str, queue: str | None = None) -> Flow:
+        """The handle of a stored flow (status, results, wait, cancel)."""
+        return self.flows.flow(flow_id, queue)
+
     # -- producing from asyncio (redis.asyncio; one round trip per call) ----------------------
     @property
     def aredis(self) -> AsyncRedis:
@@ -512,9 +547,14 @@ class Antre:
         ids, calls = q.enqueue_calls(specs)
         return q.stored_ids(ids, await aio.send(self.aredis, calls))
 
-    async def aresult(self, idempotency_key: str) -> ResultStatus:
-        """``result`` from a coroutine, off the event loop (it reads SQL and Redis)."""
-        return await asyncio.to_thread(self.result, idempotency_key)
+    async def aresult(self, idempotency_key: str, timeout: float | None = None) -> ResultStatus:
+        """``result`` from a coroutine, off the event loop (it reads SQL and Redis). With
+        ``timeout`` (seconds): ``result(key).wait(timeout)`` without holding a thread while it
+        waits (the blocking pop runs on ``aredis``): the final status, or the status at the
+        timeout with ``timed_out`` True; ``ResultUnavailable`` if Redis stayed unreachable."""
+        if timeout is None:
+            return self.waiter.bind(await asyncio.to_thread(self.finder.result, idempotency_key))
+        return await self.waiter.await_result(idempotency_key, timeout)
 
     def outbox_add(self, session: Any, q: Queue, spec: JobSpec) -> str:
         if self.outbox is None:
@@ -537,8 +577,17 @@ class Antre:
 
     def result(self, idempotency_key: str) -> ResultStatus:
         """``status`` 'completed' with the stored ``result``, 'pending', 'failed' (with
-        ``error``) or 'unknown' for the operation named by ``idempotency_key``."""
-        return self.finder.result(idempotency_key)
+        ``error``), 'cancelled', 'abandoned' or 'unknown' for the operation named by
+        ``idempotency_key``, with the handler's last ``progress``. ``.wait(timeout)`` on it
+        waits for the job's end (woken by it, not by polling)."""
+        return self.waiter.bind(self.finder.result(idempotency_key))
+
+    @property
+    def waiter(self) -> ResultWaiter:
+        """Waits for keys' results (``result(key).wait``, ``aresult(key, timeout=)``)."""
+        if self._waiter is None:
+            self._waiter = ResultWaiter(lambda: self.finder, self.queue, lambda: self.aredis)
+        return self._waiter
 
     @contextlib.contextmanager
     def lock(self, key: str, ttl_ms: int = 30_000, owner: str = "") -> Iterator[Lock]:

@@ -37,3 +37,8 @@ class RateLimited(AntreError):
 
 class JobTimeout(Retryable):
     """The handler ran past its ``timeout_s``."""
+
+
+class ResultUnavailable(AntreError):
+    """``app.result(key).wait(timeout)`` could not reach Redis up to its timeout (it retried
+    meanwhile): whether the job ended is not known. Wait again once Redis is back."""

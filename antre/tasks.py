@@ -16,13 +16,20 @@ The payload is the handler's arguments by name (a JSON object); the worker calls
 argument of that type: it is checked at enqueue (``InvalidJob`` naming the field) and rebuilt in
 the worker, where a payload that no longer fits goes to the DLQ with the validation error. The
 string API (``app.enqueue("send_email", {...})``) reaches the same handler.
+
+``Task.schema()`` is what the payload must be (the fields, their types and defaults, read from
+the model or the signature: the dashboard's job page shows it) and ``Task.problem(payload)``
+why a payload would not fit (the worker's own check: the edited-payload replay refuses it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
+import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from antre.errors import InvalidJob, Permanent
@@ -34,6 +41,26 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 TaskFn = Callable[Concatenate[Any, P], R]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a task's payload: its type as written, and its default as JSON text
+    ('' when the field is required)."""
+
+    name: str
+    type: str
+    required: bool
+    default: str = ""
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a task's payload must be: ``model`` ('' for the handler's own parameters)."""
+
+    task: str
+    model: str
+    fields: tuple[Field, ...]
 
 
 class Task(Generic[P, R]):
@@ -101,6 +128,25 @@ class Task(Generic[P, R]):
         except TypeError as exc:
             raise Permanent(f"payload does not fit {self.name}{self.signature}: {exc}") from None
         return payload
+
+    def problem(self, payload: Any) -> str:
+        """Why ``payload`` would not fit this task in the worker ('' when it fits)."""
+        try:
+            self.arguments(payload)
+        except Permanent as exc:
+            return str(exc)
+        return ""
+
+    def schema(self) -> Schema:
+        """The payload's fields, types and defaults (from the model, else the signature)."""
+        if self.model is None:
+            hints = _hints(self.fn)
+            params = list(self.signature.parameters.values())[1:]
+            return Schema(self.name, "", tuple(
+                Field(p.name, _type_name(hints.get(p.name, p.annotation)),
+                      p.default is p.empty, _default(p.default, None))
+                for p in params))
+        return Schema(self.name, self.model.__name__, _model_fields(self.model))
 
     def handler(self) -> Callable[[Any, Any], Any]:
         """The ``fn(ctx, payload)`` the worker runs (a coroutine function for an async task)."""
@@ -184,3 +230,46 @@ def _build(name: str, model: type, fields: dict[str, Any], error: type[Exception
         except TypeError as exc:
             raise error(f"payload does not fit {model.__name__}: {exc}") from None
     raise InvalidJob(f"{name}: model= takes a dataclass or a pydantic model")
+
+
+def _model_fields(model: type) -> tuple[Field, ...]:
+    fields = getattr(model, "model_fields", None)
+    if isinstance(fields, dict):  # pydantic
+        return tuple(Field(name, _type_name(info.annotation), bool(info.is_required()),
+                           "" if info.is_required() else
+                           _default(info.default, info.default_factory))
+                     for name, info in fields.items())
+    hints = _hints(model)
+    return tuple(Field(f.name, _type_name(hints.get(f.name, f.type)),
+                       f.default is dataclasses.MISSING
+                       and f.default_factory is dataclasses.MISSING,
+                       _default(f.default, f.default_factory))
+                 for f in dataclasses.fields(model) if f.init)
+
+
+def _hints(obj: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj)
+    except Exception:  # noqa: BLE001 - a forward reference the module cannot resolve
+        return {}
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return "any"
+    if isinstance(annotation, str):
+        return annotation
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _default(value: Any, factory: Any) -> str:
+    if callable(factory) and factory is not dataclasses.MISSING:
+        return f"{getattr(factory, '__name__', 'factory')}()"
+    if value is inspect.Parameter.empty or value is dataclasses.MISSING:
+        return ""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import json
-import os
-import secrets
 import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
@@ -24,7 +21,6 @@ from antre.observe.redact import scrub
 from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry
-from antre.stores.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
 from antre.observe.memory import MemoryPolicy
 from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
@@ -49,17 +45,6 @@ def _ts(ms: int) -> str:
 
 def _app(path: str | None) -> Antre:
     return load_app(path) if path else Antre()
-
-
-def _operator() -> str:
-    return incident.operator()
-
-
-def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
-           detail: dict[str, Any]) -> None:
-    if app.audit is not None:
-        app.audit.record(user=_operator(), role="cli", action=action, target=target,
-                         reason=reason, outcome=outcome, detail=detail, remote_addr="")
 
 
 def _no_secret(text: str, url: str) -> str:
@@ -120,7 +105,6 @@ def _filter(args: argparse.Namespace) -> DeadFilter:
 def cmd_dlq(args: argparse.Namespace) -> int:
     app = _app(args.app)
     reads = ReadModels(app.redis)
-    queue = app.queue(args.queue)
     if args.dlq_cmd == "list":
         page = reads.dead(args.queue, _filter(args), 0, args.limit)
         if args.json:
@@ -130,35 +114,13 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         for row in page.rows:
             print(f"{row.id}  {_ts(row.finished_at)}  {row.type:<18} {row.reason[:80]}")
         return 0
-    if args.dlq_cmd == "show":
-        job = reads.job(args.queue, args.job_id)
-        if job is None:
-            print(f"error: no job {args.job_id} in queue {args.queue}", file=sys.stderr)
-            return 1
-        print(json.dumps(dataclasses.asdict(job), indent=2, default=str))
-        return 0
-    ids = list(args.job_ids)
-    if args.all:
-        ids += [job_id for job_id, _ in reads.dead_ids(args.queue, _filter(args), args.limit)]
-    if not ids:
-        print("error: name job ids, or --all with an optional --type/--group filter",
-              file=sys.stderr)
+    # show (replay | discard, many ids or --all: the DLQ selection's, antre/actions/table.py)
+    job = reads.job(args.queue, args.job_id)
+    if job is None:
+        print(f"error: no job {args.job_id} in queue {args.queue}", file=sys.stderr)
         return 1
-    note = {"via": "cli", "reason": args.reason} if args.reason else {"via": "cli"}
-
-    def act(job_id: str) -> bool:
-        fn = queue.replay if args.dlq_cmd == "replay" else queue.discard
-        return fn(job_id, _operator(), note)
-    if args.dlq_cmd == "replay" and app.idempotency is not None:
-        for job_id in ids:  # a replay on purpose lets a permanently failed key run again
-            job = queue.get(job_id)
-            if job and job.state == "dead":
-                app.idempotency.reset(job.idempotency_key)
-    done = sum(1 for job_id in ids if act(job_id))
-    _audit(app, f"dlq.{args.dlq_cmd}", ",".join(ids[:50]) + (" ..." if len(ids) > 50 else ""),
-           args.reason, "ok", {"requested": len(ids), "changed": done, "queue": args.queue})
-    print(f"{args.dlq_cmd}: {done} of {len(ids)} jobs")
-    return 0 if done == len(ids) else 1
+    print(json.dumps(dataclasses.asdict(job), indent=2, default=str))
+    return 0
 
 
 # -- schedules --------------------------------------------------------------------------------
@@ -171,7 +133,7 @@ def _schedule_line(info: ScheduleInfo) -> str:
 def cmd_schedules(args: argparse.Namespace) -> int:
     app = _app(args.app)
     ops = Schedules(app.redis, clock=app.clock, scripts=app.scripts)
-    rows = ops.list()  # list; pause, resume and run are the table's (antre/actions.py)
+    rows = ops.list()  # list; pause, resume and run are the table's (antre/actions/)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
     for row in [] if args.json else rows:
@@ -260,69 +222,15 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 
 # -- users ----------------------------------------------------------------------------------
-PASSWORD_FLAG_WARNING = ("warning: --password puts the password in the process list and the "
-                         "shell history, where other users of this host can read it; use "
-                         "--password-stdin, --prompt or $ANTRE_PASSWORD instead")
-
-
-def _given_password(args: argparse.Namespace) -> str | None:
-    if args.password:
-        print(PASSWORD_FLAG_WARNING, file=sys.stderr)
-        return str(args.password)
-    if args.password_stdin:
-        return sys.stdin.readline().rstrip("\r\n")
-    if args.prompt:
-        first = getpass.getpass("new password: ")
-        if getpass.getpass("again: ") != first:
-            raise ValueError("the two passwords differ; nothing was changed")
-        return first
-    return os.environ.get("ANTRE_PASSWORD") or None
-
-
-def _password(args: argparse.Namespace) -> tuple[str, bool]:
-    """The password given (``--password-stdin``, ``--prompt``, ``$ANTRE_PASSWORD`` or the
-    discouraged ``--password``), else a generated one."""
-    given = _given_password(args)
-    return (given, False) if given else (secrets.token_urlsafe(18), True)
-
-
-def _user_add(app: Antre, args: argparse.Namespace) -> str:
-    password, generated = _password(args)
-    app.users.add(args.name, args.role, password)  # type: ignore[union-attr]
-    _audit(app, "users.add", args.name, args.reason, "ok", {"role": args.role})
-    return f"user {args.name} ({args.role}) added" + (
-        f"; password: {password}" if generated else "")
-
-
-def _user_passwd(app: Antre, args: argparse.Namespace) -> str:
-    password, generated = _password(args)
-    app.users.set_password(args.name, password)  # type: ignore[union-attr]
-    _audit(app, "users.password.reset", args.name, args.reason, "ok", {})
-    return f"password of {args.name} set; their open sessions are logged out" + (
-        f"; password: {password}" if generated else "")
-
-
-# role, disable, enable, delete and logout-everywhere: entries of the table of actions
-USER_COMMANDS = {"add": _user_add, "passwd": _user_passwd}
-
-
+# add, passwd, role, disable, enable, delete and logout-everywhere: entries of the table of
+# actions (antre/actions/users.py); list is a read
 def cmd_user(args: argparse.Namespace) -> int:
     app = _app(args.app)
     if app.users is None:
         print("error: users live in the database: set ANTRE_DATABASE_URL", file=sys.stderr)
         return 2
-    if args.user_cmd == "list":
-        for u in app.users.list():
-            print(f"{u.name:<20} {u.role}{'  (disabled)' if u.disabled else ''}")
-        return 0
-    try:
-        print(USER_COMMANDS[args.user_cmd](app, args))
-    except UnknownUser:
-        print(f"error: no user {args.name!r} (antre user list shows them)", file=sys.stderr)
-        return 1
-    except (UserExists, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    for u in app.users.list():
+        print(f"{u.name:<20} {u.role}{'  (disabled)' if u.disabled else ''}")
     return 0
 
 
@@ -388,21 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
     ql.add_argument("--json", action="store_true")
     qs = dsub.add_parser("show")
     qs.add_argument("job_id")
-    for name in ("replay", "discard"):
-        qa = dsub.add_parser(name)
-        qa.add_argument("job_ids", nargs="*")
-        qa.add_argument("--all", action="store_true", help="every dead job matching the filter")
-        qa.add_argument("--type")
-        qa.add_argument("--group")
-        qa.add_argument("--limit", type=int, default=1000)
-        qa.add_argument("--reason", default="", help="why (written to the audit log)")
+    # replay | discard: the DLQ selection's (antre/actions/table.py)
 
     sc = sub.add_parser("schedules", help="periodic schedules: list | pause | resume | run")
     sc.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     scsub = sc.add_subparsers(dest="sched_cmd", required=True)
     scl = scsub.add_parser("list")
     scl.add_argument("--json", action="store_true")
-    # pause | resume | run: entries of the table of actions (antre/actions.py)
+    # pause | resume | run: entries of the table of actions (antre/actions/)
 
     f = sub.add_parser("find", help="a job by id or idempotency key (with its timeline), or "
                                     "jobs by payload field: antre find order_id=1234")
@@ -423,24 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
-    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name (discouraged: "
-               "visible in the process list; use --password-stdin, --prompt or "
-               "$ANTRE_PASSWORD); default: $ANTRE_PASSWORD, else generated and printed")
-    ua = usub.add_parser("add", help="add a user")
-    ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
-    up = usub.add_parser("passwd", help="set a user's password (their sessions end)")
-    for sp in (ua, up):
-        sp.add_argument("name")
-        sp.add_argument("--reason", default="", help="why (written to the audit log)")
-    for sp in (ua, up):
-        sp.add_argument("--password", help=pw_help)
-        sp.add_argument("--password-stdin", action="store_true",
-                        help="read the password from the first line of stdin")
-        sp.add_argument("--prompt", action="store_true",
-                        help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
-    # role, disable, enable, delete, logout-everywhere: the table's (antre/actions.py)
-    incident.add_parsers(sub, groups={"schedules": scsub, "user": usub})
+    # add, passwd, role, disable, enable, delete, logout-everywhere: the table's
+    incident.add_parsers(sub, groups={"schedules": scsub, "user": usub, "dlq": dsub})
     return p
 
 
@@ -456,4 +342,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "result": cmd_result, **incident.HANDLERS}
     if incident.table_command(args) is not None:  # an entry of antre.actions.TABLE
         return incident.cmd_action(args)
+    if incident.table_selection(args) is not None:  # one over many ids (antre dlq replay)
+        return incident.cmd_selection(args)
     return handlers[args.command](args)

@@ -8,6 +8,10 @@ believe), ``TRUSTED_HOSTS`` (default: env ``ANTRE_TRUSTED_HOSTS``, comma-separat
 names this dashboard answers to; any other ``Host`` is a 400), ``ANTRE_APP`` (a prebuilt ``antre.Antre``, whose handlers tell which job types are
 not idempotent) and ``ANTRE_CLOCK`` (tests). ``PERMANENT_SESSION_LIFETIME`` (default 12 hours,
 env ``ANTRE_SESSION_HOURS``) is the absolute lifetime of a session from its login.
+
+``auth``: a ``HostAuth`` (``delegated.py``): the host application says who is logged in, and
+Antre's own login is never served. ``mount(host, prefix, user=...)`` builds such a dashboard and
+serves it under ``prefix`` of a Flask host (``wsgi_mount`` for any other WSGI application).
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from flask import Flask
+from flask import Flask, Request
+from flask.globals import request as flask_request
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
+from .delegated import HostAuth, HostUser, UserOf
 
 from . import (
     api,
@@ -24,6 +32,7 @@ from . import (
     auth,
     common,
     control,
+    delegated,
     dlq,
     edit,
     errors,
@@ -72,7 +81,7 @@ def trusted_hosts(setting: str) -> list[str] | None:
     return hosts or None
 
 
-def create_app(config: dict[str, Any] | None = None) -> Flask:
+def create_app(config: dict[str, Any] | None = None, auth: HostAuth | None = None) -> Flask:
     app = Flask(__name__, template_folder=asset_dir("templates"),
                 static_folder=asset_dir("static"), static_url_path="/static")
     app.config.update(
@@ -88,6 +97,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.config.update(config or {})
+    delegated.install(app, auth)
     security.check_secret_key(app.config.get("SECRET_KEY"))  # before connecting to anything
     services.install(app, dict(app.config))
     security.install(app)
@@ -100,6 +110,45 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     return app
 
 
+def wsgi_mount(host: Any, prefix: str, dashboard: Flask) -> DispatcherMiddleware:
+    """Any WSGI application (Django's ``get_wsgi_application()``, ...) with ``dashboard``
+    served under ``prefix``: werkzeug's ``DispatcherMiddleware`` sets ``SCRIPT_NAME``, so every
+    link, form, htmx request and static file of the dashboard carries the prefix."""
+    return DispatcherMiddleware(host, {_clean(prefix): dashboard})
+
+
+def mount(host: Flask, prefix: str = "/antre", *, user: UserOf, login_url: str | None = None,
+          logout_url: str | None = None, config: dict[str, Any] | None = None) -> Flask:
+    """The dashboard inside the Flask app ``host``, under ``prefix``, its users the host's.
+
+    ``user(request)`` runs inside the host's own request context (its ``flask.session``,
+    Flask-Login's ``current_user``, ...), gets the host's ``request`` and returns ``(name,
+    role)`` or None; None sends a page to ``login_url`` (``?next=`` the page) or answers 401.
+    ``config`` is ``create_app``'s (``SECRET_KEY``: the dashboard's own, not the host's; its
+    cookie is ``antre_session`` on ``prefix``). Returns the dashboard's Flask app."""
+    prefix = _clean(prefix)
+    settings = {"SESSION_COOKIE_PATH": prefix, **(config or {})}
+    dashboard = create_app(settings, auth=HostAuth(_in_host(host, user), login_url,
+                                                   logout_url))
+    host.wsgi_app = DispatcherMiddleware(host.wsgi_app, {prefix: dashboard})  # type: ignore[method-assign]
+    return dashboard
+
+
+def _in_host(host: Flask, user: UserOf) -> UserOf:
+    """``user`` asked inside the host's request context for the same request."""
+    def ask(request: Request) -> HostUser:
+        with host.request_context(request.environ):
+            return user(flask_request)
+    return ask
+
+
+def _clean(prefix: str) -> str:
+    cleaned = "/" + prefix.strip("/")
+    if cleaned == "/":
+        raise ValueError("mount the dashboard under a prefix such as '/antre', not at '/'")
+    return cleaned
+
+
 InsecureConfig = security.InsecureConfig
 
-__all__ = ["InsecureConfig", "create_app"]
+__all__ = ["HostAuth", "InsecureConfig", "create_app", "mount", "wsgi_mount"]

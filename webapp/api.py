@@ -260,7 +260,7 @@ REASON = {"reason": "string"}
 
 
 # -- fair-share groups (issue 23) -----------------------------------------------------------------
-# (pause, resume and slots are entries of the table of actions: antre/actions.py)
+# (pause, resume and slots are entries of the table of actions: antre/actions/)
 def _group_name(name: str) -> str:
     if not valid_name(name):
         abort(400, "bad group name: use 1-100 of A-Z a-z 0-9 _ . : - (e.g. tenant:7)")
@@ -322,38 +322,6 @@ def schedules() -> Response:
 
 BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
              "until_ms": "integer", "maximum": "integer", **REASON}
-
-
-@bp.post("/users")
-@requires("admin", "users.add")
-@doc(body={"name": "string", "role": "string", "password": "string", **REASON},
-     required=("name", "role", "password"))
-def user_add() -> Response:
-    """Add a user (admin)."""
-    body = _body()
-    return _answer(actions.user_add(str(body.get("name", "")), str(body.get("role", "")),
-                                    str(body.get("password", "")), body.get("reason")))
-
-
-@bp.post("/users/<name>/password")
-@requires("admin", "users.password.reset")
-@doc(body={"password": "string", **REASON}, required=("password",))
-def user_password(name: str) -> Response:
-    """Set a user's password; their open sessions end (admin)."""
-    body = _body()
-    return _answer(actions.password_reset(name, str(body.get("password", "")),
-                                          body.get("reason")))
-
-
-@bp.post("/account/password")
-@requires("viewer", "users.password.change")
-@doc(body={"current_password": "string", "new_password": "string"},
-     required=("current_password", "new_password"))
-def account_password() -> Response:
-    """Change your own password (the current one is asked again); your other sessions end."""
-    body = _body()
-    return _answer(actions.password_change(str(body.get("current_password", "")),
-                                           str(body.get("new_password", ""))))
 
 
 # -- incident controls: pause / resume, delete, purge ---------------------------------------

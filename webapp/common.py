@@ -219,7 +219,7 @@ def queue_arg(default: str | None = None, busiest: str | None = None) -> str:
                 # name the chosen queue in the URL, so polling and links stay on it; the query
                 # is copied as data (never as url_for's arguments: endpoint, _anchor, ...)
                 url_args = [(k, v) for k, v in request.args.items(multi=True) if k != "queue"]
-                abort(redirect(f"{request.path}?{urlencode([*url_args, ('queue', name)])}"))
+                abort(redirect(f"{request.script_root}{request.path}?{urlencode([*url_args, ('queue', name)])}"))
     if not valid_name(name):
         abort(400, "bad queue name")
     return name

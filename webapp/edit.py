@@ -1,7 +1,7 @@
 """Replay a dead job with an edited payload, from its job page (issue 25 item 4): edit the JSON
 and dry run it (``GET``: the diff, the handler, the idempotency record of the key it would run
 under, and why it would be refused); the page then offers to replay exactly what was dry-run.
-The replay itself is the table entry ``dlq.replay_edited`` (``antre/actions.py``: operator,
+The replay itself is the table entry ``dlq.replay_edited`` (``antre/actions/``: operator,
 POST + CSRF, audited with the diff; its API route and ``antre job replay-edited``)."""
 
 from __future__ import annotations

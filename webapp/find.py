@@ -165,7 +165,9 @@ def job_page(queue: str, job_id: str) -> str:
                       timeline=timeline, audit_url=audit_url, trace_url="",
                       as_of=svc.clock())
     record, idem_error = _idempotency(found.idempotency_key)
+    schema, schema_note = svc.task_schema(found.type)
     return render("job.html", "_job.html", queue=queue, job=found, record=record,
+                  schema=schema, schema_note=schema_note,
                   turn=svc.reads.turn(queue, found),
                   idem_error=idem_error, idempotent=svc.idempotent(found.type),
                   timeline=timeline, audit_url=audit_url, trace_url=trace_link(found.trace_id),

@@ -2,7 +2,7 @@
 usually helps. The header's count (``incident_count``) opens it. Its data is
 ``antre.observe.incidents.IncidentView``; the JSON is ``GET /api/incidents``. Its changes,
 acknowledge / silence / reopen (operator) and per-queue alert thresholds (admin), are entries of
-the table of actions (``antre/actions.py``: ``incident.*``, ``alerts.threshold``), which makes
+the table of actions (``antre/actions/``: ``incident.*``, ``alerts.threshold``), which makes
 their form routes, API routes and ``antre incident|alerts`` commands."""
 
 from __future__ import annotations

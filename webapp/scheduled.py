@@ -1,5 +1,5 @@
 """Scheduled retries: next attempt, attempt/max, last error. Run now and delete (one job or
-the ticked rows) are the table of actions' (``antre/actions.py``, routes in ``table_routes``)."""
+the ticked rows) are the table of actions' (``antre/actions/``, routes in ``table_routes``)."""
 
 from __future__ import annotations
 

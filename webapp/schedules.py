@@ -1,5 +1,5 @@
 """Periodic schedules: next and last runs, the last run's outcome. Pause, resume and run now
-are entries of the table of actions (``antre/actions.py``; routes in ``table_routes``)."""
+are entries of the table of actions (``antre/actions/``; routes in ``table_routes``)."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ from antre.actions import Actor, record
 from antre.stores.logins import LoginThrottle
 from antre.stores.users import UserInfo, normalise_name, role_at_least
 
-from . import services
+from . import delegated, services
 
 log = logging.getLogger("antre.webapp.security")
 _T = TypeVar("_T")
@@ -122,7 +122,7 @@ def check_secret_key(secret: Any) -> None:
 class CurrentUser:
     name: str
     role: str
-    via: str  # 'session' | 'basic' | 'form'
+    via: str  # 'session' | 'basic' | 'form' | 'host' (delegated.py)
     id: int = 0
 
     def can(self, role: str) -> bool:
@@ -597,7 +597,7 @@ def _write_refused(user: CurrentUser | None) -> Response | None:
     if wants_json() and request.mimetype != "application/json":
         return refuse(415, "API changes take a JSON body (Content-Type: application/json)",
                       request.endpoint or "?")
-    if user is not None and user.via == "session" and not _csrf_ok(
+    if user is not None and user.via in ("session", delegated.VIA) and not _csrf_ok(
             request.headers.get("X-CSRF-Token") or request.form.get("csrf_token") or ""):
         return refuse(400, "refused: missing or wrong CSRF token (reload the page and try "
                            "again)", request.endpoint or "?")
@@ -610,7 +610,13 @@ def _csrf_ok(sent: str) -> bool:
 
 
 def _who() -> CurrentUser | None:
-    if request.path.startswith(("/api/", "/metrics")) and request.authorization is not None:
+    creds = request.authorization
+    scripted = request.path.startswith(("/api/", "/metrics")) and creds is not None
+    host = delegated.of()
+    if host is not None and not (scripted and creds is not None and creds.type == "basic"):
+        found = delegated.host_user(host)  # the host's user (HTTP Basic: Antre's own)
+        return None if found is None else CurrentUser(found[0], found[1], delegated.VIA)
+    if scripted:
         try:
             user = _basic_user()
         except SQLAlchemyError as exc:
@@ -624,6 +630,9 @@ def _who() -> CurrentUser | None:
 
 def _load_user_and_check() -> BaseResponse | None:
     """None lets the request through; a response (a refusal or the way to log in) ends it."""
+    host = delegated.of()
+    if host is not None and request.blueprint == "auth":
+        return delegated.own_login_page(host)
     if request.endpoint in PUBLIC_ENDPOINTS or request.endpoint is None:
         if request.method in UNSAFE and request.endpoint is not None:
             return _write_refused(None)
@@ -632,10 +641,15 @@ def _load_user_and_check() -> BaseResponse | None:
         user = _who()
     except DatabaseDown:
         return _database_down()
+    except delegated.BadHostUser as exc:
+        return delegated.refused_bad_user(exc)
+    if user is None and host is not None:
+        return delegated.not_logged_in(host, wants_json())
     if user is None:
         if wants_json():
             return refuse(401, "log in first (session cookie or HTTP Basic)", "login")
-        return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
+        return redirect(url_for("auth.login",
+                                next=request.script_root + request.full_path.rstrip("?")))
     g.user = user
     if request.method in UNSAFE:
         return _write_refused(user)

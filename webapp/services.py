@@ -28,14 +28,15 @@ from antre.control.periodic import Schedules
 from antre.stores.fencing import LockFences
 from antre.stores.idempotency import IdempotencyStore
 from antre.engine.locks import Locks
-from antre.control.groups import GroupControl
+from antre.scheduling.controls import GroupControl
 from antre.control.pause import Pauses
-from antre.observe.groups import Groups
+from antre.scheduling.groups import Groups
 from antre.control.purge import Purger
 from antre.observe.readmodels import ReadModels
 from antre.observe.redact import redact_url, scrub
 from antre.observe.registry import WorkerRegistry
 from antre.stores.users import UserStore
+from antre.tasks import Schema
 
 log = logging.getLogger("antre.webapp")
 
@@ -91,7 +92,7 @@ class Services:
 
     @property
     def groups(self) -> GroupControl:  # fair-share groups: pause, slots (issue 23)
-        return GroupControl(self.redis, self.clock, self.antre.scripts)
+        return GroupControl(self.redis, self.clock, self.antre.scripts, self.pauses)
 
     @property
     def group_reads(self) -> Groups:
@@ -109,6 +110,21 @@ class Services:
     def schedules(self) -> Schedules:
         """Periodic schedules as published in Redis by the workers' scheduler duty."""
         return Schedules(self.redis, clock=self.clock, scripts=self.antre.scripts)
+
+    def task_schema(self, job_type: str) -> tuple[Schema | None, str]:
+        """The payload schema of a typed task (``@app.task``) the dashboard's app registers,
+        or None and a note saying why it is not known here."""
+        task = self.antre.tasks.get(job_type)
+        if task is not None:
+            return task.schema(), ""
+        if not self.antre.handlers:
+            return None, ("this dashboard does not import the handlers, so the task's schema "
+                          "is unknown here: start it with the app (antre web pkg.module:app) "
+                          "to see it")
+        if job_type in self.antre.handlers:
+            return None, (f"'{job_type}' is an untyped handler (@app.handler): its payload is "
+                          "any JSON the handler accepts")
+        return None, f"the dashboard's app registers no handler '{job_type}'"
 
     def idempotent(self, job_type: str) -> bool | None:
         """False when the app knows the handler and it is marked not idempotent."""

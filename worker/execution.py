@@ -28,6 +28,8 @@ from antre.clock import Clock
 from antre.stores.fencing import FenceRejected
 from antre.stores.idempotency import Completed, IdempotencyStore
 from antre.engine.locks import Locks
+from antre.flows.read import inputs as flow_inputs
+from antre.flows.store import result_max
 from antre.observe.logs import job_fields
 from antre.observe.metrics import DurationBuffer
 from antre.engine.retry import describe
@@ -115,7 +117,8 @@ class Execution:
                           fence=lock.fence if lock else job.epoch, lock=lock,
                           last_checkpoint=job.checkpoint,
                           _extend=lambda seconds: self.leases.extend_by(r, seconds),
-                          _checkpoint=lambda state: r.queue.checkpoint(job, state))
+                          _checkpoint=lambda state: r.queue.checkpoint(job, state),
+                          _flow_inputs=lambda: flow_inputs(r.queue, job.id))
 
     def _measure(self, r: Running) -> None:
         self.durations.add(r.job.queue, r.job.type, "processing", duration_ms(r) or 0)
@@ -139,7 +142,7 @@ class Execution:
         if r.closed or r.lease_lost:
             _rollback(db)
             return DropStale("finished after its lease was given up")
-        refused = self._result_refused(result)
+        refused = self._result_refused(result, flow=bool(r.job.flow))
         if refused is not None:
             _rollback(db)
             return refused
@@ -158,14 +161,17 @@ class Execution:
             return self._commit_failed(r, exc)
         return Ack(result)
 
-    def _result_refused(self, result: Any) -> Bury | None:
+    def _result_refused(self, result: Any, flow: bool = False) -> Bury | None:
         """A result is kept like a payload (on the job, in its idempotency record), so it is
         bounded like one: over the payload limit, or nested past what can be encoded, the
         job goes to the DLQ (permanent: every retry would return it again), and nothing of
-        the run is committed."""
+        the run is committed. A job of a flow hands its result to the jobs after it: at most
+        ``ANTRE_FLOW_RESULT_MAX`` (64 KiB) then."""
         if result is None or type(result) in (bool, int, float):
             return None
         limit = self.app.max_payload_bytes
+        if flow:
+            limit = min(limit, result_max())
         if type(result) is str and len(result) * 6 + 2 <= limit:
             return None
         try:
@@ -177,9 +183,11 @@ class Execution:
             return None  # the store's check_result, or the ack's encoder, says why
         if size <= limit:
             return None
+        raise_ = "ANTRE_FLOW_RESULT_MAX (a job of a flow)" if flow and limit == result_max() \
+            else "ANTRE_MAX_PAYLOAD_BYTES"
         return Bury(f"handler result is {size} bytes, over the limit of {limit} bytes; store "
-                    "large data elsewhere and return a reference, or raise "
-                    "ANTRE_MAX_PAYLOAD_BYTES", "result_too_large")
+                    f"large data elsewhere and return a reference, or raise {raise_}",
+                    "result_too_large")
 
     def _deferred(self, r: Running, store: IdempotencyStore, result: Any) -> Outcome:
         if r.lock is not None and r.lock.lost:  # the heartbeat's renewal found it gone

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from antre import HandlerSpec, JobContext, Queue
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
-from antre.limits.flow import Admission
+from antre.scheduling.flow import Admission
 from antre.stores.idempotency import Begin, IdempotencyStore
 from antre.engine.locks import Lock
 

@@ -41,7 +41,7 @@ import redis
 from antre import Antre, InvalidJob, LockBusy
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
-from antre.limits.flow import Admission, FlowControl, FlowPolicy
+from antre.scheduling.flow import Admission, FlowControl, FlowPolicy
 from antre.stores.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
                                Claim, IdempotencyStore, Record, fingerprint)
 from antre.engine.locks import Lock, Locks

@@ -23,7 +23,7 @@ from typing import Any
 from antre import Antre, Queue
 from antre.clock import Clock
 from antre.engine.envelope import Job
-from antre.limits.flow import FlowControl
+from antre.scheduling.flow import FlowControl
 from antre.engine.locks import Locks
 from antre.observe.logs import job_fields
 from antre.observe.metrics import DurationBuffer

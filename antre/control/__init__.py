@@ -2,6 +2,6 @@
 purge (``purge``), paced bulk tasks (``bulk``), retention (``retention``) and periodic
 schedules (``periodic``).
 
-May import every room below it: ``antre.engine``, ``antre.limits``, ``antre.stores``,
+May import every room below it: ``antre.engine``, ``antre.scheduling``, ``antre.stores``,
 ``antre.observe``. Never ``antre.app``.
 """

@@ -3,7 +3,8 @@ with a new payload (and maybe a new idempotency key) would do: the diff, the han
 idempotency record of the key it would run under, and why it would be refused. It is the dry
 run the dashboard shows and the check ``ReplayEdits.replay`` makes before it changes anything.
 
-Refused: a job that is not dead, a payload that is not JSON or cannot be stored, and a key
+Refused: a job that is not dead, a payload that is not JSON or cannot be stored or does not fit
+the job's typed task (``@app.task``: its model or signature, when the app knows it), and a key
 whose effect already completed (the replay would only return the stored result) or is being
 processed, unless a new key is given. A unique job keeps its key. A key that failed is reset
 (its row forgotten, as a worker does for a plain replay) before the job is replayed: its row
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +84,11 @@ def _key_problem(new_key: str, job: Job) -> str:
 
 
 def plan(queue: str, job: Job, text: str, new_key: str, record: Record | None,
-         handler_known: bool | None, unique: bool) -> EditPlan:
+         handler_known: bool | None, unique: bool,
+         fits: Callable[[Any], str] | None = None) -> EditPlan:
     """The dry run. ``record``: the idempotency row of the key the replay would run under;
-    ``unique``: the job holds a uniqueness entry (its key cannot change)."""
+    ``unique``: the job holds a uniqueness entry (its key cannot change); ``fits``: why a
+    payload does not fit the job's typed task (``Task.problem``), when the app knows it."""
     new_key = new_key.strip()
     edited, bad_json = parse(text)
     problems = [p for p in (bad_json, _key_problem(new_key, job)) if p]
@@ -95,6 +99,9 @@ def plan(queue: str, job: Job, text: str, new_key: str, record: Record | None,
             encode_payload(edited)
         except InvalidJob as exc:
             problems.append(str(exc))
+        misfit = fits(edited) if fits is not None else ""
+        if misfit:
+            problems.append(f"{misfit}: the worker would bury it again")
     if new_key and unique:
         problems.append("a unique job keeps its idempotency key (its uniqueness is the key)")
     if record is not None and record.status == "completed" and not new_key:

@@ -26,8 +26,9 @@ DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
-# waiting: behind the head of its lock_key in its queue (issue 23), made ready when its turn comes
-STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting")
+# waiting: behind the head of its lock_key in its queue (issue 23), made ready when its turn comes;
+# held: a job of a flow whose parents have not all settled (issue 26), placed when they have
+STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
 
 
 def new_job_id() -> str:
@@ -215,6 +216,8 @@ class Job:
     waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
     group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
     rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
+    flow: str = ""  # the id of the flow it belongs to (issue 26), '' for none
+    flow_inputs: int = 0  # how many parents in its flow give it their results ('fin')
 
     @property
     def waits_for_rate(self) -> bool:
@@ -345,6 +348,8 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         waits_on=fields.get("waits_on", ""),
         group_rate=format_rate(fields.get("grate", "")) if fields.get("grate") else "",
         rate_due=_int(fields, "rate_due"),
+        flow=fields.get("flow", ""),
+        flow_inputs=_int(fields, "fin"),
     )
 
 
@@ -644,7 +649,7 @@ RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_
                   "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
                   "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
                   "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at",
-                  "snoozes", "cancel")
+                  "snoozes", "cancel", "flow", "fin")
 
 
 def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
@@ -691,7 +696,7 @@ def from_row(row: Sequence[str | None]) -> Job:
     (id_, type_, queue, idem_key, raw_payload, attempt, max_attempts, visible_at, created_at,
      trace_id, lock_key, raw_headers, raw_timeout, vt_ms, epoch, deliveries, max_deliveries,
      state, deadline, reserved_at, worker_id, raw_checkpoint, first_failed_at, replayed_at,
-     snoozes, cancel) = row
+     snoozes, cancel, flow, fin) = row
     payload, payload_error = _json(raw_payload, None)
     if not raw_payload:
         payload_error = "the stored payload is missing or empty"
@@ -728,6 +733,8 @@ def from_row(row: Sequence[str | None]) -> Job:
         reserved_at=n_reserved_at, worker_id=worker_id or "", checkpoint=checkpoint,
         first_failed_at=n_first_failed_at, replayed_at=n_replayed_at,
         payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[])
+    if flow or fin:  # a job of a flow (issue 26): the only jobs with these fields
+        fields.update(flow=flow or "", flow_inputs=_num(fin))
     return job
 
 

@@ -203,6 +203,13 @@ class QueueKeys:
     def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
         return f"{self.tag}:idem"
 
+    def result_wake(self, job_id: str) -> str:
+        """LIST of wake tokens for producers waiting on the job's end (``app.result(key)
+        .wait()``): the script that ends a job whose field 'waiters' is set pushes that many
+        and expires the list shortly after (``_lib.lua`` ``result_wake``; derived there from
+        the job prefix as ``<tag>:rwake:<id>``)."""
+        return f"{self.tag}:rwake:{job_id}"
+
     # -- producer side: unique jobs, periodic schedules, retention (issue 13) ---------------
     @property
     def unique_prefix(self) -> str:  # STRING per idempotency key of a unique job (see below)
@@ -212,6 +219,36 @@ class QueueKeys:
         """STRING: the id of the pending job holding ``idempotency_key`` (a unique job), or
         ``done:<id>`` with a TTL while a completed job's ``unique_for_s`` window lasts."""
         return f"{self.unique_prefix}{idempotency_key}"
+
+    # -- flows (issue 26): chains, groups, chords and batches; see "Flows" in lua/_lib.lua --
+    # The scripts derive these from ``job_prefix`` and the flow id (``flow_key`` in _lib.lua:
+    # '<tag>:flow:<id>' and its suffixes), so all of a flow sits in its queue's slot.
+    @property
+    def held(self) -> str:  # ZSET score = enqueued ms: jobs in state 'held' (parents unfinished)
+        return f"{self.tag}:held"
+
+    def flow(self, flow_id: str) -> str:
+        """HASH: a flow's state, counters (total, done, failed, pending), policy, times."""
+        return f"{self.tag}:flow:{flow_id}"
+
+    def flow_jobs(self, flow_id: str) -> str:  # LIST: the flow's job ids, in the order made
+        return f"{self.tag}:flow:{flow_id}:jobs"
+
+    def flow_results(self, flow_id: str) -> str:
+        """HASH job id -> its result JSON once settled ('!' + JSON {job_id, error}: a failure
+        the flow ignored); an id in it is settled (the exactly-once guard)."""
+        return f"{self.tag}:flow:{flow_id}:res"
+
+    def flow_failed(self, flow_id: str) -> str:  # SET: dead children not settled (fail, wait)
+        return f"{self.tag}:flow:{flow_id}:failed"
+
+    def flow_wake(self, flow_id: str) -> str:  # LIST: one token once the flow has finished
+        return f"{self.tag}:flow:{flow_id}:wake"
+
+    def flows_by_state(self, state: str) -> str:
+        """ZSET flow id -> created ms (finished_at ms for a finished state): the flows in
+        ``state`` (running, waiting, failed, succeeded, cancelled)."""
+        return f"{self.tag}:flows:{state}"
 
     def schedule(self, name: str) -> str:
         """HASH: a periodic schedule's state (last_tick, last_job, last_enqueued_at, paused,

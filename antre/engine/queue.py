@@ -16,6 +16,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from antre.engine import keys
+from antre.engine import progress as progress_codec
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
@@ -485,6 +486,22 @@ class Queue:
                                               args=[job.epoch, text, self.clock(), ""]), job.id)
         job.checkpoint = state
 
+    def progress(self, job: Job, fraction: float, message: str = "") -> None:
+        """Store a running job's progress (``ctx.progress``; lease-fenced, no timeline event):
+        ``fraction`` 0..1 and a short text, checked here (``ValueError`` says what to pass).
+        Raises ``LeaseLost`` when the lease is no longer ``job``'s."""
+        value, text = progress_codec.checked(fraction, message)
+        _lease_result(self.scripts.progress(
+            keys=[self.keys.job(job.id)],
+            args=[job.epoch, progress_codec.encode(value, text, self.clock())]), job.id)
+
+    def wait_start(self, job_id: str) -> str:
+        """Count one more producer waiting for the job's end (``result_wait.lua``): the script
+        that ends it pushes a token to ``keys.result_wake(job_id)``. Returns the job's state
+        ('' when it does not exist; 'done' and 'dead' count nothing)."""
+        k = self.keys
+        return str(self.scripts.result_wait(keys=[k.job(job_id), k.result_wake(job_id)]))
+
     # -- maintenance -----------------------------------------------------------------------
     def promote(self, limit: int = 1000) -> int:
         k = self.keys
@@ -561,12 +578,13 @@ class Queue:
         pipe.zscore(k.done, job_id)
         pipe.zscore(k.dead, job_id)
         pipe.zscore(k.waiting, job_id)
+        pipe.zscore(k.held, job_id)  # a job of a flow waiting for its parents (issue 26)
         pipe.smembers(k.parked_types)
         *found, parked_types = pipe.execute()
         if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None
                                     for t in parked_types):
             found[0] = "parked"  # held because its job type is paused: still a ready job
-        names = ("ready", "scheduled", "inflight", "done", "dead", "waiting")
+        names = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
         return [name for name, hit in zip(names, found) if hit is not None]
 
     def quarantined(self, limit: int = 100) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ NAMES = (
     "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease",
     "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
-    # flow control (antre/limits/flow.py)
+    # flow control (antre/scheduling/flow.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
     # login throttling (antre/stores/logins.py)
@@ -50,8 +50,12 @@ NAMES = (
     "retention",
     # records too broken to be dead jobs (issue 24)
     "quarantine",
-    # live control of fair-share groups (antre/control/groups.py)
+    # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
+    # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
+    "result_wait", "progress",
+    # flows: chains, groups, chords, batches (antre/flows/)
+    "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",
 )
 
 
@@ -137,6 +141,12 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
+    result_wait: redis.commands.core.Script
+    progress: redis.commands.core.Script
+    enqueue_flow: redis.commands.core.Script
+    flow_inputs: redis.commands.core.Script
+    flow_close: redis.commands.core.Script
+    flow_cancel: redis.commands.core.Script
 
 
 class Batch:

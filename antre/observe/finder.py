@@ -13,13 +13,14 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import redis
 
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import STATES
+from antre.engine.progress import Progress, decode as decode_progress
 from antre.stores.idempotency import IdempotencyStore, Record
 from antre.stores.sql import datetime_to_ms
 from antre.observe.readmodels import Page, ReadModels
@@ -29,7 +30,7 @@ SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cur
 MAX_HITS = 100  # hits returned by one step
 STUCK_SCAN = 1_000  # in-flight jobs sorted worst first (by running or silent time)
 TIMELINE_CAP = 100  # antre/engine/lua/_lib.lua TL_CAP
-SEARCH_ORDER = ("ready", "waiting", "scheduled", "inflight", "dead", "done")
+SEARCH_ORDER = ("ready", "waiting", "held", "scheduled", "inflight", "dead", "done")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
 
 
@@ -88,13 +89,26 @@ class JobStatus:
     idempotency_key: str = ""
     created_at: int = 0
     finished_at: int = 0
+    error_kind: str = ""
+    progress: Progress | None = None  # the handler's last ctx.progress, if it called it
+
+
+FINAL = frozenset({"completed", "failed", "cancelled", "abandoned"})  # ResultStatus.final
+
+
+class Waits(Protocol):
+    """What ``ResultStatus.wait`` asks (``antre.observe.waiting.ResultWaiter``)."""
+
+    def wait(self, idempotency_key: str, timeout: float) -> "ResultStatus": ...
 
 
 @dataclass(frozen=True)
 class ResultStatus:
     """``Antre.result(idempotency_key)``: completed (with the stored result), pending, failed,
-    abandoned (``error`` says since when and what to do) or unknown. ``source``: 'sql' (the
-    idempotency record) or 'redis' (the job itself)."""
+    cancelled (an operator cancelled its job), abandoned (``error`` says since when and what
+    to do) or unknown. ``source``: 'sql' (the idempotency record) or 'redis' (the job itself).
+    ``progress``: the running (or ended) job's last ``ctx.progress``. ``wait(timeout)`` (on a
+    status from ``Antre.result``) waits for the end; ``timed_out`` says it did not come."""
 
     idempotency_key: str
     status: str
@@ -104,6 +118,27 @@ class ResultStatus:
     error: str = ""
     source: str = ""
     abandoned_since_ms: int = 0  # status 'abandoned': when its owner's lease expired
+    progress: Progress | None = None
+    timed_out: bool = False  # from wait(): the timeout passed before the job ended
+
+    @property
+    def final(self) -> bool:
+        """Whether this is an end: completed, failed, cancelled or abandoned (not pending nor
+        unknown, which a later read may change)."""
+        return self.status in FINAL
+
+    def wait(self, timeout: float) -> "ResultStatus":
+        """The key's final status, waiting up to ``timeout`` seconds for its job to end (woken
+        by the end itself, not by polling: see README "Waiting for a result"); when it does not
+        end in time, the status then, with ``timed_out`` True. Raises ``ResultUnavailable``
+        when Redis was unreachable up to the timeout. A final status returns itself."""
+        if self.final:
+            return self
+        waiter = cast("Waits | None", self.__dict__.get("_waiter"))
+        if waiter is None:
+            raise RuntimeError("this ResultStatus was not read through Antre.result: call "
+                               "app.result(key).wait(timeout)")
+        return waiter.wait(self.idempotency_key, timeout)
 
 
 @dataclass(frozen=True)
@@ -232,7 +267,7 @@ def _parse_cursor(text: str) -> tuple[str, str, int]:
 def state_key(k: keys.QueueKeys, state: str) -> str:
     """The index holding a queue's jobs in ``state`` (LIST for ready, ZSET for the others)."""
     return {"ready": k.ready, "scheduled": k.scheduled, "inflight": k.inflight, "dead": k.dead,
-            "done": k.done, "waiting": k.waiting}[state]
+            "done": k.done, "waiting": k.waiting, "held": k.held}[state]
 
 
 def _int(v: Any) -> int:
@@ -340,7 +375,8 @@ class Finder:
                          _int(f.get("attempt")), _int(f.get("max_attempts")),
                          _int(f.get("deliveries")), result, f.get("last_error", ""),
                          f.get("reason", ""), f.get("idem_key", ""), _int(f.get("created_at")),
-                         _int(f.get("finished_at")))
+                         _int(f.get("finished_at")), f.get("error_kind", ""),
+                         decode_progress(f.get("progress")))
 
     def result(self, idempotency_key: str) -> ResultStatus:
         """The stored result once the key's effect completed (the SQL record wins: it is what
@@ -354,8 +390,13 @@ class Finder:
         if found is not None and found.state != "gone":
             job = self.job_status(found.job_id)
             status = {"done": "completed", "dead": "failed"}.get(job.state, "pending")
+            if status == "failed" and job.error_kind == "cancelled":
+                status = "cancelled"
             return ResultStatus(idempotency_key, status, job.result, job.job_id, job.queue,
-                                job.reason or job.last_error, "redis")
+                                job.reason or job.last_error, "redis", progress=job.progress)
+        if found is not None and self._cancelled(found):  # discarded by its cancel request
+            return ResultStatus(idempotency_key, "cancelled", None, found.job_id, found.queue,
+                                "cancelled (the job was discarded)", "redis")
         if record is not None:
             gone = self._abandoned(record, found)
             if gone is not None:
@@ -366,6 +407,11 @@ class Finder:
             return ResultStatus(idempotency_key, status, None, record.job_id,
                                 error=record.last_error or "", source="sql")
         return ResultStatus(idempotency_key, "unknown")
+
+    def _cancelled(self, found: Located) -> bool:
+        """Whether a gone job's kept timeline ends with its cancellation."""
+        last = self.redis.lindex(keys.QueueKeys(found.queue).timeline(found.job_id), -1)
+        return isinstance(last, str) and _event(last).kind == "cancelled"
 
     def abandoned(self, idempotency_key: str) -> Abandoned | None:
         """The key's record when it is abandoned (see ``Abandoned``), else None."""

@@ -22,7 +22,7 @@ import redis
 from antre.clock import Clock, system_ms
 from antre.engine import keys
 from antre.engine.locks import Locks
-from antre.limits.flow import FlowControl
+from antre.scheduling.flow import FlowControl
 from antre.observe.alerts import ALL_QUEUES, Alert, AlertEngine, AlertQuiet, Quiet
 from antre.observe.readmodels import ErrorGroup, PauseInfo, ReadModels, pause_infos
 

@@ -37,8 +37,8 @@ from redis.cluster import ClusterPipeline
 
 from antre.engine import keys
 from antre.clock import Clock, system_ms
-from antre.limits.flow import FlowControl
-from antre.observe.groups import Groups
+from antre.scheduling.flow import FlowControl
+from antre.scheduling.groups import Groups
 from antre.observe.readmodels import ReadModels
 from antre.observe.registry import WorkerRegistry
 

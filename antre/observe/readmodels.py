@@ -15,7 +15,7 @@ import redis
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import Job, from_fields
-from antre.limits.flow import BreakerState, RateLimiterState, SemaphoreState
+from antre.scheduling.flow import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
 from antre.observe.memory import MemoryPolicy
 

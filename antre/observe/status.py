@@ -8,7 +8,7 @@ import redis
 
 from antre.observe import sampling
 from antre.clock import Clock, system_ms
-from antre.limits.flow import FlowControl
+from antre.scheduling.flow import FlowControl
 from antre.engine.locks import Locks
 from antre.observe.readmodels import QueueRates, ReadModels, StatusSummary
 from antre.observe.memory import memory_policy

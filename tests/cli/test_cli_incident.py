@@ -10,7 +10,7 @@ import json
 import pytest
 
 from antre import Antre
-from antre.limits.flow import FlowControl
+from antre.scheduling.flow import FlowControl
 from antre_cli.main import main
 
 ACTOR = f"cli:{getpass.getuser()}"

@@ -106,7 +106,7 @@ def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
 def test_key_turns_and_groups_on_cluster(rc, name):
     """Per-key turns and group slots (issue 23): every key a script derives is in the queue's
     slot, so the hand-over works on a cluster as on one server."""
-    from antre.control.groups import GroupControl
+    from antre.scheduling.controls import GroupControl
     clock = ManualClock()
     q = Queue(rc, name, clock=clock)
     keyed = q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}", lock_key="order:1")

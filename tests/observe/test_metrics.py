@@ -9,7 +9,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from antre.observe import metrics
-from antre.limits.flow import CircuitBreaker, FlowControl
+from antre.scheduling.flow import CircuitBreaker, FlowControl
 from antre.engine.queue import Queue
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 

@@ -16,7 +16,7 @@ import yaml
 from helpers import burst
 
 from antre.control.pause import Pauses
-from antre.limits.flow import CircuitBreaker, FlowControl
+from antre.scheduling.flow import CircuitBreaker, FlowControl
 from antre.observe.metrics import render
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 from antre import Permanent, Retryable

@@ -2,7 +2,7 @@
 ``antre/``, ``worker/`` and ``webapp/``, checked against the picture.
 
 - inside ``antre/``, a room imports only rooms below it: the top (errors, clock) <- engine <-
-  limits, stores <- observe <- control <- app (``app``, ``context``, ``embedded``, the package);
+  scheduling, stores <- observe <- control <- app (``app``, ``context``, ``embedded``, the package);
 - ``antre/`` imports neither flask nor apscheduler, nor the worker, the dashboard or the CLI;
 - ``worker/`` and ``webapp/`` never import each other (nor the CLI);
 - framework integrations live in their own packages (``antre_django/``): ``antre/`` imports no
@@ -19,7 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-RANK = {"base": 0, "engine": 1, "limits": 2, "stores": 2, "observe": 3, "control": 4, "app": 5}
+RANK = {"base": 0, "engine": 1, "scheduling": 2, "stores": 2, "flows": 2, "observe": 3,
+        "control": 4, "app": 5}
 BASE = {"errors", "clock"}
 FORBIDDEN = {
     "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "webapp",
@@ -103,7 +104,7 @@ def test_the_rooms_are_where_the_picture_says() -> None:
 
 @pytest.mark.parametrize("module,target", [
     ("antre.engine.queue", "antre.observe.readmodels"),   # a lower room reaching up
-    ("antre.limits.flow", "antre.stores.sql"),            # a sibling room
+    ("antre.scheduling.flow", "antre.stores.sql"),            # a sibling room
     ("antre.errors", "antre.engine.keys"),                # the base imports nothing of Antre
     ("antre.control.pause", "flask"),                     # no web framework in the core
     ("antre.app", "django.tasks"),

@@ -154,7 +154,7 @@ def test_purge_api_count_start_control_and_refusals(web):
 
 
 def test_breaker_reset_through_the_api(web):
-    from antre.limits.flow import FlowControl
+    from antre.scheduling.flow import FlowControl
     breaker = FlowControl(web.svc.redis, web.clock).breaker("psp", failure_threshold=1)
     breaker.record_failure()
     c = web.app.test_client()

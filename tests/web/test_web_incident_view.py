@@ -42,7 +42,7 @@ def test_nothing_about_queues_reaches_the_login_page(web):
 
 
 def _open_breaker(web, name="downstream:psp"):
-    from antre.limits.flow import FlowControl
+    from antre.scheduling.flow import FlowControl
     FlowControl(web.producer.redis, web.clock).breaker(name, 1, 60, 30).record_failure()
 
 

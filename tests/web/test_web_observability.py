@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from webtools import basic, post
 
 from antre.observe.alerts import AlertEngine
-from antre.limits.flow import CircuitBreaker, FlowControl
+from antre.scheduling.flow import CircuitBreaker, FlowControl
 
 
 

@@ -142,7 +142,7 @@ def test_concurrency_limit_of_one_is_never_exceeded_across_threads(app, clock, q
 
 def test_open_breaker_holds_jobs_without_spending_attempts(app, clock, q):
     from antre import FlowPolicy
-    from antre.limits.flow import CircuitBreaker
+    from antre.scheduling.flow import CircuitBreaker
     app.downstream("provider", FlowPolicy(failure_threshold=2, window_s=60, cooldown_s=30))
     calls = []
 

@@ -2,20 +2,23 @@
 (how many of its jobs may be ready or running at once) with a reason, until cleared or for a
 while. Both live in Redis in the queue's slot and are read by the scripts on every enqueue,
 ack and reserve, so they hold on every worker host at once. Like every control here, none of
-this knows who asked or audits: the dashboard, the API and the CLI do."""
+this knows who asked or audits: the dashboard, the API and the CLI do.
+
+A group's pause is a pause like a job type's (``antre.control.pause.Pauses``, a room above
+this one): the caller hands it in as ``pauses`` (``GroupPauses``)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any, Protocol
 
 import redis
 
 from antre.clock import Clock, system_ms
-from antre.control.pause import Pauses, PauseError
 from antre.engine import keys
 from antre.engine.envelope import MAX_GROUP_CONCURRENCY
 from antre.engine.scripts import Scripts
-from antre.observe.groups import GroupOverride
+from antre.scheduling.groups import GroupOverride
 
 MAX_REVERT_S = 7 * 86400
 
@@ -24,25 +27,44 @@ class GroupError(ValueError):
     """A group action that was refused; the message says what to pass."""
 
 
+class GroupPauses(Protocol):
+    """What a group's pause and resume need (``antre.control.pause.Pauses`` is one); a refusal
+    raises a ``ValueError`` saying why."""
+
+    def pause_group(self, queue: str, group: str, by: str, reason: str) -> Any: ...
+
+    def resume_group(self, queue: str, group: str) -> int: ...
+
+
 class GroupControl:
     def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
-                 scripts: Scripts | None = None) -> None:
+                 scripts: Scripts | None = None, pauses: GroupPauses | None = None) -> None:
         self.redis = client
         self.clock = clock
         self.scripts = scripts or Scripts(client)
-        self.pauses = Pauses(client, clock, self.scripts)
+        self.pauses = pauses
+
+    def _pauses(self) -> GroupPauses:
+        if self.pauses is None:
+            raise GroupError("this GroupControl was made without pauses: pass "
+                             "pauses=antre.control.pause.Pauses(...)")
+        return self.pauses
 
     def pause(self, queue: str, group: str, by: str, reason: str) -> None:
         try:
-            self.pauses.pause_group(queue, group, by, reason)
-        except PauseError as exc:
+            self._pauses().pause_group(queue, group, by, reason)
+        except GroupError:
+            raise
+        except ValueError as exc:
             raise GroupError(str(exc)) from exc
 
     def resume(self, queue: str, group: str) -> int:
         """Returns how many of its parked jobs went back to ready."""
         try:
-            return self.pauses.resume_group(queue, group)
-        except PauseError as exc:
+            return self._pauses().resume_group(queue, group)
+        except GroupError:
+            raise
+        except ValueError as exc:
             raise GroupError(str(exc)) from exc
 
     def set_slots(self, queue: str, group: str, slots: int, by: str, reason: str,

@@ -10,7 +10,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from antre.engine import keys
 from antre.errors import RateLimited
-from antre.limits.flow import CircuitBreaker, FlowControl, FlowPolicy, RateLimiter, Semaphore
+from antre.scheduling.flow import CircuitBreaker, FlowControl, FlowPolicy, RateLimiter, Semaphore
 
 
 # -- semaphore ------------------------------------------------------------------------------

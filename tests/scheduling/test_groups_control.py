@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from antre.control.groups import GroupControl, GroupError
+from antre.control.pause import Pauses
+from antre.scheduling.controls import GroupControl, GroupError
 from antre.engine.queue import JobSpec, Queue
-from antre.observe.groups import Groups
+from antre.scheduling.groups import Groups
 
 
 def fill(q: Queue, group: str, n: int, conc: int = 1) -> list[str]:
@@ -51,7 +52,7 @@ def test_zero_slots_hold_a_group_and_the_override_reverts_after_its_time(q, r, c
 def test_the_view_ranks_groups_and_lists_paused_ones(q, r, clock):
     fill(q, "big", 10)
     fill(q, "small", 2)
-    ctl = GroupControl(r, clock)
+    ctl = GroupControl(r, clock, pauses=Pauses(r, clock))
     ctl.pause("jobs", "small", "ops", "checking their data")
     view = Groups(r, clock).view("jobs")
     assert [g.name for g in view.by_waiting] == ["big", "small"]
@@ -78,3 +79,8 @@ def test_bad_overrides_are_refused_saying_what_to_pass(r, clock, kwargs, message
         GroupControl(r, clock).set_slots("jobs", args.pop("group"), args.pop("slots"), "ops",
                                          **args)
     assert r.keys("*") == []
+
+
+def test_a_control_made_without_pauses_says_what_to_pass(r, clock):
+    with pytest.raises(GroupError, match="pauses="):
+        GroupControl(r, clock).pause("jobs", "small", "ops", "why")
