@@ -49,7 +49,8 @@ from antre.scheduling.groups import Groups
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
-from . import passwords
+from . import flows, passwords
+
 
 @dataclass
 class Outcome:
@@ -136,7 +137,7 @@ def _common(p: argparse.ArgumentParser, reason_required: bool = False,
 def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
     """The incident commands and the table's; ``groups``: subcommand groups made elsewhere
     (with their own ``--app``) that table entries join, e.g. ``schedules``."""
-    shared = {**(groups or {}), "group": _add_group(sub)}
+    shared = {**(groups or {}), "group": _add_group(sub), "flow": flows.add_flow(sub)}
     made = add_table_parsers(sub, TABLE, shared)
     add_selection_parsers(sub, SELECTIONS, TABLE, made, set(shared))
     _add_tasks(sub)
@@ -308,7 +309,7 @@ def add_selection_parsers(sub: Any, selections: list[Selection], table: list[Act
             entry = next(a for a in table if a.name == op.action)
             if sel.leases or entry.path_params != ("queue", "job_id"):
                 raise TypeError(f"{op.cli}: a selection's command names plain job ids")
-            p = _subcommand(sub, groups, op.cli, op.summary, op.op)
+            p = _subcommand(sub, groups, op.cli, op.cli_help or op.summary, op.op)
             p.add_argument("job_ids", nargs="*", help="the jobs' ids")
             if sel.cli_rows is not None:
                 p.add_argument("--all", action="store_true", help=sel.cli_rows.help)
@@ -379,5 +380,5 @@ def _add_tasks(sub: Any) -> None:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "tasks": cmd_tasks, "group": cmd_group,
+    "tasks": cmd_tasks, "group": cmd_group, "flow": flows.cmd_flow,
 }

@@ -38,6 +38,8 @@ from . import (
     errors,
     find,
     find_api,
+    flows,
+    flows_api,
     groups,
     idempotency,
     incident,
@@ -63,6 +65,7 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               control.bp,  # incident controls: pause, cancel, purge
               incident.bp, errors.bp, edit.bp,  # incidents, error groups, edited replay
               groups.bp,  # fair-share groups (issue 23)
+              flows.bp, flows_api.bp,  # flows (issue 26)
               perf.bp)  # performance per job type (issue 25)
 
 

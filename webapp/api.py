@@ -18,6 +18,7 @@ from typing import Any
 from flask import Blueprint, Response, abort, current_app, jsonify, request
 
 from antre.engine.keys import valid_name
+from antre.flows import FlowReader
 from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
@@ -170,7 +171,9 @@ def job(queue: str, job_id: str) -> Response:
     found = job_or_404(queue, job_id)
     record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
     turn = svc.reads.turn(queue, found)
+    links = FlowReader(svc.redis).links(queue, found.id)  # its flow, parents, children
     return jsonify({"job": _plain(found), "idempotency": record.to_dict() if record else None,
+                    "flow": _plain(links) if links else None,
                     "turn": None if turn is None else {**_plain(turn), "text": turn.describe()},
                     "idempotent_handler": svc.idempotent(found.type), "as_of": svc.clock()})
 

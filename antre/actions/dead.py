@@ -7,19 +7,8 @@ from __future__ import annotations
 from antre.control.bulk import TaskNotFound, TaskStateError
 from antre.observe.readmodels import MAX_EPOCH_MS, WINDOWS_MS, DeadFilter
 
-from .base import (
-    MAX_BULK,
-    Action,
-    Actor,
-    Args,
-    BadInput,
-    confirmed,
-    Html,
-    Ops,
-    Param,
-    Result,
-    _how_to_confirm,
-)
+from .base import (MAX_BULK, Action, Actor, Args, BadInput, confirmed, Html, Ops, Param, Result,
+                   _how_to_confirm)
 
 
 def _task_change(ops: Ops, a: Args, op: str, kind: str) -> Result:

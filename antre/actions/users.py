@@ -10,15 +10,7 @@ from collections.abc import Callable
 from antre.stores.sql import ROLES
 from antre.stores.users import UnknownUser, UserExists, UserStore, WeakPassword
 
-from .base import (
-    Action,
-    Actor,
-    Args,
-    Html,
-    Ops,
-    Param,
-    Result,
-)
+from .base import Action, Actor, Args, Html, Ops, Param, Result
 
 
 # -- dashboard users (admin): role, disable / enable, delete, log out everywhere -------------

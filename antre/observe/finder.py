@@ -132,6 +132,7 @@ class ResultStatus:
         by the end itself, not by polling: see README "Waiting for a result"); when it does not
         end in time, the status then, with ``timed_out`` True. Raises ``ResultUnavailable``
         when Redis was unreachable up to the timeout. A final status returns itself."""
+        check_timeout(timeout)
         if self.final:
             return self
         waiter = cast("Waits | None", self.__dict__.get("_waiter"))
@@ -139,6 +140,14 @@ class ResultStatus:
             raise RuntimeError("this ResultStatus was not read through Antre.result: call "
                                "app.result(key).wait(timeout)")
         return waiter.wait(self.idempotency_key, timeout)
+
+
+def check_timeout(timeout: Any) -> float:
+    """A wait's timeout in seconds, or ``ValueError`` saying what to pass."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout \
+            or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0 (e.g. 30), not {timeout!r}")
+    return min(float(timeout), 366 * 86_400.0)
 
 
 @dataclass(frozen=True)
@@ -394,7 +403,7 @@ class Finder:
                 status = "cancelled"
             return ResultStatus(idempotency_key, status, job.result, job.job_id, job.queue,
                                 job.reason or job.last_error, "redis", progress=job.progress)
-        if found is not None and self._cancelled(found):  # discarded by its cancel request
+        if found is not None and self.cancelled_gone(found.queue, found.job_id):
             return ResultStatus(idempotency_key, "cancelled", None, found.job_id, found.queue,
                                 "cancelled (the job was discarded)", "redis")
         if record is not None:
@@ -408,9 +417,10 @@ class Finder:
                                 error=record.last_error or "", source="sql")
         return ResultStatus(idempotency_key, "unknown")
 
-    def _cancelled(self, found: Located) -> bool:
-        """Whether a gone job's kept timeline ends with its cancellation."""
-        last = self.redis.lindex(keys.QueueKeys(found.queue).timeline(found.job_id), -1)
+    def cancelled_gone(self, queue: str, job_id: str) -> bool:
+        """Whether a gone job's kept timeline ends with its cancellation (a cancel request
+        that discarded it)."""
+        last = self.redis.lindex(keys.QueueKeys(queue).timeline(job_id), -1)
         return isinstance(last, str) and _event(last).kind == "cancelled"
 
     def abandoned(self, idempotency_key: str) -> Abandoned | None:

@@ -82,8 +82,7 @@ class WorkerRegistry:
         that exited says so in its last beat). Supervisors run no jobs and are not counted.
         The one definition the overview, ``antre status`` (text and JSON), ``/metrics`` and
         the alerts all use."""
-        now = self.clock()
-        return [w for w in self.list() if w.kind == "process" and w.alive(now, stale_after_ms)]
+        return live_of(self.list(), self.clock(), stale_after_ms)
 
     def live_count(self, stale_after_ms: int = STALE_AFTER_MS) -> int:
         return len(self.live(stale_after_ms))
@@ -115,6 +114,12 @@ class WorkerRegistry:
 
     def forget_older_than(self, ms: int) -> int:
         return int(self.redis.zremrangebyscore(keys.workers_index(), "-inf", self.clock() - ms))
+
+
+def live_of(workers: list[WorkerInfo], now_ms: int,
+            stale_after_ms: int = STALE_AFTER_MS) -> list[WorkerInfo]:
+    """The live worker processes among ``workers`` (a ``WorkerRegistry.list()`` read)."""
+    return [w for w in workers if w.kind == "process" and w.alive(now_ms, stale_after_ms)]
 
 
 def _decode(data: dict[str, str]) -> WorkerInfo:

@@ -22,6 +22,7 @@ local id, epoch, now, visible_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber
 local lost = lease_error(KEYS[1], epoch)
 if lost then return lost end
 redis.call('ZREM', KEYS[2], id)
+gate_leave(prefix_of(KEYS[1], id), id, now, nil)  -- its limit slots pass on (issue 23)
 if KEYS[9] then
   local req = cancel_of(redis.call('HGET', KEYS[1], 'cancel'))
   if req then
