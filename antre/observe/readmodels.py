@@ -69,6 +69,7 @@ class QueueInfo:
     parked: int = 0
     waiting: int = 0  # behind the head of their lock_key (issue 23): made ready in their turn
     keys_held: int = 0  # lock_keys of this queue that have a head (a job whose turn it is)
+    held: int = 0  # jobs of flows waiting for their parents (issue 26), state 'held'
 
     @property
     def queue_paused(self) -> PauseInfo | None:
@@ -322,8 +323,9 @@ class ReadModels:
         pipe.get(k.tombstones)
         pipe.zcard(k.waiting)
         pipe.hlen(k.turns)
+        pipe.zcard(k.held)
         (ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks,
-         waiting, keys_held) = pipe.execute()
+         waiting, keys_held, held) = pipe.execute()
         oldest = next((i for i in reversed(tail) if not i.startswith("{")), None)
         now = self.clock()
         age = 0
@@ -335,7 +337,7 @@ class ReadModels:
         ready = max(0, ready + parked - _int(marks))
         return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
                          {s: _int(v) for s, v in stats.items()}, now,
-                         tuple(pause_infos(name, paused)), parked, waiting, keys_held)
+                         tuple(pause_infos(name, paused)), parked, waiting, keys_held, held)
 
     def parked_count(self, queue: str, job_types: set[str]) -> int:
         """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined)."""
