@@ -214,7 +214,9 @@ class Job:
     snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
     cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
     group: str = ""  # its fair-share group (issue 23; stored as 'fgroup', not read at reserve)
-    waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
+    waits_on: str = ""  # while waiting: 'lock' (behind its key's head), 'group' (a slot) or
+    # 'limit' (a slot of its type's or downstream's concurrency limit: ``gate``)
+    gate: str = ""  # the limit it waits for ('type:<t>' or 'ds:<name>'), waiting or scheduled
     group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
     rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
     progress: Progress | None = None  # its handler's last ctx.progress (issue 26)
@@ -294,6 +296,15 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
         return _json(bytes(raw).decode("utf-8", "replace"), default)
 
 
+def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
+    """The latest failure's traceback: its entry's in ``errors`` (append_error in _lib.lua
+    keeps no second copy; a job stored before issue 29 without entries has its field)."""
+    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
+        tb = errors[-1].get("traceback")
+        return tb if isinstance(tb, str) else ""
+    return fields.get("traceback", "")
+
+
 def from_fields(fields: Mapping[str, str]) -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
     reported in ``payload_error`` so the worker can bury the job with that reason."""
@@ -334,7 +345,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         worker_id=fields.get("worker_id", ""),
         last_error=fields.get("last_error", ""),
         error_kind=fields.get("error_kind", ""),
-        traceback=fields.get("traceback", ""),
+        traceback=_last_traceback(errors, fields),
         first_failed_at=_int(fields, "first_failed_at"),
         last_failed_at=_int(fields, "last_failed_at"),
         reason=fields.get("reason", ""),
@@ -348,6 +359,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         cancel=fields.get("cancel", ""),
         group=fields.get("fgroup", ""),
         waits_on=fields.get("waits_on", ""),
+        gate=fields.get("gate", ""),
         group_rate=format_rate(fields.get("grate", "")) if fields.get("grate") else "",
         rate_due=_int(fields, "rate_due"),
         progress=decode_progress(fields.get("progress")),
