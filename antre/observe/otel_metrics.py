@@ -51,7 +51,7 @@ def configured() -> bool:
     measurements made here are kept."""
     if not AVAILABLE:
         return False
-    internal = otel_metrics._internal  # type: ignore[attr-defined]
+    internal = otel_metrics._internal
     if not _PROVIDER_FROM_ENV and getattr(internal, "_METER_PROVIDER", None) is None:
         return False
     return not isinstance(otel_metrics.get_meter_provider(), otel_metrics.NoOpMeterProvider)
