@@ -9,7 +9,7 @@ import inspect
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import redis
 from redis.asyncio import Redis as AsyncRedis
@@ -21,6 +21,7 @@ from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
+from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, Group, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
 from antre.observe.waiting import ResultWaiter
@@ -478,6 +479,36 @@ class Antre:
     def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
         """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips."""
         return self.queue(queue).enqueue_many(jobs)
+
+    # -- flows (issue 26; antre/flows/): chains, groups, chords, batches ----------------------
+    @property
+    def flows(self) -> FlowProducer:
+        return FlowProducer(self)
+
+    def chain(self, *steps: Step) -> Chain:
+        """Each step after the previous one, given its result (``ctx.previous_result``);
+        ``.enqueue(...)`` stores the whole flow (see ``antre.flows.compose``)."""
+        return self.flows.chain(*steps)
+
+    def group(self, steps: Iterable[Step]) -> Group:
+        """Steps run in parallel; ``.enqueue(...)`` stores them as one flow."""
+        return self.flows.group(steps)
+
+    def chord(self, header: Group | Iterable[Step], callback: Step) -> Chord:
+        """``callback`` once every step of ``header`` completed, with their results in order
+        (``ctx.flow_results``)."""
+        return self.flows.chord(header, callback)
+
+    def batch(self, *, on_success: JobSpec | None = None, on_complete: JobSpec | None = None,
+              description: str = "", queue: str | None = None) -> Batch:
+        """An open batch: ``add`` jobs over time, ``close()`` (or leave its ``with`` block);
+        then ``on_complete`` runs once every job settled, ``on_success`` when none is dead."""
+        return self.flows.batch(on_success=on_success, on_complete=on_complete,
+                                description=description, queue=queue)
+
+    def flow(self, flow_id: str, queue: str | None = None) -> Flow:
+        """The handle of a stored flow (status, results, wait, cancel)."""
+        return self.flows.flow(flow_id, queue)
 
     # -- producing from asyncio (redis.asyncio; one round trip per call) ----------------------
     @property

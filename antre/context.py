@@ -6,6 +6,7 @@ import threading
 from typing import Any, Callable
 
 from antre.engine.envelope import Job
+from antre.engine.progress import checked as checked_progress
 from antre.errors import JobTimeout
 
 _MAKING = threading.Lock()  # guards the first making of a context's ``cancelled``
@@ -18,7 +19,11 @@ class JobContext:
     record (``None`` without a database); it is opened on first use, so a handler that never
     touches it costs no transaction (its completion is then one autocommit statement).
     ``fence``: the fencing token of the job's business lock when it has a ``lock_key``, else
-    the lease epoch. ``cancelled``: set when the soft
+    the lease epoch. In a flow (issue 26): ``flow_id``; ``flow_results``, the results of the
+    jobs it waited for, in input order (a chord's callback: every job of its group; a
+    ``ChildFailure`` for one that died when the flow ignores failures; one read, on first
+    use); ``previous_result``, a chain step's previous step's result (the list when it
+    waited for several). ``cancelled``: set when the soft
     timeout passed or the worker is shutting down; long handlers should look at it or call
     ``checkpoint()``.
     """
@@ -27,7 +32,9 @@ class JobContext:
                  _db: Any = None, fence: int = 0, lock: Any = None, last_checkpoint: Any = None,
                  cancelled: threading.Event | None = None,
                  _extend: Callable[[float], int] | None = None,
-                 _checkpoint: Callable[[Any], None] | None = None) -> None:
+                 _checkpoint: Callable[[Any], None] | None = None,
+                 _progress: Callable[[float, str], None] | None = None,
+                 _flow_inputs: Callable[[], list[Any]] | None = None) -> None:
         self.job = job
         self.worker_id = worker_id
         self._db_factory = _db_factory
@@ -38,6 +45,29 @@ class JobContext:
         self._cancelled = cancelled  # made on first use: most handlers never look at it
         self._extend = _extend
         self._checkpoint = _checkpoint
+        self._progress = _progress
+        self.last_progress: tuple[float, str] | None = None  # the last ctx.progress, checked
+        self.flow_id: str = job.flow
+        self._flow_inputs = _flow_inputs
+        self._flow_results: list[Any] | None = None
+
+    @property
+    def flow_results(self) -> list[Any]:
+        """The results of the jobs this one waited for in its flow, in input order; read from
+        Redis once, on first use (a job that never looks costs no read)."""
+        if self._flow_results is None:
+            loader = self._flow_inputs
+            self._flow_results = loader() if loader is not None and self.job.flow_inputs else []
+        return self._flow_results
+
+    @property
+    def previous_result(self) -> Any:
+        """The result of the one job this one waited for in its flow (a chain's previous
+        step), the list of them when it waited for several, None when it waited for none."""
+        results = self.flow_results
+        if not results:
+            return None
+        return results[0] if len(results) == 1 else results
 
     def __repr__(self) -> str:
         return f"JobContext(job={self.job.id!r}, worker_id={self.worker_id!r}, fence={self.fence})"
@@ -77,6 +107,17 @@ class JobContext:
         if self._extend is None:
             raise RuntimeError("extend_lease is only available inside a worker")
         return self._extend(seconds)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """Say how far the handler got: ``fraction`` from 0 to 1 and a short text (at most
+        200 characters kept), e.g. ``ctx.progress(0.4, "rows 4,000/10,000")``. The producer
+        sees it in ``app.result(key).progress``, the dashboard on the job page. Cheap to call
+        in a loop: the worker writes at most 4 a second, and the last one before the job's
+        ack. Raises ``ValueError`` for a fraction outside 0..1 or a message that is not text."""
+        value = checked_progress(fraction, message)
+        self.last_progress = value
+        if self._progress is not None:
+            self._progress(*value)
 
     def checkpoint(self, state: Any = None) -> None:
         """Persist progress (when ``state`` is given) and raise ``JobTimeout`` if cancelled."""

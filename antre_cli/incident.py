@@ -27,6 +27,7 @@ import redis
 from antre import Antre
 from antre.actions import (
     PATH_HELP,
+    SELECTIONS,
     Result,
     Args,
     TABLE,
@@ -35,7 +36,11 @@ from antre.actions import (
     BadInput,
     Ops,
     Param,
+    Selection,
+    SelectOp,
+    each,
     parse,
+    parse_params,
     record,
 )
 from antre.control.bulk import BulkReplays
@@ -43,6 +48,9 @@ from antre.control.pause import unknown_target
 from antre.scheduling.groups import Groups
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
+
+from . import flows, passwords
+
 
 @dataclass
 class Outcome:
@@ -65,12 +73,24 @@ def _app(path: str | None) -> Antre:
 
 
 def run_audited(app: Antre, action: str, target: str, reason: str,
-                fn: Callable[[], Outcome]) -> int:
-    """Run ``fn`` and audit what came of it; 0 when it was done."""
+                fn: Callable[[], Outcome], shown: str = "") -> int:
+    """Run ``fn`` and audit what came of it; 0 when it was done. ``shown``: printed after
+    the message on success, never audited (a password made for the user)."""
     if app.audit is None:
-        print("error: changes are audited in the database: set ANTRE_DATABASE_URL",
-              file=sys.stderr)
+        print(NO_AUDIT, file=sys.stderr)
         return 2
+    out = _audited(app, action, target, reason, fn)
+    print(out.message + (shown if out.ok else ""), file=sys.stdout if out.ok else sys.stderr)
+    return 0 if out.ok else 1
+
+
+NO_AUDIT = "error: changes are audited in the database: set ANTRE_DATABASE_URL"
+
+
+def _audited(app: Antre, action: str, target: str, reason: str,
+             fn: Callable[[], Outcome]) -> Outcome:
+    """``fn``'s outcome (a Redis outage is one: nothing was done), written to the audit log."""
+    assert app.audit is not None  # the caller checked
     try:
         out = fn()
     except redis.RedisError as exc:
@@ -79,8 +99,7 @@ def run_audited(app: Antre, action: str, target: str, reason: str,
     status = "ok" if out.ok else ("refused" if out.refused else "failed")
     record(app.audit, operator_actor(), action, target, reason, status,
            {"message": out.message, **out.detail})
-    print(out.message, file=sys.stdout if out.ok else sys.stderr)
-    return 0 if out.ok else 1
+    return out
 
 
 def _refuse(message: str, **detail: Any) -> Outcome:
@@ -118,7 +137,9 @@ def _common(p: argparse.ArgumentParser, reason_required: bool = False,
 def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
     """The incident commands and the table's; ``groups``: subcommand groups made elsewhere
     (with their own ``--app``) that table entries join, e.g. ``schedules``."""
-    add_table_parsers(sub, TABLE, {**(groups or {}), "group": _add_group(sub)})
+    shared = {**(groups or {}), "group": _add_group(sub), "flow": flows.add_flow(sub)}
+    made = add_table_parsers(sub, TABLE, shared)
+    add_selection_parsers(sub, SELECTIONS, TABLE, made, set(shared))
     _add_tasks(sub)
 
 
@@ -165,20 +186,24 @@ def cmd_group(args: argparse.Namespace) -> int:
 
 
 # -- the table of operator actions (antre/actions/) -----------------------------------------
-def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> None:
+def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> dict[str, Any]:
     """One subcommand per CLI words of the table: ``antre WORD`` or ``antre GROUP WORD``,
-    path parameters as positionals, the others as ``--options``, and ``--app`` (unless the
-    group is a ``shared`` one, which has it) / ``--reason``. Entries sharing their words share
-    the command (``antre task pause`` serves bulk replays and purges)."""
+    path parameters as positionals, the others as ``--options`` (a ``secret`` one as
+    ``--password``, ``--password-stdin``, ``--prompt``), and ``--app`` (unless the group is a
+    ``shared`` one, which has it) / ``--reason``. Entries sharing their words share the
+    command (``antre task pause`` serves bulk replays and purges); an entry without words
+    (``cli=()``: your own account) has none. Returns every group's subparsers."""
     groups: dict[str, Any] = dict(shared)
-    for words in dict.fromkeys(a.cli for a in table):
+    for words in dict.fromkeys(a.cli for a in table if a.cli):
         entries = tuple(a for a in table if a.cli == words)
         action = entries[0]
         p = _action_parser(sub, groups, table, words)
         for name in action.path_params:
             p.add_argument(name, help=PATH_HELP.get(name, ""))
         for param in action.params:
-            if param.positional:
+            if param.secret:
+                passwords.add_options(p, param.name)
+            elif param.positional:
                 p.add_argument(param.name, help=param.help)
             else:
                 _add_option(p, param)
@@ -187,18 +212,24 @@ def add_table_parsers(sub: Any, table: list[Action], shared: dict[str, Any]) -> 
                                                                   "change nothing")
         _common(p, reason_required=action.reason_required_on_cli, app=words[0] not in shared)
         p.set_defaults(table_actions=entries)
+    return groups
 
 
 def _action_parser(sub: Any, groups: dict[str, Any], table: list[Action],
                    words: tuple[str, ...]) -> Any:
     mine = next(a for a in table if a.cli == words)
-    helps = mine.cli_help or mine.summary
+    verbs = dict.fromkeys(a.cli[1] for a in table if a.cli[:1] == words[:1] and len(a.cli) == 2)
+    return _subcommand(sub, groups, words, mine.cli_help or mine.summary, " | ".join(verbs))
+
+
+def _subcommand(sub: Any, groups: dict[str, Any], words: tuple[str, ...], helps: str,
+                verbs: str) -> Any:
+    """``antre WORD`` or ``antre GROUP WORD`` (the group made on first use, ``verbs`` its
+    help)."""
     if len(words) == 1:
         return sub.add_parser(words[0], help=helps)
     group, word = words
     if group not in groups:
-        verbs = " | ".join(dict.fromkeys(a.cli[1] for a in table
-                                         if a.cli[0] == group and len(a.cli) == 2))
         g = sub.add_parser(group, help=f"{group}: {verbs}")
         groups[group] = g.add_subparsers(dest=f"{group}_cmd", required=True)
     return groups[group].add_parser(word, help=helps)
@@ -241,9 +272,12 @@ def cmd_action(args: argparse.Namespace) -> int:
     """Run the table entry the subcommand was made from, audited as ``cli:NAME``."""
     entries: tuple[Action, ...] = args.table_actions
     app = _app(args.app)
+    given, shown = dict(vars(args)), ""
     try:
-        values = parse(entries[0], vars(args), vars(args))
-    except BadInput as exc:
+        for param in (p for p in entries[0].params if p.secret):
+            shown = passwords.fill(given, param.name)
+        values = parse(entries[0], given, given)
+    except ValueError as exc:  # BadInput, or the passwords typed at the prompt differ
         print(f"error: {exc}", file=sys.stderr)
         return 1
     ops = Ops(app)
@@ -258,11 +292,84 @@ def cmd_action(args: argparse.Namespace) -> int:
 
     def run() -> Outcome:
         result = action.run(ops, operator_actor(), values)
-        if result.ok:
-            line = action.cli_line(values, result) if action.cli_line else result.message
-            return Outcome(True, line, detail=result.detail)
-        return _refuse(result.message, **result.detail)
-    return run_audited(app, action.name, action.target(values), values["reason"], run)
+        if result.ok and action.cli_line is not None:
+            result = Result(True, action.cli_line(values, result), result.status, result.detail)
+        return _outcome(result)
+    return run_audited(app, action.name, action.target(values), values["reason"], run, shown)
+
+
+# -- selections: one entry over many job ids (``antre dlq replay ID... | --all``) -------------
+def add_selection_parsers(sub: Any, selections: list[Selection], table: list[Action],
+                          groups: dict[str, Any], shared: set[str]) -> None:
+    """A command per selection op with ``cli`` words: the job ids as positionals, ``--all``
+    with the selection's filter options (``cli_rows``), the entry's own options, ``--queue``
+    (the group's when it is a ``shared`` one, e.g. ``antre dlq --queue Q replay``)."""
+    for sel in selections:
+        for op in (o for o in sel.ops if o.cli):
+            entry = next(a for a in table if a.name == op.action)
+            if sel.leases or entry.path_params != ("queue", "job_id"):
+                raise TypeError(f"{op.cli}: a selection's command names plain job ids")
+            p = _subcommand(sub, groups, op.cli, op.cli_help or op.summary, op.op)
+            p.add_argument("job_ids", nargs="*", help="the jobs' ids")
+            if sel.cli_rows is not None:
+                p.add_argument("--all", action="store_true", help=sel.cli_rows.help)
+            for param in (*(sel.cli_rows.params if sel.cli_rows else ()), *entry.params):
+                _add_option(p, param)
+            if op.cli[0] not in shared:
+                p.add_argument("--queue", default="default", help="the queue")
+            _common(p, entry.reason_required_on_cli, app=op.cli[0] not in shared)
+            p.set_defaults(table_selection=(sel, op))
+
+
+def table_selection(args: argparse.Namespace) -> tuple[Selection, SelectOp] | None:
+    """The selection op a parsed command line was made from, if it was."""
+    found: tuple[Selection, SelectOp] | None = getattr(args, "table_selection", None)
+    return found
+
+
+def cmd_selection(args: argparse.Namespace) -> int:
+    """The op's entry for each named (or ``--all``) job, one audit entry each as ``cli:NAME``;
+    prints ``<op>: N of M jobs`` (0 when all were done)."""
+    sel, op = args.table_selection
+    action = next(a for a in TABLE if a.name == op.action)
+    app = _app(args.app)
+    if app.audit is None:
+        print(NO_AUDIT, file=sys.stderr)
+        return 2
+    ops = Ops(app)
+    try:
+        ids = _selected_ids(sel, ops, args)
+    except (BadInput, redis.RedisError) as exc:
+        print(f"error: {scrub(exc, app.redis_url)}", file=sys.stderr)
+        return 1
+    if not ids:
+        print("error: name job ids" + (", or --all with an optional filter"
+                                       if sel.cli_rows else ""), file=sys.stderr)
+        return 1
+
+    def one(job_id: str) -> Result:
+        values = parse(action, {"queue": args.queue, "job_id": job_id}, vars(args))
+        out = _audited(app, action.name, action.target(values), values["reason"],
+                       lambda: _outcome(action.run(ops, operator_actor(), values)))
+        return Result(out.ok, out.message)
+    result = each(op.verb, ids, one)
+    for problem in result.detail["problems"]:
+        print(problem, file=sys.stderr)
+    print(f"{op.cli[-1]}: {len(result.detail['done'])} of {len(ids)} jobs")
+    return 0 if result.ok else 1
+
+
+def _selected_ids(sel: Selection, ops: Ops, args: argparse.Namespace) -> list[str]:
+    ids = list(args.job_ids)
+    if sel.cli_rows is not None and args.all:
+        rows = sel.cli_rows
+        ids += rows.ids(ops, {**parse_params(rows.params, vars(args)), "queue": args.queue})
+    return list(dict.fromkeys(ids))
+
+
+def _outcome(result: Result) -> Outcome:
+    return Outcome(True, result.message, detail=result.detail) if result.ok else \
+        _refuse(result.message, **result.detail)
 
 
 def _add_tasks(sub: Any) -> None:
@@ -273,5 +380,5 @@ def _add_tasks(sub: Any) -> None:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "tasks": cmd_tasks, "group": cmd_group,
+    "tasks": cmd_tasks, "group": cmd_group, "flow": flows.cmd_flow,
 }

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import json
-import os
-import secrets
 import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
 import redis
 
-from antre import Antre
+from antre import Antre, Progress, ResultUnavailable
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
@@ -24,7 +21,6 @@ from antre.observe.redact import scrub
 from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry, cache_totals
-from antre.stores.users import MIN_PASSWORD_LENGTH, UnknownUser, UserExists
 from antre.observe.memory import MemoryPolicy
 from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
@@ -51,17 +47,6 @@ def _app(path: str | None) -> Antre:
     return load_app(path) if path else Antre()
 
 
-def _operator() -> str:
-    return incident.operator()
-
-
-def _audit(app: Antre, action: str, target: str, reason: str, outcome: str,
-           detail: dict[str, Any]) -> None:
-    if app.audit is not None:
-        app.audit.record(user=_operator(), role="cli", action=action, target=target,
-                         reason=reason, outcome=outcome, detail=detail, remote_addr="")
-
-
 def _no_secret(text: str, url: str) -> str:
     """``text`` with the URL's password blanked, wherever it shows."""
     return scrub(text, url)
@@ -71,8 +56,8 @@ def _no_secret(text: str, url: str) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     app = _app(args.app)
     try:
-        summary = status_summary(app.redis)
-        workers = WorkerRegistry(app.redis).list()
+        workers = WorkerRegistry(app.redis).list()  # read once: the count and the rows
+        summary = status_summary(app.redis, workers=workers)
     except redis.RedisError as exc:
         print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
               f"({_no_secret(str(exc), app.redis_url)}); start it or set ANTRE_REDIS_URL",
@@ -123,7 +108,6 @@ def _filter(args: argparse.Namespace) -> DeadFilter:
 def cmd_dlq(args: argparse.Namespace) -> int:
     app = _app(args.app)
     reads = ReadModels(app.redis)
-    queue = app.queue(args.queue)
     if args.dlq_cmd == "list":
         page = reads.dead(args.queue, _filter(args), 0, args.limit)
         if args.json:
@@ -133,35 +117,13 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         for row in page.rows:
             print(f"{row.id}  {_ts(row.finished_at)}  {row.type:<18} {row.reason[:80]}")
         return 0
-    if args.dlq_cmd == "show":
-        job = reads.job(args.queue, args.job_id)
-        if job is None:
-            print(f"error: no job {args.job_id} in queue {args.queue}", file=sys.stderr)
-            return 1
-        print(json.dumps(dataclasses.asdict(job), indent=2, default=str))
-        return 0
-    ids = list(args.job_ids)
-    if args.all:
-        ids += [job_id for job_id, _ in reads.dead_ids(args.queue, _filter(args), args.limit)]
-    if not ids:
-        print("error: name job ids, or --all with an optional --type/--group filter",
-              file=sys.stderr)
+    # show (replay | discard, many ids or --all: the DLQ selection's, antre/actions/table.py)
+    job = reads.job(args.queue, args.job_id)
+    if job is None:
+        print(f"error: no job {args.job_id} in queue {args.queue}", file=sys.stderr)
         return 1
-    note = {"via": "cli", "reason": args.reason} if args.reason else {"via": "cli"}
-
-    def act(job_id: str) -> bool:
-        fn = queue.replay if args.dlq_cmd == "replay" else queue.discard
-        return fn(job_id, _operator(), note)
-    if args.dlq_cmd == "replay" and app.idempotency is not None:
-        for job_id in ids:  # a replay on purpose lets a permanently failed key run again
-            job = queue.get(job_id)
-            if job and job.state == "dead":
-                app.idempotency.reset(job.idempotency_key)
-    done = sum(1 for job_id in ids if act(job_id))
-    _audit(app, f"dlq.{args.dlq_cmd}", ",".join(ids[:50]) + (" ..." if len(ids) > 50 else ""),
-           args.reason, "ok", {"requested": len(ids), "changed": done, "queue": args.queue})
-    print(f"{args.dlq_cmd}: {done} of {len(ids)} jobs")
-    return 0 if done == len(ids) else 1
+    print(json.dumps(dataclasses.asdict(job), indent=2, default=str))
+    return 0
 
 
 # -- schedules --------------------------------------------------------------------------------
@@ -192,6 +154,8 @@ def _print_job(app: Antre, found: Located, as_json: bool) -> int:
         return 0
     print(f"job {found.job_id} in {found.queue}: {found.state} ({status.job_type}, attempt "
           f"{status.attempts}/{status.max_attempts}, key {status.idempotency_key})")
+    if status.progress is not None:
+        print(f"  {progress_line(status.progress)}")
     for ev in timeline.events:
         details = ", ".join(f"{k}={v}" for k, v in ev.details.items() if k != "traceback")
         print(f"  {_ts(ev.at_ms)}  {ev.kind:<13} {ev.actor or '-':<28} {details[:160]}")
@@ -247,85 +211,54 @@ def cmd_find(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    """``Antre.result``: completed (with the stored result), pending, failed, abandoned or
-    unknown."""
+    """``Antre.result``: completed (with the stored result), pending, failed, cancelled,
+    abandoned or unknown, with the handler's last progress; ``--wait S``: its end, waited for
+    up to S seconds (exit 3 when it did not come)."""
     app = _app(args.app)
-    answer = app.result(args.key)
+    try:
+        answer = app.result(args.key)
+        if args.wait is not None:
+            answer = answer.wait(args.wait)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (redis.RedisError, ResultUnavailable) as exc:
+        print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
+              f"({_no_secret(str(exc), app.redis_url)})", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(dataclasses.asdict(answer), indent=2, default=str))
     else:
-        print(f"{answer.status}" + (f" (job {answer.job_id})" if answer.job_id else ""))
+        print(f"{answer.status}" + (f" (job {answer.job_id})" if answer.job_id else "")
+              + (f", still after waiting {args.wait:g}s" if answer.timed_out else ""))
+        if answer.progress is not None:
+            print(progress_line(answer.progress))
         if answer.status == "completed":
             print(json.dumps(answer.result, default=str))
         elif answer.error:
             print(answer.error)
+    if answer.timed_out:
+        return 3
     return 0 if answer.status != "unknown" else 1
 
 
+def progress_line(p: Progress) -> str:
+    """``progress 40% rows 4,000/10,000 (at 2026-12-01 14:00:00)``: a handler's last
+    ``ctx.progress``."""
+    return f"progress {p.percent}%" + (f" {p.message}" if p.message else "") + (
+        f" (at {_ts(p.at_ms)})" if p.at_ms else "")
+
+
 # -- users ----------------------------------------------------------------------------------
-PASSWORD_FLAG_WARNING = ("warning: --password puts the password in the process list and the "
-                         "shell history, where other users of this host can read it; use "
-                         "--password-stdin, --prompt or $ANTRE_PASSWORD instead")
-
-
-def _given_password(args: argparse.Namespace) -> str | None:
-    if args.password:
-        print(PASSWORD_FLAG_WARNING, file=sys.stderr)
-        return str(args.password)
-    if args.password_stdin:
-        return sys.stdin.readline().rstrip("\r\n")
-    if args.prompt:
-        first = getpass.getpass("new password: ")
-        if getpass.getpass("again: ") != first:
-            raise ValueError("the two passwords differ; nothing was changed")
-        return first
-    return os.environ.get("ANTRE_PASSWORD") or None
-
-
-def _password(args: argparse.Namespace) -> tuple[str, bool]:
-    """The password given (``--password-stdin``, ``--prompt``, ``$ANTRE_PASSWORD`` or the
-    discouraged ``--password``), else a generated one."""
-    given = _given_password(args)
-    return (given, False) if given else (secrets.token_urlsafe(18), True)
-
-
-def _user_add(app: Antre, args: argparse.Namespace) -> str:
-    password, generated = _password(args)
-    app.users.add(args.name, args.role, password)  # type: ignore[union-attr]
-    _audit(app, "users.add", args.name, args.reason, "ok", {"role": args.role})
-    return f"user {args.name} ({args.role}) added" + (
-        f"; password: {password}" if generated else "")
-
-
-def _user_passwd(app: Antre, args: argparse.Namespace) -> str:
-    password, generated = _password(args)
-    app.users.set_password(args.name, password)  # type: ignore[union-attr]
-    _audit(app, "users.password.reset", args.name, args.reason, "ok", {})
-    return f"password of {args.name} set; their open sessions are logged out" + (
-        f"; password: {password}" if generated else "")
-
-
-# role, disable, enable, delete and logout-everywhere: entries of the table of actions
-USER_COMMANDS = {"add": _user_add, "passwd": _user_passwd}
-
-
+# add, passwd, role, disable, enable, delete and logout-everywhere: entries of the table of
+# actions (antre/actions/users.py); list is a read
 def cmd_user(args: argparse.Namespace) -> int:
     app = _app(args.app)
     if app.users is None:
         print("error: users live in the database: set ANTRE_DATABASE_URL", file=sys.stderr)
         return 2
-    if args.user_cmd == "list":
-        for u in app.users.list():
-            print(f"{u.name:<20} {u.role}{'  (disabled)' if u.disabled else ''}")
-        return 0
-    try:
-        print(USER_COMMANDS[args.user_cmd](app, args))
-    except UnknownUser:
-        print(f"error: no user {args.name!r} (antre user list shows them)", file=sys.stderr)
-        return 1
-    except (UserExists, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    for u in app.users.list():
+        print(f"{u.name:<20} {u.role}{'  (disabled)' if u.disabled else ''}")
     return 0
 
 
@@ -391,14 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     ql.add_argument("--json", action="store_true")
     qs = dsub.add_parser("show")
     qs.add_argument("job_id")
-    for name in ("replay", "discard"):
-        qa = dsub.add_parser(name)
-        qa.add_argument("job_ids", nargs="*")
-        qa.add_argument("--all", action="store_true", help="every dead job matching the filter")
-        qa.add_argument("--type")
-        qa.add_argument("--group")
-        qa.add_argument("--limit", type=int, default=1000)
-        qa.add_argument("--reason", default="", help="why (written to the audit log)")
+    # replay | discard: the DLQ selection's (antre/actions/table.py)
 
     sc = sub.add_parser("schedules", help="periodic schedules: list | pause | resume | run")
     sc.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
@@ -422,28 +348,16 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("key")
     rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     rs.add_argument("--json", action="store_true")
+    rs.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                    help="wait up to SECONDS for the job to end (woken by its end, not by "
+                         "polling); exit 3 if it is still pending then")
 
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)
     usub = u.add_subparsers(dest="user_cmd", required=True)
-    pw_help = (f"at least {MIN_PASSWORD_LENGTH} characters, not the user name (discouraged: "
-               "visible in the process list; use --password-stdin, --prompt or "
-               "$ANTRE_PASSWORD); default: $ANTRE_PASSWORD, else generated and printed")
-    ua = usub.add_parser("add", help="add a user")
-    ua.add_argument("--role", choices=["viewer", "operator", "admin"], default="viewer")
-    up = usub.add_parser("passwd", help="set a user's password (their sessions end)")
-    for sp in (ua, up):
-        sp.add_argument("name")
-        sp.add_argument("--reason", default="", help="why (written to the audit log)")
-    for sp in (ua, up):
-        sp.add_argument("--password", help=pw_help)
-        sp.add_argument("--password-stdin", action="store_true",
-                        help="read the password from the first line of stdin")
-        sp.add_argument("--prompt", action="store_true",
-                        help="ask for the password (twice) without echoing it")
     usub.add_parser("list")
-    # role, disable, enable, delete, logout-everywhere: the table's (antre/actions/)
-    incident.add_parsers(sub, groups={"schedules": scsub, "user": usub})
+    # add, passwd, role, disable, enable, delete, logout-everywhere: the table's
+    incident.add_parsers(sub, groups={"schedules": scsub, "user": usub, "dlq": dsub})
     return p
 
 
@@ -459,4 +373,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "result": cmd_result, **incident.HANDLERS}
     if incident.table_command(args) is not None:  # an entry of antre.actions.TABLE
         return incident.cmd_action(args)
+    if incident.table_selection(args) is not None:  # one over many ids (antre dlq replay)
+        return incident.cmd_selection(args)
     return handlers[args.command](args)

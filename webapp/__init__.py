@@ -40,6 +40,8 @@ from . import (
     errors,
     find,
     find_api,
+    flows,
+    flows_api,
     groups,
     idempotency,
     incident,
@@ -47,6 +49,7 @@ from . import (
     locks,
     metrics,
     overview,
+    perf,
     scheduled,
     schedules,
     security,
@@ -63,7 +66,9 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
               control.bp,  # incident controls: pause, cancel, purge
               incident.bp, errors.bp, edit.bp,  # incidents, error groups, edited replay
-              groups.bp)  # fair-share groups (issue 23)
+              groups.bp,  # fair-share groups (issue 23)
+              flows.bp, flows_api.bp,  # flows (issue 26)
+              perf.bp)  # performance per job type (issue 25)
 
 
 def asset_dir(name: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from flask import Blueprint, Response, abort, current_app, jsonify, request
 
 from antre.engine.keys import valid_name
+from antre.flows import FlowReader
 from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
@@ -170,7 +171,9 @@ def job(queue: str, job_id: str) -> Response:
     found = job_or_404(queue, job_id)
     record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
     turn = svc.reads.turn(queue, found)
+    links = FlowReader(svc.redis).links(queue, found.id)  # its flow, parents, children
     return jsonify({"job": _plain(found), "idempotency": record.to_dict() if record else None,
+                    "flow": _plain(links) if links else None,
                     "turn": None if turn is None else {**_plain(turn), "text": turn.describe()},
                     "idempotent_handler": svc.idempotent(found.type), "as_of": svc.clock()})
 
@@ -322,38 +325,6 @@ def schedules() -> Response:
 
 BULK_BODY = {"type": "string", "group": "string", "window": "string", "since_ms": "integer",
              "until_ms": "integer", "maximum": "integer", **REASON}
-
-
-@bp.post("/users")
-@requires("admin", "users.add")
-@doc(body={"name": "string", "role": "string", "password": "string", **REASON},
-     required=("name", "role", "password"))
-def user_add() -> Response:
-    """Add a user (admin)."""
-    body = _body()
-    return _answer(actions.user_add(str(body.get("name", "")), str(body.get("role", "")),
-                                    str(body.get("password", "")), body.get("reason")))
-
-
-@bp.post("/users/<name>/password")
-@requires("admin", "users.password.reset")
-@doc(body={"password": "string", **REASON}, required=("password",))
-def user_password(name: str) -> Response:
-    """Set a user's password; their open sessions end (admin)."""
-    body = _body()
-    return _answer(actions.password_reset(name, str(body.get("password", "")),
-                                          body.get("reason")))
-
-
-@bp.post("/account/password")
-@requires("viewer", "users.password.change")
-@doc(body={"current_password": "string", "new_password": "string"},
-     required=("current_password", "new_password"))
-def account_password() -> Response:
-    """Change your own password (the current one is asked again); your other sessions end."""
-    body = _body()
-    return _answer(actions.password_change(str(body.get("current_password", "")),
-                                           str(body.get("new_password", ""))))
 
 
 # -- incident controls: pause / resume, delete, purge ---------------------------------------

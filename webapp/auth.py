@@ -1,4 +1,5 @@
-"""Log in and out, and the user's own account: change the password, log out everywhere.
+"""Log in and out, and the user's own account page: log out everywhere (changing your own
+password is the table of actions' ``users.password.change``, ``antre/actions/users.py``).
 
 Login attempts are rate-limited per client address, per account and per (account, address)
 (``security.LoginLimiter``)."""
@@ -105,19 +106,6 @@ def logout() -> Response:
 @requires("viewer")
 def account() -> str:
     return render_template("account.html", min_length=MIN_PASSWORD_LENGTH)
-
-
-@bp.post("/account/password")
-@requires("viewer", "users.password.change")
-def change_password() -> Response:
-    f = request.form
-    if (f.get("new_password") or "") != (f.get("confirm_password") or ""):
-        flash("The new password and its confirmation differ; nothing was changed.", "error")
-        return redirect(url_for("auth.account"), code=303)
-    result = actions.password_change(f.get("current_password") or "",
-                                     f.get("new_password") or "")
-    flash(result.message, "ok" if result.ok else "error")
-    return redirect(url_for("auth.account"), code=303)
 
 
 @bp.post("/account/logout-everywhere")

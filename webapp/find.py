@@ -16,6 +16,7 @@ from werkzeug.wrappers import Response
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Finder, Located, SearchStep
 from antre.engine.keys import valid_name
+from antre.flows import FlowReader
 from antre.observe.readmodels import Page
 
 from . import services
@@ -169,6 +170,7 @@ def job_page(queue: str, job_id: str) -> str:
     return render("job.html", "_job.html", queue=queue, job=found, record=record,
                   schema=schema, schema_note=schema_note,
                   turn=svc.reads.turn(queue, found),
+                  flow=FlowReader(svc.redis).links(queue, found.id),
                   idem_error=idem_error, idempotent=svc.idempotent(found.type),
                   timeline=timeline, audit_url=audit_url, trace_url=trace_link(found.trace_id),
                   as_of=svc.clock())

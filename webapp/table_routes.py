@@ -76,14 +76,28 @@ def _not_confirmed(action: Action, args: Args) -> Result | None:
     return result
 
 
+def _not_repeated(action: Action, args: Args) -> str | None:
+    """What to say when the value typed twice (``Html.repeat``) differs the second time."""
+    if action.html.repeat is None:
+        return None
+    field, name, what = action.html.repeat
+    if (request.form.get(field) or "") == (args[name] or ""):
+        return None
+    return f"The {what} and its confirmation differ; nothing was changed."
+
+
 def _html_view(action: Action) -> Callable[..., Any]:
     def view(**path: Any) -> Any:
         args = _args(action, path, request.form)
-        result = _not_confirmed(action, args) or actions.perform(action, args)
         extra = action.html.back_args(args) if action.html.back_args else {}
         back = url_for(action.html.back, **{k: v for k, v in path.items() if k == "queue"},
                        **extra)
         back = safe_next(back) if action.html.follow_next else back
+        differs = _not_repeated(action, args)
+        if differs:
+            flash(differs, "error")
+            return redirect(back, code=303)
+        result = _not_confirmed(action, args) or actions.perform(action, args)
         if action.html.partial is not None:
             partial = PARTIALS[action.html.partial]
             return answer(result, lambda r: partial(path, r), back)

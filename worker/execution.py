@@ -14,7 +14,6 @@ end is then told by the lock's release (its compare-and-delete reply), not a ren
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -28,6 +27,9 @@ from antre.clock import Clock
 from antre.stores.fencing import FenceRejected
 from antre.stores.idempotency import Completed, IdempotencyStore
 from antre.engine.locks import Locks
+from antre.engine.queue import ResultJSON, encode_result
+from antre.flows.read import inputs as flow_inputs
+from antre.flows.store import result_max
 from antre.observe.logs import job_fields
 from antre.observe.metrics import DurationBuffer
 from antre.engine.retry import describe
@@ -36,13 +38,12 @@ from antre.observe.tracing import run_in_execution_span
 from .failures import cancelled, failure_outcome
 from .held import Running
 from .leases import Leases, quietly
+from .progress import Reporter
 from .outcomes import (ACKED, Ack, Bury, Completion, DropStale, HandBack, Outcome, Snooze,
                        jitter_ms, lock_lost)
 from .settle import duration_ms
 
 log = logging.getLogger("antre.worker")
-# a result's text as the ack stores it (queue._result)
-_RESULT_JSON = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 
 class Execution:
@@ -71,10 +72,12 @@ class Execution:
         try:
             result = run_in_execution_span(r.job, r.spec.fn, r.ctx, r.job.payload)
         except Exception as exc:
+            _last_progress(r)
             self._measure(r)
             _report_flow(r, exc)
             _rollback(r.ctx.opened_db)
             return cancelled(r) if r.cancel is not None else self.failed(r, exc)
+        _last_progress(r)
         self._measure(r)
         _report_flow(r, None)
         if r.cancel is not None:  # cancelled while it ran: nothing of the run commits
@@ -95,6 +98,7 @@ class Execution:
         return coro
 
     def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
+        _last_progress(r)
         self._measure(r)
         if r.cancel is not None:  # cancelled while it ran (its task too): nothing commits
             _report_flow(r, None if exc is None else _as_failure(r, exc))
@@ -110,12 +114,15 @@ class Execution:
 
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
+        r.reporter = Reporter(r)
         return JobContext(job=job, worker_id=self.worker_id,
                           _db_factory=self.app.session_factory,
                           fence=lock.fence if lock else job.epoch, lock=lock,
                           last_checkpoint=job.checkpoint,
                           _extend=lambda seconds: self.leases.extend_by(r, seconds),
-                          _checkpoint=lambda state: r.queue.checkpoint(job, state))
+                          _checkpoint=lambda state: r.queue.checkpoint(job, state),
+                          _progress=r.reporter.report,
+                          _flow_inputs=lambda: flow_inputs(r.queue, job.id))
 
     def _measure(self, r: Running) -> None:
         self.durations.add(r.job.queue, r.job.type, "processing", duration_ms(r) or 0)
@@ -139,7 +146,7 @@ class Execution:
         if r.closed or r.lease_lost:
             _rollback(db)
             return DropStale("finished after its lease was given up")
-        refused = self._result_refused(result)
+        refused, encoded = self._result_refused(result, flow=bool(r.job.flow))
         if refused is not None:
             _rollback(db)
             return refused
@@ -149,8 +156,8 @@ class Execution:
         if lock_lost is not None:
             _rollback(db)
             return lock_lost
-        if db is None and r.store is None:
-            return ACKED if result is None else Ack(result)
+        if db is None and r.store is None:  # (encoded once: the ack stores that text)
+            return ACKED if result is None else Ack(result if encoded is None else encoded)
         try:
             self._commit(r, db, result)
         except Exception as exc:
@@ -158,28 +165,36 @@ class Execution:
             return self._commit_failed(r, exc)
         return Ack(result)
 
-    def _result_refused(self, result: Any) -> Bury | None:
+    def _result_refused(self, result: Any, flow: bool = False
+                        ) -> tuple[Bury | None, ResultJSON | None]:
         """A result is kept like a payload (on the job, in its idempotency record), so it is
         bounded like one: over the payload limit, or nested past what can be encoded, the
         job goes to the DLQ (permanent: every retry would return it again), and nothing of
-        the run is committed."""
+        the run is committed. A job of a flow hands its result to the jobs after it: at most
+        ``ANTRE_FLOW_RESULT_MAX`` (64 KiB) then. Else (None, the result's text as the ack
+        stores it when it had to be encoded to be measured: encoded once, issue 29)."""
         if result is None or type(result) in (bool, int, float):
-            return None
+            return None, None
         limit = self.app.max_payload_bytes
+        if flow:
+            limit = min(limit, result_max())
         if type(result) is str and len(result) * 6 + 2 <= limit:
-            return None
+            return None, None
         try:
-            size = len(_RESULT_JSON(result).encode("utf-8", "surrogatepass"))
+            text = encode_result(result)
+            size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         except RecursionError:
             return Bury("handler result is nested too deeply to store; return a flatter "
-                        "value", "result_invalid")
+                        "value", "result_invalid"), None
         except (TypeError, ValueError):
-            return None  # the store's check_result, or the ack's encoder, says why
+            return None, None  # the store's check_result, or the ack's encoder, says why
         if size <= limit:
-            return None
+            return None, ResultJSON(text)
+        raise_ = "ANTRE_FLOW_RESULT_MAX (a job of a flow)" if flow and limit == result_max() \
+            else "ANTRE_MAX_PAYLOAD_BYTES"
         return Bury(f"handler result is {size} bytes, over the limit of {limit} bytes; store "
-                    "large data elsewhere and return a reference, or raise "
-                    "ANTRE_MAX_PAYLOAD_BYTES", "result_too_large")
+                    f"large data elsewhere and return a reference, or raise {raise_}",
+                    "result_too_large"), None
 
     def _deferred(self, r: Running, store: IdempotencyStore, result: Any) -> Outcome:
         if r.lock is not None and r.lock.lost:  # the heartbeat's renewal found it gone
@@ -254,6 +269,13 @@ def _as_failure(r: Running, exc: BaseException) -> Exception:
     if isinstance(exc, Exception):
         return exc
     return RuntimeError(f"the async handler raised {exc!r}")
+
+
+def _last_progress(r: Running) -> None:
+    """The handler's last ``ctx.progress`` held back by the rate limit, written before its job
+    is settled (nothing when it wrote none, or its last one is written)."""
+    if r.reporter is not None:
+        r.reporter.flush()
 
 
 def _rollback(db: Any) -> None:

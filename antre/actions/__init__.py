@@ -38,6 +38,7 @@ from .base import (
     outcome_of,
     Param,
     parse,
+    parse_params,
     record,
     Result,
 )
@@ -89,6 +90,9 @@ from .incidents import (
     incident_silence,
 )
 from .users import (
+    password_change,
+    password_reset,
+    user_add,
     user_delete,
     user_disable,
     user_enable,
@@ -96,6 +100,8 @@ from .users import (
     user_set_role,
 )
 from .table import (
+    DEAD_ROWS,
+    CliRows,
     MAX_SELECTED,
     SELECTIONS,
     TABLE,
@@ -107,14 +113,15 @@ from .table import (
 
 __all__ = [
     "Action", "Actor", "alert_threshold", "Args", "BadInput", "bulk_start", "by_name",
-    "cancel_job", "confirmed", "dead_filter", "DEAD_FILTER", "delete_job", "discard",
-    "discard_filtered", "discard_filtered_dry_run", "each", "edit_plan", "extend", "group_clear",
-    "group_pause", "group_resume", "group_slots", "Html", "incident_ack", "incident_reopen",
-    "incident_silence", "MAX_BULK", "MAX_EXTEND_S", "MAX_REASON_CHARS", "MAX_SELECTED", "Ops",
-    "outcome_of", "Param", "parse", "PATH_HELP", "pause", "purge_dry_run", "purge_filter",
-    "purge_start", "record", "release_lock", "replay", "replay_edited", "replay_edited_dry_run",
+    "cancel_job", "CliRows", "confirmed", "dead_filter", "DEAD_FILTER", "DEAD_ROWS", "delete_job",
+    "discard", "discard_filtered", "discard_filtered_dry_run", "each", "edit_plan", "extend",
+    "group_clear", "group_pause", "group_resume", "group_slots", "Html", "incident_ack",
+    "incident_reopen", "incident_silence", "MAX_BULK", "MAX_EXTEND_S", "MAX_REASON_CHARS",
+    "MAX_SELECTED", "Ops", "outcome_of", "Param", "parse", "parse_params", "password_change",
+    "password_reset", "PATH_HELP", "pause", "purge_dry_run", "purge_filter", "purge_start",
+    "record", "release_lock", "replay", "replay_edited", "replay_edited_dry_run",
     "replay_filtered_now", "reset_breaker", "resolve_abandoned", "Result", "resume", "run_now",
     "schedule_pause", "schedule_resume", "schedule_run_now", "Selection", "SELECTIONS", "SelectOp",
-    "SILENCES", "TABLE", "TYPE", "user_delete", "user_disable", "user_enable", "user_end_sessions",
-    "user_set_role",
+    "SILENCES", "TABLE", "TYPE", "user_add", "user_delete", "user_disable", "user_enable",
+    "user_end_sessions", "user_set_role",
 ]

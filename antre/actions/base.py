@@ -81,6 +81,9 @@ class Param:
     positional: bool = False  # a positional on the CLI although not in the URL path
     strip: bool = True  # text: leading and trailing blanks dropped
     choices: tuple[str, ...] = ()  # offered by the CLI; the action checks the value itself
+    # a password: never in an argument list on the CLI's advice (it reads it from stdin, a
+    # prompt or $ANTRE_PASSWORD, else makes one and prints it), never in an audit entry
+    secret: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,9 @@ class Html:
     confirm: tuple[str, str, str] | None = None  # (parameter, what it is, the word)
     partial: str | None = None  # for htmx: the refreshed piece of page (webapp's PARTIALS)
     back_args: Callable[[Args], dict[str, Any]] | None = None  # ``back``'s URL arguments
+    # (form field, parameter, what it is): a value typed twice (a new password); when they
+    # differ the form is sent back with a flash, unaudited: a typo, not an action
+    repeat: tuple[str, str, str] | None = None
 
 
 class BadInput(ValueError):
@@ -109,7 +115,7 @@ class Action:
     api: str  # the JSON API path under /api, e.g. /queues/<queue>/pause
     api_name: str  # the API endpoint name (``api.<api_name>``)
     html: Html
-    cli: tuple[str, ...]  # the CLI words, e.g. ("job", "extend")
+    cli: tuple[str, ...]  # the CLI words, e.g. ("job", "extend"); () for none (see below)
     run: Callable[[Ops, Actor, Args], Result]
     target: Callable[[Args], str]
     params: tuple[Param, ...] = ()
@@ -125,6 +131,10 @@ class Action:
     # the arguments completed with what needs the core (a DLQ filter's window from the
     # clock), run by every surface before ``target`` and ``run``; ``BadInput`` for bad ones
     prepare: Callable[[Ops, Args], Args] | None = None
+    # the actor acts on their own account (any logged-in user: a password change): every
+    # surface sets ``name`` to the actor's name, whatever the request says; no CLI command
+    # (``cli=()``), whose actor is an OS user, not a dashboard one
+    self_service: bool = False
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -136,12 +146,19 @@ def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any]) -> A
     converted to its kind (an absent or empty one is its ``default``; the CLI's defaults are
     argparse's); a value not of its kind is ``BadInput``."""
     args: Args = {name: str(path[name]) for name in action.path_params}
-    for p in action.params:
+    args.update(parse_params(action.params, body))
+    args["reason"] = str(body.get("reason") or "").strip()[:MAX_REASON_CHARS]
+    return args
+
+
+def parse_params(params: tuple[Param, ...], body: Mapping[str, Any]) -> Args:
+    """``params`` from ``body``, as ``parse`` reads them."""
+    args: Args = {}
+    for p in params:
         raw = body.get(p.name)
         if raw in (None, ""):  # ``required`` is the API's (OpenAPI) and the CLI's (argparse)
             raw = p.default
         args[p.name] = None if raw is None else _convert(p, raw)
-    args["reason"] = str(body.get("reason") or "").strip()[:MAX_REASON_CHARS]
     return args
 
 
@@ -171,7 +188,8 @@ class Ops:
                  reads: ReadModels | None = None,
                  idempotency: IdempotencyStore | None = None,
                  users: UserStore | None = None,
-                 renew_session: Callable[[str], None] | None = None) -> None:
+                 renew_session: Callable[[str], None] | None = None,
+                 check_password: Callable[[str, str], Result | None] | None = None) -> None:
         self.app = app
         self.clock: Clock = clock or app.clock
         self.reads = reads or ReadModels(app.redis, self.clock)
@@ -179,6 +197,9 @@ class Ops:
         self._users = users
         # the dashboard's: a change to your own account ends your sessions but this one
         self.renew_session = renew_session
+        # the dashboard's: is this a user's current password, limited like logins (None: yes;
+        # else the refusal, 403 or 429); without it nobody changes their own password
+        self.check_password = check_password
 
     @property
     def users(self) -> UserStore | None:

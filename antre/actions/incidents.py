@@ -7,15 +7,7 @@ from __future__ import annotations
 from antre.observe.alerts import AlertQuiet, AlertThresholds
 from antre.observe.incidents import Incident, incident_view
 
-from .base import (
-    Action,
-    Actor,
-    Args,
-    Html,
-    Ops,
-    Param,
-    Result,
-)
+from .base import Action, Actor, Args, Html, Ops, Param, Result
 
 
 #: How long a silence may last (label -> seconds), as the dashboard and the CLI offer it.

@@ -10,17 +10,7 @@ from antre.control.edit import EditPlan, ReplayEdits
 from antre.control.purge import PurgeError
 from antre.errors import LeaseLost
 
-from .base import (
-    Action,
-    Actor,
-    Args,
-    Html,
-    Ops,
-    Param,
-    Result,
-    _job_target,
-    _note,
-)
+from .base import Action, Actor, Args, Html, Ops, Param, Result, _job_target, _note
 
 
 MAX_EXTEND_S = 24 * 3600

@@ -10,15 +10,7 @@ from typing import Any
 from antre.control.abandoned import RESOLUTIONS, ResolveError
 from antre.scheduling.controls import GroupError
 
-from .base import (
-    Action,
-    Actor,
-    Args,
-    Html,
-    Ops,
-    Param,
-    Result,
-)
+from .base import Action, Actor, Args, Html, Ops, Param, Result
 
 
 def release_lock(ops: Ops, who: Actor, a: Args) -> Result:

@@ -11,18 +11,8 @@ from antre.control.pause import PauseError
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter
 from antre.observe.readmodels import PauseInfo
 
-from .base import (
-    MAX_BULK,
-    Action,
-    Actor,
-    Args,
-    confirmed,
-    Html,
-    Ops,
-    Param,
-    Result,
-    _how_to_confirm,
-)
+from .base import (MAX_BULK, Action, Actor, Args, confirmed, Html, Ops, Param, Result,
+                   _how_to_confirm)
 
 
 def _pause_target(a: Args) -> str:

@@ -1,5 +1,6 @@
-"""Operator actions on the dashboard's users (admin): role, disable / enable, delete, log out
-everywhere.
+"""Operator actions on the dashboard's users: adding one, setting a password, role, disable /
+enable, delete, log out everywhere (admin), and a user changing their own password (any
+logged-in user, the current password asked again).
 """
 
 from __future__ import annotations
@@ -7,17 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from antre.stores.sql import ROLES
-from antre.stores.users import UnknownUser, UserStore
+from antre.stores.users import UnknownUser, UserExists, UserStore, WeakPassword
 
-from .base import (
-    Action,
-    Actor,
-    Args,
-    Html,
-    Ops,
-    Param,
-    Result,
-)
+from .base import Action, Actor, Args, Html, Ops, Param, Result
 
 
 # -- dashboard users (admin): role, disable / enable, delete, log out everywhere -------------
@@ -121,6 +114,103 @@ def _user_actions() -> list[Action]:
     ]
 
 
+# -- adding a user, passwords ----------------------------------------------------------------
+def user_add(ops: Ops, who: Actor, a: Args) -> Result:
+    store = _users(ops)
+    if isinstance(store, Result):
+        return store
+    try:
+        info = store.add(a["name"], a["role"], a["password"])
+    except (UserExists, ValueError) as exc:
+        return Result(False, str(exc), 400)
+    return Result(True, f"user {info.name} added as {info.role}", 200, {"role": info.role})
+
+
+def password_reset(ops: Ops, who: Actor, a: Args) -> Result:
+    """An admin sets another user's password; that user's open sessions end. Their own takes
+    the current one (``password_change``): a stolen session must not be enough to take the
+    account over."""
+    name = a["name"]
+    store = _users(ops)
+    if isinstance(store, Result):
+        return store
+    if who.name == name:
+        return Result(False, "to change your own password, give the current one: use your "
+                             "account page (/account) or POST /api/account/password; "
+                             "nothing was changed", 403)
+    try:
+        store.set_password(name, a["password"])
+    except WeakPassword as exc:
+        return Result(False, f"{exc}; nothing was changed", 400)
+    except UnknownUser:
+        return Result(False, f"no user {name}", 400)
+    return Result(True, f"password of {name} reset; their open sessions are logged out")
+
+
+def password_change(ops: Ops, who: Actor, a: Args) -> Result:
+    """The user changes their own password (``name`` is the actor's), the current one asked
+    again through the dashboard's login limits (``Ops.check_password``). Their other sessions
+    end; this one carries on (``Ops.renew_session``)."""
+    name = a["name"]
+    store = _users(ops)
+    if isinstance(store, Result):
+        return store
+    if ops.check_password is None:
+        return Result(False, "your own password is changed on the dashboard (your account "
+                             "page), where the current one is checked; nothing was changed", 503)
+    refused = ops.check_password(name, a["current_password"])
+    if refused is not None:
+        return refused
+    try:
+        store.set_password(name, a["new_password"])
+    except WeakPassword as exc:
+        return Result(False, f"{exc}; nothing was changed", 400)
+    if ops.renew_session is not None:
+        ops.renew_session(name)
+    return Result(True, "password changed; your other sessions are logged out")
+
+
+def _password_actions() -> list[Action]:
+    def secret(name: str, help: str) -> Param:
+        return Param(name, help=help, required=True, default="", strip=False, secret=True)
+    return [
+        Action("users.add", "admin", "Add a user (admin).", "/users", "user_add",
+               Html("/users/add", "users.add", "users.index", follow_next=False),
+               ("user", "add"), user_add, lambda a: str(a["name"]),
+               (Param("name", help="the user's name", required=True, default="",
+                      positional=True, strip=False),
+                Param("role", help="viewer, operator or admin", required=True, default="",
+                      cli_default="viewer", choices=ROLES),
+                secret("password", "the new user's password")),
+               cli_help="add a user",
+               cli_line=lambda a, r: f"user {a['name']} ({a['role']}) added"),
+        Action("users.password.reset", "admin",
+               "Set a user's password; their open sessions end (admin).",
+               "/users/<name>/password", "user_password",
+               Html("/users/<name>/password", "users.reset_password", "users.index",
+                    follow_next=False),
+               ("user", "passwd"), password_reset, lambda a: str(a["name"]),
+               (secret("password", "the new password"),),
+               cli_help="set a user's password (their sessions end)",
+               cli_line=lambda a, r: f"password of {a['name']} set; their open sessions "
+                                     "are logged out"),
+        Action("users.password.change", "viewer",
+               "Change your own password (the current one is asked again); your other "
+               "sessions end.",
+               "/account/password", "account_password",
+               Html("/account/password", "auth.change_password", "auth.account",
+                    follow_next=False, repeat=("confirm_password", "new_password",
+                                                     "new password")),
+               (), password_change, lambda a: str(a["name"]),
+               (Param("current_password", help="your current password", required=True,
+                      default="", strip=False),
+                Param("new_password", help="the new password", required=True, default="",
+                      strip=False)),
+               self_service=True),
+    ]
+
+
 ENTRIES: list[Action] = [
+    *_password_actions(),
     *_user_actions(),
 ]

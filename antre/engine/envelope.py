@@ -21,13 +21,15 @@ import orjson
 
 from antre.errors import InvalidJob
 from antre.engine.keys import valid_name
+from antre.engine.progress import Progress, decode as decode_progress
 
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
-# waiting: behind the head of its lock_key in its queue (issue 23), made ready when its turn comes
-STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting")
+# waiting: behind the head of its lock_key in its queue (issue 23), made ready when its turn comes;
+# held: a job of a flow whose parents have not all settled (issue 26), placed when they have
+STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
 
 
 def new_job_id() -> str:
@@ -212,9 +214,14 @@ class Job:
     snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
     cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
     group: str = ""  # its fair-share group (issue 23; stored as 'fgroup', not read at reserve)
-    waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
+    waits_on: str = ""  # while waiting: 'lock' (behind its key's head), 'group' (a slot) or
+    # 'limit' (a slot of its type's or downstream's concurrency limit: ``gate``)
+    gate: str = ""  # the limit it waits for ('type:<t>' or 'ds:<name>'), waiting or scheduled
     group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
     rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
+    progress: Progress | None = None  # its handler's last ctx.progress (issue 26)
+    flow: str = ""  # the id of the flow it belongs to (issue 26), '' for none
+    flow_inputs: int = 0  # how many parents in its flow give it their results ('fin')
 
     @property
     def waits_for_rate(self) -> bool:
@@ -289,6 +296,15 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
         return _json(bytes(raw).decode("utf-8", "replace"), default)
 
 
+def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
+    """The latest failure's traceback: its entry's in ``errors`` (append_error in _lib.lua
+    keeps no second copy; a job stored before issue 29 without entries has its field)."""
+    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
+        tb = errors[-1].get("traceback")
+        return tb if isinstance(tb, str) else ""
+    return fields.get("traceback", "")
+
+
 def from_fields(fields: Mapping[str, str]) -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
     reported in ``payload_error`` so the worker can bury the job with that reason."""
@@ -329,7 +345,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         worker_id=fields.get("worker_id", ""),
         last_error=fields.get("last_error", ""),
         error_kind=fields.get("error_kind", ""),
-        traceback=fields.get("traceback", ""),
+        traceback=_last_traceback(errors, fields),
         first_failed_at=_int(fields, "first_failed_at"),
         last_failed_at=_int(fields, "last_failed_at"),
         reason=fields.get("reason", ""),
@@ -343,8 +359,12 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         cancel=fields.get("cancel", ""),
         group=fields.get("fgroup", ""),
         waits_on=fields.get("waits_on", ""),
+        gate=fields.get("gate", ""),
         group_rate=format_rate(fields.get("grate", "")) if fields.get("grate") else "",
         rate_due=_int(fields, "rate_due"),
+        progress=decode_progress(fields.get("progress")),
+        flow=fields.get("flow", ""),
+        flow_inputs=_int(fields, "fin"),
     )
 
 
@@ -644,7 +664,7 @@ RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_
                   "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
                   "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
                   "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at",
-                  "snoozes", "cancel")
+                  "snoozes", "cancel", "flow", "fin")
 
 
 def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
@@ -691,7 +711,7 @@ def from_row(row: Sequence[str | None]) -> Job:
     (id_, type_, queue, idem_key, raw_payload, attempt, max_attempts, visible_at, created_at,
      trace_id, lock_key, raw_headers, raw_timeout, vt_ms, epoch, deliveries, max_deliveries,
      state, deadline, reserved_at, worker_id, raw_checkpoint, first_failed_at, replayed_at,
-     snoozes, cancel) = row
+     snoozes, cancel, flow, fin) = row
     payload, payload_error = _json(raw_payload, None)
     if not raw_payload:
         payload_error = "the stored payload is missing or empty"
@@ -728,6 +748,8 @@ def from_row(row: Sequence[str | None]) -> Job:
         reserved_at=n_reserved_at, worker_id=worker_id or "", checkpoint=checkpoint,
         first_failed_at=n_first_failed_at, replayed_at=n_replayed_at,
         payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[])
+    if flow or fin:  # a job of a flow (issue 26): the only jobs with these fields
+        fields.update(flow=flow or "", flow_inputs=_num(fin))
     return job
 
 

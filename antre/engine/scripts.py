@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - without hiredis, redis-py packs and re
     _hiredis_pack = _HiredisReader = None
 
 NAMES = (
-    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease",
+    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "fail_many", "extend_lease",
     "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/scheduling/flow.py)
@@ -58,8 +58,12 @@ NAMES = (
     "quarantine",
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
+    # flow limits held at reserve, and their overrides (antre/scheduling/gates.py)
+    "gates_declare", "gates_override",
     # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
     "result_wait", "progress",
+    # flows: chains, groups, chords, batches (antre/flows/)
+    "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",
 )
 
 
@@ -126,19 +130,30 @@ def source(name: str) -> str:
     another one), in the library's order: Redis runs the whole source on every call, and each
     ``local function`` is a closure made each time (~0.15 µs apiece)."""
     files = resources.files("antre.engine.lua")
-    header, parts = _lib_parts(files.joinpath("_lib.lua").read_text())
+    header, parts, refs = _lib()
     body = files.joinpath(f"{name}.lua").read_text()
     used: set[str] = set()
-    text = body
-    grew = True
-    while grew:
-        grew = False
-        for part_name, part in parts:
-            if part_name not in used and re.search(rf"\b{part_name}\b", text):
-                used.add(part_name)
-                text += part
-                grew = True
+    todo = [w for w in set(_WORD.findall(body)) if w in refs]
+    while todo:  # the definitions the body names, then those they name, ...
+        part_name = todo.pop()
+        if part_name not in used:
+            used.add(part_name)
+            todo.extend(refs[part_name] - used)
     return header + "".join(part for n, part in parts if n in used) + "\n" + body
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@lru_cache(maxsize=None)
+def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
+    """``_lib.lua``'s header, its definitions, and for each the other definitions it names
+    (read once per process: one pass over the text instead of a search per definition)."""
+    header, parts = _lib_parts(resources.files("antre.engine.lua").joinpath("_lib.lua")
+                               .read_text())
+    names = {n for n, _ in parts}
+    refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}
+    return header, parts, refs
 
 
 class Scripts:
@@ -160,6 +175,7 @@ class Scripts:
     ack_many: redis.commands.core.Script
     retry: redis.commands.core.Script
     bury: redis.commands.core.Script
+    fail_many: redis.commands.core.Script
     extend_lease: redis.commands.core.Script
     promote_due: redis.commands.core.Script
     sweep_expired: redis.commands.core.Script
@@ -191,8 +207,14 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
+    gates_declare: redis.commands.core.Script
+    gates_override: redis.commands.core.Script
     result_wait: redis.commands.core.Script
     progress: redis.commands.core.Script
+    enqueue_flow: redis.commands.core.Script
+    flow_inputs: redis.commands.core.Script
+    flow_close: redis.commands.core.Script
+    flow_cancel: redis.commands.core.Script
 
 
 class Batch:
@@ -236,36 +258,51 @@ class Batch:
         if self.cluster:
             return [script(keys=a[0], args=a[1]) if script is not None
                     else getattr(self.client, name)(*a, **kw) for script, name, a, kw in calls]
-        replies: list[Any] = [None] * len(calls)
-        pending = list(range(len(calls)))
-        for attempt in (1, 2):
+        rounds = Resend([call[0] for call in calls])
+        while rounds.pending:
             pipe = self.client.pipeline(transaction=False)
-            for i in pending:
+            for i in rounds.pending:
                 script, name, a, kw = calls[i]
                 if script is not None:
                     pipe.evalsha(script.sha, len(a[0]), *a[0], *a[1])
                 else:
                     getattr(pipe, name)(*a, **kw)
-            out = pipe.execute(raise_on_error=False)
-            missing = []
-            for i, reply in zip(pending, out):
-                if attempt == 1 and isinstance(reply, NoScriptError):
-                    missing.append(i)
-                else:
-                    replies[i] = reply
-            if not missing:
-                break
-            loaded: set[int] = set()
-            for i in missing:
-                script = calls[i][0]
-                if script is not None and id(script) not in loaded:
-                    loaded.add(id(script))
-                    script.sha = self.client.script_load(script.script)
-            pending = missing
-        for reply in replies:
+            for script in rounds.take(pipe.execute(raise_on_error=False)):
+                script.sha = self.client.script_load(script.script)
+        return rounds.replies_or_raise()
+
+
+class Resend:
+    """The rounds of one pipelined send of calls (``Batch.execute``, ``aio.send``): the calls
+    still to send (``pending``: all, then those a server without their script refused with
+    NOSCRIPT in the first round, which ran nothing), their replies in order. ``take`` stores a
+    round's replies and returns the scripts to load before the next round (one each); a second
+    round is the last."""
+
+    def __init__(self, scripts: Sequence["Script | None"]) -> None:
+        self.scripts = scripts  # each call's script (None: a plain command)
+        self.replies: list[Any] = [None] * len(scripts)
+        self.pending = list(range(len(scripts)))
+        self.first = True
+
+    def take(self, out: Sequence[Any]) -> list["Script"]:
+        """Store the replies of ``pending``; returns the scripts to load, unique."""
+        missing = [i for i, reply in zip(self.pending, out)
+                   if self.first and isinstance(reply, NoScriptError)]
+        again = set(missing)
+        for i, reply in zip(self.pending, out):
+            if i not in again:
+                self.replies[i] = reply
+        self.pending, self.first = missing, False
+        found = {id(s): s for s in (self.scripts[i] for i in missing) if s is not None}
+        return list(found.values())
+
+    def replies_or_raise(self) -> list[Any]:
+        """The replies in order; the first error reply raised."""
+        for reply in self.replies:
             if isinstance(reply, Exception):
                 raise reply
-        return replies
+        return self.replies
 
 
 # one call of ``direct``: (script, keys, args), or (None, a raw command's words, ())

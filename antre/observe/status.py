@@ -12,7 +12,7 @@ from antre.scheduling.flow import FlowControl
 from antre.engine.locks import Locks
 from antre.observe.readmodels import QueueRates, ReadModels, StatusSummary
 from antre.observe.memory import memory_policy
-from antre.observe.registry import WorkerRegistry
+from antre.observe.registry import WorkerInfo, WorkerRegistry, live_of
 
 RATE_WINDOW_MS = 5 * 60_000
 HOUR_MS = 3_600_000
@@ -37,7 +37,10 @@ def queue_rates(client: "redis.Redis", queue: str, now_ms: int) -> QueueRates:
 
 
 def status_summary(client: "redis.Redis", clock: Clock = system_ms, *,
-                   locks: Locks | None = None) -> StatusSummary:
+                   locks: Locks | None = None,
+                   workers: list[WorkerInfo] | None = None) -> StatusSummary:
+    """``workers``: the registry's list when the caller read it already (``antre status``
+    prints it), else it is read here."""
     overview = ReadModels(client, clock).overview()
     now = overview.as_of
     locks = locks or Locks(client, clock=clock)
@@ -51,7 +54,8 @@ def status_summary(client: "redis.Redis", clock: Clock = system_ms, *,
         conflicts_1h=locks.conflicts_since(now - HOUR_MS),
         conflicts_total=locks.conflicts_total(),
         contention=locks.contention(CONTENDED_KEYS),
-        live_workers=WorkerRegistry(client, clock=clock).live_count(),
+        live_workers=len(live_of(workers, now) if workers is not None
+                         else WorkerRegistry(client, clock=clock).live()),
         oldest_ready_ms=max((q.oldest_ready_age_ms for q in overview.queues), default=0),
         as_of=now, memory=memory_policy(client))
 

@@ -19,7 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-RANK = {"base": 0, "engine": 1, "scheduling": 2, "stores": 2, "observe": 3, "control": 4, "app": 5}
+RANK = {"base": 0, "engine": 1, "scheduling": 2, "stores": 2, "flows": 2, "observe": 3,
+        "control": 4, "app": 5}
 BASE = {"errors", "clock"}
 FORBIDDEN = {
     "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "webapp",

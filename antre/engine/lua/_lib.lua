@@ -47,25 +47,29 @@ local function lease_error(job_key, epoch)
 end
 
 local function append_error(job_key, now, kind, err, tb)
-  -- keeps the last 20 attempts' errors on the job for the DLQ detail page
-  local raw = redis.call('HGET', job_key, 'errors')
+  -- keeps the last 20 attempts' errors on the job for the DLQ detail page (one read, one
+  -- write). The latest traceback is the last entry's: no second copy in a 'traceback' field
+  -- (envelope.py reads the entry, a job stored before keeps its field unread; issue 29)
+  local f = redis.call('HMGET', job_key, 'errors', 'attempt', 'deliveries', 'worker_id',
+                       'first_failed_at')
   local list = {}
-  if raw and raw ~= '' then
-    local ok, decoded = pcall(cjson.decode, raw)
+  if f[1] and f[1] ~= '' then
+    local ok, decoded = pcall(cjson.decode, f[1])
     if ok and type(decoded) == 'table' then list = decoded end
   end
-  local attempt = num_field(job_key, 'attempt', 0)
-  local deliveries = num_field(job_key, 'deliveries', 0)
+  for _, e in ipairs(list) do  -- bounded: an older attempt keeps its traceback's last 2,000
+    if type(e) == 'table' and type(e.traceback) == 'string' and #e.traceback > 2000 then
+      e.traceback = string.sub(e.traceback, -2000)
+    end
+  end
   list[#list + 1] = {at = now, kind = kind, error = err, traceback = string.sub(tb, 1, 8000),
-                     attempt = attempt, delivery = deliveries,
-                     worker = redis.call('HGET', job_key, 'worker_id') or ''}
+                     attempt = num_of(f[2], 0), delivery = num_of(f[3], 0), worker = f[4] or ''}
   while #list > 20 do table.remove(list, 1) end
-  local first = redis.call('HGET', job_key, 'first_failed_at')
-  if not first or first == '' or first == '0' then
+  if not f[5] or f[5] == '' or f[5] == '0' then
     redis.call('HSET', job_key, 'first_failed_at', now)
   end
   redis.call('HSET', job_key, 'errors', cjson.encode(list), 'last_error', err, 'error_kind', kind,
-             'traceback', string.sub(tb, 1, 8000), 'last_failed_at', now)
+             'last_failed_at', now)
 end
 
 local function unique_release_key(job_key, id, keep, ukey)
@@ -87,7 +91,7 @@ end
 
 -- == Job timelines and the idempotency-key index (issue 11) ===================================
 -- A job's timeline is a LIST '<tag>:tl:<id>' (keys.QueueKeys.timeline), oldest event first,
--- capped at TL_CAP; scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
+-- at most TL_CAP (see tl_elide); scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
 -- the index, keys.QueueKeys.idem_index '<tag>:idem', with idem_index_key). Every event is one
 -- JSON object: {"t": ms, "k": kind, "a": actor, "d": {details}, "x": the caller's own JSON}.
 -- A job hash that is deleted takes its timeline and its index entry with it (forget_job).
@@ -132,14 +136,70 @@ local function ms_text(now)
   return ms_s
 end
 
+-- Past TL_CAP events the timeline keeps its first TL_HEAD (the enqueue, the first reserve and
+-- hand-back) and its newest, and drops from between them: the event at index TL_HEAD becomes an
+-- 'elided' marker {"t": first dropped, "k": "elided", "n": how many, "l": last dropped}.
+-- Checkpoints and a worker's lease extensions do not pile up: one in a row with the same kind
+-- (and, for 'extended', the same "by") among the last two events (the other one also of those
+-- kinds, so no transition is passed over) is replaced by one event {"t": first, "n": count,
+-- "l": last, ...newest actor and details} (tl_coalesce): a job that checkpoints every 0.5 s
+-- and is extended by its heartbeat keeps two events, not a hundred.
+local TL_HEAD = 10
+local TL_GONE = '\0gone'
+
+local function tl_last_ms(ev)
+  return string.match(ev, '^{"t":%d+,"k":"[%w_]+","n":%d+,"l":(%d+)') or
+         string.match(ev, '^{"t":(%d+)') or '0'
+end
+
+local function tl_elide(key)
+  -- the list is one past TL_CAP: the event at TL_HEAD becomes the marker (when it is not one
+  -- yet), and the event after the marker is dropped into its count
+  local at = redis.call('LINDEX', key, TL_HEAD) or ''
+  local n = tonumber(string.match(at, '^{"t":%d+,"k":"elided","n":(%d+)') or '')
+  local first = string.match(at, '^{"t":(%d+)') or '0'
+  if not n then n = tonumber(string.match(at, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1 end
+  local gone = redis.call('LINDEX', key, TL_HEAD + 1) or ''
+  local dropped = tonumber(string.match(gone, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1
+  redis.call('LSET', key, TL_HEAD + 1, TL_GONE)
+  redis.call('LREM', key, 1, TL_GONE)
+  redis.call('LSET', key, TL_HEAD, '{"t":' .. first .. ',"k":"elided","n":' .. (n + dropped) ..
+             ',"l":' .. tl_last_ms(gone) .. ',"a":"","d":{}}')
+end
+
+local COALESCED = {checkpoint = true, extended = true}
+
+local function tl_coalesce(key, now, kind, by, rest)
+  -- true when the event (``rest``: its text after the kind) was folded into a recent one
+  local tail = redis.pcall('LRANGE', key, -2, -1)
+  if type(tail) ~= 'table' then return false end
+  for back = #tail, 1, -1 do
+    local ev = tail[back]
+    local t, k = string.match(ev, '^{"t":(%d+),"k":"([%w_]+)"')
+    if not k or not COALESCED[k] then return false end
+    if k == kind and (not by or string.find(ev, by, 1, true)) then
+      local n = tonumber(string.match(ev, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1
+      redis.call('LSET', key, back - #tail - 1, '{"t":' .. t .. ',"k":"' .. kind .. '","n":' ..
+                 (n + 1) .. ',"l":' .. ms_text(now) .. rest)
+      return true
+    end
+  end
+  return false
+end
+
 local function tl_add_json(key, now, kind, actor_json, detail_json, extra)
-  -- actor and details already JSON-encoded (the hot paths build them once, or by hand)
-  local ev = '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '","a":' ..
-             actor_json .. ',"d":' .. detail_json
-  if extra and extra ~= '' then ev = ev .. ',"x":' .. extra end
+  -- actor and details already JSON-encoded (the hot paths build them once, or by hand);
+  -- one RPUSH in the common case
+  local rest = ',"a":' .. actor_json .. ',"d":' .. detail_json
+  if extra and extra ~= '' then rest = rest .. ',"x":' .. extra end
+  rest = rest .. '}'
+  if COALESCED[kind] then
+    local by = kind == 'extended' and string.match(detail_json, '"by":"[%w_]+"') or nil
+    if by ~= '"by":"operator"' and tl_coalesce(key, now, kind, by, rest) then return end
+  end
   -- pcall: a timeline key of another type loses the event, never the job's move
-  local n = redis.pcall('RPUSH', key, ev .. '}')
-  if type(n) == 'number' and n > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
+  local n = redis.pcall('RPUSH', key, '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '"' .. rest)
+  if type(n) == 'number' and n > TL_CAP then tl_elide(key) end
 end
 
 local function tl_add(key, now, kind, actor, detail, extra)
@@ -232,6 +292,171 @@ local function pop_waiting(job_prefix, line, group)
       return nxt
     end
   end
+end
+
+-- Limit gates (issue 23 item 3): a job type's or downstream's concurrency and rate, held in the
+-- queue at reserve instead of delivered and snoozed. A worker declares the limits of the
+-- handlers it serves (gates_declare.lua): HASH '<tag>:lactive' job type -> its gates
+-- ('type:<t>', 'ds:<name>', space-separated), HASH '<tag>:lconc' gate -> slots, HASH
+-- '<tag>:lrate' gate -> '<n>/<window ms>'; an operator's override, HASH '<tag>:lover' gate ->
+-- '<slots>|<until ms>|<n>/<window ms>' (either part '' when not overridden; until 0: until
+-- cleared; gate_override.lua). Reserve (gate_take) gives each popped job of a type with gates
+-- a start under each gate's rate (a later start makes the job wait in 'scheduled' for it, as
+-- a group rate's: field 'gate' says which; ZSET '<tag>:lstart:<gate>' the starts of the last window
+-- and those ahead) and then a slot of each gate's concurrency (SET '<tag>:lheld:<gate>', the
+-- ids in flight): a gate at its limit puts the job, untouched, at the end of the gate's line
+-- (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field 'gate'); no lease,
+-- no delivery, no attempt, no snooze. Whichever script takes a job out of flight (ack, retry,
+-- snooze, hand-back, bury, sweep, cancel: gate_leave) frees its slots ('lgates') and moves as
+-- many of the line's oldest jobs as slots are free to the oldest end of ready, in the same
+-- call. A slot whose job is no longer in flight (removed by hand) is freed by the next reserve
+-- that finds its gate full, one per call.
+local function gate_override(tag, gate, now)
+  -- the live override of ``gate``: slots (or nil), rate (or nil)
+  local raw = redis.call('HGET', tag .. 'lover', gate)
+  if not raw then return nil, nil end
+  local n, untl, rate = string.match(raw, '^(%d*)|(%d+)|(.*)$')
+  if not untl or (untl ~= '0' and tonumber(untl) <= now) then return nil, nil end
+  return tonumber(n), (rate ~= '' and rate or nil)
+end
+
+local function gate_limits(tag, gate, now)
+  -- ``gate``'s slots (nil: no concurrency limit) and rate (n, window ms; nil: none) now
+  local n, rate = gate_override(tag, gate, now)
+  if not n then n = tonumber(redis.call('HGET', tag .. 'lconc', gate) or '') end
+  rate = rate or redis.call('HGET', tag .. 'lrate', gate)
+  local rn, rw = nil, nil
+  if rate then
+    rn, rw = string.match(rate, '^(%d+)/(%d+)$')
+    rn, rw = tonumber(rn), tonumber(rw)
+    if not rn or rn < 1 or not rw or rw < 1 then rn, rw = nil, nil end
+  end
+  return n, rn, rw
+end
+
+local function gate_start(prefix, id, tag, gate, now, rn, rw)
+  -- ``id``'s start under ``gate``'s rate (rn per rw ms): one given before and not yet past its
+  -- window is kept; else the next free one. Returns the start (ms).
+  local starts = tag .. 'lstart:' .. gate
+  local given = tonumber(redis.call('ZSCORE', starts, id) or '')
+  if given and given + rw > now then return given end
+  redis.call('ZREMRANGEBYSCORE', starts, '-inf', now - rw)
+  local at = now
+  local nth = redis.call('ZREVRANGE', starts, rn - 1, rn - 1, 'WITHSCORES')
+  if nth[2] and tonumber(nth[2]) + rw > now then at = tonumber(nth[2]) + rw end
+  redis.call('ZADD', starts, at, id)
+  if redis.call('PTTL', starts) < at - now + rw then redis.call('PEXPIRE', starts, at - now + rw) end
+  return at
+end
+
+local function gate_mend(prefix, held)
+  -- frees one slot of ``held`` whose job is no longer in flight (removed by hand; 'ready':
+  -- taken by this reserve call a moment ago)
+  local one = redis.call('SRANDMEMBER', held)
+  local st = one and redis.call('HGET', prefix .. one, 'state')
+  if one and st ~= 'inflight' and st ~= 'ready' then
+    redis.call('SREM', held, one)
+  end
+end
+
+local function gate_take(prefix, id, now)
+  -- at reserve: nil when ``id`` may be reserved (its gates' slots taken: field 'lgates'),
+  -- else where it went instead: 'rate' (scheduled for its start) or 'line' (a gate is full)
+  local t = redis.pcall('HGET', prefix .. id, 'type')
+  if type(t) ~= 'string' then return nil end  -- (missing, or not a hash: reserve deals with it)
+  local tag = tag_of(prefix)
+  local gates = redis.call('HGET', tag .. 'lactive', t)
+  if not gates then return nil end
+  local take = {}
+  for gate in string.gmatch(gates, '%S+') do
+    local n, rn, rw = gate_limits(tag, gate, now)
+    if rn then
+      local at = gate_start(prefix, id, tag, gate, now, rn, rw)
+      if at > now then
+        redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'gate', gate)
+        redis.call('ZADD', tag .. 'scheduled', at, id)
+        return 'rate'
+      end
+    end
+    if n then
+      local held = tag .. 'lheld:' .. gate
+      if redis.call('SCARD', held) >= n then gate_mend(prefix, held) end
+      if redis.call('SCARD', held) >= n then
+        wait_in(prefix, tag .. 'lline:' .. gate, id, now, 'limit', nil)
+        redis.call('HSET', prefix .. id, 'gate', gate)
+        return 'line'
+      end
+      take[#take + 1] = gate
+    end
+  end
+  if #take > 0 then
+    for _, gate in ipairs(take) do redis.call('SADD', tag .. 'lheld:' .. gate, id) end
+    redis.call('HSET', prefix .. id, 'lgates', table.concat(take, ' '))
+  end
+  redis.call('HDEL', prefix .. id, 'gate')  -- (what it waited for, if it did)
+  return nil
+end
+
+local function gate_fill(prefix, gate, now)
+  -- as many of ``gate``'s waiting jobs as it has free slots (at most 100 per call) go to the
+  -- oldest end of ready, where reserve takes them next
+  local tag = tag_of(prefix)
+  local n = gate_limits(tag, gate, now)
+  local free = 100
+  if n then free = math.min(100, n - redis.call('SCARD', tag .. 'lheld:' .. gate)) end
+  local moved = {}
+  for _ = 1, free do
+    local nxt = pop_waiting(prefix, tag .. 'lline:' .. gate, nil)
+    if not nxt then break end
+    redis.call('HDEL', prefix .. nxt, 'gate')
+    redis.call('HSET', prefix .. nxt, 'state', 'ready')
+    table.insert(moved, 1, nxt)  -- newest first: the oldest is RPUSHed last, reserved first
+  end
+  if #moved == 0 then return end
+  redis.call('RPUSH', tag .. 'ready', unpack(moved))
+  wake(tag .. 'wake', #moved)
+end
+
+local function gate_leave(prefix, id, now, gates)
+  -- ``id`` left flight: its gates' slots (``gates``: its 'lgates', read by the caller or here)
+  -- pass to the gates' waiting jobs
+  gates = gates or redis.call('HGET', prefix .. id, 'lgates')
+  if not gates or gates == '' then return end
+  redis.call('HDEL', prefix .. id, 'lgates')
+  local tag = tag_of(prefix)
+  for gate in string.gmatch(gates, '%S+') do
+    redis.call('SREM', tag .. 'lheld:' .. gate, id)
+    gate_fill(prefix, gate, now)
+  end
+end
+
+local function gate_regate(prefix, now)
+  -- after a declaration or an override: each job type's active gates ('<tag>:lactive') are
+  -- those of its candidates ('<tag>:lcand' type -> 'type:<t> ds:<name>') with a declared or a
+  -- live overridden limit, and every candidate gate's line is filled to its slots (a raised or
+  -- removed limit starts waiting jobs at once). Returns how many jobs it started.
+  local tag = tag_of(prefix)
+  local cand = redis.call('HGETALL', tag .. 'lcand')
+  local seen, moved = {}, 0
+  for i = 1, #cand, 2 do
+    local active = {}
+    for gate in string.gmatch(cand[i + 1], '%S+') do
+      local n, rn = gate_limits(tag, gate, now)
+      if n or rn then active[#active + 1] = gate end
+      seen[gate] = true
+    end
+    if #active > 0 then
+      redis.call('HSET', tag .. 'lactive', cand[i], table.concat(active, ' '))
+    else
+      redis.call('HDEL', tag .. 'lactive', cand[i])
+    end
+  end
+  for gate in pairs(seen) do
+    local before = redis.call('LLEN', tag .. 'lline:' .. gate)
+    gate_fill(prefix, gate, now)
+    moved = moved + before - redis.call('LLEN', tag .. 'lline:' .. gate)
+  end
+  return moved
 end
 
 local function group_limit(job_prefix, id, g, now)
@@ -352,7 +577,8 @@ local function group_join(job_prefix, id, g, now)
   local limit = group_limit(job_prefix, id, g, now)
   if redis.call('SCARD', held) >= limit then
     local one = redis.call('SRANDMEMBER', held)
-    if one and not HEAD_STATES[redis.call('HGET', job_prefix .. one, 'state') or ''] then
+    local st = redis.call('HMGET', job_prefix .. (one or ''), 'state', 'waits_on')
+    if one and not HEAD_STATES[st[1] or ''] and not (st[1] == 'waiting' and st[2] == 'limit') then
       redis.call('SREM', held, one)
       redis.call('ZINCRBY', tag .. 'gslots', -1, g)
     end
@@ -409,7 +635,7 @@ local function is_head(job_prefix, id)
   -- whether the job a key names as its head still is one: ready, scheduled, in flight, or
   -- waiting for its group's slot
   local f = redis.call('HMGET', job_prefix .. id, 'state', 'waits_on')
-  return HEAD_STATES[f[1] or ''] or (f[1] == 'waiting' and f[2] == 'group')
+  return HEAD_STATES[f[1] or ''] or (f[1] == 'waiting' and (f[2] == 'group' or f[2] == 'limit'))
 end
 
 local function turn_join(job_prefix, id, lk, now)
@@ -443,19 +669,186 @@ end
 local function turn_end(job_key, id, now)
   -- the job at ``job_key`` ended (dead or gone): its group slot and its key's turn, if it
   -- held them, pass on
-  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup')
+  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup', 'lgates')
   local prefix = prefix_of(job_key, id)
+  gate_leave(prefix, id, now, f[3])
   group_leave(prefix, id, f[2], now)
   if f[1] and f[1] ~= '' then turn_pass(prefix, id, f[1], now) end
+end
+
+-- == Redrives that watch what they replayed (issue 25 item 3) ==================================
+-- A job replayed by a paced bulk replay carries the task's id (field 'rtask', set by replay.lua;
+-- '' for any other replay). When such a job fails again, the task's counters in the queue's
+-- HASH '<tag>:rwatch' (keys.QueueKeys.replay_watch) are bumped: '<task>|failed' once per job
+-- (its first failure since the replay: a retry at attempt 1, or a death with no retry before),
+-- '<task>|died' per death, '<task>|same' when it died in the error group it was replayed from,
+-- '<task>|last' the group it died in. antre/control/redrive.py reads them and pauses the task.
+-- A job without the field costs nothing more (its value comes with the HMGET bury_job does).
+local function redrive_failed(job_key, id, task, died, old_group, group, attempt)
+  local w = tag_of(prefix_of(job_key, id)) .. 'rwatch'
+  if attempt <= 1 then redis.call('HINCRBY', w, task .. '|failed', 1) end
+  if not died then return end
+  redis.call('HINCRBY', w, task .. '|died', 1)
+  if old_group == group then redis.call('HINCRBY', w, task .. '|same', 1) end
+  redis.call('HSET', w, task .. '|last', group)
+end
+
+-- == Flows (issue 26) ===========================================================================
+-- A flow (chain, group, chord, batch: antre/flows/) is ordinary jobs of one queue linked as a
+-- DAG, all stored by one enqueue_flow.lua call. A job of a flow carries 'flow' (the flow's
+-- id), 'fpar' / 'fkids' (JSON arrays: its parents in input order, its dependents), 'fin' (how
+-- many parents; the worker reads their results when it starts the job: flow_inputs.lua) and,
+-- while a parent is unsettled, 'fdeps' (how many) in state 'held' (ZSET '<tag>:held',
+-- keys.QueueKeys.held): never delivered. A batch's callbacks ('fhook': on_success /
+-- on_complete) are held jobs of the flow that are not its members. The flow's HASH
+-- '<tag>:flow:<id>' (flow_key) keeps its state (running, waiting, failed, succeeded,
+-- cancelled; ZSET '<tag>:flows:<state>' lists each), counters (total, done, failed, pending)
+-- and policy. A member settles in the script that acks it (ack_job: flow_acked) or makes it
+-- dead (bury_job, a discarding cancel: flow_dead), fenced like the ack: its result goes into
+-- '<flow>:res' (HASH job id -> result; an id in it is settled, so a duplicate ack, a sweep or
+-- a replay never counts it twice), each dependent's 'fdeps' drops by one and one at 0 is
+-- placed (admit + place: its lock_key and group apply). A dead member: policy 'ignore' (and a
+-- batch) settles it with its error ('!' + JSON {job_id, error}); 'fail' (the default) and
+-- 'wait' keep it in SET '<flow>:failed' and its dependents held (flow state failed / waiting)
+-- until its replay succeeds, which settles it. A flow that reaches a final state pushes one
+-- token to LIST '<flow>:wake' (a waiter's BLMOVE of the list onto itself keeps it there).
+local FLOW_FINAL = {succeeded = true, failed = true, cancelled = true}
+
+local function flow_key(job_prefix, fid)
+  return tag_of(job_prefix) .. 'flow:' .. fid
+end
+
+local function flow_move(job_prefix, fk, fid, to, now)
+  -- the flow's state becomes ``to``, its index entry moved; a final state sets finished_at and
+  -- the waiters' token, leaving one clears both
+  local tag = tag_of(job_prefix)
+  local from = redis.call('HGET', fk, 'state') or 'running'
+  if from == to then return end
+  redis.call('ZREM', tag .. 'flows:' .. from, fid)
+  redis.call('DEL', fk .. ':wake')
+  if FLOW_FINAL[to] then
+    redis.call('HSET', fk, 'state', to, 'finished_at', now)
+    redis.call('ZADD', tag .. 'flows:' .. to, now, fid)
+    redis.call('RPUSH', fk .. ':wake', to)
+  else
+    redis.call('HSET', fk, 'state', to, 'finished_at', 0)
+    redis.call('ZADD', tag .. 'flows:' .. to, num_field(fk, 'created_at', now), fid)
+  end
+end
+
+local function flow_place(job_prefix, id, now, after)
+  -- a held job of a flow whose parents have all settled: placed as an arriving job (its
+  -- lock_key's turn and its group's slot apply), with a 'released' event
+  local key = job_prefix .. id
+  if redis.call('ZREM', tag_of(job_prefix) .. 'held', id) == 0 then return end
+  redis.call('HDEL', key, 'fdeps')
+  tl_add_json(tl_key(job_prefix, id), now, 'released', '""', '{"after":' .. cjson.encode(after) .. '}')
+  local f = redis.call('HMGET', key, 'lock_key', 'fgroup')
+  if admit(job_prefix, id, f[1] or '', f[2] or '', now) then place(job_prefix, id, now, false) end
+end
+
+local function flow_release(job_prefix, id, now, kids_json)
+  -- the dependents of ``id``, which just settled: each one's count of unsettled parents drops
+  -- by one, and one at 0 is placed (a dependent whose record is gone or broken is passed over)
+  if not kids_json or kids_json == '' then return end
+  local ok, kids = pcall(cjson.decode, kids_json)
+  if not ok or type(kids) ~= 'table' then return end
+  for _, kid in ipairs(kids) do
+    local key = job_prefix .. tostring(kid)
+    if redis.pcall('HEXISTS', key, 'fdeps') == 1 and
+        tonumber(redis.call('HINCRBY', key, 'fdeps', -1)) <= 0 then
+      flow_place(job_prefix, tostring(kid), now, id)
+    end
+  end
+end
+
+local function flow_hook(job_prefix, fk, name, now)
+  -- a batch's callback ``name`` ('on_success' / 'on_complete'), placed once
+  local hid = redis.call('HGET', fk, name)
+  if not hid or hid == '' or redis.call('HSETNX', fk, name .. '_at', now) == 0 then return end
+  flow_place(job_prefix, hid, now, 'batch')
+end
+
+local function flow_check(job_prefix, fk, fid, now)
+  -- the flow's state from its counters: with members unsettled (or a batch still open) it is
+  -- running, or failed / waiting while a dead member holds it (policies fail / wait); once
+  -- all are settled, succeeded (a batch with dead members: failed), and a batch's callbacks
+  -- run: on_complete, and on_success when no member is dead
+  local f = redis.call('HMGET', fk, 'state', 'pending', 'failed', 'open', 'policy')
+  if f[1] == 'cancelled' then return end
+  local pending, failed, policy = num_of(f[2], 0), num_of(f[3], 0), f[5] or 'fail'
+  if pending > 0 or f[4] == '1' then
+    local stuck = failed > 0 and (policy == 'fail' or policy == 'wait')
+    flow_move(job_prefix, fk, fid, stuck and (policy == 'wait' and 'waiting' or 'failed') or 'running', now)
+    return
+  end
+  flow_hook(job_prefix, fk, 'on_complete', now)
+  if failed == 0 then flow_hook(job_prefix, fk, 'on_success', now) end
+  flow_move(job_prefix, fk, fid, (failed > 0 and policy == 'batch') and 'failed' or 'succeeded', now)
+end
+
+local function flow_acked(job_key, id, now, result, fid)
+  -- a job of flow ``fid`` completed (the caller holds its lease): settle it once
+  local prefix = prefix_of(job_key, id)
+  local fk = flow_key(prefix, fid)
+  local f = redis.call('HMGET', fk, 'state', 'rmax')
+  if not f[1] or f[1] == 'cancelled' then return end
+  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
+  if j[1] and j[1] ~= '' then return end  -- a batch's callback: not a member
+  if result == '' then result = 'null' end
+  local rmax = num_of(f[2], 65536)
+  if #result > rmax then
+    result = '!' .. cjson.encode({job_id = id, error = 'its result of ' .. #result ..
+                                  ' bytes is over the limit of ' .. rmax .. ' (ANTRE_FLOW_RESULT_MAX)'})
+  end
+  local res = fk .. ':res'
+  local prev = redis.call('HGET', res, id)
+  if prev and string.sub(prev, 1, 1) ~= '!' then return end  -- settled already
+  redis.call('HSET', res, id, result)
+  redis.call('HINCRBY', fk, 'done', 1)
+  if prev then  -- its failure was ignored (its dependents ran then); now it succeeded
+    redis.call('HINCRBY', fk, 'failed', -1)
+  else
+    if redis.call('SREM', fk .. ':failed', id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
+    redis.call('HINCRBY', fk, 'pending', -1)
+    flow_release(prefix, id, now, j[2])
+  end
+  flow_check(prefix, fk, fid, now)
+end
+
+local function flow_dead(job_key, id, now, reason)
+  -- the job at ``job_key`` went to the DLQ (or was discarded): if it is a member of a flow,
+  -- the flow's policy decides (see above). One HGET for a job of no flow.
+  local fid = redis.pcall('HGET', job_key, 'flow')  -- (a record that is not a hash: none)
+  if type(fid) ~= 'string' or fid == '' then return end
+  local prefix = prefix_of(job_key, id)
+  local fk = flow_key(prefix, fid)
+  local f = redis.call('HMGET', fk, 'state', 'policy')
+  if not f[1] or f[1] == 'cancelled' then return end
+  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
+  if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. ':res', id) == 1 then return end
+  if f[2] == 'ignore' or f[2] == 'batch' then
+    redis.call('HSET', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = reason}))
+    redis.call('HINCRBY', fk, 'failed', 1)
+    redis.call('HINCRBY', fk, 'pending', -1)
+    flow_release(prefix, id, now, j[2])
+  elseif redis.call('SADD', fk .. ':failed', id) == 1 then
+    redis.call('HINCRBY', fk, 'failed', 1)
+    redis.call('HSET', fk, 'failed_job', id, 'failed_reason', string.sub(reason, 1, 500))
+  end
+  flow_check(prefix, fk, fid, now)
 end
 
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
                         type_prefix, group_prefix)
   -- moves a job (already removed from its previous place) into the dead-letter indexes
-  local bf = redis.call('HMGET', job_key, 'type', 'waiters')
+  local bf = redis.call('HMGET', job_key, 'type', 'waiters', 'rtask', 'group', 'attempt')
   local jtype = bf[1] or ''
   if jtype == '' then jtype = '(unknown)' end
   local group = string.sub(redis.sha1hex(signature), 1, 12)
+  if bf[3] and bf[3] ~= '' then  -- replayed by a paced bulk replay: it failed again
+    redrive_failed(job_key, id, bf[3], true, bf[4], group, num_of(bf[5], 0))
+  end
   redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
   redis.call('ZADD', dead, now, id)
   redis.call('ZADD', type_prefix .. jtype, now, id)
@@ -473,6 +866,7 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   unique_release(job_key, id, false)
   turn_end(job_key, id, now)
   if bf[2] then result_wake(prefix_of(job_key, id), id, bf[2]) end
+  flow_dead(job_key, id, now, reason)  -- a member of a flow: its policy decides (issue 26)
   return group
 end
 
@@ -508,6 +902,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
   if to == 'discard' then
     tl_add(tl, now, 'cancelled', actor, detail)
     turn_end(job_key, id, now)  -- the next job waiting on its lock_key gets the turn
+    flow_dead(job_key, id, now, reason)  -- (a member of a flow: as if dead)
     local df = redis.call('HMGET', job_key, 'idem_key', 'waiters')
     if df[1] then unindex_key(idem_index_key(prefix_of(job_key, id)), df[1], id) end
     result_wake(prefix_of(job_key, id), id, df[2])
@@ -516,7 +911,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
     redis.call('HINCRBY', dlq[2], 'discarded', 1)
     return 'discarded'
   end
-  redis.call('HDEL', job_key, 'cancel')
+  redis.call('HDEL', job_key, 'cancel', 'rtask')  -- (an operator's cancel: no redrive failure)
   append_error(job_key, now, 'cancelled', reason, '')
   redis.call('HSET', job_key, 'deadline', 0)
   bury_job(job_key, id, now, reason, signature, dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
@@ -534,7 +929,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass), one
   -- with a group its slot (group_leave).
   local f = redis.pcall('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                        'created_at', 'lock_key', 'fgroup', 'waiters')
+                        'created_at', 'lock_key', 'fgroup', 'waiters', 'flow', 'lgates')
   if f.err then return 'LOST:job record is not a hash' end  -- (the sweeper buries it)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
@@ -548,8 +943,10 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
   if f[9] then result_wake(prefix_of(key, id), id, f[9]) end
+  if f[11] then gate_leave(prefix_of(key, id), id, now, f[11]) end
   if f[8] and f[8] ~= '' then group_leave(prefix_of(key, id), id, f[8], now) end
   if f[7] and f[7] ~= '' then turn_pass(prefix_of(key, id), id, f[7], now) end
+  if f[10] and f[10] ~= '' then flow_acked(key, id, now, result, f[10]) end  -- a flow's (issue 26)
   local created = num_of(f[6], 0)
   if created > 0 and created <= now then return nil, now - created end
   return nil, nil
@@ -615,4 +1012,90 @@ local function bury_not_hash(prefix, id, now, actor, dlq)
   bury_job(key, id, now, reason, 'corrupt: job record is a ' .. rtype .. ', not a hash',
            dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
   tl_add(tl_key(prefix, id), now, 'buried', actor, {reason = reason, kind = 'corrupt'})
+end
+
+-- == Failing jobs (retry.lua, bury.lua: one job; fail_many.lua: a worker's batch, issue 29) =====
+local function retry_job(k, id, epoch, now, visible_at, a)
+  -- in-flight -> scheduled at visible_at (ready when visible_at <= now) for the holder of the
+  -- lease, or ended as cancelled when an operator asked (cancel_end). k: {job, inflight,
+  -- scheduled, ready, stats, timeline (nil: no event), dead, errgroups, cancels (nil: no cancel
+  -- check)}; a: {spend, undeliver, error, kind, traceback, counter, note, actor, count_snooze,
+  -- keep_turn, dead-by-type prefix, dead-by-group prefix} as retry.lua's ARGV say. Returns 'OK',
+  -- 'CANCELLED', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  gate_leave(prefix_of(k[1], id), id, now, nil)  -- its limit slots pass on (issue 23)
+  if k[9] then
+    local req = cancel_of(redis.call('HGET', k[1], 'cancel'))
+    if req then
+      cancel_end(k[1], id, now, req, actor_of(k[1], a[8]), {k[7], k[5], k[8], a[11], a[12]},
+                 k[9], k[6], nil, nil)
+      return 'CANCELLED'
+    end
+  end
+  if a[1] == '1' then bump(k[1], 'attempt', 1) end
+  if a[2] == '1' then bump(k[1], 'deliveries', -1) end
+  if a[9] == '1' then bump(k[1], 'snoozes', 1) end
+  if a[3] ~= '' then
+    append_error(k[1], now, a[4], a[3], a[5])
+    -- a replayed job's first failure since its replay counts for its redrive (redrive_failed)
+    if a[1] == '1' and num_field(k[1], 'attempt', 0) == 1 then
+      local task = redis.call('HGET', k[1], 'rtask')
+      if task and task ~= '' then redrive_failed(k[1], id, task, false, nil, nil, 1) end
+    end
+  end
+  if k[6] then
+    local actor = actor_of(k[1], a[8])
+    if a[6] == 'handed_back' then
+      tl_add(k[6], now, 'handed_back', actor, {}, a[7])
+    elseif a[3] ~= '' then
+      tl_add(k[6], now, 'failed', actor,
+             {error = a[3], kind = a[4], traceback = string.sub(a[5], -2000),
+              attempt = num_field(k[1], 'attempt', 0), attempt_spent = a[1] == '1',
+              next_at = visible_at}, a[7])
+    else
+      tl_add(k[6], now, 'snoozed', actor, {why = a[4], counter = a[6], until_ms = visible_at}, a[7])
+    end
+  end
+  redis.call('HSET', k[1], 'visible_at', visible_at, 'deadline', 0)
+  local waits = false
+  if a[10] == '0' then  -- unordered: the turn goes to the next in line, this job joins its end
+    local lk, prefix = redis.call('HGET', k[1], 'lock_key') or '', prefix_of(k[1], id)
+    if lk ~= '' and redis.call('HGET', tag_of(prefix) .. 'kturn', lk) == id then
+      turn_pass(prefix, id, lk, now)
+      waits = not turn_join(prefix, id, lk, now)
+      -- waiting on its key again: its group's slot goes to the group's next job
+      if waits then group_leave(prefix, id, redis.call('HGET', k[1], 'fgroup'), now) end
+    end
+  end
+  if waits then
+    -- (state and line written by turn_join)
+  elseif visible_at <= now then
+    redis.call('HSET', k[1], 'state', 'ready')
+    redis.call('RPUSH', k[4], id)
+  else
+    redis.call('HSET', k[1], 'state', 'scheduled')
+    redis.call('ZADD', k[3], visible_at, id)
+  end
+  redis.call('HINCRBY', k[5], a[6], 1)
+  return 'OK'
+end
+
+local function bury_failed(k, id, epoch, now, a)
+  -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,
+  -- inflight, dead, stats, errgroups, timeline (nil: no event)}; a: {reason, error, kind,
+  -- traceback, signature, dead-by-type prefix, dead-by-group prefix, spend, note, actor} as
+  -- bury.lua's ARGV say. Returns 'OK:<group>', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  if a[8] == '1' then bump(k[1], 'attempt', 1) end
+  append_error(k[1], now, a[3], a[2], a[4])
+  redis.call('HSET', k[1], 'deadline', 0)
+  if k[6] then
+    tl_add(k[6], now, 'buried', actor_of(k[1], a[10]),
+           {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(a[4], -2000)}, a[9])
+  end
+  return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7])
 end

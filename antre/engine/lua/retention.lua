@@ -8,6 +8,7 @@
 -- ARGV[7] dead-by-type prefix   ARGV[8] dead-by-group prefix
 -- ARGV[9 ..] error group ids to check: each one with no dead job left is removed
 -- A job dropped takes its timeline and its idempotency-key index entry with it (forget_job).
+-- Finished flows past the done jobs' retention go too (within the same limit; below).
 -- Returns: {dead jobs dropped, done jobs dropped, error groups removed}
 local prefix, now, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6])
 local max_jobs, max_age, done_age = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -44,6 +45,25 @@ for _, id in ipairs(done) do
   redis.call('ZREM', KEYS[2], id)
   forget_job(prefix, id)
 end
+
+-- finished flows (issue 26): a succeeded or cancelled flow's records (the flow, its jobs'
+-- list, results, failed set, wake list) go once it finished longer ago than done jobs are
+-- kept; its jobs go by their own retention (done, dead). A failed or waiting flow stays until
+-- an operator replays its dead job or cancels it.
+local flows = 0
+for _, st in ipairs({'succeeded', 'cancelled'}) do
+  local budget = limit - dropped - #done - flows
+  if budget <= 0 then break end
+  local index = tag_of(prefix) .. 'flows:' .. st
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', now - done_age, 'LIMIT', 0, budget)
+  for _, fid in ipairs(old) do
+    local fk = flow_key(prefix, fid)
+    redis.call('DEL', fk, fk .. ':jobs', fk .. ':res', fk .. ':failed', fk .. ':wake')
+  end
+  if #old > 0 then redis.call('ZREM', index, unpack(old)) end
+  flows = flows + #old
+end
+if flows > 0 then redis.call('HINCRBY', KEYS[3], 'flows_dropped', flows) end
 
 for i = 9, #ARGV do touched[ARGV[i]] = true end
 local groups = 0

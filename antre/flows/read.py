@@ -1,0 +1,259 @@
+"""The read model of flows: what the Flows pages, the API, the CLI and a producer's ``Flow``
+handle read (typed dataclasses; nothing here writes). Bounded reads only: a page of one
+state's index, one flow's jobs a page at a time, one job's links.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from antre.engine import keys
+from antre.engine.queue import Queue
+from antre.errors import InvalidJob
+
+FLOW_STATES = ("running", "waiting", "failed", "succeeded", "cancelled")
+FINAL_STATES = frozenset(("succeeded", "failed", "cancelled"))
+_ROW_FIELDS = ("kind", "state", "description", "policy", "total", "done", "failed", "pending",
+               "created_at", "finished_at", "open", "failed_job", "failed_reason",
+               "cancelled_by", "cancel_reason")
+_JOB_FIELDS = ("type", "state", "attempt", "fpar", "fkids", "fhook", "last_error", "idem_key")
+MAX_PAGE = 1000
+
+
+def _int(raw: str | None) -> int:
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0
+
+
+def _ids(raw: str | None) -> tuple[str, ...]:
+    try:
+        value = json.loads(raw) if raw else []
+    except ValueError:
+        return ()
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """One flow: its state (``FLOW_STATES``), progress counters and why it stopped."""
+
+    id: str
+    queue: str
+    kind: str  # 'chain', 'group', 'chord', 'batch' or 'job'
+    state: str
+    description: str
+    policy: str  # 'fail', 'ignore', 'wait' or 'batch'
+    total: int  # its members (a batch's callbacks are not)
+    done: int
+    failed: int  # members dead now (or, once ignored, dead when they settled)
+    pending: int  # members not settled yet
+    created_at: int
+    finished_at: int  # 0 while not in a final state
+    open: bool  # a batch that may still get jobs
+    failed_job: str = ""  # the last dead member that holds it (fail / wait)
+    failed_reason: str = ""
+    cancelled_by: str = ""
+    cancel_reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def progress(self) -> float:
+        """Settled members / members (1.0 for a flow of none)."""
+        return 1.0 if self.total <= 0 else (self.total - self.pending) / self.total
+
+    @classmethod
+    def of(cls, flow_id: str, queue: str, values: list[str | None]) -> "FlowRow":
+        f = dict(zip(_ROW_FIELDS, values))
+        return cls(flow_id, queue, f["kind"] or "", f["state"] or "", f["description"] or "",
+                   f["policy"] or "fail", _int(f["total"]), _int(f["done"]),
+                   _int(f["failed"]), _int(f["pending"]), _int(f["created_at"]),
+                   _int(f["finished_at"]), f["open"] == "1", f["failed_job"] or "",
+                   f["failed_reason"] or "", f["cancelled_by"] or "", f["cancel_reason"] or "")
+
+
+@dataclass(frozen=True)
+class FlowPage:
+    state: str
+    rows: list[FlowRow]
+    total: int  # flows in that state
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class FlowJob:
+    """One job of a flow as its tree shows it."""
+
+    id: str
+    type: str
+    state: str  # a job state ('held', 'ready', ..., 'done', 'dead'), 'gone' once trimmed
+    attempt: int
+    parents: tuple[str, ...]  # in input order (the order their results are handed over)
+    children: tuple[str, ...]
+    hook: str  # a batch's callback: 'on_success' / 'on_complete'; else ''
+    last_error: str
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class FlowTree:
+    flow: FlowRow
+    jobs: list[FlowJob]  # in the order they were made (parents before children)
+    total_jobs: int
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class FlowLinks:
+    """A job's place in its flow: the job page's links."""
+
+    flow_id: str
+    queue: str
+    flow_state: str  # '' when the flow record is gone (trimmed)
+    parents: tuple[str, ...]
+    children: tuple[str, ...]
+    hook: str
+
+
+@dataclass(frozen=True)
+class ChildFailure:
+    """In a flow's results, a member that died and was settled as failed (``on_failure=
+    'ignore'``, a batch): its id and why."""
+
+    job_id: str
+    error: str
+
+
+def decode_result(raw: str | None) -> Any:
+    """A stored result (see ``QueueKeys.flow_results``): its value, a ``ChildFailure``, or
+    None when none is stored."""
+    if raw is None or raw == "":
+        return None
+    if raw.startswith("!"):
+        try:
+            data = json.loads(raw[1:])
+        except ValueError:
+            data = {}
+        data = data if isinstance(data, dict) else {}
+        return ChildFailure(str(data.get("job_id", "")), str(data.get("error", "")))
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _page(offset: int, limit: int) -> tuple[int, int]:
+    if type(offset) is not int or type(limit) is not int or offset < 0 or not 1 <= limit <= MAX_PAGE:
+        raise InvalidJob(f"pass offset >= 0 and limit from 1 to {MAX_PAGE}")
+    return offset, limit
+
+
+class FlowReader:
+    """Reads flows from Redis. Signatures (for the pages, the API and the CLI):
+
+    - ``counts(queue) -> dict[state, int]``
+    - ``list_flows(queue, state='running', offset=0, limit=50) -> FlowPage`` (newest first)
+    - ``get(queue, flow_id) -> FlowRow | None``
+    - ``tree(queue, flow_id, offset=0, limit=500) -> FlowTree | None``
+    - ``links(queue, job_id) -> FlowLinks | None`` (None: the job is in no flow)
+    - ``results(queue, flow_id) -> list[Any]`` (the flow's last jobs' results, in order; a
+      batch's: its members', in the order added)
+    """
+
+    def __init__(self, client: "redis.Redis") -> None:
+        self.redis = client
+
+    def counts(self, queue: str) -> dict[str, int]:
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for state in FLOW_STATES:
+            pipe.zcard(k.flows_by_state(state))
+        return dict(zip(FLOW_STATES, (int(n) for n in pipe.execute())))
+
+    def list_flows(self, queue: str, state: str = "running", offset: int = 0,
+             limit: int = 50) -> FlowPage:
+        if state not in FLOW_STATES:
+            raise InvalidJob(f"state must be one of {', '.join(FLOW_STATES)}, not {state!r}")
+        offset, limit = _page(offset, limit)
+        k = keys.QueueKeys(queue)
+        index = k.flows_by_state(state)
+        ids = cast(list[str], self.redis.zrevrange(index, offset, offset + limit - 1))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(index)
+        for flow_id in ids:
+            pipe.hmget(k.flow(flow_id), _ROW_FIELDS)
+        total, *rows = pipe.execute()
+        return FlowPage(state, [FlowRow.of(i, queue, r) for i, r in zip(ids, rows) if r[1]],
+                        int(total), offset, limit)
+
+    def get(self, queue: str, flow_id: str) -> FlowRow | None:
+        if not keys.valid_name(queue) or not keys.valid_name(flow_id):
+            return None
+        values = cast(list[str | None],
+                      self.redis.hmget(keys.QueueKeys(queue).flow(flow_id), _ROW_FIELDS))
+        return FlowRow.of(flow_id, queue, values) if values[1] else None
+
+    def tree(self, queue: str, flow_id: str, offset: int = 0,
+             limit: int = 500) -> FlowTree | None:
+        offset, limit = _page(offset, limit)
+        row = self.get(queue, flow_id)
+        if row is None:
+            return None
+        k = keys.QueueKeys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(k.flow_jobs(flow_id))
+        pipe.lrange(k.flow_jobs(flow_id), offset, offset + limit - 1)
+        total, ids = pipe.execute()
+        for job_id in ids:
+            pipe.hmget(k.job(job_id), _JOB_FIELDS)
+        jobs = [_job(job_id, values) for job_id, values in zip(ids, pipe.execute())]
+        return FlowTree(row, jobs, int(total), offset, limit)
+
+    def links(self, queue: str, job_id: str) -> FlowLinks | None:
+        if not keys.valid_name(queue) or not keys.valid_name(job_id):
+            return None
+        k = keys.QueueKeys(queue)
+        flow_id, par, kids, hook = cast(list[str | None], self.redis.hmget(
+            k.job(job_id), ("flow", "fpar", "fkids", "fhook")))
+        if not flow_id:
+            return None
+        state = cast(str | None, self.redis.hget(k.flow(flow_id), "state"))
+        return FlowLinks(flow_id, queue, state or "", _ids(par), _ids(kids), hook or "")
+
+    def results(self, queue: str, flow_id: str) -> list[Any]:
+        k = keys.QueueKeys(queue)
+        kind, exits, *hooks = cast(list[str | None], self.redis.hmget(
+            k.flow(flow_id), ("kind", "exits", "on_success", "on_complete")))
+        if kind == "batch":
+            ids = [i for i in cast(list[str], self.redis.lrange(k.flow_jobs(flow_id), 0, -1))
+                   if i not in hooks]
+        else:
+            ids = list(_ids(exits))
+        if not ids:
+            return []
+        raw = cast(list[str | None], self.redis.hmget(k.flow_results(flow_id), ids))
+        return [decode_result(r) for r in raw]
+
+
+def inputs(q: Queue, job_id: str) -> list[Any]:
+    """What a job of a flow gets from its parents (``flow_inputs.lua``: one read): their
+    results in its input order (``decode_result`` each)."""
+    reply = q.scripts.flow_inputs(keys=[q.keys.job(job_id)], args=[q.keys.job_prefix])
+    return [decode_result(r if isinstance(r, str) else None) for r in list(reply)[1:]]
+
+
+def _job(job_id: str, values: list[str | None]) -> FlowJob:
+    f = dict(zip(_JOB_FIELDS, values))
+    return FlowJob(job_id, f["type"] or "", f["state"] or "gone", _int(f["attempt"]),
+                   _ids(f["fpar"]), _ids(f["fkids"]), f["fhook"] or "", f["last_error"] or "",
+                   f["idem_key"] or "")
