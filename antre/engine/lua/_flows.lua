@@ -107,17 +107,22 @@ local function flow_acked(job_key, id, now, result, fid)
                                   ' bytes is over the limit of ' .. rmax .. ' (ANTRE_FLOW_RESULT_MAX)'})
   end
   local res = fk .. ':res'
-  local prev = redis.call('HGET', res, id)
-  if prev and string.sub(prev, 1, 1) ~= '!' then return end  -- settled already
-  redis.call('HSET', res, id, result)
-  redis.call('HINCRBY', fk, 'done', 1)
-  if prev then  -- its failure was ignored (its dependents ran then); now it succeeded
+  if redis.call('HSETNX', res, id, result) == 0 then  -- settled already, or
+    if string.sub(redis.call('HGET', res, id), 1, 1) ~= '!' then return end
+    -- its failure was ignored (its dependents ran then), and now it succeeded
+    redis.call('HSET', res, id, result)
+    redis.call('HINCRBY', fk, 'done', 1)
     redis.call('HINCRBY', fk, 'failed', -1)
-  else
-    if redis.call('SREM', fk .. ':failed', id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
-    redis.call('HINCRBY', fk, 'pending', -1)
-    flow_release(prefix, id, now, j[2])
+    flow_check(prefix, fk, fid, now)
+    return
   end
+  redis.call('HINCRBY', fk, 'done', 1)
+  if redis.call('SREM', fk .. ':failed', id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
+  local pending = redis.call('HINCRBY', fk, 'pending', -1)
+  flow_release(prefix, id, now, j[2])
+  -- a running flow with members left stays running (a dead member that holds it would have
+  -- made it failed or waiting): the check is for the others
+  if pending > 0 and f[1] == 'running' then return end
   flow_check(prefix, fk, fid, now)
 end
 
