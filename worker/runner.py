@@ -11,6 +11,7 @@ vanish. Due scheduled jobs (delayed, retried, snoozed) are promoted by the runne
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -190,6 +191,7 @@ class WorkerProcess:
             log.error("database unavailable at start: %s; jobs wait until it is back", exc,
                       extra={"event": "database_down"})
         self._beat_quietly()
+        self._record_start()
         self._runners = [threading.Thread(target=self._runner, args=(n,), daemon=True,
                                           name=f"antre-runner-{n}") for n in range(self.threads)]
         if self.aio is not None:
@@ -470,6 +472,13 @@ class WorkerProcess:
         self._declare_gates()
         self.health.ok()
 
+    def _record_start(self) -> None:
+        """This process's start and code version, for the performance page's deploy markers."""
+        try:
+            self.registry.record_start(self.worker_id, self._info.host, code_version(self.app))
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
+
     def _declare_gates(self) -> None:
         """This process's queues' flow gates (issue 23): the limits reserve holds. Written at
         start, before the first reserve, and again every ``DECLARE_EVERY_MS`` (a Redis that
@@ -490,6 +499,19 @@ class WorkerProcess:
             self._beat()
         except REDIS_DOWN as exc:
             self.health.failed(exc)
+
+
+def code_version(app: Antre) -> str:
+    """``ANTRE_CODE_VERSION`` when set (e.g. the deployed commit), else a digest of the
+    handlers' names and compiled code: a deploy that changes a handler reads as a new version."""
+    given = os.environ.get("ANTRE_CODE_VERSION", "").strip()
+    if given:
+        return given[:100]
+    digest = hashlib.sha1()
+    for name in sorted(app.handlers):
+        code = getattr(app.handlers[name].fn, "__code__", None)
+        digest.update(name.encode() + b"\0" + (code.co_code if code is not None else b""))
+    return "code " + digest.hexdigest()[:10]
 
 
 def _env_s(name: str, default_s: float) -> float:

@@ -96,8 +96,21 @@ class QueueKeys:
         return f"{self.tag}:replays"
 
     @property
+    def replay_watch(self) -> str:
+        """HASH '<task id>|failed|died|same|last' -> n (last: an error group): what the jobs a
+        paced bulk replay put here did since (redrive_failed in lua/_lib.lua)."""
+        return f"{self.tag}:rwatch"
+
+    @property
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
         return f"{self.tag}:durations"
+
+    def perf(self, resolution: str, slot: int) -> str:
+        """HASH '<job type>|runs|fail|d|w[|<bucket ms|inf|sum>]' -> n: the runs, failures,
+        handler durations (d) and queue waits (w) of the jobs that ran in one time slot
+        (``resolution`` 'm': 5 minutes, slot = ms // 300000, kept 2 h; 'h': an hour, slot =
+        ms // 3600000, kept 8 d; antre/observe/perf.py). Expires by itself."""
+        return f"{self.tag}:perf:{resolution}:{slot}"
 
     # -- incident controls (pause, parked jobs, purge) -------------------------------------
     @property
@@ -286,6 +299,12 @@ def queues_index() -> str:
 def workers_index() -> str:
     """ZSET worker id -> last heartbeat ms."""
     return f"{PREFIX}:{{workers}}:index"
+
+
+def worker_starts() -> str:
+    """ZSET JSON {id, host, version} -> start ms: worker processes started in the last 7 days
+    (at most 1,000), the performance page's deploy markers."""
+    return f"{PREFIX}:{{workers}}:starts"
 
 
 def worker(worker_id: str) -> str:

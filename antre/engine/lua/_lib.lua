@@ -47,25 +47,29 @@ local function lease_error(job_key, epoch)
 end
 
 local function append_error(job_key, now, kind, err, tb)
-  -- keeps the last 20 attempts' errors on the job for the DLQ detail page
-  local raw = redis.call('HGET', job_key, 'errors')
+  -- keeps the last 20 attempts' errors on the job for the DLQ detail page (one read, one
+  -- write). The latest traceback is the last entry's: no second copy in a 'traceback' field
+  -- (envelope.py reads the entry, a job stored before keeps its field unread; issue 29)
+  local f = redis.call('HMGET', job_key, 'errors', 'attempt', 'deliveries', 'worker_id',
+                       'first_failed_at')
   local list = {}
-  if raw and raw ~= '' then
-    local ok, decoded = pcall(cjson.decode, raw)
+  if f[1] and f[1] ~= '' then
+    local ok, decoded = pcall(cjson.decode, f[1])
     if ok and type(decoded) == 'table' then list = decoded end
   end
-  local attempt = num_field(job_key, 'attempt', 0)
-  local deliveries = num_field(job_key, 'deliveries', 0)
+  for _, e in ipairs(list) do  -- bounded: an older attempt keeps its traceback's last 2,000
+    if type(e) == 'table' and type(e.traceback) == 'string' and #e.traceback > 2000 then
+      e.traceback = string.sub(e.traceback, -2000)
+    end
+  end
   list[#list + 1] = {at = now, kind = kind, error = err, traceback = string.sub(tb, 1, 8000),
-                     attempt = attempt, delivery = deliveries,
-                     worker = redis.call('HGET', job_key, 'worker_id') or ''}
+                     attempt = num_of(f[2], 0), delivery = num_of(f[3], 0), worker = f[4] or ''}
   while #list > 20 do table.remove(list, 1) end
-  local first = redis.call('HGET', job_key, 'first_failed_at')
-  if not first or first == '' or first == '0' then
+  if not f[5] or f[5] == '' or f[5] == '0' then
     redis.call('HSET', job_key, 'first_failed_at', now)
   end
   redis.call('HSET', job_key, 'errors', cjson.encode(list), 'last_error', err, 'error_kind', kind,
-             'traceback', string.sub(tb, 1, 8000), 'last_failed_at', now)
+             'last_failed_at', now)
 end
 
 local function unique_release_key(job_key, id, keep, ukey)
@@ -87,7 +91,7 @@ end
 
 -- == Job timelines and the idempotency-key index (issue 11) ===================================
 -- A job's timeline is a LIST '<tag>:tl:<id>' (keys.QueueKeys.timeline), oldest event first,
--- capped at TL_CAP; scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
+-- at most TL_CAP (see tl_elide); scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
 -- the index, keys.QueueKeys.idem_index '<tag>:idem', with idem_index_key). Every event is one
 -- JSON object: {"t": ms, "k": kind, "a": actor, "d": {details}, "x": the caller's own JSON}.
 -- A job hash that is deleted takes its timeline and its index entry with it (forget_job).
@@ -132,14 +136,70 @@ local function ms_text(now)
   return ms_s
 end
 
+-- Past TL_CAP events the timeline keeps its first TL_HEAD (the enqueue, the first reserve and
+-- hand-back) and its newest, and drops from between them: the event at index TL_HEAD becomes an
+-- 'elided' marker {"t": first dropped, "k": "elided", "n": how many, "l": last dropped}.
+-- Checkpoints and a worker's lease extensions do not pile up: one in a row with the same kind
+-- (and, for 'extended', the same "by") among the last two events (the other one also of those
+-- kinds, so no transition is passed over) is replaced by one event {"t": first, "n": count,
+-- "l": last, ...newest actor and details} (tl_coalesce): a job that checkpoints every 0.5 s
+-- and is extended by its heartbeat keeps two events, not a hundred.
+local TL_HEAD = 10
+local TL_GONE = '\0gone'
+
+local function tl_last_ms(ev)
+  return string.match(ev, '^{"t":%d+,"k":"[%w_]+","n":%d+,"l":(%d+)') or
+         string.match(ev, '^{"t":(%d+)') or '0'
+end
+
+local function tl_elide(key)
+  -- the list is one past TL_CAP: the event at TL_HEAD becomes the marker (when it is not one
+  -- yet), and the event after the marker is dropped into its count
+  local at = redis.call('LINDEX', key, TL_HEAD) or ''
+  local n = tonumber(string.match(at, '^{"t":%d+,"k":"elided","n":(%d+)') or '')
+  local first = string.match(at, '^{"t":(%d+)') or '0'
+  if not n then n = tonumber(string.match(at, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1 end
+  local gone = redis.call('LINDEX', key, TL_HEAD + 1) or ''
+  local dropped = tonumber(string.match(gone, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1
+  redis.call('LSET', key, TL_HEAD + 1, TL_GONE)
+  redis.call('LREM', key, 1, TL_GONE)
+  redis.call('LSET', key, TL_HEAD, '{"t":' .. first .. ',"k":"elided","n":' .. (n + dropped) ..
+             ',"l":' .. tl_last_ms(gone) .. ',"a":"","d":{}}')
+end
+
+local COALESCED = {checkpoint = true, extended = true}
+
+local function tl_coalesce(key, now, kind, by, rest)
+  -- true when the event (``rest``: its text after the kind) was folded into a recent one
+  local tail = redis.pcall('LRANGE', key, -2, -1)
+  if type(tail) ~= 'table' then return false end
+  for back = #tail, 1, -1 do
+    local ev = tail[back]
+    local t, k = string.match(ev, '^{"t":(%d+),"k":"([%w_]+)"')
+    if not k or not COALESCED[k] then return false end
+    if k == kind and (not by or string.find(ev, by, 1, true)) then
+      local n = tonumber(string.match(ev, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1
+      redis.call('LSET', key, back - #tail - 1, '{"t":' .. t .. ',"k":"' .. kind .. '","n":' ..
+                 (n + 1) .. ',"l":' .. ms_text(now) .. rest)
+      return true
+    end
+  end
+  return false
+end
+
 local function tl_add_json(key, now, kind, actor_json, detail_json, extra)
-  -- actor and details already JSON-encoded (the hot paths build them once, or by hand)
-  local ev = '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '","a":' ..
-             actor_json .. ',"d":' .. detail_json
-  if extra and extra ~= '' then ev = ev .. ',"x":' .. extra end
+  -- actor and details already JSON-encoded (the hot paths build them once, or by hand);
+  -- one RPUSH in the common case
+  local rest = ',"a":' .. actor_json .. ',"d":' .. detail_json
+  if extra and extra ~= '' then rest = rest .. ',"x":' .. extra end
+  rest = rest .. '}'
+  if COALESCED[kind] then
+    local by = kind == 'extended' and string.match(detail_json, '"by":"[%w_]+"') or nil
+    if by ~= '"by":"operator"' and tl_coalesce(key, now, kind, by, rest) then return end
+  end
   -- pcall: a timeline key of another type loses the event, never the job's move
-  local n = redis.pcall('RPUSH', key, ev .. '}')
-  if type(n) == 'number' and n > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
+  local n = redis.pcall('RPUSH', key, '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '"' .. rest)
+  if type(n) == 'number' and n > TL_CAP then tl_elide(key) end
 end
 
 local function tl_add(key, now, kind, actor, detail, extra)
@@ -616,16 +676,36 @@ local function turn_end(job_key, id, now)
   if f[1] and f[1] ~= '' then turn_pass(prefix, id, f[1], now) end
 end
 
+-- == Redrives that watch what they replayed (issue 25 item 3) ==================================
+-- A job replayed by a paced bulk replay carries the task's id (field 'rtask', set by replay.lua;
+-- '' for any other replay). When such a job fails again, the task's counters in the queue's
+-- HASH '<tag>:rwatch' (keys.QueueKeys.replay_watch) are bumped: '<task>|failed' once per job
+-- (its first failure since the replay: a retry at attempt 1, or a death with no retry before),
+-- '<task>|died' per death, '<task>|same' when it died in the error group it was replayed from,
+-- '<task>|last' the group it died in. antre/control/redrive.py reads them and pauses the task.
+-- A job without the field costs nothing more (its value comes with the HMGET bury_job does).
+local function redrive_failed(job_key, id, task, died, old_group, group, attempt)
+  local w = tag_of(prefix_of(job_key, id)) .. 'rwatch'
+  if attempt <= 1 then redis.call('HINCRBY', w, task .. '|failed', 1) end
+  if not died then return end
+  redis.call('HINCRBY', w, task .. '|died', 1)
+  if old_group == group then redis.call('HINCRBY', w, task .. '|same', 1) end
+  redis.call('HSET', w, task .. '|last', group)
+end
+
 -- == Flows (issue 26): the section is antre/engine/lua/_flows.lua, read in here by scripts.py
 -- #include _flows.lua
 
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
                         type_prefix, group_prefix)
   -- moves a job (already removed from its previous place) into the dead-letter indexes
-  local bf = redis.call('HMGET', job_key, 'type', 'waiters')
+  local bf = redis.call('HMGET', job_key, 'type', 'waiters', 'rtask', 'group', 'attempt')
   local jtype = bf[1] or ''
   if jtype == '' then jtype = '(unknown)' end
   local group = string.sub(redis.sha1hex(signature), 1, 12)
+  if bf[3] and bf[3] ~= '' then  -- replayed by a paced bulk replay: it failed again
+    redrive_failed(job_key, id, bf[3], true, bf[4], group, num_of(bf[5], 0))
+  end
   redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
   redis.call('ZADD', dead, now, id)
   redis.call('ZADD', type_prefix .. jtype, now, id)
@@ -688,7 +768,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
     redis.call('HINCRBY', dlq[2], 'discarded', 1)
     return 'discarded'
   end
-  redis.call('HDEL', job_key, 'cancel')
+  redis.call('HDEL', job_key, 'cancel', 'rtask')  -- (an operator's cancel: no redrive failure)
   append_error(job_key, now, 'cancelled', reason, '')
   redis.call('HSET', job_key, 'deadline', 0)
   bury_job(job_key, id, now, reason, signature, dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
@@ -789,4 +869,90 @@ local function bury_not_hash(prefix, id, now, actor, dlq)
   bury_job(key, id, now, reason, 'corrupt: job record is a ' .. rtype .. ', not a hash',
            dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
   tl_add(tl_key(prefix, id), now, 'buried', actor, {reason = reason, kind = 'corrupt'})
+end
+
+-- == Failing jobs (retry.lua, bury.lua: one job; fail_many.lua: a worker's batch, issue 29) =====
+local function retry_job(k, id, epoch, now, visible_at, a)
+  -- in-flight -> scheduled at visible_at (ready when visible_at <= now) for the holder of the
+  -- lease, or ended as cancelled when an operator asked (cancel_end). k: {job, inflight,
+  -- scheduled, ready, stats, timeline (nil: no event), dead, errgroups, cancels (nil: no cancel
+  -- check)}; a: {spend, undeliver, error, kind, traceback, counter, note, actor, count_snooze,
+  -- keep_turn, dead-by-type prefix, dead-by-group prefix} as retry.lua's ARGV say. Returns 'OK',
+  -- 'CANCELLED', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  gate_leave(prefix_of(k[1], id), id, now, nil)  -- its limit slots pass on (issue 23)
+  if k[9] then
+    local req = cancel_of(redis.call('HGET', k[1], 'cancel'))
+    if req then
+      cancel_end(k[1], id, now, req, actor_of(k[1], a[8]), {k[7], k[5], k[8], a[11], a[12]},
+                 k[9], k[6], nil, nil)
+      return 'CANCELLED'
+    end
+  end
+  if a[1] == '1' then bump(k[1], 'attempt', 1) end
+  if a[2] == '1' then bump(k[1], 'deliveries', -1) end
+  if a[9] == '1' then bump(k[1], 'snoozes', 1) end
+  if a[3] ~= '' then
+    append_error(k[1], now, a[4], a[3], a[5])
+    -- a replayed job's first failure since its replay counts for its redrive (redrive_failed)
+    if a[1] == '1' and num_field(k[1], 'attempt', 0) == 1 then
+      local task = redis.call('HGET', k[1], 'rtask')
+      if task and task ~= '' then redrive_failed(k[1], id, task, false, nil, nil, 1) end
+    end
+  end
+  if k[6] then
+    local actor = actor_of(k[1], a[8])
+    if a[6] == 'handed_back' then
+      tl_add(k[6], now, 'handed_back', actor, {}, a[7])
+    elseif a[3] ~= '' then
+      tl_add(k[6], now, 'failed', actor,
+             {error = a[3], kind = a[4], traceback = string.sub(a[5], -2000),
+              attempt = num_field(k[1], 'attempt', 0), attempt_spent = a[1] == '1',
+              next_at = visible_at}, a[7])
+    else
+      tl_add(k[6], now, 'snoozed', actor, {why = a[4], counter = a[6], until_ms = visible_at}, a[7])
+    end
+  end
+  redis.call('HSET', k[1], 'visible_at', visible_at, 'deadline', 0)
+  local waits = false
+  if a[10] == '0' then  -- unordered: the turn goes to the next in line, this job joins its end
+    local lk, prefix = redis.call('HGET', k[1], 'lock_key') or '', prefix_of(k[1], id)
+    if lk ~= '' and redis.call('HGET', tag_of(prefix) .. 'kturn', lk) == id then
+      turn_pass(prefix, id, lk, now)
+      waits = not turn_join(prefix, id, lk, now)
+      -- waiting on its key again: its group's slot goes to the group's next job
+      if waits then group_leave(prefix, id, redis.call('HGET', k[1], 'fgroup'), now) end
+    end
+  end
+  if waits then
+    -- (state and line written by turn_join)
+  elseif visible_at <= now then
+    redis.call('HSET', k[1], 'state', 'ready')
+    redis.call('RPUSH', k[4], id)
+  else
+    redis.call('HSET', k[1], 'state', 'scheduled')
+    redis.call('ZADD', k[3], visible_at, id)
+  end
+  redis.call('HINCRBY', k[5], a[6], 1)
+  return 'OK'
+end
+
+local function bury_failed(k, id, epoch, now, a)
+  -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,
+  -- inflight, dead, stats, errgroups, timeline (nil: no event)}; a: {reason, error, kind,
+  -- traceback, signature, dead-by-type prefix, dead-by-group prefix, spend, note, actor} as
+  -- bury.lua's ARGV say. Returns 'OK:<group>', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  if a[8] == '1' then bump(k[1], 'attempt', 1) end
+  append_error(k[1], now, a[3], a[2], a[4])
+  redis.call('HSET', k[1], 'deadline', 0)
+  if k[6] then
+    tl_add(k[6], now, 'buried', actor_of(k[1], a[10]),
+           {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(a[4], -2000)}, a[9])
+  end
+  return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7])
 end
