@@ -214,7 +214,9 @@ class Job:
     snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
     cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
     group: str = ""  # its fair-share group (issue 23; stored as 'fgroup', not read at reserve)
-    waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
+    waits_on: str = ""  # while waiting: 'lock' (behind its key's head), 'group' (a slot) or
+    # 'limit' (a slot of its type's or downstream's concurrency limit: ``gate``)
+    gate: str = ""  # the limit it waits for ('type:<t>' or 'ds:<name>'), waiting or scheduled
     group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
     rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
     progress: Progress | None = None  # its handler's last ctx.progress (issue 26)
@@ -348,6 +350,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         cancel=fields.get("cancel", ""),
         group=fields.get("fgroup", ""),
         waits_on=fields.get("waits_on", ""),
+        gate=fields.get("gate", ""),
         group_rate=format_rate(fields.get("grate", "")) if fields.get("grate") else "",
         rate_due=_int(fields, "rate_due"),
         progress=decode_progress(fields.get("progress")),

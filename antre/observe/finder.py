@@ -46,6 +46,11 @@ class TimelineEvent:
     # buried, replayed, run_now, due, discarded, completed, deduplicated
     actor: str  # a worker id (host:pid:nonce), an operator's name, 'sweeper', 'producer', ...
     details: dict[str, Any] = field(default_factory=dict)
+    # checkpoints and a worker's extensions in a row are one event: how many, the newest's
+    # time (``at_ms`` is the first's); kind 'elided': ``count`` events dropped from between
+    # the first ones and the newest past the cap, the first at ``at_ms``, the last at ``last_ms``
+    count: int = 1
+    last_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class Timeline:
     job_id: str
     events: list[TimelineEvent]
     job_exists: bool  # False: the job is gone (discarded), only its timeline is left
-    capped: bool  # the oldest events beyond the cap were dropped
+    capped: bool  # past the cap, events between the first ones and the newest were dropped
     trace_id: str = ""
 
 
@@ -292,7 +297,9 @@ def _event(raw: str) -> TimelineEvent:
         details.update(extra)
     elif extra is not None:
         details["note"] = extra
-    return TimelineEvent(_int(ev.get("t")), str(ev.get("k", "")), str(ev.get("a", "")), details)
+    first = _int(ev.get("t"))
+    return TimelineEvent(first, str(ev.get("k", "")), str(ev.get("a", "")), details,
+                         max(1, _int(ev.get("n")) or 1), _int(ev.get("l")) or first)
 
 
 class Finder:
@@ -360,7 +367,8 @@ class Finder:
             events.insert(0, TimelineEvent(_int(created), "enqueued", "producer",
                                            {"delay_ms": 0, "trace_id": trace_id or ""}))
         return Timeline(queue, job_id, events, job_exists=bool(state),
-                        capped=len(raw) >= TIMELINE_CAP, trace_id=trace_id or "")
+                        capped=any(e.kind == "elided" for e in events),
+                        trace_id=trace_id or "")
 
     # -- the producer's view --------------------------------------------------------------------
     def job_status(self, job_id: str) -> JobStatus:

@@ -6,6 +6,7 @@ test can tell what really happened.
 - ``charge``: fails permanently (straight to the dead-letter queue) until the test "fixes the
   bug" by adding the payload's ``ref`` to the ``browser:fixed`` set; then it succeeds.
 - ``sync_record``: the same, for the paced bulk replay.
+- ``notify_partner``: always fails permanently (a redrive of its dead jobs pauses itself).
 - ``flaky_fetch``: always a transient failure with a long back-off, so it sits in the
   scheduled-retries list.
 - ``slow_report``: runs ~``seconds`` s, extending its own lease once, checkpointing and
@@ -48,6 +49,12 @@ def charge(ctx, payload):
 @app.handler("sync_record", max_attempts=3)
 def sync_record(ctx, payload):
     return _fails_until_fixed(ctx, payload)
+
+
+@app.handler("notify_partner", max_attempts=3)
+def notify_partner(ctx, payload):
+    _mark("failed", str(payload["ref"]))
+    raise Permanent("partner endpoint gone: 410 Gone")
 
 
 @app.handler("flaky_fetch", max_attempts=5)
