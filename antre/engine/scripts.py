@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - without hiredis, redis-py packs and re
     _hiredis_pack = _HiredisReader = None
 
 NAMES = (
-    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "extend_lease",
+    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "fail_many", "extend_lease",
     "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # flow control (antre/scheduling/flow.py)
@@ -123,6 +123,7 @@ class Scripts:
     ack_many: redis.commands.core.Script
     retry: redis.commands.core.Script
     bury: redis.commands.core.Script
+    fail_many: redis.commands.core.Script
     extend_lease: redis.commands.core.Script
     promote_due: redis.commands.core.Script
     sweep_expired: redis.commands.core.Script

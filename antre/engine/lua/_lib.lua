@@ -47,25 +47,29 @@ local function lease_error(job_key, epoch)
 end
 
 local function append_error(job_key, now, kind, err, tb)
-  -- keeps the last 20 attempts' errors on the job for the DLQ detail page
-  local raw = redis.call('HGET', job_key, 'errors')
+  -- keeps the last 20 attempts' errors on the job for the DLQ detail page (one read, one
+  -- write). The latest traceback is the last entry's: no second copy in a 'traceback' field
+  -- (envelope.py reads the entry, a job stored before keeps its field unread; issue 29)
+  local f = redis.call('HMGET', job_key, 'errors', 'attempt', 'deliveries', 'worker_id',
+                       'first_failed_at')
   local list = {}
-  if raw and raw ~= '' then
-    local ok, decoded = pcall(cjson.decode, raw)
+  if f[1] and f[1] ~= '' then
+    local ok, decoded = pcall(cjson.decode, f[1])
     if ok and type(decoded) == 'table' then list = decoded end
   end
-  local attempt = num_field(job_key, 'attempt', 0)
-  local deliveries = num_field(job_key, 'deliveries', 0)
+  for _, e in ipairs(list) do  -- bounded: an older attempt keeps its traceback's last 2,000
+    if type(e) == 'table' and type(e.traceback) == 'string' and #e.traceback > 2000 then
+      e.traceback = string.sub(e.traceback, -2000)
+    end
+  end
   list[#list + 1] = {at = now, kind = kind, error = err, traceback = string.sub(tb, 1, 8000),
-                     attempt = attempt, delivery = deliveries,
-                     worker = redis.call('HGET', job_key, 'worker_id') or ''}
+                     attempt = num_of(f[2], 0), delivery = num_of(f[3], 0), worker = f[4] or ''}
   while #list > 20 do table.remove(list, 1) end
-  local first = redis.call('HGET', job_key, 'first_failed_at')
-  if not first or first == '' or first == '0' then
+  if not f[5] or f[5] == '' or f[5] == '0' then
     redis.call('HSET', job_key, 'first_failed_at', now)
   end
   redis.call('HSET', job_key, 'errors', cjson.encode(list), 'last_error', err, 'error_kind', kind,
-             'traceback', string.sub(tb, 1, 8000), 'last_failed_at', now)
+             'last_failed_at', now)
 end
 
 local function unique_release_key(job_key, id, keep, ukey)
@@ -1008,4 +1012,90 @@ local function bury_not_hash(prefix, id, now, actor, dlq)
   bury_job(key, id, now, reason, 'corrupt: job record is a ' .. rtype .. ', not a hash',
            dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
   tl_add(tl_key(prefix, id), now, 'buried', actor, {reason = reason, kind = 'corrupt'})
+end
+
+-- == Failing jobs (retry.lua, bury.lua: one job; fail_many.lua: a worker's batch, issue 29) =====
+local function retry_job(k, id, epoch, now, visible_at, a)
+  -- in-flight -> scheduled at visible_at (ready when visible_at <= now) for the holder of the
+  -- lease, or ended as cancelled when an operator asked (cancel_end). k: {job, inflight,
+  -- scheduled, ready, stats, timeline (nil: no event), dead, errgroups, cancels (nil: no cancel
+  -- check)}; a: {spend, undeliver, error, kind, traceback, counter, note, actor, count_snooze,
+  -- keep_turn, dead-by-type prefix, dead-by-group prefix} as retry.lua's ARGV say. Returns 'OK',
+  -- 'CANCELLED', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  gate_leave(prefix_of(k[1], id), id, now, nil)  -- its limit slots pass on (issue 23)
+  if k[9] then
+    local req = cancel_of(redis.call('HGET', k[1], 'cancel'))
+    if req then
+      cancel_end(k[1], id, now, req, actor_of(k[1], a[8]), {k[7], k[5], k[8], a[11], a[12]},
+                 k[9], k[6], nil, nil)
+      return 'CANCELLED'
+    end
+  end
+  if a[1] == '1' then bump(k[1], 'attempt', 1) end
+  if a[2] == '1' then bump(k[1], 'deliveries', -1) end
+  if a[9] == '1' then bump(k[1], 'snoozes', 1) end
+  if a[3] ~= '' then
+    append_error(k[1], now, a[4], a[3], a[5])
+    -- a replayed job's first failure since its replay counts for its redrive (redrive_failed)
+    if a[1] == '1' and num_field(k[1], 'attempt', 0) == 1 then
+      local task = redis.call('HGET', k[1], 'rtask')
+      if task and task ~= '' then redrive_failed(k[1], id, task, false, nil, nil, 1) end
+    end
+  end
+  if k[6] then
+    local actor = actor_of(k[1], a[8])
+    if a[6] == 'handed_back' then
+      tl_add(k[6], now, 'handed_back', actor, {}, a[7])
+    elseif a[3] ~= '' then
+      tl_add(k[6], now, 'failed', actor,
+             {error = a[3], kind = a[4], traceback = string.sub(a[5], -2000),
+              attempt = num_field(k[1], 'attempt', 0), attempt_spent = a[1] == '1',
+              next_at = visible_at}, a[7])
+    else
+      tl_add(k[6], now, 'snoozed', actor, {why = a[4], counter = a[6], until_ms = visible_at}, a[7])
+    end
+  end
+  redis.call('HSET', k[1], 'visible_at', visible_at, 'deadline', 0)
+  local waits = false
+  if a[10] == '0' then  -- unordered: the turn goes to the next in line, this job joins its end
+    local lk, prefix = redis.call('HGET', k[1], 'lock_key') or '', prefix_of(k[1], id)
+    if lk ~= '' and redis.call('HGET', tag_of(prefix) .. 'kturn', lk) == id then
+      turn_pass(prefix, id, lk, now)
+      waits = not turn_join(prefix, id, lk, now)
+      -- waiting on its key again: its group's slot goes to the group's next job
+      if waits then group_leave(prefix, id, redis.call('HGET', k[1], 'fgroup'), now) end
+    end
+  end
+  if waits then
+    -- (state and line written by turn_join)
+  elseif visible_at <= now then
+    redis.call('HSET', k[1], 'state', 'ready')
+    redis.call('RPUSH', k[4], id)
+  else
+    redis.call('HSET', k[1], 'state', 'scheduled')
+    redis.call('ZADD', k[3], visible_at, id)
+  end
+  redis.call('HINCRBY', k[5], a[6], 1)
+  return 'OK'
+end
+
+local function bury_failed(k, id, epoch, now, a)
+  -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,
+  -- inflight, dead, stats, errgroups, timeline (nil: no event)}; a: {reason, error, kind,
+  -- traceback, signature, dead-by-type prefix, dead-by-group prefix, spend, note, actor} as
+  -- bury.lua's ARGV say. Returns 'OK:<group>', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  if a[8] == '1' then bump(k[1], 'attempt', 1) end
+  append_error(k[1], now, a[3], a[2], a[4])
+  redis.call('HSET', k[1], 'deadline', 0)
+  if k[6] then
+    tl_add(k[6], now, 'buried', actor_of(k[1], a[10]),
+           {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(a[4], -2000)}, a[9])
+  end
+  return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7])
 end
