@@ -21,6 +21,7 @@ actions from the audit log.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -36,26 +37,65 @@ KEEP_MS = {"m": 2 * 3_600_000, "h": 7 * 86_400_000 + 3_600_000}
 WINDOWS = {"1h": ("m", 3_600_000), "24h": ("h", 86_400_000), "7d": ("h", 7 * 86_400_000)}
 BUCKET_NAMES = tuple(str(b) for b in BUCKETS_MS) + ("inf",)
 QUANTILES = (0.5, 0.95, 0.99)
+_BUCKET_AT = {b: i for i, b in enumerate(BUCKET_NAMES)}
+_HIST = 2 * len(BUCKET_NAMES)
 
 
 def slot_of(resolution: str, ms: int) -> int:
     return ms // SLOT_MS[resolution]
 
 
+class _Tally:
+    """Runs counted in memory per (queue, type, 5-minute slot, hour): per job a few integer
+    additions; ``drain`` (the buffer's flush) turns them into the slots' fields."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str, int, int], list[int]] = {}
+
+    def add(self, queue: str, job_type: str, now_ms: int, d: int, w: int, failed: bool) -> None:
+        at = (queue, job_type, now_ms // SLOT_MS["m"], now_ms // SLOT_MS["h"])
+        db, wb = _BUCKET_AT[bucket_of(d)], _BUCKET_AT[bucket_of(w)]
+        with self._lock:
+            row = self._rows.get(at)
+            if row is None:
+                row = self._rows[at] = [0] * (_HIST + 5)
+            row[0] += 1
+            row[1] += failed
+            row[2] += d
+            row[3] += w
+            row[5 + db] += 1
+            row[5 + len(BUCKET_NAMES) + wb] += 1
+            row[4] = now_ms  # the newest count's time: the slots' expiry counts from it
+
+    def drain(self) -> tuple[list[tuple[tuple[str, str], int]], dict[str, int]]:
+        with self._lock:
+            rows, self._rows = self._rows, {}
+        incs: list[tuple[tuple[str, str], int]] = []
+        ttls: dict[str, int] = {}
+        for (queue, job_type, m, h), row in rows.items():
+            qk, p, now = keys.QueueKeys(queue), job_type + "|", row[4]
+            names = [p + "runs", p + "fail", p + "d|sum", p + "w|sum"]
+            values = row[:4]
+            for i, b in enumerate(BUCKET_NAMES):
+                names += [p + "d|" + b, p + "w|" + b]
+                values += [row[5 + i], row[5 + len(BUCKET_NAMES) + i]]
+            for res, slot in (("m", m), ("h", h)):
+                key = qk.perf(res, slot)
+                incs += [((key, n), v) for n, v in zip(names, values) if v]
+                ttls[key] = max(1, slot * SLOT_MS[res] + KEEP_MS[res] - now)
+        return incs, ttls
+
+
 def record_run(buffer: DurationBuffer, queue: str, job_type: str, now_ms: int,
                duration_ms: int, wait_ms: int, failed: bool) -> None:
-    """Count one job that ran into the 5-minute and hourly slots of ``now_ms`` (in memory:
-    ``buffer.flush`` writes them with the slots' expiry)."""
-    d, w = max(0, int(duration_ms)), max(0, int(wait_ms))
-    incs = [("runs", 1), ("d|" + bucket_of(d), 1), ("d|sum", d), ("w|" + bucket_of(w), 1),
-            ("w|sum", w)]
-    if failed:
-        incs.append(("fail", 1))
-    qk = keys.QueueKeys(queue)
-    for res in ("m", "h"):
-        slot = slot_of(res, now_ms)
-        ttl = slot * SLOT_MS[res] + KEEP_MS[res] - now_ms
-        buffer.count(qk.perf(res, slot), [(f"{job_type}|{f}", by) for f, by in incs], ttl)
+    """Count one job that ran into the 5-minute and hourly slots of ``now_ms``: in memory (a
+    few integer additions), written by ``buffer.flush`` with the slots' expiry."""
+    tally = buffer.sources.get("perf")
+    if tally is None:
+        tally = buffer.sources.setdefault("perf", _Tally())
+    tally.add(queue, job_type, now_ms, max(0, int(duration_ms)), max(0, int(wait_ms)),
+              failed)
 
 
 def type_fields(job_type: str) -> list[str]:
@@ -176,7 +216,6 @@ class _Sums:
                        tuple(self.wh))
 
 
-_BUCKET_AT = {b: i for i, b in enumerate(BUCKET_NAMES)}
 
 
 def _num(v: Any) -> int:
