@@ -195,22 +195,6 @@ class _Sums:
             self.dh[i] += nums[4 + i]
             self.wh[i] += nums[4 + n + i]
 
-    def add_field(self, name: str, value: Any) -> None:
-        """Add one field of a slot's HGETALL (``name`` without the type)."""
-        v = _num(value)
-        kind, _, bucket = name.partition("|")
-        if kind == "runs":
-            self.runs += v
-        elif kind == "fail":
-            self.fail += v
-        elif bucket == "sum":
-            if kind == "d":
-                self.dsum += v
-            elif kind == "w":
-                self.wsum += v
-        elif kind in ("d", "w") and bucket in _BUCKET_AT:
-            (self.dh if kind == "d" else self.wh)[_BUCKET_AT[bucket]] += v
-
     def figures(self) -> Figures:
         return Figures(self.runs, self.fail, self.dsum, self.wsum, tuple(self.dh),
                        tuple(self.wh))
@@ -301,25 +285,25 @@ class Perf:
         return out
 
     def summary(self, window: str, queue: str | None = None) -> list[TypeRow]:
-        """Every type that ran in the window (one HGETALL per slot and queue), busiest
-        first."""
+        """Every type that ran in the window, busiest first: one HMGET of the type's fields
+        per slot, queue and known type (the queues' ``types`` SETs), summed by column."""
         now = self.clock()
         res, slots = self._slots(window, now)
-        queues = sorted({q for qs in self.queue_types(queue).values() for q in qs})
+        plan = [(t, q) for t, qs in sorted(self.queue_types(queue).items()) for q in qs]
         pipe = self.redis.pipeline(transaction=False)
-        for name in queues:
+        for job_type, name in plan:
+            fields, qk = type_fields(job_type), keys.QueueKeys(name)
             for slot in slots:
-                pipe.hgetall(keys.QueueKeys(name).perf(res, slot))
+                pipe.hmget(qk.perf(res, slot), fields)
+        replies = pipe.execute()
         sums: dict[str, _Sums] = {}
-        seen: dict[str, set[str]] = {}
-        replies = iter(pipe.execute())
-        for name in queues:
-            for _ in slots:
-                for fname, value in cast(dict[str, str], next(replies)).items():
-                    job_type, _, rest = fname.partition("|")
-                    sums.setdefault(job_type, _Sums()).add_field(rest, value)
-                    seen.setdefault(job_type, set()).add(name)
-        rows = [TypeRow(t, tuple(sorted(seen[t])), s.figures()) for t, s in sums.items()]
+        seen: dict[str, list[str]] = {}
+        for i, (job_type, name) in enumerate(plan):
+            totals = _column_sums(replies[i * len(slots):(i + 1) * len(slots)])
+            if totals and totals[0]:
+                sums.setdefault(job_type, _Sums()).add_values(totals)
+                seen.setdefault(job_type, []).append(name)
+        rows = [TypeRow(t, tuple(sorted(seen[t])), x.figures()) for t, x in sums.items()]
         rows.sort(key=lambda r: (-r.figures.runs, r.job_type))
         return rows
 
@@ -367,6 +351,17 @@ class Perf:
                                                f"(first: {start.get('id', '?')})"))
             prev = version
         return out
+
+
+def _column_sums(rows: list[list[Any]]) -> list[int]:
+    """The per-field sums of several slots' HMGET replies (missing or damaged values: 0)."""
+    out = []
+    for col in zip(*rows):
+        try:
+            out.append(sum(int(v) for v in col if v))
+        except (TypeError, ValueError):
+            out.append(sum(_num(v) for v in col))
+    return out
 
 
 def _merge(into: _Sums, other: _Sums) -> None:
