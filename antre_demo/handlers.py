@@ -212,7 +212,8 @@ def webhook_invoice(ctx: Any, payload: Any) -> dict[str, Any]:
 
 
 def slow_report(ctx: Any, payload: Any) -> dict[str, Any]:
-    """A few seconds of work in steps; extends its lease and checkpoints as it goes."""
+    """A few seconds of work in steps; extends its lease, checkpoints and reports its progress
+    (``ctx.progress``: the job page's bar) as it goes."""
     seconds = float((payload or {}).get("seconds", 4))
     steps = max(1, int(seconds / 0.5))
     for i in range(steps):
@@ -220,6 +221,7 @@ def slow_report(ctx: Any, payload: Any) -> dict[str, Any]:
         if i % 2 == 1:
             ctx.extend_lease(30)
         ctx.checkpoint({"step": i + 1, "of": steps})
+        ctx.progress((i + 1) / steps, f"rows {(i + 1) * 1000:,}/{steps * 1000:,}")
     return {"rows": steps * 1000, "report": (payload or {}).get("report", "daily")}
 
 
