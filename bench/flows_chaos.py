@@ -162,9 +162,14 @@ class FlowsChaos(Chaos):
             while not self.stop.is_set() and self.rows(
                     "SELECT count(*) FROM flow_child")[0][0] < goal:
                 time.sleep(0.05)
-            if self.stop.is_set():
-                return
-            self._fault(fns[step])
+            before = sum(self.events.values())
+            for _ in range(100):  # until it lands (no process up, nothing in flight: again)
+                if self.stop.is_set():
+                    return
+                self._fault(fns[step])
+                if sum(self.events.values()) > before:
+                    break
+                time.sleep(0.1)
             if step == "kill9":
                 time.sleep(0.2)  # let the kill land before the next scripted fault
 
@@ -350,10 +355,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="inject faults until this fraction of the flows is final")
     p.add_argument("--chaos-s", type=float, default=None,
                    help="and for at most this many seconds from the start (default: no bound)")
-    p.add_argument("--every", type=float, nargs=2, default=(1.0, 3.0),
+    p.add_argument("--every", type=float, nargs=2, default=(2.0, 5.0),
                    help="seconds between faults (uniform range)")
     p.add_argument("--max-redis-restarts", type=int, default=3)
-    p.add_argument("--min-age", type=float, default=5.0,
+    p.add_argument("--min-age", type=float, default=20.0,
                    help="kill -9 / SIGSTOP only worker processes up this many seconds")
     p.add_argument("--script", default="",
                    help="fixed faults instead of random ones, e.g. kill9,sweep (kill9, "
@@ -367,7 +372,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.produce_s = args.produce_s if args.produce_s is not None else max(1.0, args.flows / 100)
-    args.timeout = args.timeout or max(300.0, args.flows / 5)
+    args.timeout = args.timeout or max(600.0, args.flows * 0.9)
     return args
 
 
