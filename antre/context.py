@@ -6,6 +6,7 @@ import threading
 from typing import Any, Callable
 
 from antre.engine.envelope import Job
+from antre.engine.progress import checked as checked_progress
 from antre.errors import JobTimeout
 
 _MAKING = threading.Lock()  # guards the first making of a context's ``cancelled``
@@ -32,6 +33,7 @@ class JobContext:
                  cancelled: threading.Event | None = None,
                  _extend: Callable[[float], int] | None = None,
                  _checkpoint: Callable[[Any], None] | None = None,
+                 _progress: Callable[[float, str], None] | None = None,
                  _flow_inputs: Callable[[], list[Any]] | None = None) -> None:
         self.job = job
         self.worker_id = worker_id
@@ -43,6 +45,8 @@ class JobContext:
         self._cancelled = cancelled  # made on first use: most handlers never look at it
         self._extend = _extend
         self._checkpoint = _checkpoint
+        self._progress = _progress
+        self.last_progress: tuple[float, str] | None = None  # the last ctx.progress, checked
         self.flow_id: str = job.flow
         self._flow_inputs = _flow_inputs
         self._flow_results: list[Any] | None = None
@@ -103,6 +107,17 @@ class JobContext:
         if self._extend is None:
             raise RuntimeError("extend_lease is only available inside a worker")
         return self._extend(seconds)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """Say how far the handler got: ``fraction`` from 0 to 1 and a short text (at most
+        200 characters kept), e.g. ``ctx.progress(0.4, "rows 4,000/10,000")``. The producer
+        sees it in ``app.result(key).progress``, the dashboard on the job page. Cheap to call
+        in a loop: the worker writes at most 4 a second, and the last one before the job's
+        ack. Raises ``ValueError`` for a fraction outside 0..1 or a message that is not text."""
+        value = checked_progress(fraction, message)
+        self.last_progress = value
+        if self._progress is not None:
+            self._progress(*value)
 
     def checkpoint(self, state: Any = None) -> None:
         """Persist progress (when ``state`` is given) and raise ``JobTimeout`` if cancelled."""

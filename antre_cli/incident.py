@@ -309,7 +309,7 @@ def add_selection_parsers(sub: Any, selections: list[Selection], table: list[Act
             entry = next(a for a in table if a.name == op.action)
             if sel.leases or entry.path_params != ("queue", "job_id"):
                 raise TypeError(f"{op.cli}: a selection's command names plain job ids")
-            p = _subcommand(sub, groups, op.cli, op.summary, op.op)
+            p = _subcommand(sub, groups, op.cli, op.cli_help or op.summary, op.op)
             p.add_argument("job_ids", nargs="*", help="the jobs' ids")
             if sel.cli_rows is not None:
                 p.add_argument("--all", action="store_true", help=sel.cli_rows.help)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import redis
 
-from antre import Antre
+from antre import Antre, Progress, ResultUnavailable
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
@@ -151,6 +151,8 @@ def _print_job(app: Antre, found: Located, as_json: bool) -> int:
         return 0
     print(f"job {found.job_id} in {found.queue}: {found.state} ({status.job_type}, attempt "
           f"{status.attempts}/{status.max_attempts}, key {status.idempotency_key})")
+    if status.progress is not None:
+        print(f"  {progress_line(status.progress)}")
     for ev in timeline.events:
         details = ", ".join(f"{k}={v}" for k, v in ev.details.items() if k != "traceback")
         print(f"  {_ts(ev.at_ms)}  {ev.kind:<13} {ev.actor or '-':<28} {details[:160]}")
@@ -206,19 +208,42 @@ def cmd_find(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    """``Antre.result``: completed (with the stored result), pending, failed, abandoned or
-    unknown."""
+    """``Antre.result``: completed (with the stored result), pending, failed, cancelled,
+    abandoned or unknown, with the handler's last progress; ``--wait S``: its end, waited for
+    up to S seconds (exit 3 when it did not come)."""
     app = _app(args.app)
-    answer = app.result(args.key)
+    try:
+        answer = app.result(args.key)
+        if args.wait is not None:
+            answer = answer.wait(args.wait)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (redis.RedisError, ResultUnavailable) as exc:
+        print(f"error: Redis at {safe_url(app.redis_url)} is unreachable "
+              f"({_no_secret(str(exc), app.redis_url)})", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(dataclasses.asdict(answer), indent=2, default=str))
     else:
-        print(f"{answer.status}" + (f" (job {answer.job_id})" if answer.job_id else ""))
+        print(f"{answer.status}" + (f" (job {answer.job_id})" if answer.job_id else "")
+              + (f", still after waiting {args.wait:g}s" if answer.timed_out else ""))
+        if answer.progress is not None:
+            print(progress_line(answer.progress))
         if answer.status == "completed":
             print(json.dumps(answer.result, default=str))
         elif answer.error:
             print(answer.error)
+    if answer.timed_out:
+        return 3
     return 0 if answer.status != "unknown" else 1
+
+
+def progress_line(p: Progress) -> str:
+    """``progress 40% rows 4,000/10,000 (at 2026-12-01 14:00:00)``: a handler's last
+    ``ctx.progress``."""
+    return f"progress {p.percent}%" + (f" {p.message}" if p.message else "") + (
+        f" (at {_ts(p.at_ms)})" if p.at_ms else "")
 
 
 # -- users ----------------------------------------------------------------------------------
@@ -320,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("key")
     rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     rs.add_argument("--json", action="store_true")
+    rs.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                    help="wait up to SECONDS for the job to end (woken by its end, not by "
+                         "polling); exit 3 if it is still pending then")
 
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None)

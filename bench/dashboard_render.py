@@ -4,9 +4,10 @@ operator against a private Redis. Reports the median and worst of several render
 the round trip of the action bar's htmx POSTs (replay 1 / 50 selected dead jobs, extend 1 lease;
 each answer is the refreshed partial; SQLite audit log, one entry per job).
 
-    python3 bench/dashboard_render.py [--ready 1000000] [--dead 100000] [--runs 7]
+    python3 bench/dashboard_render.py [--ready 1000000] [--dead 100000] [--runs 7] [--out F]
 
-Writes bench/RENDER.md and bench/render.json.
+Writes bench/RENDER.md and bench/render.json (or ``--out`` and its JSON). The performance
+pages read a full week of slots for every type (``populate_perf``: their most).
 """
 
 from __future__ import annotations
@@ -65,6 +66,24 @@ def populate(q: Queue, ready: int, dead: int, inflight: int, scheduled: int) -> 
     q.enqueue_many([JobSpec("send_email", {"n": i}, f"s:{i}", delay_s=3600)
                     for i in range(scheduled)])
     print(f"populated in {time.monotonic() - t0:.1f}s", flush=True)
+
+
+def populate_perf(client: redis.Redis, queue: str, now: int) -> None:
+    """A full week of performance slots (antre/observe/perf.py) for every type, every field
+    set: the most the performance pages can ever read (their cost does not depend on depth)."""
+    from antre.engine import keys
+    from antre.observe import perf
+
+    k = keys.QueueKeys(queue)
+    pipe = client.pipeline(transaction=False)
+    for res in ("m", "h"):
+        last = perf.slot_of(res, now)
+        count = perf.KEEP_MS[res] // perf.SLOT_MS[res]
+        for slot in range(last - count, last + 1):
+            pipe.hset(k.perf(res, slot), mapping={
+                f: (slot * 7 + i) % 97 + 1 for t in TYPES
+                for i, f in enumerate(perf.type_fields(t))})
+    pipe.execute()
 
 
 def login(client) -> None:
@@ -131,12 +150,15 @@ def main() -> int:
     ap.add_argument("--inflight", type=int, default=2_000)
     ap.add_argument("--scheduled", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--out", default="RENDER.md", help="the report's name in bench/ "
+                    "(its JSON beside it: render.json for RENDER.md, else <name>.json)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="antre-render-")
     with EmbeddedRedis(data_dir=os.path.join(tmp, "redis")) as server:
         client = redis.Redis.from_url(server.url, decode_responses=True)
         q = Queue(client, "bench")
         populate(q, args.ready, args.dead, args.inflight, args.scheduled)
+        populate_perf(client, "bench", int(time.time() * 1000))
         memory = client.info("memory")["used_memory_human"]
         web = operator_client(server.url, tmp)
         dead_id = q.redis.zrange(q.keys.dead, 0, 0)[0]
@@ -155,6 +177,10 @@ def main() -> int:
             "workers": "/workers/",
             "API overview": "/api/overview",
             "API dead count by type": "/api/queues/bench/dead/count?type=charge_card",
+            "performance, 24 h": "/types/",
+            "performance, 7 d": "/types/?window=7d",
+            "performance of a type, 7 d": "/types/charge_card?window=7d",
+            "API performance of a type": "/api/types/charge_card",
         }
         rows = []
         for name, url in pages.items():
@@ -177,7 +203,8 @@ def main() -> int:
     result = {"depth": depth, "redis_memory": memory, "runs": args.runs, "pages": rows,
               "machine": f"{os.cpu_count()} cores, {cpu}", "python": platform.python_version(),
               "command": "python3 bench/dashboard_render.py " + " ".join(sys.argv[1:])}
-    with open(os.path.join(ROOT, "bench", "render.json"), "w") as fh:
+    json_name = "render.json" if args.out == "RENDER.md" else args.out.rsplit(".", 1)[0] + ".json"
+    with open(os.path.join(ROOT, "bench", json_name), "w") as fh:
         json.dump(result, fh, indent=2)
     lines = ["# Dashboard render time on a big queue", "",
              f"Queue depth: {depth['ready']:,} ready, {depth['dead']:,} dead, "
@@ -190,7 +217,7 @@ def main() -> int:
     lines += [f"| {r['page']} | {r['median_ms']} | {r['max_ms']} |" for r in rows]
     lines += ["", "Every read is indexed (LLEN/ZCARD counts, ZRANGE by score or rank with "
               "LIMIT, one pipelined HMGET per page): render time does not depend on depth."]
-    with open(os.path.join(ROOT, "bench", "RENDER.md"), "w") as fh:
+    with open(os.path.join(ROOT, "bench", args.out), "w") as fh:
         fh.write("\n".join(lines) + "\n")
     return 0
 

@@ -39,6 +39,7 @@ sys.path.insert(0, ROOT)
 from antre.embedded import EmbeddedRedis
 from bench import antre_bench as ab
 from bench import enqueue_paired as ep
+from bench import flows as fb
 from bench import peer_bench as pb
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
@@ -246,6 +247,14 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:
                 log(f"PostgreSQL skipped: {exc}")
                 results["postgres_error"] = str(exc)
+
+        # flow overhead (issue 26): chords of 100 no-op children vs as many plain jobs, taking
+        # turns (bench/flows.py, bench/FLOWS.md)
+        try:
+            results["flows"] = fb.compare(url, 20 if q else 100, reps)
+        except Exception as exc:  # a broken flow must not stop the whole run
+            results["flows"] = {"error": f"{type(exc).__name__}: {exc}"}
+        log(f"flows {results['flows']}")
 
         # rounds interleaved (antre, huey, dramatiq, antre, ...), every system's samples pooled:
         # a p99 of one 10 s round rests on its 20 slowest samples, so one round moves it a lot
@@ -455,6 +464,29 @@ def _peers_table(res: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def _flows_table(res: dict[str, Any]) -> list[str]:
+    """Issue 26's row: chords of 100 no-op children against as many plain jobs."""
+    f = res.get("flows")
+    if not f:
+        return []
+    if f.get("error"):
+        return ["## Flows (issue 26)", "", f"Not measured: {f['error']}", ""]
+    chord, plain = f["chord"], f["plain"]
+    return ["## Flows (issue 26): a chord of 100 no-op children vs 100 plain jobs", "",
+            f"{f['chords']} chords of {f['children']} no-op children and a no-op callback, "
+            f"against {f['chords'] * f['children']:,} plain no-op jobs enqueued 100 per "
+            "`enqueue_many`, each drained by `antre worker app:app` (defaults), the two taking "
+            "turns (`bench/flows.py`; bench/FLOWS.md).", "",
+            "| jobs | jobs/s (median) | runs | worker CPU µs/job | Redis CPU µs/job |",
+            "|---|---:|---|---:|---:|",
+            f"| chords | {chord.get('jobs_per_s', 0):,} | {chord.get('runs')} | "
+            f"{chord.get('worker_cpu_us_per_job')} | {chord.get('redis_cpu_us_per_job')} |",
+            f"| plain | {plain.get('jobs_per_s', 0):,} | {plain.get('runs')} | "
+            f"{plain.get('worker_cpu_us_per_job')} | {plain.get('redis_cpu_us_per_job')} |", "",
+            f"Chords at {100 * f['ratio']:.0f}% of plain (target >= 50%): "
+            f"{_met(bool(f['met']))}.", ""]
+
+
 def render(res: dict[str, Any]) -> str:
     m, v, c = res["machine"], res["versions"], res["ceiling"]
     ping = _med(c, "ping_per_s")
@@ -479,6 +511,7 @@ def render(res: dict[str, Any]) -> str:
            f"median PING) | {c.get('pipelined_ping_per_s', 0):,} |",
            f"| PING runs | {c.get('runs')} |", ""]
     out += _enqueue_table(res) + _antre_table(res, ping) + _latency_table(res)
+    out += _flows_table(res)
     mem = res.get("memory", {})
     out += ["## Worker memory over a long run", "",
             f"`antre worker app:app` (defaults), {mem.get('n', 0):,} no-op jobs "

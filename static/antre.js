@@ -6,7 +6,8 @@
  * - polls ([data-poll]) only while the tab is visible, live updates are not paused, the chosen
  *   interval has passed, and the operator is not working inside the polled region (focus
  *   in it, rows selected, a reason typed): a refresh would wipe what they are doing;
- * - <time class="when" data-ms> reads "3 min ago", the absolute time on hover (title);
+ * - <time class="when" data-ms> reads "3 min ago", the absolute time on hover (title) and on
+ *   keyboard focus (tabindex=0; data-abs, drawn by the stylesheet);
  * - counts lease time down between polls, relative to the server's "as of" time;
  * - draws Plotly charts from the JSON in [data-chart] (in the current theme and time zone)
  *   and builds their numbers as a table when the operator opens "Numbers as a table";
@@ -139,6 +140,7 @@
       var ms = Number(el.dataset.ms);
       el.textContent = relative(ms);
       el.title = absolute(ms);
+      el.dataset.abs = el.title;  // shown beside it while it has the keyboard focus (CSS)
     });
   }
 
@@ -181,7 +183,7 @@
     var bg = isDark() ? "#1d2329" : "#ffffff";
     var out = Object.assign({}, layout, {paper_bgcolor: bg, plot_bgcolor: bg, font: {color: fg}});
     out.xaxis = Object.assign({}, layout.xaxis || {}, {gridcolor: grid, linecolor: grid});
-    out.xaxis.title = {text: useLocal() ? "local time" : "UTC"};
+    if ((layout.xaxis || {}).type === "date") { out.xaxis.title = {text: useLocal() ? "local time" : "UTC"}; }
     out.yaxis = Object.assign({}, layout.yaxis || {}, {gridcolor: grid, linecolor: grid});
     out.shapes = (layout.shapes || []).map(function (s) {
       return Object.assign({}, s, {x0: shifted([s.x0])[0], x1: shifted([s.x1])[0]});
@@ -195,7 +197,8 @@
       if (!fig) { return; }
       var target = el.querySelector(".plot");
       if (!target) { target = document.createElement("div"); target.className = "plot"; el.insertBefore(target, el.firstChild); }
-      var data = fig.data.map(function (t) { return Object.assign({}, t, {x: shifted(t.x)}); });
+      var dated = ((fig.layout || {}).xaxis || {}).type === "date";  // (a histogram's x: buckets)
+      var data = fig.data.map(function (t) { return dated ? Object.assign({}, t, {x: shifted(t.x)}) : t; });
       window.Plotly.react(target, data, themed(fig.layout), {displaylogo: false, responsive: true});
     });
   }

@@ -47,6 +47,7 @@ from . import (
     locks,
     metrics,
     overview,
+    perf,
     scheduled,
     schedules,
     security,
@@ -64,7 +65,8 @@ BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp,
               control.bp,  # incident controls: pause, cancel, purge
               incident.bp, errors.bp, edit.bp,  # incidents, error groups, edited replay
               groups.bp,  # fair-share groups (issue 23)
-              flows.bp, flows_api.bp)  # flows (issue 26)
+              flows.bp, flows_api.bp,  # flows (issue 26)
+              perf.bp)  # performance per job type (issue 25)
 
 
 def asset_dir(name: str) -> str:

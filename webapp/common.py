@@ -156,7 +156,7 @@ def fmt_ts(ms: Any) -> str:
 
 def when(ms: Any) -> Markup:
     """A ``<time>`` antre.js shows as "3 min ago" with the absolute time (UTC or local, the
-    operator's choice) on hover; without scripts it reads as the absolute UTC time. Takes epoch
+    operator's choice) on hover and on keyboard focus (it is focusable); without scripts it reads as the absolute UTC time. Takes epoch
     ms or a datetime (naive ones are UTC, as the database stores them)."""
     if isinstance(ms, datetime):
         ms = int((ms if ms.tzinfo else ms.replace(tzinfo=UTC)).timestamp() * 1000)
@@ -164,8 +164,8 @@ def when(ms: Any) -> Markup:
     if text in ("", "—"):
         return Markup(escape(text))
     iso = datetime.fromtimestamp(int(ms) / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return Markup('<time class="when" datetime="{}" data-ms="{}" title="{}">{}</time>').format(
-        iso, int(ms), text, text)
+    return Markup('<time class="when" datetime="{}" data-ms="{}" title="{}" tabindex="0">{}'
+                  '</time>').format(iso, int(ms), text, text)
 
 
 def fmt_dur(ms: Any) -> str:

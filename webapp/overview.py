@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, request
 from sqlalchemy.exc import SQLAlchemyError
 
-from antre.observe import sampling
+from antre.observe import perf, sampling
 from antre.observe.readmodels import StatusSummary
 from antre.observe.status import status_summary
 
@@ -35,8 +35,9 @@ def index() -> str:
     names = [q.name for q in summary.overview.queues]
     window = _window_arg()
     queue = request.args.get("queue") or (names[0] if names else "default")
+    types = sorted(perf.Perf(services.get().redis).queue_types())[:50]  # (linked: /types/)
     return render("overview.html", "_overview.html", window=window, chart_queue=check_queue(queue),
-                  queues=names, s=summary, as_of=summary.as_of)
+                  queues=names, s=summary, as_of=summary.as_of, job_types=types)
 
 
 def _thin(samples: list[dict[str, int]]) -> list[dict[str, int]]:

@@ -38,6 +38,7 @@ from antre.observe.tracing import run_in_execution_span
 from .failures import cancelled, failure_outcome
 from .held import Running
 from .leases import Leases, quietly
+from .progress import Reporter
 from .outcomes import (ACKED, Ack, Bury, Completion, DropStale, HandBack, Outcome, Snooze,
                        jitter_ms, lock_lost)
 from .settle import duration_ms
@@ -73,10 +74,12 @@ class Execution:
         try:
             result = run_in_execution_span(r.job, r.spec.fn, r.ctx, r.job.payload)
         except Exception as exc:
+            _last_progress(r)
             self._measure(r)
             _report_flow(r, exc)
             _rollback(r.ctx.opened_db)
             return cancelled(r) if r.cancel is not None else self.failed(r, exc)
+        _last_progress(r)
         self._measure(r)
         _report_flow(r, None)
         if r.cancel is not None:  # cancelled while it ran: nothing of the run commits
@@ -97,6 +100,7 @@ class Execution:
         return coro
 
     def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
+        _last_progress(r)
         self._measure(r)
         if r.cancel is not None:  # cancelled while it ran (its task too): nothing commits
             _report_flow(r, None if exc is None else _as_failure(r, exc))
@@ -112,12 +116,14 @@ class Execution:
 
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
+        r.reporter = Reporter(r)
         return JobContext(job=job, worker_id=self.worker_id,
                           _db_factory=self.app.session_factory,
                           fence=lock.fence if lock else job.epoch, lock=lock,
                           last_checkpoint=job.checkpoint,
                           _extend=lambda seconds: self.leases.extend_by(r, seconds),
                           _checkpoint=lambda state: r.queue.checkpoint(job, state),
+                          _progress=r.reporter.report,
                           _flow_inputs=lambda: flow_inputs(r.queue, job.id))
 
     def _measure(self, r: Running) -> None:
@@ -262,6 +268,13 @@ def _as_failure(r: Running, exc: BaseException) -> Exception:
     if isinstance(exc, Exception):
         return exc
     return RuntimeError(f"the async handler raised {exc!r}")
+
+
+def _last_progress(r: Running) -> None:
+    """The handler's last ``ctx.progress`` held back by the rate limit, written before its job
+    is settled (nothing when it wrote none, or its last one is written)."""
+    if r.reporter is not None:
+        r.reporter.flush()
 
 
 def _rollback(db: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from antre import HandlerSpec, JobContext, Queue
 from antre.control.cancel import CancelRequest
@@ -14,6 +15,9 @@ from antre.engine.envelope import Job
 from antre.scheduling.flow import Admission
 from antre.stores.idempotency import Begin, IdempotencyStore
 from antre.engine.locks import Lock
+
+if TYPE_CHECKING:
+    from .progress import Reporter
 
 
 class Running:
@@ -40,6 +44,7 @@ class Running:
     # its idempotency claim (acquired: a fresh row), inserted with the claim of an earlier job of
     # its prefetched batch and not used yet (pipeline.py)
     ahead_claim: Begin | None = None
+    reporter: "Reporter | None" = None  # its ctx.progress (progress.py), made with its ctx
 
     def __init__(self, job: Job, queue: Queue) -> None:
         self.job = job

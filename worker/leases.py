@@ -117,6 +117,8 @@ class Leases:
             if not r.closed and not r.lease_lost and _extend_due(r, now):
                 self._extend(r)
             self._renew_lock(r)
+            if r.reporter is not None and not r.closed:
+                r.reporter.flush_due()  # a ctx.progress the rate limit held back
 
     def _max_runtime_ms(self, r: Running) -> int:
         spec = r.spec or self.app.handlers.get(r.job.type)

@@ -42,6 +42,7 @@ from antre import Antre, InvalidJob, LockBusy
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
 from antre.scheduling.flow import Admission, FlowControl, FlowPolicy
+from antre.scheduling.gates import held, shared_downstreams
 from antre.stores.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
                                Claim, IdempotencyStore, Record, fingerprint)
 from antre.engine.locks import Lock, Locks
@@ -80,6 +81,10 @@ class Pipeline:
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
         self._local = threading.local()  # per runner thread: a lock to release with the next
+        # queues whose flow gates this process declared (issue 23): there the type's and the
+        # downstream's concurrency and rate were held at reserve (antre.scheduling.gates)
+        self.held_queues: set[str] = set()
+        self._shared = shared_downstreams(app.handlers.values())
         self.execution = execution
         self.steps: tuple[Step, ...] = (
             self.stop_check,
@@ -274,9 +279,13 @@ class Pipeline:
         downstream = self.app.downstreams.get(spec.downstream or "")
         if spec.flow is None and downstream is None:
             return None
+        mine = r.job.queue == spec.queue and r.job.queue in self.held_queues
+        held_at_reserve = (mine and held(spec.flow),
+                           mine and held(downstream, shared=spec.downstream in self._shared))
         adm = self.health.call(self.flow.admit, f"{r.job.id}:{r.job.epoch}", r.job.deadline,
                                job_type=r.job.type, type_policy=spec.flow,
-                               downstream=spec.downstream, downstream_policy=downstream)
+                               downstream=spec.downstream, downstream_policy=downstream,
+                               held=held_at_reserve)
         if adm.allowed:
             r.admission = adm
             return None

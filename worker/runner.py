@@ -11,6 +11,7 @@ vanish. Due scheduled jobs (delayed, retried, snoozed) are promoted by the runne
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -23,6 +24,7 @@ from antre import Antre, Queue
 from antre.clock import Clock
 from antre.engine.envelope import Job
 from antre.scheduling.flow import FlowControl
+from antre.scheduling.gates import Declaration, FlowGates, plan
 from antre.engine.locks import Locks
 from antre.observe.logs import job_fields
 from antre.observe.metrics import DurationBuffer
@@ -49,6 +51,7 @@ IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before look
 DEFAULT_CONCURRENCY = 100  # async jobs at once per process when the app has async handlers
 ASYNC_BATCH = 64  # a runner with async slots free reserves up to this many at once
 ASYNC_MIN_BATCH = 16  # ... and waits until at least this many are free
+DECLARE_EVERY_MS = 10_000  # how often a process writes its queues' flow gates again (issue 23)
 BURST_REDIS_WAIT_S = 30.0  # --burst gives up after Redis was unreachable this long
 
 
@@ -105,6 +108,7 @@ class WorkerProcess:
         self._async_done = threading.Event()
         self.aio = _async_jobs(app, concurrency, self.counts)
         self._completer: threading.Thread | None = None
+        self._declared_at = -DECLARE_EVERY_MS
         self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                                 supervisor=supervisor_id, queues=self.queue_names,
                                 threads=threads, kind="process",
@@ -187,6 +191,7 @@ class WorkerProcess:
             log.error("database unavailable at start: %s; jobs wait until it is back", exc,
                       extra={"event": "database_down"})
         self._beat_quietly()
+        self._record_start()
         self._runners = [threading.Thread(target=self._runner, args=(n,), daemon=True,
                                           name=f"antre-runner-{n}") for n in range(self.threads)]
         if self.aio is not None:
@@ -464,13 +469,49 @@ class WorkerProcess:
             info.state = "stopping"
         self.registry.beat(info)
         self.durations.flush(self.app.redis)
+        self._declare_gates()
         self.health.ok()
+
+    def _record_start(self) -> None:
+        """This process's start and code version, for the performance page's deploy markers."""
+        try:
+            self.registry.record_start(self.worker_id, self._info.host, code_version(self.app))
+        except REDIS_DOWN as exc:
+            self.health.failed(exc)
+
+    def _declare_gates(self) -> None:
+        """This process's queues' flow gates (issue 23): the limits reserve holds. Written at
+        start, before the first reserve, and again every ``DECLARE_EVERY_MS`` (a Redis that
+        lost them gets them back); until a queue's are written, its jobs' limits are taken
+        as before (semaphore and token bucket: ``Pipeline.held_queues``)."""
+        now = self.clock()
+        if now - self._declared_at < DECLARE_EVERY_MS:
+            return
+        gates = FlowGates(self.app.redis, self.clock, self.app.scripts)
+        plans = plan(self.app.handlers, self.app.downstreams)
+        for name in self.queue_names:
+            gates.declare(name, plans.get(name, Declaration()))
+            self.pipeline.held_queues.add(name)
+        self._declared_at = now
 
     def _beat_quietly(self) -> None:
         try:
             self._beat()
         except REDIS_DOWN as exc:
             self.health.failed(exc)
+
+
+def code_version(app: Antre) -> str:
+    """``ANTRE_CODE_VERSION`` when set (e.g. the deployed commit), else a digest of the
+    handlers' names and compiled code: a deploy that changes a handler reads as a new version."""
+    given = os.environ.get("ANTRE_CODE_VERSION", "").strip()
+    if given:
+        return given[:100]
+    digest = hashlib.sha1()
+    for name in sorted(app.handlers):
+        code = getattr(app.handlers[name].fn, "__code__", None)
+        digest.update(name.encode() + b"\0" + (code.co_code if code is not None else b""))
+    return "code " + digest.hexdigest()[:10]
 
 
 def _env_s(name: str, default_s: float) -> float:

@@ -27,6 +27,7 @@ from antre.engine.envelope import Job
 from antre.errors import LeaseLost
 from antre.observe.logs import job_fields, job_line, succeeded_line
 from antre.observe.metrics import DurationBuffer
+from antre.observe.perf import record_run
 
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
@@ -237,6 +238,12 @@ class Settler:
         if event in LATENCY_EVENTS:
             self.durations.add(r.job.queue, r.job.type, "latency",
                                self.clock() - r.job.created_at)
+        ran = duration_ms(r)
+        if ran is not None:  # its handler ran: the performance page's figures (perf.py)
+            job = r.job
+            wait = job.reserved_at - job.visible_at if job.reserved_at and job.visible_at else 0
+            record_run(self.durations, job.queue, job.type, self.clock(), ran, wait,
+                       isinstance(outcome, (Retry, Bury)))
         self.counts[event] += 1
         if isinstance(outcome, Ack):
             self.counts["processed"] += 1

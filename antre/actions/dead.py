@@ -104,12 +104,17 @@ def bulk_start(ops: Ops, who: Actor, a: Args) -> Result:
     queue, flt = a["queue"], a["filter"]
     try:
         task = ops.bulk.start(queue, flt, a["rate"], min(max(a["maximum"], 0), MAX_BULK),
-                              who.name, a["reason"])
+                              who.name, a["reason"], stop_pct=a["stop_pct"],
+                              min_sample=a["min_sample"], target=a["to_queue"])
     except ValueError as exc:
         return Result(False, str(exc), 400)
+    into = f" into queue {task.target}" if task.target else ""
+    guard = (f"; it pauses itself if more than {task.stop_pct:g}% of the replayed jobs fail "
+             f"again (judged after {task.min_sample})" if task.stop_pct else "")
     return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "
                         f"({flt.describe()}), at most {task.maximum} at "
-                        f"{task.rate_per_s:g} jobs/s.{_not_idempotent_warning(ops, flt)}", 200,
+                        f"{task.rate_per_s:g} jobs/s{into}{guard}."
+                        f"{_not_idempotent_warning(ops, flt)}", 200,
                   {"task": task.to_dict(), "filter": flt.describe(), "dry_run": task.total,
                    "dead_before": ops.reads.count_dead(queue)})
 
@@ -158,7 +163,13 @@ def _dead_set_actions() -> list[Action]:
                 Param("rate", float, "jobs per second", required=True, default=0.0,
                       cli_default=5.0),
                 Param("maximum", int, "at most this many jobs", required=True, default=0,
-                      cli_default=1000)),
+                      cli_default=1000),
+                Param("stop_pct", float, "pause itself when more than this percent of the "
+                      "replayed jobs fail again (0: never)", default=20.0, cli_default=20.0),
+                Param("min_sample", int, "judge after this many replayed jobs", default=20,
+                      cli_default=20),
+                Param("to_queue", help="replay into this queue instead (one that exists)",
+                      default="")),
                cli_help="paced replay of the filtered dead-letter set", prepare=dead_filter),
         Action("dlq.replay_filtered_now", "operator",
                "Replay up to ``maximum`` jobs of the filtered set at once (no pacing).",

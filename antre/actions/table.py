@@ -44,6 +44,7 @@ class SelectOp:
     api_name: str | None = None
     summary: str = ""
     cli: tuple[str, ...] = ()
+    cli_help: str = ""  # the command's help (else ``summary``)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,9 @@ def _dead_ids(ops: Ops, a: Args) -> list[str]:
 
 
 DEAD_ROWS = CliRows("every dead job matching the filter",
-                    (Param("type"), Param("group"), Param("limit", int, default=1000)),
+                    (Param("type", help="only this job type"),
+                     Param("group", help="only this error group"),
+                     Param("limit", int, "with --all: at most this many jobs", default=1000)),
                     _dead_ids)
 MAX_SELECTED = 500  # rows one selection may act on (a page holds at most 500)
 
@@ -106,10 +109,14 @@ SELECTIONS: list[Selection] = [
               (SelectOp("replay", "dlq.replay", "replayed",
                         "/queues/<queue>/selection/replay", "replay_selected",
                         "Replay the listed dead jobs; ``done`` and ``problems`` say which "
-                        "were and were not.", cli=("dlq", "replay")),
+                        "were and were not.", cli=("dlq", "replay"),
+                        cli_help="replay dead jobs by id, or --all by a filter (audited per "
+                                 "job)"),
                SelectOp("discard", "dlq.discard", "discarded",
                         "/queues/<queue>/selection/discard", "discard_selected",
-                        "Discard the listed dead jobs.", cli=("dlq", "discard"))),
+                        "Discard the listed dead jobs.", cli=("dlq", "discard"),
+                        cli_help="discard dead jobs by id, or --all by a filter (audited "
+                                 "per job)")),
               cli_rows=DEAD_ROWS),
     Selection("scheduled.selected", "operator",
               Html("/scheduled/<queue>/selected", "scheduled.selected", "scheduled.index",

@@ -10,6 +10,10 @@ at), so a step costs a few indexed reads plus one ``replay`` script per job, nev
 walk stops at the moment the task was started (``until_ms``): a replayed job that fails again
 and lands in the DLQ after that is not replayed a second time by the same task.
 
+A replay task watches what it replayed (``antre.control.redrive``): it pauses itself, saying
+why (``paused_reason``), once too many of them fail again, and may replay into another queue
+(``target``).
+
 Updates of a task are compare-and-set (WATCH/MULTI): a step that ran while an operator paused
 or cancelled the task keeps the operator's state and only adds its progress.
 
@@ -20,6 +24,7 @@ or dead) the same way, removing at most ``rate`` matching jobs per second throug
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import json
 import math
@@ -32,6 +37,7 @@ import redis
 
 from antre.engine import keys
 from antre.clock import Clock, system_ms
+from antre.control import redrive
 from antre.control.purge import CHUNK, COUNT_CHUNKS, PurgeError, PurgeFilter, Purger, Tally
 from antre.engine.queue import Queue
 from antre.observe.readmodels import DeadFilter, ReadModels
@@ -79,6 +85,18 @@ class BulkTask:
     reason: str
     description: str
     kind: str = "replay"
+    # the redrive guard (antre/control/redrive.py): pause once more than stop_pct % of at least
+    # min_sample jobs replayed since ``base_replayed`` failed again (0: never); replay into
+    # ``target`` ('' the task's own queue); failed/died/same: what the replayed jobs did
+    stop_pct: float = redrive.DEFAULT_STOP_PCT
+    min_sample: int = redrive.DEFAULT_MIN_SAMPLE
+    target: str = ""
+    paused_reason: str = ""
+    base_replayed: int = 0
+    base_failed: int = 0
+    failed: int = 0
+    died: int = 0
+    same: int = 0
 
     @property
     def done(self) -> int:
@@ -257,14 +275,22 @@ class BulkReplays:
 
     # -- tasks -----------------------------------------------------------------------------
     def start(self, queue: str, flt: DeadFilter, rate_per_s: float, maximum: int, user: str,
-              reason: str = "") -> BulkTask:
-        """A paced replay of the filtered dead-letter set."""
+              reason: str = "", *, stop_pct: float = redrive.DEFAULT_STOP_PCT,
+              min_sample: int = redrive.DEFAULT_MIN_SAMPLE, target: str = "") -> BulkTask:
+        """A paced replay of the filtered dead-letter set, into ``target`` ('' the same
+        queue; one that does not exist is a ``ValueError`` naming those that do), pausing
+        itself when more than ``stop_pct`` % of at least ``min_sample`` replayed jobs fail
+        again (``redrive``)."""
         _check_task(queue, rate_per_s, maximum, MAX_RATE_PER_S)
+        redrive.check_guard(stop_pct, min_sample)
+        target = redrive.check_target(self.reads.queue_names(), queue, target)
         now = self.clock()
         until = now if flt.until_ms is None else min(int(flt.until_ms), now)
+        described = flt.describe(self.reads.group_signature(queue, flt.group))
         task = self._new(queue, filter_to_dict(flt), until, rate_per_s, maximum, user, reason,
-                         flt.describe(self.reads.group_signature(queue, flt.group)), "replay",
+                         described + (f" → queue {target}" if target else ""), "replay",
                          self.dry_run(queue, flt))
+        task.stop_pct, task.min_sample, task.target = float(stop_pct), int(min_sample), target
         return self._save(task)
 
     def start_purge(self, queue: str, flt: PurgeFilter, rate_per_s: float, maximum: int,
@@ -303,7 +329,24 @@ class BulkReplays:
             pipe.hvals(keys.QueueKeys(name).replays)
         tasks = [BulkTask.from_dict(json.loads(v)) for values in pipe.execute() for v in values]
         tasks.sort(key=lambda t: (-t.created_at, t.id))
-        return [t for t in tasks if kind in (None, t.kind)]
+        return self._watched([t for t in tasks if kind in (None, t.kind)])
+
+    def _watched(self, tasks: "builtins.list[BulkTask]") -> "builtins.list[BulkTask]":
+        """The replays among ``tasks`` with what their replayed jobs did so far (one
+        pipelined HMGET each)."""
+        replays = [t for t in tasks if t.kind == "replay"]
+        if not replays:
+            return tasks
+        pipe = self.redis.pipeline(transaction=False)
+        for t in replays:
+            pipe.hmget(redrive.watch_key(t.queue, t.target), redrive.watch_fields(t.id))
+        for t, values in zip(replays, pipe.execute()):
+            w = redrive.watch_of(values)
+            t.failed, t.died, t.same = min(w.failed, t.replayed), w.died, w.same
+        return tasks
+
+    def watch(self, task: BulkTask) -> redrive.Watch:
+        return redrive.read_watch(self.redis, task.queue, task.target, task.id)
 
     def _update(self, queue: str, task_id: str,
                 change: Callable[[BulkTask], BulkTask | None]) -> BulkTask:
@@ -332,13 +375,19 @@ class BulkReplays:
 
     def _set_state(self, queue: str, task_id: str, allowed_from: tuple[str, ...],
                    state: str) -> BulkTask:
+        current = self.get(queue, task_id)
+        failed = self.watch(current).failed if current and current.kind == "replay" else 0
+
         def change(task: BulkTask) -> BulkTask:
             if task.state not in allowed_from:
                 raise TaskStateError(f"task {task_id} is {task.state}; cannot set it {state}")
             task.state = state
+            task.paused_reason = ""
             if state == "running":  # no burst for the time spent paused
                 task.last_step_at = self.clock()
                 task.credit = 0.0
+                # the guard judges the jobs replayed from now on
+                task.base_replayed, task.base_failed = task.replayed, failed
             if state in FINAL:
                 task.finished_at = self.clock()
             return task
@@ -367,6 +416,8 @@ class BulkReplays:
         task = self.get(queue, task_id)
         if task is None or task.state != "running":
             return 0
+        if task.kind == "replay" and self._stopped(task):
+            return 0
         now = self.clock()
         rate = task.rate_per_s
         elapsed_s = max(0, now - task.last_step_at) / 1000.0
@@ -388,6 +439,35 @@ class BulkReplays:
         self._update(queue, task_id, change)
         return done
 
+    def _stopped(self, task: BulkTask) -> bool:
+        """Pause ``task`` when its redrive guard says so (``redrive.verdict``); whether it
+        did."""
+        w = self.watch(task)
+        flt = filter_from_dict(task.filter)
+        signature = ""
+        if w.same:
+            signature = self.reads.group_signature(task.target or task.queue,
+                                                   w.last or flt.group) or w.last
+        why = redrive.verdict(task.replayed - task.base_replayed,
+                              min(w.failed, task.replayed) - task.base_failed,
+                              task.stop_pct, task.min_sample, w.same, signature)
+        if not why:
+            return False
+
+        def change(cur: BulkTask) -> BulkTask:
+            if cur.state == "running":
+                cur.state, cur.paused_reason = "paused", why
+                cur.failed, cur.died, cur.same = w.failed, w.died, w.same
+            return cur
+        self._update(task.queue, task.id, change)
+        return True
+
+    def _replay_one(self, task: BulkTask, job_id: str, note: dict[str, Any]) -> bool:
+        if task.target:
+            return redrive.move_dead(self._queue(task.queue), self._queue(task.target), job_id,
+                                     task.id, task.user, note)
+        return self._queue(task.queue).replay(job_id, task.user, note, task.id)
+
     def _replay_budget(self, task: BulkTask, budget: int) -> tuple[int, int, Any, bool]:
         flt = filter_from_dict(task.filter)
         flt = DeadFilter(flt.job_type, flt.group, flt.since_ms, task.until_ms)
@@ -396,14 +476,13 @@ class BulkReplays:
         if budget <= 0:
             return 0, 0, task.cursor, False
         walk = self._walk(task.queue, flt, cursor)
-        q = self._queue(task.queue)
         note = {"bulk_task": task.id, "reason": task.reason}
         while replayed + skipped < budget:
             nxt = next(walk, None)
             if nxt is None:
                 return replayed, skipped, list(cursor) if cursor else None, True
             cursor = (nxt[1], nxt[0])
-            if q.replay(nxt[0], task.user, note):
+            if self._replay_one(task, nxt[0], note):
                 replayed += 1
             else:
                 skipped += 1

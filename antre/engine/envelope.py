@@ -21,6 +21,7 @@ import orjson
 
 from antre.errors import InvalidJob
 from antre.engine.keys import valid_name
+from antre.engine.progress import Progress, decode as decode_progress
 
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
@@ -213,9 +214,12 @@ class Job:
     snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
     cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
     group: str = ""  # its fair-share group (issue 23; stored as 'fgroup', not read at reserve)
-    waits_on: str = ""  # while waiting: 'lock' (behind its key's head) or 'group' (a slot)
+    waits_on: str = ""  # while waiting: 'lock' (behind its key's head), 'group' (a slot) or
+    # 'limit' (a slot of its type's or downstream's concurrency limit: ``gate``)
+    gate: str = ""  # the limit it waits for ('type:<t>' or 'ds:<name>'), waiting or scheduled
     group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
     rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
+    progress: Progress | None = None  # its handler's last ctx.progress (issue 26)
     flow: str = ""  # the id of the flow it belongs to (issue 26), '' for none
     flow_inputs: int = 0  # how many parents in its flow give it their results ('fin')
 
@@ -346,8 +350,10 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         cancel=fields.get("cancel", ""),
         group=fields.get("fgroup", ""),
         waits_on=fields.get("waits_on", ""),
+        gate=fields.get("gate", ""),
         group_rate=format_rate(fields.get("grate", "")) if fields.get("grate") else "",
         rate_due=_int(fields, "rate_due"),
+        progress=decode_progress(fields.get("progress")),
         flow=fields.get("flow", ""),
         flow_inputs=_int(fields, "fin"),
     )

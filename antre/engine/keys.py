@@ -96,8 +96,21 @@ class QueueKeys:
         return f"{self.tag}:replays"
 
     @property
+    def replay_watch(self) -> str:
+        """HASH '<task id>|failed|died|same|last' -> n (last: an error group): what the jobs a
+        paced bulk replay put here did since (redrive_failed in lua/_lib.lua)."""
+        return f"{self.tag}:rwatch"
+
+    @property
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
         return f"{self.tag}:durations"
+
+    def perf(self, resolution: str, slot: int) -> str:
+        """HASH '<job type>|runs|fail|d|w[|<bucket ms|inf|sum>]' -> n: the runs, failures,
+        handler durations (d) and queue waits (w) of the jobs that ran in one time slot
+        (``resolution`` 'm': 5 minutes, slot = ms // 300000, kept 2 h; 'h': an hour, slot =
+        ms // 3600000, kept 8 d; antre/observe/perf.py). Expires by itself."""
+        return f"{self.tag}:perf:{resolution}:{slot}"
 
     # -- incident controls (pause, parked jobs, purge) -------------------------------------
     @property
@@ -176,6 +189,41 @@ class QueueKeys:
     def group_overrides(self) -> str:  # HASH group -> JSON {slots, by, reason, at, until_ms}
         return f"{self.tag}:goverrides"
 
+    # flow limits held at reserve (issue 23 item 3; "Limit gates" in lua/_lib.lua); a gate is
+    # 'type:<job type>' or 'ds:<downstream>'. The scripts derive these from ``job_prefix``.
+    @property
+    def gate_candidates(self) -> str:  # HASH job type -> its gates, as its worker declared
+        return f"{self.tag}:lcand"
+
+    @property
+    def gate_slots(self) -> str:  # HASH gate -> slots (declared concurrency)
+        return f"{self.tag}:lconc"
+
+    @property
+    def gate_rates(self) -> str:  # HASH gate -> '<n>/<window ms>' (declared rate)
+        return f"{self.tag}:lrate"
+
+    @property
+    def gate_active(self) -> str:  # HASH job type -> its gates with a limit (reserve reads it)
+        return f"{self.tag}:lactive"
+
+    @property
+    def gate_overrides(self) -> str:  # HASH gate -> '<slots>|<until ms>|<n>/<window ms>'
+        return f"{self.tag}:lover"
+
+    @property
+    def gate_override_records(self) -> str:  # HASH gate -> JSON {slots, rate, by, reason, ...}
+        return f"{self.tag}:loverrec"
+
+    def gate_held(self, gate: str) -> str:  # SET of the ids in flight holding a gate's slot
+        return f"{self.tag}:lheld:{gate}"
+
+    def gate_line(self, gate: str) -> str:  # LIST: the gate's waiting jobs, LPUSH newest
+        return f"{self.tag}:lline:{gate}"
+
+    def gate_starts(self, gate: str) -> str:  # ZSET id -> its start under the gate's rate
+        return f"{self.tag}:lstart:{gate}"
+
     # -- finder and job timelines (issue 11) -------------------------------------------------
     # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
     # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
@@ -251,6 +299,12 @@ def queues_index() -> str:
 def workers_index() -> str:
     """ZSET worker id -> last heartbeat ms."""
     return f"{PREFIX}:{{workers}}:index"
+
+
+def worker_starts() -> str:
+    """ZSET JSON {id, host, version} -> start ms: worker processes started in the last 7 days
+    (at most 1,000), the performance page's deploy markers."""
+    return f"{PREFIX}:{{workers}}:starts"
 
 
 def worker(worker_id: str) -> str:

@@ -517,12 +517,14 @@ class Queue:
         return SweepResult(int(reply[0]), int(reply[1]), outcomes)
 
     # ``actor`` (an operator's name) and ``note`` (e.g. the bulk task) go on the timeline
-    def replay(self, job_id: str, actor: str = "", note: Note = None) -> bool:
+    def replay(self, job_id: str, actor: str = "", note: Note = None, task: str = "") -> bool:
+        """dead → ready; ``task``: the paced bulk replay doing it (its failures are counted
+        for it, ``keys.QueueKeys.replay_watch``)."""
         k = self.keys
         return bool(self.scripts.replay(
             keys=[k.job(job_id), k.dead, k.ready, k.stats, k.timeline(job_id)],
             args=[job_id, self.clock(), k.dead_type_prefix, k.dead_group_prefix, actor,
-                  _note(note)]))
+                  _note(note), task]))
 
     def replay_edited(self, job_id: str, payload: Any, new_key: str = "", actor: str = "",
                       note: Note = None) -> int:

@@ -52,6 +52,8 @@ NAMES = (
     "quarantine",
     # live control of fair-share groups (antre/scheduling/controls.py)
     "group_limit",
+    # flow limits held at reserve, and their overrides (antre/scheduling/gates.py)
+    "gates_declare", "gates_override",
     # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
     "result_wait", "progress",
     # flows: chains, groups, chords, batches (antre/flows/)
@@ -76,19 +78,30 @@ def source(name: str) -> str:
     another one), in the library's order: Redis runs the whole source on every call, and each
     ``local function`` is a closure made each time (~0.15 µs apiece)."""
     files = resources.files("antre.engine.lua")
-    header, parts = _lib_parts(files.joinpath("_lib.lua").read_text())
+    header, parts, refs = _lib()
     body = files.joinpath(f"{name}.lua").read_text()
     used: set[str] = set()
-    text = body
-    grew = True
-    while grew:
-        grew = False
-        for part_name, part in parts:
-            if part_name not in used and re.search(rf"\b{part_name}\b", text):
-                used.add(part_name)
-                text += part
-                grew = True
+    todo = [w for w in set(_WORD.findall(body)) if w in refs]
+    while todo:  # the definitions the body names, then those they name, ...
+        part_name = todo.pop()
+        if part_name not in used:
+            used.add(part_name)
+            todo.extend(refs[part_name] - used)
     return header + "".join(part for n, part in parts if n in used) + "\n" + body
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@lru_cache(maxsize=None)
+def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
+    """``_lib.lua``'s header, its definitions, and for each the other definitions it names
+    (read once per process: one pass over the text instead of a search per definition)."""
+    header, parts = _lib_parts(resources.files("antre.engine.lua").joinpath("_lib.lua")
+                               .read_text())
+    names = {n for n, _ in parts}
+    refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}
+    return header, parts, refs
 
 
 class Scripts:
@@ -141,6 +154,8 @@ class Scripts:
     retention: redis.commands.core.Script
     quarantine: redis.commands.core.Script
     group_limit: redis.commands.core.Script
+    gates_declare: redis.commands.core.Script
+    gates_override: redis.commands.core.Script
     result_wait: redis.commands.core.Script
     progress: redis.commands.core.Script
     enqueue_flow: redis.commands.core.Script

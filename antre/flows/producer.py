@@ -16,6 +16,8 @@ import dataclasses
 import json
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+import redis
+
 from antre.engine.envelope import JobSpec, new_job_id
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
@@ -37,6 +39,9 @@ class App(Protocol):
 
     @property
     def handlers(self) -> Mapping[str, Any]: ...
+
+    @property
+    def redis(self) -> "redis.Redis": ...
 
     def queue(self, name: str | None = None) -> Queue: ...
 
@@ -98,7 +103,7 @@ class FlowProducer(Starter):
         """The handle of a stored flow; without ``queue``, looked for in the app's queues
         (``FlowError`` when none has it)."""
         names = [queue] if queue else self._queues()
-        reader = FlowReader(self.app.queue(names[0]).redis)
+        reader = FlowReader(self.app.redis)
         for name in names:
             row = reader.get(name, flow_id)
             if row is not None:

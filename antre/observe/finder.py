@@ -46,6 +46,11 @@ class TimelineEvent:
     # buried, replayed, run_now, due, discarded, completed, deduplicated
     actor: str  # a worker id (host:pid:nonce), an operator's name, 'sweeper', 'producer', ...
     details: dict[str, Any] = field(default_factory=dict)
+    # checkpoints and a worker's extensions in a row are one event: how many, the newest's
+    # time (``at_ms`` is the first's); kind 'elided': ``count`` events dropped from between
+    # the first ones and the newest past the cap, the first at ``at_ms``, the last at ``last_ms``
+    count: int = 1
+    last_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class Timeline:
     job_id: str
     events: list[TimelineEvent]
     job_exists: bool  # False: the job is gone (discarded), only its timeline is left
-    capped: bool  # the oldest events beyond the cap were dropped
+    capped: bool  # past the cap, events between the first ones and the newest were dropped
     trace_id: str = ""
 
 
@@ -127,6 +132,7 @@ class ResultStatus:
         by the end itself, not by polling: see README "Waiting for a result"); when it does not
         end in time, the status then, with ``timed_out`` True. Raises ``ResultUnavailable``
         when Redis was unreachable up to the timeout. A final status returns itself."""
+        check_timeout(timeout)
         if self.final:
             return self
         waiter = cast("Waits | None", self.__dict__.get("_waiter"))
@@ -134,6 +140,14 @@ class ResultStatus:
             raise RuntimeError("this ResultStatus was not read through Antre.result: call "
                                "app.result(key).wait(timeout)")
         return waiter.wait(self.idempotency_key, timeout)
+
+
+def check_timeout(timeout: Any) -> float:
+    """A wait's timeout in seconds, or ``ValueError`` saying what to pass."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout \
+            or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0 (e.g. 30), not {timeout!r}")
+    return min(float(timeout), 366 * 86_400.0)
 
 
 @dataclass(frozen=True)
@@ -283,7 +297,9 @@ def _event(raw: str) -> TimelineEvent:
         details.update(extra)
     elif extra is not None:
         details["note"] = extra
-    return TimelineEvent(_int(ev.get("t")), str(ev.get("k", "")), str(ev.get("a", "")), details)
+    first = _int(ev.get("t"))
+    return TimelineEvent(first, str(ev.get("k", "")), str(ev.get("a", "")), details,
+                         max(1, _int(ev.get("n")) or 1), _int(ev.get("l")) or first)
 
 
 class Finder:
@@ -351,7 +367,8 @@ class Finder:
             events.insert(0, TimelineEvent(_int(created), "enqueued", "producer",
                                            {"delay_ms": 0, "trace_id": trace_id or ""}))
         return Timeline(queue, job_id, events, job_exists=bool(state),
-                        capped=len(raw) >= TIMELINE_CAP, trace_id=trace_id or "")
+                        capped=any(e.kind == "elided" for e in events),
+                        trace_id=trace_id or "")
 
     # -- the producer's view --------------------------------------------------------------------
     def job_status(self, job_id: str) -> JobStatus:
@@ -386,7 +403,7 @@ class Finder:
                 status = "cancelled"
             return ResultStatus(idempotency_key, status, job.result, job.job_id, job.queue,
                                 job.reason or job.last_error, "redis", progress=job.progress)
-        if found is not None and self._cancelled(found):  # discarded by its cancel request
+        if found is not None and self.cancelled_gone(found.queue, found.job_id):
             return ResultStatus(idempotency_key, "cancelled", None, found.job_id, found.queue,
                                 "cancelled (the job was discarded)", "redis")
         if record is not None:
@@ -400,9 +417,10 @@ class Finder:
                                 error=record.last_error or "", source="sql")
         return ResultStatus(idempotency_key, "unknown")
 
-    def _cancelled(self, found: Located) -> bool:
-        """Whether a gone job's kept timeline ends with its cancellation."""
-        last = self.redis.lindex(keys.QueueKeys(found.queue).timeline(found.job_id), -1)
+    def cancelled_gone(self, queue: str, job_id: str) -> bool:
+        """Whether a gone job's kept timeline ends with its cancellation (a cancel request
+        that discarded it)."""
+        last = self.redis.lindex(keys.QueueKeys(queue).timeline(job_id), -1)
         return isinstance(last, str) and _event(last).kind == "cancelled"
 
     def abandoned(self, idempotency_key: str) -> Abandoned | None:

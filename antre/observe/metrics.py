@@ -101,13 +101,15 @@ def record_duration(client: Any, queue: str, job_type: str, kind: str, ms: int) 
 
 class DurationBuffer:
     """Durations counted in memory and written in one pipeline per ``flush`` (a worker flushes
-    on its heartbeat), instead of a round trip per job."""
+    on its heartbeat), instead of a round trip per job. ``count`` adds other counters (the
+    performance slots of ``antre.observe.perf``) to the same flush, with their key's expiry."""
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, str], int] = {}
+        self._counts: dict[tuple[str, str], int] = {}  # (key, field) -> by
+        self._ttls: dict[str, int] = {}  # key -> its expiry (ms from the count's clock)
         self._lock = threading.Lock()
-        # (queue, kind, job_type, bucket) -> its three counter keys, built once (a worker
-        # adds two durations per job)
+        # (queue, kind, job_type, bucket) -> its three (key, field) pairs, built once (a
+        # worker adds two durations per job)
         self._fields: dict[tuple[str, str, str, str], tuple[tuple[str, str], ...]] = {}
 
     def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
@@ -117,9 +119,9 @@ class DurationBuffer:
         if fields is None:
             if kind not in KINDS:
                 raise ValueError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
-            prefix = f"{kind}|{job_type}|"
+            prefix, key = f"{kind}|{job_type}|", keys.QueueKeys(queue).durations
             fields = self._fields[(queue, kind, job_type, bucket)] = (
-                (queue, prefix + bucket), (queue, prefix + "sum"), (queue, prefix + "count"))
+                (key, prefix + bucket), (key, prefix + "sum"), (key, prefix + "count"))
             if len(self._fields) > 10_000:  # many job types: start over rather than grow
                 self._fields = {}
         in_bucket, total, count = fields
@@ -129,21 +131,35 @@ class DurationBuffer:
             counts[total] = counts.get(total, 0) + ms
             counts[count] = counts.get(count, 0) + 1
 
+    def count(self, key: str, incs: list[tuple[str, int]], ttl_ms: int) -> None:
+        """Add ``incs`` (field, by) to the HASH ``key``, which the flush gives ``ttl_ms`` to
+        live (the newest count's)."""
+        with self._lock:
+            counts = self._counts
+            for name, by in incs:
+                counts[(key, name)] = counts.get((key, name), 0) + by
+            self._ttls[key] = max(1, int(ttl_ms))
+
     def flush(self, client: Any) -> int:
         """Write what was counted; on a Redis error the counts are kept for the next flush."""
         with self._lock:
             counts, self._counts = self._counts, {}
+            ttls, self._ttls = self._ttls, {}
         if not counts:
             return 0
         try:
             pipe = client.pipeline(transaction=False)
-            for (queue, field), by in counts.items():
-                pipe.hincrby(keys.QueueKeys(queue).durations, field, by)
+            for (key, name), by in counts.items():
+                pipe.hincrby(key, name, by)
+            for key, ttl in ttls.items():
+                pipe.pexpire(key, ttl)
             pipe.execute()
         except Exception:
             with self._lock:
                 for k, by in counts.items():
                     self._counts[k] = self._counts.get(k, 0) + by
+                for key, ttl in ttls.items():
+                    self._ttls.setdefault(key, ttl)
             raise
         return len(counts)
 

@@ -15,6 +15,7 @@ import redis
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import Job, from_fields
+from antre.engine.progress import Progress, decode as decode_progress
 from antre.scheduling.flow import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
 from antre.observe.memory import MemoryPolicy
@@ -22,7 +23,7 @@ from antre.observe.memory import MemoryPolicy
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
               "finished_at", "created_at", "deliveries", "idem_key", "first_failed_at",
-              "extended_at", "checkpoint_at", "cancel")
+              "extended_at", "checkpoint_at", "cancel", "progress")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class QueueInfo:
     parked: int = 0
     waiting: int = 0  # behind the head of their lock_key (issue 23): made ready in their turn
     keys_held: int = 0  # lock_keys of this queue that have a head (a job whose turn it is)
+    held: int = 0  # jobs of flows waiting for their parents (issue 26), state 'held'
 
     @property
     def queue_paused(self) -> PauseInfo | None:
@@ -85,12 +87,16 @@ class Turn:
     group: str = ""  # set when it waits for a slot of its group (head is then '')
     slots_held: int = 0
     rate: str = ""  # set when it is scheduled for the start its group's rate gave it
+    gate: str = ""  # set when it waits for a type's or downstream's limit (issue 23 item 3)
 
     @property
     def ordinal(self) -> str:
         return _ordinal(self.place)
 
     def describe(self) -> str:
+        if self.gate:
+            return (f"{_ordinal(self.place)} in line for a slot of {self.gate} "
+                    f"({self.slots_held} in flight)" if self.place else f"{self.gate}'s rate")
         if self.rate and self.place:
             return f"{_ordinal(self.place)} in line for group {self.group}'s rate {self.rate}"
         if self.rate:
@@ -151,6 +157,7 @@ class JobRow:
     checkpoint_at: int = 0  # last checkpoint saved
     cancel_at: int = 0  # an operator's cancel request not carried out yet: when (0: none) ...
     cancel_by: str = ""  # ... and by whom (the in-flight page's "cancelling since")
+    progress: Progress | None = None  # the handler's last ctx.progress
 
     @property
     def cancelling(self) -> bool:
@@ -316,8 +323,9 @@ class ReadModels:
         pipe.get(k.tombstones)
         pipe.zcard(k.waiting)
         pipe.hlen(k.turns)
+        pipe.zcard(k.held)
         (ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks,
-         waiting, keys_held) = pipe.execute()
+         waiting, keys_held, held) = pipe.execute()
         oldest = next((i for i in reversed(tail) if not i.startswith("{")), None)
         now = self.clock()
         age = 0
@@ -329,7 +337,7 @@ class ReadModels:
         ready = max(0, ready + parked - _int(marks))
         return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
                          {s: _int(v) for s, v in stats.items()}, now,
-                         tuple(pause_infos(name, paused)), parked, waiting, keys_held)
+                         tuple(pause_infos(name, paused)), parked, waiting, keys_held, held)
 
     def parked_count(self, queue: str, job_types: set[str]) -> int:
         """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined)."""
@@ -366,7 +374,8 @@ class ReadModels:
                 group=f["group"] or "", finished_at=_int(f["finished_at"]),
                 created_at=_int(f["created_at"]), idempotency_key=f["idem_key"] or "",
                 first_failed_at=_int(f["first_failed_at"]), extended_at=_int(f["extended_at"]),
-                checkpoint_at=_int(f["checkpoint_at"]), **_cancel_of(f["cancel"])))
+                checkpoint_at=_int(f["checkpoint_at"]), progress=decode_progress(f["progress"]),
+                **_cancel_of(f["cancel"])))
         return rows
 
     def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,
@@ -392,10 +401,23 @@ class ReadModels:
         """Jobs waiting behind their lock_key's head, the longest waiting first."""
         return self._zpage(queue, keys.QueueKeys(queue).waiting, offset, limit, reverse=False)
 
+    def _gate_turn(self, k: keys.QueueKeys, job: Job) -> "Turn":
+        if job.state != "waiting":  # scheduled for the start the gate's rate gave it
+            return Turn(job.lock_key, "", 0, 0, gate=job.gate)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(k.gate_line(job.gate))
+        pipe.lpos(k.gate_line(job.gate), job.id)
+        pipe.scard(k.gate_held(job.gate))
+        length, index, held = pipe.execute()
+        place = int(length) - int(index) if index is not None else 1
+        return Turn(job.lock_key, "", place, int(length), slots_held=int(held), gate=job.gate)
+
     def turn(self, queue: str, job: Job) -> "Turn | None":
         """Where a job with a lock_key stands on its key (None: no lock_key, or the key has no
         head). Its place is counted from the line's oldest end (LPOS: one pass of the line)."""
         k = keys.QueueKeys(queue)
+        if job.gate:  # waiting for a slot of its type's or downstream's limit, or its rate
+            return self._gate_turn(k, job)
         if job.waits_for_rate and job.group:  # scheduled for its group's rate (no read)
             return Turn(job.lock_key, "", 0, 0, job.group, 0, job.group_rate)
         if job.state == "waiting" and job.waits_on == "group" and job.group:

@@ -14,6 +14,8 @@ from antre.engine import keys
 from antre.clock import Clock, system_ms
 
 STALE_AFTER_MS = 30_000
+STARTS_KEEP_MS = 7 * 86_400_000
+STARTS_KEPT = 1000
 
 
 @dataclass
@@ -84,6 +86,31 @@ class WorkerRegistry:
 
     def live_count(self, stale_after_ms: int = STALE_AFTER_MS) -> int:
         return len(self.live(stale_after_ms))
+
+    def record_start(self, worker_id: str, host: str, version: str) -> None:
+        """A worker process started running ``version`` of the code (the performance page's
+        deploy markers): kept 7 days, at most ``STARTS_KEPT``, in one pipeline."""
+        now = self.clock()
+        member = json.dumps({"id": worker_id, "host": host, "version": version, "t": now},
+                            sort_keys=True)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(keys.worker_starts(), {member: now})
+        pipe.zremrangebyscore(keys.worker_starts(), "-inf", now - STARTS_KEEP_MS)
+        pipe.zremrangebyrank(keys.worker_starts(), 0, -STARTS_KEPT - 1)
+        pipe.execute()
+
+    def starts(self, since_ms: int) -> "builtins.list[dict[str, Any]]":
+        """The recorded starts since ``since_ms``, oldest first (each {id, host, version, t})."""
+        out = []
+        for raw in cast(list[str], self.redis.zrangebyscore(keys.worker_starts(), since_ms,
+                                                            "+inf")):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+        return out
 
     def forget_older_than(self, ms: int) -> int:
         return int(self.redis.zremrangebyscore(keys.workers_index(), "-inf", self.clock() - ms))

@@ -31,7 +31,7 @@ from redis.cluster import RedisCluster
 
 from antre.engine.queue import Queue
 from antre.errors import ResultUnavailable
-from antre.observe.finder import Finder, ResultStatus
+from antre.observe.finder import Finder, ResultStatus, check_timeout
 
 SLICE_S = 300.0  # the longest single blocking pop (its reply is awaited this + 5 s)
 FIRST_RETRY_S = 0.05  # a key not in Redis yet, or Redis away: read again after this...
@@ -102,7 +102,7 @@ class ResultWaiter:
     # -- synchronous --------------------------------------------------------------------------
     def wait(self, idempotency_key: str, timeout: float) -> ResultStatus:
         """The key's final status, or its status at ``timeout`` seconds (``timed_out``)."""
-        deadline = self.monotonic() + _seconds(timeout)
+        deadline = self.monotonic() + check_timeout(timeout)
         delay = FIRST_RETRY_S
         while True:
             try:
@@ -133,13 +133,13 @@ class ResultWaiter:
             if left <= 0:
                 return status, AGAIN
             blocking_pop(q.redis, q.keys.result_wake(status.job_id), min(left, SLICE_S))
-        return _after_wake(status, finder.result(key))
+        return _after_wake(finder, status, finder.result(key))
 
     # -- asyncio ------------------------------------------------------------------------------
     async def await_result(self, idempotency_key: str, timeout: float) -> ResultStatus:
         """``wait`` from a coroutine: the reads run on a thread (SQL and Redis, short), the
         blocking pop on ``redis.asyncio`` (no thread held while it waits)."""
-        deadline = self.monotonic() + _seconds(timeout)
+        deadline = self.monotonic() + check_timeout(timeout)
         delay = FIRST_RETRY_S
         while True:
             try:
@@ -172,7 +172,8 @@ class ResultWaiter:
                 await asyncio.to_thread(blocking_pop, q.redis, wake, min(left, SLICE_S))
             else:
                 await ablocking_pop(self.aredis(), wake, min(left, SLICE_S))
-        return _after_wake(status, await asyncio.to_thread(finder.result, key))
+        return await asyncio.to_thread(
+            lambda: _after_wake(finder, status, finder.result(key)))
 
     # -- the end of a wait that did not see the job end ---------------------------------------
     def _timed_out(self, key: str, status: ResultStatus | None,
@@ -186,21 +187,20 @@ class ResultWaiter:
         return self.bind(dataclasses.replace(status, timed_out=not status.final))
 
 
-def _after_wake(before: ResultStatus, now: ResultStatus) -> tuple[ResultStatus, str]:
+def _after_wake(finder: Finder, before: ResultStatus,
+                now: ResultStatus) -> tuple[ResultStatus, str]:
     """The key read again after its job's wait ended: final (END); still pending (a token left
-    from an earlier end, or the slice ran out: AGAIN); not known any more: the job was removed
-    before it ended (purged, or lost with Redis's data) and nothing will finish it (END)."""
+    from an earlier end, or the slice ran out: AGAIN); not known any more: its cancel request
+    discarded it ('cancelled'), or it was removed before it ended (purged, or lost with Redis's
+    data) and nothing will finish it (END)."""
     if now.final:
         return now, END
+    if now.status == "unknown" and finder.cancelled_gone(before.queue, before.job_id):
+        return dataclasses.replace(now, status="cancelled", job_id=before.job_id,
+                                   queue=before.queue, source="redis",
+                                   error="cancelled (the job was discarded)"), END
     if now.status == "unknown":
         return dataclasses.replace(now, job_id=before.job_id, queue=before.queue, error=(
             f"job {before.job_id} was removed before it ended (purged, or lost by Redis); "
             f"nothing will finish it: enqueue it again")), END
     return now, AGAIN
-
-
-def _seconds(timeout: Any) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout \
-            or timeout < 0:
-        raise ValueError(f"timeout must be a number of seconds >= 0 (e.g. 30), not {timeout!r}")
-    return min(float(timeout), 366 * 86_400.0)

@@ -270,6 +270,10 @@ class FlowPolicy:
     failure_threshold: int | None = None  # a breaker when set
     window_s: float = 60.0
     cooldown_s: float = 30.0
+    # concurrency and rate are held at reserve in the handler's queue (``antre.scheduling.
+    # gates``); True keeps them as one semaphore and token bucket across queues, checked by
+    # the worker after delivery (an excess job is snoozed)
+    across_queues: bool = False
 
 
 @dataclass
@@ -329,10 +333,13 @@ class FlowControl:
     # -- the executor's gate -------------------------------------------------------------------
     def admit(self, holder: str, expires_at_ms: int, *, job_type: str,
               type_policy: FlowPolicy | None = None, downstream: str | None = None,
-              downstream_policy: FlowPolicy | None = None) -> Admission:
+              downstream_policy: FlowPolicy | None = None, held: tuple[bool, bool] = (False, False)
+              ) -> Admission:
         """Breaker, then concurrency slots (job type, then downstream), then the rate limit.
         Denied: everything taken so far is given back and ``wait_s``/``reason`` say why; the
-        caller snoozes the job for ``wait_s`` without spending an attempt."""
+        caller snoozes the job for ``wait_s`` without spending an attempt. ``held``: whether
+        the type's and the downstream's concurrency and rate were held at reserve already
+        (``antre.scheduling.gates``): then only the breaker is checked here."""
         adm = Admission(True, holder=holder)
         dp = downstream_policy if downstream else None
         if dp is not None and dp.failure_threshold:
@@ -341,7 +348,8 @@ class FlowControl:
             ok, _, wait = adm.breaker.allow(holder)
             if not ok:
                 return Admission(False, max(wait, 0.001), "breaker_open", holder)
-        gates = [(f"type:{job_type}", type_policy), (f"downstream:{downstream}", dp)]
+        gates = [(f"type:{job_type}", None if held[0] else type_policy),
+                 (f"downstream:{downstream}", None if held[1] else dp)]
         for name, policy in gates:
             if policy is not None and policy.concurrency:
                 sem = self.semaphore(name, policy.concurrency)
@@ -349,7 +357,7 @@ class FlowControl:
                 if wait:
                     return self._deny(adm, wait, "concurrency_limited")
                 adm.semaphores.append(sem)
-        if dp is not None and dp.rate_per_s:
+        if dp is not None and dp.rate_per_s and not held[1]:
             burst = dp.burst or max(1, int(-(-dp.rate_per_s // 1)))
             wait = self.rate_limiter(f"downstream:{downstream}", dp.rate_per_s, burst).take()
             if wait:

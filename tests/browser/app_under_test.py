@@ -6,10 +6,12 @@ test can tell what really happened.
 - ``charge``: fails permanently (straight to the dead-letter queue) until the test "fixes the
   bug" by adding the payload's ``ref`` to the ``browser:fixed`` set; then it succeeds.
 - ``sync_record``: the same, for the paced bulk replay.
+- ``notify_partner``: always fails permanently (a redrive of its dead jobs pauses itself).
 - ``flaky_fetch``: always a transient failure with a long back-off, so it sits in the
   scheduled-retries list.
-- ``slow_report``: runs ~``seconds`` s, extending its own lease once and checkpointing its
-  progress, so there is a running lease to look at and extend.
+- ``slow_report``: runs ~``seconds`` s, extending its own lease once, checkpointing and
+  reporting its progress (``ctx.progress``, a message with markup in it), so there is a
+  running lease to look at and extend, and a progress bar.
 - ``echo``: the start-up probe.
 - ``nightly_digest``: a periodic schedule (once a year, so it only runs when asked to: the
   Schedules page's "Run now").
@@ -49,6 +51,12 @@ def sync_record(ctx, payload):
     return _fails_until_fixed(ctx, payload)
 
 
+@app.handler("notify_partner", max_attempts=3)
+def notify_partner(ctx, payload):
+    _mark("failed", str(payload["ref"]))
+    raise Permanent("partner endpoint gone: 410 Gone")
+
+
 @app.handler("flaky_fetch", max_attempts=5)
 def flaky_fetch(ctx, payload):
     _mark("failed", str(payload["ref"]))
@@ -66,6 +74,7 @@ def slow_report(ctx, payload):
     while time.monotonic() - started < seconds:
         step += 1
         ctx.checkpoint({"step": step})  # raises when cancelled (timeout or shutdown)
+        ctx.progress(min(1.0, (time.monotonic() - started) / seconds), f"<step> {step}")
         time.sleep(0.25)
     _mark("done", ref)
     return {"steps": step}

@@ -81,6 +81,9 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         ("/groups/?queue=default", "form[role='search']"),
         ("/browse/default/waiting", "table.browse"),
         ("/groups/default/tenant:a11y", "dl.facts"),
+        # performance per job type (issue 25)
+        ("/types/", "tr[data-type='charge']"),
+        ("/types/charge?window=1h", "figure.chart .plot"),
     ]
     problems: dict[str, list[str]] = {}
 

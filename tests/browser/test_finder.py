@@ -87,3 +87,20 @@ def test_finder_pages_do_not_scroll_sideways_on_a_phone(stack, login):
         page.wait_for_load_state("networkidle")
         widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         assert widths[0] <= widths[1], f"{url} scrolls sideways at 390 px: {widths}"
+
+
+def test_the_job_page_shows_a_running_jobs_progress_and_refreshes_it(stack, login):
+    ref = stack.new_ref("progress")
+    job_id = stack.enqueue("slow_report", ref, seconds=20)
+    wait_until("the worker to start the report", lambda: ref in stack.marks("started"))
+    page = login("viewer")
+    page.goto(f"/jobs/default/{job_id}")
+    shown = page.locator("#live dd.job-progress")
+    expect(shown.locator("progress")).to_be_visible(timeout=JOB_TIMEOUT_MS)
+    expect(shown).to_contain_text("<step> ")  # the handler's text, shown as text
+    expect(shown).to_contain_text("%")
+    first = shown.locator(".progress-of").get_attribute("data-progress")
+    # the live region is re-read every 2 s while the job runs: the bar moves without a reload
+    expect(shown.locator(".progress-of")).not_to_have_attribute("data-progress", first or "",
+                                                                 timeout=JOB_TIMEOUT_MS)
+    screenshot(page, "job-progress")

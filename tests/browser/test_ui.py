@@ -163,7 +163,8 @@ TOO_WIDE_JS = """Array.from(document.querySelectorAll('body *'))
   .filter(el => !el.closest('.table-wrap') && el.getBoundingClientRect().right > window.innerWidth + 0.5)
   .slice(0, 8).map(el => el.tagName + '.' + el.className + ' ' + Math.round(el.getBoundingClientRect().right))"""
 PHONE_PAGES = ["/", "/inflight/", "/scheduled/", "/dlq/", "/locks/", "/workers/",
-               "/idempotency/", "/audit/", "/users/", "/incident/", "/errors/", "/purge/"]
+               "/idempotency/", "/audit/", "/users/", "/incident/", "/errors/", "/purge/",
+               "/types/"]
 
 
 def test_no_page_scrolls_sideways_on_a_phone(stack, login):

@@ -171,6 +171,29 @@ def test_result_says_completed_pending_failed_unknown(env, capsys):
     assert capsys.readouterr().out.strip() == "unknown"
 
 
+def test_result_and_find_show_progress_and_wait(env, capsys):
+    q = env.queue("billing")
+    job_id = q.enqueue("charge", {}, idempotency_key="import:1")
+    (job,) = q.reserve("w1")
+    q.progress(job, 0.4, "rows 4,000/10,000")
+    assert main(["result", "import:1", "--wait", "0.1"]) == 3  # a real, short BLPOP timeout
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"pending (job {job_id}), still after waiting 0.1s"
+    assert out[1].startswith("progress 40% rows 4,000/10,000 (at ")
+    assert main(["result", "import:1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["progress"]["fraction"] == 0.4 and got["progress"]["message"].startswith("rows")
+    assert main(["find", job_id]) == 0
+    assert "  progress 40% rows 4,000/10,000" in capsys.readouterr().out
+    assert main(["find", job_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"]["progress"]["fraction"] == 0.4
+    q.ack(job, "ok")
+    assert main(["result", "import:1", "--wait", "30"]) == 0  # ended: answers at once
+    assert capsys.readouterr().out.splitlines()[2] == '"ok"'
+    assert main(["result", "import:1", "--wait", "-1"]) == 2
+    assert "timeout must be a number of seconds" in capsys.readouterr().err
+
+
 def test_status_warns_when_redis_can_evict_jobs(env, capsys):
     env.redis.config_set("maxmemory-policy", "allkeys-lru")
     try:

@@ -9,6 +9,7 @@ import pytest
 
 from antre import Antre
 from antre.flows import ChildFailure, FlowError, FlowReader
+from antre.observe.readmodels import ReadModels
 from antre.flows.read import inputs
 
 
@@ -51,6 +52,8 @@ def test_fail_stops_the_callback_and_says_which_job_and_why(app):
     tree = FlowReader(app.redis).tree("default", flow.id)
     assert [j.state for j in tree.jobs] == ["done", "dead", "held"]
     assert app.queue().where(tree.jobs[2].id) == ["held"]  # in exactly one place
+    assert ReadModels(app.redis, app.clock).queue_info("default").held == 1
+    assert app.finder.job_status(tree.jobs[2].id).state == "held"
 
 
 def test_a_replayed_dead_member_that_completes_lets_the_flow_go_on(app):

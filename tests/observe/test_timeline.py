@@ -67,7 +67,8 @@ def test_success_path_reserved_extended_checkpoint_completed(q, finder, clock):
     ev = {e.kind + e.actor: e for e in tl.events}
     assert ev["reservedhost:123:ab"].details["epoch"] == 1
     beat = tl.events[2]
-    assert beat.details["by"] == "heartbeat" and beat.details["beats"] == 2
+    assert beat.details["by"] == "heartbeat" and beat.count == 2
+    assert beat.last_ms == beat.at_ms + 1_000
     assert tl.events[3].details["preview"] == '{"page":3}'
     assert tl.events[4].details["by"] == "operator"
     done = tl.events[5]
@@ -164,6 +165,7 @@ def test_timeline_is_capped(q, finder, clock):
     tl = finder.timeline("jobs", job_id)
     assert tl.capped and len(tl.events) == TIMELINE_CAP + 1  # + the enqueued event read from the hash
     assert tl.events[0].kind == "enqueued"
+    assert tl.events[1].kind == "reserved"  # the first reserve stays (tests/observe/test_timeline_coalesce.py)
 
 
 def test_trimmed_done_job_takes_timeline_and_index_entry_along(r, clock, finder):

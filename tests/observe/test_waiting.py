@@ -119,6 +119,16 @@ def test_the_end_of_a_cancelled_job_wakes_the_waiter_as_cancelled(app, r, clock)
     assert (answer.status, answer.error) == ("cancelled", "cancelled by alice: wrong")
 
 
+def test_a_cancel_that_discards_the_job_wakes_the_waiter_as_cancelled(app, r, clock):
+    job = reserved(app, "order:17")
+    Cancels(app.redis, clock, app.scripts).request("default", job.id, "bob", "discard", "dup")
+    w = Waiter(app, "order:17")
+    blocked(r, 1)
+    app.queue().finish_cancelled(job, to="discard", reason="cancelled by bob: dup")
+    answer = w.result()
+    assert (answer.status, answer.job_id, answer.timed_out) == ("cancelled", job.id, False)
+
+
 def test_a_purge_of_a_waited_job_wakes_the_waiter(app, r, clock):
     app.enqueue("work", {}, idempotency_key="order:8")
     w = Waiter(app, "order:8", timeout=LONG)

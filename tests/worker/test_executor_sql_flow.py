@@ -113,10 +113,12 @@ def test_connection_lost_under_the_commit_snoozes_without_spending_an_attempt(re
 # -- flow control, checkpoints ----------------------------------------------------------------
 
 def test_concurrency_limit_of_one_is_never_exceeded_across_threads(app, clock, q):
+    """The limit shared across queues (``across_queues``: a semaphore the worker takes after
+    delivery, snoozing the excess); held at reserve: tests/worker/test_flow_held.py."""
     from antre import FlowPolicy
     active, peak, lock = [0], [0], threading.Lock()
 
-    @app.handler("exclusive", flow=FlowPolicy(concurrency=1))
+    @app.handler("exclusive", flow=FlowPolicy(concurrency=1, across_queues=True))
     def exclusive(ctx, payload):
         with lock:
             active[0] += 1
@@ -215,7 +217,7 @@ def test_replay_resets_a_permanently_failed_idempotency_key(redis_url, sqlite_ur
 
 def test_jobs_held_by_a_rate_limit_are_spread_over_the_backlog(app, clock, q):
     from antre import FlowPolicy
-    app.downstream("sms", FlowPolicy(rate_per_s=1, burst=1))
+    app.downstream("sms", FlowPolicy(rate_per_s=1, burst=1, across_queues=True))  # (the bucket)
 
     @app.handler("sms", downstream="sms")
     def sms(ctx, payload):

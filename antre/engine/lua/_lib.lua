@@ -87,7 +87,7 @@ end
 
 -- == Job timelines and the idempotency-key index (issue 11) ===================================
 -- A job's timeline is a LIST '<tag>:tl:<id>' (keys.QueueKeys.timeline), oldest event first,
--- capped at TL_CAP; scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
+-- at most TL_CAP (see tl_elide); scripts given only the job prefix '<tag>:job:' derive it with tl_key (and
 -- the index, keys.QueueKeys.idem_index '<tag>:idem', with idem_index_key). Every event is one
 -- JSON object: {"t": ms, "k": kind, "a": actor, "d": {details}, "x": the caller's own JSON}.
 -- A job hash that is deleted takes its timeline and its index entry with it (forget_job).
@@ -132,14 +132,70 @@ local function ms_text(now)
   return ms_s
 end
 
+-- Past TL_CAP events the timeline keeps its first TL_HEAD (the enqueue, the first reserve and
+-- hand-back) and its newest, and drops from between them: the event at index TL_HEAD becomes an
+-- 'elided' marker {"t": first dropped, "k": "elided", "n": how many, "l": last dropped}.
+-- Checkpoints and a worker's lease extensions do not pile up: one in a row with the same kind
+-- (and, for 'extended', the same "by") among the last two events (the other one also of those
+-- kinds, so no transition is passed over) is replaced by one event {"t": first, "n": count,
+-- "l": last, ...newest actor and details} (tl_coalesce): a job that checkpoints every 0.5 s
+-- and is extended by its heartbeat keeps two events, not a hundred.
+local TL_HEAD = 10
+local TL_GONE = '\0gone'
+
+local function tl_last_ms(ev)
+  return string.match(ev, '^{"t":%d+,"k":"[%w_]+","n":%d+,"l":(%d+)') or
+         string.match(ev, '^{"t":(%d+)') or '0'
+end
+
+local function tl_elide(key)
+  -- the list is one past TL_CAP: the event at TL_HEAD becomes the marker (when it is not one
+  -- yet), and the event after the marker is dropped into its count
+  local at = redis.call('LINDEX', key, TL_HEAD) or ''
+  local n = tonumber(string.match(at, '^{"t":%d+,"k":"elided","n":(%d+)') or '')
+  local first = string.match(at, '^{"t":(%d+)') or '0'
+  if not n then n = tonumber(string.match(at, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1 end
+  local gone = redis.call('LINDEX', key, TL_HEAD + 1) or ''
+  local dropped = tonumber(string.match(gone, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1
+  redis.call('LSET', key, TL_HEAD + 1, TL_GONE)
+  redis.call('LREM', key, 1, TL_GONE)
+  redis.call('LSET', key, TL_HEAD, '{"t":' .. first .. ',"k":"elided","n":' .. (n + dropped) ..
+             ',"l":' .. tl_last_ms(gone) .. ',"a":"","d":{}}')
+end
+
+local COALESCED = {checkpoint = true, extended = true}
+
+local function tl_coalesce(key, now, kind, by, rest)
+  -- true when the event (``rest``: its text after the kind) was folded into a recent one
+  local tail = redis.pcall('LRANGE', key, -2, -1)
+  if type(tail) ~= 'table' then return false end
+  for back = #tail, 1, -1 do
+    local ev = tail[back]
+    local t, k = string.match(ev, '^{"t":(%d+),"k":"([%w_]+)"')
+    if not k or not COALESCED[k] then return false end
+    if k == kind and (not by or string.find(ev, by, 1, true)) then
+      local n = tonumber(string.match(ev, '^{"t":%d+,"k":"[%w_]+","n":(%d+)') or '') or 1
+      redis.call('LSET', key, back - #tail - 1, '{"t":' .. t .. ',"k":"' .. kind .. '","n":' ..
+                 (n + 1) .. ',"l":' .. ms_text(now) .. rest)
+      return true
+    end
+  end
+  return false
+end
+
 local function tl_add_json(key, now, kind, actor_json, detail_json, extra)
-  -- actor and details already JSON-encoded (the hot paths build them once, or by hand)
-  local ev = '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '","a":' ..
-             actor_json .. ',"d":' .. detail_json
-  if extra and extra ~= '' then ev = ev .. ',"x":' .. extra end
+  -- actor and details already JSON-encoded (the hot paths build them once, or by hand);
+  -- one RPUSH in the common case
+  local rest = ',"a":' .. actor_json .. ',"d":' .. detail_json
+  if extra and extra ~= '' then rest = rest .. ',"x":' .. extra end
+  rest = rest .. '}'
+  if COALESCED[kind] then
+    local by = kind == 'extended' and string.match(detail_json, '"by":"[%w_]+"') or nil
+    if by ~= '"by":"operator"' and tl_coalesce(key, now, kind, by, rest) then return end
+  end
   -- pcall: a timeline key of another type loses the event, never the job's move
-  local n = redis.pcall('RPUSH', key, ev .. '}')
-  if type(n) == 'number' and n > TL_CAP then redis.call('LTRIM', key, -TL_CAP, -1) end
+  local n = redis.pcall('RPUSH', key, '{"t":' .. ms_text(now) .. ',"k":"' .. kind .. '"' .. rest)
+  if type(n) == 'number' and n > TL_CAP then tl_elide(key) end
 end
 
 local function tl_add(key, now, kind, actor, detail, extra)
@@ -232,6 +288,171 @@ local function pop_waiting(job_prefix, line, group)
       return nxt
     end
   end
+end
+
+-- Limit gates (issue 23 item 3): a job type's or downstream's concurrency and rate, held in the
+-- queue at reserve instead of delivered and snoozed. A worker declares the limits of the
+-- handlers it serves (gates_declare.lua): HASH '<tag>:lactive' job type -> its gates
+-- ('type:<t>', 'ds:<name>', space-separated), HASH '<tag>:lconc' gate -> slots, HASH
+-- '<tag>:lrate' gate -> '<n>/<window ms>'; an operator's override, HASH '<tag>:lover' gate ->
+-- '<slots>|<until ms>|<n>/<window ms>' (either part '' when not overridden; until 0: until
+-- cleared; gate_override.lua). Reserve (gate_take) gives each popped job of a type with gates
+-- a start under each gate's rate (a later start makes the job wait in 'scheduled' for it, as
+-- a group rate's: field 'gate' says which; ZSET '<tag>:lstart:<gate>' the starts of the last window
+-- and those ahead) and then a slot of each gate's concurrency (SET '<tag>:lheld:<gate>', the
+-- ids in flight): a gate at its limit puts the job, untouched, at the end of the gate's line
+-- (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field 'gate'); no lease,
+-- no delivery, no attempt, no snooze. Whichever script takes a job out of flight (ack, retry,
+-- snooze, hand-back, bury, sweep, cancel: gate_leave) frees its slots ('lgates') and moves as
+-- many of the line's oldest jobs as slots are free to the oldest end of ready, in the same
+-- call. A slot whose job is no longer in flight (removed by hand) is freed by the next reserve
+-- that finds its gate full, one per call.
+local function gate_override(tag, gate, now)
+  -- the live override of ``gate``: slots (or nil), rate (or nil)
+  local raw = redis.call('HGET', tag .. 'lover', gate)
+  if not raw then return nil, nil end
+  local n, untl, rate = string.match(raw, '^(%d*)|(%d+)|(.*)$')
+  if not untl or (untl ~= '0' and tonumber(untl) <= now) then return nil, nil end
+  return tonumber(n), (rate ~= '' and rate or nil)
+end
+
+local function gate_limits(tag, gate, now)
+  -- ``gate``'s slots (nil: no concurrency limit) and rate (n, window ms; nil: none) now
+  local n, rate = gate_override(tag, gate, now)
+  if not n then n = tonumber(redis.call('HGET', tag .. 'lconc', gate) or '') end
+  rate = rate or redis.call('HGET', tag .. 'lrate', gate)
+  local rn, rw = nil, nil
+  if rate then
+    rn, rw = string.match(rate, '^(%d+)/(%d+)$')
+    rn, rw = tonumber(rn), tonumber(rw)
+    if not rn or rn < 1 or not rw or rw < 1 then rn, rw = nil, nil end
+  end
+  return n, rn, rw
+end
+
+local function gate_start(prefix, id, tag, gate, now, rn, rw)
+  -- ``id``'s start under ``gate``'s rate (rn per rw ms): one given before and not yet past its
+  -- window is kept; else the next free one. Returns the start (ms).
+  local starts = tag .. 'lstart:' .. gate
+  local given = tonumber(redis.call('ZSCORE', starts, id) or '')
+  if given and given + rw > now then return given end
+  redis.call('ZREMRANGEBYSCORE', starts, '-inf', now - rw)
+  local at = now
+  local nth = redis.call('ZREVRANGE', starts, rn - 1, rn - 1, 'WITHSCORES')
+  if nth[2] and tonumber(nth[2]) + rw > now then at = tonumber(nth[2]) + rw end
+  redis.call('ZADD', starts, at, id)
+  if redis.call('PTTL', starts) < at - now + rw then redis.call('PEXPIRE', starts, at - now + rw) end
+  return at
+end
+
+local function gate_mend(prefix, held)
+  -- frees one slot of ``held`` whose job is no longer in flight (removed by hand; 'ready':
+  -- taken by this reserve call a moment ago)
+  local one = redis.call('SRANDMEMBER', held)
+  local st = one and redis.call('HGET', prefix .. one, 'state')
+  if one and st ~= 'inflight' and st ~= 'ready' then
+    redis.call('SREM', held, one)
+  end
+end
+
+local function gate_take(prefix, id, now)
+  -- at reserve: nil when ``id`` may be reserved (its gates' slots taken: field 'lgates'),
+  -- else where it went instead: 'rate' (scheduled for its start) or 'line' (a gate is full)
+  local t = redis.pcall('HGET', prefix .. id, 'type')
+  if type(t) ~= 'string' then return nil end  -- (missing, or not a hash: reserve deals with it)
+  local tag = tag_of(prefix)
+  local gates = redis.call('HGET', tag .. 'lactive', t)
+  if not gates then return nil end
+  local take = {}
+  for gate in string.gmatch(gates, '%S+') do
+    local n, rn, rw = gate_limits(tag, gate, now)
+    if rn then
+      local at = gate_start(prefix, id, tag, gate, now, rn, rw)
+      if at > now then
+        redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'gate', gate)
+        redis.call('ZADD', tag .. 'scheduled', at, id)
+        return 'rate'
+      end
+    end
+    if n then
+      local held = tag .. 'lheld:' .. gate
+      if redis.call('SCARD', held) >= n then gate_mend(prefix, held) end
+      if redis.call('SCARD', held) >= n then
+        wait_in(prefix, tag .. 'lline:' .. gate, id, now, 'limit', nil)
+        redis.call('HSET', prefix .. id, 'gate', gate)
+        return 'line'
+      end
+      take[#take + 1] = gate
+    end
+  end
+  if #take > 0 then
+    for _, gate in ipairs(take) do redis.call('SADD', tag .. 'lheld:' .. gate, id) end
+    redis.call('HSET', prefix .. id, 'lgates', table.concat(take, ' '))
+  end
+  redis.call('HDEL', prefix .. id, 'gate')  -- (what it waited for, if it did)
+  return nil
+end
+
+local function gate_fill(prefix, gate, now)
+  -- as many of ``gate``'s waiting jobs as it has free slots (at most 100 per call) go to the
+  -- oldest end of ready, where reserve takes them next
+  local tag = tag_of(prefix)
+  local n = gate_limits(tag, gate, now)
+  local free = 100
+  if n then free = math.min(100, n - redis.call('SCARD', tag .. 'lheld:' .. gate)) end
+  local moved = {}
+  for _ = 1, free do
+    local nxt = pop_waiting(prefix, tag .. 'lline:' .. gate, nil)
+    if not nxt then break end
+    redis.call('HDEL', prefix .. nxt, 'gate')
+    redis.call('HSET', prefix .. nxt, 'state', 'ready')
+    table.insert(moved, 1, nxt)  -- newest first: the oldest is RPUSHed last, reserved first
+  end
+  if #moved == 0 then return end
+  redis.call('RPUSH', tag .. 'ready', unpack(moved))
+  wake(tag .. 'wake', #moved)
+end
+
+local function gate_leave(prefix, id, now, gates)
+  -- ``id`` left flight: its gates' slots (``gates``: its 'lgates', read by the caller or here)
+  -- pass to the gates' waiting jobs
+  gates = gates or redis.call('HGET', prefix .. id, 'lgates')
+  if not gates or gates == '' then return end
+  redis.call('HDEL', prefix .. id, 'lgates')
+  local tag = tag_of(prefix)
+  for gate in string.gmatch(gates, '%S+') do
+    redis.call('SREM', tag .. 'lheld:' .. gate, id)
+    gate_fill(prefix, gate, now)
+  end
+end
+
+local function gate_regate(prefix, now)
+  -- after a declaration or an override: each job type's active gates ('<tag>:lactive') are
+  -- those of its candidates ('<tag>:lcand' type -> 'type:<t> ds:<name>') with a declared or a
+  -- live overridden limit, and every candidate gate's line is filled to its slots (a raised or
+  -- removed limit starts waiting jobs at once). Returns how many jobs it started.
+  local tag = tag_of(prefix)
+  local cand = redis.call('HGETALL', tag .. 'lcand')
+  local seen, moved = {}, 0
+  for i = 1, #cand, 2 do
+    local active = {}
+    for gate in string.gmatch(cand[i + 1], '%S+') do
+      local n, rn = gate_limits(tag, gate, now)
+      if n or rn then active[#active + 1] = gate end
+      seen[gate] = true
+    end
+    if #active > 0 then
+      redis.call('HSET', tag .. 'lactive', cand[i], table.concat(active, ' '))
+    else
+      redis.call('HDEL', tag .. 'lactive', cand[i])
+    end
+  end
+  for gate in pairs(seen) do
+    local before = redis.call('LLEN', tag .. 'lline:' .. gate)
+    gate_fill(prefix, gate, now)
+    moved = moved + before - redis.call('LLEN', tag .. 'lline:' .. gate)
+  end
+  return moved
 end
 
 local function group_limit(job_prefix, id, g, now)
@@ -352,7 +573,8 @@ local function group_join(job_prefix, id, g, now)
   local limit = group_limit(job_prefix, id, g, now)
   if redis.call('SCARD', held) >= limit then
     local one = redis.call('SRANDMEMBER', held)
-    if one and not HEAD_STATES[redis.call('HGET', job_prefix .. one, 'state') or ''] then
+    local st = redis.call('HMGET', job_prefix .. (one or ''), 'state', 'waits_on')
+    if one and not HEAD_STATES[st[1] or ''] and not (st[1] == 'waiting' and st[2] == 'limit') then
       redis.call('SREM', held, one)
       redis.call('ZINCRBY', tag .. 'gslots', -1, g)
     end
@@ -409,7 +631,7 @@ local function is_head(job_prefix, id)
   -- whether the job a key names as its head still is one: ready, scheduled, in flight, or
   -- waiting for its group's slot
   local f = redis.call('HMGET', job_prefix .. id, 'state', 'waits_on')
-  return HEAD_STATES[f[1] or ''] or (f[1] == 'waiting' and f[2] == 'group')
+  return HEAD_STATES[f[1] or ''] or (f[1] == 'waiting' and (f[2] == 'group' or f[2] == 'limit'))
 end
 
 local function turn_join(job_prefix, id, lk, now)
@@ -443,10 +665,28 @@ end
 local function turn_end(job_key, id, now)
   -- the job at ``job_key`` ended (dead or gone): its group slot and its key's turn, if it
   -- held them, pass on
-  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup')
+  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup', 'lgates')
   local prefix = prefix_of(job_key, id)
+  gate_leave(prefix, id, now, f[3])
   group_leave(prefix, id, f[2], now)
   if f[1] and f[1] ~= '' then turn_pass(prefix, id, f[1], now) end
+end
+
+-- == Redrives that watch what they replayed (issue 25 item 3) ==================================
+-- A job replayed by a paced bulk replay carries the task's id (field 'rtask', set by replay.lua;
+-- '' for any other replay). When such a job fails again, the task's counters in the queue's
+-- HASH '<tag>:rwatch' (keys.QueueKeys.replay_watch) are bumped: '<task>|failed' once per job
+-- (its first failure since the replay: a retry at attempt 1, or a death with no retry before),
+-- '<task>|died' per death, '<task>|same' when it died in the error group it was replayed from,
+-- '<task>|last' the group it died in. antre/control/redrive.py reads them and pauses the task.
+-- A job without the field costs nothing more (its value comes with the HMGET bury_job does).
+local function redrive_failed(job_key, id, task, died, old_group, group, attempt)
+  local w = tag_of(prefix_of(job_key, id)) .. 'rwatch'
+  if attempt <= 1 then redis.call('HINCRBY', w, task .. '|failed', 1) end
+  if not died then return end
+  redis.call('HINCRBY', w, task .. '|died', 1)
+  if old_group == group then redis.call('HINCRBY', w, task .. '|same', 1) end
+  redis.call('HSET', w, task .. '|last', group)
 end
 
 -- == Flows (issue 26) ===========================================================================
@@ -598,10 +838,13 @@ end
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
                         type_prefix, group_prefix)
   -- moves a job (already removed from its previous place) into the dead-letter indexes
-  local bf = redis.call('HMGET', job_key, 'type', 'waiters')
+  local bf = redis.call('HMGET', job_key, 'type', 'waiters', 'rtask', 'group', 'attempt')
   local jtype = bf[1] or ''
   if jtype == '' then jtype = '(unknown)' end
   local group = string.sub(redis.sha1hex(signature), 1, 12)
+  if bf[3] and bf[3] ~= '' then  -- replayed by a paced bulk replay: it failed again
+    redrive_failed(job_key, id, bf[3], true, bf[4], group, num_of(bf[5], 0))
+  end
   redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
   redis.call('ZADD', dead, now, id)
   redis.call('ZADD', type_prefix .. jtype, now, id)
@@ -664,7 +907,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
     redis.call('HINCRBY', dlq[2], 'discarded', 1)
     return 'discarded'
   end
-  redis.call('HDEL', job_key, 'cancel')
+  redis.call('HDEL', job_key, 'cancel', 'rtask')  -- (an operator's cancel: no redrive failure)
   append_error(job_key, now, 'cancelled', reason, '')
   redis.call('HSET', job_key, 'deadline', 0)
   bury_job(job_key, id, now, reason, signature, dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
@@ -682,7 +925,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass), one
   -- with a group its slot (group_leave).
   local f = redis.pcall('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                        'created_at', 'lock_key', 'fgroup', 'waiters', 'flow')
+                        'created_at', 'lock_key', 'fgroup', 'waiters', 'flow', 'lgates')
   if f.err then return 'LOST:job record is not a hash' end  -- (the sweeper buries it)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
@@ -696,6 +939,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
   if f[9] then result_wake(prefix_of(key, id), id, f[9]) end
+  if f[11] then gate_leave(prefix_of(key, id), id, now, f[11]) end
   if f[8] and f[8] ~= '' then group_leave(prefix_of(key, id), id, f[8], now) end
   if f[7] and f[7] ~= '' then turn_pass(prefix_of(key, id), id, f[7], now) end
   if f[10] and f[10] ~= '' then flow_acked(key, id, now, result, f[10]) end  -- a flow's (issue 26)

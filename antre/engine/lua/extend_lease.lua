@@ -7,8 +7,8 @@
 -- ARGV[6] latest allowed deadline for what this call adds (0 = no cap; the max total runtime)
 -- KEYS[3] the job's timeline (optional)   ARGV[7] actor ('' = the job's worker)
 -- ARGV[8] the caller's event details as JSON (''). The job's 'extended_at' is set to now.
--- Heartbeats ('at_least') in a row are one 'extended' event with a count (the timeline keeps
--- its cap for what matters).
+-- A worker's extensions (heartbeat, handler) in a row are one 'extended' event with a count
+-- and the first and last time (tl_coalesce in _lib.lua); an operator's each have their own.
 -- Returns: the new deadline as a string, or 'LOST:<why>'.
 local id, epoch, now, ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)
@@ -28,17 +28,7 @@ redis.call('ZADD', KEYS[2], deadline, id)
 redis.call('HSET', KEYS[1], 'extended_at', now)
 if KEYS[3] then
   local by = ({at_least = 'heartbeat', add = 'operator'})[ARGV[5]] or 'handler'
-  local last = by == 'heartbeat' and redis.pcall('LINDEX', KEYS[3], -1)
-  if type(last) ~= 'string' then last = nil end  -- (a timeline of another type: no event)
-  local ok, ev = false, nil
-  if last and string.find(last, '"by":"heartbeat"', 1, true) then ok, ev = pcall(cjson.decode, last) end
-  if ok and type(ev) == 'table' and ev.k == 'extended' and type(ev.d) == 'table' then
-    ev.d.beats = (tonumber(ev.d.beats) or 1) + 1
-    ev.d.deadline, ev.d.last_at = deadline, now
-    redis.call('LSET', KEYS[3], -1, cjson.encode(ev))
-  else
-    tl_add(KEYS[3], now, 'extended', actor_of(KEYS[1], ARGV[7]),
-           {by = by, ms = ms, deadline = deadline, beats = 1}, ARGV[8])
-  end
+  tl_add(KEYS[3], now, 'extended', actor_of(KEYS[1], ARGV[7]),
+         {by = by, ms = ms, deadline = deadline}, ARGV[8])
 end
 return tostring(deadline)

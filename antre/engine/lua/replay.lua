@@ -3,7 +3,8 @@
 -- KEYS[1] job   KEYS[2] dead   KEYS[3] ready   KEYS[4] stats
 -- ARGV[1] id   ARGV[2] now_ms   ARGV[3] dead-by-type prefix   ARGV[4] dead-by-group prefix
 -- KEYS[5] the job's timeline (optional)   ARGV[5] actor (the operator)   ARGV[6] the caller's
--- event details as JSON ('': e.g. the bulk task)
+-- event details as JSON ('': e.g. the bulk task)   ARGV[7] the paced bulk replay doing it ('' or
+-- absent: none): kept on the job as 'rtask', so its failures count for the task (redrive_failed)
 -- A unique job (field 'ukey': its idempotency key's index entry, same slot) takes the entry
 -- back unless another job holds it.
 -- A job with a lock_key rejoins its key (turn_join, issue 23): the head when the key is free,
@@ -19,7 +20,7 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)
 redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'visible_at', now,
-           'reason', '', 'replayed_at', now)
+           'reason', '', 'replayed_at', now, 'rtask', ARGV[7] or '')
 bump(KEYS[1], 'replays', 1)
 local turn = redis.call('HMGET', KEYS[1], 'lock_key', 'fgroup')
 if admit(prefix_of(KEYS[1], id), id, turn[1] or '', turn[2] or '', now) then

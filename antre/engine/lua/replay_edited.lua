@@ -17,7 +17,8 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)
 redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'visible_at', now,
-           'reason', '', 'replayed_at', now, 'payload', ARGV[7])
+           'reason', '', 'replayed_at', now, 'payload', ARGV[7],
+           'rtask', '')
 if new_key ~= '' then
   unindex_key(KEYS[6], f[5], id)
   redis.call('HSET', KEYS[1], 'idem_key', new_key)

@@ -27,6 +27,9 @@
 -- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
 -- the type puts the parked list back at the oldest end of ready (unpark.lua). Ids starting with
 -- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
+-- Limit gates (issue 23): a job of a type with declared limits ('<tag>:lactive') whose gate's
+-- rate gives it a later start waits in scheduled for it; one whose gate's slots are all in
+-- flight waits in the gate's line (gate_take in _lib.lua; stats 'limit_held' counts both).
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if ARGV[2] == 'server' then
   local t = redis.call('TIME')
@@ -48,8 +51,11 @@ local function paused_type(id)
   end
   return nil
 end
-local ids, parked, tombs = {}, 0, 0
-while #ids < count and parked + tombs < SKIP_MAX do
+local ids, parked, tombs, held = {}, 0, 0, 0
+-- limit gates (issue 23 item 3; "Limit gates" in _lib.lua): a job of a type with declared limits
+-- that its gate holds back is moved to the gate's line or to scheduled, untouched
+local ngates = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'lactive')
+while #ids < count and parked + tombs + held < SKIP_MAX do
   local want = count - #ids
   local got = redis.call('RPOP', KEYS[1], want)
   if not got then break end
@@ -63,6 +69,8 @@ while #ids < count and parked + tombs < SKIP_MAX do
         redis.call('LPUSH', ARGV[5] .. jtype, id)
         redis.call('SADD', KEYS[5], jtype)
         parked = parked + 1
+      elseif ngates > 0 and gate_take(prefix, id, now) then
+        held = held + 1
       else
         ids[#ids + 1] = id
       end
@@ -72,6 +80,7 @@ while #ids < count and parked + tombs < SKIP_MAX do
 end
 if parked > 0 then redis.call('HINCRBY', KEYS[3], 'parked', parked) end
 if tombs > 0 then redis.call('DECRBY', KEYS[6], tombs) end
+if held > 0 then redis.call('HINCRBY', KEYS[3], 'limit_held', held) end
 if #ids == 0 then return {} end
 -- <<< incident controls
 -- one read (HMGET: the fields to return, and vt_ms / epoch / deliveries) and one write (HSET)

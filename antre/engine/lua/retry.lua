@@ -15,11 +15,14 @@
 -- KEYS[7] dead   KEYS[8] errgroups   KEYS[9] cancels   ARGV[15] dead-by-type prefix
 -- ARGV[16] dead-by-group prefix (issue 25; with KEYS[6]): a job an operator cancelled is not put
 -- back: it ends as cancelled instead (to the DLQ or discarded, as requested; cancel_end).
+-- A retried job replayed by a paced bulk replay (field 'rtask') counts its first failure for
+-- the task (redrive_failed in _lib.lua).
 -- Returns: 'OK', 'CANCELLED' (ended as cancelled), or 'LOST:<why>' with nothing changed.
 local id, epoch, now, visible_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)
 if lost then return lost end
 redis.call('ZREM', KEYS[2], id)
+gate_leave(prefix_of(KEYS[1], id), id, now, nil)  -- its limit slots pass on (issue 23)
 if KEYS[9] then
   local req = cancel_of(redis.call('HGET', KEYS[1], 'cancel'))
   if req then
@@ -31,7 +34,14 @@ end
 if ARGV[5] == '1' then bump(KEYS[1], 'attempt', 1) end
 if ARGV[6] == '1' then bump(KEYS[1], 'deliveries', -1) end
 if ARGV[13] == '1' then bump(KEYS[1], 'snoozes', 1) end
-if ARGV[7] ~= '' then append_error(KEYS[1], now, ARGV[8], ARGV[7], ARGV[9]) end
+if ARGV[7] ~= '' then
+  append_error(KEYS[1], now, ARGV[8], ARGV[7], ARGV[9])
+  -- a replayed job's first failure since its replay counts for its redrive (redrive_failed)
+  if ARGV[5] == '1' and num_field(KEYS[1], 'attempt', 0) == 1 then
+    local task = redis.call('HGET', KEYS[1], 'rtask')
+    if task and task ~= '' then redrive_failed(KEYS[1], id, task, false, nil, nil, 1) end
+  end
+end
 if KEYS[6] then
   local actor = actor_of(KEYS[1], ARGV[12])
   if ARGV[10] == 'handed_back' then

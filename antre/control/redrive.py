@@ -1,0 +1,129 @@
+"""A paced replay that watches what it replayed and stops itself (issue 25 item 3), and the
+replay of a dead job into another queue.
+
+Watching costs the scripts nothing per job beyond the jobs a task replayed: ``replay.lua``
+keeps the task's id on each job it replays (field ``rtask``), and when such a job fails again
+``retry.lua`` / ``bury_job`` bump the task's counters in the queue's ``replay_watch`` HASH
+(``redrive_failed`` in ``lua/_lib.lua``): ``failed`` once per job (its first failure since
+the replay), ``died`` per death, ``same`` when it died in the error group it came from,
+``last`` the group it died in. ``BulkReplays.step`` reads them (one HMGET) before each step and
+pauses the task, saying why on its progress row, once more than ``stop_pct`` percent of at
+least ``min_sample`` jobs replayed (since the task started or was last resumed) failed again.
+
+``move_dead`` replays a dead job into another queue: its copy is stored there under the same
+id (``enqueue.lua``: an id that exists is left as it is, so doing it twice stores one copy),
+carrying the task's id, then the original is discarded from the dead-letter queue, its
+timeline saying where it went. The two queues are two hash tags (two cluster slots), so this
+is two scripts; between them the job is in both queues, never in none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from antre.engine import keys
+from antre.engine.envelope import JobSpec
+from antre.engine.queue import Queue
+
+DEFAULT_STOP_PCT = 20.0
+DEFAULT_MIN_SAMPLE = 20
+FIELDS = ("failed", "died", "same", "last")
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the jobs a task replayed did since: ``failed`` of them failed again at least once,
+    ``died`` deaths, ``same`` of them in the error group they were replayed from, ``last``
+    the error group of the newest death."""
+
+    failed: int = 0
+    died: int = 0
+    same: int = 0
+    last: str = ""
+
+
+def watch_key(queue: str, target: str) -> str:
+    """The HASH counting a task's replayed jobs: in the queue they were replayed into."""
+    return keys.QueueKeys(target or queue).replay_watch
+
+
+def watch_fields(task_id: str) -> list[str]:
+    return [f"{task_id}|{name}" for name in FIELDS]
+
+
+def watch_of(values: list[Any]) -> Watch:
+    """A ``Watch`` from the HMGET of ``watch_fields`` (missing or damaged counters read 0)."""
+    def num(v: Any) -> int:
+        try:
+            return max(0, int(v or 0))
+        except (TypeError, ValueError):
+            return 0
+    failed, died, same, last = (list(values) + [None] * 4)[:4]
+    return Watch(num(failed), num(died), num(same), str(last or ""))
+
+
+def read_watch(client: "redis.Redis", queue: str, target: str, task_id: str) -> Watch:
+    return watch_of(client.hmget(watch_key(queue, target), watch_fields(task_id)))
+
+
+def check_guard(stop_pct: float, min_sample: int) -> None:
+    """``ValueError`` saying what to pass, unless the guard's settings make sense."""
+    pct = float(stop_pct)
+    if not 0 <= pct <= 100 or pct != pct:
+        raise ValueError("stop_pct must be between 0 and 100 (percent of replayed jobs that "
+                         "may fail again; 0: never stop)")
+    if int(min_sample) < 1:
+        raise ValueError("min_sample must be at least 1 (replayed jobs before the guard judges)")
+
+
+def verdict(replayed: int, failed: int, stop_pct: float, min_sample: int, same: int,
+            signature: str) -> str:
+    """'' to go on; else why the task pauses itself. ``replayed`` and ``failed`` count since
+    the task started or was last resumed; ``same`` and ``signature`` say where they died."""
+    if stop_pct <= 0 or replayed < max(1, min_sample) or failed * 100 <= stop_pct * replayed:
+        return ""
+    where = ""
+    if same:
+        where = f", {same} died again in group {signature or '(unknown)'}"
+    return (f"paused: {failed} of {replayed} replayed jobs failed again (more than "
+            f"{stop_pct:g}%){where}; resume or cancel")
+
+
+def check_target(known: list[str], queue: str, target: str) -> str:
+    """The queue to replay into ('' the job's own); ``ValueError`` naming the queues that
+    exist for one that does not."""
+    target = (target or "").strip()
+    if not target or target == queue:
+        return ""
+    if target not in known:
+        names = ", ".join(known) or "(none)"
+        raise ValueError(f"unknown queue {target!r} to replay into: pass one of {names}")
+    return target
+
+
+def move_dead(src: Queue, dst: Queue, job_id: str, task_id: str, actor: str,
+              note: dict[str, Any]) -> bool:
+    """Replay dead ``job_id`` of ``src`` into ``dst`` (see the module's docstring); False when
+    it is not dead there (replayed or discarded meanwhile) or cannot be stored in ``dst``."""
+    job = src.get(job_id)
+    if job is None or job.state != "dead" or job.payload_error:
+        return False
+    spec = JobSpec(job.type, job.payload, job.idempotency_key, job.lock_key or None, 0.0,
+                   job.max_attempts, job.timeout_s, job.visibility_timeout_ms / 1000,
+                   job.max_deliveries, dict(job.headers), job.trace_id or None, job_id=job.id,
+                   group=job.group or None, group_rate=job.group_rate or None)
+    now = dst.clock()
+    try:
+        names, values = dst.encode(spec, now)
+    except ValueError:  # (InvalidJob) a record the other queue cannot take: left where it is
+        return False
+    group = src.redis.hget(src.keys.job(job_id), "group") or ""
+    names += ("rtask", "moved_from", "group")
+    values += [task_id, f"{src.name}/{job_id}", str(group)]
+    ((_, outcome),) = dst.store([(names, values)], now)
+    if outcome not in ("stored", "exists"):
+        return False
+    return src.discard(job_id, actor, {**note, "moved_to": dst.name})

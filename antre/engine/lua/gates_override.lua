@@ -1,0 +1,18 @@
+-- gates_override: an operator's override of one job type's or downstream's limits in this queue
+-- (issue 23 item 4), or its end.
+-- KEYS[1] overrides (HASH gate -> '<slots>|<until ms>|<n>/<window ms>', read by reserve:
+-- gate_limits in _lib.lua)   KEYS[2] override records (HASH gate -> JSON {slots, rate, by,
+-- reason, at, until_ms}, for the Limits page)
+-- ARGV[1] job_prefix   ARGV[2] gate ('type:<t>' or 'ds:<name>')   ARGV[3] the override's value
+-- ('' clears it)   ARGV[4] the record's JSON   ARGV[5] now_ms
+-- A raise (or a clear) starts the gate's waiting jobs at once (gate_regate, at most 100 per
+-- gate per call; the rest as jobs end). Returns: how many it started.
+local prefix, gate, now = ARGV[1], ARGV[2], tonumber(ARGV[5])
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], gate)
+  redis.call('HDEL', KEYS[2], gate)
+else
+  redis.call('HSET', KEYS[1], gate, ARGV[3])
+  redis.call('HSET', KEYS[2], gate, ARGV[4])
+end
+return gate_regate(prefix, now)

@@ -1,0 +1,354 @@
+"""Per job type performance (issue 25 item 5): runs, failures, handler duration and queue wait
+(p50 / p95 / p99) over the last hour, 24 hours and 7 days, a duration histogram and the
+deploys in the window, read from Redis (the performance page, its JSON twin and the CLI).
+
+Where the data lives, and its bound: each queue keeps time-slotted HASHes
+(``keys.QueueKeys.perf``): 5-minute slots (kept 2 h, for the last hour) and hourly slots (kept
+7 d + 1 h, for 24 h and 7 d). A slot holds per job type ``runs``, ``fail`` and two histograms
+over the fixed buckets of ``metrics.BUCKETS_MS`` (``d``: the handler's run time, ``w``: the
+time from ready, its ``visible_at``, to reserved) with their sums: at most 42 fields per type.
+So a queue holds at most 24 + 169 slots (each expires by itself, relative to the writer's
+clock), whatever the traffic. The worker counts every job that ran into its ``DurationBuffer``
+in memory and writes the sums once per heartbeat (``record_run``): no Redis call per job.
+
+Percentiles come from the histograms: linear within the bucket that holds the rank (so exact
+to the bucket's bounds, which grow about 2.5x each); a rank in the last, open bucket reads as
+its lower bound (shown as "> 60m"). Deploy markers are worker starts whose code version
+differs from the previous start's (``WorkerRegistry.starts``); the page adds the operators'
+actions from the audit log.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis
+
+from antre.clock import Clock, system_ms
+from antre.engine import keys
+from antre.observe.metrics import BUCKETS_MS, DurationBuffer, bucket_of
+from antre.observe.registry import WorkerRegistry
+
+SLOT_MS = {"m": 300_000, "h": 3_600_000}
+KEEP_MS = {"m": 2 * 3_600_000, "h": 7 * 86_400_000 + 3_600_000}
+WINDOWS = {"1h": ("m", 3_600_000), "24h": ("h", 86_400_000), "7d": ("h", 7 * 86_400_000)}
+BUCKET_NAMES = tuple(str(b) for b in BUCKETS_MS) + ("inf",)
+QUANTILES = (0.5, 0.95, 0.99)
+
+
+def slot_of(resolution: str, ms: int) -> int:
+    return ms // SLOT_MS[resolution]
+
+
+def record_run(buffer: DurationBuffer, queue: str, job_type: str, now_ms: int,
+               duration_ms: int, wait_ms: int, failed: bool) -> None:
+    """Count one job that ran into the 5-minute and hourly slots of ``now_ms`` (in memory:
+    ``buffer.flush`` writes them with the slots' expiry)."""
+    d, w = max(0, int(duration_ms)), max(0, int(wait_ms))
+    incs = [("runs", 1), ("d|" + bucket_of(d), 1), ("d|sum", d), ("w|" + bucket_of(w), 1),
+            ("w|sum", w)]
+    if failed:
+        incs.append(("fail", 1))
+    qk = keys.QueueKeys(queue)
+    for res in ("m", "h"):
+        slot = slot_of(res, now_ms)
+        ttl = slot * SLOT_MS[res] + KEEP_MS[res] - now_ms
+        buffer.count(qk.perf(res, slot), [(f"{job_type}|{f}", by) for f, by in incs], ttl)
+
+
+def type_fields(job_type: str) -> list[str]:
+    """The fields of one type in a slot, in the order ``_Sums.add_values`` reads them."""
+    p = job_type + "|"
+    return ([p + "runs", p + "fail", p + "d|sum", p + "w|sum"]
+            + [p + "d|" + b for b in BUCKET_NAMES] + [p + "w|" + b for b in BUCKET_NAMES])
+
+
+def percentile(counts: tuple[int, ...] | list[int], q: float) -> float | None:
+    """The ``q`` quantile (ms) of a histogram over ``BUCKET_NAMES``; None when it is empty."""
+    total = sum(counts)
+    if total <= 0:
+        return None
+    rank, cum, lower = q * total, 0, 0.0
+    for i, c in enumerate(counts):
+        if c and cum + c >= rank:
+            if i >= len(BUCKETS_MS):
+                return lower  # the open bucket: at least its lower bound
+            return lower + (BUCKETS_MS[i] - lower) * max(0.0, rank - cum) / c
+        cum += c
+        if i < len(BUCKETS_MS):
+            lower = float(BUCKETS_MS[i])
+    return lower
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    open_ended: bool  # p99 fell into the last, open bucket (a lower bound)
+
+    @classmethod
+    def of(cls, counts: tuple[int, ...]) -> "Quantiles":
+        p50, p95, p99 = (percentile(counts, q) for q in QUANTILES)
+        top = counts[-1] if counts else 0
+        return cls(p50, p95, p99, bool(top) and sum(counts[:-1]) < 0.99 * sum(counts))
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One type's figures over one window (or one slot)."""
+
+    runs: int
+    failures: int
+    duration_sum_ms: int
+    wait_sum_ms: int
+    duration_hist: tuple[int, ...]  # counts per BUCKET_NAMES
+    wait_hist: tuple[int, ...]
+
+    @property
+    def duration(self) -> Quantiles:
+        return Quantiles.of(self.duration_hist)
+
+    @property
+    def wait(self) -> Quantiles:
+        return Quantiles.of(self.wait_hist)
+
+    @property
+    def failure_pct(self) -> float:
+        return 100.0 * self.failures / self.runs if self.runs else 0.0
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self.duration_sum_ms / self.runs if self.runs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "failures": self.failures,
+                "failure_pct": round(self.failure_pct, 2), "mean_ms": self.mean_ms,
+                "duration_ms": _q(self.duration), "wait_ms": _q(self.wait),
+                "duration_histogram": dict(zip(BUCKET_NAMES, self.duration_hist))}
+
+
+def _q(q: Quantiles) -> dict[str, Any]:
+    return {"p50": q.p50, "p95": q.p95, "p99": q.p99, "open_ended": q.open_ended}
+
+
+@dataclass
+class _Sums:
+    runs: int = 0
+    fail: int = 0
+    dsum: int = 0
+    wsum: int = 0
+    dh: list[int] = field(default_factory=lambda: [0] * len(BUCKET_NAMES))
+    wh: list[int] = field(default_factory=lambda: [0] * len(BUCKET_NAMES))
+
+    def add_values(self, values: list[Any]) -> None:
+        """Add one slot's values of ``type_fields`` (missing or damaged ones read 0)."""
+        n = len(BUCKET_NAMES)
+        nums = [_num(v) for v in values]
+        self.runs += nums[0]
+        self.fail += nums[1]
+        self.dsum += nums[2]
+        self.wsum += nums[3]
+        for i in range(n):
+            self.dh[i] += nums[4 + i]
+            self.wh[i] += nums[4 + n + i]
+
+    def add_field(self, name: str, value: Any) -> None:
+        """Add one field of a slot's HGETALL (``name`` without the type)."""
+        v = _num(value)
+        kind, _, bucket = name.partition("|")
+        if kind == "runs":
+            self.runs += v
+        elif kind == "fail":
+            self.fail += v
+        elif bucket == "sum":
+            if kind == "d":
+                self.dsum += v
+            elif kind == "w":
+                self.wsum += v
+        elif kind in ("d", "w") and bucket in _BUCKET_AT:
+            (self.dh if kind == "d" else self.wh)[_BUCKET_AT[bucket]] += v
+
+    def figures(self) -> Figures:
+        return Figures(self.runs, self.fail, self.dsum, self.wsum, tuple(self.dh),
+                       tuple(self.wh))
+
+
+_BUCKET_AT = {b: i for i, b in enumerate(BUCKET_NAMES)}
+
+
+def _num(v: Any) -> int:
+    try:
+        n = int(v or 0)
+    except (TypeError, ValueError):
+        return 0
+    return max(0, n)
+
+
+@dataclass(frozen=True)
+class TypeRow:
+    """One job type on the index: its queues and its figures over the window."""
+
+    job_type: str
+    queues: tuple[str, ...]
+    figures: Figures
+
+
+@dataclass(frozen=True)
+class Point:
+    """One slot of a type's series: when it starts, its runs, failures and p95 duration."""
+
+    t: int
+    runs: int
+    failures: int
+    p95_ms: float | None
+
+
+@dataclass(frozen=True)
+class Marker:
+    t: int
+    kind: str  # 'deploy' (a worker started with another code version) or 'operator'
+    text: str
+
+
+@dataclass(frozen=True)
+class TypePerf:
+    """One job type's page: its figures over each window, the selected window's series and
+    histogram, and the deploys in it."""
+
+    job_type: str
+    queues: tuple[str, ...]
+    window: str
+    windows: dict[str, Figures]
+    series: list[Point]
+    markers: list[Marker]
+    as_of: int
+
+    @property
+    def selected(self) -> Figures:
+        return self.windows[self.window]
+
+
+def window_arg(raw: str | None) -> str:
+    """``raw`` when it names a window, else '24h'."""
+    return raw if raw in WINDOWS else "24h"
+
+
+class Perf:
+    """The performance read model, over one Redis."""
+
+    def __init__(self, client: "redis.Redis", clock: Clock = system_ms) -> None:
+        self.redis = client
+        self.clock = clock
+
+    def _slots(self, window: str, now: int) -> tuple[str, list[int]]:
+        res, span = WINDOWS[window]
+        first, last = slot_of(res, now - span), slot_of(res, now)
+        return res, list(range(first + 1, last + 1))
+
+    def queue_types(self, queue: str | None = None) -> dict[str, list[str]]:
+        """job type -> the queues it was seen in (the queues' ``types`` SETs)."""
+        names = [queue] if queue else sorted(cast(set[str], self.redis.smembers(
+            keys.queues_index())))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.smembers(keys.QueueKeys(name).types)
+        out: dict[str, list[str]] = {}
+        for name, types in zip(names, pipe.execute()):
+            for t in types:
+                out.setdefault(str(t), []).append(name)
+        return out
+
+    def summary(self, window: str, queue: str | None = None) -> list[TypeRow]:
+        """Every type that ran in the window (one HGETALL per slot and queue), busiest
+        first."""
+        now = self.clock()
+        res, slots = self._slots(window, now)
+        queues = sorted({q for qs in self.queue_types(queue).values() for q in qs})
+        pipe = self.redis.pipeline(transaction=False)
+        for name in queues:
+            for slot in slots:
+                pipe.hgetall(keys.QueueKeys(name).perf(res, slot))
+        sums: dict[str, _Sums] = {}
+        seen: dict[str, set[str]] = {}
+        replies = iter(pipe.execute())
+        for name in queues:
+            for _ in slots:
+                for fname, value in cast(dict[str, str], next(replies)).items():
+                    job_type, _, rest = fname.partition("|")
+                    sums.setdefault(job_type, _Sums()).add_field(rest, value)
+                    seen.setdefault(job_type, set()).add(name)
+        rows = [TypeRow(t, tuple(sorted(seen[t])), s.figures()) for t, s in sums.items()]
+        rows.sort(key=lambda r: (-r.figures.runs, r.job_type))
+        return rows
+
+    def type_perf(self, job_type: str, window: str, queue: str | None = None,
+                  audit_markers: list[Marker] | None = None) -> TypePerf:
+        """``job_type``'s figures over every window (summed over its queues, or ``queue``),
+        the selected window's series per slot, and the deploys in it."""
+        now = self.clock()
+        queues = tuple(sorted(q for q in self.queue_types(queue).get(job_type, [])))
+        fields = type_fields(job_type)
+        wanted = {w: self._slots(w, now) for w in WINDOWS}
+        plan = sorted({(res, s) for res, slots in wanted.values() for s in slots})
+        pipe = self.redis.pipeline(transaction=False)
+        for name in queues:
+            for res, slot in plan:
+                pipe.hmget(keys.QueueKeys(name).perf(res, slot), fields)
+        per_slot: dict[tuple[str, int], _Sums] = {p: _Sums() for p in plan}
+        replies = iter(pipe.execute())
+        for _ in queues:
+            for p in plan:
+                per_slot[p].add_values(next(replies))
+        windows: dict[str, Figures] = {}
+        for w, (res, slots) in wanted.items():
+            total = _Sums()
+            for s in slots:
+                _merge(total, per_slot[(res, s)])
+            windows[w] = total.figures()
+        res, slots = wanted[window]
+        series = [Point(s * SLOT_MS[res], x.runs, x.fail, percentile(x.dh, 0.95))
+                  for s in slots for x in [per_slot[(res, s)]]]
+        since = slots[0] * SLOT_MS[res] if slots else now
+        markers = self.deploys(since) + [m for m in audit_markers or [] if m.t >= since]
+        markers.sort(key=lambda m: m.t)
+        return TypePerf(job_type, queues, window, windows, series, markers, now)
+
+    def deploys(self, since_ms: int) -> list[Marker]:
+        """Worker starts since ``since_ms`` with another code version than the start before
+        them (the first start of the record counts as one)."""
+        out, prev = [], None
+        for start in WorkerRegistry(self.redis, self.clock).starts(0):
+            version = str(start.get("version", ""))
+            t = int(start.get("t", 0))
+            if version != prev and t >= since_ms:
+                out.append(Marker(t, "deploy", f"workers on {version or 'unknown code'} "
+                                               f"(first: {start.get('id', '?')})"))
+            prev = version
+        return out
+
+
+def _merge(into: _Sums, other: _Sums) -> None:
+    into.runs += other.runs
+    into.fail += other.fail
+    into.dsum += other.dsum
+    into.wsum += other.wsum
+    for i in range(len(BUCKET_NAMES)):
+        into.dh[i] += other.dh[i]
+        into.wh[i] += other.wh[i]
+
+
+def fmt_ms(ms: float | None) -> str:
+    """A duration for the page: '—' none, '7.5ms', '1.2s', '3m05s'."""
+    if ms is None or math.isnan(ms):
+        return "—"
+    if ms < 1000:
+        return f"{ms:.1f}ms" if ms < 100 else f"{ms:.0f}ms"
+    s = ms / 1000
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
