@@ -116,13 +116,17 @@ class FlowsChaos(Chaos):
         return [c for c in super().children() if now - c.create_time() >= self.args.min_age]
 
     def chaos_loop(self) -> None:
-        while not self.stop.is_set() and not self._started():  # faults once workers work
-            time.sleep(0.2)
-        faults = [(self.kill9, 4), (self.sigstop, 2), (self.restart_redis, 1),
-                  (self.cut_leases, 3)]
+        """Random faults paced by the work done, not by the clock: one each time about
+        ``--fault-every`` more children have committed (half to one and a half times it), so
+        a loaded machine, whose workers take long to start, sees the same faults per flow."""
+        faults = [(self.kill9, 3), (self.sigstop, 2), (self.restart_redis, 1),
+                  (self.cut_leases, 4)]
         total = sum(w for _, w in faults)
-        restarts = 0
-        while not self.stop.wait(self.rng.uniform(*self.args.every)):
+        restarts, goal = 0, self.args.fault_every * self.rng.uniform(0.5, 1.5)
+        while not self.stop.wait(0.2):
+            if self._committed() < goal:
+                continue
+            goal += self.args.fault_every * self.rng.uniform(0.5, 1.5)
             pick = self.rng.uniform(0, total)
             for fn, w in faults:
                 pick -= w
@@ -130,15 +134,16 @@ class FlowsChaos(Chaos):
                     break
             if fn == self.restart_redis:
                 if restarts >= self.args.max_redis_restarts:
-                    continue
-                restarts += 1
+                    fn = self.cut_leases
+                else:
+                    restarts += 1
             self._fault(fn)
 
-    def _started(self) -> bool:
+    def _committed(self) -> int:
         try:
-            return bool(self.rows("SELECT count(*) FROM flow_child")[0][0])
-        except Exception:  # noqa: BLE001 - the database busy: not yet
-            return False
+            return int(self.rows("SELECT count(*) FROM flow_child")[0][0])
+        except Exception:  # noqa: BLE001 - the database busy: ask again
+            return 0
 
     def _fault(self, fn: Any) -> None:
         try:
@@ -159,8 +164,7 @@ class FlowsChaos(Chaos):
         want = self.args.flows * CHILDREN
         for n, step in enumerate(steps, start=1):
             goal = want * n // (len(steps) + 1)
-            while not self.stop.is_set() and self.rows(
-                    "SELECT count(*) FROM flow_child")[0][0] < goal:
+            while not self.stop.is_set() and self._committed() < goal:
                 time.sleep(0.05)
             before = sum(self.events.values())
             for _ in range(100):  # until it lands (no process up, nothing in flight: again)
@@ -355,10 +359,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="inject faults until this fraction of the flows is final")
     p.add_argument("--chaos-s", type=float, default=None,
                    help="and for at most this many seconds from the start (default: no bound)")
-    p.add_argument("--every", type=float, nargs=2, default=(2.0, 5.0),
-                   help="seconds between faults (uniform range)")
+    p.add_argument("--fault-every", type=float, default=None,
+                   help="a fault each time about this many more children have committed "
+                        "(default: flows * 10 / 50, some 50 faults in a run)")
     p.add_argument("--max-redis-restarts", type=int, default=3)
-    p.add_argument("--min-age", type=float, default=20.0,
+    p.add_argument("--min-age", type=float, default=10.0,
                    help="kill -9 / SIGSTOP only worker processes up this many seconds")
     p.add_argument("--script", default="",
                    help="fixed faults instead of random ones, e.g. kill9,sweep (kill9, "
@@ -372,6 +377,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.produce_s = args.produce_s if args.produce_s is not None else max(1.0, args.flows / 100)
+    args.fault_every = args.fault_every or max(1.0, args.flows * CHILDREN / 50)
     args.timeout = args.timeout or max(600.0, args.flows * 0.9)
     return args
 
