@@ -406,8 +406,11 @@ def main(argv: list[str] | None = None) -> int:
             f.write("# Flows under faults (`bench/flows_chaos`, issue 26)\n\n"
                     "The latest run per database: chords of 10 children under kill -9 of "
                     "workers, SIGSTOP past the lease, kill -9 of Redis (AOF, appendfsync "
-                    "always) and duplicate deliveries. Re-run: `bench/flows_chaos` (SQLite) "
-                    "or `bench/flows_chaos --db postgres`.\n\n")
+                    "always) and duplicate deliveries, the faults paced by the work done. "
+                    "Re-run: `bench/flows_chaos` (SQLite) or `bench/flows_chaos --db "
+                    "postgres`. The throughput here is under faults on a 2-core VM shared "
+                    "with other work (load average 15-20 while these ran): it says the run "
+                    "finished, not how fast flows are; the flow overhead is in FLOWS.md.\n\n")
             f.write("\n".join(render(r) for r in runs))
     print(render(res))
     return 0 if res["ok"] else 1
