@@ -98,12 +98,14 @@ def insert_for(session: Any, table: Table) -> Any:
     """A dialect ``insert`` that supports ``on_conflict_do_nothing`` (SQLite, PostgreSQL)."""
     name = session.get_bind().dialect.name
     if name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:  # pragma: no cover
-        raise NotImplementedError(f"the demo supports SQLite and PostgreSQL, not {name!r}")
-    return insert(table)
+        from sqlalchemy.dialects import postgresql
+        return postgresql.insert(table)
+    if name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+        return sqlite.insert(table)
+    raise NotImplementedError(  # pragma: no cover
+        f"the demo supports SQLite and PostgreSQL, not {name!r}")
+
 
 # the invoice webhook as a chord (issue 26): a stock hold per order, then the order closed
 stock_holds = Table(

@@ -165,10 +165,10 @@ def enqueue(url: str, n_single: int = 5_000, n_many: int = 50_000, chunk: int = 
             "enqueue_many_chunk": chunk, "n_single": n_single, "n_many": n_many}
 
 
-def fill(url: str, n: int, lock: bool = False, prefix: str = "k") -> None:
+def fill(url: str, n: int, lock: bool = False, prefix: str = "k", job_type: str = "noop") -> None:
     """``n`` no-op jobs through ``app.enqueue_many``, 2,000 per call."""
     app = producer(url)
-    specs = _specs(app, n, prefix=prefix, lock=lock)
+    specs = _specs(app, n, prefix=prefix, lock=lock, job_type=job_type)
     for start in range(0, n, 2_000):
         app.enqueue_many(specs[start:start + 2_000])
 
@@ -289,12 +289,14 @@ def _processes(args: Sequence[str]) -> int:
 
 def worker_run(url: str, n: int, args: Sequence[str] = (), env: dict[str, str] | None = None,
                database_url: str | None = None, lock: bool = False, count_rtt: bool = False,
-               timeout: float = 300, write: bool = False) -> dict[str, Any]:
+               timeout: float = 300, write: bool = False, job_type: str = "noop"
+               ) -> dict[str, Any]:
     """The real worker pool as a user starts it (``antre worker app:app`` + ``args``, the
-    default environment + ``env``), draining ``n`` jobs enqueued before it starts."""
+    default environment + ``env``), draining ``n`` jobs (of ``job_type``: ``noop`` returns a
+    small result, ``noop_none`` None) enqueued before it starts."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
-    fill(url, n, lock=lock)
+    fill(url, n, lock=lock, job_type=job_type)
     before, cmds_before = commandstats(client), client.info("stats")["total_commands_processed"]
     # not --burst: a burst worker exits while snoozed jobs (database busy) are still scheduled
     full_env = _env(url, BENCH_DATABASE_URL=database_url,

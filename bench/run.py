@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
               lambda: ab.worker_run(url, n, env=quiet, count_rtt=True))
         antre("tuned: ANTRE_LOG_LEVEL=WARNING, --processes 2",
               lambda: ab.worker_run(url, n, ["--processes", "2"], env=quiet))
+        antre("defaults, the handler returning None (not a small result), 1 process",
+              lambda: ab.worker_run(url, n, job_type="noop_none"))
         antre("tuned: --no-scheduler (no sweeper or other duties in the pool), 1 process",
               lambda: ab.worker_run(url, n, ["--no-scheduler"]))
         antre("tuned: --prefetch 1 (one job per reserve), 1 process",
@@ -396,8 +398,10 @@ def _enqueue_table(res: dict[str, Any]) -> list[str]:
 def _antre_table(res: dict[str, Any], ping: int) -> list[str]:
     out = ["## Antre: no-op processing", "",
            "The first rows are `antre worker app:app` as a user starts it: no flags, the default "
-           "environment (INFO JSON logs to a file, scheduler and sweeper on); jobs produced with "
-           "`app.enqueue_many`. Each further row names what it changes.", "",
+           "environment (INFO JSON logs to a file, scheduler and sweeper on), the handler "
+           "returning a small result (`{\"ok\": true, \"i\": i}`); jobs produced with "
+           "`app.enqueue_many`. Failures (retry, bury), Redis CPU per job and dead-job bytes, "
+           "two revisions side by side: `bench/run --ab REV_A REV_B` (bench/cost.py). Each further row names what it changes.", "",
            "| configuration | jobs/s (median) | runs | per process | worker CPU µs/job | "
            "vs PING ceiling | log bytes/job | EVALSHA/job | round trips/job | Redis cmds/job |",
            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]

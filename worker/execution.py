@@ -14,7 +14,6 @@ end is then told by the lock's release (its compare-and-delete reply), not a ren
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -28,6 +27,7 @@ from antre.clock import Clock
 from antre.stores.fencing import FenceRejected
 from antre.stores.idempotency import Completed, IdempotencyStore
 from antre.engine.locks import Locks
+from antre.engine.queue import ResultJSON, encode_result
 from antre.flows.read import inputs as flow_inputs
 from antre.flows.store import result_max
 from antre.observe.logs import job_fields
@@ -44,8 +44,6 @@ from .outcomes import (ACKED, Ack, Bury, Completion, DropStale, HandBack, Outcom
 from .settle import duration_ms
 
 log = logging.getLogger("antre.worker")
-# a result's text as the ack stores it (queue._result)
-_RESULT_JSON = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 
 class Execution:
@@ -148,7 +146,7 @@ class Execution:
         if r.closed or r.lease_lost:
             _rollback(db)
             return DropStale("finished after its lease was given up")
-        refused = self._result_refused(result, flow=bool(r.job.flow))
+        refused, encoded = self._result_refused(result, flow=bool(r.job.flow))
         if refused is not None:
             _rollback(db)
             return refused
@@ -158,8 +156,8 @@ class Execution:
         if lock_lost is not None:
             _rollback(db)
             return lock_lost
-        if db is None and r.store is None:
-            return ACKED if result is None else Ack(result)
+        if db is None and r.store is None:  # (encoded once: the ack stores that text)
+            return ACKED if result is None else Ack(result if encoded is None else encoded)
         try:
             self._commit(r, db, result)
         except Exception as exc:
@@ -167,33 +165,36 @@ class Execution:
             return self._commit_failed(r, exc)
         return Ack(result)
 
-    def _result_refused(self, result: Any, flow: bool = False) -> Bury | None:
+    def _result_refused(self, result: Any, flow: bool = False
+                        ) -> tuple[Bury | None, ResultJSON | None]:
         """A result is kept like a payload (on the job, in its idempotency record), so it is
         bounded like one: over the payload limit, or nested past what can be encoded, the
         job goes to the DLQ (permanent: every retry would return it again), and nothing of
         the run is committed. A job of a flow hands its result to the jobs after it: at most
-        ``ANTRE_FLOW_RESULT_MAX`` (64 KiB) then."""
+        ``ANTRE_FLOW_RESULT_MAX`` (64 KiB) then. Else (None, the result's text as the ack
+        stores it when it had to be encoded to be measured: encoded once, issue 29)."""
         if result is None or type(result) in (bool, int, float):
-            return None
+            return None, None
         limit = self.app.max_payload_bytes
         if flow:
             limit = min(limit, result_max())
         if type(result) is str and len(result) * 6 + 2 <= limit:
-            return None
+            return None, None
         try:
-            size = len(_RESULT_JSON(result).encode("utf-8", "surrogatepass"))
+            text = encode_result(result)
+            size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         except RecursionError:
             return Bury("handler result is nested too deeply to store; return a flatter "
-                        "value", "result_invalid")
+                        "value", "result_invalid"), None
         except (TypeError, ValueError):
-            return None  # the store's check_result, or the ack's encoder, says why
+            return None, None  # the store's check_result, or the ack's encoder, says why
         if size <= limit:
-            return None
+            return None, ResultJSON(text)
         raise_ = "ANTRE_FLOW_RESULT_MAX (a job of a flow)" if flow and limit == result_max() \
             else "ANTRE_MAX_PAYLOAD_BYTES"
         return Bury(f"handler result is {size} bytes, over the limit of {limit} bytes; store "
                     f"large data elsewhere and return a reference, or raise {raise_}",
-                    "result_too_large")
+                    "result_too_large"), None
 
     def _deferred(self, r: Running, store: IdempotencyStore, result: Any) -> Outcome:
         if r.lock is not None and r.lock.lost:  # the heartbeat's renewal found it gone

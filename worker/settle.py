@@ -24,6 +24,7 @@ from typing import Any
 from antre.clock import Clock
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
+from antre.engine.failing import Failure
 from antre.errors import LeaseLost
 from antre.observe.logs import job_fields, job_line, succeeded_line
 from antre.observe.metrics import DurationBuffer
@@ -55,6 +56,7 @@ class Settler:
     def begin_batch(self, batched: bool) -> None:
         """From now on this thread's plain acks wait for ``flush_acks`` (when ``batched``)."""
         self._local.acks = [] if batched else None
+        self._local.fails = [] if batched else None  # retries and burials, sent together
         self._local.completing = None  # the keys of the waiting acks' completions
 
     def batching(self) -> bool:
@@ -67,7 +69,12 @@ class Settler:
         return keys is not None and idempotency_key in keys
 
     def flush_acks(self) -> None:
-        """Ack the successes of a prefetched batch in one round trip."""
+        """Retry and bury the failures of a prefetched batch in one round trip, then ack its
+        successes in one more."""
+        fails: list[tuple[Running, Retry | Bury]] = getattr(self._local, "fails", None) or []
+        self._local.fails = None
+        if fails:
+            self._fail_together(fails)
         pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
         self._local.acks = self._local.completing = None
         if any(ack.completion is not None for _, ack in pending):
@@ -134,6 +141,20 @@ class Settler:
             else:
                 self._record(r, ack)
 
+    def _fail_together(self, fails: list[tuple[Running, Retry | Bury]]) -> None:
+        by_queue: dict[str, list[tuple[Running, Retry | Bury]]] = {}
+        for r, outcome in fails:
+            by_queue.setdefault(r.queue.name, []).append((r, outcome))
+        for items in by_queue.values():
+            q = items[0][0].queue
+            replies = self.health.call(q.fail_many, [failure_of(r, o) for r, o in items])
+            for (r, outcome), reply in zip(items, replies):
+                if reply.startswith("LOST:"):
+                    self.lease_lost(r.job, LeaseLost(f"job {r.job.id}: {reply[5:]}; nothing "
+                                                     "was changed"))
+                else:
+                    self._record(r, cancelled_instead(r) if reply == "CANCELLED" else outcome)
+
     # -- settling ----------------------------------------------------------------------------
     def settle(self, r: Running, outcome: Outcome) -> bool:
         """Apply ``outcome`` to the job ``r`` holds; False when nothing was written (already
@@ -146,6 +167,10 @@ class Settler:
         with r.settle_lock:
             if r.closed:
                 return False
+            if isinstance(outcome, (Retry, Bury)) and self.batching():
+                self._local.fails.append((r, outcome))  # retried or buried with its batch
+                r.closed = True
+                return True
             if isinstance(outcome, Ack) and not outcome.deduplicated and self.batching():
                 self._local.acks.append((r, outcome))  # acked with its batch
                 if outcome.completion is not None:
@@ -225,12 +250,13 @@ class Settler:
         self._count(r, outcome, event)
         ack = type(outcome) is Ack  # the common case: INFO, no note, kind or details
         level = logging.INFO if ack else _level(outcome)
+        fence = r.lock_fence  # the fencing token of the lock the job ran under, if any
         if ack and event == "succeeded":
             if log.isEnabledFor(level):
-                succeeded_line(log, r.job, duration_ms(r))
+                succeeded_line(log, r.job, duration_ms(r), fence)
         elif log.isEnabledFor(level):
             job_line(log, level, "%s job %s%s", (event, r.job.id, "" if ack else _note(outcome)),
-                     job_fields(r.job, event, duration_ms=duration_ms(r),
+                     job_fields(r.job, event, duration_ms=duration_ms(r), lock_fence=fence,
                                 error_kind="" if ack else _error_kind(outcome),
                                 **({} if ack else _details(outcome))))
 
@@ -253,6 +279,17 @@ class Settler:
             self.counts[outcome.count_as] += 1
         elif isinstance(outcome, DropStale) and outcome.newly_lost:
             self.counts["lease_lost"] += 1
+
+
+def failure_of(r: Running, outcome: Retry | Bury) -> Failure:
+    """``outcome`` as its batched form: what ``_transition`` passes ``q.retry`` / ``q.bury``."""
+    note = timeline_note(r, outcome)
+    if isinstance(outcome, Retry):
+        return Failure(r.job, "retry", outcome.error, outcome.kind, outcome.traceback, note,
+                       delay_ms=outcome.delay_ms, keep_turn=r.spec is None or r.spec.ordered)
+    return Failure(r.job, "bury", outcome.error or outcome.reason, outcome.kind,
+                   outcome.traceback, note, spend_attempt=outcome.spend_attempt,
+                   reason=outcome.reason)
 
 
 def cancelled_instead(r: Running) -> Cancelled:

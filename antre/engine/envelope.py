@@ -296,6 +296,15 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
         return _json(bytes(raw).decode("utf-8", "replace"), default)
 
 
+def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
+    """The latest failure's traceback: its entry's in ``errors`` (append_error in _lib.lua
+    keeps no second copy; a job stored before issue 29 without entries has its field)."""
+    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
+        tb = errors[-1].get("traceback")
+        return tb if isinstance(tb, str) else ""
+    return fields.get("traceback", "")
+
+
 def from_fields(fields: Mapping[str, str]) -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
     reported in ``payload_error`` so the worker can bury the job with that reason."""
@@ -336,7 +345,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
         worker_id=fields.get("worker_id", ""),
         last_error=fields.get("last_error", ""),
         error_kind=fields.get("error_kind", ""),
-        traceback=fields.get("traceback", ""),
+        traceback=_last_traceback(errors, fields),
         first_failed_at=_int(fields, "first_failed_at"),
         last_failed_at=_int(fields, "last_failed_at"),
         reason=fields.get("reason", ""),

@@ -23,13 +23,14 @@ from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_S
                        encode_payload, from_fields, from_raw_row, new_entropy, new_values,
                        pack_chunk, pack_new, rate_field)
 from antre.errors import InvalidJob, LeaseLost
+from antre.engine.failing import FAIL_CHUNK, Failure, failure_args
 from antre.engine.retry import error_signature
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
                                   script_raw)
 
 # the codec lives in antre/engine/envelope.py; these names stay importable from here
 __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
-           "JobSpec", "Queue", "SweepResult"]
+           "JobSpec", "Queue", "ResultJSON", "SweepResult", "encode_result"]
 
 DONE_RETENTION_MS = 3_600_000
 DONE_MAX = 10_000
@@ -50,8 +51,18 @@ def _note(note: Note) -> str:
     return json.dumps(note, default=str, separators=(",", ":"))
 
 
+class ResultJSON(str):
+    """A handler's result already encoded as the ack stores it (``encode_result``): passed as
+    the result, it is stored as it is, not encoded again (issue 29)."""
+
+
+encode_result = json.JSONEncoder(default=str, separators=(",", ":")).encode  # one encoder
+
+
 def _result(result: Any) -> str:
-    return "" if result is None else json.dumps(result, default=str, separators=(",", ":"))
+    if result is None:
+        return ""
+    return result if type(result) is ResultJSON else encode_result(result)
 
 
 @dataclass(frozen=True)
@@ -429,6 +440,20 @@ class Queue:
                   int(undeliver), error, kind, traceback, counter, _note(note), "",
                   int(count_snooze), int(keep_turn), k.dead_type_prefix, k.dead_group_prefix])
         return _lease_result(reply, job.id) == "CANCELLED"
+
+    def fail_many(self, failures: Sequence[Failure]) -> list[str]:
+        """Retry or bury a batch of failed jobs in one round trip (``fail_many.lua``, chunks
+        of ``FAIL_CHUNK``; each job fenced on its own lease as ``retry`` / ``bury``): per job
+        its reply, in order ('OK', 'CANCELLED', 'OK:<group>' or 'LOST:<why>')."""
+        k, now = self.keys, self.clock()
+        keys_ = [k.inflight, k.scheduled, k.ready, k.stats, k.dead, k.error_groups, k.cancels]
+        head = [k.job_prefix, now, k.dead_type_prefix, k.dead_group_prefix]
+        batch = Batch(self.redis)
+        for start in range(0, len(failures), FAIL_CHUNK):
+            batch.script(self.scripts.fail_many, keys_, head + [
+                a for f in failures[start:start + FAIL_CHUNK] for a in failure_args(f, now)])
+        return [r.decode() if isinstance(r, bytes) else str(r)
+                for reply in (batch.execute() if failures else []) for r in reply]
 
     def hand_back(self, job: Job, note: Note = None) -> bool:
         """Graceful shutdown: back to ready, no attempt spent, the delivery not counted; True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import random
 import re
 import traceback as tb_module
@@ -80,7 +81,39 @@ def describe(exc: BaseException) -> str:
 
 
 def format_traceback(exc: BaseException) -> str:
-    return "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
+    """The text ``traceback.format_exception`` gives (chained exceptions included), its last
+    8,000 characters, without the ``^^^^`` position lines. Python 3.11+ finds those by parsing
+    each frame's source line and stats every file for each traceback: together most of a
+    failed job's worker CPU (issue 29). Exception groups keep the standard format."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
+    parts: list[str] = []
+    _chain(exc, parts, set())
+    return "".join(parts)[-8000:]
+
+
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def _chain(exc: BaseException, out: list[str], seen: set[int]) -> None:
+    seen.add(id(exc))
+    cause, context = exc.__cause__, exc.__context__
+    if cause is not None and id(cause) not in seen:
+        _chain(cause, out, seen)
+        out.append(_CAUSE)
+    elif context is not None and not exc.__suppress_context__ and id(context) not in seen:
+        _chain(context, out, seen)
+        out.append(_CONTEXT)
+    if exc.__traceback__ is not None:
+        out.append("Traceback (most recent call last):\n")
+        for frame, lineno in tb_module.walk_tb(exc.__traceback__):
+            code = frame.f_code
+            out.append(f'  File "{code.co_filename}", line {lineno}, in {code.co_name}\n')
+            line = linecache.getline(code.co_filename, lineno or 0, frame.f_globals).strip()
+            if line:
+                out.append(f"    {line}\n")
+    out += tb_module.format_exception_only(type(exc), exc)
 
 
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b")

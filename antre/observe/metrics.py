@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import redis
@@ -66,6 +66,8 @@ METRIC_NAMES = (
     "antre_fence_refusals_total", "antre_lost_locks_total", "antre_outbox_oldest_age_seconds",
     "antre_enqueue_deduplicated_total", "antre_dlq_dropped_total",
     "antre_worker_loop_lag_seconds",
+    # each worker process's completed-key cache: hit rate = hits / (hits + misses)
+    "antre_completed_cache_hits_total", "antre_completed_cache_misses_total",
     # per-key turns and fair-share groups (issue 23): bounded (top TOP_GROUPS groups)
     "antre_waiting_jobs", "antre_lock_keys_held", "antre_groups_waiting", "antre_groups_paused",
     "antre_group_waiting_jobs",
@@ -104,7 +106,8 @@ class DurationBuffer:
     on its heartbeat), instead of a round trip per job. ``count`` adds other counters (the
     performance slots of ``antre.observe.perf``) to the same flush, with their key's expiry."""
 
-    def __init__(self) -> None:
+    def __init__(self, also: Callable[[str, str, str, int], None] | None = None) -> None:
+        self.also = also  # each duration also goes there (the worker's OpenTelemetry histograms)
         self._counts: dict[tuple[str, str], int] = {}  # (key, field) -> by
         self._ttls: dict[str, int] = {}  # key -> its expiry (ms from the count's clock)
         self._lock = threading.Lock()
@@ -114,6 +117,8 @@ class DurationBuffer:
 
     def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
         ms = max(0, int(ms))
+        if self.also is not None:
+            self.also(queue, job_type, kind, ms)
         bucket = bucket_of(ms)
         fields = self._fields.get((queue, kind, job_type, bucket))
         if fields is None:
@@ -346,12 +351,23 @@ class AntreCollector:
         lag = GaugeMetricFamily("antre_worker_loop_lag_seconds", "Worst lag of a worker "
                                 "process's event loop (async handlers) over its last heartbeat; "
                                 "high when a handler blocks the loop", labels=["worker", "host"])
+        hits = CounterMetricFamily("antre_completed_cache_hits", "Duplicate deliveries a live "
+                                   "worker process answered from its completed-key cache",
+                                   labels=["worker", "host"])
+        misses = CounterMetricFamily("antre_completed_cache_misses", "Lookups of a live worker "
+                                     "process's completed-key cache that found nothing fresh",
+                                     labels=["worker", "host"])
         for info in registry.list():
             if info.kind == "supervisor":
                 restarts.add_metric([info.id, info.host], info.restarts)
-            elif info.concurrency and info.alive(self.clock()):
+                continue
+            alive = info.alive(self.clock())
+            if info.concurrency and alive:
                 lag.add_metric([info.id, info.host], info.loop_lag_ms / 1000)
-        yield from (live, restarts, lag)
+            if alive and info.cache_hits + info.cache_misses:
+                hits.add_metric([info.id, info.host], info.cache_hits)
+                misses.add_metric([info.id, info.host], info.cache_misses)
+        yield from (live, restarts, lag, hits, misses)
 
     def _flow(self) -> Iterator[Metric]:
         flow = FlowControl(self.redis, self.clock)

@@ -27,9 +27,16 @@ if WRITE:
 
 @app.handler("noop", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
 def noop(ctx, payload):
+    # the headline handler returns a small result, as a user's usually does (issue 29)
     if WRITE:
         ctx.db.execute(INSERT, {"k": ctx.job.idempotency_key})
     progress.done()
+    return {"ok": True, "i": payload["i"]}
+
+
+@app.handler("noop_none", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
+def noop_none(ctx, payload):
+    progress.done()  # returns None: bench/run's row "handler returning None"
 
 
 @app.handler("latency", max_attempts=3)

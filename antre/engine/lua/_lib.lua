@@ -47,25 +47,29 @@ local function lease_error(job_key, epoch)
 end
 
 local function append_error(job_key, now, kind, err, tb)
-  -- keeps the last 20 attempts' errors on the job for the DLQ detail page
-  local raw = redis.call('HGET', job_key, 'errors')
+  -- keeps the last 20 attempts' errors on the job for the DLQ detail page (one read, one
+  -- write). The latest traceback is the last entry's: no second copy in a 'traceback' field
+  -- (envelope.py reads the entry, a job stored before keeps its field unread; issue 29)
+  local f = redis.call('HMGET', job_key, 'errors', 'attempt', 'deliveries', 'worker_id',
+                       'first_failed_at')
   local list = {}
-  if raw and raw ~= '' then
-    local ok, decoded = pcall(cjson.decode, raw)
+  if f[1] and f[1] ~= '' then
+    local ok, decoded = pcall(cjson.decode, f[1])
     if ok and type(decoded) == 'table' then list = decoded end
   end
-  local attempt = num_field(job_key, 'attempt', 0)
-  local deliveries = num_field(job_key, 'deliveries', 0)
+  for _, e in ipairs(list) do  -- bounded: an older attempt keeps its traceback's last 2,000
+    if type(e) == 'table' and type(e.traceback) == 'string' and #e.traceback > 2000 then
+      e.traceback = string.sub(e.traceback, -2000)
+    end
+  end
   list[#list + 1] = {at = now, kind = kind, error = err, traceback = string.sub(tb, 1, 8000),
-                     attempt = attempt, delivery = deliveries,
-                     worker = redis.call('HGET', job_key, 'worker_id') or ''}
+                     attempt = num_of(f[2], 0), delivery = num_of(f[3], 0), worker = f[4] or ''}
   while #list > 20 do table.remove(list, 1) end
-  local first = redis.call('HGET', job_key, 'first_failed_at')
-  if not first or first == '' or first == '0' then
+  if not f[5] or f[5] == '' or f[5] == '0' then
     redis.call('HSET', job_key, 'first_failed_at', now)
   end
   redis.call('HSET', job_key, 'errors', cjson.encode(list), 'last_error', err, 'error_kind', kind,
-             'traceback', string.sub(tb, 1, 8000), 'last_failed_at', now)
+             'last_failed_at', now)
 end
 
 local function unique_release_key(job_key, id, keep, ukey)
@@ -689,151 +693,8 @@ local function redrive_failed(job_key, id, task, died, old_group, group, attempt
   redis.call('HSET', w, task .. '|last', group)
 end
 
--- == Flows (issue 26) ===========================================================================
--- A flow (chain, group, chord, batch: antre/flows/) is ordinary jobs of one queue linked as a
--- DAG, all stored by one enqueue_flow.lua call. A job of a flow carries 'flow' (the flow's
--- id), 'fpar' / 'fkids' (JSON arrays: its parents in input order, its dependents), 'fin' (how
--- many parents; the worker reads their results when it starts the job: flow_inputs.lua) and,
--- while a parent is unsettled, 'fdeps' (how many) in state 'held' (ZSET '<tag>:held',
--- keys.QueueKeys.held): never delivered. A batch's callbacks ('fhook': on_success /
--- on_complete) are held jobs of the flow that are not its members. The flow's HASH
--- '<tag>:flow:<id>' (flow_key) keeps its state (running, waiting, failed, succeeded,
--- cancelled; ZSET '<tag>:flows:<state>' lists each), counters (total, done, failed, pending)
--- and policy. A member settles in the script that acks it (ack_job: flow_acked) or makes it
--- dead (bury_job, a discarding cancel: flow_dead), fenced like the ack: its result goes into
--- '<flow>:res' (HASH job id -> result; an id in it is settled, so a duplicate ack, a sweep or
--- a replay never counts it twice), each dependent's 'fdeps' drops by one and one at 0 is
--- placed (admit + place: its lock_key and group apply). A dead member: policy 'ignore' (and a
--- batch) settles it with its error ('!' + JSON {job_id, error}); 'fail' (the default) and
--- 'wait' keep it in SET '<flow>:failed' and its dependents held (flow state failed / waiting)
--- until its replay succeeds, which settles it. A flow that reaches a final state pushes one
--- token to LIST '<flow>:wake' (a waiter's BLMOVE of the list onto itself keeps it there).
-local FLOW_FINAL = {succeeded = true, failed = true, cancelled = true}
-
-local function flow_key(job_prefix, fid)
-  return tag_of(job_prefix) .. 'flow:' .. fid
-end
-
-local function flow_move(job_prefix, fk, fid, to, now)
-  -- the flow's state becomes ``to``, its index entry moved; a final state sets finished_at and
-  -- the waiters' token, leaving one clears both
-  local tag = tag_of(job_prefix)
-  local from = redis.call('HGET', fk, 'state') or 'running'
-  if from == to then return end
-  redis.call('ZREM', tag .. 'flows:' .. from, fid)
-  redis.call('DEL', fk .. ':wake')
-  if FLOW_FINAL[to] then
-    redis.call('HSET', fk, 'state', to, 'finished_at', now)
-    redis.call('ZADD', tag .. 'flows:' .. to, now, fid)
-    redis.call('RPUSH', fk .. ':wake', to)
-  else
-    redis.call('HSET', fk, 'state', to, 'finished_at', 0)
-    redis.call('ZADD', tag .. 'flows:' .. to, num_field(fk, 'created_at', now), fid)
-  end
-end
-
-local function flow_place(job_prefix, id, now, after)
-  -- a held job of a flow whose parents have all settled: placed as an arriving job (its
-  -- lock_key's turn and its group's slot apply), with a 'released' event
-  local key = job_prefix .. id
-  if redis.call('ZREM', tag_of(job_prefix) .. 'held', id) == 0 then return end
-  redis.call('HDEL', key, 'fdeps')
-  tl_add_json(tl_key(job_prefix, id), now, 'released', '""', '{"after":' .. cjson.encode(after) .. '}')
-  local f = redis.call('HMGET', key, 'lock_key', 'fgroup')
-  if admit(job_prefix, id, f[1] or '', f[2] or '', now) then place(job_prefix, id, now, false) end
-end
-
-local function flow_release(job_prefix, id, now, kids_json)
-  -- the dependents of ``id``, which just settled: each one's count of unsettled parents drops
-  -- by one, and one at 0 is placed (a dependent whose record is gone or broken is passed over)
-  if not kids_json or kids_json == '' then return end
-  local ok, kids = pcall(cjson.decode, kids_json)
-  if not ok or type(kids) ~= 'table' then return end
-  for _, kid in ipairs(kids) do
-    local key = job_prefix .. tostring(kid)
-    if redis.pcall('HEXISTS', key, 'fdeps') == 1 and
-        tonumber(redis.call('HINCRBY', key, 'fdeps', -1)) <= 0 then
-      flow_place(job_prefix, tostring(kid), now, id)
-    end
-  end
-end
-
-local function flow_hook(job_prefix, fk, name, now)
-  -- a batch's callback ``name`` ('on_success' / 'on_complete'), placed once
-  local hid = redis.call('HGET', fk, name)
-  if not hid or hid == '' or redis.call('HSETNX', fk, name .. '_at', now) == 0 then return end
-  flow_place(job_prefix, hid, now, 'batch')
-end
-
-local function flow_check(job_prefix, fk, fid, now)
-  -- the flow's state from its counters: with members unsettled (or a batch still open) it is
-  -- running, or failed / waiting while a dead member holds it (policies fail / wait); once
-  -- all are settled, succeeded (a batch with dead members: failed), and a batch's callbacks
-  -- run: on_complete, and on_success when no member is dead
-  local f = redis.call('HMGET', fk, 'state', 'pending', 'failed', 'open', 'policy')
-  if f[1] == 'cancelled' then return end
-  local pending, failed, policy = num_of(f[2], 0), num_of(f[3], 0), f[5] or 'fail'
-  if pending > 0 or f[4] == '1' then
-    local stuck = failed > 0 and (policy == 'fail' or policy == 'wait')
-    flow_move(job_prefix, fk, fid, stuck and (policy == 'wait' and 'waiting' or 'failed') or 'running', now)
-    return
-  end
-  flow_hook(job_prefix, fk, 'on_complete', now)
-  if failed == 0 then flow_hook(job_prefix, fk, 'on_success', now) end
-  flow_move(job_prefix, fk, fid, (failed > 0 and policy == 'batch') and 'failed' or 'succeeded', now)
-end
-
-local function flow_acked(job_key, id, now, result, fid)
-  -- a job of flow ``fid`` completed (the caller holds its lease): settle it once
-  local prefix = prefix_of(job_key, id)
-  local fk = flow_key(prefix, fid)
-  local f = redis.call('HMGET', fk, 'state', 'rmax')
-  if not f[1] or f[1] == 'cancelled' then return end
-  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
-  if j[1] and j[1] ~= '' then return end  -- a batch's callback: not a member
-  if result == '' then result = 'null' end
-  local rmax = num_of(f[2], 65536)
-  if #result > rmax then
-    result = '!' .. cjson.encode({job_id = id, error = 'its result of ' .. #result ..
-                                  ' bytes is over the limit of ' .. rmax .. ' (ANTRE_FLOW_RESULT_MAX)'})
-  end
-  local res = fk .. ':res'
-  local prev = redis.call('HGET', res, id)
-  if prev and string.sub(prev, 1, 1) ~= '!' then return end  -- settled already
-  redis.call('HSET', res, id, result)
-  redis.call('HINCRBY', fk, 'done', 1)
-  if prev then  -- its failure was ignored (its dependents ran then); now it succeeded
-    redis.call('HINCRBY', fk, 'failed', -1)
-  else
-    if redis.call('SREM', fk .. ':failed', id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
-    redis.call('HINCRBY', fk, 'pending', -1)
-    flow_release(prefix, id, now, j[2])
-  end
-  flow_check(prefix, fk, fid, now)
-end
-
-local function flow_dead(job_key, id, now, reason)
-  -- the job at ``job_key`` went to the DLQ (or was discarded): if it is a member of a flow,
-  -- the flow's policy decides (see above). One HGET for a job of no flow.
-  local fid = redis.pcall('HGET', job_key, 'flow')  -- (a record that is not a hash: none)
-  if type(fid) ~= 'string' or fid == '' then return end
-  local prefix = prefix_of(job_key, id)
-  local fk = flow_key(prefix, fid)
-  local f = redis.call('HMGET', fk, 'state', 'policy')
-  if not f[1] or f[1] == 'cancelled' then return end
-  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
-  if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. ':res', id) == 1 then return end
-  if f[2] == 'ignore' or f[2] == 'batch' then
-    redis.call('HSET', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = reason}))
-    redis.call('HINCRBY', fk, 'failed', 1)
-    redis.call('HINCRBY', fk, 'pending', -1)
-    flow_release(prefix, id, now, j[2])
-  elseif redis.call('SADD', fk .. ':failed', id) == 1 then
-    redis.call('HINCRBY', fk, 'failed', 1)
-    redis.call('HSET', fk, 'failed_job', id, 'failed_reason', string.sub(reason, 1, 500))
-  end
-  flow_check(prefix, fk, fid, now)
-end
+-- == Flows (issue 26): the section is antre/engine/lua/_flows.lua, read in here by scripts.py
+-- #include _flows.lua
 
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
                         type_prefix, group_prefix)
@@ -1008,4 +869,90 @@ local function bury_not_hash(prefix, id, now, actor, dlq)
   bury_job(key, id, now, reason, 'corrupt: job record is a ' .. rtype .. ', not a hash',
            dlq[1], dlq[2], dlq[3], dlq[4], dlq[5])
   tl_add(tl_key(prefix, id), now, 'buried', actor, {reason = reason, kind = 'corrupt'})
+end
+
+-- == Failing jobs (retry.lua, bury.lua: one job; fail_many.lua: a worker's batch, issue 29) =====
+local function retry_job(k, id, epoch, now, visible_at, a)
+  -- in-flight -> scheduled at visible_at (ready when visible_at <= now) for the holder of the
+  -- lease, or ended as cancelled when an operator asked (cancel_end). k: {job, inflight,
+  -- scheduled, ready, stats, timeline (nil: no event), dead, errgroups, cancels (nil: no cancel
+  -- check)}; a: {spend, undeliver, error, kind, traceback, counter, note, actor, count_snooze,
+  -- keep_turn, dead-by-type prefix, dead-by-group prefix} as retry.lua's ARGV say. Returns 'OK',
+  -- 'CANCELLED', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  gate_leave(prefix_of(k[1], id), id, now, nil)  -- its limit slots pass on (issue 23)
+  if k[9] then
+    local req = cancel_of(redis.call('HGET', k[1], 'cancel'))
+    if req then
+      cancel_end(k[1], id, now, req, actor_of(k[1], a[8]), {k[7], k[5], k[8], a[11], a[12]},
+                 k[9], k[6], nil, nil)
+      return 'CANCELLED'
+    end
+  end
+  if a[1] == '1' then bump(k[1], 'attempt', 1) end
+  if a[2] == '1' then bump(k[1], 'deliveries', -1) end
+  if a[9] == '1' then bump(k[1], 'snoozes', 1) end
+  if a[3] ~= '' then
+    append_error(k[1], now, a[4], a[3], a[5])
+    -- a replayed job's first failure since its replay counts for its redrive (redrive_failed)
+    if a[1] == '1' and num_field(k[1], 'attempt', 0) == 1 then
+      local task = redis.call('HGET', k[1], 'rtask')
+      if task and task ~= '' then redrive_failed(k[1], id, task, false, nil, nil, 1) end
+    end
+  end
+  if k[6] then
+    local actor = actor_of(k[1], a[8])
+    if a[6] == 'handed_back' then
+      tl_add(k[6], now, 'handed_back', actor, {}, a[7])
+    elseif a[3] ~= '' then
+      tl_add(k[6], now, 'failed', actor,
+             {error = a[3], kind = a[4], traceback = string.sub(a[5], -2000),
+              attempt = num_field(k[1], 'attempt', 0), attempt_spent = a[1] == '1',
+              next_at = visible_at}, a[7])
+    else
+      tl_add(k[6], now, 'snoozed', actor, {why = a[4], counter = a[6], until_ms = visible_at}, a[7])
+    end
+  end
+  redis.call('HSET', k[1], 'visible_at', visible_at, 'deadline', 0)
+  local waits = false
+  if a[10] == '0' then  -- unordered: the turn goes to the next in line, this job joins its end
+    local lk, prefix = redis.call('HGET', k[1], 'lock_key') or '', prefix_of(k[1], id)
+    if lk ~= '' and redis.call('HGET', tag_of(prefix) .. 'kturn', lk) == id then
+      turn_pass(prefix, id, lk, now)
+      waits = not turn_join(prefix, id, lk, now)
+      -- waiting on its key again: its group's slot goes to the group's next job
+      if waits then group_leave(prefix, id, redis.call('HGET', k[1], 'fgroup'), now) end
+    end
+  end
+  if waits then
+    -- (state and line written by turn_join)
+  elseif visible_at <= now then
+    redis.call('HSET', k[1], 'state', 'ready')
+    redis.call('RPUSH', k[4], id)
+  else
+    redis.call('HSET', k[1], 'state', 'scheduled')
+    redis.call('ZADD', k[3], visible_at, id)
+  end
+  redis.call('HINCRBY', k[5], a[6], 1)
+  return 'OK'
+end
+
+local function bury_failed(k, id, epoch, now, a)
+  -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,
+  -- inflight, dead, stats, errgroups, timeline (nil: no event)}; a: {reason, error, kind,
+  -- traceback, signature, dead-by-type prefix, dead-by-group prefix, spend, note, actor} as
+  -- bury.lua's ARGV say. Returns 'OK:<group>', or 'LOST:<why>' with nothing changed.
+  local lost = lease_error(k[1], epoch)
+  if lost then return lost end
+  redis.call('ZREM', k[2], id)
+  if a[8] == '1' then bump(k[1], 'attempt', 1) end
+  append_error(k[1], now, a[3], a[2], a[4])
+  redis.call('HSET', k[1], 'deadline', 0)
+  if k[6] then
+    tl_add(k[6], now, 'buried', actor_of(k[1], a[10]),
+           {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(a[4], -2000)}, a[9])
+  end
+  return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7])
 end

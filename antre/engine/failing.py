@@ -1,0 +1,46 @@
+"""A worker's batch of failed jobs in one script call (``fail_many.lua``, issue 29).
+
+``Failure`` is one job's retry (``op='retry'``: back in ``delay_ms``, an attempt spent) or
+burial (``op='bury'``: to the DLQ with ``reason``), with what ``Queue.retry`` / ``Queue.bury``
+take for it; ``Queue.fail_many`` sends a batch of them in one round trip, each fenced on its
+own lease and applied exactly as the single-job scripts apply it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from antre.engine.envelope import Job
+from antre.engine.retry import error_signature
+
+FAIL_CHUNK = 100  # jobs per fail_many.lua call (each carries a traceback of up to 8,000 chars)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed job of a batch; ``note``: details for its timeline event."""
+
+    job: Job
+    op: Literal["retry", "bury"]
+    error: str
+    kind: str
+    traceback: str = ""
+    note: dict[str, Any] | None = None
+    spend_attempt: bool = True
+    delay_ms: int = 0  # retry
+    keep_turn: bool = True  # retry: a lock_key's head keeps its turn (ordered handlers)
+    reason: str = ""  # bury
+    signature: str | None = None  # bury: the error group's ('<kind>: <normalised error>')
+
+
+def failure_args(f: Failure, now: int) -> list[Any]:
+    """The job's eleven arguments of ``fail_many.lua``."""
+    head = [f.op, f.job.id, f.job.epoch, f.error or f.reason, f.kind, f.traceback,
+            json.dumps(f.note, default=str, separators=(",", ":")) if f.note else "",
+            int(f.spend_attempt)]
+    if f.op == "retry":
+        return head + [now + max(0, int(f.delay_ms)), "retried", int(f.keep_turn)]
+    sig = f.signature or f"{f.kind}: {error_signature(f.error or f.reason)}"
+    return head + [f.reason, sig, ""]
