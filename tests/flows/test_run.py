@@ -47,6 +47,17 @@ def test_handlers_get_the_previous_result_and_a_callback_every_result(flow_app, 
     assert ("add", 3, True) in seen and ("total", [10, 20]) in seen
 
 
+def test_a_burst_worker_runs_a_chord_of_1000_and_its_callback_gets_them_in_order(flow_app,
+                                                                                 clock):
+    app, seen = flow_app
+    flow = app.chord([add(app, n) for n in range(1000)],
+                     app.spec("total", {}, idempotency_key="total:1000")).enqueue()
+    burst(app, clock, threads=2)
+    totals = [s for s in seen if s[0] == "total"]
+    assert len(totals) == 1 and totals[0][1] == list(range(1000))  # once, in group order
+    assert flow.status().state == "succeeded" and flow.results() == [sum(range(1000))]
+
+
 def test_an_async_callback_gets_every_result(app, clock):
     @app.handler("part")
     async def part(ctx, payload):
