@@ -52,6 +52,7 @@ def no_random_faults(monkeypatch):
     monkeypatch.setattr(faults, "email_timeout_rate", 0.0)
     monkeypatch.setattr(faults, "flaky_rate", 0.0)
     monkeypatch.setattr(faults, "rate_limit_rate", 0.0)
+    monkeypatch.setattr(faults, "stock_out_rate", 0.0)
 
 
 def pending(app, queues) -> int:
@@ -521,6 +522,7 @@ def test_fault_jobs_end_where_the_dashboard_shows_them(app, clock, monkeypatch):
 
     b, i = app.queue("batch"), app.queue("integrations")
     assert b.get(slow).state == "done" and b.get(slow).result["rows"] == 2000
+    assert b.get(slow).progress.message == "rows 2,000/2,000"  # its last ctx.progress
     assert [i.get(j).state for j in flaky] == ["done"] * 8
     assert sum(i.get(j).attempt for j in flaky) > 0  # some failed retryably first
     assert [i.get(j).state for j in limited] == ["done"] * 4
