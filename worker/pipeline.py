@@ -64,7 +64,7 @@ Step = Callable[[Running], Outcome | None]
 # the snoozes counted against a handler's max_snoozes: held back by something that may never
 # clear on its own (a lock nobody releases, an open breaker, a key stuck as busy)
 CAPPED_SNOOZES = frozenset({"lock_busy", "idempotency_busy", "concurrency_limited",
-                            "rate_limited", "breaker_open"})
+                            "rate_limited", "breaker_open", "version_conflict"})
 
 
 class Pipeline:

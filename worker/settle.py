@@ -200,7 +200,7 @@ class Settler:
                            keep_turn=r.spec is None or r.spec.ordered)
         if isinstance(outcome, Snooze):
             return q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter,
-                            note=note)
+                            note=note, keep_turn=not outcome.behind_key)
         if isinstance(outcome, Ack):
             q.ack(job, outcome.result,
                   counter="deduplicated" if outcome.deduplicated else "acked", note=note)

@@ -143,14 +143,20 @@ def source(name: str) -> str:
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a line '-- #include _<name>.lua' of _lib.lua stands for that file's text (a section kept in a
+# file of its own, in its place in the library's order)
+_INCLUDE = re.compile(r"^-- #include (_[a-z_]+\.lua)$", re.M)
 
 
 @lru_cache(maxsize=None)
 def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
-    """``_lib.lua``'s header, its definitions, and for each the other definitions it names
-    (read once per process: one pass over the text instead of a search per definition)."""
-    header, parts = _lib_parts(resources.files("antre.engine.lua").joinpath("_lib.lua")
-                               .read_text())
+    """``_lib.lua``'s header, its definitions (those of the files it includes in their
+    place), and for each the other definitions it names (read once per process: one pass over
+    the text instead of a search per definition)."""
+    files = resources.files("antre.engine.lua")
+    text = _INCLUDE.sub(lambda m: files.joinpath(m.group(1)).read_text(),
+                        files.joinpath("_lib.lua").read_text())
+    header, parts = _lib_parts(text)
     names = {n for n, _ in parts}
     refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}
     return header, parts, refs

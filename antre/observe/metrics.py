@@ -251,6 +251,12 @@ class AntreCollector:
             "enqueue_deduplicated": CounterMetricFamily(
                 "antre_enqueue_deduplicated", "Unique enqueues answered with the pending job "
                 "holding the same idempotency key (no second job added)", labels=q),
+            "version_conflict": CounterMetricFamily(
+                "antre_version_conflicts", "Jobs re-queued behind their key because a versioned "
+                "row moved on (VersionConflict; no attempt spent)", labels=q),
+            "limit_held": CounterMetricFamily(
+                "antre_limit_held", "Jobs a type's or downstream's limit held at reserve (its "
+                "line, or scheduled for its rate's start; never delivered)", labels=q),
             "dead_dropped": CounterMetricFamily(
                 "antre_dlq_dropped", "Dead jobs dropped by retention (over the queue's "
                 "maximum count or age), oldest first", labels=q),
