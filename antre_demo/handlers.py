@@ -38,6 +38,8 @@ class Faults:
     email_timeout_rate: float = float(os.environ.get("ANTRE_DEMO_EMAIL_FAULT_RATE", "0.15"))
     flaky_rate: float = float(os.environ.get("ANTRE_DEMO_FLAKY_RATE", "0.5"))
     rate_limit_rate: float = float(os.environ.get("ANTRE_DEMO_RATE_LIMIT_RATE", "0.4"))
+    # an order's stock hold finds the SKU out of stock (its chord fails; issue 26)
+    stock_out_rate: float = float(os.environ.get("ANTRE_DEMO_STOCK_OUT_RATE", "0.1"))
     seed: str = os.environ.get("ANTRE_DEMO_SEED", "antre-demo")
     # the email provider's limits and outages (``antre demo`` turns them on; tests keep them off)
     email_rate_per_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_RATE", "0"))
@@ -282,5 +284,6 @@ def register(app: Antre) -> Antre:
                 max_attempts=5)(poison_crash)
     app.handler("rate_limited_call", queue="integrations", max_attempts=5,
                 downstream="partner-api")(rate_limited_call)
-    return app
+    from .orders import register_orders  # (orders uses this module's helpers)
+    return register_orders(app)
 

@@ -17,6 +17,7 @@ Every metric is prefixed ``antre_``; see ``METRIC_NAMES``. Counters end in ``_to
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -75,11 +76,12 @@ METRIC_NAMES = (
 TOP_GROUPS = 10  # the groups with most waiting jobs get a series of their own
 
 
+_BUCKET_TEXT = tuple(str(b) for b in BUCKETS_MS) + ("inf",)
+
+
 def bucket_of(ms: int) -> str:
-    for bound in BUCKETS_MS:
-        if ms <= bound:
-            return str(bound)
-    return "inf"
+    """The histogram bucket holding ``ms``: its upper bound, or 'inf' past the last."""
+    return _BUCKET_TEXT[bisect.bisect_left(BUCKETS_MS, ms)]
 
 
 def record_duration(client: Any, queue: str, job_type: str, kind: str, ms: int) -> None:
@@ -114,6 +116,9 @@ class DurationBuffer:
         # (queue, kind, job_type, bucket) -> its three (key, field) pairs, built once (a
         # worker adds two durations per job)
         self._fields: dict[tuple[str, str, str, str], tuple[tuple[str, str], ...]] = {}
+        # other tallies kept in memory by their owners (perf.record_run), each drained into
+        # the flush: ``drain()`` -> ([((key, field), by)], {key: ttl ms})
+        self.sources: dict[str, Any] = {}
 
     def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
         ms = max(0, int(ms))
@@ -136,20 +141,25 @@ class DurationBuffer:
             counts[total] = counts.get(total, 0) + ms
             counts[count] = counts.get(count, 0) + 1
 
-    def count(self, key: str, incs: list[tuple[str, int]], ttl_ms: int) -> None:
-        """Add ``incs`` (field, by) to the HASH ``key``, which the flush gives ``ttl_ms`` to
-        live (the newest count's)."""
+    def count(self, incs: list[tuple[tuple[str, str], int]], ttls: dict[str, int]) -> None:
+        """Add each ((key, field), by) of ``incs`` to its HASH; the flush gives each key of
+        ``ttls`` that many ms to live (the newest count's)."""
         with self._lock:
             counts = self._counts
-            for name, by in incs:
-                counts[(key, name)] = counts.get((key, name), 0) + by
-            self._ttls[key] = max(1, int(ttl_ms))
+            for pair, by in incs:
+                counts[pair] = counts.get(pair, 0) + by
+            self._ttls.update(ttls)
 
     def flush(self, client: Any) -> int:
         """Write what was counted; on a Redis error the counts are kept for the next flush."""
         with self._lock:
             counts, self._counts = self._counts, {}
             ttls, self._ttls = self._ttls, {}
+        for source in list(self.sources.values()):
+            incs, more = source.drain()
+            for pair, by in incs:
+                counts[pair] = counts.get(pair, 0) + by
+            ttls.update(more)
         if not counts:
             return 0
         try:
@@ -224,7 +234,8 @@ class AntreCollector:
         reads = ReadModels(self.redis, self.clock)
         q, qt = ["queue"], ["queue", "job_type"]
         depth = GaugeMetricFamily("antre_queue_depth", "Jobs waiting, by state (ready: can be "
-                                  "reserved now; scheduled: delayed or backing off)",
+                                  "reserved now; scheduled: delayed or backing off; held: "
+                                  "a flow's, until its parents completed)",
                                   labels=["queue", "state"])
         inflight = GaugeMetricFamily("antre_in_flight_jobs", "Jobs under a lease now", labels=q)
         oldest = GaugeMetricFamily("antre_oldest_ready_age_seconds",
@@ -270,6 +281,7 @@ class AntreCollector:
             k = keys.QueueKeys(name)
             depth.add_metric([name, "ready"], info.ready)
             depth.add_metric([name, "scheduled"], info.scheduled)
+            depth.add_metric([name, "held"], info.held)  # a flow's, for its parents (issue 26)
             inflight.add_metric([name], info.inflight)
             oldest.add_metric([name], info.oldest_ready_age_ms / 1000)
             dlq.add_metric([name], info.dead)

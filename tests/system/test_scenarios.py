@@ -52,6 +52,7 @@ def no_random_faults(monkeypatch):
     monkeypatch.setattr(faults, "email_timeout_rate", 0.0)
     monkeypatch.setattr(faults, "flaky_rate", 0.0)
     monkeypatch.setattr(faults, "rate_limit_rate", 0.0)
+    monkeypatch.setattr(faults, "stock_out_rate", 0.0)
 
 
 def pending(app, queues) -> int:
