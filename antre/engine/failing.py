@@ -16,6 +16,7 @@ from antre.engine.envelope import Job
 from antre.engine.retry import error_signature
 
 FAIL_CHUNK = 100  # jobs per fail_many.lua call (each carries a traceback of up to 8,000 chars)
+_encode = json.JSONEncoder(default=str, separators=(",", ":")).encode  # made once
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Failure:
 def failure_args(f: Failure, now: int) -> list[Any]:
     """The job's eleven arguments of ``fail_many.lua``."""
     head = [f.op, f.job.id, f.job.epoch, f.error or f.reason, f.kind, f.traceback,
-            json.dumps(f.note, default=str, separators=(",", ":")) if f.note else "",
+            _encode(f.note) if f.note else "",
             int(f.spend_attempt)]
     if f.op == "retry":
         return head + [now + max(0, int(f.delay_ms)), "retried", int(f.keep_turn)]
