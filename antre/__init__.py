@@ -3,7 +3,7 @@
 from antre.app import Antre, HandlerSpec
 from antre.context import JobContext
 from antre.errors import (InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited,
-                          ResultUnavailable, Retryable)
+                          ResultUnavailable, Retryable, VersionConflict)
 from antre.engine.progress import Progress
 from antre.observe.finder import ResultStatus
 from antre.scheduling.flow import FlowPolicy
@@ -15,5 +15,5 @@ from antre.tasks import Task
 
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
            "Permanent", "RateLimited", "Retryable", "LockBusy", "FlowPolicy", "JobSpec", "Queue", "RetryPolicy", "Task",
-           "Progress", "ResultStatus", "ResultUnavailable"]
+           "Progress", "ResultStatus", "ResultUnavailable", "VersionConflict"]
 __version__ = "0.1.0"

@@ -24,7 +24,7 @@ from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
 from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, Group, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
-from antre.observe.waiting import ResultWaiter
+from antre.observe.waiting import PerLoop, ResultWaiter
 from antre.stores.idempotency import CompletedCache, IdempotencyStore
 from antre.stores.outbox import Outbox
 from antre.stores.users import UserStore
@@ -550,8 +550,9 @@ class Antre:
     async def aresult(self, idempotency_key: str, timeout: float | None = None) -> ResultStatus:
         """``result`` from a coroutine, off the event loop (it reads SQL and Redis). With
         ``timeout`` (seconds): ``result(key).wait(timeout)`` without holding a thread while it
-        waits (the blocking pop runs on ``aredis``): the final status, or the status at the
-        timeout with ``timed_out`` True; ``ResultUnavailable`` if Redis stayed unreachable."""
+        waits (its blocking pop on ``redis.asyncio``, a client per event loop): the final
+        status, or the status at the timeout with ``timed_out`` True; ``ResultUnavailable``
+        if Redis stayed unreachable."""
         if timeout is None:
             return self.waiter.bind(await asyncio.to_thread(self.finder.result, idempotency_key))
         return await self.waiter.await_result(idempotency_key, timeout)
@@ -586,7 +587,9 @@ class Antre:
     def waiter(self) -> ResultWaiter:
         """Waits for keys' results (``result(key).wait``, ``aresult(key, timeout=)``)."""
         if self._waiter is None:
-            self._waiter = ResultWaiter(lambda: self.finder, self.queue, lambda: self.aredis)
+            self._waiter = ResultWaiter(lambda: self.finder, self.queue, PerLoop(
+                lambda: AsyncRedis.from_url(self.redis_url, decode_responses=True,
+                                            socket_timeout=10, socket_connect_timeout=5)))
         return self._waiter
 
     @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from antre.stores.versioned import versioned_update
 from antre.engine.envelope import Job
 from antre.engine.progress import checked as checked_progress
 from antre.errors import JobTimeout
@@ -90,6 +91,16 @@ class JobContext:
         if self._db is None and self._db_factory is not None:
             self._db = self._db_factory()
         return self._db
+
+    def versioned_update(self, table: Any, key: Any, version: int, values: Any, **kw: Any
+                         ) -> int:
+        """``antre.stores.versioned.versioned_update`` on ``ctx.db``: the row's compare-and-set
+        on its version, the new version returned; a row that moved on raises
+        ``VersionConflict``, which re-queues this job behind its lock_key (no attempt spent)."""
+        db = self.db
+        if db is None:
+            raise RuntimeError("ctx.versioned_update needs a database: set ANTRE_DATABASE_URL")
+        return versioned_update(db, table, key, version, values, **kw)
 
     @property
     def opened_db(self) -> Any:

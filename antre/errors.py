@@ -35,6 +35,18 @@ class RateLimited(AntreError):
         self.retry_after_s = float(retry_after_s)
 
 
+class VersionConflict(AntreError):
+    """A versioned row changed since it was read (``antre.stores.versioned.versioned_update``,
+    ``ctx.versioned_update``): raised from a handler, its SQL rolls back and the job is
+    re-queued behind its lock_key (or shortly, without one) with no attempt spent, counted as
+    ``version_conflict``."""
+
+    def __init__(self, table: str, key: object, expected: int, message: str = "") -> None:
+        super().__init__(message or f"{table} {key!r} is no longer at version {expected} "
+                                    "(changed since it was read, or gone)")
+        self.table, self.key, self.expected = table, key, expected
+
+
 class JobTimeout(Retryable):
     """The handler ran past its ``timeout_s``."""
 

@@ -39,12 +39,12 @@ def _ensure_admin(app: Any) -> str | None:
     return None if given else password
 
 
-def _spawn(args: list[str]) -> subprocess.Popen:
+def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "antre_cli", *args],
                             preexec_fn=die_with_parent_preexec())
 
 
-def _wait_http(url: str, timeout_s: float, procs: list[subprocess.Popen]) -> bool:
+def _wait_http(url: str, timeout_s: float, procs: list[subprocess.Popen[bytes]]) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):

@@ -20,7 +20,7 @@ from antre.observe.logs import safe_url
 from antre.observe.redact import scrub
 from antre.control.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
-from antre.observe.registry import WorkerRegistry
+from antre.observe.registry import WorkerRegistry, cache_totals
 from antre.observe.memory import MemoryPolicy
 from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
@@ -78,8 +78,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         for p in q.paused:  # incident controls
             print(f"  paused: {p.job_type or 'whole queue'} by {p.by} at {_ts(p.at_ms)} UTC: "
                   f"{p.reason}")
+    hits, lookups = cache_totals([w for w in workers if w.alive(now)])
+    cache = f"; completed-key cache: {hits / lookups:.0%} of {lookups} lookups hit" \
+        if lookups else ""
     print(f"workers: {summary.live_workers} live processes, "
-          f"{sum(1 for w in workers if not w.alive(now))} stale or stopped")
+          f"{sum(1 for w in workers if not w.alive(now))} stale or stopped{cache}")
     print(f"lock conflicts: {summary.conflicts_5m} in 5 min, {summary.conflicts_1h} in 1 h, "
           f"{summary.conflicts_total} ever"
           + "".join(f"; {c.key}: {c.last_5m}/{c.last_1h}/{c.total}"

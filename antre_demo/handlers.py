@@ -38,6 +38,8 @@ class Faults:
     email_timeout_rate: float = float(os.environ.get("ANTRE_DEMO_EMAIL_FAULT_RATE", "0.15"))
     flaky_rate: float = float(os.environ.get("ANTRE_DEMO_FLAKY_RATE", "0.5"))
     rate_limit_rate: float = float(os.environ.get("ANTRE_DEMO_RATE_LIMIT_RATE", "0.4"))
+    # an order's stock hold finds the SKU out of stock (its chord fails; issue 26)
+    stock_out_rate: float = float(os.environ.get("ANTRE_DEMO_STOCK_OUT_RATE", "0.1"))
     seed: str = os.environ.get("ANTRE_DEMO_SEED", "antre-demo")
     # the email provider's limits and outages (``antre demo`` turns them on; tests keep them off)
     email_rate_per_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_RATE", "0"))
@@ -170,19 +172,19 @@ def stock_sync(ctx: Any, payload: Any) -> dict[str, Any]:
                .on_conflict_do_nothing(index_elements=["sku"]))
     row = db.execute(select(t.stock.c.quantity, t.stock.c.version, t.stock.c.lock_fence)
                      .where(t.stock.c.sku == sku)).one()
-    conds = [t.stock.c.sku == sku, t.stock.c.version == row.version]
-    fence = row.lock_fence
+    fenced, fence = [], row.lock_fence
     if ctx.lock is not None:  # ctx.fence is the business lock's fencing token
-        conds.append(t.stock.c.lock_fence <= ctx.fence)
-        fence = ctx.fence
-    res = db.execute(update(t.stock).where(*conds).values(
-        quantity=t.stock.c.quantity + delta, version=t.stock.c.version + 1, lock_fence=fence))
-    if res.rowcount != 1:
-        raise Retryable(f"stock version moved for {sku} (expected version {row.version})")
+        fenced, fence = [t.stock.c.lock_fence <= ctx.fence], ctx.fence
+    # the version compare-and-set (antre.stores.versioned): a row that moved on raises
+    # VersionConflict, which rolls this back and re-queues the event behind its sku's next
+    # one, no attempt spent
+    version = ctx.versioned_update(t.stock, {"sku": sku}, row.version,
+                                   {"quantity": t.stock.c.quantity + delta, "lock_fence": fence},
+                                   where=fenced)
     db.execute(update(t.stock_events).where(t.stock_events.c.event_id == event_id)
-               .values(applied_version=row.version + 1))
+               .values(applied_version=version))
     return {"applied": True, "event_id": event_id, "sku": sku,
-            "quantity": row.quantity + delta, "version": row.version + 1}
+            "quantity": row.quantity + delta, "version": version}
 
 
 # -- 3. webhook -> invoice -------------------------------------------------------------------
@@ -212,7 +214,8 @@ def webhook_invoice(ctx: Any, payload: Any) -> dict[str, Any]:
 
 
 def slow_report(ctx: Any, payload: Any) -> dict[str, Any]:
-    """A few seconds of work in steps; extends its lease and checkpoints as it goes."""
+    """A few seconds of work in steps; extends its lease, checkpoints and reports its progress
+    (``ctx.progress``: the job page's bar) as it goes."""
     seconds = float((payload or {}).get("seconds", 4))
     steps = max(1, int(seconds / 0.5))
     for i in range(steps):
@@ -220,6 +223,7 @@ def slow_report(ctx: Any, payload: Any) -> dict[str, Any]:
         if i % 2 == 1:
             ctx.extend_lease(30)
         ctx.checkpoint({"step": i + 1, "of": steps})
+        ctx.progress((i + 1) / steps, f"rows {(i + 1) * 1000:,}/{steps * 1000:,}")
     return {"rows": steps * 1000, "report": (payload or {}).get("report", "daily")}
 
 
@@ -280,5 +284,6 @@ def register(app: Antre) -> Antre:
                 max_attempts=5)(poison_crash)
     app.handler("rate_limited_call", queue="integrations", max_attempts=5,
                 downstream="partner-api")(rate_limited_call)
-    return app
+    from .orders import register_orders  # (orders uses this module's helpers)
+    return register_orders(app)
 

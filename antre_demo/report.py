@@ -36,11 +36,12 @@ def report(app: Antre) -> dict[str, Any]:
         "provider": {"calls_in_this_process": FakeEmailProvider.calls,
                      "timeouts_after_accept_in_this_process": FakeEmailProvider.timeouts},
     }
-    if app.engine is None:
+    engine, sessions = app.engine, app.session_factory
+    if engine is None or sessions is None:
         out["duplicate_effects"] = None
         return out
-    t.create_tables(app.engine)
-    with app.session_factory() as s:
+    t.create_tables(engine)
+    with sessions() as s:
         emails = s.execute(select(t.emails_sent.c.email_key, func.count())
                            .group_by(t.emails_sent.c.email_key)).all()
         invoices = s.execute(select(t.invoices.c.order_id, func.count())

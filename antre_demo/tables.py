@@ -98,9 +98,35 @@ def insert_for(session: Any, table: Table) -> Any:
     """A dialect ``insert`` that supports ``on_conflict_do_nothing`` (SQLite, PostgreSQL)."""
     name = session.get_bind().dialect.name
     if name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:  # pragma: no cover
-        raise NotImplementedError(f"the demo supports SQLite and PostgreSQL, not {name!r}")
-    return insert(table)
+        from sqlalchemy.dialects import postgresql
+        return postgresql.insert(table)
+    if name == "sqlite":
+        from sqlalchemy.dialects import sqlite
+        return sqlite.insert(table)
+    raise NotImplementedError(  # pragma: no cover
+        f"the demo supports SQLite and PostgreSQL, not {name!r}")
+
+
+# the invoice webhook as a chord (issue 26): a stock hold per order, then the order closed
+stock_holds = Table(
+    "demo_stock_holds", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("order_id", String(100), nullable=False),
+    Column("sku", String(100), nullable=False),
+    Column("units", Integer, nullable=False),
+    Column("job_id", String(100), nullable=False),
+    Column("held_at_ms", BigInteger, nullable=False),
+    Index("uq_demo_stock_holds_order_id", "order_id", unique=True),
+)
+
+orders_closed = Table(
+    "demo_orders_closed", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("order_id", String(100), nullable=False),
+    Column("invoice_ref", String(100), nullable=False),
+    Column("message_id", String(100), nullable=False),
+    Column("units_held", Integer, nullable=False),
+    Column("job_id", String(100), nullable=False),
+    Column("closed_at_ms", BigInteger, nullable=False),
+    Index("uq_demo_orders_closed_order_id", "order_id", unique=True),
+)

@@ -18,6 +18,7 @@ from typing import Any
 from antre import Antre
 
 from .handlers import email_key, email_payload
+from .orders import order_flow
 
 log = logging.getLogger("antre.demo.traffic")
 
@@ -102,12 +103,20 @@ class Traffic:
         return ids
 
     def webhook(self) -> list[str]:
+        """An "order paid" webhook: a chord of ledger, receipt email and stock hold closed by
+        ``close_order`` (``orders.order_flow``); the sender sometimes retries the webhook
+        (plain ``webhook_invoice`` jobs with the order's key: the ledger's idempotency)."""
         r = self.rng
         order_id = f"ORD-{self.tag}-{self._next()}"
         payload = {"order_id": order_id, "customer": r.choice(CUSTOMERS),
-                   "amount_cents": r.randint(500, 250_000), "event": "order.paid"}
+                   "amount_cents": r.randint(500, 250_000), "event": "order.paid",
+                   "user_id": r.randint(1, self.users), "sku": r.choice(self.skus),
+                   "units": r.choice((1, 1, 2, 3))}
         key = f"invoice:{order_id}"
-        ids = [self._enqueue("webhook", "webhook_invoice", payload, key)]
+        _flow, ids = order_flow(self.app, payload)
+        self.counts["webhook"] += 1
+        self.counts["flows"] += 1
+        self.counts["jobs"] += len(ids)
         if r.random() < self.webhook_dup_rate:  # the sender did not see our 200 and retries
             for _ in range(r.randint(1, 4)):
                 ids.append(self._enqueue("webhook", "webhook_invoice", payload, key,

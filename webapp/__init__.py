@@ -24,6 +24,8 @@ from flask import Flask, Request
 from flask.globals import request as flask_request
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
+from antre.observe import otel_metrics
+
 from .delegated import HostAuth, HostUser, UserOf
 
 from . import (
@@ -102,7 +104,10 @@ def create_app(config: dict[str, Any] | None = None, auth: HostAuth | None = Non
     app.config.update(config or {})
     delegated.install(app, auth)
     security.check_secret_key(app.config.get("SECRET_KEY"))  # before connecting to anything
-    services.install(app, dict(app.config))
+    svc = services.install(app, dict(app.config))
+    # OpenTelemetry metrics beside /metrics, when an SDK meter provider is configured
+    app.extensions["antre_otel_metrics"] = otel_metrics.install_if_configured(svc.redis,
+                                                                              svc.clock)
     security.install(app)
     common.install(app)
     control.install_globals(app)

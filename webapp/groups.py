@@ -36,7 +36,7 @@ def index() -> str:
     view = svc.group_reads.view(queue)
     return render("groups.html", "_groups.html", queue=queue, view=view, search=search,
                   found=found, searched=searched, as_of=view.as_of,
-                  queues=svc.reads.queue_names())
+                  queues=svc.reads.queue_names(), limits=svc.gates.limits(queue))
 
 
 @bp.get("/<queue>/<group>")

@@ -30,6 +30,7 @@ from antre.stores.idempotency import IdempotencyStore
 from antre.engine.locks import Locks
 from antre.scheduling.controls import GroupControl
 from antre.control.pause import Pauses
+from antre.scheduling.gates import FlowGates
 from antre.scheduling.groups import Groups
 from antre.control.purge import Purger
 from antre.observe.readmodels import ReadModels
@@ -93,6 +94,10 @@ class Services:
     @property
     def groups(self) -> GroupControl:  # fair-share groups: pause, slots (issue 23)
         return GroupControl(self.redis, self.clock, self.antre.scripts, self.pauses)
+
+    @property
+    def gates(self) -> FlowGates:  # type and downstream limits held at reserve (issue 23)
+        return FlowGates(self.redis, self.clock, self.antre.scripts)
 
     @property
     def group_reads(self) -> Groups:

@@ -37,6 +37,7 @@ class Running:
     lease_lost: bool = False
     admission: Admission | None = None  # flow-control slots held while the handler runs
     lock: Lock | None = None  # the business lock held while the job is processed
+    lock_fence: int | None = None  # its fencing token (kept for the log line after release)
     lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
     cancel: CancelRequest | None = None  # an operator asked to stop it (seen at cancel_seen_ms)
     cancel_seen_ms: int = 0

@@ -82,6 +82,7 @@ class Snooze:
     note: str = ""
     level: int = logging.INFO
     details: dict[str, Any] | None = None  # for the job's timeline: the lock and fence, ...
+    behind_key: bool = False  # a job with a lock_key gives its turn to the next (issue 23)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,11 @@ def event_of(outcome: Outcome) -> str:
 
 def from_decision(decision: Decision, exc: BaseException) -> Outcome:
     """The retry policy's decision about a handler's failure, as an outcome (pure)."""
+    if decision.action == "snooze" and decision.kind == "version_conflict":
+        # optimistic locking (issue 23 item 7): behind its key's next job, no attempt spent
+        return Snooze(decision.delay_ms, decision.kind, counter="version_conflict",
+                      count_as="version_conflict", note=decision.reason, behind_key=True,
+                      details={"conflict": decision.reason})
     if decision.action == "snooze":
         return Snooze(decision.delay_ms, decision.kind)
     if decision.action == "retry":

@@ -56,6 +56,7 @@ from .leases import quietly
 from .failures import cancelled
 from .outcomes import Ack, Bury, Expired, HandBack, Outcome, Snooze, SnoozeCap, jitter_ms
 from .settle import Settler
+from .spans import traced
 
 log = logging.getLogger("antre.worker")
 
@@ -63,7 +64,7 @@ Step = Callable[[Running], Outcome | None]
 # the snoozes counted against a handler's max_snoozes: held back by something that may never
 # clear on its own (a lock nobody releases, an open breaker, a key stuck as busy)
 CAPPED_SNOOZES = frozenset({"lock_busy", "idempotency_busy", "concurrency_limited",
-                            "rate_limited", "breaker_open"})
+                            "rate_limited", "breaker_open", "version_conflict"})
 
 
 class Pipeline:
@@ -92,9 +93,9 @@ class Pipeline:
             self.check_envelope,
             self.too_old,
             self.already_completed,
-            self.take_lock,
+            traced("lock acquire", self.take_lock),  # spans.py: a span while traces record
             self.admit,
-            self.claim_key,
+            traced("idempotency claim", self.claim_key),
             self.cancel_requested,
             execution.run,
         )
@@ -234,6 +235,7 @@ class Pipeline:
                           details={"lock": exc.key, "holder": exc.holder,
                                    "holder_fence": exc.fence, "ttl_ms": exc.ttl_ms})
         r.lock_renewed = time.monotonic()  # renewed by the heartbeat from now on
+        r.lock_fence = r.lock.fence
         return None
 
     # -- taking ahead: the next jobs of a prefetched batch -------------------------------------

@@ -27,6 +27,7 @@ from antre.scheduling.flow import FlowControl
 from antre.scheduling.gates import Declaration, FlowGates, plan
 from antre.engine.locks import Locks
 from antre.observe.logs import job_fields
+from antre.observe import otel_metrics
 from antre.observe.metrics import DurationBuffer
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 from antre.observe.tracing import execution_span
@@ -93,7 +94,9 @@ class WorkerProcess:
                                    else _env_s("ANTRE_BURST_REDIS_WAIT_S", BURST_REDIS_WAIT_S))
         self.exit_code = 0
         self.counts: Counter[str] = Counter()
-        self.durations = DurationBuffer()  # written to Redis on each heartbeat
+        # written to Redis on each heartbeat; also OpenTelemetry histograms when configured
+        self.durations = DurationBuffer(also=otel_metrics.record_duration
+                                        if otel_metrics.AVAILABLE else None)
         self.registry = WorkerRegistry(app.redis, clock=self.clock)
         self.health = RedisHealth(app.redis_url)
         self.promoter = Promoter(self.queues, self.health)
@@ -465,6 +468,9 @@ class WorkerProcess:
             info.loop_lag_ms = self.aio.loop.take_lag_ms()
         info.processed = self.counts["processed"]
         info.failed = self.counts["failed"]
+        cache = self.app.idempotency.cache if self.app.idempotency is not None else None
+        if cache is not None:  # the completed-key cache's hit rate, for /metrics and status
+            info.cache_hits, info.cache_misses = cache.hits, cache.misses
         if self._stopping.is_set() and info.state == "running":
             info.state = "stopping"
         self.registry.beat(info)

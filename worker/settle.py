@@ -206,7 +206,7 @@ class Settler:
                            keep_turn=r.spec is None or r.spec.ordered)
         if isinstance(outcome, Snooze):
             return q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter,
-                            note=note)
+                            note=note, keep_turn=not outcome.behind_key)
         if isinstance(outcome, Ack):
             q.ack(job, outcome.result,
                   counter="deduplicated" if outcome.deduplicated else "acked", note=note)
@@ -256,12 +256,13 @@ class Settler:
         self._count(r, outcome, event)
         ack = type(outcome) is Ack  # the common case: INFO, no note, kind or details
         level = logging.INFO if ack else _level(outcome)
+        fence = r.lock_fence  # the fencing token of the lock the job ran under, if any
         if ack and event == "succeeded":
             if log.isEnabledFor(level):
-                succeeded_line(log, r.job, duration_ms(r))
+                succeeded_line(log, r.job, duration_ms(r), fence)
         elif log.isEnabledFor(level):
             job_line(log, level, "%s job %s%s", (event, r.job.id, "" if ack else _note(outcome)),
-                     job_fields(r.job, event, duration_ms=duration_ms(r),
+                     job_fields(r.job, event, duration_ms=duration_ms(r), lock_fence=fence,
                                 error_kind="" if ack else _error_kind(outcome),
                                 **({} if ack else _details(outcome))))
 

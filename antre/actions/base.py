@@ -28,6 +28,7 @@ from antre.control.purge import Purger
 from antre.engine.locks import Locks
 from antre.observe.finder import Finder
 from antre.observe.readmodels import ReadModels
+from antre.scheduling.gates import FlowGates
 from antre.scheduling.controls import GroupControl
 from antre.scheduling.flow import FlowControl
 from antre.stores.audit import AuditLog
@@ -237,6 +238,10 @@ class Ops:
     @property
     def flow(self) -> FlowControl:
         return FlowControl(self.redis, self.clock)
+
+    @property
+    def gates(self) -> FlowGates:  # type and downstream limits held at reserve (issue 23)
+        return FlowGates(self.redis, self.clock, self.app.scripts)
 
     @property
     def groups(self) -> GroupControl:  # fair-share groups (issue 23)

@@ -1,5 +1,5 @@
 """The table of operator actions, ``TABLE``: the entries of the modules beside this one
-(``jobs``, ``queues``, ``limits``, ``dead``, ``incidents``, ``users``, ``flows``) in one list,
+(``jobs``, ``queues``, ``limits``, ``gates``, ``dead``, ``incidents``, ``users``, ``flows``) in one list,
 and the selections (``SELECTIONS``: one entry run over the ticked rows of a dashboard page, or
 over the job ids an ``antre`` command names).
 """
@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 from antre.observe.readmodels import DeadFilter
 
-from . import dead, flows, incidents, jobs, limits, queues, users
+from . import dead, flows, gates, incidents, jobs, limits, queues, users
 from .base import Action, Args, Html, Ops, Param, Result
 
 TABLE: list[Action] = [
     *jobs.ENTRIES,
     *queues.ENTRIES,
     *limits.ENTRIES,
+    *gates.ENTRIES,  # a type's or downstream's limits held at reserve (issue 23)
     *dead.ENTRIES,
     *incidents.ENTRIES,
     *users.ENTRIES,

@@ -255,7 +255,7 @@ class QueueKeys:
         ``done:<id>`` with a TTL while a completed job's ``unique_for_s`` window lasts."""
         return f"{self.unique_prefix}{idempotency_key}"
 
-    # -- flows (issue 26): chains, groups, chords and batches; see "Flows" in lua/_lib.lua --
+    # -- flows (issue 26): chains, groups, chords and batches; see lua/_flows.lua ------
     # The scripts derive these from ``job_prefix`` and the flow id (``flow_key`` in _lib.lua:
     # '<tag>:flow:<id>' and its suffixes), so all of a flow sits in its queue's slot.
     @property

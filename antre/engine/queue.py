@@ -453,11 +453,14 @@ class Queue:
                    note=note)
 
     def snooze(self, job: Job, delay_ms: int, why: str, counter: str = "snoozed",
-               note: Note = None) -> bool:
+               note: Note = None, keep_turn: bool = True) -> bool:
         """Rate limited, lock busy, breaker open: later, no attempt spent. ``note``: what held
-        it back (the lock and its fence, the limiter, ...) for the job's timeline."""
+        it back (the lock and its fence, the limiter, ...) for the job's timeline.
+        ``keep_turn=False``: a job with a lock_key waits behind its key's next job (a version
+        conflict, issue 23)."""
         return self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True,
-                          counter=counter, error="", kind=why, note=note, count_snooze=True)
+                          counter=counter, error="", kind=why, note=note, count_snooze=True,
+                          keep_turn=keep_turn)
 
     def bury(self, job: Job, *, reason: str, error: str = "", kind: str = "permanent",
              traceback: str = "", signature: str | None = None, spend_attempt: bool = True,

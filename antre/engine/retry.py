@@ -9,7 +9,7 @@ import traceback as tb_module
 from dataclasses import dataclass
 from typing import Literal
 
-from antre.errors import LeaseLost, Permanent, RateLimited, Retryable
+from antre.errors import LeaseLost, Permanent, RateLimited, Retryable, VersionConflict
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,15 @@ def classify(exc: BaseException, attempt: int, max_attempts: int, policy: RetryP
              rng: random.Random | None = None) -> Decision:
     """What to do with a job whose handler raised ``exc`` on attempt ``attempt`` (1-based).
 
-    Permanent → dead. RateLimited → snooze without spending an attempt. Anything else is
+    Permanent → dead. RateLimited → snooze without spending an attempt; VersionConflict too
+    (a short one; the worker puts the job behind its lock_key's next job). Anything else is
     retryable until ``max_attempts`` attempts are spent, then dead.
     """
     if isinstance(exc, RateLimited):
         return Decision("snooze", int(exc.retry_after_s * 1000), False, "rate_limited", str(exc))
+    if isinstance(exc, VersionConflict):  # re-read and try again, behind its key's next job
+        return Decision("snooze", (rng or random).randint(10, 200), False, "version_conflict",
+                        describe(exc))
     if isinstance(exc, LeaseLost):
         raise ValueError("LeaseLost is not a handler outcome")
     if isinstance(exc, Permanent):

@@ -2,6 +2,12 @@
 
 ``_lib.lua`` holds helpers shared by several scripts; it is prepended to each script so every
 transition stays one self-contained EVALSHA.
+
+Spans: while ``SPANS`` (set by ``antre.observe.tracing``, a higher room, when OpenTelemetry is
+installed) says spans are recorded, every round trip of scripts (a script's call, a ``Batch``, a
+``direct`` / ``Pinned`` write) is one CLIENT span naming its scripts (bounded attributes: the
+script names and the number of calls; never keys, arguments or payloads). Otherwise the only
+cost is one question per round trip.
 """
 
 from __future__ import annotations
@@ -61,6 +67,52 @@ NAMES = (
 )
 
 
+class ScriptSpans:
+    """What ``SPANS`` holds: whether spans are recorded now, and the span of one round trip."""
+
+    def recording(self) -> bool:
+        return False
+
+    def span(self, names: Sequence[str], calls: int) -> Any:
+        raise NotImplementedError
+
+
+SPANS: ScriptSpans | None = None  # set by antre.observe.tracing
+MAX_SPAN_NAMES = 8
+
+
+def _spans() -> ScriptSpans | None:
+    spans = SPANS
+    return spans if spans is not None and spans.recording() else None
+
+
+def _names(scripts: Iterable[Any]) -> list[str]:
+    """The distinct script names of a round trip (``command`` for a plain command), bounded."""
+    out: list[str] = []
+    for script in scripts:
+        name = getattr(script, "antre_name", "script") if script is not None else "command"
+        if name not in out:
+            out.append(name)
+            if len(out) == MAX_SPAN_NAMES:
+                break
+    return out
+
+
+class NamedScript(Script):
+    """A registered script that knows its name (for its span)."""
+
+    def __init__(self, client: "redis.Redis", name: str) -> None:
+        super().__init__(client, source(name))
+        self.antre_name = name
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        spans = _spans()
+        if spans is None:
+            return super().__call__(keys, args, client)
+        with spans.span([self.antre_name], 1):
+            return super().__call__(keys, args, client)
+
+
 _LIB_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.M)
 
 
@@ -91,14 +143,20 @@ def source(name: str) -> str:
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a line '-- #include _<name>.lua' of _lib.lua stands for that file's text (a section kept in a
+# file of its own, in its place in the library's order)
+_INCLUDE = re.compile(r"^-- #include (_[a-z_]+\.lua)$", re.M)
 
 
 @lru_cache(maxsize=None)
 def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
-    """``_lib.lua``'s header, its definitions, and for each the other definitions it names
-    (read once per process: one pass over the text instead of a search per definition)."""
-    header, parts = _lib_parts(resources.files("antre.engine.lua").joinpath("_lib.lua")
-                               .read_text())
+    """``_lib.lua``'s header, its definitions (those of the files it includes in their
+    place), and for each the other definitions it names (read once per process: one pass over
+    the text instead of a search per definition)."""
+    files = resources.files("antre.engine.lua")
+    text = _INCLUDE.sub(lambda m: files.joinpath(m.group(1)).read_text(),
+                        files.joinpath("_lib.lua").read_text())
+    header, parts = _lib_parts(text)
     names = {n for n, _ in parts}
     refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}
     return header, parts, refs
@@ -111,7 +169,7 @@ class Scripts:
 
     def __init__(self, client: "redis.Redis") -> None:
         for name in NAMES:
-            setattr(self, name, client.register_script(source(name)))
+            setattr(self, name, NamedScript(client, name))
         self.pinned = Pinned.of(client)
 
     pinned: "Pinned | None"
@@ -195,6 +253,14 @@ class Batch:
 
     def execute(self) -> list[Any]:
         calls, self._calls = self._calls, []
+        spans = _spans()
+        if spans is None:
+            return self._execute(calls)
+        with spans.span(_names(c[0] for c in calls), len(calls)):
+            return self._execute(calls)
+
+    def _execute(self, calls: list[tuple[Script | None, str, tuple[Any, ...], dict[str, Any]]]
+                 ) -> list[Any]:
         if self.cluster:
             return [script(keys=a[0], args=a[1]) if script is not None
                     else getattr(self.client, name)(*a, **kw) for script, name, a, kw in calls]
@@ -263,6 +329,14 @@ def direct(client: "redis.Redis", calls: Sequence[Call], raw: bool = False) -> l
     the script calls are sent again (a blocking pop before them is not repeated). Callers
     check ``direct_ok`` first. ``raw``: the replies are read undecoded (bytes), whatever the
     client decodes (a reply holding bytes that are not UTF-8 must not fail as a whole)."""
+    spans = _spans()
+    if spans is not None:
+        with spans.span(_names(c[0] for c in calls), len(calls)):
+            return _pooled(client, calls, raw)
+    return _pooled(client, calls, raw)
+
+
+def _pooled(client: "redis.Redis", calls: Sequence[Call], raw: bool) -> list[Any]:
     pool = client.connection_pool
     conn: Any = pool.get_connection()
     try:
@@ -465,6 +539,13 @@ class Pinned:
 
     def call(self, calls: Sequence[Call], raw: bool = False) -> list[Any]:
         """``direct(client, calls, raw)`` on this thread's connection."""
+        spans = _spans()
+        if spans is not None:
+            with spans.span(_names(c[0] for c in calls), len(calls)):
+                return self._call(calls, raw)
+        return self._call(calls, raw)
+
+    def _call(self, calls: Sequence[Call], raw: bool = False) -> list[Any]:
         conn, io = self._connection()
         held = self._local.held
         # a retry after a reconnect gets the I/O of the new socket
@@ -482,6 +563,13 @@ class Pinned:
         written before it sent (the caller checks what can fail before it makes any)."""
         if not self.direct_io:
             return self.call(list(calls))
+        spans = _spans()
+        if spans is not None:
+            with spans.span(["(streamed)"], 0):
+                return self._call_made(calls)
+        return self._call_made(calls)
+
+    def _call_made(self, calls: Iterable[Call]) -> list[Any]:
         made: list[Call] = []
         source = iter(calls)
         conn, _ = self._connection()

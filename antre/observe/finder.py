@@ -371,8 +371,9 @@ class Finder:
                         trace_id=trace_id or "")
 
     # -- the producer's view --------------------------------------------------------------------
-    def job_status(self, job_id: str) -> JobStatus:
-        found = self.locate(job_id)
+    def job_status(self, job_id: str, found: Located | None = None) -> JobStatus:
+        """The job's status; ``found``: where ``locate`` just found it (not asked again)."""
+        found = found if found is not None and found.job_id == job_id else self.locate(job_id)
         if found is None or found.state == "gone":
             return JobStatus(job_id, found.queue if found else "", "unknown")
         f = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(found.queue).job(job_id)))
@@ -397,7 +398,7 @@ class Finder:
                                 source="sql")
         found = self.by_key(idempotency_key)
         if found is not None and found.state != "gone":
-            job = self.job_status(found.job_id)
+            job = self.job_status(found.job_id, found)
             status = {"done": "completed", "dead": "failed"}.get(job.state, "pending")
             if status == "failed" and job.error_kind == "cancelled":
                 status = "cancelled"

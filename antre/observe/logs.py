@@ -15,7 +15,7 @@ SIGTERM/SIGINT stop). A process killed with SIGKILL (or dying in C) loses the IN
 last ``ANTRE_LOG_FLUSH_MS`` at most: its outcomes are in Redis (counters, job timelines), only
 their log lines are missing. A job event is one record whose ``extra`` is ``job_fields(job,
 event, ...)``: the formatters put ``job_id, job_type, idempotency_key, attempt, lock_key,
-trace_id, duration_ms, error_kind`` (and queue, worker_id) on the line when present.
+lock_fence`` (the fencing token of the lock the job held), ``trace_id, duration_ms, error_kind`` (and queue, worker_id) on the line when present.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import orjson
 from antre.engine.envelope import Job
 from antre.observe.redact import redact_url
 
-JOB_FIELDS = ("job_id", "job_type", "idempotency_key", "attempt", "lock_key", "trace_id",
+JOB_FIELDS = ("job_id", "job_type", "idempotency_key", "attempt", "lock_key", "lock_fence",
+              "trace_id",
               "duration_ms", "error_kind")
 CONTEXT_FIELDS = ("queue", "worker_id")
 FIELDS = ("event", *JOB_FIELDS, *CONTEXT_FIELDS)
@@ -171,20 +172,23 @@ def job_line(log: logging.Logger, level: int, msg: str, args: tuple[Any, ...],
 _PLAIN = re.compile(r"[A-Za-z0-9_.:\-]*")
 
 
-def succeeded_line(log: logging.Logger, job: Job, duration_ms: int | None) -> None:
+def succeeded_line(log: logging.Logger, job: Job, duration_ms: int | None,
+                   lock_fence: int | None = None) -> None:
     """The INFO line of a job that succeeded, the caller having checked
     ``log.isEnabledFor(logging.INFO)``: the line ``job_line`` makes of ``("%s job %s%s",
     ("succeeded", job.id, ""), job_fields(job, "succeeded", duration_ms=duration_ms,
-    error_kind=""))``, filled into its JSON by hand when the logger is as ``configure()`` leaves
+    error_kind="", lock_fence=lock_fence))``, filled into its JSON by hand when the logger is as ``configure()`` leaves
     it and the job's names need no escaping (what the queue stores: names are checked at
     enqueue); the formatter's way otherwise. The line of every ordinary job."""
     handler = _plain_json_handler(log)
     if (handler is None or logging.INFO < handler.level or type(job.attempt) is not int
             or (duration_ms is not None and type(duration_ms) is not int)
+            or (lock_fence is not None and type(lock_fence) is not int)
             or not _PLAIN.fullmatch("".join((log.name, job.id, job.type, job.idempotency_key,
                                              job.lock_key, job.trace_id, job.queue)))):
         job_line(log, logging.INFO, "%s job %s%s", ("succeeded", job.id, ""),
-                 job_fields(job, "succeeded", duration_ms=duration_ms, error_kind=""))
+                 job_fields(job, "succeeded", duration_ms=duration_ms, error_kind="",
+                            lock_fence=lock_fence))
         return
     formatter = handler.formatter
     assert isinstance(formatter, JsonFormatter)
@@ -199,6 +203,8 @@ def succeeded_line(log: logging.Logger, job: Job, duration_ms: int | None) -> No
     line += f',"attempt":{job.attempt + 1}'
     if job.lock_key:
         line += f',"lock_key":"{job.lock_key}"'
+    if lock_fence is not None:
+        line += f',"lock_fence":{lock_fence}'
     if job.trace_id:
         line += f',"trace_id":"{job.trace_id}"'
     if duration_ms is not None:

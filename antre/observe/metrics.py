@@ -17,9 +17,10 @@ Every metric is prefixed ``antre_``; see ``METRIC_NAMES``. Counters end in ``_to
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import redis
@@ -66,6 +67,8 @@ METRIC_NAMES = (
     "antre_fence_refusals_total", "antre_lost_locks_total", "antre_outbox_oldest_age_seconds",
     "antre_enqueue_deduplicated_total", "antre_dlq_dropped_total",
     "antre_worker_loop_lag_seconds",
+    # each worker process's completed-key cache: hit rate = hits / (hits + misses)
+    "antre_completed_cache_hits_total", "antre_completed_cache_misses_total",
     # per-key turns and fair-share groups (issue 23): bounded (top TOP_GROUPS groups)
     "antre_waiting_jobs", "antre_lock_keys_held", "antre_groups_waiting", "antre_groups_paused",
     "antre_group_waiting_jobs",
@@ -73,11 +76,12 @@ METRIC_NAMES = (
 TOP_GROUPS = 10  # the groups with most waiting jobs get a series of their own
 
 
+_BUCKET_TEXT = tuple(str(b) for b in BUCKETS_MS) + ("inf",)
+
+
 def bucket_of(ms: int) -> str:
-    for bound in BUCKETS_MS:
-        if ms <= bound:
-            return str(bound)
-    return "inf"
+    """The histogram bucket holding ``ms``: its upper bound, or 'inf' past the last."""
+    return _BUCKET_TEXT[bisect.bisect_left(BUCKETS_MS, ms)]
 
 
 def record_duration(client: Any, queue: str, job_type: str, kind: str, ms: int) -> None:
@@ -104,16 +108,22 @@ class DurationBuffer:
     on its heartbeat), instead of a round trip per job. ``count`` adds other counters (the
     performance slots of ``antre.observe.perf``) to the same flush, with their key's expiry."""
 
-    def __init__(self) -> None:
+    def __init__(self, also: Callable[[str, str, str, int], None] | None = None) -> None:
+        self.also = also  # each duration also goes there (the worker's OpenTelemetry histograms)
         self._counts: dict[tuple[str, str], int] = {}  # (key, field) -> by
         self._ttls: dict[str, int] = {}  # key -> its expiry (ms from the count's clock)
         self._lock = threading.Lock()
         # (queue, kind, job_type, bucket) -> its three (key, field) pairs, built once (a
         # worker adds two durations per job)
         self._fields: dict[tuple[str, str, str, str], tuple[tuple[str, str], ...]] = {}
+        # other tallies kept in memory by their owners (perf.record_run), each drained into
+        # the flush: ``drain()`` -> ([((key, field), by)], {key: ttl ms})
+        self.sources: dict[str, Any] = {}
 
     def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
         ms = max(0, int(ms))
+        if self.also is not None:
+            self.also(queue, job_type, kind, ms)
         bucket = bucket_of(ms)
         fields = self._fields.get((queue, kind, job_type, bucket))
         if fields is None:
@@ -131,20 +141,25 @@ class DurationBuffer:
             counts[total] = counts.get(total, 0) + ms
             counts[count] = counts.get(count, 0) + 1
 
-    def count(self, key: str, incs: list[tuple[str, int]], ttl_ms: int) -> None:
-        """Add ``incs`` (field, by) to the HASH ``key``, which the flush gives ``ttl_ms`` to
-        live (the newest count's)."""
+    def count(self, incs: list[tuple[tuple[str, str], int]], ttls: dict[str, int]) -> None:
+        """Add each ((key, field), by) of ``incs`` to its HASH; the flush gives each key of
+        ``ttls`` that many ms to live (the newest count's)."""
         with self._lock:
             counts = self._counts
-            for name, by in incs:
-                counts[(key, name)] = counts.get((key, name), 0) + by
-            self._ttls[key] = max(1, int(ttl_ms))
+            for pair, by in incs:
+                counts[pair] = counts.get(pair, 0) + by
+            self._ttls.update(ttls)
 
     def flush(self, client: Any) -> int:
         """Write what was counted; on a Redis error the counts are kept for the next flush."""
         with self._lock:
             counts, self._counts = self._counts, {}
             ttls, self._ttls = self._ttls, {}
+        for source in list(self.sources.values()):
+            incs, more = source.drain()
+            for pair, by in incs:
+                counts[pair] = counts.get(pair, 0) + by
+            ttls.update(more)
         if not counts:
             return 0
         try:
@@ -246,6 +261,12 @@ class AntreCollector:
             "enqueue_deduplicated": CounterMetricFamily(
                 "antre_enqueue_deduplicated", "Unique enqueues answered with the pending job "
                 "holding the same idempotency key (no second job added)", labels=q),
+            "version_conflict": CounterMetricFamily(
+                "antre_version_conflicts", "Jobs re-queued behind their key because a versioned "
+                "row moved on (VersionConflict; no attempt spent)", labels=q),
+            "limit_held": CounterMetricFamily(
+                "antre_limit_held", "Jobs a type's or downstream's limit held at reserve (its "
+                "line, or scheduled for its rate's start; never delivered)", labels=q),
             "dead_dropped": CounterMetricFamily(
                 "antre_dlq_dropped", "Dead jobs dropped by retention (over the queue's "
                 "maximum count or age), oldest first", labels=q),
@@ -346,12 +367,23 @@ class AntreCollector:
         lag = GaugeMetricFamily("antre_worker_loop_lag_seconds", "Worst lag of a worker "
                                 "process's event loop (async handlers) over its last heartbeat; "
                                 "high when a handler blocks the loop", labels=["worker", "host"])
+        hits = CounterMetricFamily("antre_completed_cache_hits", "Duplicate deliveries a live "
+                                   "worker process answered from its completed-key cache",
+                                   labels=["worker", "host"])
+        misses = CounterMetricFamily("antre_completed_cache_misses", "Lookups of a live worker "
+                                     "process's completed-key cache that found nothing fresh",
+                                     labels=["worker", "host"])
         for info in registry.list():
             if info.kind == "supervisor":
                 restarts.add_metric([info.id, info.host], info.restarts)
-            elif info.concurrency and info.alive(self.clock()):
+                continue
+            alive = info.alive(self.clock())
+            if info.concurrency and alive:
                 lag.add_metric([info.id, info.host], info.loop_lag_ms / 1000)
-        yield from (live, restarts, lag)
+            if alive and info.cache_hits + info.cache_misses:
+                hits.add_metric([info.id, info.host], info.cache_hits)
+                misses.add_metric([info.id, info.host], info.cache_misses)
+        yield from (live, restarts, lag, hits, misses)
 
     def _flow(self) -> Iterator[Metric]:
         flow = FlowControl(self.redis, self.clock)

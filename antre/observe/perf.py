@@ -21,6 +21,7 @@ actions from the audit log.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -36,26 +37,65 @@ KEEP_MS = {"m": 2 * 3_600_000, "h": 7 * 86_400_000 + 3_600_000}
 WINDOWS = {"1h": ("m", 3_600_000), "24h": ("h", 86_400_000), "7d": ("h", 7 * 86_400_000)}
 BUCKET_NAMES = tuple(str(b) for b in BUCKETS_MS) + ("inf",)
 QUANTILES = (0.5, 0.95, 0.99)
+_BUCKET_AT = {b: i for i, b in enumerate(BUCKET_NAMES)}
+_HIST = 2 * len(BUCKET_NAMES)
 
 
 def slot_of(resolution: str, ms: int) -> int:
     return ms // SLOT_MS[resolution]
 
 
+class _Tally:
+    """Runs counted in memory per (queue, type, 5-minute slot, hour): per job a few integer
+    additions; ``drain`` (the buffer's flush) turns them into the slots' fields."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str, int, int], list[int]] = {}
+
+    def add(self, queue: str, job_type: str, now_ms: int, d: int, w: int, failed: bool) -> None:
+        at = (queue, job_type, now_ms // SLOT_MS["m"], now_ms // SLOT_MS["h"])
+        db, wb = _BUCKET_AT[bucket_of(d)], _BUCKET_AT[bucket_of(w)]
+        with self._lock:
+            row = self._rows.get(at)
+            if row is None:
+                row = self._rows[at] = [0] * (_HIST + 5)
+            row[0] += 1
+            row[1] += failed
+            row[2] += d
+            row[3] += w
+            row[5 + db] += 1
+            row[5 + len(BUCKET_NAMES) + wb] += 1
+            row[4] = now_ms  # the newest count's time: the slots' expiry counts from it
+
+    def drain(self) -> tuple[list[tuple[tuple[str, str], int]], dict[str, int]]:
+        with self._lock:
+            rows, self._rows = self._rows, {}
+        incs: list[tuple[tuple[str, str], int]] = []
+        ttls: dict[str, int] = {}
+        for (queue, job_type, m, h), row in rows.items():
+            qk, p, now = keys.QueueKeys(queue), job_type + "|", row[4]
+            names = [p + "runs", p + "fail", p + "d|sum", p + "w|sum"]
+            values = row[:4]
+            for i, b in enumerate(BUCKET_NAMES):
+                names += [p + "d|" + b, p + "w|" + b]
+                values += [row[5 + i], row[5 + len(BUCKET_NAMES) + i]]
+            for res, slot in (("m", m), ("h", h)):
+                key = qk.perf(res, slot)
+                incs += [((key, n), v) for n, v in zip(names, values) if v]
+                ttls[key] = max(1, slot * SLOT_MS[res] + KEEP_MS[res] - now)
+        return incs, ttls
+
+
 def record_run(buffer: DurationBuffer, queue: str, job_type: str, now_ms: int,
                duration_ms: int, wait_ms: int, failed: bool) -> None:
-    """Count one job that ran into the 5-minute and hourly slots of ``now_ms`` (in memory:
-    ``buffer.flush`` writes them with the slots' expiry)."""
-    d, w = max(0, int(duration_ms)), max(0, int(wait_ms))
-    incs = [("runs", 1), ("d|" + bucket_of(d), 1), ("d|sum", d), ("w|" + bucket_of(w), 1),
-            ("w|sum", w)]
-    if failed:
-        incs.append(("fail", 1))
-    qk = keys.QueueKeys(queue)
-    for res in ("m", "h"):
-        slot = slot_of(res, now_ms)
-        ttl = slot * SLOT_MS[res] + KEEP_MS[res] - now_ms
-        buffer.count(qk.perf(res, slot), [(f"{job_type}|{f}", by) for f, by in incs], ttl)
+    """Count one job that ran into the 5-minute and hourly slots of ``now_ms``: in memory (a
+    few integer additions), written by ``buffer.flush`` with the slots' expiry."""
+    tally = buffer.sources.get("perf")
+    if tally is None:
+        tally = buffer.sources.setdefault("perf", _Tally())
+    tally.add(queue, job_type, now_ms, max(0, int(duration_ms)), max(0, int(wait_ms)),
+              failed)
 
 
 def type_fields(job_type: str) -> list[str]:
@@ -155,28 +195,11 @@ class _Sums:
             self.dh[i] += nums[4 + i]
             self.wh[i] += nums[4 + n + i]
 
-    def add_field(self, name: str, value: Any) -> None:
-        """Add one field of a slot's HGETALL (``name`` without the type)."""
-        v = _num(value)
-        kind, _, bucket = name.partition("|")
-        if kind == "runs":
-            self.runs += v
-        elif kind == "fail":
-            self.fail += v
-        elif bucket == "sum":
-            if kind == "d":
-                self.dsum += v
-            elif kind == "w":
-                self.wsum += v
-        elif kind in ("d", "w") and bucket in _BUCKET_AT:
-            (self.dh if kind == "d" else self.wh)[_BUCKET_AT[bucket]] += v
-
     def figures(self) -> Figures:
         return Figures(self.runs, self.fail, self.dsum, self.wsum, tuple(self.dh),
                        tuple(self.wh))
 
 
-_BUCKET_AT = {b: i for i, b in enumerate(BUCKET_NAMES)}
 
 
 def _num(v: Any) -> int:
@@ -262,25 +285,25 @@ class Perf:
         return out
 
     def summary(self, window: str, queue: str | None = None) -> list[TypeRow]:
-        """Every type that ran in the window (one HGETALL per slot and queue), busiest
-        first."""
+        """Every type that ran in the window, busiest first: one HMGET of the type's fields
+        per slot, queue and known type (the queues' ``types`` SETs), summed by column."""
         now = self.clock()
         res, slots = self._slots(window, now)
-        queues = sorted({q for qs in self.queue_types(queue).values() for q in qs})
+        plan = [(t, q) for t, qs in sorted(self.queue_types(queue).items()) for q in qs]
         pipe = self.redis.pipeline(transaction=False)
-        for name in queues:
+        for job_type, name in plan:
+            fields, qk = type_fields(job_type), keys.QueueKeys(name)
             for slot in slots:
-                pipe.hgetall(keys.QueueKeys(name).perf(res, slot))
+                pipe.hmget(qk.perf(res, slot), fields)
+        replies = pipe.execute()
         sums: dict[str, _Sums] = {}
-        seen: dict[str, set[str]] = {}
-        replies = iter(pipe.execute())
-        for name in queues:
-            for _ in slots:
-                for fname, value in cast(dict[str, str], next(replies)).items():
-                    job_type, _, rest = fname.partition("|")
-                    sums.setdefault(job_type, _Sums()).add_field(rest, value)
-                    seen.setdefault(job_type, set()).add(name)
-        rows = [TypeRow(t, tuple(sorted(seen[t])), s.figures()) for t, s in sums.items()]
+        seen: dict[str, list[str]] = {}
+        for i, (job_type, name) in enumerate(plan):
+            totals = _column_sums(replies[i * len(slots):(i + 1) * len(slots)])
+            if totals and totals[0]:
+                sums.setdefault(job_type, _Sums()).add_values(totals)
+                seen.setdefault(job_type, []).append(name)
+        rows = [TypeRow(t, tuple(sorted(seen[t])), x.figures()) for t, x in sums.items()]
         rows.sort(key=lambda r: (-r.figures.runs, r.job_type))
         return rows
 
@@ -328,6 +351,17 @@ class Perf:
                                                f"(first: {start.get('id', '?')})"))
             prev = version
         return out
+
+
+def _column_sums(rows: list[list[Any]]) -> list[int]:
+    """The per-field sums of several slots' HMGET replies (missing or damaged values: 0)."""
+    out = []
+    for col in zip(*rows):
+        try:
+            out.append(sum(int(v) for v in col if v))
+        except (TypeError, ValueError):
+            out.append(sum(_num(v) for v in col))
+    return out
 
 
 def _merge(into: _Sums, other: _Sums) -> None:

@@ -36,6 +36,15 @@ class WorkerInfo:
     state: str = "running"  # running | stopping | stopped
     concurrency: int = 0  # async jobs this process may run at once on its event loop (0: none)
     loop_lag_ms: int = 0  # the event loop's worst lag since the previous heartbeat
+    # the process's completed-key cache (``CompletedCache``): lookups answered from it, and not
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Hits per lookup of the completed-key cache since the process started (None: none)."""
+        lookups = self.cache_hits + self.cache_misses
+        return self.cache_hits / lookups if lookups else None
 
     def alive(self, now_ms: int, stale_after_ms: int = STALE_AFTER_MS) -> bool:
         return self.state != "stopped" and now_ms - self.heartbeat_at < stale_after_ms
@@ -142,4 +151,11 @@ def _decode(data: dict[str, str]) -> WorkerInfo:
                       heartbeat_at=num("heartbeat_at"), current=lst("current"),
                       processed=num("processed"), failed=num("failed"), restarts=num("restarts"),
                       kind=data.get("kind", "process"), state=data.get("state", "running"),
-                      concurrency=num("concurrency"), loop_lag_ms=num("loop_lag_ms"))
+                      concurrency=num("concurrency"), loop_lag_ms=num("loop_lag_ms"),
+                      cache_hits=num("cache_hits"), cache_misses=num("cache_misses"))
+
+
+def cache_totals(workers: "builtins.list[WorkerInfo]") -> tuple[int, int]:
+    """(hits, lookups) of the completed-key caches of ``workers``, summed."""
+    hits = sum(w.cache_hits for w in workers)
+    return hits, hits + sum(w.cache_misses for w in workers)

@@ -12,7 +12,15 @@ producer stores in the envelope's ``trace_id``:
 - in the worker: ``with execution_span(job): handler(...)`` starts a CONSUMER span whose parent
   is the job's traceparent, plus a "queue wait" span from enqueue to reservation, so one trace
   shows the producer, the time in the queue and the handler; spans a handler opens (HTTP
-  clients, ``downstream_span``) are children of the execution span.
+  clients, ``downstream_span``) are children of the execution span;
+- the worker's steps before the handler: ``job_span("lock acquire", job)`` (the business lock:
+  its key, the fencing token it got or that it was busy) and ``job_span("idempotency claim",
+  job)`` (what the store said), children of the job's trace as well;
+- every round trip of Lua scripts made inside a recorded span (the enqueue, a lock acquire, a
+  handler's ``ctx.extend_lease``, ...) is a CLIENT span ``redis <script>`` with the script
+  names and the number of calls (``antre.engine.scripts.SPANS``); outside any span nothing is
+  recorded, so an idle worker's polling makes no traces. Attributes are bounded: names, ids,
+  counts, never keys' values, arguments or payloads.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from antre.engine import scripts as engine_scripts
 from antre.engine.envelope import Job
 
 try:
@@ -170,6 +179,41 @@ def execution_span(job: Job, *, tracer_provider: Any = None) -> Iterator[Any]:
             raise
 
 
+@contextlib.contextmanager
+def job_span(name: str, job: Job, attributes: dict[str, Any] | None = None, *,
+             tracer_provider: Any = None) -> Iterator[Any]:
+    """An INTERNAL span ``antre <name>`` for a step of ``job``'s processing outside its
+    handler, in the job's trace (its parent: the producer's span). Callers open it only while
+    ``recording()``."""
+    if not AVAILABLE:
+        yield None
+        return
+    attrs = {"antre.job.id": job.id, "antre.job.type": job.type,
+             "antre.engine.queue": job.queue, **(attributes or {})}
+    with _tracer(tracer_provider).start_as_current_span(
+            f"antre {name}", context=extract(job.trace_id), kind=SpanKind.INTERNAL,
+            attributes=attrs) as span:
+        yield span
+
+
+class _ScriptSpans(engine_scripts.ScriptSpans):
+    """The engine's script round trips as CLIENT spans, inside a recorded span only."""
+
+    def recording(self) -> bool:
+        return recording() and trace.get_current_span().is_recording()
+
+    def span(self, names: Any, calls: int) -> Any:
+        label = "+".join(names[:3])
+        return _tracer().start_as_current_span(
+            f"redis {label}", kind=SpanKind.CLIENT,
+            attributes={"db.system.name": "redis", "db.operation.name": "EVALSHA",
+                        "antre.scripts": list(names), "antre.calls": calls})
+
+
+if AVAILABLE:
+    engine_scripts.SPANS = _ScriptSpans()
+
+
 def run_in_execution_span(job: Job, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` inside ``execution_span(job)``. The worker's call for a sync handler: with
     no SDK configured (no span would be recorded) only the producer's trace context is made
@@ -206,6 +250,7 @@ __all__ = [
     "execution_span",
     "extract",
     "inject_traceparent",
+    "job_span",
     "recording",
     "run_in_execution_span",
 ]

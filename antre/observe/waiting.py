@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -78,10 +80,32 @@ async def ablocking_pop(client: AsyncRedis, key: str, timeout_s: float) -> bool:
     return reply is not None
 
 
+class PerLoop:
+    """A ``redis.asyncio`` client for each event loop that asks (``make()`` builds one): a
+    client's connections belong to the loop that opened them, and ``asyncio.run`` twice in
+    one program is two loops. A loop's client goes with the loop."""
+
+    def __init__(self, make: Callable[[], AsyncRedis]) -> None:
+        self.make = make
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRedis] = (
+            weakref.WeakKeyDictionary())
+        self._lock = threading.Lock()
+
+    def __call__(self) -> AsyncRedis:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.get(loop)
+            if client is None:
+                client = self._clients[loop] = self.make()
+        return client
+
+
 class ResultWaiter:
     """Waits for keys' results on one app's Redis (see the module's docstring). ``finder``
-    and ``queue`` (a queue by name) are the app's; ``sleep`` / ``monotonic`` only for the
-    re-reads of a key that is not in Redis yet."""
+    and ``queue`` (a queue by name) are the app's; ``aredis``: the running loop's
+    ``redis.asyncio`` client for the async wait's blocking pop (``PerLoop``; None: the pop
+    runs on a thread); ``sleep`` / ``monotonic`` only for the re-reads of a key that is not in
+    Redis yet."""
 
     def __init__(self, finder: Callable[[], Finder], queue: Callable[[str], Queue],
                  aredis: Callable[[], AsyncRedis] | None = None,

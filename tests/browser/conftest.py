@@ -45,7 +45,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 IN_CI = os.environ.get("CI", "").lower() == "true"
 SECRET_KEY = "browser-tests-fixed-secret-key-0123456789abcdef"
 PASSWORDS = {"operator": "operator-pass-1", "viewer": "viewer-pass-1", "admin": "admin-pass-1"}
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 120.0  # a readiness bound, not a timing: a loaded CI machine starts gunicorn slowly
 
 
 def _skip_or_fail(reason: str) -> None:

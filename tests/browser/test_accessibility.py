@@ -39,11 +39,16 @@ def something_everywhere(stack):
     dead_id = stack.enqueue("charge", dead_ref)
     stack.enqueue("flaky_fetch", sched_ref)
     slow_id = stack.enqueue("slow_report", slow_ref, seconds=15)
+    c = stack.client  # a running flow (its member retries for a long while; issue 26)
+    flow = c.chord([c.spec("flaky_fetch", {"ref": f"{sched_ref}-f"},
+                           idempotency_key=f"browser:a11y:flow:{sched_ref}")],
+                   c.spec("echo", {"ref": f"{sched_ref}-c"},
+                          idempotency_key=f"browser:a11y:close:{sched_ref}")).enqueue()
     lock = stack.client.locks.acquire("browser:a11y:1", 60_000, owner="browser-test")
     try:
         wait_until("the jobs to run", lambda: {dead_ref, sched_ref} <= set(stack.marks("failed"))
                    and slow_ref in stack.marks("started"))
-        yield {"dead": dead_id, "slow": slow_id, "dead_ref": dead_ref}
+        yield {"dead": dead_id, "slow": slow_id, "dead_ref": dead_ref, "flow": flow.id}
     finally:
         stack.client.locks.release(lock)
 
@@ -84,6 +89,9 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         # performance per job type (issue 25)
         ("/types/", "tr[data-type='charge']"),
         ("/types/charge?window=1h", "figure.chart .plot"),
+        # flows (issue 26)
+        ("/flows/?queue=default", f"tr[data-flow='{made['flow']}']"),
+        (f"/flows/default/{made['flow']}", "ol.flow-dag .flow-job"),
     ]
     problems: dict[str, list[str]] = {}
 

@@ -120,3 +120,18 @@ def test_key_turns_and_groups_on_cluster(rc, name):
     assert q.get(keyed[1]).state == "ready" and q.get(grouped[1]).state == "ready"
     GroupControl(rc, clock, q.scripts).set_slots(name, "tenant:7", 2, "ops", "more")
     assert q.get(grouped[2]).state == "ready"
+
+
+@pytest.mark.parametrize("name", ["orders", "q3"])
+def test_result_wait_and_progress_on_cluster(rc, name):
+    """result_wait.lua, progress.lua and the ack's wake (issue 26): the job's wake list shares
+    its queue's slot; the blocking pop on a cluster client waits in slices."""
+    from antre.observe.waiting import blocking_pop
+    q = Queue(rc, name, clock=ManualClock())
+    q.enqueue("t", {}, idempotency_key="w")
+    (job,) = q.reserve("w1")
+    q.progress(job, 0.5, "half")
+    assert q.wait_start(job.id) == "inflight"
+    q.ack(job, "ok")
+    assert blocking_pop(rc, q.keys.result_wake(job.id), 1.0)  # the token is there
+    assert q.get(job.id).progress.message == "half"

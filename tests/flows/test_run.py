@@ -8,7 +8,7 @@ import pytest
 
 from antre import Antre, InvalidJob
 from antre.flows import Chain, FlowReader
-from helpers import burst
+from helpers import burst, make_worker
 
 
 @pytest.fixture
@@ -45,6 +45,32 @@ def test_handlers_get_the_previous_result_and_a_callback_every_result(flow_app, 
     assert chain.status().state == "succeeded" and chain.results() == [6]
     assert chord.results() == [30]
     assert ("add", 3, True) in seen and ("total", [10, 20]) in seen
+
+
+def test_a_burst_worker_runs_a_chord_of_1000_and_its_callback_gets_them_in_order(flow_app,
+                                                                                 clock):
+    app, seen = flow_app
+    flow = app.chord([add(app, n) for n in range(1000)],
+                     app.spec("total", {}, idempotency_key="total:1000")).enqueue()
+    burst(app, clock, threads=2)
+    totals = [s for s in seen if s[0] == "total"]
+    assert len(totals) == 1 and totals[0][1] == list(range(1000))  # once, in group order
+    assert flow.status().state == "succeeded" and flow.results() == [sum(range(1000))]
+
+
+def test_an_async_callback_gets_every_result(app, clock):
+    @app.handler("part")
+    async def part(ctx, payload):
+        return payload["n"]
+
+    @app.handler("gather")
+    async def gather(ctx, payload):
+        return [r * 2 for r in ctx.flow_results]
+
+    flow = app.chord([app.spec("part", {"n": n}, idempotency_key=f"p{n}") for n in range(3)],
+                     app.spec("gather", {}, idempotency_key="g")).enqueue()
+    make_worker(app, clock, concurrency=10).run_burst()
+    assert flow.status().state == "succeeded" and flow.results() == [[0, 2, 4]]
 
 
 def test_a_result_over_the_flow_limit_fails_its_job_with_the_reason(flow_app, clock):

@@ -166,6 +166,7 @@ def test_one_processed_job_is_one_line_at_info(redis_url, antre_logging):
         "job_id": ok, "job_type": "send_email", "idempotency_key": "email:welcome:42",
         "attempt": 1, "lock_key": "user:42"}
     assert done["trace_id"].startswith("00-") and done["duration_ms"] >= 0
+    assert done["lock_fence"] == 1  # the fencing token of the lock it ran under (issue 27)
     (retried,) = per_job[bad]
     assert (retried["event"], retried["level"]) == ("retried", "WARNING")
     assert set(SEED_FIELDS) - {"lock_key"} <= set(retried) and retried["error_kind"]
@@ -291,14 +292,17 @@ def test_a_job_line_made_without_a_record_is_the_formatters_line(job, antre_logg
     {"attempt": True},  # not an int: the formatter decides how it prints
 ])
 @pytest.mark.parametrize("duration", [0, 1234, None])
-def test_a_succeeded_line_is_the_job_line_of_the_same_job(job, antre_logging, changes, duration):
+@pytest.mark.parametrize("fence", [None, 7])
+def test_a_succeeded_line_is_the_job_line_of_the_same_job(job, antre_logging, changes, duration,
+                                                          fence):
     out = _Writes()
     logs.configure("json", "INFO", stream=out)
     log = logging.getLogger("antre.worker")
     j = dataclasses.replace(job, **changes)
-    logs.succeeded_line(log, j, duration)
+    logs.succeeded_line(log, j, duration, fence)
     logs.job_line(log, logging.INFO, "%s job %s%s", ("succeeded", j.id, ""),
-                  logs.job_fields(j, "succeeded", duration_ms=duration, error_kind=""))
+                  logs.job_fields(j, "succeeded", duration_ms=duration, error_kind="",
+                                  lock_fence=fence))
     logging.getLogger("antre").handlers[0].flush()
     fast, slow = out.getvalue().rstrip("\n").split("\n")  # (U+2028 is no line end here)
     stamp = re.compile(r'\{"ts":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z",')
@@ -307,6 +311,7 @@ def test_a_succeeded_line_is_the_job_line_of_the_same_job(job, antre_logging, ch
     fast_rec.pop("ts"), slow_rec.pop("ts")
     assert fast[fast.index('"level"'):] == slow[slow.index('"level"'):]  # byte for byte
     assert list(fast_rec) == list(slow_rec) and fast_rec["event"] == "succeeded"
+    assert fast_rec.get("lock_fence") == fence
 
 
 def test_a_job_line_goes_through_filters_and_other_handlers(job, antre_logging):

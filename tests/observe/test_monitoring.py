@@ -59,7 +59,8 @@ def exposition(app, clock) -> str:
     burst(app, clock)
     reg = WorkerRegistry(app.redis, clock)
     reg.beat(WorkerInfo(id="sup-1", host="h", kind="supervisor", restarts=1))
-    reg.beat(WorkerInfo(id="w-1", host="h", concurrency=10, loop_lag_ms=5))
+    reg.beat(WorkerInfo(id="w-1", host="h", concurrency=10, loop_lag_ms=5, cache_hits=3,
+                          cache_misses=1))
     CircuitBreaker(app.redis, "downstream:smtp", 1, 60, 30, clock).record_failure()
     flow = FlowControl(app.redis, clock)
     flow.semaphore("type:ok", 2).acquire("j:1", clock() + 1000)

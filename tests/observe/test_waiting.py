@@ -208,6 +208,20 @@ def test_aresult_with_a_timeout_is_woken_by_the_ack(app, r):
                                                                 False)
 
 
+def test_aresult_waits_from_one_event_loop_after_another(app, r):
+    """``asyncio.run`` twice in one program: each loop gets its own client for the pop."""
+    import asyncio
+
+    async def wait_for_end(key: str) -> Any:
+        job = reserved(app, key)
+        waiting = asyncio.ensure_future(app.aresult(key, timeout=LONG))
+        await asyncio.to_thread(blocked, r, 1)
+        await asyncio.to_thread(app.queue().ack, job, key)
+        return await waiting
+    assert run_async(wait_for_end("loop:1")).result == "loop:1"
+    assert run_async(wait_for_end("loop:2")).result == "loop:2"
+
+
 def test_aresult_without_a_timeout_is_the_snapshot(app):
     reserved(app, "order:15")
     answer = run_async(app.aresult("order:15"))

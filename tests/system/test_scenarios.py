@@ -52,6 +52,7 @@ def no_random_faults(monkeypatch):
     monkeypatch.setattr(faults, "email_timeout_rate", 0.0)
     monkeypatch.setattr(faults, "flaky_rate", 0.0)
     monkeypatch.setattr(faults, "rate_limit_rate", 0.0)
+    monkeypatch.setattr(faults, "stock_out_rate", 0.0)
 
 
 def pending(app, queues) -> int:
@@ -182,8 +183,9 @@ def test_stock_event_dedup_holds_even_without_the_idempotency_record(app, clock)
 
 def test_stock_version_cas_refuses_a_moved_row(app, clock):
     """The optimistic side alone: the version moved between our read and our update (emulated
-    by making the first read see an older version) -> ``Retryable``, nothing that attempt wrote
-    stays, the retry applies the event once."""
+    by making the first read see an older version) -> ``VersionConflict`` (``ctx.versioned_update``,
+    issue 23): nothing that run wrote stays, no attempt is spent, the conflict is counted and on
+    the job's timeline, the next run applies the event once."""
     from antre_demo import handlers
 
     ev = {"event_id": "evt-cas", "sku": "SKU-CAS", "delta": 3}
@@ -208,13 +210,18 @@ def test_stock_version_cas_refuses_a_moved_row(app, clock):
         totals = drain(app, clock, ["stock"])
     finally:
         handlers.select = handlers_select
-    assert totals["retried"] == 1 and totals["succeeded"] == 1
+    assert totals["version_conflict"] == 1 and totals["succeeded"] == 1
+    assert totals["retried"] == 0
     with app.session_factory() as s:
         row = s.execute(sa.select(t.stock).where(t.stock.c.sku == "SKU-CAS")).one()
     assert (row.quantity, row.version) == (13, 5)
     assert count(app, t.stock_events, t.stock_events.c.event_id == "evt-cas") == 1
-    j = app.queue("stock").get(job)
-    assert j.state == "done" and "stock version moved" in j.last_error
+    q = app.queue("stock")
+    j = q.get(job)
+    assert j.state == "done" and j.attempt == 0 and q.stats()["version_conflict"] == 1
+    from antre.observe.finder import Finder
+    events = [e for e in Finder(app.redis).timeline("stock", job).events if e.kind == "snoozed"]
+    assert "is no longer at version 3" in str(events[0].details)
 
 
 # -- 3. webhook -> invoice -------------------------------------------------------------------
@@ -515,6 +522,7 @@ def test_fault_jobs_end_where_the_dashboard_shows_them(app, clock, monkeypatch):
 
     b, i = app.queue("batch"), app.queue("integrations")
     assert b.get(slow).state == "done" and b.get(slow).result["rows"] == 2000
+    assert b.get(slow).progress.message == "rows 2,000/2,000"  # its last ctx.progress
     assert [i.get(j).state for j in flaky] == ["done"] * 8
     assert sum(i.get(j).attempt for j in flaky) > 0  # some failed retryably first
     assert [i.get(j).state for j in limited] == ["done"] * 4

@@ -207,7 +207,7 @@ SELF_SERVICE = ("auth.login_post", "auth.logout", "auth.change_password",
 
 def _post_urls(app, made):
     values = {"queue": "default", "job_id": made["dead"], "task_id": "t1", "name": "viewer",
-              "group": "tenant:7"}
+              "group": "tenant:7", "flow_id": "f1", "kind": "semaphore"}
     out = []
     for rule in app.url_map.iter_rules():
         if "POST" in rule.methods and rule.endpoint not in SELF_SERVICE:

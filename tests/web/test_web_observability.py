@@ -66,3 +66,15 @@ def test_viewer_cannot_close_a_breaker(web):
     assert resp.status_code == 403
     assert flow.breakers()[0].state == "open"
     assert web.audit("flow.reset_breaker")[0].outcome == "refused"
+
+
+def test_the_workers_page_shows_each_processs_completed_key_cache_hit_rate(web):
+    from antre.observe.registry import WorkerInfo, WorkerRegistry
+
+    registry = WorkerRegistry(web.producer.redis, web.clock)
+    registry.beat(WorkerInfo(id="w-page", host="h", cache_hits=1, cache_misses=3))
+    registry.beat(WorkerInfo(id="w-none", host="h"))
+    page = web.client("viewer").get("/workers/").get_data(as_text=True)
+    assert "Cache hits" in page and "25% <small>of 4</small>" in page
+    row = page.split("<code>w-none</code>", 1)[1].split("</tr>", 1)[0]
+    assert "—" in row and "%" not in row  # no lookups yet: no rate

@@ -75,7 +75,7 @@ def test_bad_and_unknown_types_and_escaping(web):
     slot = perf.slot_of("h", web.clock())
     r.hset(keys.QueueKeys("default").perf("h", slot), "<b>x</b>|runs", 3)
     r.sadd(keys.queues_index(), "default")
-    r.sadd(keys.QueueKeys("default").types, "email")
+    r.sadd(keys.QueueKeys("default").types, "<b>x</b>")
     page = c.get("/types/").get_data(as_text=True)
     assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
     assert c.get("/types/?window=bogus").status_code == 200  # an unknown window: 24 h

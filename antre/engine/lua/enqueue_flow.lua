@@ -10,7 +10,7 @@
 -- ARGV[5 ..] one job per argument: a JSON array of its hash's field names and values, in
 -- pairs (id first, then type; the flow fields 'flow', 'fdeps', 'fpar', 'fkids', 'fin', 'fhook'
 -- where they apply). A job with 'fdeps' > 0 waits in state 'held' for its parents (see
--- "Flows" in _lib.lua); any other is placed as enqueue.lua places a job (its lock_key's turn
+-- _flows.lua); any other is placed as enqueue.lua places a job (its lock_key's turn
 -- and its group's slot apply: admit), ready or scheduled. A batch's callbacks ('fhook') are
 -- stored, not counted as members.
 -- Returns: 'OK'; 'EXISTS:<id>' (a job or the flow id exists already), 'GONE' (add: no such

@@ -1,5 +1,5 @@
 -- flow_close: an open batch is closed (antre/flows/ Batch.close): no job is added from now on,
--- and once every member has settled its callbacks run (see "Flows" in _lib.lua: the 'open'
+-- and once every member has settled its callbacks run (see _flows.lua: the 'open'
 -- field holds them back until then, even when the members settled first).
 -- KEYS[1] the flow (HASH)
 -- ARGV[1] job_prefix   ARGV[2] now_ms

@@ -1,5 +1,5 @@
 -- flow_inputs: what a job of a flow gets from its parents when it starts (the worker's one
--- read): their results, in the job's input order (see "Flows" in _lib.lua).
+-- read): their results, in the job's input order (see _flows.lua).
 -- KEYS[1] the job (HASH)
 -- ARGV[1] job_prefix
 -- Returns: {flow id, result 1, result 2, ...}: each a result's JSON ('!' + JSON {job_id,

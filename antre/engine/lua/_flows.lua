@@ -1,0 +1,150 @@
+-- == Flows (issue 26) ===========================================================================
+-- A flow (chain, group, chord, batch: antre/flows/) is ordinary jobs of one queue linked as a
+-- DAG, all stored by one enqueue_flow.lua call. A job of a flow carries 'flow' (the flow's
+-- id), 'fpar' / 'fkids' (JSON arrays: its parents in input order, its dependents), 'fin' (how
+-- many parents; the worker reads their results when it starts the job: flow_inputs.lua) and,
+-- while a parent is unsettled, 'fdeps' (how many) in state 'held' (ZSET '<tag>:held',
+-- keys.QueueKeys.held): never delivered. A batch's callbacks ('fhook': on_success /
+-- on_complete) are held jobs of the flow that are not its members. The flow's HASH
+-- '<tag>:flow:<id>' (flow_key) keeps its state (running, waiting, failed, succeeded,
+-- cancelled; ZSET '<tag>:flows:<state>' lists each), counters (total, done, failed, pending)
+-- and policy. A member settles in the script that acks it (ack_job: flow_acked) or makes it
+-- dead (bury_job, a discarding cancel: flow_dead), fenced like the ack: its result goes into
+-- '<flow>:res' (HASH job id -> result; an id in it is settled, so a duplicate ack, a sweep or
+-- a replay never counts it twice), each dependent's 'fdeps' drops by one and one at 0 is
+-- placed (admit + place: its lock_key and group apply). A dead member: policy 'ignore' (and a
+-- batch) settles it with its error ('!' + JSON {job_id, error}); 'fail' (the default) and
+-- 'wait' keep it in SET '<flow>:failed' and its dependents held (flow state failed / waiting)
+-- until its replay succeeds, which settles it. A flow that reaches a final state pushes one
+-- token to LIST '<flow>:wake' (a waiter's BLMOVE of the list onto itself keeps it there).
+local FLOW_FINAL = {succeeded = true, failed = true, cancelled = true}
+
+local function flow_key(job_prefix, fid)
+  return tag_of(job_prefix) .. 'flow:' .. fid
+end
+
+local function flow_move(job_prefix, fk, fid, to, now)
+  -- the flow's state becomes ``to``, its index entry moved; a final state sets finished_at and
+  -- the waiters' token, leaving one clears both
+  local tag = tag_of(job_prefix)
+  local from = redis.call('HGET', fk, 'state') or 'running'
+  if from == to then return end
+  redis.call('ZREM', tag .. 'flows:' .. from, fid)
+  redis.call('DEL', fk .. ':wake')
+  if FLOW_FINAL[to] then
+    redis.call('HSET', fk, 'state', to, 'finished_at', now)
+    redis.call('ZADD', tag .. 'flows:' .. to, now, fid)
+    redis.call('RPUSH', fk .. ':wake', to)
+  else
+    redis.call('HSET', fk, 'state', to, 'finished_at', 0)
+    redis.call('ZADD', tag .. 'flows:' .. to, num_field(fk, 'created_at', now), fid)
+  end
+end
+
+local function flow_place(job_prefix, id, now, after)
+  -- a held job of a flow whose parents have all settled: placed as an arriving job (its
+  -- lock_key's turn and its group's slot apply), with a 'released' event
+  local key = job_prefix .. id
+  if redis.call('ZREM', tag_of(job_prefix) .. 'held', id) == 0 then return end
+  redis.call('HDEL', key, 'fdeps')
+  tl_add_json(tl_key(job_prefix, id), now, 'released', '""', '{"after":' .. cjson.encode(after) .. '}')
+  local f = redis.call('HMGET', key, 'lock_key', 'fgroup')
+  if admit(job_prefix, id, f[1] or '', f[2] or '', now) then place(job_prefix, id, now, false) end
+end
+
+local function flow_release(job_prefix, id, now, kids_json)
+  -- the dependents of ``id``, which just settled: each one's count of unsettled parents drops
+  -- by one, and one at 0 is placed (a dependent whose record is gone or broken is passed over)
+  if not kids_json or kids_json == '' then return end
+  local ok, kids = pcall(cjson.decode, kids_json)
+  if not ok or type(kids) ~= 'table' then return end
+  for _, kid in ipairs(kids) do
+    local key = job_prefix .. tostring(kid)
+    if redis.pcall('HEXISTS', key, 'fdeps') == 1 and
+        tonumber(redis.call('HINCRBY', key, 'fdeps', -1)) <= 0 then
+      flow_place(job_prefix, tostring(kid), now, id)
+    end
+  end
+end
+
+local function flow_hook(job_prefix, fk, name, now)
+  -- a batch's callback ``name`` ('on_success' / 'on_complete'), placed once
+  local hid = redis.call('HGET', fk, name)
+  if not hid or hid == '' or redis.call('HSETNX', fk, name .. '_at', now) == 0 then return end
+  flow_place(job_prefix, hid, now, 'batch')
+end
+
+local function flow_check(job_prefix, fk, fid, now)
+  -- the flow's state from its counters: with members unsettled (or a batch still open) it is
+  -- running, or failed / waiting while a dead member holds it (policies fail / wait); once
+  -- all are settled, succeeded (a batch with dead members: failed), and a batch's callbacks
+  -- run: on_complete, and on_success when no member is dead
+  local f = redis.call('HMGET', fk, 'state', 'pending', 'failed', 'open', 'policy')
+  if f[1] == 'cancelled' then return end
+  local pending, failed, policy = num_of(f[2], 0), num_of(f[3], 0), f[5] or 'fail'
+  if pending > 0 or f[4] == '1' then
+    local stuck = failed > 0 and (policy == 'fail' or policy == 'wait')
+    flow_move(job_prefix, fk, fid, stuck and (policy == 'wait' and 'waiting' or 'failed') or 'running', now)
+    return
+  end
+  flow_hook(job_prefix, fk, 'on_complete', now)
+  if failed == 0 then flow_hook(job_prefix, fk, 'on_success', now) end
+  flow_move(job_prefix, fk, fid, (failed > 0 and policy == 'batch') and 'failed' or 'succeeded', now)
+end
+
+local function flow_acked(job_key, id, now, result, fid)
+  -- a job of flow ``fid`` completed (the caller holds its lease): settle it once
+  local prefix = prefix_of(job_key, id)
+  local fk = flow_key(prefix, fid)
+  local f = redis.call('HMGET', fk, 'state', 'rmax')
+  if not f[1] or f[1] == 'cancelled' then return end
+  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
+  if j[1] and j[1] ~= '' then return end  -- a batch's callback: not a member
+  if result == '' then result = 'null' end
+  local rmax = num_of(f[2], 65536)
+  if #result > rmax then
+    result = '!' .. cjson.encode({job_id = id, error = 'its result of ' .. #result ..
+                                  ' bytes is over the limit of ' .. rmax .. ' (ANTRE_FLOW_RESULT_MAX)'})
+  end
+  local res = fk .. ':res'
+  if redis.call('HSETNX', res, id, result) == 0 then  -- settled already, or
+    if string.sub(redis.call('HGET', res, id), 1, 1) ~= '!' then return end
+    -- its failure was ignored (its dependents ran then), and now it succeeded
+    redis.call('HSET', res, id, result)
+    redis.call('HINCRBY', fk, 'done', 1)
+    redis.call('HINCRBY', fk, 'failed', -1)
+    flow_check(prefix, fk, fid, now)
+    return
+  end
+  redis.call('HINCRBY', fk, 'done', 1)
+  if redis.call('SREM', fk .. ':failed', id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
+  local pending = redis.call('HINCRBY', fk, 'pending', -1)
+  flow_release(prefix, id, now, j[2])
+  -- a running flow with members left stays running (a dead member that holds it would have
+  -- made it failed or waiting): the check is for the others
+  if pending > 0 and f[1] == 'running' then return end
+  flow_check(prefix, fk, fid, now)
+end
+
+local function flow_dead(job_key, id, now, reason)
+  -- the job at ``job_key`` went to the DLQ (or was discarded): if it is a member of a flow,
+  -- the flow's policy decides (see above). One HGET for a job of no flow.
+  local fid = redis.pcall('HGET', job_key, 'flow')  -- (a record that is not a hash: none)
+  if type(fid) ~= 'string' or fid == '' then return end
+  local prefix = prefix_of(job_key, id)
+  local fk = flow_key(prefix, fid)
+  local f = redis.call('HMGET', fk, 'state', 'policy')
+  if not f[1] or f[1] == 'cancelled' then return end
+  local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
+  if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. ':res', id) == 1 then return end
+  if f[2] == 'ignore' or f[2] == 'batch' then
+    redis.call('HSET', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = reason}))
+    redis.call('HINCRBY', fk, 'failed', 1)
+    redis.call('HINCRBY', fk, 'pending', -1)
+    flow_release(prefix, id, now, j[2])
+  elseif redis.call('SADD', fk .. ':failed', id) == 1 then
+    redis.call('HINCRBY', fk, 'failed', 1)
+    redis.call('HSET', fk, 'failed_job', id, 'failed_reason', string.sub(reason, 1, 500))
+  end
+  flow_check(prefix, fk, fid, now)
+end
