@@ -7,7 +7,9 @@ of one state's index, a page of one flow's jobs)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, request
+from typing import Any
+
+from flask import Blueprint, abort, redirect, request, url_for
 
 from antre.actions.table import by_name
 from antre.engine.keys import valid_name
@@ -40,10 +42,24 @@ def flow_id_of(text: str) -> str:
     return text
 
 
+def busiest_queue() -> str | None:
+    """Without ``queue``: the queue with the most flows (a ZCARD per state and queue), so the
+    page opens where the flows are (the demo's are on ``webhooks``); None when none has any."""
+    names = services.get().reads.queue_names()
+    totals = {n: sum(reader().counts(n).values()) for n in names[:50]}
+    best = max(totals, key=lambda n: totals[n], default=None)
+    return best if best is not None and totals[best] else None
+
+
 @bp.get("/")
 @requires("viewer")
-def index() -> str:
+def index() -> Any:
     svc = services.get()
+    if not request.args.get("queue"):
+        best = busiest_queue()
+        if best is not None:
+            return redirect(url_for("flows.index", queue=best, state=request.args.get("state")
+                                    or "running"))
     queue, state = queue_arg(), state_arg()
     offset, limit = page_args()
     search = (request.args.get("q") or "").strip()

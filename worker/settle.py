@@ -208,8 +208,13 @@ class Settler:
             return q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter,
                             note=note, keep_turn=not outcome.behind_key)
         if isinstance(outcome, Ack):
-            q.ack(job, outcome.result,
-                  counter="deduplicated" if outcome.deduplicated else "acked", note=note)
+            release, r.ack_release = r.ack_release, None
+            held = q.ack(job, outcome.result, release=release,
+                         counter="deduplicated" if outcome.deduplicated else "acked", note=note)
+            if held is not None:  # the lock went in the same round trip
+                r.released_with_ack = True
+                if not held and r.lock is not None:
+                    r.lock.lost = True
         elif isinstance(outcome, Bury):
             q.bury(job, reason=outcome.reason, error=outcome.error or outcome.reason,
                    kind=outcome.kind, traceback=outcome.traceback,

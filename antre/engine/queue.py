@@ -382,10 +382,18 @@ class Queue:
         return self._reserved(rows)
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
-            note: Note = None) -> None:
+            note: Note = None, release: Call | None = None) -> bool | None:
         """in-flight → done. Raises ``LeaseLost`` if ``job.epoch`` is no longer the lease.
-        ``note``: details for the 'completed' event of the job's timeline (run time, fence)."""
-        _lease_result(self.scripts.ack(*self._ack_call(job, result, counter, note)), job.id)
+        ``note``: details for the 'completed' event of the job's timeline (run time, fence).
+        ``release``: the job's lock release (``Locks.release_call``), sent first in the same
+        round trip; returns whether the lock was still held (None without one)."""
+        if release is None or not direct_ok(self.redis):
+            _lease_result(self.scripts.ack(*self._ack_call(job, result, counter, note)), job.id)
+            return None
+        ack_keys, ack_args = self._ack_call(job, result, counter, note)
+        released, reply = direct(self.redis, [release, (self.scripts.ack, ack_keys, ack_args)])
+        _lease_result(reply if isinstance(reply, str) else reply.decode(), job.id)
+        return bool(int(released))
 
     def ack_many(self, done: Sequence[tuple[Job, Any]],
                  notes: Sequence[Note] | None = None) -> list[Job]:

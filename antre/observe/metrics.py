@@ -234,7 +234,8 @@ class AntreCollector:
         reads = ReadModels(self.redis, self.clock)
         q, qt = ["queue"], ["queue", "job_type"]
         depth = GaugeMetricFamily("antre_queue_depth", "Jobs waiting, by state (ready: can be "
-                                  "reserved now; scheduled: delayed or backing off)",
+                                  "reserved now; scheduled: delayed or backing off; held: "
+                                  "a flow's, until its parents completed)",
                                   labels=["queue", "state"])
         inflight = GaugeMetricFamily("antre_in_flight_jobs", "Jobs under a lease now", labels=q)
         oldest = GaugeMetricFamily("antre_oldest_ready_age_seconds",
@@ -280,6 +281,7 @@ class AntreCollector:
             k = keys.QueueKeys(name)
             depth.add_metric([name, "ready"], info.ready)
             depth.add_metric([name, "scheduled"], info.scheduled)
+            depth.add_metric([name, "held"], info.held)  # a flow's, for its parents (issue 26)
             inflight.add_metric([name], info.inflight)
             oldest.add_metric([name], info.oldest_ready_age_ms / 1000)
             dlq.add_metric([name], info.dead)

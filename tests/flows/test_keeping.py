@@ -8,6 +8,7 @@ from antre import Antre
 from antre.control.purge import Purger
 from antre.control.retention import Retention, RetentionPolicy
 from antre.flows import FlowReader
+from antre.observe import metrics
 
 
 def spec(app: Antre, i: object) -> object:
@@ -50,3 +51,9 @@ def test_a_member_deleted_by_an_operator_counts_as_dead_for_its_flow(app, clock)
     status = flow.status()
     assert (status.state, status.failed, status.done) == ("succeeded", 1, 2)
     assert flow.results() == ["cb"]
+
+
+def test_held_jobs_are_a_state_of_the_queue_depth_metric(app, clock):
+    app.chord([spec(app, 1), spec(app, 2)], spec(app, "cb")).enqueue()
+    body, _ = metrics.render(app.redis, clock)
+    assert 'antre_queue_depth{queue="default",state="held"} 1.0' in body.decode()

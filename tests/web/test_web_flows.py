@@ -73,6 +73,9 @@ def test_the_flows_page_counts_states_pages_and_finds_a_flow(web, shop):
     hostile = c.get(f"/flows/?queue=default&q={HOSTILE}").get_data(as_text=True)
     assert HOSTILE not in hostile
     assert c.get("/flows/?queue=default&state=bogus").status_code == 400
+    web.producer.queue("aaa").enqueue("x", {}, idempotency_key="x")  # listed first, no flows
+    opened = c.get("/flows/?state=failed")  # no queue named: the one with the flows
+    assert opened.status_code == 302 and "queue=default" in opened.headers["Location"]
 
 
 def test_a_flow_page_lays_its_jobs_out_by_depth_and_escapes_what_users_wrote(web, shop):
