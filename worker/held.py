@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from antre import HandlerSpec, JobContext, Queue
 from antre.control.cancel import CancelRequest
@@ -39,6 +39,10 @@ class Running:
     lock: Lock | None = None  # the business lock held while the job is processed
     lock_fence: int | None = None  # its fencing token (kept for the log line after release)
     lock_renewed: float = 0.0  # monotonic time of the last renewal (the heartbeat renews)
+    # the lock's release, sent with the job's ack in one round trip (Pipeline.process), and
+    # whether that happened (give_back then has nothing left to release)
+    ack_release: Any = None
+    released_with_ack: bool = False
     cancel: CancelRequest | None = None  # an operator asked to stop it (seen at cancel_seen_ms)
     cancel_seen_ms: int = 0
     cancel_task: Callable[[], None] | None = None  # an async job: cancels its task on the loop

@@ -106,7 +106,11 @@ class Pipeline:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("received job %s", r.job.id, extra=job_fields(r.job, "received"))
         try:
-            self.settler.settle(r, self.outcome(r))
+            outcome = self.outcome(r)
+            if isinstance(outcome, Ack) and r.lock is not None and not self.settler.batching():
+                # the key goes to its next job as this one acks: one round trip for both
+                r.ack_release = self.locks.release_call(r.lock)
+            self.settler.settle(r, outcome)
         finally:
             self.give_back(r)
 
@@ -444,7 +448,7 @@ class Pipeline:
             store = self.app.idempotency if claim is not None else None
             if store is not None:
                 self._unclaim(store, r)  # taken ahead, never used: as if never claimed
-            if lock is not None:
+            if lock is not None and not r.released_with_ack:
                 self._release(lock)
 
     def _release(self, lock: Lock) -> None:

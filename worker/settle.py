@@ -70,11 +70,17 @@ class Settler:
 
     def flush_acks(self) -> None:
         """Retry and bury the failures of a prefetched batch in one round trip, then ack its
-        successes in one more."""
+        successes in one more (also when the failures could not be settled: those come back
+        through their leases)."""
         fails: list[tuple[Running, Retry | Bury]] = getattr(self._local, "fails", None) or []
         self._local.fails = None
-        if fails:
-            self._fail_together(fails)
+        try:
+            if fails:
+                self._fail_together(fails)
+        finally:
+            self._flush_successes()
+
+    def _flush_successes(self) -> None:
         pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
         self._local.acks = self._local.completing = None
         if any(ack.completion is not None for _, ack in pending):
@@ -202,8 +208,13 @@ class Settler:
             return q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter,
                             note=note, keep_turn=not outcome.behind_key)
         if isinstance(outcome, Ack):
-            q.ack(job, outcome.result,
-                  counter="deduplicated" if outcome.deduplicated else "acked", note=note)
+            release, r.ack_release = r.ack_release, None
+            held = q.ack(job, outcome.result, release=release,
+                         counter="deduplicated" if outcome.deduplicated else "acked", note=note)
+            if held is not None:  # the lock went in the same round trip
+                r.released_with_ack = True
+                if not held and r.lock is not None:
+                    r.lock.lost = True
         elif isinstance(outcome, Bury):
             q.bury(job, reason=outcome.reason, error=outcome.error or outcome.reason,
                    kind=outcome.kind, traceback=outcome.traceback,

@@ -135,6 +135,15 @@ class Locks:
             lock.lost = True
         return ok
 
+    def release_call(self, lock: Lock) -> "Call | None":
+        """``lock``'s compare-and-delete as a call to send with another script in one round
+        trip (``Queue.ack(..., release=...)``: a worker hands its key to the next job as it
+        acks); None on a cluster (the lock index lives in another slot)."""
+        if self.cluster:
+            return None
+        return (self.scripts.lock_release, [keys.lock(lock.key), *self._index],
+                [lock.token, lock.key])
+
     def release_token(self, key: str, token: str) -> bool:
         """Compare-and-delete; the dashboard's force release passes the holder token it showed."""
         ok = bool(self.scripts.lock_release(keys=[keys.lock(key)] + self._index,

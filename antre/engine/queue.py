@@ -23,7 +23,7 @@ from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_S
                        encode_payload, from_fields, from_raw_row, new_entropy, new_values,
                        pack_chunk, pack_new, rate_field)
 from antre.errors import InvalidJob, LeaseLost
-from antre.engine.failing import FAIL_CHUNK, Failure, failure_args
+from antre.engine.failing import Failure, fail_many
 from antre.engine.retry import error_signature
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
                                   script_raw)
@@ -382,10 +382,18 @@ class Queue:
         return self._reserved(rows)
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
-            note: Note = None) -> None:
+            note: Note = None, release: Call | None = None) -> bool | None:
         """in-flight → done. Raises ``LeaseLost`` if ``job.epoch`` is no longer the lease.
-        ``note``: details for the 'completed' event of the job's timeline (run time, fence)."""
-        _lease_result(self.scripts.ack(*self._ack_call(job, result, counter, note)), job.id)
+        ``note``: details for the 'completed' event of the job's timeline (run time, fence).
+        ``release``: the job's lock release (``Locks.release_call``), sent first in the same
+        round trip; returns whether the lock was still held (None without one)."""
+        if release is None or not direct_ok(self.redis):
+            _lease_result(self.scripts.ack(*self._ack_call(job, result, counter, note)), job.id)
+            return None
+        ack_keys, ack_args = self._ack_call(job, result, counter, note)
+        released, reply = direct(self.redis, [release, (self.scripts.ack, ack_keys, ack_args)])
+        _lease_result(reply if isinstance(reply, str) else reply.decode(), job.id)
+        return bool(int(released))
 
     def ack_many(self, done: Sequence[tuple[Job, Any]],
                  notes: Sequence[Note] | None = None) -> list[Job]:
@@ -442,18 +450,9 @@ class Queue:
         return _lease_result(reply, job.id) == "CANCELLED"
 
     def fail_many(self, failures: Sequence[Failure]) -> list[str]:
-        """Retry or bury a batch of failed jobs in one round trip (``fail_many.lua``, chunks
-        of ``FAIL_CHUNK``; each job fenced on its own lease as ``retry`` / ``bury``): per job
-        its reply, in order ('OK', 'CANCELLED', 'OK:<group>' or 'LOST:<why>')."""
-        k, now = self.keys, self.clock()
-        keys_ = [k.inflight, k.scheduled, k.ready, k.stats, k.dead, k.error_groups, k.cancels]
-        head = [k.job_prefix, now, k.dead_type_prefix, k.dead_group_prefix]
-        batch = Batch(self.redis)
-        for start in range(0, len(failures), FAIL_CHUNK):
-            batch.script(self.scripts.fail_many, keys_, head + [
-                a for f in failures[start:start + FAIL_CHUNK] for a in failure_args(f, now)])
-        return [r.decode() if isinstance(r, bytes) else str(r)
-                for reply in (batch.execute() if failures else []) for r in reply]
+        """Retry or bury a batch of failed jobs in one round trip, each fenced on its own
+        lease as ``retry`` / ``bury`` (``failing.fail_many``): per job its reply, in order."""
+        return fail_many(self.redis, self.scripts.fail_many, self.keys, self.clock(), failures)
 
     def hand_back(self, job: Job, note: Note = None) -> bool:
         """Graceful shutdown: back to ready, no attempt spent, the delivery not counted; True
