@@ -40,6 +40,8 @@ class Faults:
     rate_limit_rate: float = float(os.environ.get("ANTRE_DEMO_RATE_LIMIT_RATE", "0.4"))
     # an order's stock hold finds the SKU out of stock (its chord fails; issue 26)
     stock_out_rate: float = float(os.environ.get("ANTRE_DEMO_STOCK_OUT_RATE", "0.1"))
+    # a row of the nightly import's batch has a bad SKU (it dies; the report counts it)
+    bad_row_rate: float = float(os.environ.get("ANTRE_DEMO_BAD_ROW_RATE", "0.03"))
     seed: str = os.environ.get("ANTRE_DEMO_SEED", "antre-demo")
     # the email provider's limits and outages (``antre demo`` turns them on; tests keep them off)
     email_rate_per_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_RATE", "0"))
@@ -284,6 +286,7 @@ def register(app: Antre) -> Antre:
                 max_attempts=5)(poison_crash)
     app.handler("rate_limited_call", queue="integrations", max_attempts=5,
                 downstream="partner-api")(rate_limited_call)
-    from .orders import register_orders  # (orders uses this module's helpers)
-    return register_orders(app)
+    from .imports import register_imports  # (these use this module's helpers)
+    from .orders import register_orders
+    return register_imports(register_orders(app))
 

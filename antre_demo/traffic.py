@@ -18,6 +18,7 @@ from typing import Any
 from antre import Antre
 
 from .handlers import email_key, email_payload
+from .imports import import_batch
 from .orders import order_flow
 
 log = logging.getLogger("antre.demo.traffic")
@@ -25,7 +26,7 @@ log = logging.getLogger("antre.demo.traffic")
 # event kind -> weight (per 100 events)
 MIX: dict[str, float] = {
     "email": 32, "stock": 24, "webhook": 15, "flaky_call": 8, "rate_limited_call": 7,
-    "slow_report": 5, "bad_input": 4, "timeout_job": 2, "legacy_sync": 1.5,
+    "slow_report": 5, "bad_input": 4, "timeout_job": 2, "legacy_sync": 1.5, "import": 1,
 }
 EMAIL_TYPES = ("welcome", "receipt", "password_reset", "newsletter")
 CUSTOMERS = ("acme", "globex", "initech", "umbrella", "hooli", "stark")
@@ -123,6 +124,15 @@ class Traffic:
                                          duplicate=True, delay_s=r.choice((0, 0.5, 3.0))))
         return ids
 
+    def nightly_import(self) -> list[str]:
+        """A batch of 5-20 rows with a report once they have all settled
+        (``imports.import_batch``)."""
+        _batch, ids = import_batch(self.app, f"{self.tag}-{self._next()}",
+                                   self.rng.randint(5, 20))
+        self.counts["import"] += 1
+        self.counts["jobs"] += len(ids)
+        return ids
+
     def fault(self, kind: str) -> list[str]:
         r, n = self.rng, self._next()
         key = f"{kind}:{self.tag}:{n}"
@@ -154,6 +164,8 @@ class Traffic:
             return self.stock()
         if kind == "webhook":
             return self.webhook()
+        if kind == "import":
+            return self.nightly_import()
         return self.fault(kind)
 
     # -- driving -----------------------------------------------------------------------------

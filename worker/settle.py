@@ -70,11 +70,17 @@ class Settler:
 
     def flush_acks(self) -> None:
         """Retry and bury the failures of a prefetched batch in one round trip, then ack its
-        successes in one more."""
+        successes in one more (also when the failures could not be settled: those come back
+        through their leases)."""
         fails: list[tuple[Running, Retry | Bury]] = getattr(self._local, "fails", None) or []
         self._local.fails = None
-        if fails:
-            self._fail_together(fails)
+        try:
+            if fails:
+                self._fail_together(fails)
+        finally:
+            self._flush_successes()
+
+    def _flush_successes(self) -> None:
         pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
         self._local.acks = self._local.completing = None
         if any(ack.completion is not None for _, ack in pending):

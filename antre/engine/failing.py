@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
+
+import redis
+from redis.commands.core import Script
 
 from antre.engine.envelope import Job
+from antre.engine.keys import QueueKeys
 from antre.engine.retry import error_signature
+from antre.engine.scripts import Batch
 
 FAIL_CHUNK = 100  # jobs per fail_many.lua call (each carries a traceback of up to 8,000 chars)
+_encode = json.JSONEncoder(default=str, separators=(",", ":")).encode  # made once
 
 
 @dataclass(frozen=True)
@@ -38,9 +44,23 @@ class Failure:
 def failure_args(f: Failure, now: int) -> list[Any]:
     """The job's eleven arguments of ``fail_many.lua``."""
     head = [f.op, f.job.id, f.job.epoch, f.error or f.reason, f.kind, f.traceback,
-            json.dumps(f.note, default=str, separators=(",", ":")) if f.note else "",
+            _encode(f.note) if f.note else "",
             int(f.spend_attempt)]
     if f.op == "retry":
         return head + [now + max(0, int(f.delay_ms)), "retried", int(f.keep_turn)]
     sig = f.signature or f"{f.kind}: {error_signature(f.error or f.reason)}"
     return head + [f.reason, sig, ""]
+
+
+def fail_many(client: "redis.Redis", script: Script, k: QueueKeys, now: int,
+              failures: Sequence[Failure]) -> list[str]:
+    """``failures`` through ``fail_many.lua`` (chunks of ``FAIL_CHUNK``, one round trip): per
+    job its reply, in order ('OK', 'CANCELLED', 'OK:<group>' or 'LOST:<why>')."""
+    keys_ = [k.inflight, k.scheduled, k.ready, k.stats, k.dead, k.error_groups, k.cancels]
+    head = [k.job_prefix, now, k.dead_type_prefix, k.dead_group_prefix]
+    batch = Batch(client)
+    for start in range(0, len(failures), FAIL_CHUNK):
+        batch.script(script, keys_, head + [
+            a for f in failures[start:start + FAIL_CHUNK] for a in failure_args(f, now)])
+    return [r.decode() if isinstance(r, bytes) else str(r)
+            for reply in (batch.execute() if failures else []) for r in reply]

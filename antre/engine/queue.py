@@ -23,7 +23,7 @@ from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_S
                        encode_payload, from_fields, from_raw_row, new_entropy, new_values,
                        pack_chunk, pack_new, rate_field)
 from antre.errors import InvalidJob, LeaseLost
-from antre.engine.failing import FAIL_CHUNK, Failure, failure_args
+from antre.engine.failing import Failure, fail_many
 from antre.engine.retry import error_signature
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
                                   script_raw)
@@ -450,18 +450,9 @@ class Queue:
         return _lease_result(reply, job.id) == "CANCELLED"
 
     def fail_many(self, failures: Sequence[Failure]) -> list[str]:
-        """Retry or bury a batch of failed jobs in one round trip (``fail_many.lua``, chunks
-        of ``FAIL_CHUNK``; each job fenced on its own lease as ``retry`` / ``bury``): per job
-        its reply, in order ('OK', 'CANCELLED', 'OK:<group>' or 'LOST:<why>')."""
-        k, now = self.keys, self.clock()
-        keys_ = [k.inflight, k.scheduled, k.ready, k.stats, k.dead, k.error_groups, k.cancels]
-        head = [k.job_prefix, now, k.dead_type_prefix, k.dead_group_prefix]
-        batch = Batch(self.redis)
-        for start in range(0, len(failures), FAIL_CHUNK):
-            batch.script(self.scripts.fail_many, keys_, head + [
-                a for f in failures[start:start + FAIL_CHUNK] for a in failure_args(f, now)])
-        return [r.decode() if isinstance(r, bytes) else str(r)
-                for reply in (batch.execute() if failures else []) for r in reply]
+        """Retry or bury a batch of failed jobs in one round trip, each fenced on its own
+        lease as ``retry`` / ``bury`` (``failing.fail_many``): per job its reply, in order."""
+        return fail_many(self.redis, self.scripts.fail_many, self.keys, self.clock(), failures)
 
     def hand_back(self, job: Job, note: Note = None) -> bool:
         """Graceful shutdown: back to ready, no attempt spent, the delivery not counted; True

@@ -109,3 +109,17 @@ def test_an_ordered_retry_keeps_its_turn(q):
     assert q.fail_many([_retry(head)]) == ["OK"]
     assert q.get(head.id).state == "scheduled" and q.get(ids[1]).state == "waiting"
     assert q.reserve("w1", count=5) == []
+
+
+def test_a_dead_job_keeps_one_copy_of_its_traceback_and_older_ones_bounded(q, r):
+    (job,) = _jobs(q, 1)
+    long_tb = "Traceback (most recent call last):\n" + "  frame\n" * 700
+    q.retry(job, delay_ms=0, error="E: one", kind="retryable", traceback=long_tb + "E: one\n")
+    (job,) = q.reserve("w1")
+    q.fail_many([Failure(job, "bury", "E: two", "permanent", long_tb + "E: two\n",
+                         reason="permanent error: E: two")])
+    assert not r.hexists(q.keys.job(job.id), "traceback")  # the entry holds it, once
+    got = q.get(job.id)
+    assert got.traceback == long_tb + "E: two\n" == got.errors[-1]["traceback"]
+    older = got.errors[0]["traceback"]
+    assert len(older) == 2000 and older.endswith("E: one\n")

@@ -90,3 +90,18 @@ def test_the_traffics_webhooks_are_chords_and_no_effect_happens_twice(app, clock
     assert rep["duplicate_effects"]["total"] == 0, rep["duplicate_effects"]
     assert len(closed(app)) == 12
     assert rep["deliveries"]["retried"] > 0  # the receipt provider's timeouts
+
+
+def test_the_nightly_import_is_a_batch_whose_report_counts_its_rows(app, clock, monkeypatch):
+    from antre_demo.imports import import_batch
+    monkeypatch.setattr(faults, "bad_row_rate", 0.0)
+    batch, ids = import_batch(app, "n1", 6)
+    for _ in range(10):
+        WorkerProcess(app, queues=["batch"], threads=2, clock=clock).run_burst()
+        if batch.status().finished:
+            break
+        clock.advance(30_000)
+    assert batch.status().state == "succeeded" and batch.status().total == 6
+    report_job = app.queue("batch").get(ids[-1])
+    assert report_job.state == "done"
+    assert report_job.result == {"import": "n1", "rows": 6, "imported": 6, "failed": 0}

@@ -11,7 +11,9 @@ HTTP, and logs in with a real Chromium (when one is installed) so htmx really lo
 from __future__ import annotations
 
 import hashlib
+import http.cookiejar
 import json
+import re
 import os
 import secrets
 import shutil
@@ -19,7 +21,9 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,6 +117,127 @@ def test_the_core_install_enqueues_and_runs_jobs_without_the_dashboard(
     assert "pip install 'antre[web]'" in web.stderr
 
 
+# checkout folder -> where the wheel puts it (pyproject's package-dir)
+INSTALLED_AS = {"antre": "antre", "worker": "antre_worker", "webapp": "antre_web",
+                "templates": "antre_web/templates", "static": "antre_web/static",
+                "antre_cli": "antre_cli", "antre_demo": "antre_demo",
+                "antre_django": "antre_django"}
+
+
+def _tracked(folder: str) -> list[str]:
+    """The files of ``folder`` that git tracks (relative to it), else every file on disk."""
+    done = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", folder],
+                          capture_output=True, text=True, check=False)
+    if done.returncode == 0 and done.stdout:
+        return [Path(p).relative_to(folder).as_posix() for p in done.stdout.split("\0") if p]
+    root = REPO / folder
+    return [p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+
+
+def test_the_wheel_carries_every_file_of_its_packages(wheel: Path) -> None:
+    """Each tracked file of each package folder is in the wheel under its installed name: a
+    new subpackage missing from pyproject's ``packages``, or a new Lua script, template or
+    static file its package-data does not match, fails here."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    missing = [f"{folder}/{rel} (as {installed}/{rel})"
+               for folder, installed in INSTALLED_AS.items() for rel in _tracked(folder)
+               if f"{installed}/{rel}" not in names]
+    assert not missing, "not in the wheel:\n" + "\n".join(missing)
+    assert {"antre/engine/lua/enqueue_flow.lua", "antre/engine/lua/result_wait.lua",
+            "antre/flows/__init__.py", "antre/actions/__init__.py",
+            "antre/scheduling/__init__.py", "antre_web/templates/flows.html"} <= names
+
+
+FLOW_APP = """
+from antre import Antre
+app = Antre()
+
+@app.handler("square")
+def square(ctx, payload):
+    return payload["n"] ** 2
+
+@app.handler("total")
+def total(ctx, payload):
+    return {"sum": sum(ctx.flow_results), "children": ctx.flow_results}
+"""
+
+LOAD_SCRIPTS = """
+import json, sys
+from importlib import resources
+import redis
+from antre.engine.scripts import NAMES, source
+r = redis.Redis.from_url(sys.argv[1])
+files = sorted(p.name[:-4] for p in resources.files("antre.engine.lua").iterdir()
+               if p.name.endswith(".lua") and not p.name.startswith("_"))  # _lib, includes
+shas = {name: r.script_load(source(name)) for name in files}
+print(json.dumps({"files": files, "names": list(NAMES), "shas": shas}))
+"""
+
+ENQUEUE_CHORD = """
+import json
+from flowapp import app
+flow = app.chord([app.spec("square", {"n": n}, idempotency_key=f"sq:{n}") for n in (1, 2, 3)],
+                 app.spec("total", {}, idempotency_key="total:1")).enqueue()
+print(json.dumps({"flow": flow.id, "state": flow.status().state, "total": flow.status().total}))
+"""
+
+WAIT_CHORD = """
+import json, sys
+from flowapp import app
+print("waiting", flush=True)
+answer = app.result("total:1").wait(timeout=120)
+flow = app.flow(sys.argv[1])
+row = flow.wait(timeout=30)
+print(json.dumps({"status": answer.status, "result": answer.result,
+                  "timed_out": answer.timed_out, "state": row.state, "done": row.done,
+                  "results": flow.results()}))
+"""
+
+
+def test_the_core_install_runs_a_chord_and_waits_for_its_result(
+        core_venv: Path, redis_url: str, r, tmp_path: Path) -> None:
+    """From ``pip install antre``: every Lua script of the package loads, ``antre --help``
+    lists the session's commands, a chord of 3 children and a callback runs under ``antre
+    worker --burst``, and a producer blocked in ``app.result(key).wait()`` (result_wait.lua)
+    and ``flow.wait()`` gets the callback's result; ``antre flow show`` says it succeeded."""
+    (tmp_path / "flowapp.py").write_text(FLOW_APP)
+    env = _clean_env(ANTRE_REDIS_URL=redis_url, PYTHONPATH=str(tmp_path))
+    py, antre = str(core_venv / "bin" / "python"), str(core_venv / "bin" / "antre")
+    loaded = json.loads(_run([py, "-c", LOAD_SCRIPTS, redis_url], env=env,
+                             cwd=str(tmp_path)).splitlines()[-1])
+    assert set(loaded["names"]) == set(loaded["files"]), "a script is not loaded by Scripts"
+    assert {"enqueue_flow", "flow_inputs", "flow_close", "flow_cancel", "result_wait",
+            "ack_many", "progress"} <= set(loaded["files"])
+    assert all(r.script_exists(*loaded["shas"].values()))
+    helptext = _run([antre, "--help"], env=env, cwd=str(tmp_path))
+    for command in ("flow", "result", "group", "incident", "worker", "web"):
+        assert f",{command}," in helptext or f"{{{command}," in helptext, command
+    made = json.loads(_run([py, "-c", ENQUEUE_CHORD], env=env,
+                           cwd=str(tmp_path)).splitlines()[-1])
+    assert made["state"] == "running" and made["total"] == 4
+    waiter = subprocess.Popen([py, "-c", WAIT_CHORD, made["flow"]], env=env, cwd=str(tmp_path),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert waiter.stdout is not None and waiter.stdout.readline().strip() == "waiting"
+        _run([antre, "worker", "flowapp:app", "--burst"], env=env, cwd=str(tmp_path))
+        out, err = waiter.communicate(timeout=120)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 0, err
+    got = json.loads(out.splitlines()[-1])
+    assert got["status"] == "completed" and not got["timed_out"]
+    assert got["result"] == {"sum": 14, "children": [1, 4, 9]}
+    assert got["state"] == "succeeded" and got["done"] == 4
+    assert got["results"] == [got["result"]]
+    shown = json.loads(_run([antre, "flow", "show", made["flow"], "--json"], env=env,
+                            cwd=str(tmp_path)))
+    assert shown["flow"]["state"] == "succeeded" and shown["total_jobs"] == 4
+
+
 def test_the_wheel_carries_templates_and_static_files(venv: Path) -> None:
     out = _run([str(venv / "bin" / "python"), "-c",
                 "import antre, antre_web, antre_worker, os; from antre_web import asset_dir; "
@@ -180,6 +305,89 @@ def test_the_installed_dashboard_serves_login_and_static_files(served: str) -> N
     assert status == 200 and b"--accent" in body
 
 
+def _logged_in(base: str) -> urllib.request.OpenerDirector:
+    """An HTTP client with the admin's session cookie (the login form, its CSRF token)."""
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    with opener.open(base + "/login", timeout=10) as resp:
+        token = re.search(rb'name="csrf_token" value="([^"]+)"', resp.read())
+    assert token is not None
+    form = urllib.parse.urlencode({"csrf_token": token.group(1).decode(), "username": "admin",
+                                   "password": ADMIN_PASSWORD, "next": ""}).encode()
+    with opener.open(base + "/login", data=form, timeout=10) as resp:
+        assert resp.status == 200 and b"<h1>Log in</h1>" not in resp.read()
+    return opener
+
+
+def _page(opener: urllib.request.OpenerDirector, url: str) -> tuple[int, str]:
+    try:
+        with opener.open(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _nav_links(html: str) -> list[str]:
+    nav = re.search(r'<nav id="nav".*?</nav>', html, re.S)
+    assert nav is not None, html[:2000]
+    return re.findall(r'href="([^"#]+)"', nav.group(0))
+
+
+def test_the_installed_dashboard_serves_the_new_pages(served: str, venv: Path, redis_url: str,
+                                                     tmp_path: Path) -> None:
+    """Logged in over HTTP to ``antre web`` from the venv: every page in the navigation answers
+    200 (Flows, Performance and Incidents among them), and so do a stored chord's flow page
+    and its job type's performance page."""
+    (tmp_path / "flowapp.py").write_text(FLOW_APP)
+    made = json.loads(_run([str(venv / "bin" / "python"), "-c", ENQUEUE_CHORD], cwd=str(tmp_path),
+                           env=_clean_env(ANTRE_REDIS_URL=redis_url,
+                                          PYTHONPATH=str(tmp_path))).splitlines()[-1])
+    opener = _logged_in(served)
+    status, overview = _page(opener, served + "/")
+    assert status == 200
+    links = _nav_links(overview)
+    assert {"/flows/", "/types/", "/incident/"} <= set(links), links
+    for link in links:
+        status, body = _page(opener, served + link)
+        assert status == 200, f"{link}: {status}\n{body[:2000]}"
+    status, body = _page(opener, f"{served}/flows/default/{made['flow']}")
+    assert status == 200 and made["flow"] in body and "chord" in body
+    status, body = _page(opener, served + "/types/square")
+    assert status == 200 and "square" in body
+
+
+MOUNTED = """
+import json, secrets
+from flask import Flask
+import antre_web
+host = Flask("host")
+host.secret_key = secrets.token_hex(32)
+antre_web.mount(host, "/ops", user=lambda request: ("alice", "operator"),
+                config={"SECRET_KEY": secrets.token_urlsafe(48)})
+client = host.test_client()
+pages = {}
+for path in ("/ops/", "/ops/flows/", "/ops/types/", "/ops/incident/", "/ops/static/antre.css"):
+    resp = client.get(path)
+    pages[path] = [resp.status_code, resp.get_data(as_text=True)[:20000]]
+print(json.dumps(pages))
+"""
+
+
+def test_the_installed_dashboard_mounts_in_a_host_app(venv: Path, redis_url: str,
+                                                      tmp_path: Path) -> None:
+    """``antre_web.mount`` from the venv: the host's user sees the new pages under the prefix,
+    with links that carry it."""
+    out = _run([str(venv / "bin" / "python"), "-c", MOUNTED], cwd=str(tmp_path),
+               env=_clean_env(ANTRE_REDIS_URL=redis_url,
+                              ANTRE_DATABASE_URL=f"sqlite:///{tmp_path / 'antre.db'}"))
+    pages = json.loads(out.splitlines()[-1])
+    for path, (status, body) in pages.items():
+        assert status == 200, f"{path}: {status}\n{body[:2000]}"
+    assert {"/ops/flows/", "/ops/types/", "/ops/incident/"} <= set(
+        _nav_links(pages["/ops/"][1]))
+    assert "<h1>Flows</h1>" in pages["/ops/flows/"][1]
+
+
 BROWSER_SCRIPT = """
 import sys
 from playwright.sync_api import expect, sync_playwright
@@ -188,7 +396,9 @@ with sync_playwright() as pw:
     browser = pw.chromium.launch(executable_path=chromium,
                                  args=["--headless", "--no-sandbox", "--disable-gpu"])
     try:
+        expect.set_options(timeout=30_000)  # a loaded machine renders the overview slowly
         page = browser.new_page(base_url=base)
+        page.set_default_timeout(30_000)
         page.goto("/login")
         page.get_by_label("User").fill("admin")
         page.get_by_label("Password").fill(password)
