@@ -423,10 +423,10 @@ class WorkerProcess:
     def _drained(self) -> bool:
         """Burst mode's end: nothing ready (after promoting what is due) or in flight. The
         ready jobs of a paused queue do not count: nothing of them may start. Jobs waiting
-        behind a lock_key's head or for a group's slot need no check of their own: their turn
-        comes in the script that ends the job ahead (ready or in flight, so counted here), and
-        a head that is scheduled (its retry's backoff) is left for a later run, as any
-        scheduled job is."""
+        behind a lock_key's head, for a group's slot or in a limit's line need no check of
+        their own: their turn comes in the script that ends the job ahead (ready or in flight,
+        so counted here), and a head that is scheduled (its retry's backoff) is left for a
+        later run, as any scheduled job is."""
         with self._lock:
             if self._running:
                 return False

@@ -123,6 +123,24 @@ def test_key_turns_and_groups_on_cluster(rc, name):
 
 
 @pytest.mark.parametrize("name", ["orders", "q3"])
+def test_limit_gates_and_their_overrides_on_cluster(rc, name):
+    """A type's limit held at reserve (issue 23 item 3): the gates' keys are derived in the
+    queue's slot, so declaring, holding, freeing and overriding work on a cluster too."""
+    from antre.scheduling.gates import Declaration, FlowGates
+    clock = ManualClock()
+    q = Queue(rc, name, clock=clock)
+    gates = FlowGates(rc, clock, q.scripts)
+    gates.declare(name, Declaration(cand={"t": "type:t"}, conc={"type:t": 1}))
+    ids = q.enqueue_many([JobSpec("t", {"i": i}, f"l{i}") for i in range(3)])
+    (first,) = q.reserve("w1", count=10)
+    assert [q.get(i).state for i in ids[1:]] == ["waiting", "waiting"]
+    q.ack(first)
+    assert len(q.reserve("w1", count=10)) == 1
+    gates.set_override(name, "type", "t", "ops", "more", slots=2)
+    assert len(q.reserve("w1", count=10)) == 1
+
+
+@pytest.mark.parametrize("name", ["orders", "q3"])
 def test_result_wait_and_progress_on_cluster(rc, name):
     """result_wait.lua, progress.lua and the ack's wake (issue 26): the job's wake list shares
     its queue's slot; the blocking pop on a cluster client waits in slices."""
