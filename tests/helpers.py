@@ -83,7 +83,7 @@ def spawn(redis_url: str, args: list[str], log_path: Path) -> subprocess.Popen[b
 
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "condition", *,
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition", *,
              poll_s: float = 0.01, ignore: tuple[type[BaseException], ...] = ()) -> bool:
     """Polls ``cond`` every ``poll_s`` until it is true: True, or AssertionError ("timed out
     waiting for <what>") after ``timeout`` seconds (``cond`` is asked once more at the end). An

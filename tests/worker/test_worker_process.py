@@ -25,7 +25,7 @@ def child(redis_url, tmp_path, *extra):
                              *extra], tmp_path / "worker.log")
 
 
-def wait_for(cond, timeout=10.0, what="condition"):
+def wait_for(cond, timeout=60.0, what="condition"):
     """``helpers.wait_for`` for real processes: a longer bound, a slower poll, and a Redis
     connection error (a restart) counts as not yet."""
     return helpers.wait_for(cond, timeout, what, poll_s=0.02, ignore=(redis.ConnectionError,))
