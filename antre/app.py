@@ -21,7 +21,7 @@ from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
-from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, Group, Step
+from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Group, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
 from antre.observe.waiting import PerLoop, ResultWaiter
@@ -509,6 +509,14 @@ class Antre:
     def flow(self, flow_id: str, queue: str | None = None) -> Flow:
         """The handle of a stored flow (status, results, wait, cancel)."""
         return self.flows.flow(flow_id, queue)
+
+    async def aflow_wait(self, flow_id: str, timeout: float | None = None,
+                         queue: str | None = None) -> FlowRow:
+        """``flow(flow_id, queue).wait(timeout)`` from a coroutine, holding no thread while it
+        waits (its BLMOVE on ``redis.asyncio``, the app's client for the running loop, as
+        ``aresult``): the flow's status once it is final; ``FlowTimeout`` at the timeout."""
+        flow = await asyncio.to_thread(self.flow, flow_id, queue)
+        return await flow.await_(timeout, aredis=self.waiter.aredis)
 
     # -- producing from asyncio (redis.asyncio; one round trip per call) ----------------------
     @property

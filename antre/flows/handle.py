@@ -6,14 +6,23 @@ wake list (``QueueKeys.flow_wake``), which the waiter blocks on with ``BLMOVE`` 
 itself (the token stays there for every other waiter); a flow that finished already answers at
 once. A wait longer than ``WAIT_CHUNK_S`` blocks again after each chunk (the connection's
 socket timeout is 10 s): one command per chunk, never a poll of the flow's state.
+
+``Flow.await_`` (``await app.aflow_wait(flow_id, timeout=)``) is the same wait from a coroutine:
+the same ``BLMOVE`` on the same wake list, sent on a ``redis.asyncio`` connection (the app's
+client for the running loop), its reply awaited with its own read timeout, so no thread is
+held while it waits and one command covers up to ``ASYNC_CHUNK_S``; the status reads (short)
+run on a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from types import TracebackType
 from typing import Any, Callable, Sequence
+
+from redis.asyncio import Redis as AsyncRedis
 
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
@@ -23,6 +32,7 @@ from antre.flows.read import FlowReader, FlowRow
 from antre.flows.store import CancelSummary, FlowError, Member
 
 WAIT_CHUNK_S = 5.0
+ASYNC_CHUNK_S = 300.0  # the longest single async BLMOVE (its reply awaited this + 5 s)
 CANCEL_TO = ("dlq", "discard")
 
 
@@ -65,9 +75,7 @@ class Flow:
     def wait(self, timeout: float | None = None) -> FlowRow:
         """Block until the flow is succeeded, failed or cancelled; returns its status. Raises
         ``FlowTimeout`` after ``timeout`` seconds (None: no limit)."""
-        if timeout is not None and (isinstance(timeout, bool) or
-                                    not isinstance(timeout, (int, float)) or timeout < 0):
-            raise InvalidJob(f"timeout must be a number of seconds >= 0 or None, not {timeout!r}")
+        _check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         wake = self.q.keys.flow_wake(self.id)
         while True:
@@ -83,6 +91,26 @@ class Flow:
                 row = self._reader.get(self.queue, self.id)
                 raise FlowTimeout(f"flow {self.id} did not finish within {timeout} s", row)
 
+    async def await_(self, timeout: float | None = None,
+                     aredis: Callable[[], AsyncRedis] | None = None) -> FlowRow:
+        """``wait`` from a coroutine: the BLMOVE on ``aredis()`` (a ``redis.asyncio`` client
+        of the running loop: ``app.aflow_wait`` passes the app's), no thread held while it
+        waits; without ``aredis``, ``wait`` runs on a thread. Same answers: the status once
+        the flow is final, ``FlowTimeout`` after ``timeout`` seconds (None: no limit)."""
+        _check_timeout(timeout)
+        if aredis is None:
+            return await asyncio.to_thread(self.wait, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wake = self.q.keys.flow_wake(self.id)
+        while True:
+            left = ASYNC_CHUNK_S if deadline is None else min(ASYNC_CHUNK_S,
+                                                               deadline - time.monotonic())
+            if await ablocking_move(aredis(), wake, left):
+                return await asyncio.to_thread(self.status)
+            if deadline is not None and time.monotonic() >= deadline:
+                row = await asyncio.to_thread(self._reader.get, self.queue, self.id)
+                raise FlowTimeout(f"flow {self.id} did not finish within {timeout} s", row)
+
     def cancel(self, by: str, reason: str = "", to: str = "dlq") -> CancelSummary:
         """Cancel the flow: every job of it not ended yet ends as cancelled (to the DLQ with
         the reason, or discarded: ``to``), those in flight when their worker sees the request;
@@ -92,6 +120,33 @@ class Flow:
         request = json.dumps({"by": by, "to": to, "reason": (reason or "").strip()[:2000],
                               "at": self.q.clock()}, separators=(",", ":"))
         return store.cancel(self.q, self.id, request)
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (isinstance(timeout, bool) or
+                                not isinstance(timeout, (int, float)) or timeout < 0):
+        raise InvalidJob(f"timeout must be a number of seconds >= 0 or None, not {timeout!r}")
+
+
+async def ablocking_move(client: AsyncRedis, wake: str, timeout_s: float) -> bool:
+    """``BLMOVE wake wake RIGHT LEFT timeout_s`` on one of the client's pooled connections,
+    its reply awaited up to ``timeout_s`` + 5 s whatever the client's socket timeout (an
+    expired wait asks once with ``LMOVE``: BLMOVE 0 would block for ever); True when the
+    flow's token is there (it stays, for every other waiter)."""
+    if timeout_s <= 0:
+        return await client.lmove(wake, wake, "RIGHT", "LEFT") is not None
+    pool: Any = client.connection_pool
+    conn: Any = await pool.get_connection()
+    try:
+        await conn.send_command("BLMOVE", wake, wake, "RIGHT", "LEFT",
+                                f"{max(timeout_s, 0.01):.3f}")
+        reply = await conn.read_response(timeout=timeout_s + 5)
+    except BaseException:
+        await conn.disconnect()  # whatever was unread would be read by the next caller
+        raise
+    finally:
+        await pool.release(conn)
+    return reply is not None
 
 
 class Batch(Flow):
