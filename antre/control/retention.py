@@ -1,6 +1,8 @@
 """Retention, so Redis (run with ``noeviction``) never fills up: per queue, dead jobs kept up to
 a maximum count and age (oldest dropped first, counted as ``dead_dropped``), done jobs' records
-dropped after their retention, error groups with no dead job left removed. The worker's
+dropped after their retention, error groups with no dead job left removed; finished flows go
+with the done jobs' retention, failed and waiting ones with the dead jobs' age (their held
+jobs discarded with them, counted as ``flow_held_dropped``). The worker's
 ``retention`` duty runs it (``worker/duties.py``) with the SQL side: sent outbox rows and old
 audit entries pruned.
 
@@ -94,11 +96,13 @@ class RetentionResult:
     dead_dropped: int = 0
     done_dropped: int = 0
     groups_removed: int = 0
+    flow_steps: int = 0  # flows dropped and jobs of trimmed flows looked at
 
     def __add__(self, other: "RetentionResult") -> "RetentionResult":
         return RetentionResult(self.dead_dropped + other.dead_dropped,
                                self.done_dropped + other.done_dropped,
-                               self.groups_removed + other.groups_removed)
+                               self.groups_removed + other.groups_removed,
+                               self.flow_steps + other.flow_steps)
 
 
 class Retention:
@@ -134,7 +138,7 @@ class Retention:
         for _ in range(MAX_CHUNKS):
             step = self._call(queue, policy, chunk, [])
             total += step
-            if step.dead_dropped + step.done_dropped < chunk:
+            if step.dead_dropped + step.done_dropped + step.flow_steps < chunk:
                 break
         return total + self._empty_groups(queue, policy, chunk)
 
@@ -160,4 +164,4 @@ class Retention:
             args=[k.job_prefix, self.clock(), policy.dead_max_jobs, policy.dead_max_age_s * 1000,
                   policy.done_max_age_s * 1000, chunk, k.dead_type_prefix, k.dead_group_prefix,
                   *groups])
-        return RetentionResult(int(reply[0]), int(reply[1]), int(reply[2]))
+        return RetentionResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]))

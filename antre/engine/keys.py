@@ -281,9 +281,17 @@ class QueueKeys:
         return f"{self.tag}:flow:{flow_id}:wake"
 
     def flows_by_state(self, state: str) -> str:
-        """ZSET flow id -> created ms (finished_at ms for a finished state): the flows in
-        ``state`` (running, waiting, failed, succeeded, cancelled)."""
+        """ZSET flow id -> created ms (finished_at ms for a finished state, since when it
+        waits for 'waiting'): the flows in ``state`` (running, waiting, failed, succeeded,
+        cancelled)."""
         return f"{self.tag}:flows:{state}"
+
+    @property
+    def flow_trims(self) -> str:
+        """LIST of ids of failed / waiting flows past their retention whose records are gone
+        and whose jobs' lists the retention is still walking, dropping their held jobs
+        (``retention.lua``; derived there from the tag as ``<tag>:flowtrim``)."""
+        return f"{self.tag}:flowtrim"
 
     def schedule(self, name: str) -> str:
         """HASH: a periodic schedule's state (last_tick, last_job, last_enqueued_at, paused,

@@ -63,7 +63,7 @@ class Flow:
         row = self._reader.get(self.queue, self.id)
         if row is None:
             raise FlowError(f"no flow {self.id} in queue {self.queue!r} (finished flows are "
-                            "kept as long as the queue's done jobs)")
+                            "kept as long as the queue's done jobs, failed ones as its dead jobs)")
         return row
 
     def results(self) -> list[Any]:

@@ -37,7 +37,9 @@ local function flow_move(job_prefix, fk, fid, to, now)
     redis.call('RPUSH', fk .. ':wake', to)
   else
     redis.call('HSET', fk, 'state', to, 'finished_at', 0)
-    redis.call('ZADD', tag .. 'flows:' .. to, num_field(fk, 'created_at', now), fid)
+    -- (running: by when it was made; waiting: since when it waits, its retention's clock)
+    local score = to == 'waiting' and now or num_field(fk, 'created_at', now)
+    redis.call('ZADD', tag .. 'flows:' .. to, score, fid)
   end
 end
 

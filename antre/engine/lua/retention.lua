@@ -9,7 +9,9 @@
 -- ARGV[9 ..] error group ids to check: each one with no dead job left is removed
 -- A job dropped takes its timeline and its idempotency-key index entry with it (forget_job).
 -- Finished flows past the done jobs' retention go too (within the same limit; below).
--- Returns: {dead jobs dropped, done jobs dropped, error groups removed}
+-- Failed and waiting flows past the dead jobs' maximum age go too, their held jobs with them.
+-- Returns: {dead jobs dropped, done jobs dropped, error groups removed, flow steps (flows
+-- dropped + their jobs looked at: the caller calls again while a call used all of ``limit``)}
 local prefix, now, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6])
 local max_jobs, max_age, done_age = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local touched = {}
@@ -48,8 +50,8 @@ end
 
 -- finished flows (issue 26): a succeeded or cancelled flow's records (the flow, its jobs'
 -- list, results, failed set, wake list) go once it finished longer ago than done jobs are
--- kept; its jobs go by their own retention (done, dead). A failed or waiting flow stays until
--- an operator replays its dead job or cancels it.
+-- kept; its jobs go by their own retention (done, dead). A failed or waiting flow is kept as
+-- long as a dead job (below).
 local flows = 0
 for _, st in ipairs({'succeeded', 'cancelled'}) do
   local budget = limit - dropped - #done - flows
@@ -63,6 +65,50 @@ for _, st in ipairs({'succeeded', 'cancelled'}) do
   if #old > 0 then redis.call('ZREM', index, unpack(old)) end
   flows = flows + #old
 end
+
+-- failed and waiting flows (stuck on a dead member: kept for an operator) go once they have
+-- been so for longer than dead jobs are kept (failed: since it failed; waiting: since it
+-- began waiting). Their records go at once, so from then on nothing of them settles or is
+-- released (flow_acked / flow_dead find no flow); their jobs' list is then walked, a budget's
+-- worth per call (the flow's id in LIST '<tag>:flowtrim', keys.QueueKeys.flow_trims, until
+-- its list is empty): a held job (never delivered: its parents unsettled) is discarded with
+-- the flow (its record, timeline and key index; counted as 'flow_held_dropped'), every other
+-- job stays where it is (ready, in flight, done, dead: its own retention applies).
+local tag = tag_of(prefix)
+local trims, held = tag .. 'flowtrim', tag .. 'held'
+local looked, held_dropped = 0, 0
+local function budget_left() return limit - dropped - #done - flows - looked end
+for _, st in ipairs({'failed', 'waiting'}) do
+  local budget = budget_left()
+  if budget <= 0 then break end
+  local index = tag .. 'flows:' .. st
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', now - max_age, 'LIMIT', 0, budget)
+  for _, fid in ipairs(old) do
+    local fk = flow_key(prefix, fid)
+    redis.call('DEL', fk, fk .. ':res', fk .. ':failed', fk .. ':wake')
+    redis.call('RPUSH', trims, fid)
+  end
+  if #old > 0 then redis.call('ZREM', index, unpack(old)) end
+  flows = flows + #old
+end
+while budget_left() > 0 do
+  local fid = redis.call('LINDEX', trims, 0)
+  if not fid then break end
+  local list = flow_key(prefix, fid) .. ':jobs'
+  local want = budget_left()
+  local ids = redis.call('LPOP', list, want)
+  if type(ids) ~= 'table' then ids = {} end
+  for _, id in ipairs(ids) do
+    local st = redis.pcall('HGET', prefix .. id, 'state')
+    if st == 'held' and redis.call('ZREM', held, id) == 1 then
+      forget_job(prefix, id)
+      held_dropped = held_dropped + 1
+    end
+  end
+  looked = looked + math.max(#ids, 1)
+  if #ids < want then redis.call('LPOP', trims) end
+end
+if held_dropped > 0 then redis.call('HINCRBY', KEYS[3], 'flow_held_dropped', held_dropped) end
 if flows > 0 then redis.call('HINCRBY', KEYS[3], 'flows_dropped', flows) end
 
 for i = 9, #ARGV do touched[ARGV[i]] = true end
@@ -72,4 +118,4 @@ for group in pairs(touched) do
     groups = groups + 1
   end
 end
-return {dropped, #done, groups}
+return {dropped, #done, groups, flows + looked}
