@@ -12,6 +12,8 @@ from typing import Any, cast
 import redis
 
 from antre.engine import keys
+from antre.engine import progress as progress_codec
+from antre.engine.progress import Progress
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 
@@ -20,7 +22,8 @@ FINAL_STATES = frozenset(("succeeded", "failed", "cancelled"))
 _ROW_FIELDS = ("kind", "state", "description", "policy", "total", "done", "failed", "pending",
                "created_at", "finished_at", "open", "failed_job", "failed_reason",
                "cancelled_by", "cancel_reason")
-_JOB_FIELDS = ("type", "state", "attempt", "fpar", "fkids", "fhook", "last_error", "idem_key")
+_JOB_FIELDS = ("type", "state", "attempt", "fpar", "fkids", "fhook", "last_error", "idem_key",
+               "progress")
 MAX_PAGE = 1000
 
 
@@ -102,6 +105,7 @@ class FlowJob:
     hook: str  # a batch's callback: 'on_success' / 'on_complete'; else ''
     last_error: str
     idempotency_key: str
+    progress: Progress | None = None  # its handler's last ctx.progress (read with the job)
 
 
 @dataclass(frozen=True)
@@ -256,4 +260,4 @@ def _job(job_id: str, values: list[str | None]) -> FlowJob:
     f = dict(zip(_JOB_FIELDS, values))
     return FlowJob(job_id, f["type"] or "", f["state"] or "gone", _int(f["attempt"]),
                    _ids(f["fpar"]), _ids(f["fkids"]), f["fhook"] or "", f["last_error"] or "",
-                   f["idem_key"] or "")
+                   f["idem_key"] or "", progress_codec.decode(f["progress"]))

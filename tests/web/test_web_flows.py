@@ -203,3 +203,28 @@ def test_an_operator_cancels_a_flow_from_its_page_and_it_is_audited(web, shop):
     after = op.get(f"/flows/default/{flow.id}").get_data(as_text=True)
     assert "by operator: duplicate order" in after and "Cancel this flow" not in after
     assert sorted(e.outcome for e in web.audit("flow.cancel")) == ["ok", "refused"]
+
+
+def test_a_flow_page_shows_its_in_flight_jobs_progress_escaped(web, shop):
+    """A member's ``ctx.progress`` (read with the tree's per-job read: no extra round trip)
+    shows next to it while it is in flight, its message escaped; the flow's own bar stays."""
+    app = shop["app"]
+    flow = chord(app, "P")
+    q = app.queue()
+    jobs = {j.type: j for j in q.reserve("w", count=3)}
+    q.progress(jobs["ledger"], 0.4, f"rows 4,000/10,000 {HOSTILE}")
+    q.ack(jobs["email"], {"sent": 1})  # a settled member shows no progress of its own
+    c = web.client("viewer")
+    page = c.get(f"/flows/default/{flow.id}").get_data(as_text=True)
+    ledger = page[page.index(f'data-job="{jobs["ledger"].id}"'):]
+    ledger = ledger[:ledger.index("</li>")]
+    assert 'class="flow-job-progress"' in ledger and 'data-progress="0.4000"' in ledger
+    assert "<strong>40%</strong>" in ledger and "rows 4,000/10,000" in ledger
+    assert HOSTILE not in page and "&lt;img src=x onerror=alert(1)&gt;" in ledger
+    stock = page[page.index(f'data-job="{jobs["stock"].id}"'):]
+    assert "flow-job-progress" not in stock[:stock.index("</li>")]  # in flight, no progress said
+    assert page.count("flow-job-progress") == 1
+    assert "1 done, 3 pending of 4" in page  # the flow's own bar
+    api = c.get(f"/api/queues/default/flows/{flow.id}", headers=basic("viewer")).get_json()
+    (row,) = [j for j in api["jobs"] if j["id"] == jobs["ledger"].id]
+    assert row["progress"]["fraction"] == 0.4
