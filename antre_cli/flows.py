@@ -45,7 +45,7 @@ def add_flow(sub: Any) -> Any:
 
 def _progress(row: FlowRow) -> str:
     failed = f", {row.failed} failed" if row.failed else ""
-    return f"{row.done} done{failed}, {row.pending} pending of {row.total}"
+    return f"{row.done} done{failed}, {row.to_go} to go of {row.total}"
 
 
 def _why(row: FlowRow) -> str:

@@ -69,6 +69,14 @@ class FlowRow:
         return self.state in FINAL_STATES
 
     @property
+    def to_go(self) -> int:
+        """Members neither done nor dead: a dead member holding a 'fail' / 'wait' flow is
+        counted in ``failed`` and still in ``pending`` (it may be replayed), so it is taken out
+        here; under 'ignore' / 'batch' it settled and left ``pending`` already."""
+        held_dead = self.failed if self.policy in ("fail", "wait") else 0
+        return max(self.pending - held_dead, 0)
+
+    @property
     def progress(self) -> float:
         """Settled members / members (1.0 for a flow of none)."""
         return 1.0 if self.total <= 0 else (self.total - self.pending) / self.total

@@ -38,7 +38,7 @@ def test_a_failed_flow_from_the_list_to_a_job_and_back_then_replayed(stack, logi
         "link", name="Failed").click()
     row = page.locator(f"#live tr[data-flow='{flow.id}']")
     expect(row).to_be_visible(timeout=JOB_TIMEOUT_MS)
-    expect(row).to_contain_text("2 done, 1 failed, 2 pending of 4")
+    expect(row).to_contain_text("2 done, 1 failed, 1 to go of 4")
     expect(row).to_contain_text("order " + ref + " <b>paid</b>")  # shown as text, escaped
     expect(row).to_contain_text(f"card declined for ref {ref}")
     screenshot(page, "flows-1280")

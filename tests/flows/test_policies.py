@@ -47,6 +47,7 @@ def test_fail_stops_the_callback_and_says_which_job_and_why(app):
     assert [r[0] for r in ran] == ["t", "t"]
     status = flow.status()
     assert (status.state, status.failed, status.pending, status.done) == ("failed", 1, 2, 1)
+    assert status.to_go == 1  # the callback: the dead member counts once, as failed
     dead = app.queue().get(status.failed_job)
     assert dead.state == "dead" and status.failed_reason == "boom 2"
     tree = FlowReader(app.redis).tree("default", flow.id)
@@ -77,14 +78,14 @@ def test_ignore_runs_the_callback_with_the_failure_in_its_results(app):
     assert ran[-1][0] == "cb" and cb_inputs[0] == 1
     assert isinstance(cb_inputs[1], ChildFailure) and cb_inputs[1].error == "boom 2"
     status = flow.status()
-    assert (status.state, status.failed, status.done) == ("succeeded", 1, 2)
+    assert (status.state, status.failed, status.done, status.to_go) == ("succeeded", 1, 2, 0)
 
 
 def test_wait_holds_the_flow_for_an_operator(app):
     flow = app.chain(spec(app, 1), spec(app, 2)).enqueue(on_failure="wait")
     drain(app, fail={1})
     status = flow.status()
-    assert status.state == "waiting" and status.failed == 1
+    assert status.state == "waiting" and status.failed == 1 and status.to_go == 1
     assert FlowReader(app.redis).list_flows("default", "waiting").rows[0].id == flow.id
     app.queue().replay(status.failed_job)
     drain(app)

@@ -62,7 +62,7 @@ def test_the_flows_page_counts_states_pages_and_finds_a_flow(web, shop):
     assert 'Succeeded <span class="count">1</span>' in page
     assert running[2].id in page and running[1].id in page and running[0].id not in page
     assert "1–2 of 3" in page and "older →" in page
-    assert "0 done, 4 pending of 4" in page
+    assert "0 done, 4 to go of 4" in page
     older = c.get("/flows/?queue=default&state=running&limit=2&offset=2").get_data(as_text=True)
     assert running[0].id in older and running[2].id not in older
     bad = c.get("/flows/?queue=default&state=failed").get_data(as_text=True)
@@ -224,7 +224,7 @@ def test_a_flow_page_shows_its_in_flight_jobs_progress_escaped(web, shop):
     stock = page[page.index(f'data-job="{jobs["stock"].id}"'):]
     assert "flow-job-progress" not in stock[:stock.index("</li>")]  # in flight, no progress said
     assert page.count("flow-job-progress") == 1
-    assert "1 done, 3 pending of 4" in page  # the flow's own bar
+    assert "1 done, 3 to go of 4" in page  # the flow's own bar
     api = c.get(f"/api/queues/default/flows/{flow.id}", headers=basic("viewer")).get_json()
     (row,) = [j for j in api["jobs"] if j["id"] == jobs["ledger"].id]
     assert row["progress"]["fraction"] == 0.4
