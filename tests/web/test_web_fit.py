@@ -16,7 +16,7 @@ def test_the_header_groups_its_links_and_puts_settings_in_a_menu(web):
     page = web.client("admin").get("/").get_data(as_text=True)
     nav = page[page.index('<nav id="nav"'):page.index("</nav>")]
     top = nav[:nav.index('<details class="navmenu">')]
-    assert len(re.findall(r"<a href=", top)) == 8  # incidents + 7 main pages (Groups among them)
+    assert len(re.findall(r"<a href=", top)) == 9  # incidents + 8 main pages (Groups, Flows among them)
     more = nav[nav.index('<details class="navmenu">'):]
     for label in ("Schedules", "Idempotency", "Purge", "Audit log", "Users"):
         assert f">{label}</a>" in more
