@@ -181,6 +181,9 @@ def main() -> int:
             "performance, 7 d": "/types/?window=7d",
             "performance of a type, 7 d": "/types/charge_card?window=7d",
             "API performance of a type": "/api/types/charge_card",
+            "incident view": "/incident/",
+            "groups": "/groups/?queue=bench",
+            "flows": "/flows/?queue=bench",
         }
         rows = []
         for name, url in pages.items():
