@@ -794,7 +794,8 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   if tl then
     if not actor or actor == '' then actor = f[3] or '' end
     local detail = '{"result":' .. cjson.encode(string.sub(result, 1, 500)) ..
-                   ',"since_reserved_ms":' .. cjson.encode(now - (tonumber(f[4]) or now)) .. '}'
+                   ',"since_reserved_ms":' ..
+                   string.format('%d', now - (num_of(f[4], now))) .. '}'  -- (%d: no float printf)
     tl_add_json(tl, now, kind, cjson.encode(actor), detail, note)
   end
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
