@@ -18,6 +18,7 @@ from antre.engine.envelope import Job, from_fields
 from antre.engine.progress import Progress, decode as decode_progress
 from antre.scheduling.flow import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
+from antre.observe import tracebacks
 from antre.observe.memory import MemoryPolicy
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
@@ -532,7 +533,15 @@ class ReadModels:
 
     def job(self, queue: str, job_id: str) -> Job | None:
         fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))
-        return from_fields(fields) if fields else None
+        if not fields:
+            return None
+        job = from_fields(fields)
+        if '"tb_group"' in (fields.get("errors") or ""):  # its group keeps the head (issue 29)
+            tracebacks.resolve(self.redis, queue, job.errors)
+            last = job.errors[-1] if job.errors else None
+            if isinstance(last, dict) and isinstance(last.get("traceback"), str):
+                job.traceback = last["traceback"]
+        return job
 
     def find_job(self, job_id: str) -> Job | None:
         """Look a job id up in every known queue (a few HGETALLs, no scan)."""

@@ -86,11 +86,13 @@ if #ids == 0 then return {} end
 -- per job one read (HMGET) of the fields a job can have before its first delivery, a second
 -- (HMGET of LATER) only for a job delivered before (it has an epoch), and one write (HSET);
 -- the fields this script writes (WRITTEN) are not read: the reply carries the values written.
--- The inflight ZADD is one for the batch (issue 29: a plain job's read walks its hash for 17
+-- The inflight ZADD is one for the batch (issue 29: a plain job's read walks its hash for 18
 -- names, not 32).
-local WRITTEN = {state = true, deadline = true, reserved_at = true, worker_id = true}
-local LATER = {attempt = true, deliveries = true, checkpoint = true, first_failed_at = true,
-               replayed_at = true, snoozes = true, cancel = true}
+-- (deliveries: read with LATER, its place in the row is a written one: always returned)
+local WRITTEN = {state = true, deadline = true, reserved_at = true, worker_id = true,
+                 deliveries = true}
+local LATER = {attempt = true, checkpoint = true, first_failed_at = true, replayed_at = true,
+               snoozes = true}
 local core, cpos, later, lpos, pos = {}, {}, {}, {}, {}
 local nret = #ARGV - 7
 for i = 8, #ARGV do
@@ -116,7 +118,7 @@ end
 local tail = nlater > 0
 for i = 1, nlater do if lpos[i] ~= nret - nlater + i then tail = false; break end end
 local c_vt, c_ep, c_id = index_of(core, 'vt_ms'), index_of(core, 'epoch'), index_of(core, 'id')
-local l_dl, l_cancel = index_of(later, 'deliveries'), index_of(later, 'cancel')
+local c_cancel, l_dl = index_of(core, 'cancel'), index_of(later, 'deliveries')
 local p_id = pos.id
 local out, deadlines = {}, {}
 local orphans, corrupt = 0, 0
@@ -135,7 +137,7 @@ for _, id in ipairs(ids) do
   end
   local lr = nil  -- LATER's values: a job delivered before (an epoch: a hash, as r said)
   if not r.err and r[c_ep] then lr = redis.call('HMGET', key, unpack(later)) end
-  local cancel = lr and lr[l_cancel]
+  local cancel = r[c_cancel]  -- (a flow's cancel marks its ready jobs too: read for every job)
   if r.err then
     if bad_id(id) then
       quarantine(KEYS[9], KEYS[3], now, id, 'job id is not ASCII text (found by reserve)')
