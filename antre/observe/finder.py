@@ -23,7 +23,7 @@ from antre.engine.envelope import STATES
 from antre.engine.progress import Progress, decode as decode_progress
 from antre.stores.idempotency import IdempotencyStore, Record
 from antre.stores.sql import datetime_to_ms
-from antre.observe import tracebacks
+from antre.engine import tracebacks
 from antre.observe.readmodels import Page, ReadModels
 
 CHUNK = 500  # ids read per Redis command of a payload search
@@ -364,8 +364,8 @@ class Finder:
         events = [_event(r) for r in raw]
         # a burial's traceback: its error group keeps the head (issue 29), the event the rest;
         # the event kept the last 2,000 characters of the whole
-        tracebacks.resolve(self.redis, queue, [e.details for e in events if e.kind == "buried"],
-                           limit=2000)
+        tracebacks.resolve(self.redis, k.error_tracebacks,
+                           [e.details for e in events if e.kind == "buried"], limit=2000)
         if events and events[0].kind == "enqueued":
             events[0].details.setdefault("trace_id", trace_id or "")
         elif state:  # an immediate job's enqueue is read from its hash (no event stored)

@@ -18,7 +18,7 @@ from antre.engine.envelope import Job, from_fields
 from antre.engine.progress import Progress, decode as decode_progress
 from antre.scheduling.flow import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
-from antre.observe import tracebacks
+from antre.engine import tracebacks
 from antre.observe.memory import MemoryPolicy
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
@@ -535,13 +535,9 @@ class ReadModels:
         fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))
         if not fields:
             return None
-        job = from_fields(fields)
-        if '"tb_group"' in (fields.get("errors") or ""):  # its group keeps the head (issue 29)
-            tracebacks.resolve(self.redis, queue, job.errors)
-            last = job.errors[-1] if job.errors else None
-            if isinstance(last, dict) and isinstance(last.get("traceback"), str):
-                job.traceback = last["traceback"]
-        return job
+        # a dead job's traceback: its error group keeps the head (issue 29)
+        return tracebacks.resolve_job(self.redis, keys.QueueKeys(queue).error_tracebacks,
+                                      from_fields(fields), fields.get("errors"))
 
     def find_job(self, job_id: str) -> Job | None:
         """Look a job id up in every known queue (a few HGETALLs, no scan)."""
