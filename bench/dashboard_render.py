@@ -76,13 +76,29 @@ def populate_perf(client: redis.Redis, queue: str, now: int) -> None:
 
     k = keys.QueueKeys(queue)
     pipe = client.pipeline(transaction=False)
+    hours: dict[int, dict[str, int]] = {}
     for res in ("m", "h"):
         last = perf.slot_of(res, now)
         count = perf.KEEP_MS[res] // perf.SLOT_MS[res]
         for slot in range(last - count, last + 1):
-            pipe.hset(k.perf(res, slot), mapping={
-                f: (slot * 7 + i) % 97 + 1 for t in TYPES
-                for i, f in enumerate(perf.type_fields(t))})
+            values = {f: (slot * 7 + i) % 97 + 1 for t in TYPES
+                      for i, f in enumerate(perf.type_fields(t))}
+            pipe.hset(k.perf(res, slot), mapping=values)
+            if res == "h":
+                hours[slot] = values
+    # the 6-hour and daily slots hold the sums of their hours, as the workers write them
+    # (code without them never reads these keys)
+    for res in ("q", "d"):
+        if res not in perf.SLOT_MS:
+            continue
+        per = perf.SLOT_MS[res] // perf.SLOT_MS["h"]
+        sums: dict[int, dict[str, int]] = {}
+        for hour, values in hours.items():
+            into = sums.setdefault(hour // per, {})
+            for f, v in values.items():
+                into[f] = into.get(f, 0) + v
+        for slot, values in sums.items():
+            pipe.hset(k.perf(res, slot), mapping=values)
     pipe.execute()
 
 
