@@ -352,16 +352,29 @@ def main() -> int:
                     "`git worktree add --detach /tmp/base main`; it needs its .pkgs links as "
                     "/tmp/tools/wt-setup.sh makes them): the same pages on the same data, "
                     "the two interleaved request by request")
+    ap.add_argument("--data", default="", help="a directory for the data set: saved there "
+                    "(dump.rdb) once populated and reused by the next run with the same --data "
+                    "(the sizes given then are ignored; the slots of the performance pages are "
+                    "written afresh)")
     ap.add_argument("--out", default="RENDER.md", help="the report's name in bench/ "
                     "(its JSON beside it: render.json for RENDER.md, else <name>.json)")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="antre-render-")
+    data_dir = args.data or os.path.join(tempfile.mkdtemp(prefix="antre-render-"), "redis")
+    os.makedirs(data_dir, exist_ok=True)
+    saved = os.path.exists(os.path.join(data_dir, "dump.rdb"))
     loads = [loadavg()]
-    with EmbeddedRedis(data_dir=os.path.join(tmp, "redis")) as server:
+    with EmbeddedRedis(data_dir=data_dir) as server:
         client = redis.Redis.from_url(server.url, decode_responses=True)
         q = Queue(client, "bench")
-        populate(q, args.ready, args.dead, args.inflight, args.scheduled)
-        populate_more(client, server.url, args.groups, args.flows, args.locks)
+        if saved:
+            print(f"reusing the data set saved in {data_dir}", flush=True)
+        else:
+            populate(q, args.ready, args.dead, args.inflight, args.scheduled)
+            populate_more(client, server.url, args.groups, args.flows, args.locks)
+            if args.data:  # before the actions change it
+                client.bgsave()
+                while client.info("persistence")["rdb_bgsave_in_progress"]:
+                    time.sleep(0.5)
         populate_perf(client, "bench", int(time.time() * 1000))
         memory = client.info("memory")["used_memory_human"]
         sides = [Side("tip", ROOT, server.url)]
