@@ -300,13 +300,14 @@ end
 -- ('type:<t>', 'ds:<name>', space-separated), HASH '<tag>:lconc' gate -> slots, HASH
 -- '<tag>:lrate' gate -> '<n>/<window ms>'; an operator's override, HASH '<tag>:lover' gate ->
 -- '<slots>|<until ms>|<n>/<window ms>' (either part '' when not overridden; until 0: until
--- cleared; gate_override.lua). Reserve (gate_take) gives each popped job of a type with gates
--- a start under each gate's rate (a later start makes the job wait in 'scheduled' for it, as
--- a group rate's: field 'gate' says which; ZSET '<tag>:lstart:<gate>' the starts of the last window
--- and those ahead) and then a slot of each gate's concurrency (SET '<tag>:lheld:<gate>', the
--- ids in flight): a gate at its limit puts the job, untouched, at the end of the gate's line
--- (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field 'gate'); no lease,
--- no delivery, no attempt, no snooze. Whichever script takes a job out of flight (ack, retry,
+-- cleared; gate_override.lua). Reserve (gate_take) first checks each gate's concurrency (SET
+-- '<tag>:lheld:<gate>', the ids in flight): a gate at its limit puts the job, untouched, at the
+-- end of the gate's line (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field
+-- 'gate') holding no rate start (one it was given is dropped: a job that cannot start uses up
+-- no start of the window); no lease, no delivery, no attempt, no snooze. Else the job takes a
+-- start under each gate's rate, the latest any of them gives (ZSET '<tag>:lstart:<gate>' the
+-- starts of the last window and those ahead): a later start makes it wait in 'scheduled' for
+-- it, as a group rate's (field 'gate' says which), holding no slot; a start now takes the slots. Whichever script takes a job out of flight (ack, retry,
 -- snooze, hand-back, bury, sweep, cancel: gate_leave) frees its slots ('lgates') and moves as
 -- many of the line's oldest jobs as slots are free to the oldest end of ready, in the same
 -- call. A slot whose job is no longer in flight (removed by hand) is freed by the next reserve
@@ -334,19 +335,23 @@ local function gate_limits(tag, gate, now)
   return n, rn, rw
 end
 
-local function gate_start(prefix, id, tag, gate, now, rn, rw)
-  -- ``id``'s start under ``gate``'s rate (rn per rw ms): one given before and not yet past its
-  -- window is kept; else the next free one. Returns the start (ms).
+local function gate_next(id, tag, gate, now, rn, rw)
+  -- ``id``'s start under ``gate``'s rate (rn per rw ms), not taken yet: one given before and
+  -- not yet past its window is kept; else the next free one
   local starts = tag .. 'lstart:' .. gate
   local given = tonumber(redis.call('ZSCORE', starts, id) or '')
   if given and given + rw > now then return given end
   redis.call('ZREMRANGEBYSCORE', starts, '-inf', now - rw)
-  local at = now
   local nth = redis.call('ZREVRANGE', starts, rn - 1, rn - 1, 'WITHSCORES')
-  if nth[2] and tonumber(nth[2]) + rw > now then at = tonumber(nth[2]) + rw end
+  if nth[2] and tonumber(nth[2]) + rw > now then return tonumber(nth[2]) + rw end
+  return now
+end
+
+local function gate_start(tag, gate, id, at, now, rw)
+  -- ``id`` takes its start ``at`` under ``gate``'s rate (the key expires a window after it)
+  local starts = tag .. 'lstart:' .. gate
   redis.call('ZADD', starts, at, id)
   if redis.call('PTTL', starts) < at - now + rw then redis.call('PEXPIRE', starts, at - now + rw) end
-  return at
 end
 
 local function gate_mend(prefix, held)
@@ -361,33 +366,39 @@ end
 
 local function gate_take(prefix, id, now)
   -- at reserve: nil when ``id`` may be reserved (its gates' slots taken: field 'lgates'),
-  -- else where it went instead: 'rate' (scheduled for its start) or 'line' (a gate is full)
+  -- else where it went instead: 'line' (a gate's slots are all in flight: it takes no start,
+  -- and drops one it was given) or 'rate' (scheduled for its start: the latest any of its
+  -- gates' rates gives, taken under each of them; no slot is taken)
   local t = redis.pcall('HGET', prefix .. id, 'type')
   if type(t) ~= 'string' then return nil end  -- (missing, or not a hash: reserve deals with it)
   local tag = tag_of(prefix)
   local gates = redis.call('HGET', tag .. 'lactive', t)
   if not gates then return nil end
-  local take = {}
+  local take, rated, at, why = {}, {}, now, nil
   for gate in string.gmatch(gates, '%S+') do
     local n, rn, rw = gate_limits(tag, gate, now)
-    if rn then
-      local at = gate_start(prefix, id, tag, gate, now, rn, rw)
-      if at > now then
-        redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'gate', gate)
-        redis.call('ZADD', tag .. 'scheduled', at, id)
-        return 'rate'
-      end
-    end
     if n then
       local held = tag .. 'lheld:' .. gate
       if redis.call('SCARD', held) >= n then gate_mend(prefix, held) end
       if redis.call('SCARD', held) >= n then
+        for g2 in string.gmatch(gates, '%S+') do redis.call('ZREM', tag .. 'lstart:' .. g2, id) end
         wait_in(prefix, tag .. 'lline:' .. gate, id, now, 'limit', nil)
         redis.call('HSET', prefix .. id, 'gate', gate)
         return 'line'
       end
       take[#take + 1] = gate
     end
+    if rn then
+      rated[#rated + 1] = {gate, rw}
+      local start = gate_next(id, tag, gate, now, rn, rw)
+      if start > at then at, why = start, gate end
+    end
+  end
+  for _, g in ipairs(rated) do gate_start(tag, g[1], id, at, now, g[2]) end
+  if at > now then
+    redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'gate', why)
+    redis.call('ZADD', tag .. 'scheduled', at, id)
+    return 'rate'
   end
   if #take > 0 then
     for _, gate in ipairs(take) do redis.call('SADD', tag .. 'lheld:' .. gate, id) end
