@@ -84,3 +84,67 @@ def test_bad_overrides_are_refused_saying_what_to_pass(r, clock, kwargs, message
 def test_a_control_made_without_pauses_says_what_to_pass(r, clock):
     with pytest.raises(GroupError, match="pauses="):
         GroupControl(r, clock).pause("jobs", "small", "ops", "why")
+
+
+def rated(q: Queue, group: str, n: int, conc: int | None = None,
+          rate: str | None = None) -> list[str]:
+    return q.enqueue_many([JobSpec("t", {"i": i}, f"{group}:{i}", group=group,
+                                   group_concurrency=conc, group_rate=rate) for i in range(n)])
+
+
+def test_a_rate_override_replaces_the_jobs_rate_and_its_start_ahead_is_given_again(q, r, clock):
+    ids = rated(q, "tenant:7", 4, conc=10, rate="1/s")
+    assert states(q, ids) == ["ready", "scheduled", "waiting", "waiting"]
+    ctl = GroupControl(r, clock)
+    over = ctl.set_override("jobs", "tenant:7", "ops", "their backlog is urgent", rate="10/s")
+    assert over.slots is None and over.rate == "10/s"
+    # the start it gave a second ahead is given again under 10/s (now), and the line follows
+    assert states(q, ids) == ["ready"] * 4
+    row = Groups(r, clock).find("jobs", "tenant:7")
+    assert row.rate == "10/s" and row.override.rate == "10/s" and row.rate_waiting == 0
+    assert len(q.reserve("w", count=10)) == 4
+
+
+def test_a_group_without_a_rate_is_given_one_and_clearing_lifts_it(q, r, clock):
+    ids = rated(q, "noisy", 5, conc=2)
+    ctl = GroupControl(r, clock)
+    ctl.set_override("jobs", "noisy", "ops", "slow them down", rate="1/s")
+    q.ack_many([(j, None) for j in q.reserve("w", count=10)])
+    # two started just now (counted when they end): the next start is a second ahead, and the
+    # rest wait in line behind it
+    assert states(q, ids)[2:] == ["scheduled", "waiting", "waiting"]
+    assert q.get(ids[2]).visible_at == clock() + 1000
+    row = Groups(r, clock).find("jobs", "noisy")
+    assert row.held_why(clock()).startswith("at its rate 1/s (set by ops)")
+    assert ctl.clear_slots("jobs", "noisy") == 2
+    assert states(q, ids)[2:] == ["ready", "ready", "waiting"]  # no rate now; its 2 slots
+
+
+def test_a_rate_override_reverts_after_its_time(q, r, clock):
+    ids = rated(q, "tenant:3", 4, conc=5, rate="100/s")
+    ctl = GroupControl(r, clock)
+    ctl.set_override("jobs", "tenant:3", "ops", "hold them back", rate="1/h", slots=1,
+                     revert_after_s=60)
+    q.ack(q.reserve("w")[0])  # one started under the override ...
+    more = rated(q, "tenant:3", 2, conc=5, rate="100/s")
+    q.ack_many([(j, None) for j in q.reserve("w", count=10)])  # ... and the three ready before
+    # 1 slot and 1 start an hour: the next job is scheduled an hour ahead, the other waits
+    assert states(q, more) == ["scheduled", "waiting"]
+    assert q.get(more[0]).visible_at == clock() + 3600_000
+    clock.advance(61_000)
+    assert ctl.revert_due("jobs") == 1
+    assert Groups(r, clock).find("jobs", "tenant:3").override is None
+    assert states(q, more) == ["ready", "ready"]  # its own 100/s and 5 slots again
+    assert states(q, ids) == ["done"] * 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({}, "pass slots"),
+    ({"rate": "fast"}, "bad rate 'fast'"),
+    ({"rate": "0/s"}, "bad rate"),
+    ({"slots": -1, "rate": "1/s"}, "bad slots"),
+])
+def test_bad_rate_overrides_are_refused_saying_what_to_pass(r, clock, kwargs, message):
+    with pytest.raises(GroupError, match=message):
+        GroupControl(r, clock).set_override("jobs", "g", "ops", "why", **kwargs)
+    assert r.hlen("antre:{jobs}:glimits") == 0

@@ -247,10 +247,10 @@ end
 -- Groups (fair shares): a job with a group ('fgroup') holds one of its group's slots while it
 -- is ready, scheduled or in flight (SET '<tag>:gheld:<group>'); a group has 'gconc' slots (its
 -- jobs' group_concurrency, GROUP_WINDOW when none; an operator's override in HASH
--- '<tag>:glimits'). A job finding them all taken waits in the group's line ('<tag>:gline:<group>')
--- and takes the slot a leaving job frees (group_leave). With at most that many ready jobs per
--- group, a group of a million jobs and a group of ten both have their share of the ready list:
--- reserve itself is unchanged. ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
+-- '<tag>:glimits', group_override). A job finding them all taken waits in the group's line
+-- ('<tag>:gline:<group>') and takes the slot a leaving job frees (group_leave). With at most
+-- that many ready jobs per group, a group of a million jobs and a group of ten both have their
+-- share of the ready list: reserve itself is unchanged. ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
 -- slots held) are the Groups page's bounded index. A job with a lock_key is first its key's
 -- head, then asks its group for a slot. A waiting job's field 'waits_on' says which line.
 local GROUP_WINDOW = 128  -- a group naming no group_concurrency (see bench/PERKEY.md)
@@ -470,14 +470,25 @@ local function gate_regate(prefix, now)
   return moved
 end
 
-local function group_limit(job_prefix, id, g, now)
-  -- an operator's override (HASH '<tag>:glimits', group -> '<slots>|<until ms>', until 0: until
-  -- cleared; group_limit.lua) while it lasts, else the job's own 'gconc', else GROUP_WINDOW
+local function group_override(job_prefix, g, now)
+  -- an operator's override of group ``g`` while it lasts (HASH '<tag>:glimits', group ->
+  -- '<slots>|<until ms>|<n>/<window ms>', either limit '' when not overridden, until 0: until
+  -- cleared; group_limit.lua): its slots (or nil) and its rate's n and window (or nil)
   local raw = redis.call('HGET', tag_of(job_prefix) .. 'glimits', g)
-  if raw then
-    local n, untl = string.match(raw, '^(%d+)|(%d+)$')
-    if n and (untl == '0' or tonumber(untl) > now) then return tonumber(n) end
-  end
+  if not raw then return nil, nil, nil end
+  local n, untl, rate = string.match(raw, '^(%d*)|(%d+)|?(.*)$')
+  if not untl or (untl ~= '0' and tonumber(untl) <= now) then return nil, nil, nil end
+  local rn, rw = string.match(rate, '^(%d+)/(%d+)$')
+  rn, rw = tonumber(rn), tonumber(rw)
+  if not rn or rn < 1 or rw < 1 then rn, rw = nil, nil end
+  return tonumber(n), rn, rw
+end
+
+local function group_limit(job_prefix, id, g, now)
+  -- the group's slots: an operator's override while it lasts, else the job's own 'gconc',
+  -- else GROUP_WINDOW
+  local n = group_override(job_prefix, g, now)
+  if n then return n end
   return num_field(job_prefix .. id, 'gconc', GROUP_WINDOW)
 end
 
@@ -495,8 +506,14 @@ end
 -- in the group's line, and the scheduled job's end gives the next starts. So no job is
 -- delivered early, snoozed or charged an attempt for its group's rate, no start is given more
 -- than a window ahead, and the ready list holds only other groups' jobs meanwhile. A retried
--- or swept job keeps its slot and its start (no second one is taken).
-local function rate_of(job_prefix, id)
+-- or swept job keeps its slot and its start (no second one is taken). An operator's override
+-- of the group's rate (group_override) replaces its jobs' own, or gives a group a rate its
+-- jobs do not name; the start it gave ahead is given again under the new rate (rate_regive).
+local function rate_of(job_prefix, id, g, now)
+  -- the rate of ``id``'s group ``g``: an operator's override of it while it lasts (a group
+  -- whose jobs name no rate can be given one), else the job's own 'grate'; nil: none
+  local _, on, ow = group_override(job_prefix, g, now)
+  if on then return on, ow end
   local raw = redis.call('HGET', job_prefix .. id, 'grate')
   if not raw or raw == '' then return nil, nil end
   local n, w = string.match(raw, '^(%d+)/(%d+)$')
@@ -509,7 +526,7 @@ local function rate_blocked(job_prefix, id, g, now)
   -- whether ``id`` (of group ``g``) must wait in the line: its group has a rate, has given a
   -- start that is still ahead, and one of its jobs holds a slot (whose end fills the line
   -- again: with none, e.g. the scheduled one purged, the job takes its slot and a start)
-  if not rate_of(job_prefix, id) then return false end
+  if not rate_of(job_prefix, id, g, now) then return false end
   local tag = tag_of(job_prefix)
   local newest = redis.call('ZREVRANGE', tag .. 'grate:' .. g, 0, 0, 'WITHSCORES')
   return newest[2] ~= nil and tonumber(newest[2]) > now and
@@ -517,7 +534,7 @@ local function rate_blocked(job_prefix, id, g, now)
 end
 
 local function rate_start(job_prefix, id, g, now)
-  local n, w = rate_of(job_prefix, id)
+  local n, w = rate_of(job_prefix, id, g, now)
   if not n then return end
   local key = job_prefix .. id
   local starts = tag_of(job_prefix) .. 'grate:' .. g
@@ -537,17 +554,43 @@ end
 local function rate_started(job_prefix, id, g, now)
   -- a job of a group with a rate left its slot: its start becomes the time it was reserved,
   -- when that was later than the start it was given
-  local f = redis.call('HMGET', job_prefix .. id, 'grate', 'reserved_at')
-  if not f[1] or f[1] == '' then return end
-  local w = tonumber(string.match(f[1], '^%d+/(%d+)$') or '')
-  local began = tonumber(f[2] or '')
-  if not w or not began or began + w <= now then return end
+  local _, w = rate_of(job_prefix, id, g, now)
+  if not w then return end
+  local began = tonumber(redis.call('HGET', job_prefix .. id, 'reserved_at') or '')
+  if not began or began + w <= now then return end
   local starts = tag_of(job_prefix) .. 'grate:' .. g
   local given = tonumber(redis.call('ZSCORE', starts, id) or '')
   if given and given >= began then return end
   redis.call('ZADD', starts, began, id)
   if redis.call('PTTL', starts) < began - now + w then
     redis.call('PEXPIRE', starts, began - now + w)
+  end
+end
+
+local function rate_regive(job_prefix, g, now)
+  -- after an operator changed ``g``'s rate: the starts it gave ahead (its jobs scheduled for
+  -- them: one at a time, at most 100 here) are given again under the rate now, sooner or later
+  -- (a job whose new start is now is made ready)
+  local tag = tag_of(job_prefix)
+  local starts = tag .. 'grate:' .. g
+  local ahead = redis.call('ZRANGEBYSCORE', starts, '(' .. now, '+inf', 'LIMIT', 0, 100)
+  if #ahead == 0 then return end
+  redis.call('ZREM', starts, unpack(ahead))
+  for _, id in ipairs(ahead) do
+    local key = job_prefix .. id
+    local f = redis.call('HMGET', key, 'state', 'rate_due', 'visible_at')
+    if f[1] == 'scheduled' and f[2] and f[2] == f[3] then
+      redis.call('HSET', key, 'visible_at', now)  -- (the old start set it: it goes)
+      redis.call('HDEL', key, 'rate_due')
+      rate_start(job_prefix, id, g, now)
+      local at = num_field(key, 'visible_at', now)
+      if at > now then
+        redis.call('ZADD', tag .. 'scheduled', at, id)
+      else
+        redis.call('ZREM', tag .. 'scheduled', id)
+        place(job_prefix, id, now, true)
+      end
+    end
   end
 end
 
