@@ -148,3 +148,23 @@ def test_bad_rate_overrides_are_refused_saying_what_to_pass(r, clock, kwargs, me
     with pytest.raises(GroupError, match=message):
         GroupControl(r, clock).set_override("jobs", "g", "ops", "why", **kwargs)
     assert r.hlen("antre:{jobs}:glimits") == 0
+
+
+def test_lowered_slots_hold_at_the_next_reserve_and_the_jobs_keep_their_order(q, r, clock):
+    # five ready jobs holding slots when the operator lowers the group to 2: reserve delivers
+    # 2 and puts the other 3 back at the front of the group's line, untouched, in order
+    ids = fill(q, "tenant:5", 6, conc=5)
+    assert states(q, ids) == ["ready"] * 5 + ["waiting"]
+    ctl = GroupControl(r, clock)
+    ctl.set_slots("jobs", "tenant:5", 2, "ops", "their API is slow")
+    got = q.reserve("w", count=10)
+    assert [j.id for j in got] == ids[:2]
+    assert states(q, ids)[2:] == ["waiting"] * 4
+    assert q.get(ids[2]).deliveries == 0 and r.scard(q.keys.group_held("tenant:5")) == 2
+    _, line = Groups(r, clock).jobs("jobs", "tenant:5")
+    assert [j.id for j in line] == ids[2:]
+    q.ack(got[0])
+    assert [j.id for j in q.reserve("w", count=10)] == [ids[2]]
+    ctl.set_slots("jobs", "tenant:5", 0, "ops", "hold them")
+    q.ack(got[1])
+    assert q.reserve("w", count=10) == []  # 0 holds it: nothing more is started
