@@ -619,6 +619,37 @@ local function group_fill(job_prefix, g, now, limit)
   end
 end
 
+local function group_over(job_prefix, id, now, back)
+  -- at reserve, while a group of the queue has an operator's limit: true when ``id``'s group
+  -- holds more slots than its override allows now (it was lowered), so ``id`` gives its slot
+  -- back and waits, untouched, at the front of the group's line (``back``: group -> ids, in
+  -- the order reserve met them; group_over_end puts them there). The start its group's rate
+  -- gave it is dropped: it did not start.
+  local g = redis.pcall('HGET', job_prefix .. id, 'fgroup')
+  if type(g) ~= 'string' or g == '' then return false end
+  local n = group_override(job_prefix, g, now)
+  local tag = tag_of(job_prefix)
+  local held = tag .. 'gheld:' .. g
+  if not n or redis.call('SCARD', held) <= n then return false end
+  if redis.call('SREM', held, id) == 0 then return false end
+  if tonumber(redis.call('ZINCRBY', tag .. 'gslots', -1, g)) <= 0 then
+    redis.call('ZREM', tag .. 'gslots', g)
+  end
+  redis.call('ZREM', tag .. 'grate:' .. g, id)
+  redis.call('ZADD', tag .. 'waiting', now, id)
+  redis.call('HSET', job_prefix .. id, 'state', 'waiting', 'waits_on', 'group')
+  redis.call('ZINCRBY', tag .. 'gwait', 1, g)
+  back[g] = back[g] or {}
+  table.insert(back[g], 1, id)  -- newest met first: the first met is RPUSHed last
+  return true
+end
+
+local function group_over_end(job_prefix, back)
+  for g, ids in pairs(back) do
+    redis.call('RPUSH', tag_of(job_prefix) .. 'gline:' .. g, unpack(ids))
+  end
+end
+
 local HEAD_STATES = {ready = true, scheduled = true, inflight = true}
 
 local function group_join(job_prefix, id, g, now)
