@@ -844,7 +844,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
   if to == 'discard' then
     tl_add(tl, now, 'cancelled', actor, detail)
     turn_end(job_key, id, now)  -- the next job waiting on its lock_key gets the turn
-    flow_dead(job_key, id, now, reason)  -- (a member of a flow: as if dead)
+    flow_gone(job_key, id, now, reason, dlq[2])  -- (a member of a flow: gone for good)
     local df = redis.call('HMGET', job_key, 'idem_key', 'waiters')
     if df[1] then unindex_key(idem_index_key(prefix_of(job_key, id)), df[1], id) end
     result_wake(prefix_of(job_key, id), id, df[2])
