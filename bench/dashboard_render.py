@@ -34,6 +34,7 @@ sys.path.insert(0, ROOT)
 from bench import tree  # noqa: E402
 
 tree.use()  # antre_web is this tree's webapp/, not the venv's install
+code_path = tree.code_path
 from antre.embedded import EmbeddedRedis
 from antre.engine.queue import JobSpec, Queue
 from antre_web import create_app
@@ -254,7 +255,7 @@ class Side:
 
         self.name, self.tree = name, tree
         tmp = tempfile.mkdtemp(prefix=f"antre-render-{name}-")
-        env = {**os.environ, "PYTHONPATH": f"{tree}/.pkgs:{tree}"}
+        env = {**os.environ, "PYTHONPATH": code_path(tree)}
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(ROOT, "bench", "render_child.py"), redis_url, tmp],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
@@ -351,9 +352,8 @@ def main() -> int:
     ap.add_argument("--locks", type=int, default=200, help="held locks")
     ap.add_argument("--runs", type=int, default=7, help="requests per page and side")
     ap.add_argument("--base", default="", help="a checkout of the code to compare with (e.g. "
-                    "`git worktree add --detach /tmp/base main`; it needs its .pkgs links as "
-                    "/tmp/tools/wt-setup.sh makes them): the same pages on the same data, "
-                    "the two interleaved request by request")
+                    "`git worktree add --detach /tmp/base main`): the same pages on the same "
+                    "data, the two interleaved request by request")
     ap.add_argument("--data", default="", help="a directory for the data set: saved there "
                     "(dump.rdb) once populated and reused by the next run with the same --data "
                     "(the sizes given then are ignored; the slots of the performance pages are "
