@@ -365,7 +365,7 @@ def main() -> int:
     os.makedirs(data_dir, exist_ok=True)
     saved = os.path.exists(os.path.join(data_dir, "dump.rdb"))
     loads = [loadavg()]
-    with EmbeddedRedis(data_dir=data_dir) as server:
+    with EmbeddedRedis(data_dir=data_dir, startup_timeout=600) as server:  # (loading a dump)
         client = redis.Redis.from_url(server.url, decode_responses=True)
         q = Queue(client, "bench")
         if saved:
