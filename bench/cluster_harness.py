@@ -306,6 +306,16 @@ class Harness:
                 raise RuntimeError(f"the Redis Cluster was not ok after {timeout}s")
             time.sleep(0.1)
 
+    def wait_failover(self, dead: Node, timeout: float = 60) -> None:
+        """Until the live nodes no longer count ``dead`` as a master and every slot is served
+        again (its replica promoted by the cluster's own failover)."""
+        deadline = time.monotonic() + timeout
+        while dead in self.masters() or len(self.masters()) < self.n_masters:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no failover of {dead.addr} after {timeout}s")
+            time.sleep(0.05)
+        self.wait_cluster_ok(timeout=max(1.0, deadline - time.monotonic()))
+
     @property
     def cluster_url(self) -> str:
         return f"redis://{self.nodes[0].addr}/0"
