@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.antre_bench import TreeCpu  # noqa: E402
-from bench.cluster_harness import Harness, Node, log  # noqa: E402
+from bench.cluster_harness import Harness, log  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHUNK = 1_000
