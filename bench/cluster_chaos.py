@@ -83,8 +83,9 @@ class ClusterChaos:
         import importlib
 
         import bench.apps.cluster as mod
-        self.app = importlib.reload(mod).app
-        self.q = self.app.queue()
+        self.mod = importlib.reload(mod)
+        self.app = self.mod.app
+        self.q = self.app.queue()  # partition 0 (its master is the one killed)
 
     def env(self, host: str) -> dict[str, str]:
         a = self.args
@@ -112,7 +113,8 @@ class ClusterChaos:
                                    visibility_timeout_s=self.args.vt) for k in keys]
             try:
                 ids = self.app.enqueue_many(specs)
-                self.wait_replicas()
+                if not self.args.no_replica_wait:
+                    self.wait_replicas()
                 self.ids.extend(ids)
                 return
             except redis.RedisError as exc:  # mid-failover: again, new ids, the same keys
@@ -186,9 +188,16 @@ class ClusterChaos:
                 return
             time.sleep(0.2)
 
+    def stats(self) -> dict[str, int]:
+        """The queue's counters summed over its partitions."""
+        out: Counter[str] = Counter()
+        for q in self.mod.partitions():
+            out.update(q.stats())
+        return dict(out)
+
     def stat(self, name: str) -> int:
         try:
-            return int(self.q.stats().get(name, 0))
+            return int(self.stats().get(name, 0))
         except redis.RedisError:
             return 0
 
@@ -234,26 +243,30 @@ class ClusterChaos:
         return False
 
     def left(self) -> dict[str, int]:
-        k, r = self.q.keys, self.app.redis
-        return {"ready": r.llen(k.ready), "scheduled": r.zcard(k.scheduled),
-                "inflight": r.zcard(k.inflight)}
+        r, out = self.app.redis, Counter({"ready": 0, "scheduled": 0, "inflight": 0})
+        for q in self.mod.partitions():
+            out.update({"ready": r.llen(q.keys.ready), "scheduled": r.zcard(q.keys.scheduled),
+                        "inflight": r.zcard(q.keys.inflight)})
+        return dict(out)
 
     def settled(self) -> bool:
-        s = self.q.stats()
+        s = self.stats()
         return s.get("enqueued", 0) == sum(s.get(n, 0) for n in ("acked", "deduplicated",
                                                                    "buried"))
 
     # -- the checks ----------------------------------------------------------------------------
     def check(self, drained: bool, elapsed: float, logs: list[str]) -> dict[str, Any]:
-        k, r = self.q.keys, self.app.redis
-        stats = self.q.stats()
+        r, parts = self.app.redis, self.mod.partitions()
+        stats = self.stats()
         with self.engine.connect() as con:
             rows = con.execute(sa.text("SELECT idem_key, host FROM cluster_effects")).fetchall()
         effects = Counter(key for key, _ in rows)
         by_host = Counter(host for _, host in rows)
-        done = set(r.zrange(k.done, 0, -1))
-        dead = set(r.zrange(k.dead, 0, -1))
-        dead_keys = {r.hget(k.job(j), "idem_key") for j in dead}
+        done = {j for q in parts for j in r.zrange(q.keys.done, 0, -1)}
+        dead_by_q = {q: r.zrange(q.keys.dead, 0, -1) for q in parts}
+        dead = {j for ids in dead_by_q.values() for j in ids}
+        dead_keys = {r.hget(q.keys.job(j), "idem_key") for q, ids in dead_by_q.items()
+                     for j in ids}
         keys = set(self.keys)
         lost = sorted(key for key in keys if not effects.get(key) and key not in dead_keys)
         dups = {key: n for key, n in effects.items() if n > 1}
@@ -280,6 +293,7 @@ class ClusterChaos:
             "idempotency keys": len(keys), "jobs enqueued": enqueued,
             "effects committed": sum(1 for key in keys if effects.get(key)),
             "effects committed by host": dict(by_host),
+            "jobs done by partition": [int(r.zcard(q.keys.done)) for q in parts],
             "duplicate executions caught (idempotency hits)": stats.get("deduplicated", 0),
             "redeliveries (reserves beyond one per job)": max(0, stats.get("reserved", 0)
                                                               - enqueued),
@@ -335,6 +349,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help=f"the faults, in order, each once: any of {', '.join(STEPS)}")
     p.add_argument("--timeout", type=float, default=None, help="give up after (s)")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-replica-wait", action="store_true",
+                   help="the producer does not WAIT for a replica after each chunk")
     p.add_argument("--keep", action="store_true", help="leave the set-up running")
     p.add_argument("--logs-to", default=None, help="copy the worker logs into this folder")
     p.add_argument("--out", default=os.path.join(HERE, "cluster-chaos.json"))

@@ -62,10 +62,13 @@ def spread_queues(h: Harness, app: Any, n: int) -> list[str]:
 
 
 def acked(app: Any, queues: list[str]) -> int:
+    """Jobs acked so far over every partition of ``queues``."""
+    import bench.apps.cluster as mod
     total = 0
     for name in queues:
-        stats = app.queue(name).stats()
-        total += stats.get("acked", 0) + stats.get("deduplicated", 0)
+        for q in mod.partitions(name):
+            stats = q.stats()
+            total += stats.get("acked", 0) + stats.get("deduplicated", 0)
     return total
 
 

@@ -7,7 +7,7 @@ that commits into ``cluster_effects`` through ``ctx.db`` (committed with the ide
 record, as ``bench/apps/chaos.py`` does), so a duplicate committed effect shows as two rows for
 one key (no unique constraint, on purpose).
 
-Environment: ``BENCH_REDIS_URL`` (any node of the cluster), ``BENCH_PARTITIONS`` (the queue's
+Environment: ``BENCH_REDIS_URL`` (``redis://`` any node of the cluster), ``BENCH_PARTITIONS`` (the queue's
 partition count, default 1), ``BENCH_DATABASE_URL`` (the idempotency store; none for the scale
 run), ``BENCH_HOST`` (the host's name, written with each effect), ``CHAOS_VT_S`` (lease),
 ``CHAOS_WORK_MS`` (most random handler time).
@@ -31,10 +31,11 @@ WORK_MS = float(os.environ.get("CHAOS_WORK_MS", "0"))
 
 
 def make_app() -> Antre:
-    """``Antre(redis_url=<cluster url>, partitions=N)`` where this tree has partitions; before
-    they land, a Redis Cluster client of our own and one partition."""
+    """``Antre(redis_url="redis+cluster://...", partitions=N)`` where this tree has partitions;
+    before they landed, a Redis Cluster client of our own and one partition."""
     if "partitions" in inspect.signature(Antre).parameters:
-        return Antre(redis_url=URL, database_url=DATABASE_URL, partitions=PARTITIONS)
+        return Antre(redis_url=URL.replace("redis://", "redis+cluster://", 1),
+                     database_url=DATABASE_URL, partitions=PARTITIONS)
     if PARTITIONS != 1:
         raise SystemExit("BENCH_PARTITIONS > 1 needs a tree with Antre(partitions=N)")
     client = RedisCluster.from_url(URL, decode_responses=True, socket_timeout=10,
@@ -65,3 +66,9 @@ def effect(ctx, payload):
     ctx.db.execute(INSERT, {"k": ctx.job.idempotency_key, "j": ctx.job.id, "e": ctx.job.epoch,
                             "h": HOST, "t": time.time()})
     return {"k": ctx.job.idempotency_key}
+
+
+def partitions(name: str = "default") -> list:
+    """Every partition of the queue ``name`` (one ``Queue`` each; one before partitions)."""
+    of = getattr(app, "partitions_of", None)
+    return of(name).queues() if of is not None else [app.queue(name)]
