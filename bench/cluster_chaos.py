@@ -11,7 +11,7 @@ store and the effects: each ``effect`` job inserts a row into ``cluster_effects`
 committed effect shows as two rows for one key). A producer on the root namespace enqueues the
 jobs with ``enqueue_many`` in chunks over the run, waiting after each chunk for a replica to
 have it (``WAIT 1``: Redis replication is asynchronous, so without it a master's kill -9 can
-take the last acknowledged writes with it; see "what the master kill showed" in CLUSTER.md),
+take the last acknowledged writes with it; ``--no-replica-wait`` leaves it out),
 and re-sending a chunk (new ids, same idempotency keys) when the cluster refuses it mid-failover.
 
 Faults, each once, paced by the effects committed (``--script``, default

@@ -106,9 +106,11 @@ def trial(h: Harness, layout: str, a: argparse.Namespace) -> dict[str, Any]:
     while time.monotonic() < deadline:
         done = acked(app, queues)
         if "lo" not in marks and done >= a.jobs * 0.1:
-            marks["lo"] = (time.monotonic(), done, h.cpu_s(masters), cpu.total())
+            marks["lo"] = (time.monotonic(), done, h.cpu_s(masters), cpu.total(),
+                           commands(masters))
         if "lo" in marks and done >= a.jobs * 0.9:
-            marks["hi"] = (time.monotonic(), done, h.cpu_s(masters), cpu.total())
+            marks["hi"] = (time.monotonic(), done, h.cpu_s(masters), cpu.total(),
+                           commands(masters))
             break
         if any(p.poll() is not None for p in pools):
             break
@@ -118,7 +120,7 @@ def trial(h: Harness, layout: str, a: argparse.Namespace) -> dict[str, Any]:
     client.close()
     if "hi" not in marks:
         return {"layout": layout, "error": f"only {done}/{a.jobs} acked in {a.timeout}s"}
-    (t_lo, n_lo, c_lo, w_lo), (t_hi, n_hi, c_hi, w_hi) = marks["lo"], marks["hi"]
+    (t_lo, n_lo, c_lo, w_lo, k_lo), (t_hi, n_hi, c_hi, w_hi, k_hi) = marks["lo"], marks["hi"]
     jobs = n_hi - n_lo
     per_node = {m.addr: round((c_hi[m.addr] - c_lo[m.addr]) / jobs * 1e6, 1) for m in masters}
     busy = sum(per_node.values())
@@ -128,6 +130,9 @@ def trial(h: Harness, layout: str, a: argparse.Namespace) -> dict[str, Any]:
         "redis_cpu_us_per_job_by_master": per_node,
         "redis_cpu_us_per_job": round(busy, 1),
         "busiest_master_share": round(max(per_node.values()) / busy, 2) if busy else None,
+        # one Redis core's worth of the busiest master: the queue's ceiling on this layout
+        "ceiling_jobs_s": round(1e6 / max(per_node.values())) if busy else None,
+        "redis_commands_per_job": round((k_hi - k_lo) / jobs, 2),
         "redis_cpu_s_by_master": {m.addr: round(c_hi[m.addr] - c_lo[m.addr], 2)
                                   for m in masters},
         "worker_cpu_us_per_job": round((w_hi - w_lo) / jobs * 1e6),
@@ -137,6 +142,10 @@ def trial(h: Harness, layout: str, a: argparse.Namespace) -> dict[str, Any]:
         "window_s": round(t_hi - t_lo, 2), "acked_at_end": done,
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def commands(nodes: list[Any]) -> int:
+    return sum(int(n.client().info("stats")["total_commands_processed"]) for n in nodes)
 
 
 def summary(trials: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -151,6 +160,9 @@ def summary(trials: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 t["redis_cpu_us_per_job"] for t in ok), 1),
             "busiest_master_share (median)": statistics.median(
                 t["busiest_master_share"] for t in ok),
+            "ceiling_jobs_s (median)": round(statistics.median(t["ceiling_jobs_s"] for t in ok)),
+            "redis_commands_per_job (median)": statistics.median(
+                t["redis_commands_per_job"] for t in ok),
             "worker_cpu_us_per_job (median)": round(statistics.median(
                 t["worker_cpu_us_per_job"] for t in ok)),
             "trials": len(ok)}
@@ -168,11 +180,13 @@ def render(res: dict[str, Any]) -> str:
              f"{res['params']['rounds']} rounds. Rates are wall-clock on a loaded 2-core "
              "machine: read them as ratios within this run.", "",
              "| layout | jobs/s (median) | Redis CPU µs/job (all masters) | busiest master's "
-             "share | worker CPU µs/job | trials |", "|---|---:|---:|---:|---:|---:|"]
+             "share | ceiling: 1 s of the busiest master's CPU (jobs/s) | Redis commands/job "
+             "| worker CPU µs/job | trials |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for layout, s in res["summary"].items():
         lines.append(f"| {describe(layout)} | {s['rate_jobs_s (median)']:,} | "
                      f"{s['redis_cpu_us_per_job (median)']} | "
                      f"{s['busiest_master_share (median)']:.0%} | "
+                     f"{s['ceiling_jobs_s (median)']:,} | {s['redis_commands_per_job (median)']} | "
                      f"{s['worker_cpu_us_per_job (median)']} | {s['trials']} |")
     lines += ["", "Each trial's Redis CPU per job on each master (µs, processing window):", "",
               "| trial | layout | " + " | ".join(f"master {i + 1}" for i in range(3))
