@@ -10,7 +10,7 @@ from antre.control.edit import EditPlan, ReplayEdits
 from antre.control.purge import PurgeError
 from antre.errors import LeaseLost
 
-from .base import Action, Actor, Args, Html, Ops, Param, Result, _job_target, _note
+from .base import CANCEL_TO_PARAM, Action, Actor, Args, Html, Ops, Param, Result, _job_target, _note
 
 
 MAX_EXTEND_S = 24 * 3600
@@ -166,8 +166,7 @@ ENTRIES: list[Action] = [
            "/queues/<queue>/jobs/<job_id>/cancel", "cancel_job",
            Html("/queues/<queue>/jobs/<job_id>/cancel", "control.cancel_job", "inflight.index"),
            ("job", "cancel"), cancel_job, _job_target,
-           (Param("to", help="where the job goes: dlq or discard", default="dlq",
-                  choices=("dlq", "discard")),)),
+           (CANCEL_TO_PARAM,)),
     Action("dlq.replay_edited", "operator",
            "Replay a dead job with an edited payload (JSON) and optionally a new idempotency "
            "key; refused for a key whose effect completed unless a new key is given.",
