@@ -9,7 +9,7 @@ bench.apps.cluster:app`` pool) plus a private PostgreSQL on the bridge holding t
 store and the effects: each ``effect`` job inserts a row into ``cluster_effects`` through
 ``ctx.db``, committed with its idempotency record (no unique constraint, so a duplicate
 committed effect shows as two rows for one key). A producer on the root namespace enqueues the
-jobs with ``enqueue_many`` in chunks over the run, waiting after each chunk for a replica to
+jobs with ``enqueue_many`` in chunks, a ``--backlog`` ahead of the effects committed, waiting after each chunk for a replica to
 have it (``WAIT 1``: Redis replication is asynchronous, so without it a master's kill -9 can
 take the last acknowledged writes with it; ``--no-replica-wait`` leaves it out),
 and re-sending a chunk (new ids, same idempotency keys) when the cluster refuses it mid-failover.
@@ -63,6 +63,7 @@ class ClusterChaos:
         self.events: Counter[str] = Counter()
         self.timings: dict[str, float] = {}
         self.stop = threading.Event()
+        self.faults_done = threading.Event()
         self.produced = threading.Event()
         self.keys: list[str] = []
         self.ids: list[str] = []
@@ -96,15 +97,21 @@ class ClusterChaos:
 
     # -- producing -----------------------------------------------------------------------------
     def producer(self) -> None:
+        """The jobs in chunks, keeping about ``--backlog`` of them ahead of the effects
+        committed: work is left whenever a fault lands, however fast or slow the machine."""
         a = self.args
         run = uuid.uuid4().hex[:6]
         keys = [f"effect:{run}:{i}" for i in range(a.jobs)]
-        chunk = max(1, a.jobs // 40)
+        chunk = max(1, min(500, a.backlog // 4))
         for start in range(0, a.jobs, chunk):
+            while not self.stop.is_set():
+                done = self.committed()
+                if done >= 0 and len(self.keys) - done < a.backlog:
+                    break
+                time.sleep(0.05)
             part = keys[start:start + chunk]
             self.enqueue(part)
             self.keys.extend(part)
-            time.sleep(a.produce_s / 40)
         self.produced.set()
 
     def enqueue(self, keys: list[str]) -> None:
@@ -137,6 +144,12 @@ class ClusterChaos:
             return -1  # PostgreSQL restarting
 
     def scripted(self) -> None:
+        try:
+            self._scripted()
+        finally:
+            self.faults_done.set()
+
+    def _scripted(self) -> None:
         steps = [s for s in self.args.script.split(",") if s]
         for n, step in enumerate(steps, start=1):
             goal = self.args.jobs * n // (len(steps) + 2)
@@ -232,7 +245,7 @@ class ClusterChaos:
         """Until every key sent has a final job and nothing is ready, scheduled or in flight."""
         while time.monotonic() < t0 + self.args.timeout:
             time.sleep(0.5)
-            if not self.produced.is_set() or self.stop.is_set():
+            if not self.produced.is_set() or not self.faults_done.is_set():
                 continue
             try:
                 left = self.left()
@@ -343,8 +356,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--vt", type=float, default=3.0, help="lease (visibility timeout) seconds")
     p.add_argument("--work-ms", type=float, default=5.0, help="most random handler time")
-    p.add_argument("--produce-s", type=float, default=None,
-                   help="spread enqueueing over this many seconds (default: jobs/300)")
+    p.add_argument("--backlog", type=int, default=None,
+                   help="the producer keeps about this many jobs ahead of the effects "
+                        "committed (default: a tenth of the jobs, at least 50)")
     p.add_argument("--script", default=",".join(STEPS),
                    help=f"the faults, in order, each once: any of {', '.join(STEPS)}")
     p.add_argument("--timeout", type=float, default=None, help="give up after (s)")
@@ -360,7 +374,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if bad:
         p.error(f"--script: unknown fault(s) {bad}; pass a comma-separated list of {STEPS}")
     a.seed = a.seed if a.seed is not None else random.randrange(1 << 30)
-    a.produce_s = a.produce_s if a.produce_s is not None else max(2.0, a.jobs / 300)
+    a.backlog = a.backlog or max(50, a.jobs // 10)
     a.timeout = a.timeout or max(300.0, a.jobs / 20)
     return a
 

@@ -33,7 +33,7 @@ def test_two_hosts_survive_a_cut_link_a_master_kill_and_a_database_restart(tmp_p
         pytest.skip(why)
     out = tmp_path / "cluster-chaos.json"
     code = cluster_chaos.main(["--jobs", "300", "--processes", "1", "--threads", "4",
-                               "--vt", "2", "--work-ms", "5", "--produce-s", "3",
+                               "--vt", "2", "--work-ms", "5", "--backlog", "50",
                                "--script", "link,master,postgres", "--timeout", "80",
                                "--out", str(out), "--md", ""])
     res = json.loads(out.read_text())
