@@ -43,6 +43,8 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
+from bench.tree import code_path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -411,7 +413,7 @@ class Harness:
                    extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
         """``antre worker APP`` (as ``python -m antre_worker worker``) inside ``host``."""
         full = {**os.environ, **(env or {})}
-        full["PYTHONPATH"] = os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])
+        full["PYTHONPATH"] = code_path(ROOT)  # this tree's antre_worker, not the venv's
         cmd = ["ip", "netns", "exec", host.name, sys.executable, "-m", "antre_worker",
                "worker", app_path, "--processes", str(processes), "--threads", str(threads),
                *extra]
