@@ -60,6 +60,11 @@ def replay_failed(ops: Ops, who: Actor, a: Args) -> Result:
     if row is None:
         return Result(False, f"no flow {flow_id} in queue {queue} (finished flows are kept as "
                              "long as the queue's done jobs)", 404)
+    if row.given_up:
+        return Result(False, f"flow {flow_id} was given up when its member {row.failed_job} was "
+                             f"{row.given_up_by.split(' by ')[0]}: it does not go on, so its dead "
+                             "jobs are not replayed with it (replay one from the dead-letter "
+                             "queue if its effect is still wanted); nothing was changed", 409)
     if row.state == "cancelled":
         return Result(False, f"flow {flow_id} was cancelled: its jobs are not replayed; "
                              "nothing was changed", 409)

@@ -142,7 +142,9 @@ ENTRIES: list[Action] = [
            Html("/dlq/<queue>/<job_id>/discard", "dlq.discard", "dlq.index"),
            ("job", "discard"), discard, _job_target),
     Action("job.delete", "operator",
-           "Delete one ready or scheduled job; 409 when it is running, dead, done or gone.",
+           "Delete one ready, scheduled or waiting job, or a held job of a failed flow (which "
+           "gives the flow up); 409 when it is running, dead, done, gone or held in a running "
+           "flow.",
            "/queues/<queue>/jobs/<job_id>/delete", "delete_job",
            Html("/queues/<queue>/jobs/<job_id>/delete", "control.delete_job",
                 "scheduled.index"),
