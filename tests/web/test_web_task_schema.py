@@ -142,7 +142,7 @@ def test_the_edited_replay_is_refused_when_the_payload_does_not_fit_the_task(typ
 
 
 def _schema_of(page: str) -> dict | None:
-    found = re.search(r"<pre data-json-schema>(.*?)</pre>", page, re.S)
+    found = re.search(r"<pre data-json-schema[^>]*>(.*?)</pre>", page, re.S)
     if not found:
         return None
     text = found.group(1).replace("&#34;", '"').replace("&quot;", '"').replace("&lt;", "<") \
