@@ -33,6 +33,8 @@ from antre.clock import Clock
 from antre.observe.memory import MemoryPolicy, memory_policy
 from antre.observe.readmodels import ReadModels
 from antre.control.retention import Retention, SqlRetention
+from antre.scheduling.controls import GroupControl
+from antre.scheduling.gates import FlowGates
 
 from .health import REDIS_DOWN
 
@@ -49,8 +51,10 @@ class Duty:
 def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
     """One sweeper pass over every queue: expired leases back to ready (or to the DLQ when
     poison), then parked jobs of resumed job types back to ready, and cancel requests of jobs
-    that finished anyway forgotten. Returns totals."""
-    out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0, "cancels_pruned": 0}
+    that finished anyway forgotten, and operators' limit overrides whose time is up ended (a
+    type's, a downstream's or a group's: what they held back starts). Returns totals."""
+    out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0, "cancels_pruned": 0,
+           "overrides_reverted": 0}
     for name in ReadModels(app.redis).queue_names():
         q = Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts)
         out["queues"] += 1
@@ -63,6 +67,9 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
         # parked jobs of a job type whose resume stopped half-way go back to ready
         out["unparked"] += Pauses(app.redis, q.clock, app.scripts).unpark_stale(name)
         out["cancels_pruned"] += Cancels(app.redis, q.clock, app.scripts).prune(name)
+        out["overrides_reverted"] += (
+            FlowGates(app.redis, q.clock, app.scripts).revert_due(name)
+            + GroupControl(app.redis, q.clock, app.scripts).revert_due(name))
     return out
 
 
