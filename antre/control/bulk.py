@@ -166,7 +166,7 @@ class BulkReplays:
         """With both a group and a type the group index is walked: drop other types."""
         if not (flt.group and flt.job_type):
             return True
-        return self.redis.hget(keys.QueueKeys(queue).job(job_id), "type") == flt.job_type
+        return self.redis.hget(keys.of_job(queue, job_id).job(job_id), "type") == flt.job_type
 
     def _walk(self, queue: str, flt: DeadFilter, cursor: tuple[int, str] | None,
               batch: int = 200) -> Iterator[tuple[str, int]]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import STATES
 from antre.engine.progress import Progress, decode as decode_progress
@@ -315,13 +315,13 @@ class Finder:
     # -- by id and by key ---------------------------------------------------------------------
     def locate(self, job_id: str) -> Located | None:
         """The queue holding ``job_id`` (one pipelined HGET + EXISTS per known queue)."""
-        if not keys.valid_name(job_id):
+        if not keys.valid_job_id(job_id):
             return None
         names = self.queue_names()
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
-            pipe.hget(keys.QueueKeys(name).job(job_id), "state")
-            pipe.exists(keys.QueueKeys(name).timeline(job_id))
+            pipe.hget(keys.of_job(name, job_id).job(job_id), "state")
+            pipe.exists(keys.of_job(name, job_id).timeline(job_id))
         replies = pipe.execute()
         for i, name in enumerate(names):
             if replies[2 * i]:
@@ -336,15 +336,22 @@ class Finder:
         named by the key's SQL record when a database is configured."""
         if not idempotency_key or len(idempotency_key) > 500:
             return None
-        names = self.queue_names()
+        every = [k for name in self.queue_names()
+                 for k in partitions.all_keys(self.redis, name)]  # each partition's index
         pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.hget(keys.QueueKeys(name).idem_index, idempotency_key)
-        for name, job_id in zip(names, pipe.execute()):
-            if job_id:
-                found = self.locate(str(job_id))
-                if found is not None:
-                    return found
+        for k in every:
+            pipe.hget(k.idem_index, idempotency_key)
+        hits = [(k, str(job_id)) for k, job_id in zip(every, pipe.execute()) if job_id]
+        if len(hits) > 1:  # the key in several partitions: the newest job carries it
+            pipe = self.redis.pipeline(transaction=False)
+            for k, job_id in hits:
+                pipe.hget(k.job(job_id), "created_at")
+            made = [_int(v) for v in pipe.execute()]
+            hits = [h for _, h in sorted(zip(made, hits), key=lambda x: -x[0])]
+        for _, job_id in hits:
+            found = self.locate(job_id)
+            if found is not None:
+                return found
         record = self.idempotency.lookup(idempotency_key) if self.idempotency else None
         return self.locate(record.job_id) if record is not None and record.job_id else None
 
@@ -355,7 +362,7 @@ class Finder:
 
     # -- the timeline ---------------------------------------------------------------------------
     def timeline(self, queue: str, job_id: str) -> Timeline:
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, job_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(k.timeline(job_id), 0, -1)
         pipe.hmget(k.job(job_id), "created_at", "trace_id", "state")
@@ -376,7 +383,7 @@ class Finder:
         found = found if found is not None and found.job_id == job_id else self.locate(job_id)
         if found is None or found.state == "gone":
             return JobStatus(job_id, found.queue if found else "", "unknown")
-        f = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(found.queue).job(job_id)))
+        f = cast(dict[str, str], self.redis.hgetall(keys.of_job(found.queue, job_id).job(job_id)))
         try:
             result = json.loads(f["result"]) if f.get("result") else None
         except ValueError:
@@ -421,7 +428,7 @@ class Finder:
     def cancelled_gone(self, queue: str, job_id: str) -> bool:
         """Whether a gone job's kept timeline ends with its cancellation (a cancel request
         that discarded it)."""
-        last = self.redis.lindex(keys.QueueKeys(queue).timeline(job_id), -1)
+        last = self.redis.lindex(keys.of_job(queue, job_id).timeline(job_id), -1)
         return isinstance(last, str) and _event(last).kind == "cancelled"
 
     def abandoned(self, idempotency_key: str) -> Abandoned | None:

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import Job, from_fields
 from antre.engine.progress import Progress, decode as decode_progress
@@ -70,6 +70,7 @@ class QueueInfo:
     waiting: int = 0  # behind the head of their lock_key (issue 23): made ready in their turn
     keys_held: int = 0  # lock_keys of this queue that have a head (a job whose turn it is)
     held: int = 0  # jobs of flows waiting for their parents (issue 26), state 'held'
+    partitions: int = 1  # the queue's partitions (issue 29), their counts summed here
 
     @property
     def queue_paused(self) -> PauseInfo | None:
@@ -309,7 +310,27 @@ class ReadModels:
         return sorted(cast(set[str], self.redis.smembers(keys.queues_index())))
 
     def queue_info(self, name: str) -> QueueInfo:
-        k = keys.QueueKeys(name)
+        """The queue's counts, its partitions' summed (issue 29): the oldest ready job of
+        any, the pauses as partition 0 holds them (a pause is written to every partition)."""
+        n = partitions.published(self.redis, name)
+        infos = [self._partition_info(keys.QueueKeys(name, p)) for p in range(n)]
+        if n == 1:
+            return infos[0]
+        first = infos[0]
+        stats: dict[str, int] = {}
+        for info in infos:
+            for stat, v in info.stats.items():
+                stats[stat] = stats.get(stat, 0) + v
+        def total(attr: str) -> int:
+            return sum(getattr(i, attr) for i in infos)
+        return QueueInfo(name, total("ready"), total("scheduled"), total("inflight"),
+                         total("dead"), total("done"),
+                         max(i.oldest_ready_age_ms for i in infos), stats, first.as_of,
+                         first.paused, total("parked"), total("waiting"), total("keys_held"),
+                         total("held"), partitions=n)
+
+    def _partition_info(self, k: keys.QueueKeys) -> QueueInfo:
+        name = k.queue
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(k.ready)
         pipe.zcard(k.scheduled)
@@ -332,7 +353,7 @@ class ReadModels:
         if oldest:
             since = _int(self.redis.hget(k.job(oldest), "visible_at"))
             age = max(0, now - since) if since else 0
-        parked = self.parked_count(name, parked_types)
+        parked = self._parked_count(k, parked_types)
         # purged ids are marked in the lists until a reserve pops them (antre/engine/lua/purge.lua)
         ready = max(0, ready + parked - _int(marks))
         return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
@@ -340,10 +361,14 @@ class ReadModels:
                          tuple(pause_infos(name, paused)), parked, waiting, keys_held, held)
 
     def parked_count(self, queue: str, job_types: set[str]) -> int:
-        """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined)."""
+        """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined), in
+        every partition."""
+        return sum(self._parked_count(k, job_types)
+                   for k in partitions.all_keys(self.redis, queue))
+
+    def _parked_count(self, k: keys.QueueKeys, job_types: set[str]) -> int:
         if not job_types:
             return 0
-        k = keys.QueueKeys(queue)
         pipe = self.redis.pipeline(transaction=False)
         for t in sorted(job_types):
             pipe.llen(k.parked(t))
@@ -354,10 +379,9 @@ class ReadModels:
 
     # -- pages -------------------------------------------------------------------------------
     def _rows(self, queue: str, ids: list[str]) -> list[JobRow]:
-        k = keys.QueueKeys(queue)
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(k.job(job_id), ROW_FIELDS)
+            pipe.hmget(keys.of_job(queue, job_id).job(job_id), ROW_FIELDS)
         now = self.clock()
         rows = []
         for job_id, values in zip(ids, pipe.execute()):
@@ -531,7 +555,7 @@ class ReadModels:
         return self._rows(queue, ids)
 
     def job(self, queue: str, job_id: str) -> Job | None:
-        fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))
+        fields = cast(dict[str, str], self.redis.hgetall(keys.of_job(queue, job_id).job(job_id)))
         return from_fields(fields) if fields else None
 
     def find_job(self, job_id: str) -> Job | None:

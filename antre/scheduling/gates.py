@@ -70,6 +70,21 @@ class Declaration:
         return json.dumps({"cand": self.cand, "conc": self.conc, "rate": self.rate},
                           sort_keys=True)
 
+    def per_partition(self, partitions: int) -> "Declaration":
+        """The share of each of a queue's ``partitions`` (issue 29): a type's or downstream's
+        limit is cross-partition, and each partition's reserve sees only its own keys, so
+        each holds ceil(limit / N) slots and ceil(n / N) starts per window (together at most
+        N - 1 over the limit, never under a partition's share)."""
+        if partitions <= 1:
+            return self
+        def share(n: int) -> int:
+            return max(1, math.ceil(n / partitions))
+        rates = {}
+        for gate, rate in self.rate.items():
+            n, _, window = rate.partition("/")
+            rates[gate] = f"{share(int(n))}/{window}"
+        return Declaration(dict(self.cand), {g: share(c) for g, c in self.conc.items()}, rates)
+
 
 def rate_of(policy: FlowPolicy) -> str | None:
     """A token bucket (``rate_per_s``, ``burst``) as a held rate: ``burst`` starts in any
@@ -170,13 +185,18 @@ class FlowGates:
         self.redis, self.clock = client, clock
         self.scripts = scripts or Scripts(client)
 
-    def declare(self, queue: str, d: Declaration) -> int:
-        """Write ``queue``'s gates (replacing the last declaration; overrides are kept);
-        returns how many waiting jobs a raised or removed limit started."""
-        k = keys.QueueKeys(queue)
-        return int(self.scripts.gates_declare(
-            keys=[k.gate_candidates, k.gate_slots, k.gate_rates, k.gate_active],
-            args=[k.job_prefix, self.clock(), d.as_json()]))
+    def declare(self, queue: str, d: Declaration, partitions: int = 1) -> int:
+        """Write ``queue``'s gates (replacing the last declaration; overrides are kept) in
+        each of its ``partitions`` (its share: ``Declaration.per_partition``); returns how
+        many waiting jobs a raised or removed limit started."""
+        text = d.per_partition(partitions).as_json()
+        started = 0
+        for p in range(partitions):
+            k = keys.QueueKeys(queue, p)
+            started += int(self.scripts.gates_declare(
+                keys=[k.gate_candidates, k.gate_slots, k.gate_rates, k.gate_active],
+                args=[k.job_prefix, self.clock(), text]))
+        return started
 
     def known(self, queue: str) -> set[str]:
         """The gates a worker declared for ``queue`` (its handlers' types and downstreams)."""

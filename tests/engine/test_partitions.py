@@ -1,0 +1,214 @@
+"""One queue spread over partitions (issue 29 item 4): the core guarantees with partitions=3,
+on a single Redis and on the real 3-node Redis Cluster (each partition its own hash tag)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from helpers import START_MS, burst
+from redis.cluster import RedisCluster
+
+from antre import Antre, InvalidJob, JobSpec
+from antre.clock import ManualClock
+from antre.engine import keys, partitions
+from antre.observe.readmodels import ReadModels
+
+from worker.duties import sweep_once
+
+
+@pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
+def url(request):
+    """A single Redis, or the 3-node Cluster through a ``redis+cluster://`` URL (flushed)."""
+    if request.param == "single":
+        return request.getfixturevalue("redis_url")
+    host, port = request.getfixturevalue("redis_cluster")[0]
+    client = RedisCluster(host=host, port=port, decode_responses=True)
+    client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    client.close()
+    return f"redis+cluster://{host}:{port}"
+
+
+@pytest.fixture
+def clock():
+    return ManualClock(START_MS)
+
+
+def make_app(url, clock, n=3, **kw):
+    app = Antre(redis_url=url, clock=clock, partitions=n, **kw)
+    seen = app.seen = []
+
+    @app.handler("ok")
+    def ok(ctx, payload):
+        seen.append((payload.get("k"), payload["i"]))
+        return payload["i"]
+
+    @app.handler("boom", max_attempts=1)
+    def boom(ctx, payload):
+        raise ValueError("boom")
+    return app
+
+
+def where(app, job_id):
+    """The partition and places a job is indexed in (exactly one place expected)."""
+    q = app.job_queue("default", job_id)
+    return q.partition, q.where(job_id)
+
+
+def test_keys_and_ids():
+    assert keys.QueueKeys("orders").tag == "antre:{orders}"  # partition 0: as before
+    assert keys.QueueKeys("orders", 0).ready == "antre:{orders}:ready"
+    assert keys.QueueKeys("orders", 2).ready == "antre:{orders~2}:ready"
+    assert keys.QueueKeys("orders", 2).partition_count == "antre:{orders}:partitions"
+    assert keys.id_partition("ab12") == 0 and keys.id_partition("ab12~2") == 2
+    for odd in ("ab~", "~3", "ab~03", "ab~x", "ab~0"):
+        assert keys.id_partition(odd) == 0
+    assert keys.valid_job_id("ab12~2") and not keys.valid_job_id("ab~03")
+    assert not keys.valid_job_id("a b~1") and not keys.valid_job_id(f"ab~{keys.MAX_PARTITIONS}")
+
+
+def test_bad_counts_are_refused_saying_what_to_pass(redis_url, monkeypatch):
+    for bad in (0, -1, 1.5, "3", keys.MAX_PARTITIONS + 1, True):
+        with pytest.raises(InvalidJob, match="whole number from 1 to"):
+            Antre(redis_url=redis_url, partitions=bad)
+    monkeypatch.setenv("ANTRE_PARTITIONS", "lots")
+    with pytest.raises(InvalidJob, match="ANTRE_PARTITIONS must be a whole number"):
+        Antre(redis_url=redis_url)
+    monkeypatch.setenv("ANTRE_PARTITIONS", "4")
+    assert Antre(redis_url=redis_url).default_partitions == 4
+
+
+def test_one_partition_is_todays_queue(redis_url, clock, r):
+    app = make_app(redis_url, clock, n=1)
+    job_id = app.enqueue("ok", {"i": 1}, idempotency_key="k1")
+    assert "~" not in job_id and r.llen("antre:{default}:ready") == 1
+    assert not r.exists("antre:{default}:partitions")  # nothing published for one
+    assert not any("~" in k for k in r.keys("*"))
+
+
+def test_count_is_published_and_only_grows(url, clock):
+    a3 = make_app(url, clock, n=3)
+    a3.enqueue("ok", {"i": 1}, idempotency_key="k")
+    assert partitions.published(a3.redis, "default") == 3
+    a1 = make_app(url, clock, n=1)  # another host, configured with fewer: uses the 3
+    ids = [a1.enqueue("ok", {"i": i}, idempotency_key=f"k{i}") for i in range(6)]
+    assert sorted(keys.id_partition(i) for i in ids) == [0, 0, 1, 1, 2, 2]
+    a2 = make_app(url, clock, n=2)
+    a2.enqueue("ok", {"i": 1}, idempotency_key="k")
+    assert partitions.published(a2.redis, "default") == 3  # shrinking changes nothing
+    a5 = make_app(url, clock)
+    a5.queue_options("default", partitions=5)
+    a5.enqueue("ok", {"i": 1}, idempotency_key="k")
+    assert partitions.published(a5.redis, "default") == 5
+    assert a1.partitions_of("default").count() == 3  # until its refresh
+    clock.advance(partitions.REFRESH_MS)
+    assert a1.partitions_of("default").count() == 5
+
+
+def test_jobs_spread_and_read_as_one_queue(url, clock):
+    app = make_app(url, clock)
+    ids = [app.enqueue("ok", {"i": i}, idempotency_key=f"k{i}") for i in range(30)]
+    ids += app.enqueue_many([app.spec("ok", {"i": 30 + i}, idempotency_key=f"m{i}")
+                             for i in range(30)])
+    per = [sum(1 for i in ids if keys.id_partition(i) == p) for p in range(3)]
+    assert per == [20, 20, 20]
+    assert all(i.endswith(f"~{keys.id_partition(i)}") or "~" not in i for i in ids)
+    assert sorted(where(app, i) for i in ids[:3]) == [(p, ["ready"]) for p in (0, 1, 2)]
+    info = ReadModels(app.redis, clock).queue_info("default")
+    assert (info.ready, info.partitions) == (60, 3)
+    for job_id in ids[:3]:  # the finder finds each job from its id alone
+        assert app.job(job_id).state == "ready"
+        assert app.finder.locate(job_id).queue == "default"
+        assert app.finder.timeline("default", job_id).job_exists
+    assert app.finder.by_key("k2").job_id == ids[2]
+
+
+def test_lifecycle_over_partitions(url, clock):
+    """enqueue / reserve / ack / retry / bury / sweep in every partition; a burst worker
+    serves all of them."""
+    app = make_app(url, clock)
+    ok = [app.enqueue("ok", {"i": i}, idempotency_key=f"k{i}") for i in range(9)]
+    bad = [app.enqueue("boom", {"i": i}, idempotency_key=f"b{i}") for i in range(3)]
+    _, counts = burst(app, clock)
+    assert sorted(i for _, i in app.seen) == list(range(9))
+    assert {where(app, i)[1][0] for i in ok} == {"done"}
+    assert {where(app, i)[1][0] for i in bad} == {"dead"}
+    assert {keys.id_partition(i) for i in bad} == {0, 1, 2}
+    info = ReadModels(app.redis, clock).queue_info("default")
+    assert (info.done, info.dead, info.ready, info.inflight) == (9, 3, 0, 0)
+    # leases that expire in every partition come back through the sweeper
+    late = [app.enqueue("ok", {"i": i}, idempotency_key=f"s{i}", visibility_timeout_s=5)
+            for i in range(3)]
+    got = [job for q in app.partitions_of("default").queues() for job in q.reserve("w9")]
+    assert sorted(j.id for j in got) == sorted(late)
+    clock.advance(5_001)
+    assert sweep_once(app, clock)["requeued"] == 3
+    assert {where(app, i)[1][0] for i in late} == {"ready"}
+    # a retry's backoff: promoted by the worker that serves its partition
+    q = app.job_queue("default", late[2])
+    job = next(j for j in q.reserve("w9") if j.id == late[2])
+    q.retry(job, delay_ms=1000, error="later")
+    clock.advance(1001)
+    burst(app, clock)
+    assert {where(app, i)[1][0] for i in late} == {"done"}
+
+
+def test_lock_key_and_group_stay_in_one_partition_in_order(url, clock):
+    app = make_app(url, clock)
+    ids = [app.enqueue("ok", {"k": f"key{i % 4}", "i": i}, idempotency_key=f"k{i}",
+                       lock_key=f"key{i % 4}") for i in range(24)]
+    by_key: dict[str, set[int]] = {}
+    for i, job_id in enumerate(ids):
+        by_key.setdefault(f"key{i % 4}", set()).add(keys.id_partition(job_id))
+    assert all(len(ps) == 1 for ps in by_key.values())
+    assert len({p for ps in by_key.values() for p in ps}) > 1  # the keys are spread
+    burst(app, clock, threads=3)
+    for key in by_key:
+        order = [i for k, i in app.seen if k == key]
+        assert order == sorted(order) and len(order) == 6  # each key's jobs in enqueue order
+    gids = [app.enqueue("ok", {"i": i}, idempotency_key=f"g{i}", group=f"tenant{i % 3}",
+                        group_concurrency=2) for i in range(12)]
+    for g in range(3):
+        assert len({keys.id_partition(j) for j in gids[g::3]}) == 1
+    parts = app.partitions_of("default").queues()
+    slots = {g: sum(int(q.redis.zscore(q.keys.group_slots, f"tenant{g}") or 0) for q in parts)
+             for g in range(3)}
+    assert slots == {0: 2, 1: 2, 2: 2}  # each group's limit holds inside its partition
+
+
+def test_outbox_ids_name_their_partition(url, clock, sqlite_url):
+    app = make_app(url, clock, database_url=sqlite_url)
+    with app.session_factory() as s, s.begin():
+        ids = [app.enqueue("ok", {"i": i}, idempotency_key=f"o{i}", session=s)
+               for i in range(6)]
+    assert sorted(keys.id_partition(i) for i in ids) == [0, 0, 1, 1, 2, 2]
+    assert app.relay_outbox() == 6
+    assert [where(app, i)[1] for i in ids] == [["ready"]] * 6
+    with pytest.raises(InvalidJob, match="names partition 7"):
+        app.enqueue("ok", {"i": 1}, idempotency_key="x", job_id="abc~7")
+
+
+def test_growing_live_workers_serve_new_partitions(url, clock):
+    from helpers import make_worker
+    app = make_app(url, clock, n=1)
+    w = make_worker(app, clock)
+    assert len(w.queues) == 1
+    grown = make_app(url, clock, n=3)
+    ids = [grown.enqueue("ok", {"i": i}, idempotency_key=f"k{i}") for i in range(6)]
+    clock.advance(partitions.REFRESH_MS)
+    w.heartbeat_once()
+    assert [q.partition for q in w.queues] == [0, 1, 2]
+    w.run_burst()
+    assert {where(app, i)[1][0] for i in ids} == {"done"}
+
+
+@pytest.mark.cluster
+def test_partitions_land_on_different_cluster_nodes(redis_cluster):
+    host, port = redis_cluster[0]
+    rc = RedisCluster(host=host, port=port, decode_responses=True)
+    try:
+        nodes = {rc.get_node_from_key(keys.QueueKeys("default", p).ready).name
+                 for p in range(3)}
+        slots = {rc.keyslot(keys.QueueKeys("default", p).ready) for p in range(3)}
+    finally:
+        rc.close()
+    assert len(slots) == 3 and len(nodes) == 3
