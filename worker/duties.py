@@ -62,7 +62,9 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
                 if res.requeued + res.buried < limit:
                     break
         # parked jobs of a job type whose resume stopped half-way go back to ready
-        out["unparked"] += Pauses(app.redis, clock or app.clock, app.scripts).unpark_stale(name)
+        pauses = Pauses(app.redis, clock or app.clock, app.scripts)
+        pauses.sync(name)  # a partition grown since a pause gets it
+        out["unparked"] += pauses.unpark_stale(name)
         out["cancels_pruned"] += Cancels(app.redis, clock or app.clock, app.scripts).prune(name)
     return out
 
