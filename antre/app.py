@@ -674,7 +674,7 @@ class Antre:
     def outbox_add(self, session: Any, q: Queue, spec: JobSpec) -> str:
         if self.outbox is None:
             raise InvalidJob("enqueue(session=...) needs a database: set ANTRE_DATABASE_URL")
-        spec.job_id = q._partition_id(spec.job_id or new_job_id())  # q: the spec's partition
+        spec.job_id = q.partition_id(spec.job_id or new_job_id())  # q: the spec's partition
         q.build(spec, self.clock())  # validate now, in the caller's transaction
         self.outbox.add(session, q.name, spec.job_id, dataclasses.asdict(spec))
         return spec.job_id

@@ -194,3 +194,9 @@ def all_queues(client: "redis.Redis", queue: str, **options: Any) -> list[Queue]
     """A ``Queue`` (``options``: its clock, scripts...) for each published partition."""
     return [Queue(client, queue, partition=p, **options)
             for p in range(published(client, queue))]
+
+
+def keys_of_key(client: "redis.Redis", queue: str, key: str) -> keys.QueueKeys:
+    """The keys of the partition a group (or lock_key) places its jobs in now (``slot_of``
+    among the published count): where its line, slots and overrides live."""
+    return keys.QueueKeys(queue, slot_of(key, published(client, queue)))

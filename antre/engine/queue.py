@@ -169,7 +169,7 @@ class Queue:
         """``encode`` of a spec that ``checked_payload`` passed, given its payload text."""
         values = new_values(spec, self.name, now, payload, entropy, now_text)
         if self.id_suffix or spec.job_id and keys.PARTITION_SEP in spec.job_id:
-            values[0] = self._partition_id(values[0])
+            values[0] = self.partition_id(values[0])
         if not spec.unique and spec.group is None:
             return NEW_FIELDS, values
         names: tuple[str, ...] = NEW_FIELDS
@@ -184,7 +184,7 @@ class Queue:
                 values += [rate_field(spec.group_rate)]
         return names, values
 
-    def _partition_id(self, job_id: str) -> str:
+    def partition_id(self, job_id: str) -> str:
         """``job_id`` ending with this partition's suffix (an id made in another partition
         is refused: the job would be looked for there)."""
         p = keys.id_partition(job_id)
@@ -238,7 +238,7 @@ class Queue:
         its key's head: only enqueue.lua knows how)."""
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
         if self.id_suffix or spec.job_id and keys.PARTITION_SEP in spec.job_id:
-            values[0] = self._partition_id(values[0])
+            values[0] = self.partition_id(values[0])
         if spec.job_id or values[2] != values[7] or values[9]:  # the caller's id, visible
             # later, or a lock_key
             return (values, self.scripts.enqueue, self._enqueue_keys,

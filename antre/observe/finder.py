@@ -273,6 +273,12 @@ def _parse_cursor(text: str) -> tuple[str, str, int]:
     return parts[0], parts[1], int(parts[2])
 
 
+def _part(name: str) -> keys.QueueKeys:
+    """The keys of ``<queue>`` (partition 0) or ``<queue>~p`` (a search list's name)."""
+    return keys.QueueKeys(name.rpartition("~")[0], keys.id_partition(name)) \
+        if keys.id_partition(name) else keys.QueueKeys(name)
+
+
 def state_key(k: keys.QueueKeys, state: str) -> str:
     """The index holding a queue's jobs in ``state`` (LIST for ready, ZSET for the others)."""
     return {"ready": k.ready, "scheduled": k.scheduled, "inflight": k.inflight, "dead": k.dead,
@@ -452,32 +458,35 @@ class Finder:
                       scan: int) -> Page:
         """Ready jobs of one type, oldest first, among the oldest ``scan`` ready jobs (the ready
         list has no per-type index: read in chunks of ``CHUNK`` ids, never all of it).
-        ``total`` counts the matches in that window."""
-        k = keys.QueueKeys(queue)
+        ``total`` counts the matches in that window (of each partition's oldest ``scan``)."""
         matching: list[str] = []
-        for start in range(0, scan, CHUNK):
-            stop = min(start + CHUNK, scan)
-            ids = cast(list[str], self.redis.lrange(k.ready, -stop, -start - 1))
-            ids.reverse()
-            pipe = self.redis.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.hget(k.job(job_id), "type")
-            matching += [j for j, t in zip(ids, pipe.execute()) if t == job_type]
-            if len(ids) < stop - start:
-                break
+        for k in partitions.all_keys(self.redis, queue):
+            for start in range(0, scan, CHUNK):
+                stop = min(start + CHUNK, scan)
+                ids = cast(list[str], self.redis.lrange(k.ready, -stop, -start - 1))
+                ids.reverse()
+                pipe = self.redis.pipeline(transaction=False)
+                for job_id in ids:
+                    pipe.hget(k.job(job_id), "type")
+                matching += [j for j, t in zip(ids, pipe.execute()) if t == job_type]
+                if len(ids) < stop - start:
+                    break
         reads = ReadModels(self.redis, self.clock)
-        return Page(reads.rows(queue, matching[offset:offset + limit]), len(matching), offset,
-                    limit, self.clock())
+        rows = reads.rows(queue, matching)
+        if len(rows) > 1 and any(keys.id_partition(j) for j in matching):
+            rows.sort(key=lambda r: (r.visible_at, r.id))  # the partitions merged, oldest first
+        return Page(rows[offset:offset + limit], len(matching), offset, limit, self.clock())
 
     def inflight_worst_first(self, queue: str, sort: str, offset: int, limit: int,
                              scan: int = STUCK_SCAN) -> Page:
         """In-flight jobs, worst first: ``running`` (longest running) or ``silent`` (longest
         since the lease was last extended), among the ``scan`` soonest lease deadlines."""
-        k = keys.QueueKeys(queue)
-        ids = cast(list[str], self.redis.zrange(k.inflight, 0, scan - 1))
+        every = partitions.all_keys(self.redis, queue)
+        ids = [i for k in every
+               for i in cast(list[str], self.redis.zrange(k.inflight, 0, scan - 1))]
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(k.job(job_id), "reserved_at", "extended_at")
+            pipe.hmget(keys.of_job(queue, job_id).job(job_id), "reserved_at", "extended_at")
         now = self.clock()
 
         def since_ms(times: list[Any]) -> int:
@@ -486,20 +495,24 @@ class Finder:
             return now - last if last else 0
         worst = sorted(zip(ids, pipe.execute()), key=lambda p: since_ms(p[1]), reverse=True)
         page_ids = [job_id for job_id, _ in worst[offset:offset + limit]]
-        total = int(self.redis.zcard(k.inflight))
-        return Page(ReadModels(self.redis, self.clock).rows(queue, page_ids), min(total, scan),
-                    offset, limit, now)
+        total = sum(int(self.redis.zcard(k.inflight)) for k in every)
+        return Page(ReadModels(self.redis, self.clock).rows(queue, page_ids),
+                    min(total, scan * len(every)), offset, limit, now)
 
     # -- payload search -------------------------------------------------------------------------
     def _lists(self, queue: str | None, state: str | None) -> list[tuple[str, str]]:
+        """(queue, state) to walk; a partition p > 0 of a queue is named ``<queue>~p`` (in
+        the cursor too: ``_part``)."""
         names = [queue] if queue else self.queue_names()
         states = [state] if state else list(SEARCH_ORDER)
-        return [(q, s) for q in names for s in states]
+        parts = [k.queue + keys.partition_suffix(k.partition) for q in names
+                 for k in partitions.all_keys(self.redis, q)]
+        return [(q, s) for q in parts for s in states]
 
     def _sizes(self, lists: list[tuple[str, str]]) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)
         for q, s in lists:
-            key = state_key(keys.QueueKeys(q), s)
+            key = state_key(_part(q), s)
             if s == "ready":
                 pipe.llen(key)
             else:
@@ -507,14 +520,14 @@ class Finder:
         return [int(n) for n in pipe.execute()]
 
     def _ids(self, queue: str, state: str, offset: int, count: int) -> list[str]:
-        key = state_key(keys.QueueKeys(queue), state)
+        key = state_key(_part(queue), state)
         if state == "ready":
             return cast(list[str], self.redis.lrange(key, offset, offset + count - 1))
         return cast(list[str], self.redis.zrange(key, offset, offset + count - 1))
 
     def _scan_chunk(self, fields: list[FieldMatch], queue: str, state: str,
                     ids: list[str]) -> list[Hit]:
-        k = keys.QueueKeys(queue)
+        k = _part(queue)
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hmget(k.job(job_id), "payload", "type", "created_at")
@@ -525,7 +538,7 @@ class Finder:
             except ValueError:
                 found = None
             if found is not None:
-                hits.append(Hit(queue, state, job_id, jtype or "", _int(created), found))
+                hits.append(Hit(k.queue, state, job_id, jtype or "", _int(created), found))
         return hits
 
     def search(self, expression: str, queue: str | None = None, state: str | None = None,
