@@ -212,3 +212,87 @@ def test_partitions_land_on_different_cluster_nodes(redis_cluster):
     finally:
         rc.close()
     assert len(slots) == 3 and len(nodes) == 3
+
+
+def test_a_flow_goes_whole_into_one_partition(url, clock):
+    app = make_app(url, clock)
+    spec = lambda i: app.spec("ok", {"i": i}, idempotency_key=f"f{i}")  # noqa: E731
+    flows = [app.chord([spec(1), spec(2)], spec(3)).enqueue() for _ in range(3)]
+    assert sorted(keys.id_partition(f.id) for f in flows) == [0, 1, 2]
+    for f in flows:
+        tree = app.flows.flow(f.id).status()
+        assert tree.state == "running"
+        jobs = app.redis.lrange(f.q.keys.flow_jobs(f.id), 0, -1)
+        assert {keys.id_partition(j) for j in jobs} == {keys.id_partition(f.id)}
+    burst(app, clock)
+    assert [f.wait(1).state for f in flows] == ["succeeded"] * 3
+    assert [f.results() for f in flows] == [[3]] * 3
+    from antre.flows import FlowReader
+    assert FlowReader(app.redis).counts("default")["succeeded"] == 3
+    page = FlowReader(app.redis).list_flows("default", "succeeded")
+    assert sorted(r.id for r in page.rows) == sorted(f.id for f in flows) and page.total == 3
+    keyed = app.chain(app.spec("ok", {"i": 9}, idempotency_key="kk", lock_key="acct:1"),
+                      spec(10)).enqueue()
+    assert keys.id_partition(keyed.id) == partitions.slot_of("acct:1", 3)
+
+
+def test_type_limits_are_split_across_partitions(url, clock):
+    from antre.scheduling.flow import FlowPolicy
+    from antre.scheduling.gates import FlowGates
+    app = make_app(url, clock)
+
+    @app.handler("limited", flow=FlowPolicy(concurrency=4, rate_per_s=10, burst=10))
+    def limited(ctx, payload):
+        return None
+    from helpers import make_worker
+    make_worker(app, clock)._declare_gates()
+    for p in range(3):  # ceil(4 / 3) slots and ceil(10 / 3) starts per window each
+        k = keys.QueueKeys("default", p)
+        assert app.redis.hget(k.gate_slots, "type:limited") == "2"
+        assert app.redis.hget(k.gate_rates, "type:limited") == "4/1000"
+    ids = [app.enqueue("limited", {}, idempotency_key=f"l{i}") for i in range(12)]
+    got = [j for q in app.partitions_of("default").queues() for j in q.reserve("w", count=10)]
+    assert len(got) == 6  # 2 slots in each of the 3 partitions: 6, not 4 and not 12
+    assert {keys.id_partition(j.id) for j in got} == {0, 1, 2} and len(ids) == 12
+    gates = FlowGates(app.redis, clock)
+    (state,) = [g for g in gates.limits("default") if g.gate == "type:limited"]
+    assert (state.slots, state.in_flight, state.waiting) == (6, 6, 6)  # summed, 3 x 2
+    gates.set_override("default", "type", "limited", "ops", "calm down", slots=0)
+    for p in range(3):  # held in every partition
+        assert app.redis.hget(keys.QueueKeys("default", p).gate_overrides,
+                              "type:limited").startswith("0|")
+
+
+def test_admin_paths_see_every_partition(url, clock):
+    from antre.control.bulk import BulkReplays
+    from antre.control.pause import Pauses
+    from antre.control.purge import PurgeFilter, Purger
+    from antre.control.retention import Retention, RetentionPolicy
+    from antre.observe.readmodels import DeadFilter
+    app = make_app(url, clock)
+    bad = [app.enqueue("boom", {"i": i}, idempotency_key=f"b{i}") for i in range(6)]
+    burst(app, clock)
+    reads = ReadModels(app.redis, clock)
+    page = reads.dead("default")
+    assert sorted(r.id for r in page.rows) == sorted(bad) and page.total == 6
+    died = [r.finished_at for r in page.rows]
+    assert died == sorted(died, reverse=True)  # newest first, across the partitions
+    (group,) = reads.error_groups("default")
+    assert group.count == 6
+    assert reads.count_dead("default", DeadFilter(job_type="boom")) == 6
+    bulk = BulkReplays(app.redis, clock)
+    res = bulk.replay_filtered_now("default", DeadFilter(job_type="boom"), 4)
+    assert (res.done, res.dead_before, res.dead_after) == (4, 6, 2)
+    assert reads.queue_info("default").ready == 4
+    assert Purger(app.redis, clock).count("default", PurgeFilter("ready")) == 4
+    assert Purger(app.redis, clock).purge("default", PurgeFilter("ready"), 10) == 4
+    assert reads.queue_info("default").ready == 0
+    pauses = Pauses(app.redis, clock)
+    pauses.pause("default", None, "ops", "drill")
+    ok = [app.enqueue("ok", {"i": i}, idempotency_key=f"p{i}") for i in range(3)]
+    assert [j for q in app.partitions_of("default").queues() for j in q.reserve("w")] == []
+    pauses.resume("default", None)
+    assert len([j for q in app.partitions_of("default").queues()
+                for j in q.reserve("w")]) == len(ok)
+    Retention(app.redis, clock=clock).run("default", RetentionPolicy(dead_max_jobs=1))
+    assert reads.queue_info("default").dead <= 3  # ceil(1 / 3) = 1 kept per partition
