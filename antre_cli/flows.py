@@ -53,7 +53,8 @@ def _why(row: FlowRow) -> str:
         return f"cancelled by {row.cancelled_by}" + (f": {row.cancel_reason}"
                                                       if row.cancel_reason else "")
     if row.failed_job:
-        return f"member {row.failed_job} died: {row.failed_reason}"
+        gave_up = f"; given up: {row.given_up_by}" if row.given_up else ""
+        return f"member {row.failed_job} died: {row.failed_reason}{gave_up}"
     return ""
 
 

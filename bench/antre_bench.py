@@ -30,6 +30,7 @@ import psutil
 from antre import Antre
 from antre.engine.queue import JobSpec, Queue
 from bench import progress
+from bench.tree import code_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = "bench.apps.noop:app"
@@ -48,9 +49,10 @@ _NOT_DEFAULT = ("ANTRE_LOG_LEVEL", "ANTRE_LOG_FORMAT", "ANTRE_DATABASE_URL",
 
 
 def _env(url: str, **extra: str | None) -> dict[str, str]:
-    """The default environment plus the server's URL (and what ``extra`` sets)."""
+    """The default environment plus the server's URL (and what ``extra`` sets); its
+    PYTHONPATH runs this tree's code (``code_path``)."""
     env = {k: v for k, v in os.environ.items() if k not in _NOT_DEFAULT}
-    env.update({"BENCH_REDIS_URL": url, "ANTRE_REDIS_URL": url, "PYTHONPATH": ROOT})
+    env.update({"BENCH_REDIS_URL": url, "ANTRE_REDIS_URL": url, "PYTHONPATH": code_path()})
     env.update({k: v for k, v in extra.items() if v is not None})
     return env
 

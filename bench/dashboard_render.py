@@ -27,7 +27,9 @@ import redis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench import tree  # noqa: E402
 
+tree.use()  # antre_web is this tree's webapp/, not the venv's install
 from antre.embedded import EmbeddedRedis
 from antre.engine.queue import JobSpec, Queue
 from antre_web import create_app

@@ -32,6 +32,7 @@ sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
 from bench import antre_bench as ab  # noqa: E402
+from bench.tree import code_path  # noqa: E402
 from bench import enqueue_vs_huey as evh  # noqa: E402
 from bench import peer_bench as pb  # noqa: E402
 
@@ -72,7 +73,7 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 def side_antre(url: str, tree: str = ROOT) -> tuple[str, str, str, dict[str, str]]:
     """How Antre's producer is started: ``bench.apps.noop`` (``app.enqueue``) from ``tree``."""
     env = ab._env(url)
-    env["PYTHONPATH"] = tree
+    env["PYTHONPATH"] = code_path(tree)
     return sys.executable, "bench.apps.noop", tree, env
 
 

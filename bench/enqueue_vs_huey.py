@@ -33,6 +33,7 @@ sys.path.insert(0, ROOT)
 from antre.embedded import EmbeddedRedis  # noqa: E402
 from bench import antre_bench as ab  # noqa: E402
 from bench import peer_bench as pb  # noqa: E402
+from bench.tree import code_path  # noqa: E402
 
 ANTRE = r"""
 import json, os, sys, time, uuid
@@ -89,7 +90,7 @@ def archive(rev: str) -> str:
 
 def antre_run(tree: str, url: str, mode: str, n: int) -> dict[str, Any]:
     env = ab._env(url)
-    env["PYTHONPATH"] = tree
+    env["PYTHONPATH"] = code_path(tree)
     out = subprocess.run([sys.executable, "-c", ANTRE, mode, str(n), url], cwd=tree, env=env,
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

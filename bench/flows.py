@@ -63,7 +63,7 @@ def drain(url: str, kind: str, chords: int) -> dict[str, Any]:
     log_path = os.path.join(ROOT, "bench", "out", f"flows-{kind}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "wb") as log:
-        p = subprocess.Popen(ab.worker_cmd(), cwd=ROOT, env=_worker_env(url),
+        p = subprocess.Popen(ab.worker_cmd(), cwd=ROOT, env=ab._env(url),
                              start_new_session=True, stdout=log, stderr=log)
         cpu = ab.TreeCpu(p.pid)
         got = ab.wait_progress(client, n, [p], 300, cpu)
@@ -76,17 +76,6 @@ def drain(url: str, kind: str, chords: int) -> dict[str, Any]:
         out["error"] = f"only {got[0]}/{n} done"
     client.close()
     return out
-
-
-def _worker_env(url: str) -> dict[str, str]:
-    """The bench's default environment; in a worktree whose ``antre_worker`` is linked under
-    ``.pkgs`` (the shared venv's install points at another tree), that link first, so the
-    worker that runs is this tree's."""
-    env = ab._env(url)
-    pkgs = os.path.join(ROOT, ".pkgs")
-    if os.path.isdir(pkgs):
-        env["PYTHONPATH"] = os.pathsep.join([pkgs, ROOT])
-    return env
 
 
 def _redis_cpu_s(client: redis.Redis) -> float:

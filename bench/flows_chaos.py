@@ -224,10 +224,7 @@ class FlowsChaos(Chaos):
         self.produced = threading.Event()
         env = ab._env(url, BENCH_DATABASE_URL=self.db_url, CHAOS_VT_S=str(a.vt),
                       CHAOS_WORK_MS=str(a.work_ms), FLOWS_CHAOS_FAIL=str(a.fail),
-                      ANTRE_LOG_LEVEL="INFO", ANTRE_LOG_FORMAT="json",
-                      # this tree first, then what the caller's path adds (a worktree's
-                      # .pkgs: the worker package as this tree has it)
-                      PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+                      ANTRE_LOG_LEVEL="INFO", ANTRE_LOG_FORMAT="json")
         worker_log = os.path.join(a.work_dir, "flows-chaos-workers.log")
         cmd = [sys.executable, "-m", "antre_worker", "worker", "bench.apps.flows_chaos:app",
                "--processes", str(a.processes), "--threads", str(a.threads), "--grace", "5"]

@@ -30,6 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # before per-key turns); the bench app module stays this tree's
 TREE = os.path.abspath(os.environ.get("BENCH_TREE", ROOT))
 sys.path.insert(0, ROOT)
+from bench.tree import code_path  # noqa: E402  (this tree's bench, before TREE goes first)
+
 sys.path.insert(0, TREE)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
@@ -47,8 +49,7 @@ def fill_hot(client: redis.Redis, n: int, key: str) -> None:
 
 def burst(url: str, timeout_s: float) -> float:
     """One default ``antre worker APP --burst`` of TREE's code."""
-    path = os.pathsep.join(p for p in (os.path.join(TREE, ".pkgs"), TREE,
-                                       os.path.join(ROOT, "bench", "apps")) if os.path.isdir(p))
+    path = os.pathsep.join([code_path(TREE), os.path.join(ROOT, "bench", "apps")])
     env = dict(os.environ, BENCH_REDIS_URL=url, ANTRE_REDIS_URL=url, PYTHONPATH=path)
     env.pop("ANTRE_DATABASE_URL", None)
     log_path = os.path.join(ROOT, "bench", "out", "perkey-worker.log")
@@ -224,9 +225,7 @@ def rate(args: argparse.Namespace) -> dict[str, object]:
                                     for i in range(args.jobs)]))
         if not args.worker_first:
             a, b = fill()
-        path = os.pathsep.join(p for p in (os.path.join(TREE, ".pkgs"), TREE,
-                                           os.path.join(ROOT, "bench", "apps"))
-                               if os.path.isdir(p))
+        path = os.pathsep.join([code_path(TREE), os.path.join(ROOT, "bench", "apps")])
         env = dict(os.environ, BENCH_REDIS_URL=server.url, ANTRE_REDIS_URL=server.url,
                    PYTHONPATH=path)
         env.pop("ANTRE_DATABASE_URL", None)

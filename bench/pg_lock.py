@@ -34,6 +34,7 @@ sys.path.insert(0, ROOT)
 from antre.embedded import EmbeddedRedis  # noqa: E402
 from bench import antre_bench as ab  # noqa: E402
 from bench import progress  # noqa: E402
+from bench.tree import code_path  # noqa: E402
 
 DB = "antre_pgb"
 STATS = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted",
@@ -70,14 +71,7 @@ def redis_cpu(client: redis.Redis) -> float:
 def code_env(root: str) -> str:
     """PYTHONPATH that runs ``root``'s code: the tree itself plus ``antre_worker`` and
     ``antre_web`` (installed from folders of other names) linked from a shim folder."""
-    root = os.path.abspath(root)
-    shim = os.path.join("/tmp", "pg_lock_shim_" + uuid.uuid5(uuid.NAMESPACE_URL, root).hex[:8])
-    os.makedirs(shim, exist_ok=True)
-    for name, folder in (("antre_worker", "worker"), ("antre_web", "webapp")):
-        link = os.path.join(shim, name)
-        if not os.path.islink(link):
-            os.symlink(os.path.join(root, folder), link)
-    return f"{root}:{shim}"
+    return code_path(root)
 
 
 def child_of(pid: int) -> psutil.Process | None:

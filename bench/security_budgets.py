@@ -19,6 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+from bench import tree  # noqa: E402
+
+tree.use()  # antre_web is this tree's webapp/, not the venv's install
 
 import antre  # noqa: E402
 from antre.control.purge import Purger, PurgeFilter  # noqa: E402

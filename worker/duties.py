@@ -33,6 +33,8 @@ from antre.clock import Clock
 from antre.observe.memory import MemoryPolicy, memory_policy
 from antre.observe.readmodels import ReadModels
 from antre.control.retention import Retention, SqlRetention
+from antre.scheduling.controls import GroupControl
+from antre.scheduling.gates import FlowGates
 
 from .health import REDIS_DOWN
 
@@ -49,8 +51,10 @@ class Duty:
 def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dict[str, int]:
     """One sweeper pass over every queue: expired leases back to ready (or to the DLQ when
     poison), then parked jobs of resumed job types back to ready, and cancel requests of jobs
-    that finished anyway forgotten. Returns totals."""
-    out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0, "cancels_pruned": 0}
+    that finished anyway forgotten, and operators' limit overrides whose time is up ended (a
+    type's, a downstream's or a group's: what they held back starts). Returns totals."""
+    out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0, "cancels_pruned": 0,
+           "overrides_reverted": 0}
     for name in ReadModels(app.redis).queue_names():
         out["queues"] += 1
         for q in partitions.all_queues(app.redis, name, clock=clock or app.clock,
@@ -62,10 +66,14 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
                 if res.requeued + res.buried < limit:
                     break
         # parked jobs of a job type whose resume stopped half-way go back to ready
-        pauses = Pauses(app.redis, clock or app.clock, app.scripts)
+        now_clock = clock or app.clock
+        pauses = Pauses(app.redis, now_clock, app.scripts)
         pauses.sync(name)  # a partition grown since a pause gets it
         out["unparked"] += pauses.unpark_stale(name)
-        out["cancels_pruned"] += Cancels(app.redis, clock or app.clock, app.scripts).prune(name)
+        out["cancels_pruned"] += Cancels(app.redis, now_clock, app.scripts).prune(name)
+        out["overrides_reverted"] += (
+            FlowGates(app.redis, now_clock, app.scripts).revert_due(name)
+            + GroupControl(app.redis, now_clock, app.scripts).revert_due(name))
     return out
 
 

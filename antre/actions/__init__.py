@@ -67,6 +67,7 @@ from .queues import (
 )
 from .limits import (
     group_clear,
+    group_limit,
     group_pause,
     group_resume,
     group_slots,
@@ -115,7 +116,8 @@ __all__ = [
     "Action", "Actor", "alert_threshold", "Args", "BadInput", "bulk_start", "by_name",
     "cancel_job", "CliRows", "confirmed", "dead_filter", "DEAD_FILTER", "DEAD_ROWS", "delete_job",
     "discard", "discard_filtered", "discard_filtered_dry_run", "each", "edit_plan", "extend",
-    "group_clear", "group_pause", "group_resume", "group_slots", "Html", "incident_ack",
+    "group_clear", "group_limit", "group_pause", "group_resume", "group_slots", "Html",
+    "incident_ack",
     "incident_reopen", "incident_silence", "MAX_BULK", "MAX_EXTEND_S", "MAX_REASON_CHARS",
     "MAX_SELECTED", "Ops", "outcome_of", "Param", "parse", "parse_params", "password_change",
     "password_reset", "PATH_HELP", "pause", "purge_dry_run", "purge_filter", "purge_start",

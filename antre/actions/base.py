@@ -25,6 +25,7 @@ from antre.control.cancel import Cancels
 from antre.control.pause import Pauses, unknown_target
 from antre.control.periodic import Schedules
 from antre.control.purge import Purger
+from antre.engine.envelope import CANCEL_TO
 from antre.engine.locks import Locks
 from antre.observe.finder import Finder
 from antre.observe.readmodels import ReadModels
@@ -85,6 +86,11 @@ class Param:
     # a password: never in an argument list on the CLI's advice (it reads it from stdin, a
     # prompt or $ANTRE_PASSWORD, else makes one and prints it), never in an audit entry
     secret: bool = False
+
+
+# ``to`` of a job's and a flow's cancel (the value is checked where the cancel is made)
+CANCEL_TO_PARAM = Param("to", help="where the cancelled job(s) go: dlq or discard", default="dlq",
+                        choices=CANCEL_TO)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ complete.
 
 from __future__ import annotations
 
+from antre.errors import InvalidJob
 from antre.flows import FlowError
 from antre.flows.read import FlowReader
 
-from .base import Action, Actor, Args, Html, Ops, Param, Result, _note
+from .base import CANCEL_TO_PARAM, Action, Actor, Args, Html, Ops, Param, Result, _note
 
 PAGE = 500  # a flow's jobs read a page at a time
 MAX_REPLAYED = 10_000  # dead members replayed by one request at most
@@ -24,6 +25,8 @@ def cancel_flow(ops: Ops, who: Actor, a: Args) -> Result:
     except FlowError as exc:
         return Result(False, f"{exc}; nothing was changed",
                       404 if str(exc).startswith("no flow") else 409)
+    except InvalidJob as exc:  # a ``to`` other than dlq or discard
+        return Result(False, f"{exc}; nothing was changed", 400)
     where = "the dead-letter queue" if a["to"] == "dlq" else "discarded"
     return Result(True, f"flow {flow_id} cancelled: {done.ended} job(s) ended at once "
                         f"({where}), {done.requested} running or ready job(s) asked to stop",
@@ -57,6 +60,11 @@ def replay_failed(ops: Ops, who: Actor, a: Args) -> Result:
     if row is None:
         return Result(False, f"no flow {flow_id} in queue {queue} (finished flows are kept as "
                              "long as the queue's done jobs)", 404)
+    if row.given_up:
+        return Result(False, f"flow {flow_id} was given up when its member {row.failed_job} was "
+                             f"{row.given_up_by.split(' by ')[0]}: it does not go on, so its dead "
+                             "jobs are not replayed with it (replay one from the dead-letter "
+                             "queue if its effect is still wanted); nothing was changed", 409)
     if row.state == "cancelled":
         return Result(False, f"flow {flow_id} was cancelled: its jobs are not replayed; "
                              "nothing was changed", 409)
@@ -86,8 +94,7 @@ ENTRIES: list[Action] = [
            "/queues/<queue>/flows/<flow_id>/cancel", "cancel_flow",
            Html("/flows/<queue>/<flow_id>/cancel", "control.cancel_flow", "overview.index"),
            ("flow", "cancel"), cancel_flow, lambda a: f"{a['queue']}/flow/{a['flow_id']}",
-           (Param("to", help="where its jobs go: dlq or discard", default="dlq",
-                  choices=("dlq", "discard")),)),
+           (CANCEL_TO_PARAM,)),
     Action("flow.replay_failed", "operator",
            "Replay every dead job of one flow (attempts reset, idempotency keys kept); the "
            "flow goes on when they complete. 409 when it has none or was cancelled.",

@@ -10,7 +10,7 @@ from antre.control.edit import EditPlan, ReplayEdits
 from antre.control.purge import PurgeError
 from antre.errors import LeaseLost
 
-from .base import Action, Actor, Args, Html, Ops, Param, Result, _job_target, _note
+from .base import CANCEL_TO_PARAM, Action, Actor, Args, Html, Ops, Param, Result, _job_target, _note
 
 
 MAX_EXTEND_S = 24 * 3600
@@ -142,7 +142,9 @@ ENTRIES: list[Action] = [
            Html("/dlq/<queue>/<job_id>/discard", "dlq.discard", "dlq.index"),
            ("job", "discard"), discard, _job_target),
     Action("job.delete", "operator",
-           "Delete one ready or scheduled job; 409 when it is running, dead, done or gone.",
+           "Delete one ready, scheduled or waiting job, or a held job of a failed flow (which "
+           "gives the flow up); 409 when it is running, dead, done, gone or held in a running "
+           "flow.",
            "/queues/<queue>/jobs/<job_id>/delete", "delete_job",
            Html("/queues/<queue>/jobs/<job_id>/delete", "control.delete_job",
                 "scheduled.index"),
@@ -166,8 +168,7 @@ ENTRIES: list[Action] = [
            "/queues/<queue>/jobs/<job_id>/cancel", "cancel_job",
            Html("/queues/<queue>/jobs/<job_id>/cancel", "control.cancel_job", "inflight.index"),
            ("job", "cancel"), cancel_job, _job_target,
-           (Param("to", help="where the job goes: dlq or discard", default="dlq",
-                  choices=("dlq", "discard")),)),
+           (CANCEL_TO_PARAM,)),
     Action("dlq.replay_edited", "operator",
            "Replay a dead job with an edited payload (JSON) and optionally a new idempotency "
            "key; refused for a key whose effect completed unless a new key is given.",

@@ -1,6 +1,6 @@
 """Operator actions on what holds jobs back: force-release a lock, close a circuit breaker,
 resolve an abandoned idempotency record, and the fair-share groups (issue 23: pause, resume,
-override their slots).
+override their slots and rate).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def resolve_abandoned(ops: Ops, who: Actor, a: Args) -> Result:
                   {"to": to, "job_id": was.job_id, "fence": was.fence,
                    "abandoned_since_ms": was.since_ms})
 
-# -- fair-share groups (issue 23): pause / resume one, override its slots ----------------------
+# -- fair-share groups (issue 23): pause / resume one, override its slots and rate -------------
 def _group_target(a: Args) -> str:
     return f"{a['queue']}/{a['group']}"
 
@@ -99,6 +99,21 @@ def group_slots(ops: Ops, who: Actor, a: Args) -> Result:
                   {"slots": over.slots, "until_ms": over.until_ms})
 
 
+def group_limit(ops: Ops, who: Actor, a: Args) -> Result:
+    try:
+        over = ops.groups.set_override(a["queue"], a["group"], who.name, a["reason"],
+                                       slots=a["slots"], rate=a["rate"] or None,
+                                       revert_after_s=a["revert_after_s"])
+    except GroupError as exc:
+        return _group_refused(exc)
+    parts = ([f"{over.slots} slots"] if over.slots is not None else []) + \
+        ([f"rate {over.rate}"] if over.rate else [])
+    until = f" until {over.until_ms} ms" if over.until_ms else " until cleared"
+    return Result(True, f"group {a['group']} in {a['queue']}: {', '.join(parts)}{until} "
+                        "(held by every worker from its next slot and start)", 200,
+                  {"slots": over.slots, "rate": over.rate, "until_ms": over.until_ms})
+
+
 def group_clear(ops: Ops, who: Actor, a: Args) -> Result:
     try:
         now = ops.groups.clear_slots(a["queue"], a["group"])
@@ -137,8 +152,23 @@ def _group_actions() -> list[Action]:
                 Param("revert_after_s", float, "the override ends by itself after this many "
                                                "seconds")),
                reason_required_on_cli=True),
+        Action("group.limit", "operator",
+               "Override a group's slots (0 holds it) and/or its rate ('10/s': replaces its "
+               "jobs' group_rate, or gives the group one), until cleared or for "
+               "``revert_after_s``; setting it again replaces both. A raise starts waiting "
+               "jobs at once; the start the rate gave ahead is given again under the new one.",
+               f"{base}/limit", "group_limit",
+               Html("/groups/<queue>/<group>/limit", "groups.limit", "groups.group",
+                    back_args=_group_back),
+               ("group", "limit"), group_limit, _group_target,
+               (Param("slots", int, "slots: 0 holds the group"),
+                Param("rate", str, "starts per window: '10/s', '600/m', '5/10s'", default=""),
+                Param("revert_after_s", float, "the override ends by itself after this many "
+                                               "seconds")),
+               reason_required_on_cli=True),
         Action("group.clear", "operator",
-               "End the operator's override of a group's slots (its jobs' own apply again).",
+               "End the operator's override of a group's slots and rate (its jobs' own apply "
+               "again).",
                f"{base}/slots/clear", "group_clear",
                Html("/groups/<queue>/<group>/slots/clear", "groups.clear", "groups.group",
                     back_args=_group_back),

@@ -20,9 +20,9 @@ import redis
 
 from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
+from antre.engine.envelope import CANCEL_TO
 from antre.engine.scripts import Scripts
 
-DESTINATIONS = ("dlq", "discard")
 MAX_REASON = 2000
 
 
@@ -54,7 +54,7 @@ class CancelRequest:
             return None
         if not isinstance(data, dict):
             return None
-        to = data.get("to") if data.get("to") in DESTINATIONS else "dlq"
+        to = data.get("to") if data.get("to") in CANCEL_TO else "dlq"
         return cls(str(data.get("by", "?")), str(to), str(data.get("reason", "")),
                    int(data.get("at", 0) or 0))
 
@@ -68,8 +68,8 @@ class Cancels:
 
     def request(self, queue: str, job_id: str, by: str, to: str, reason: str) -> CancelRequest:
         """Ask for ``job_id`` to be stopped; raises ``CancelError`` unless it is running."""
-        if to not in DESTINATIONS:
-            raise CancelError(f"'to' must be one of {', '.join(DESTINATIONS)}, not {to!r}")
+        if to not in CANCEL_TO:
+            raise CancelError(f"to must be one of {', '.join(CANCEL_TO)}, not {to!r}")
         if not keys.valid_name(queue) or not keys.valid_job_id(job_id):
             raise CancelError(f"no job {job_id!r} in queue {queue!r}")
         req = CancelRequest(by, to, (reason or "").strip()[:MAX_REASON], self.clock())

@@ -151,7 +151,8 @@ class Purger:
 
     # -- one job ------------------------------------------------------------------------------
     def delete(self, queue: str, job_id: str) -> str:
-        """Delete one ready (or parked), scheduled or waiting job; returns where it was. Raises
+        """Delete one ready (or parked), scheduled or waiting job, or a held job of a flow
+        that failed or waits (``_may_delete_held``); returns where it was. Raises
         ``PurgeError`` when it is none of them (running, dead, done or gone)."""
         k = keys.of_job(queue, job_id)
         state = str(self.redis.hget(k.job(job_id), "state") or "")
@@ -161,8 +162,25 @@ class Purger:
             return "waiting"
         if state == "ready" and self._list_delete(k, job_id):
             return "ready"
-        raise PurgeError(f"job {job_id} is not ready, scheduled or waiting in {queue} (it is "
-                         f"{state or 'gone'}); nothing was changed")
+        if state == "held":
+            self._may_delete_held(k, job_id)
+            if self._zset_delete(queue, k.held, job_id):
+                return "held"
+        raise PurgeError(f"job {job_id} is not ready, scheduled, waiting or held in {queue} "
+                         f"(it is {state or 'gone'}); nothing was changed")
+
+    def _may_delete_held(self, k: keys.QueueKeys, job_id: str) -> None:
+        """A held job (its flow's parents unsettled) is deleted only once its flow is stuck
+        (failed or waiting on a dead member) or gone: deleting it gives the flow up under
+        policy fail / wait (purge.lua: flow_gone; the flow stays failed, its other held jobs
+        go too). In a running flow it would start when its parents finish: refused."""
+        flow_id = str(self.redis.hget(k.job(job_id), "flow") or "")
+        state = str(self.redis.hget(k.flow(flow_id), "state") or "") if flow_id else ""
+        if state == "running":
+            raise PurgeError(f"job {job_id} is held until its parents in flow {flow_id} finish "
+                             "and the flow is running: cancel the flow to stop it (flow "
+                             "cancel), or delete it once the flow has failed; nothing was "
+                             "changed")
 
     def _zset_delete(self, k: keys.QueueKeys, zkey: str, job_id: str) -> bool:
         reply = self.scripts.purge(keys=[zkey, k.stats, k.tombstones],

@@ -30,6 +30,8 @@ TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z"
 # waiting: behind the head of its lock_key in its queue (issue 23), made ready when its turn comes;
 # held: a job of a flow whose parents have not all settled (issue 26), placed when they have
 STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
+# where a cancelled job goes (a job's cancel, a flow's cancel): the DLQ with the reason, or gone
+CANCEL_TO = ("dlq", "discard")
 
 
 def new_job_id() -> str:

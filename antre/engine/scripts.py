@@ -634,20 +634,18 @@ def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
 
 def _settle(client: "redis.Redis", conn: Any, calls: Sequence[Call], replies: list[Any],
             fast_pack: bool, io: "_SocketIO | None", raw: bool = False) -> list[Any]:
-    """The replies of ``calls``: those a server without the script refused (NOSCRIPT) sent
-    again once it is loaded; the first error reply raised."""
-    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-    if missing:  # the server lost its scripts (restart, SCRIPT FLUSH): load, send those again
-        for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
-            assert script is not None
+    """The replies of ``calls`` (``replies``: the first round's): the rounds ``Resend`` keeps,
+    as ``Batch`` and ``aio.send`` do. The calls a server without their script refused
+    (NOSCRIPT: a restart, ``SCRIPT FLUSH``) are sent once more on ``conn`` after their script
+    is loaded once (a plain command before them, a blocking pop, is not repeated); the first
+    error reply raised."""
+    rounds = Resend([call[0] for call in calls])
+    while True:
+        for script in rounds.take(replies):
             script.sha = client.script_load(script.script)
-        for i, reply in zip(missing, _write_read(conn, [calls[i] for i in missing],
-                                                 fast_pack, io, raw)):
-            replies[i] = reply
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
+        if not rounds.pending:
+            return rounds.replies_or_raise()
+        replies = _write_read(conn, [calls[i] for i in rounds.pending], fast_pack, io, raw)
 
 
 def _direct_made(client: "redis.Redis", conn: Any, source: Iterator[Call], made: list[Call],

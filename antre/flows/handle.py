@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from redis.asyncio import Redis as AsyncRedis
 
+from antre.engine.envelope import CANCEL_TO
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 from antre.flows import store
@@ -33,7 +34,6 @@ from antre.flows.store import CancelSummary, FlowError, Member
 
 WAIT_CHUNK_S = 5.0
 ASYNC_CHUNK_S = 300.0  # the longest single async BLMOVE (its reply awaited this + 5 s)
-CANCEL_TO = ("dlq", "discard")
 
 
 class FlowTimeout(TimeoutError):

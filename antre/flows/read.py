@@ -21,7 +21,7 @@ FLOW_STATES = ("running", "waiting", "failed", "succeeded", "cancelled")
 FINAL_STATES = frozenset(("succeeded", "failed", "cancelled"))
 _ROW_FIELDS = ("kind", "state", "description", "policy", "total", "done", "failed", "pending",
                "created_at", "finished_at", "open", "failed_job", "failed_reason",
-               "cancelled_by", "cancel_reason")
+               "cancelled_by", "cancel_reason", "given_up_at", "given_up_by")
 _JOB_FIELDS = ("type", "state", "attempt", "fpar", "fkids", "fhook", "last_error", "idem_key",
                "progress")
 MAX_PAGE = 1000
@@ -63,6 +63,14 @@ class FlowRow:
     failed_reason: str = ""
     cancelled_by: str = ""
     cancel_reason: str = ""
+    # given up (fail / wait): the dead member that held it went for good ('discarded by NAME',
+    # 'purged'); it stays failed, its held jobs were dropped, its other members settle as they end
+    given_up_at: int = 0
+    given_up_by: str = ""
+
+    @property
+    def given_up(self) -> bool:
+        return self.given_up_at > 0
 
     @property
     def finished(self) -> bool:
@@ -72,8 +80,9 @@ class FlowRow:
     def to_go(self) -> int:
         """Members neither done nor dead: a dead member holding a 'fail' / 'wait' flow is
         counted in ``failed`` and still in ``pending`` (it may be replayed), so it is taken out
-        here; under 'ignore' / 'batch' it settled and left ``pending`` already."""
-        held_dead = self.failed if self.policy in ("fail", "wait") else 0
+        here; under 'ignore' / 'batch' it settled and left ``pending`` already, as every dead
+        member of a given-up flow has."""
+        held_dead = self.failed if self.policy in ("fail", "wait") and not self.given_up else 0
         return max(self.pending - held_dead, 0)
 
     @property
@@ -88,7 +97,8 @@ class FlowRow:
                    f["policy"] or "fail", _int(f["total"]), _int(f["done"]),
                    _int(f["failed"]), _int(f["pending"]), _int(f["created_at"]),
                    _int(f["finished_at"]), f["open"] == "1", f["failed_job"] or "",
-                   f["failed_reason"] or "", f["cancelled_by"] or "", f["cancel_reason"] or "")
+                   f["failed_reason"] or "", f["cancelled_by"] or "", f["cancel_reason"] or "",
+                   _int(f["given_up_at"]), f["given_up_by"] or "")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Live control of fair-share groups (issue 23): pause and resume one group, override its slots
-(how many of its jobs may be ready or running at once) with a reason, until cleared or for a
-while. Both live in Redis in the queue's slot and are read by the scripts on every enqueue,
+(how many of its jobs may be ready or running at once) and/or its rate with a reason, until
+cleared or for a while. Both live in Redis in the queue's slot and are read by the scripts on every enqueue,
 ack and reserve, so they hold on every worker host at once. Like every control here, none of
 this knows who asked or audits: the dashboard, the API and the CLI do.
 
@@ -16,8 +16,9 @@ import redis
 
 from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
-from antre.engine.envelope import MAX_GROUP_CONCURRENCY
+from antre.engine.envelope import MAX_GROUP_CONCURRENCY, format_rate, parse_rate
 from antre.engine.scripts import Scripts
+from antre.errors import InvalidJob
 from antre.scheduling.groups import GroupOverride
 
 MAX_REVERT_S = 7 * 86400
@@ -69,13 +70,33 @@ class GroupControl:
 
     def set_slots(self, queue: str, group: str, slots: int, by: str, reason: str,
                   revert_after_s: float | None = None) -> GroupOverride:
-        """Override ``group``'s slots (0 holds it: none of its waiting jobs starts); with
-        ``revert_after_s`` the override ends by itself then. A raise starts waiting jobs at
-        once."""
+        """Override ``group``'s slots (0 holds it: none of its waiting jobs starts); see
+        ``set_override``."""
+        return self.set_override(queue, group, by, reason, slots=slots,
+                                 revert_after_s=revert_after_s)
+
+    def set_override(self, queue: str, group: str, by: str, reason: str, *,
+                     slots: int | None = None, rate: str | None = None,
+                     revert_after_s: float | None = None) -> GroupOverride:
+        """Override ``group``'s slots (0 holds it) and/or its rate ('10/s': replaces its jobs'
+        group_rate, or gives a group a rate its jobs do not name); with ``revert_after_s`` the
+        override ends by itself then. The override is one record: setting it again replaces
+        both. A raise starts waiting jobs at once; the start the group's rate gave ahead is
+        given again under the new rate."""
         _check(queue, group)
-        if type(slots) is not int or not 0 <= slots <= MAX_GROUP_CONCURRENCY:
+        if slots is None and not rate:
+            raise GroupError("pass slots (0 holds the group) or rate (e.g. '10/s'), or both")
+        if slots is not None and (type(slots) is not int
+                                  or not 0 <= slots <= MAX_GROUP_CONCURRENCY):
             raise GroupError(f"bad slots {slots!r}: an int from 0 (hold the group) to "
                              f"{MAX_GROUP_CONCURRENCY}")
+        rate_value = ""
+        if rate:
+            try:
+                n, w = parse_rate(rate)
+            except InvalidJob as exc:
+                raise GroupError(str(exc).replace("group_rate", "rate")) from exc
+            rate_value = f"{n}/{w}"
         reason = (reason or "").strip()[:2000]
         if not reason:
             raise GroupError("a reason is required: say why (it is shown on the Groups page)")
@@ -86,15 +107,19 @@ class GroupControl:
                                  "or left out (until cleared)")
             until = self.clock() + int(float(revert_after_s) * 1000)
         now = self.clock()
-        record = GroupOverride(slots, by, reason, now, until)
-        self._call(queue, group, str(slots), until, json.dumps(
-            {"slots": slots, "by": by, "reason": reason, "at": now, "until_ms": until}))
+        shown = format_rate(rate_value) if rate_value else ""
+        record = GroupOverride(slots, by, reason, now, until, shown)
+        value = f"{'' if slots is None else slots}|{until}|{rate_value}"
+        self._call(queue, group, value, json.dumps(
+            {"slots": slots, "rate": shown, "by": by, "reason": reason, "at": now,
+             "until_ms": until}))
         return record
 
     def clear_slots(self, queue: str, group: str) -> int:
-        """End the override; returns the slots in force now (the group's own)."""
+        """End the override (slots and rate); returns the slots in force now (the group's
+        own)."""
         _check(queue, group)
-        return self._call(queue, group, "", 0, "")
+        return self._call(queue, group, "", "")
 
     def revert_due(self, queue: str) -> int:
         """End the overrides whose time is up (a raise they held back starts waiting jobs);
@@ -109,14 +134,14 @@ class GroupControl:
             except (ValueError, AttributeError, TypeError):
                 until = 1  # unreadable: ended
             if until and until <= now:
-                self._call(queue, str(group), "", 0, "")
+                self._call(queue, str(group), "", "")
                 ended += 1
         return ended
 
-    def _call(self, queue: str, group: str, slots: str, until: int, record: str) -> int:
+    def _call(self, queue: str, group: str, value: str, record: str) -> int:
         k = partitions.keys_of_key(self.redis, queue, group)  # the group's partition
         return int(self.scripts.group_limit(keys=[k.group_limits, k.group_overrides],
-                                            args=[k.job_prefix, group, slots, until, record,
+                                            args=[k.job_prefix, group, value, record,
                                                   self.clock()]))
 
 

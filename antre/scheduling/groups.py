@@ -13,7 +13,8 @@ import redis
 
 from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
-from antre.engine.envelope import Job, format_rate, from_fields
+from antre.engine.envelope import Job, format_rate, from_fields, parse_rate
+from antre.errors import InvalidJob
 
 TOP_N = 20
 RATE_READ = 1000  # a group's rate starts read for its row, newest first
@@ -22,11 +23,12 @@ GROUP_TARGET = "group="  # the paused HASH's field of a group (antre.control.pau
 
 @dataclass(frozen=True)
 class GroupOverride:
-    slots: int
+    slots: int | None  # None: the slots are not overridden (only the rate)
     by: str
     reason: str
     at_ms: int
     until_ms: int  # 0: until cleared
+    rate: str = ""  # the overriding rate as given ('10/s'); '' when the rate is not overridden
 
     def active(self, now_ms: int) -> bool:
         return self.until_ms == 0 or now_ms < self.until_ms
@@ -40,7 +42,8 @@ class GroupRow:
     paused: bool
     override: GroupOverride | None
     oldest_waiting_ms: int  # when its oldest waiting job joined (0: none)
-    rate: str = ""  # its jobs' group_rate as given ('10/s'; '' none), read off one of its jobs
+    rate: str = ""  # its rate now as given ('10/s'; '' none): an operator's override, else
+    # its jobs' group_rate (read off one of its jobs)
     rate_waiting: int = 0  # starts given in the future: its jobs scheduled for the rate
     next_start_ms: int = 0  # when the rate allows its next start (0: now, or no rate)
 
@@ -48,13 +51,16 @@ class GroupRow:
         """Why its waiting jobs wait: '' when they do not."""
         if self.paused:
             return "paused by an operator"
-        if self.override is not None and self.override.active(now_ms):
-            if self.override.slots == 0:
-                return f"held by {self.override.by}: {self.override.reason}"
-            if self.waiting and self.slots_held >= self.override.slots:
-                return f"at its limit of {self.override.slots} (set by {self.override.by})"
+        over = self.override if self.override is not None and self.override.active(now_ms) \
+            else None
+        if over is not None and over.slots is not None:
+            if over.slots == 0:
+                return f"held by {over.by}: {over.reason}"
+            if self.waiting and self.slots_held >= over.slots:
+                return f"at its limit of {over.slots} (set by {over.by})"
         if self.rate and self.rate_waiting:
-            return (f"at its rate {self.rate}: its next job is scheduled for its start"
+            by = f" (set by {over.by})" if over is not None and over.rate else ""
+            return (f"at its rate {self.rate}{by}: its next job is scheduled for its start"
                     + (f", {self.waiting} more wait in line" if self.waiting else ""))
         if self.waiting:
             return f"all {self.slots_held} slots taken"
@@ -135,10 +141,12 @@ class Groups:
         for i, n in enumerate(names):
             waiting, held, paused, over, _, _, starts = replies[i * 7:i * 7 + 7]
             joined, grate = second[i * 2:i * 2 + 2]
+            record = _override(over)
+            if record is not None and record.rate and record.active(now):
+                grate = _raw_rate(record.rate)
             rate, ahead, next_start = _rate(grate, starts, now)
             out.append(GroupRow(n, int(float(waiting or 0)), int(held), bool(paused),
-                                _override(over), int(float(joined or 0)), rate, ahead,
-                                next_start))
+                                record, int(float(joined or 0)), rate, ahead, next_start))
         return out
 
     def find(self, queue: str, name: str) -> GroupRow | None:
@@ -173,10 +181,21 @@ def _override(raw: Any) -> GroupOverride | None:
         return None
     try:
         d = json.loads(raw)
-        return GroupOverride(int(d["slots"]), str(d.get("by", "?")), str(d.get("reason", "")),
-                             int(d.get("at", 0)), int(d.get("until_ms", 0)))
-    except (ValueError, KeyError, TypeError):
+        slots = d.get("slots")
+        return GroupOverride(None if slots is None else int(slots), str(d.get("by", "?")),
+                             str(d.get("reason", "")), int(d.get("at", 0)),
+                             int(d.get("until_ms", 0)), str(d.get("rate") or ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _raw_rate(shown: str) -> str:
+    """'10/s' -> '10/1000' (as the scripts store a rate); '' when it does not parse."""
+    try:
+        n, w = parse_rate(shown)
+    except InvalidJob:
+        return ""
+    return f"{n}/{w}"
 
 
 def _rate(grate: Any, starts: list[Any], now: int) -> tuple[str, int, int]:

@@ -72,3 +72,23 @@ def test_show_says_the_groups_rate(env, capsys):
     out = capsys.readouterr().out
     assert "rate 1/h (1 scheduled for a start)" in out
     assert "at its rate 1/h: its next job is scheduled for its start, 1 more wait in line" in out
+
+
+def test_limit_overrides_a_groups_rate_audited_and_refuses_a_bad_one(env, capsys):
+    q = env.queue("billing")
+    ids = q.enqueue_many([JobSpec("charge", {"i": i}, f"r:{i}", group="tenant:9",
+                                  group_rate="1/h") for i in range(3)])
+    assert main(["group", "limit", "billing", "tenant:9", "--rate", "10/s", "--reason",
+                 "month end", "--revert-after-s", "3600"]) == 0
+    assert "rate 10/s" in capsys.readouterr().out
+    assert [q.get(i).state for i in ids] == ["ready"] * 3
+    assert main(["group", "show", "billing", "tenant:9", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["rate"] == "10/s" and shown["override"]["reason"] == "month end"
+    assert main(["group", "limit", "billing", "tenant:9", "--rate", "ten", "--reason",
+                 "x"]) != 0
+    assert "bad rate 'ten'" in capsys.readouterr().err
+    assert main(["group", "limit", "billing", "tenant:9", "--reason", "x"]) != 0
+    assert "pass slots" in capsys.readouterr().err
+    actions = [(e.action, e.user, e.outcome, e.reason) for e in env.audit.list()]
+    assert ("group.limit", ACTOR, "ok", "month end") in actions

@@ -254,3 +254,12 @@ def test_filtered_replay_now_and_discard_are_the_tables_audited(env, capsys):
                  "--maximum", "5"]) == 0  # the window from the clock, as the dashboard's
     assert "0 jobs match (since=" in capsys.readouterr().out
     assert [o for _, o, _ in audited(env, "dlq.bulk_replay.start")] == ["ok"]
+
+
+@pytest.mark.parametrize("command", [["job", "cancel", "billing", "j1"],
+                                     ["flow", "cancel", "billing", "f1"]])
+def test_a_job_and_a_flow_cancel_offer_the_same_destinations(env, capsys, command):
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--to", "nowhere", "--reason", "x"])
+    assert exit_.value.code == 2
+    assert "(choose from 'dlq', 'discard')" in capsys.readouterr().err

@@ -400,3 +400,35 @@ def test_a_client_that_returns_bytes_is_refused_with_the_fix(redis_url):
         Antre(redis_client=redis.Redis.from_url(redis_url))
     app = Antre(redis_client=redis.Redis.from_url(redis_url, decode_responses=True))
     assert app.queue().enqueue("t", {}, idempotency_key="k")
+
+
+def test_direct_after_a_script_flush_loads_each_script_once_and_resends_only_the_refused(r):
+    """``direct`` and the pinned connection's streamed calls (``scripts._settle``) keep the
+    same rounds as ``Batch`` (``scripts.Resend``): after ``SCRIPT FLUSH`` each script is loaded
+    once, each refused call runs once more, the plain command between them runs once."""
+    add = r.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    push = r.register_script("return redis.call('RPUSH', KEYS[1], ARGV[1])")
+    calls_ = [(add, ["a"], [1]), (None, ["INCR", "plain"], ()), (push, ["l"], ["x"]),
+              (add, ["a"], [10])]
+    assert scripts.direct(r, calls_) == [1, 1, 1, 11]  # loaded by redis-py's first call
+    pinned = scripts.Pinned(r)
+    for send in (lambda: scripts.direct(r, calls_), lambda: pinned.call(calls_),
+                 lambda: pinned.call_made(iter(calls_))):
+        r.script_flush()
+        r.config_resetstat()
+        before = int(r.get("a"))
+        replies = send()
+        assert replies[0] == before + 1 and replies[3] == before + 11
+        stats = calls(r)
+        assert stats["evalsha"] == 3 + 3 and stats["script|load"] == 2, stats
+        assert stats["incr"] == 1  # the plain command is not sent again
+    assert int(r.get("a")) == 4 * 11 and int(r.get("plain")) == 4 and r.llen("l") == 4
+
+
+def test_direct_raises_a_script_error_once_every_reply_is_read(r):
+    bad = r.register_script("return redis.call('INCR', KEYS[1])")
+    r.set("text", "not a number")
+    r.script_flush()
+    with pytest.raises(Exception, match="not an integer"):
+        scripts.direct(r, [(bad, ["text"], []), (None, ["SET", "after", "1"], ())])
+    assert r.get("after") == "1" and scripts.direct(r, [(None, ["PING"], ())]) == ["PONG"]

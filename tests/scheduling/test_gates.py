@@ -88,6 +88,47 @@ def test_a_rate_gives_later_starts_in_scheduled_without_a_delivery(q, r, clock):
     assert q.get(ids[4]).state == "scheduled"  # its start is a window later still
 
 
+def test_a_job_that_finds_the_slots_full_takes_no_rate_start(q, r, clock):
+    # rate 2 a second and 1 slot: the jobs that wait for the slot hold no start, so when the
+    # slot frees after a window with no start in it, the next job runs at once (it used to be
+    # scheduled a window later: the waiting jobs' starts filled the window)
+    gated(r, clock, conc=1, rate="2/1000")
+    ids = fill(q, 4)
+    (a,) = q.reserve("w", count=10)
+    assert [q.get(i).state for i in ids[1:]] == ["waiting"] * 3
+    clock.advance(1000)
+    q.promote()
+    assert q.reserve("w", count=10) == []
+    starts = q.keys.gate_starts("type:t")
+    assert [m for m in r.zrange(starts, 0, -1)] == [a.id]  # none of the waiting ones
+    clock.advance(200)
+    q.ack(a)
+    got = q.reserve("w", count=10)
+    assert [j.id for j in got] == [ids[1]]  # no start in the last window but a's
+    assert r.zscore(starts, ids[1]) == clock()
+    q.ack(got[0])
+    (c,) = q.reserve("w", count=10)  # the window holds one start: a second one now
+    assert c.id == ids[2]
+    q.ack(c)
+    assert q.reserve("w", count=10) == []  # two in the window: the third is scheduled
+    assert q.get(ids[3]).state == "scheduled" and q.get(ids[3]).visible_at == clock() + 1000
+
+
+def test_a_start_is_taken_under_every_rate_of_a_job_at_its_latest(q, r, clock):
+    # a type's rate and its downstream's: a job scheduled for one gate's later start takes no
+    # start now under the other (it starts once, at the later of the two)
+    gates = FlowGates(r, clock)
+    gates.declare("jobs", Declaration(cand={"t": "type:t ds:d"},
+                                      rate={"type:t": "5/1000", "ds:d": "1/1000"}))
+    ids = fill(q, 3)
+    (a,) = q.reserve("w", count=10)
+    later = [q.get(i) for i in ids[1:]]
+    assert [j.state for j in later] == ["scheduled"] * 2
+    assert [j.visible_at for j in later] == [clock() + 1000, clock() + 2000]
+    for gate in ("type:t", "ds:d"):
+        assert r.zscore(q.keys.gate_starts(gate), ids[1]) == clock() + 1000
+
+
 def test_a_live_override_holds_at_the_next_reserve_and_reverts(q, r, clock):
     gates = gated(r, clock, conc=1)
     ids = fill(q, 4)

@@ -27,3 +27,20 @@ def test_an_operator_cancels_a_flow_through_the_api(web):
                     headers=basic("operator")).status_code == 404
     assert sorted(e.outcome for e in web.audit("flow.cancel")) == [
         "failed", "failed", "ok", "refused"]
+
+
+def test_a_cancel_to_nowhere_is_a_400_naming_the_choices_for_a_job_and_a_flow(web):
+    p = web.producer
+    flow = p.chord([p.spec("t", {}, idempotency_key="k")], p.spec("cb", {},
+                                                                  idempotency_key="cb")).enqueue()
+    job_id = p.queue("default").enqueue("t", {}, idempotency_key="j")
+    p.queue("default").reserve("w")
+    api = web.app.test_client()
+    for url in (f"/api/queues/default/flows/{flow.id}/cancel",
+                f"/api/queues/default/jobs/{job_id}/cancel"):
+        resp = api.post(url, json={"reason": "x", "to": "nowhere"}, headers=basic("operator"))
+        assert resp.status_code == 400, (url, resp.get_json())
+        assert "to must be one of dlq, discard" in str(resp.get_json()), resp.get_json()
+    assert flow.status().state == "running" and not p.queue("default").get(job_id).cancel
+    assert [e.outcome for e in web.audit("flow.cancel")] == ["refused"]
+    assert [e.outcome for e in web.audit("job.cancel")] == ["refused"]

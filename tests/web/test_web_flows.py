@@ -228,3 +228,21 @@ def test_a_flow_page_shows_its_in_flight_jobs_progress_escaped(web, shop):
     api = c.get(f"/api/queues/default/flows/{flow.id}", headers=basic("viewer")).get_json()
     (row,) = [j for j in api["jobs"] if j["id"] == jobs["ledger"].id]
     assert row["progress"]["fraction"] == 0.4
+
+
+def test_a_flow_given_up_by_a_discard_says_so_and_offers_no_replay_or_cancel(web, shop):
+    app = shop["app"]
+    shop["fail"].add("email")
+    flow = chord(app, "G")
+    burst(app, web.clock)
+    op = web.client("operator")
+    email = [j for j in FlowReader(web.svc.redis).tree("default", flow.id).jobs
+             if j.type == "email"][0]
+    resp = post(op, f"/dlq/default/{email.id}/discard", {"reason": "not needed"})
+    assert resp.status_code == 303
+    page = op.get(f"/flows/default/{flow.id}").get_data(as_text=True)
+    assert "Given up" in page and "discarded by operator" in page
+    assert "Replay the failed jobs" not in page and "Cancel this flow" not in page
+    assert HOSTILE not in page  # the member's error text, escaped
+    listed = op.get("/flows/?queue=default&state=failed").get_data(as_text=True)
+    assert "given up: discarded by operator" in listed

@@ -107,3 +107,50 @@ def test_a_groups_rate_is_shown_and_a_job_scheduled_for_it_says_so(web):
     assert "10/s (its jobs' group_rate): 1 job(s) scheduled for a start" in group
     listing = c.get("/groups/?queue=default").get_data(as_text=True)
     assert "rate 10/s" in listing
+
+
+def test_an_operator_overrides_a_groups_rate_on_the_page_the_api_and_it_is_audited(web):
+    ids = web.q.enqueue_many([JobSpec("order", {"i": i}, f"r7:{i}", group="tenant:7",
+                                      group_rate="1/h") for i in range(3)])
+    assert [web.q.get(i).state for i in ids] == ["ready", "scheduled", "waiting"]
+    c = web.client("operator")
+    resp = post(c, "/groups/default/tenant:7/limit", {"rate": "10/s", "slots": "",
+                                                      "reason": "their backlog is urgent",
+                                                      "revert_after_s": "600"})
+    assert resp.status_code == 303
+    assert [web.q.get(i).state for i in ids] == ["ready"] * 3  # held at once, by the scripts
+    page = c.get("/groups/default/tenant:7").get_data(as_text=True)
+    assert "rate 10/s, set by" in page and "their backlog is urgent" in page
+    assert "10/s (the operator's)" in page and "reverts at" in page
+    audit = c.get("/audit/").get_data(as_text=True)
+    assert "group.limit" in audit and "their backlog is urgent" in audit
+    api = web.app.test_client()
+    auth = basic("operator")
+    resp = api.post("/api/queues/default/groups/tenant:7/limit", headers=auth,
+                    json={"rate": "2/m", "slots": 4, "reason": "calmer"})
+    assert resp.status_code == 200
+    assert resp.get_json()["rate"] == "2/m" and resp.get_json()["slots"] == 4
+    one = api.get("/api/queues/default/groups/tenant:7", headers=auth).get_json()
+    assert one["group"]["rate"] == "2/m" and one["group"]["override"]["slots"] == 4
+    for body, says in [({"rate": "fast", "reason": "x"}, "bad rate 'fast'"),
+                       ({"reason": "x"}, "pass slots"),
+                       ({"rate": "1/s", "slots": -2, "reason": "x"}, "bad slots"),
+                       ({"rate": "1/s"}, "reason")]:
+        bad = api.post("/api/queues/default/groups/tenant:7/limit", headers=auth, json=body)
+        assert bad.status_code == 400 and says in bad.get_json()["message"], body
+    assert api.post("/api/queues/default/groups/bad%20name/limit", headers=auth,
+                    json={"rate": "1/s", "reason": "x"}).status_code == 400
+    viewer = web.client("viewer")
+    assert post(viewer, "/groups/default/tenant:7/limit", {"rate": "1/s", "reason": "x"}
+                ).status_code == 403
+    spec = api.get("/api/openapi.json", headers=auth).get_json()
+    op = spec["paths"]["/api/queues/{queue}/groups/{group}/limit"]["post"]
+    assert "rate" in str(op)
+    assert api.post("/api/queues/default/groups/tenant:7/slots/clear", headers=auth,
+                    json={"reason": "done"}).status_code == 200
+    assert Groups_rate(web) == "1/h"  # its jobs' own again
+
+
+def Groups_rate(web) -> str:
+    return web.client("viewer").get("/api/queues/default/groups/tenant:7").get_json()[
+        "group"]["rate"]

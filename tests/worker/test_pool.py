@@ -19,12 +19,35 @@ from antre import Antre
 from antre.engine import keys
 from antre.clock import ManualClock
 from antre.engine.queue import Queue
+from antre.scheduling.controls import GroupControl
+from antre.scheduling.gates import Declaration, FlowGates
 from antre_worker.duties import Duties, Duty, sweep_once
 from antre_worker.executor import WorkerProcess
 from antre_worker.loader import AppLoadError, load_app
 from antre_worker.pool import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def test_sweep_once_ends_limit_overrides_whose_time_is_up_and_starts_what_they_held(app, clock):
+    # a type held at 0 slots and a group held at 0 for 60 s: nothing of theirs ends meanwhile,
+    # so only the sweeper's pass can start their waiting jobs once the time is up
+    q = app.queue("jobs")
+    gates = FlowGates(app.redis, clock)
+    gates.declare("jobs", Declaration(cand={"t": "type:t"}, conc={"type:t": 2}))
+    gates.set_override("jobs", "type", "t", "ops", "downstream is down", slots=0,
+                       revert_after_s=60)
+    typed = [q.enqueue("t", {"i": i}, idempotency_key=f"t{i}") for i in range(2)]
+    assert q.reserve("w", count=10) == [] and q.get(typed[0]).state == "waiting"
+    GroupControl(app.redis, clock).set_slots("jobs", "tenant:1", 0, "ops", "bad data",
+                                             revert_after_s=60)
+    grouped = q.enqueue("u", {}, idempotency_key="g1", group="tenant:1")
+    assert q.get(grouped).state == "waiting"
+    assert sweep_once(app)["overrides_reverted"] == 0
+    clock.advance(60_001)
+    assert sweep_once(app)["overrides_reverted"] == 2
+    assert [q.get(i).state for i in typed + [grouped]] == ["ready"] * 3
+    assert app.redis.hlen(q.keys.group_limits) == 0
 
 
 def test_sweep_once_requeues_expired_leases_in_every_queue(app, clock):
@@ -36,7 +59,8 @@ def test_sweep_once_requeues_expired_leases_in_every_queue(app, clock):
     assert sweep_once(app)["requeued"] == 0
     clock.advance(10_001)
     res = sweep_once(app)
-    assert res == {"queues": 2, "requeued": 2, "buried": 0, "unparked": 0, "cancels_pruned": 0}
+    assert res == {"queues": 2, "requeued": 2, "buried": 0, "unparked": 0, "cancels_pruned": 0,
+                   "overrides_reverted": 0}
     assert a.where(ja) == ["ready"] and b.where(jb) == ["ready"]
     # due scheduled jobs are promoted in one place: by the worker processes of their queue
     assert b.where(later) == ["scheduled"] and "promoter" not in Duties(app).duties

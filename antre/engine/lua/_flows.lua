@@ -15,8 +15,13 @@
 -- placed (admit + place: its lock_key and group apply). A dead member: policy 'ignore' (and a
 -- batch) settles it with its error ('!' + JSON {job_id, error}); 'fail' (the default) and
 -- 'wait' keep it in SET '<flow>:failed' and its dependents held (flow state failed / waiting)
--- until its replay succeeds, which settles it. A flow that reaches a final state pushes one
--- token to LIST '<flow>:wake' (a waiter's BLMOVE of the list onto itself keeps it there).
+-- until its replay succeeds, which settles it. A member that goes for good (discarded from the
+-- DLQ, purged, cancelled to discard: flow_gone) while it holds its flow gives the flow up: the
+-- flow ends failed for good (flow_give_up; 'given_up_at', 'given_up_by'), its held jobs go with
+-- it, and from then on a member that dies settles as under 'ignore'. Under 'ignore' and for a
+-- batch the dead member had settled already: the flow goes on as before. A flow that reaches a
+-- final state pushes one token to LIST '<flow>:wake' (a waiter's BLMOVE of the list onto
+-- itself keeps it there).
 local FLOW_FINAL = {succeeded = true, failed = true, cancelled = true}
 
 local function flow_key(job_prefix, fid)
@@ -81,8 +86,8 @@ local function flow_check(job_prefix, fk, fid, now)
   -- running, or failed / waiting while a dead member holds it (policies fail / wait); once
   -- all are settled, succeeded (a batch with dead members: failed), and a batch's callbacks
   -- run: on_complete, and on_success when no member is dead
-  local f = redis.call('HMGET', fk, 'state', 'pending', 'failed', 'open', 'policy')
-  if f[1] == 'cancelled' then return end
+  local f = redis.call('HMGET', fk, 'state', 'pending', 'failed', 'open', 'policy', 'given_up_at')
+  if f[1] == 'cancelled' or (f[6] and f[6] ~= '') then return end  -- (given up: failed for good)
   local pending, failed, policy = num_of(f[2], 0), num_of(f[3], 0), f[5] or 'fail'
   if pending > 0 or f[4] == '1' then
     local stuck = failed > 0 and (policy == 'fail' or policy == 'wait')
@@ -135,11 +140,11 @@ local function flow_dead(job_key, id, now, reason)
   if type(fid) ~= 'string' or fid == '' then return end
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
-  local f = redis.call('HMGET', fk, 'state', 'policy')
+  local f = redis.call('HMGET', fk, 'state', 'policy', 'given_up_at')
   if not f[1] or f[1] == 'cancelled' then return end
   local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
   if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. ':res', id) == 1 then return end
-  if f[2] == 'ignore' or f[2] == 'batch' then
+  if f[2] == 'ignore' or f[2] == 'batch' or (f[3] and f[3] ~= '') then
     redis.call('HSET', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = reason}))
     redis.call('HINCRBY', fk, 'failed', 1)
     redis.call('HINCRBY', fk, 'pending', -1)
@@ -149,4 +154,60 @@ local function flow_dead(job_key, id, now, reason)
     redis.call('HSET', fk, 'failed_job', id, 'failed_reason', string.sub(reason, 1, 500))
   end
   flow_check(prefix, fk, fid, now)
+end
+
+local function flow_settle_failed(fk, id, err)
+  -- a member settled as failed with ``err`` (once: an id in '<flow>:res' is settled)
+  if redis.call('HSETNX', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = err})) == 1 then
+    redis.call('HINCRBY', fk, 'pending', -1)
+    return true
+  end
+  return false
+end
+
+local function flow_give_up(prefix, fk, fid, id, now, reason, stats)
+  -- ``id``, a dead member that held flow ``fid`` (fail / wait), is gone for good: the flow
+  -- can never go on, so it ends failed for good. The member and every other dead member
+  -- holding it settle as failed (counted in 'failed' already); each held job of the flow (it
+  -- would never start) goes with it (its record, timeline and key index; a member is counted
+  -- failed; 'flow_held_dropped' in ``stats``); ready and running ones go on, and settle as
+  -- under 'ignore'. One walk of the flow's jobs: a record that is not a hash is passed over.
+  flow_settle_failed(fk, id, reason)
+  for _, other in ipairs(redis.call('SMEMBERS', fk .. ':failed')) do
+    flow_settle_failed(fk, other, 'dead when its flow was given up')
+  end
+  redis.call('DEL', fk .. ':failed')
+  local held, dropped = tag_of(prefix) .. 'held', 0
+  for _, jid in ipairs(redis.call('LRANGE', fk .. ':jobs', 0, -1)) do
+    local j = redis.pcall('HMGET', prefix .. jid, 'state', 'fhook', 'waiters')
+    if not j.err and j[1] == 'held' and redis.call('ZREM', held, jid) == 1 then
+      if not (j[2] and j[2] ~= '') and flow_settle_failed(fk, jid, 'dropped with its flow: ' .. reason) then
+        redis.call('HINCRBY', fk, 'failed', 1)
+      end
+      result_wake(prefix, jid, j[3])
+      forget_job(prefix, jid)
+      dropped = dropped + 1
+    end
+  end
+  if dropped > 0 then redis.call('HINCRBY', stats, 'flow_held_dropped', dropped) end
+  local why = redis.pcall('HMGET', prefix .. id, 'reason', 'last_error')  -- why it died
+  why = (not why.err) and ((why[1] and why[1] ~= '' and why[1]) or why[2]) or nil
+  redis.call('HSET', fk, 'given_up_at', now, 'given_up_by', reason, 'failed_job', id,
+             'failed_reason', string.sub((why and why ~= '') and why or reason, 1, 500))
+  flow_move(prefix, fk, fid, 'failed', now)
+end
+
+local function flow_gone(job_key, id, now, reason, stats)
+  -- the job at ``job_key`` leaves for good (discarded, purged; its record still there): a
+  -- member of a flow first counts as dead (flow_dead), and one that then holds its flow gives
+  -- it up (flow_give_up)
+  flow_dead(job_key, id, now, reason)
+  local fid = redis.pcall('HGET', job_key, 'flow')
+  if type(fid) ~= 'string' or fid == '' then return end
+  local prefix = prefix_of(job_key, id)
+  local fk = flow_key(prefix, fid)
+  if redis.call('SISMEMBER', fk .. ':failed', id) == 1 and
+      redis.call('HGET', fk, 'state') ~= 'cancelled' then
+    flow_give_up(prefix, fk, fid, id, now, reason, stats)
+  end
 end

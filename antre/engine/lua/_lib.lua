@@ -247,10 +247,10 @@ end
 -- Groups (fair shares): a job with a group ('fgroup') holds one of its group's slots while it
 -- is ready, scheduled or in flight (SET '<tag>:gheld:<group>'); a group has 'gconc' slots (its
 -- jobs' group_concurrency, GROUP_WINDOW when none; an operator's override in HASH
--- '<tag>:glimits'). A job finding them all taken waits in the group's line ('<tag>:gline:<group>')
--- and takes the slot a leaving job frees (group_leave). With at most that many ready jobs per
--- group, a group of a million jobs and a group of ten both have their share of the ready list:
--- reserve itself is unchanged. ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
+-- '<tag>:glimits', group_override). A job finding them all taken waits in the group's line
+-- ('<tag>:gline:<group>') and takes the slot a leaving job frees (group_leave). With at most
+-- that many ready jobs per group, a group of a million jobs and a group of ten both have their
+-- share of the ready list: reserve itself is unchanged. ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
 -- slots held) are the Groups page's bounded index. A job with a lock_key is first its key's
 -- head, then asks its group for a slot. A waiting job's field 'waits_on' says which line.
 local GROUP_WINDOW = 128  -- a group naming no group_concurrency (see bench/PERKEY.md)
@@ -300,13 +300,14 @@ end
 -- ('type:<t>', 'ds:<name>', space-separated), HASH '<tag>:lconc' gate -> slots, HASH
 -- '<tag>:lrate' gate -> '<n>/<window ms>'; an operator's override, HASH '<tag>:lover' gate ->
 -- '<slots>|<until ms>|<n>/<window ms>' (either part '' when not overridden; until 0: until
--- cleared; gate_override.lua). Reserve (gate_take) gives each popped job of a type with gates
--- a start under each gate's rate (a later start makes the job wait in 'scheduled' for it, as
--- a group rate's: field 'gate' says which; ZSET '<tag>:lstart:<gate>' the starts of the last window
--- and those ahead) and then a slot of each gate's concurrency (SET '<tag>:lheld:<gate>', the
--- ids in flight): a gate at its limit puts the job, untouched, at the end of the gate's line
--- (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field 'gate'); no lease,
--- no delivery, no attempt, no snooze. Whichever script takes a job out of flight (ack, retry,
+-- cleared; gate_override.lua). Reserve (gate_take) first checks each gate's concurrency (SET
+-- '<tag>:lheld:<gate>', the ids in flight): a gate at its limit puts the job, untouched, at the
+-- end of the gate's line (LIST '<tag>:lline:<gate>', state 'waiting', waits_on 'limit', field
+-- 'gate') holding no rate start (one it was given is dropped: a job that cannot start uses up
+-- no start of the window); no lease, no delivery, no attempt, no snooze. Else the job takes a
+-- start under each gate's rate, the latest any of them gives (ZSET '<tag>:lstart:<gate>' the
+-- starts of the last window and those ahead): a later start makes it wait in 'scheduled' for
+-- it, as a group rate's (field 'gate' says which), holding no slot; a start now takes the slots. Whichever script takes a job out of flight (ack, retry,
 -- snooze, hand-back, bury, sweep, cancel: gate_leave) frees its slots ('lgates') and moves as
 -- many of the line's oldest jobs as slots are free to the oldest end of ready, in the same
 -- call. A slot whose job is no longer in flight (removed by hand) is freed by the next reserve
@@ -334,19 +335,23 @@ local function gate_limits(tag, gate, now)
   return n, rn, rw
 end
 
-local function gate_start(prefix, id, tag, gate, now, rn, rw)
-  -- ``id``'s start under ``gate``'s rate (rn per rw ms): one given before and not yet past its
-  -- window is kept; else the next free one. Returns the start (ms).
+local function gate_next(id, tag, gate, now, rn, rw)
+  -- ``id``'s start under ``gate``'s rate (rn per rw ms), not taken yet: one given before and
+  -- not yet past its window is kept; else the next free one
   local starts = tag .. 'lstart:' .. gate
   local given = tonumber(redis.call('ZSCORE', starts, id) or '')
   if given and given + rw > now then return given end
   redis.call('ZREMRANGEBYSCORE', starts, '-inf', now - rw)
-  local at = now
   local nth = redis.call('ZREVRANGE', starts, rn - 1, rn - 1, 'WITHSCORES')
-  if nth[2] and tonumber(nth[2]) + rw > now then at = tonumber(nth[2]) + rw end
+  if nth[2] and tonumber(nth[2]) + rw > now then return tonumber(nth[2]) + rw end
+  return now
+end
+
+local function gate_start(tag, gate, id, at, now, rw)
+  -- ``id`` takes its start ``at`` under ``gate``'s rate (the key expires a window after it)
+  local starts = tag .. 'lstart:' .. gate
   redis.call('ZADD', starts, at, id)
   if redis.call('PTTL', starts) < at - now + rw then redis.call('PEXPIRE', starts, at - now + rw) end
-  return at
 end
 
 local function gate_mend(prefix, held)
@@ -361,33 +366,39 @@ end
 
 local function gate_take(prefix, id, now)
   -- at reserve: nil when ``id`` may be reserved (its gates' slots taken: field 'lgates'),
-  -- else where it went instead: 'rate' (scheduled for its start) or 'line' (a gate is full)
+  -- else where it went instead: 'line' (a gate's slots are all in flight: it takes no start,
+  -- and drops one it was given) or 'rate' (scheduled for its start: the latest any of its
+  -- gates' rates gives, taken under each of them; no slot is taken)
   local t = redis.pcall('HGET', prefix .. id, 'type')
   if type(t) ~= 'string' then return nil end  -- (missing, or not a hash: reserve deals with it)
   local tag = tag_of(prefix)
   local gates = redis.call('HGET', tag .. 'lactive', t)
   if not gates then return nil end
-  local take = {}
+  local take, rated, at, why = {}, {}, now, nil
   for gate in string.gmatch(gates, '%S+') do
     local n, rn, rw = gate_limits(tag, gate, now)
-    if rn then
-      local at = gate_start(prefix, id, tag, gate, now, rn, rw)
-      if at > now then
-        redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'gate', gate)
-        redis.call('ZADD', tag .. 'scheduled', at, id)
-        return 'rate'
-      end
-    end
     if n then
       local held = tag .. 'lheld:' .. gate
       if redis.call('SCARD', held) >= n then gate_mend(prefix, held) end
       if redis.call('SCARD', held) >= n then
+        for g2 in string.gmatch(gates, '%S+') do redis.call('ZREM', tag .. 'lstart:' .. g2, id) end
         wait_in(prefix, tag .. 'lline:' .. gate, id, now, 'limit', nil)
         redis.call('HSET', prefix .. id, 'gate', gate)
         return 'line'
       end
       take[#take + 1] = gate
     end
+    if rn then
+      rated[#rated + 1] = {gate, rw}
+      local start = gate_next(id, tag, gate, now, rn, rw)
+      if start > at then at, why = start, gate end
+    end
+  end
+  for _, g in ipairs(rated) do gate_start(tag, g[1], id, at, now, g[2]) end
+  if at > now then
+    redis.call('HSET', prefix .. id, 'state', 'scheduled', 'visible_at', at, 'gate', why)
+    redis.call('ZADD', tag .. 'scheduled', at, id)
+    return 'rate'
   end
   if #take > 0 then
     for _, gate in ipairs(take) do redis.call('SADD', tag .. 'lheld:' .. gate, id) end
@@ -459,14 +470,25 @@ local function gate_regate(prefix, now)
   return moved
 end
 
-local function group_limit(job_prefix, id, g, now)
-  -- an operator's override (HASH '<tag>:glimits', group -> '<slots>|<until ms>', until 0: until
-  -- cleared; group_limit.lua) while it lasts, else the job's own 'gconc', else GROUP_WINDOW
+local function group_override(job_prefix, g, now)
+  -- an operator's override of group ``g`` while it lasts (HASH '<tag>:glimits', group ->
+  -- '<slots>|<until ms>|<n>/<window ms>', either limit '' when not overridden, until 0: until
+  -- cleared; group_limit.lua): its slots (or nil) and its rate's n and window (or nil)
   local raw = redis.call('HGET', tag_of(job_prefix) .. 'glimits', g)
-  if raw then
-    local n, untl = string.match(raw, '^(%d+)|(%d+)$')
-    if n and (untl == '0' or tonumber(untl) > now) then return tonumber(n) end
-  end
+  if not raw then return nil, nil, nil end
+  local n, untl, rate = string.match(raw, '^(%d*)|(%d+)|?(.*)$')
+  if not untl or (untl ~= '0' and tonumber(untl) <= now) then return nil, nil, nil end
+  local rn, rw = string.match(rate, '^(%d+)/(%d+)$')
+  rn, rw = tonumber(rn), tonumber(rw)
+  if not rn or rn < 1 or rw < 1 then rn, rw = nil, nil end
+  return tonumber(n), rn, rw
+end
+
+local function group_limit(job_prefix, id, g, now)
+  -- the group's slots: an operator's override while it lasts, else the job's own 'gconc',
+  -- else GROUP_WINDOW
+  local n = group_override(job_prefix, g, now)
+  if n then return n end
   return num_field(job_prefix .. id, 'gconc', GROUP_WINDOW)
 end
 
@@ -484,8 +506,14 @@ end
 -- in the group's line, and the scheduled job's end gives the next starts. So no job is
 -- delivered early, snoozed or charged an attempt for its group's rate, no start is given more
 -- than a window ahead, and the ready list holds only other groups' jobs meanwhile. A retried
--- or swept job keeps its slot and its start (no second one is taken).
-local function rate_of(job_prefix, id)
+-- or swept job keeps its slot and its start (no second one is taken). An operator's override
+-- of the group's rate (group_override) replaces its jobs' own, or gives a group a rate its
+-- jobs do not name; the start it gave ahead is given again under the new rate (rate_regive).
+local function rate_of(job_prefix, id, g, now)
+  -- the rate of ``id``'s group ``g``: an operator's override of it while it lasts (a group
+  -- whose jobs name no rate can be given one), else the job's own 'grate'; nil: none
+  local _, on, ow = group_override(job_prefix, g, now)
+  if on then return on, ow end
   local raw = redis.call('HGET', job_prefix .. id, 'grate')
   if not raw or raw == '' then return nil, nil end
   local n, w = string.match(raw, '^(%d+)/(%d+)$')
@@ -498,7 +526,7 @@ local function rate_blocked(job_prefix, id, g, now)
   -- whether ``id`` (of group ``g``) must wait in the line: its group has a rate, has given a
   -- start that is still ahead, and one of its jobs holds a slot (whose end fills the line
   -- again: with none, e.g. the scheduled one purged, the job takes its slot and a start)
-  if not rate_of(job_prefix, id) then return false end
+  if not rate_of(job_prefix, id, g, now) then return false end
   local tag = tag_of(job_prefix)
   local newest = redis.call('ZREVRANGE', tag .. 'grate:' .. g, 0, 0, 'WITHSCORES')
   return newest[2] ~= nil and tonumber(newest[2]) > now and
@@ -506,7 +534,7 @@ local function rate_blocked(job_prefix, id, g, now)
 end
 
 local function rate_start(job_prefix, id, g, now)
-  local n, w = rate_of(job_prefix, id)
+  local n, w = rate_of(job_prefix, id, g, now)
   if not n then return end
   local key = job_prefix .. id
   local starts = tag_of(job_prefix) .. 'grate:' .. g
@@ -526,17 +554,43 @@ end
 local function rate_started(job_prefix, id, g, now)
   -- a job of a group with a rate left its slot: its start becomes the time it was reserved,
   -- when that was later than the start it was given
-  local f = redis.call('HMGET', job_prefix .. id, 'grate', 'reserved_at')
-  if not f[1] or f[1] == '' then return end
-  local w = tonumber(string.match(f[1], '^%d+/(%d+)$') or '')
-  local began = tonumber(f[2] or '')
-  if not w or not began or began + w <= now then return end
+  local _, w = rate_of(job_prefix, id, g, now)
+  if not w then return end
+  local began = tonumber(redis.call('HGET', job_prefix .. id, 'reserved_at') or '')
+  if not began or began + w <= now then return end
   local starts = tag_of(job_prefix) .. 'grate:' .. g
   local given = tonumber(redis.call('ZSCORE', starts, id) or '')
   if given and given >= began then return end
   redis.call('ZADD', starts, began, id)
   if redis.call('PTTL', starts) < began - now + w then
     redis.call('PEXPIRE', starts, began - now + w)
+  end
+end
+
+local function rate_regive(job_prefix, g, now)
+  -- after an operator changed ``g``'s rate: the starts it gave ahead (its jobs scheduled for
+  -- them: one at a time, at most 100 here) are given again under the rate now, sooner or later
+  -- (a job whose new start is now is made ready)
+  local tag = tag_of(job_prefix)
+  local starts = tag .. 'grate:' .. g
+  local ahead = redis.call('ZRANGEBYSCORE', starts, '(' .. now, '+inf', 'LIMIT', 0, 100)
+  if #ahead == 0 then return end
+  redis.call('ZREM', starts, unpack(ahead))
+  for _, id in ipairs(ahead) do
+    local key = job_prefix .. id
+    local f = redis.call('HMGET', key, 'state', 'rate_due', 'visible_at')
+    if f[1] == 'scheduled' and f[2] and f[2] == f[3] then
+      redis.call('HSET', key, 'visible_at', now)  -- (the old start set it: it goes)
+      redis.call('HDEL', key, 'rate_due')
+      rate_start(job_prefix, id, g, now)
+      local at = num_field(key, 'visible_at', now)
+      if at > now then
+        redis.call('ZADD', tag .. 'scheduled', at, id)
+      else
+        redis.call('ZREM', tag .. 'scheduled', id)
+        place(job_prefix, id, now, true)
+      end
+    end
   end
 end
 
@@ -562,6 +616,37 @@ local function group_fill(job_prefix, g, now, limit)
     slot_take(job_prefix, g, nxt, now)
     place(job_prefix, nxt, now, false)
     tl_add_json(tl_key(job_prefix, nxt), now, 'turn', '""', '{"group":' .. cjson.encode(g) .. '}')
+  end
+end
+
+local function group_over(job_prefix, id, now, back)
+  -- at reserve, while a group of the queue has an operator's limit: true when ``id``'s group
+  -- holds more slots than its override allows now (it was lowered), so ``id`` gives its slot
+  -- back and waits, untouched, at the front of the group's line (``back``: group -> ids, in
+  -- the order reserve met them; group_over_end puts them there). The start its group's rate
+  -- gave it is dropped: it did not start.
+  local g = redis.pcall('HGET', job_prefix .. id, 'fgroup')
+  if type(g) ~= 'string' or g == '' then return false end
+  local n = group_override(job_prefix, g, now)
+  local tag = tag_of(job_prefix)
+  local held = tag .. 'gheld:' .. g
+  if not n or redis.call('SCARD', held) <= n then return false end
+  if redis.call('SREM', held, id) == 0 then return false end
+  if tonumber(redis.call('ZINCRBY', tag .. 'gslots', -1, g)) <= 0 then
+    redis.call('ZREM', tag .. 'gslots', g)
+  end
+  redis.call('ZREM', tag .. 'grate:' .. g, id)
+  redis.call('ZADD', tag .. 'waiting', now, id)
+  redis.call('HSET', job_prefix .. id, 'state', 'waiting', 'waits_on', 'group')
+  redis.call('ZINCRBY', tag .. 'gwait', 1, g)
+  back[g] = back[g] or {}
+  table.insert(back[g], 1, id)  -- newest met first: the first met is RPUSHed last
+  return true
+end
+
+local function group_over_end(job_prefix, back)
+  for g, ids in pairs(back) do
+    redis.call('RPUSH', tag_of(job_prefix) .. 'gline:' .. g, unpack(ids))
   end
 end
 
@@ -759,7 +844,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
   if to == 'discard' then
     tl_add(tl, now, 'cancelled', actor, detail)
     turn_end(job_key, id, now)  -- the next job waiting on its lock_key gets the turn
-    flow_dead(job_key, id, now, reason)  -- (a member of a flow: as if dead)
+    flow_gone(job_key, id, now, reason, dlq[2])  -- (a member of a flow: gone for good)
     local df = redis.call('HMGET', job_key, 'idem_key', 'waiters')
     if df[1] then unindex_key(idem_index_key(prefix_of(job_key, id)), df[1], id) end
     result_wake(prefix_of(job_key, id), id, df[2])

@@ -24,6 +24,9 @@ if KEYS[5] then
   local ikey = redis.pcall('HGET', KEYS[1], 'idem_key')
   if type(ikey) == 'string' then unindex_key(KEYS[5], ikey, id) end
 end
+-- a member of a flow it held (policy fail / wait): the flow is given up (_flows.lua flow_gone)
+flow_gone(KEYS[1], id, tonumber(ARGV[4]), 'discarded by ' .. ((ARGV[5] or '') ~= '' and ARGV[5] or '?'),
+          KEYS[3])
 redis.call('DEL', KEYS[1])
 redis.call('HINCRBY', KEYS[3], 'discarded', 1)
 return 1

@@ -31,7 +31,7 @@ local function gone(id)
   turn_end(prefix .. id, id, now)
   local waiters = redis.pcall('HGET', prefix .. id, 'waiters')  -- producers waiting (issue 26)
   if type(waiters) == 'string' then result_wake(prefix, id, waiters) end
-  flow_dead(prefix .. id, id, now, 'purged')  -- a member of a flow: as if dead (issue 26)
+  flow_gone(prefix .. id, id, now, 'purged', KEYS[2])  -- a member of a flow: gone (issue 26)
   forget_job(prefix, id)  -- the hash, its timeline, its idempotency-index entry
 end
 

@@ -29,7 +29,9 @@
 -- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
 -- Limit gates (issue 23): a job of a type with declared limits ('<tag>:lactive') whose gate's
 -- rate gives it a later start waits in scheduled for it; one whose gate's slots are all in
--- flight waits in the gate's line (gate_take in _lib.lua; stats 'limit_held' counts both).
+-- flight waits in the gate's line (gate_take in _lib.lua; stats 'limit_held' counts both). A
+-- ready job of a group whose slots an operator lowered below those its jobs hold gives its
+-- slot back and waits at the front of the group's line (group_over; counted there too).
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if ARGV[2] == 'server' then
   local t = redis.call('TIME')
@@ -55,6 +57,9 @@ local ids, parked, tombs, held = {}, 0, 0, 0
 -- limit gates (issue 23 item 3; "Limit gates" in _lib.lua): a job of a type with declared limits
 -- that its gate holds back is moved to the gate's line or to scheduled, untouched
 local ngates = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'lactive')
+-- a group's slots lowered by an operator hold here: a ready job over them gives its slot back
+-- and waits at the front of its group's line (group_over in _lib.lua; while any group has one)
+local ngover, back = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'glimits'), {}
 while #ids < count and parked + tombs + held < SKIP_MAX do
   local want = count - #ids
   local got = redis.call('RPOP', KEYS[1], want)
@@ -69,6 +74,8 @@ while #ids < count and parked + tombs + held < SKIP_MAX do
         redis.call('LPUSH', ARGV[5] .. jtype, id)
         redis.call('SADD', KEYS[5], jtype)
         parked = parked + 1
+      elseif ngover > 0 and group_over(prefix, id, now, back) then
+        held = held + 1
       elseif ngates > 0 and gate_take(prefix, id, now) then
         held = held + 1
       else
@@ -81,6 +88,7 @@ end
 if parked > 0 then redis.call('HINCRBY', KEYS[3], 'parked', parked) end
 if tombs > 0 then redis.call('DECRBY', KEYS[6], tombs) end
 if held > 0 then redis.call('HINCRBY', KEYS[3], 'limit_held', held) end
+if ngover > 0 then group_over_end(prefix, back) end
 if #ids == 0 then return {} end
 -- <<< incident controls
 -- one read (HMGET: the fields to return, and vt_ms / epoch / deliveries) and one write (HSET)
