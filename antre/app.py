@@ -553,7 +553,7 @@ class Antre:
 
     def _partition(self, q: Queue, spec: JobSpec) -> Queue:
         """The partition of ``q``'s queue that ``spec`` goes to (``Partitions.route``)."""
-        parts = self.partitions_of(q.name)
+        parts = self._partitions.get(q.name) or self.partitions_of(q.name)
         p = parts.route(spec)
         return q if p == 0 else parts.queue(p)
 
