@@ -164,7 +164,7 @@ class Purger:
             return "ready"
         if state == "held":
             self._may_delete_held(k, job_id)
-            if self._zset_delete(queue, k.held, job_id):
+            if self._zset_delete(k, k.held, job_id):
                 return "held"
         raise PurgeError(f"job {job_id} is not ready, scheduled, waiting or held in {queue} "
                          f"(it is {state or 'gone'}); nothing was changed")
