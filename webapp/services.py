@@ -6,6 +6,7 @@ tracker remembers since when Redis / the database have been unreachable, behind 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -131,6 +132,13 @@ class Services:
                           "any JSON the handler accepts")
         return None, f"the dashboard's app registers no handler '{job_type}'"
 
+    def task_json_schema(self, job_type: str) -> str:
+        """The JSON schema of the typed task's ``model=`` (indented JSON text), '' when the
+        dashboard's app registers no task of that type or the task has no model."""
+        task = self.antre.tasks.get(job_type)
+        found = task.json_schema() if task is not None else None
+        return json.dumps(found, indent=2, sort_keys=False) if found else ""
+
     def idempotent(self, job_type: str) -> bool | None:
         """False when the app knows the handler and it is marked not idempotent."""
         spec = self.antre.handlers.get(job_type)
@@ -139,7 +147,7 @@ class Services:
 
 def dashboard_redis(url: str) -> redis.Redis:
     """A client with short timeouts: a page waits a second or two for Redis, not ten."""
-    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0,
+    return antre.redis_from_url(url, decode_responses=True, socket_timeout=2.0,
                                 socket_connect_timeout=1.0, retry=Retry(NoBackoff(), 1),
                                 health_check_interval=30)
 

@@ -25,7 +25,7 @@ from antre.clock import Clock
 from antre.engine.envelope import Job
 from antre.scheduling.flow import FlowControl
 from antre.scheduling.gates import Declaration, FlowGates, plan
-from antre.engine.locks import Locks
+from antre.engine.locks import Lock, Locks
 from antre.observe.logs import job_fields
 from antre.observe import otel_metrics
 from antre.observe.metrics import DurationBuffer
@@ -40,7 +40,7 @@ from .leases import Leases
 from .outcomes import HandBack
 from .pipeline import Pipeline
 from .promotion import Promoter
-from .settle import Settler
+from .settle import Settler, timeline_note
 
 log = logging.getLogger("antre.worker")
 
@@ -81,10 +81,13 @@ class WorkerProcess:
         self.app = app
         self.clock: Clock = clock or app.clock
         self.queue_names = list(queues or app.queues())
-        self.queues = [Queue(app.redis, name, clock=self.clock, scripts=app.scripts,
-                             max_payload_bytes=app.max_payload_bytes,
-                             done_retention_ms=app.done_retention_ms(name))
-                       for name in self.queue_names]
+        # every partition of every queue served (issue 29): read again at each heartbeat,
+        # so a grown queue's new partitions are served from the next one
+        self._made: dict[tuple[str, int], Queue] = {}
+        try:
+            self.queues: list[Queue] = self._partition_queues()
+        except REDIS_DOWN:  # the first heartbeat reads the partitions
+            self.queues = [self._queue(name, 0) for name in self.queue_names]
         self.threads = threads
         self.worker_id = worker_id or default_worker_id()
         self.prefetch = prefetch
@@ -117,6 +120,33 @@ class WorkerProcess:
                                 threads=threads, kind="process",
                                 concurrency=self.aio.concurrency if self.aio else 0)
         self._assemble(hard_grace_s)
+
+    def _queue(self, name: str, partition: int) -> Queue:
+        q = self._made.get((name, partition))
+        if q is None:
+            app = self.app
+            q = self._made[(name, partition)] = Queue(
+                app.redis, name, clock=self.clock, scripts=app.scripts,
+                max_payload_bytes=app.max_payload_bytes,
+                done_retention_ms=app.done_retention_ms(name), partition=partition)
+        return q
+
+    def _partition_queues(self) -> list[Queue]:
+        """Partition p of every queue, then p + 1 of every queue..., so the runners' rotation
+        (``_reserve``) takes each queue's partitions in turn."""
+        counts = {name: self.app.partitions_of(name).count() for name in self.queue_names}
+        return [self._queue(name, p) for p in range(max(counts.values(), default=1))
+                for name in self.queue_names if p < counts[name]]
+
+    def _refresh_partitions(self) -> None:
+        """Serve partitions published since (a grown queue); the list is replaced whole, so a
+        runner reads either the old one or the new one."""
+        queues = self._partition_queues()
+        if len(queues) != len(self.queues):
+            self.queues = queues
+            self.promoter.queues = list(queues)
+            log.info("serving %d partitions of %s", len(queues), ",".join(self.queue_names),
+                     extra={"event": "partitions", "worker_id": self.worker_id})
 
     def _assemble(self, hard_grace_s: float) -> None:
         """The rooms: settling, leases, the handler's execution, the per-job pipeline."""
@@ -262,9 +292,9 @@ class WorkerProcess:
                     continue
             if got:
                 started = time.monotonic()
-                self._work(got)
+                after = self._work(got, batch)
                 batch = self._next_batch(batch, len(got), time.monotonic() - started)
-                got = None
+                got = after  # None: reserve next; else what the hand-over reserved
             elif self._burst and self._drained():
                 return
             else:
@@ -287,9 +317,10 @@ class WorkerProcess:
                 self.aio.wait_free(IDLE_WAIT_S, least)
                 return None
             batch = min(max(batch, ASYNC_BATCH), free)
-        n = len(self.queues)
+        queues = self.queues
+        n = len(queues)
         for i in range(n):
-            q = self.queues[(rr + i) % n]
+            q = queues[(rr + i) % n]
             held = self._hold(q, q.reserve(self.worker_id, count=batch))
             if held:
                 return held
@@ -302,23 +333,76 @@ class WorkerProcess:
                 self._running[r.job.id] = r
         return held
 
-    def _work(self, held: list[Running]) -> None:
-        # a prefetched batch's successes are acked together when the batch is done; its async
-        # jobs go to the loop together. A job with a lock_key is acked that way even alone: its
-        # lock is released before its ack passes the key's turn to the next job (which would
-        # find the lock still held otherwise, and snooze)
+    def _work(self, held: list[Running], batch: int = 1) -> list[Running] | None:
+        """Process ``held``; returns the jobs its hand-over reserved (None: none was made).
+
+        A prefetched batch's successes are acked together when the batch is done; its async
+        jobs go to the loop together. A job with a lock_key is acked that way even alone: its
+        lock is released before its ack passes the key's turn to the next job (which would
+        find the lock still held otherwise, and snooze). Alone in its batch, on one server
+        (``Queue.handover_ok``), its ack is a hand-over instead: lock checked and released,
+        ack, the key's next head's lock taken and the next jobs reserved, in one round trip."""
+        hand = self._hands_over(held)
+        if hand:
+            held[0].lock_checked_at_ack = True
         self.settler.begin_batch(len(held) > 1 or any(r.job.lock_key for r in held))
         self.pipeline.begin_batch(held)
         to_loop: list[AsyncStart] = []
+        after = None
         try:
             for r in held:
                 self._work_one(r, to_loop)
         finally:
             self.pipeline.end_batch()
+            if hand:
+                after = self._hand_over(held[0], batch)
             self.pipeline.flush_release()
             self.settler.flush_acks()
             if self.aio is not None:
                 self.aio.start(to_loop)
+        return after
+
+    def _hands_over(self, held: list[Running]) -> bool:
+        """Whether ``held`` ends in a hand-over (``_work``): one sync job with a lock_key, in
+        a process serving one queue (a runner that kept reserving from the queue it just
+        acked in would never turn to the others), on one server."""
+        return (len(held) == 1 and bool(held[0].job.lock_key) and self.aio is None
+                and len(self.queues) == 1 and held[0].queue.handover_ok()
+                and not self._stopping.is_set())
+
+    def _hand_over(self, r: Running, batch: int) -> list[Running] | None:
+        """``r``'s ack as a hand-over (``Queue.handover``) when its outcome is a plain ack
+        waiting with its lock's release; returns the jobs reserved behind it, the key's next
+        head holding the lock taken for it (None: nothing was sent, the batch's ordinary
+        flush settles ``r``)."""
+        ack = self.settler.take_ack(r)
+        if ack is None:
+            return None
+        lock = self.pipeline.take_release(r.job.lock_key)
+        if lock is None:
+            self.settler.put_back(r, ack)
+            return None
+        spec = r.spec
+        ttl_ms = int(spec.lock_ttl_s * 1000) if spec is not None else 0
+        token = f"{self.worker_id}:{os.urandom(8).hex()}" if ttl_ms > 0 else ""
+        note = dict(timeline_note(r, ack) or {}, lock=lock.key, lock_fence=lock.fence)
+        h = self.health.call(r.queue.handover, r.job, ack.result, lock_key=lock.key,
+                             token=lock.token, worker_id=self.worker_id,
+                             count=0 if self._stopping.is_set() else batch,
+                             next_token=token, ttl_ms=ttl_ms, note=note)
+        self.settler.handed_over(r, ack, h.status)
+        if h.status == "LOCK":
+            lock.lost = True
+        after = self._hold(r.queue, h.jobs)
+        if h.next_id:
+            taken = Lock(lock.key, token, h.fence, ttl_ms)
+            for x in after:
+                if x.job.id == h.next_id and x.job.epoch == h.next_epoch:
+                    x.prelock = taken
+                    break
+            else:  # another reserve took that delivery (or a pause parked it): not ours
+                self.pipeline.release_quietly(taken)
+        return after
 
     def _work_one(self, r: Running, to_loop: list[AsyncStart]) -> None:
         on_loop = False
@@ -397,17 +481,23 @@ class WorkerProcess:
             self._completer.join(2.0)
         self.aio.stop()
 
-    def _idle(self, batch: int) -> list[Running] | None:
+    def _idle(self, batch: int, rr: int = 0) -> list[Running] | None:
         """Wait to be woken by the enqueue or promote script's token. With one queue the
         reserve rides behind the wait (``Queue.wait_and_reserve``) and its jobs (maybe none)
-        are returned; ``None`` when the runner still has to reserve."""
+        are returned; ``None`` when the runner still has to reserve. Several queues (or
+        partitions) on one server: one BLPOP on all their wake lists. On a Redis Cluster a
+        BLPOP watches one slot: each idle wait watches the next list in the rotation (``rr``),
+        so the runners watch different partitions and each partition is looked at by a
+        reserve within ``IDLE_WAIT_S`` of its job's arrival, never a busy poll."""
         if self.aio is not None:  # the reserve behind the wait takes no more than free slots
             batch = min(batch, self.aio.free())
+        queues = self.queues
         try:
-            if len(self.queues) == 1 and batch > 0:
-                q = self.queues[0]
+            if len(queues) == 1 and batch > 0:
+                q = queues[0]
                 return self._hold(q, q.wait_and_reserve(self.worker_id, batch, IDLE_WAIT_S))
-            self.queues[0].wait_for_work(IDLE_WAIT_S, self.queues[1:])
+            first = rr % len(queues)
+            queues[first].wait_for_work(IDLE_WAIT_S, queues[:first] + queues[first + 1:])
         except REDIS_DOWN as exc:
             self.health.failed(exc)
             self._stopping.wait(IDLE_WAIT_S)
@@ -475,6 +565,7 @@ class WorkerProcess:
             info.state = "stopping"
         self.registry.beat(info)
         self.durations.flush(self.app.redis)
+        self._refresh_partitions()
         self._declare_gates()
         self.health.ok()
 
@@ -496,7 +587,8 @@ class WorkerProcess:
         gates = FlowGates(self.app.redis, self.clock, self.app.scripts)
         plans = plan(self.app.handlers, self.app.downstreams)
         for name in self.queue_names:
-            gates.declare(name, plans.get(name, Declaration()))
+            gates.declare(name, plans.get(name, Declaration()),
+                          self.app.partitions_of(name).count())
             self.pipeline.held_queues.add(name)
         self._declared_at = now
 
