@@ -161,8 +161,8 @@ def summary(trials: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "busiest_master_share (median)": statistics.median(
                 t["busiest_master_share"] for t in ok),
             "ceiling_jobs_s (median)": round(statistics.median(t["ceiling_jobs_s"] for t in ok)),
-            "redis_commands_per_job (median)": statistics.median(
-                t["redis_commands_per_job"] for t in ok),
+            "redis_commands_per_job (median)": round(statistics.median(
+                t["redis_commands_per_job"] for t in ok), 2),
             "worker_cpu_us_per_job (median)": round(statistics.median(
                 t["worker_cpu_us_per_job"] for t in ok)),
             "trials": len(ok)}
