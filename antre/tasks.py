@@ -30,7 +30,7 @@ import json
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast
 
 from antre.errors import InvalidJob, Permanent
 
@@ -148,6 +148,16 @@ class Task(Generic[P, R]):
                 for p in params))
         return Schema(self.name, self.model.__name__, _model_fields(self.model))
 
+    def json_schema(self) -> dict[str, Any] | None:
+        """The JSON schema of ``model=`` (None without one): a pydantic model's own
+        (``model_json_schema``), a dataclass's from its fields' types (unknown fields refused,
+        as the worker refuses them)."""
+        if self.model is None:
+            return None
+        if hasattr(self.model, "model_json_schema"):  # pydantic
+            return cast(dict[str, Any], self.model.model_json_schema())
+        return _dataclass_schema(self.model, set())
+
     def handler(self) -> Callable[[Any, Any], Any]:
         """The ``fn(ctx, payload)`` the worker runs (a coroutine function for an async task)."""
         fn: Callable[..., Any] = self.fn  # called with the payload's fields by name
@@ -245,6 +255,57 @@ def _model_fields(model: type) -> tuple[Field, ...]:
                        and f.default_factory is dataclasses.MISSING,
                        _default(f.default, f.default_factory))
                  for f in dataclasses.fields(model) if f.init)
+
+
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
+                               type(None): "null", dict: "object", list: "array",
+                               tuple: "array", set: "array", frozenset: "array"}
+
+
+def _dataclass_schema(model: Any, seen: set[Any]) -> dict[str, Any]:
+    """A dataclass's fields as a JSON schema object (a field's default where it is JSON)."""
+    hints = _hints(model)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for f in dataclasses.fields(model):
+        if not f.init:
+            continue
+        prop = _json_type(hints.get(f.name, f.type), seen | {model})
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+        elif f.default is not dataclasses.MISSING:
+            try:
+                json.dumps(f.default)
+                prop = {**prop, "default": f.default}
+            except (TypeError, ValueError):
+                pass
+        properties[f.name] = prop
+    out: dict[str, Any] = {"title": model.__name__, "type": "object", "properties": properties,
+                           "additionalProperties": False}
+    if required:
+        out["required"] = required
+    return out
+
+
+def _json_type(annotation: Any, seen: set[Any]) -> dict[str, Any]:
+    """One type hint as JSON schema ({} for what it cannot say: any value)."""
+    if annotation in _JSON_TYPES:
+        return {"type": _JSON_TYPES[annotation]}
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        return {"anyOf": [_json_type(a, seen) for a in args]}
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (list, tuple, set, frozenset):
+        items = [a for a in args if a is not Ellipsis]
+        return {"type": "array", **({"items": _json_type(items[0], seen)} if items else {})}
+    if origin is dict:
+        return {"type": "object",
+                **({"additionalProperties": _json_type(args[1], seen)} if len(args) == 2 else {})}
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return {"title": annotation.__name__} if annotation in seen else \
+            _dataclass_schema(annotation, seen)
+    return {}
 
 
 def _hints(obj: Any) -> dict[str, Any]:

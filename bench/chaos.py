@@ -25,7 +25,6 @@ import datetime as dt
 import json
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from antre.embedded import EmbeddedRedis
 from antre.engine.locks import Locks
 from antre.engine.queue import JobSpec, Queue
 from bench import antre_bench as ab
+from bench import faults
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
 
@@ -127,42 +127,19 @@ class Chaos:
 
     # -- faults --------------------------------------------------------------------------------
     def children(self) -> list[Any]:
-        import psutil
-        try:
-            return [c for c in psutil.Process(self.pool.pid).children()
-                    if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-        except psutil.NoSuchProcess:
-            return []
+        return faults.children(self.pool.pid)
 
     def kill9(self) -> None:
-        kids = self.children()
-        if kids:
-            victim = self.rng.choice(kids)
-            try:
-                os.kill(victim.pid, signal.SIGKILL)
-                self.events["kill -9 of a worker process"] += 1
-            except ProcessLookupError:
-                pass
+        if faults.kill9(self.children(), self.rng) is not None:
+            self.events["kill -9 of a worker process"] += 1
 
     def sigstop(self) -> None:
         kids = self.children()
         if not kids:
             return
         victim = self.rng.choice(kids)
-        pause = self.args.vt + 2 + self.rng.random() * 2
-        try:
-            os.kill(victim.pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return
-        self.events["SIGSTOP past the lease, then SIGCONT"] += 1
-
-        def resume() -> None:
-            time.sleep(pause)
-            try:
-                os.kill(victim.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        threading.Thread(target=resume, daemon=True).start()
+        if faults.pause(victim.pid, self.args.vt + 2 + self.rng.random() * 2):
+            self.events["SIGSTOP past the lease, then SIGCONT"] += 1
 
     def restart_redis(self) -> None:
         # done by the main thread: PR_SET_PDEATHSIG kills the server when the *thread* that

@@ -47,6 +47,7 @@ from antre.embedded import EmbeddedRedis
 from antre.engine.queue import Queue
 from antre.flows import FlowReader
 from bench import antre_bench as ab
+from bench import faults
 from bench.chaos import Chaos
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
@@ -112,8 +113,7 @@ class FlowsChaos(Chaos):
     def children(self) -> list[Any]:
         """The pool's worker processes that have been up ``--min-age`` seconds (a process
         killed while it starts never runs a job: a loaded machine would see no work done)."""
-        now = time.time()
-        return [c for c in super().children() if now - c.create_time() >= self.args.min_age]
+        return faults.children(self.pool.pid, self.args.min_age)
 
     def chaos_loop(self) -> None:
         """Random faults paced by the work done, not by the clock: one each time about

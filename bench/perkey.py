@@ -84,7 +84,9 @@ def hot(args: argparse.Namespace) -> dict[str, object]:
         client.flushall()
         fill_hot(client, args.jobs, "order:42")
         client.config_resetstat()
+        cpu0, rcpu0 = _children_cpu_s(), _redis_cpu_s(client)
         took = burst(url, args.timeout)
+        worker_cpu, redis_cpu = _children_cpu_s() - cpu0, _redis_cpu_s(client) - rcpu0
         cmd = client.info("commandstats")
 
         order = [int(x) for x in client.lrange("perkey:order:order:42", 0, -1)]
@@ -100,10 +102,29 @@ def hot(args: argparse.Namespace) -> dict[str, object]:
                "snoozes": stats.get("snoozed", 0) + stats.get("lock_busy", 0),
                "left": states(client),
                "redis_us_per_job": round(sum(v["usec"] for v in cmd.values()) / args.jobs, 1),
-               "evalsha_us_per_call": round(cmd["cmdstat_evalsha"]["usec_per_call"], 1)}
+               "evalsha_us_per_call": round(cmd["cmdstat_evalsha"]["usec_per_call"], 1),
+               # scripts called per job (top level) and Redis commands in all, scripts' included
+               "evalsha_per_job": round(cmd["cmdstat_evalsha"]["calls"] / args.jobs, 2),
+               "commands_per_job": round(sum(v["calls"] for v in cmd.values()) / args.jobs, 1),
+               # CPU of the worker's processes (start and exit included) and of redis-server
+               "worker_cpu_ms_per_job": round(worker_cpu * 1000 / args.jobs, 3),
+               "redis_cpu_us_per_job": round(redis_cpu * 1e6 / args.jobs, 1),
+               "load_avg": round(os.getloadavg()[0], 1)}
         return out
     finally:
         server.stop()
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU of this process's waited-for children (the worker and its process)."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _redis_cpu_s(client: redis.Redis) -> float:
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def _drain_span_s(client: redis.Redis) -> float:

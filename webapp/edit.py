@@ -36,4 +36,4 @@ def form(queue: str, job_id: str) -> ResponseReturnValue:
         plan = found
     return render("edit.html", "_edit.html", queue=queue, job=job,
                   text=pretty(job.payload) if text is None else text, new_key=new_key,
-                  plan=plan, as_of=svc.clock())
+                  plan=plan, as_of=svc.clock(), json_schema=svc.task_json_schema(job.type))

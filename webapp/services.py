@@ -6,6 +6,7 @@ tracker remembers since when Redis / the database have been unreachable, behind 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -130,6 +131,13 @@ class Services:
             return None, (f"'{job_type}' is an untyped handler (@app.handler): its payload is "
                           "any JSON the handler accepts")
         return None, f"the dashboard's app registers no handler '{job_type}'"
+
+    def task_json_schema(self, job_type: str) -> str:
+        """The JSON schema of the typed task's ``model=`` (indented JSON text), '' when the
+        dashboard's app registers no task of that type or the task has no model."""
+        task = self.antre.tasks.get(job_type)
+        found = task.json_schema() if task is not None else None
+        return json.dumps(found, indent=2, sort_keys=False) if found else ""
 
     def idempotent(self, job_type: str) -> bool | None:
         """False when the app knows the handler and it is marked not idempotent."""

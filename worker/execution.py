@@ -152,7 +152,7 @@ class Execution:
             return refused
         if db is None and r.store is not None and self.batching():
             return self._deferred(r, r.store, result)
-        lock_lost = self._lock_lost(r)
+        lock_lost = self._lock_lost(r, db is None and r.store is None and r.lock_checked_at_ack)
         if lock_lost is not None:
             _rollback(db)
             return lock_lost
@@ -208,12 +208,14 @@ class Execution:
             store, Completed(job.idempotency_key, job.epoch, job.id, result,
                              r.lock.fence if r.lock is not None else None), r.lock))
 
-    def _lock_lost(self, r: Running) -> Snooze | None:
-        """Compare-and-expire the lock once more: still ours for the commit, or lost."""
+    def _lock_lost(self, r: Running, checked_at_ack: bool = False) -> Snooze | None:
+        """Compare-and-expire the lock once more: still ours for the commit, or lost.
+        ``checked_at_ack``: nothing to commit, and the ack's hand-over checks the lock itself
+        (runner.py): no renewal, only what the heartbeat found."""
         lock = r.lock
         if lock is None:
             return None
-        if not lock.lost:
+        if not lock.lost and not checked_at_ack:
             try:
                 self.locks.renew(lock)
             except redis.RedisError:

@@ -13,12 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
 
 from antre.observe.logs import safe_url
 
 log = logging.getLogger("antre.worker")
 
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+# Redis unreachable for now: refused, reset or timed out, or a Redis Cluster mid-failover (a
+# master gone and its replica not yet promoted: CLUSTERDOWN, a slot no node serves, TRYAGAIN),
+# which redis-py raises once its own few retries are spent. Not ConnectionError subclasses:
+# without them a failover's CLUSTERDOWN went up through an ack and ended the runner thread.
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, SlotNotCoveredError,
+              TryAgainError)
 BACKOFF_CAP_S = 5.0
 EXIT_REDIS_GONE = 4  # stopped (or gave up in burst mode) with Redis unreachable
 EXIT_STOP_TIMEOUT = 5  # did not stop within its grace plus a bound: ended by force

@@ -43,6 +43,11 @@ class Running:
     # whether that happened (give_back then has nothing left to release)
     ack_release: Any = None
     released_with_ack: bool = False
+    # its ack is a hand-over (runner.py ``_work``), whose script checks the lock is still held
+    # (no renewal before it); the lock its hand-over took for this delivery, adopted by the
+    # lock step instead of an acquire (released by give_back when no step took it)
+    lock_checked_at_ack: bool = False
+    prelock: Lock | None = None
     cancel: CancelRequest | None = None  # an operator asked to stop it (seen at cancel_seen_ms)
     cancel_seen_ms: int = 0
     cancel_task: Callable[[], None] | None = None  # an async job: cancels its task on the loop

@@ -34,7 +34,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -227,6 +227,12 @@ class Pipeline:
             self.flush_release()  # the previous job's lock goes now, not with a next acquire
             return None
         assert r.spec is not None
+        if r.prelock is not None:  # taken for this delivery by the hand-over that reserved it
+            self.flush_release()
+            r.lock, r.prelock = r.prelock, None
+            r.lock_renewed = time.monotonic()
+            r.lock_fence = r.lock.fence
+            return None
         previous, self._local.release = getattr(self._local, "release", None), None
         try:
             r.lock = self.health.call(self.locks.acquire, r.job.lock_key,
@@ -442,6 +448,9 @@ class Pipeline:
                 ctx.opened_db.close()
         finally:
             lock, r.lock = r.lock, None
+            if r.prelock is not None:  # taken by its hand-over, no step used it
+                self.release_quietly(r.prelock)
+                r.prelock = None
             claim, r.ahead_claim = r.ahead_claim, None
             if r.admission is not None:
                 quietly(r.admission.release)
@@ -459,6 +468,19 @@ class Pipeline:
             self._local.release = lock
         else:
             self._release_now(lock)
+
+    def take_release(self, lock_key: str) -> Lock | None:
+        """The lock of ``lock_key`` waiting for its release on this thread, taken out (its
+        release goes with the hand-over instead: runner.py); None when there is none."""
+        lock = getattr(self._local, "release", None)
+        if lock is None or lock.key != lock_key:
+            return None
+        self._local.release = None
+        return cast(Lock, lock)
+
+    def release_quietly(self, lock: Lock) -> None:
+        """Release now; a Redis error leaves it to expire by its TTL."""
+        quietly(lambda: self._release_now(lock))
 
     def flush_release(self) -> None:
         local = self._local

@@ -25,7 +25,7 @@ from antre.clock import Clock
 from antre.engine.envelope import Job
 from antre.scheduling.flow import FlowControl
 from antre.scheduling.gates import Declaration, FlowGates, plan
-from antre.engine.locks import Locks
+from antre.engine.locks import Lock, Locks
 from antre.observe.logs import job_fields
 from antre.observe import otel_metrics
 from antre.observe.metrics import DurationBuffer
@@ -40,7 +40,7 @@ from .leases import Leases
 from .outcomes import HandBack
 from .pipeline import Pipeline
 from .promotion import Promoter
-from .settle import Settler
+from .settle import Settler, timeline_note
 
 log = logging.getLogger("antre.worker")
 
@@ -262,9 +262,9 @@ class WorkerProcess:
                     continue
             if got:
                 started = time.monotonic()
-                self._work(got)
+                after = self._work(got, batch)
                 batch = self._next_batch(batch, len(got), time.monotonic() - started)
-                got = None
+                got = after  # None: reserve next; else what the hand-over reserved
             elif self._burst and self._drained():
                 return
             else:
@@ -302,23 +302,76 @@ class WorkerProcess:
                 self._running[r.job.id] = r
         return held
 
-    def _work(self, held: list[Running]) -> None:
-        # a prefetched batch's successes are acked together when the batch is done; its async
-        # jobs go to the loop together. A job with a lock_key is acked that way even alone: its
-        # lock is released before its ack passes the key's turn to the next job (which would
-        # find the lock still held otherwise, and snooze)
+    def _work(self, held: list[Running], batch: int = 1) -> list[Running] | None:
+        """Process ``held``; returns the jobs its hand-over reserved (None: none was made).
+
+        A prefetched batch's successes are acked together when the batch is done; its async
+        jobs go to the loop together. A job with a lock_key is acked that way even alone: its
+        lock is released before its ack passes the key's turn to the next job (which would
+        find the lock still held otherwise, and snooze). Alone in its batch, on one server
+        (``Queue.handover_ok``), its ack is a hand-over instead: lock checked and released,
+        ack, the key's next head's lock taken and the next jobs reserved, in one round trip."""
+        hand = self._hands_over(held)
+        if hand:
+            held[0].lock_checked_at_ack = True
         self.settler.begin_batch(len(held) > 1 or any(r.job.lock_key for r in held))
         self.pipeline.begin_batch(held)
         to_loop: list[AsyncStart] = []
+        after = None
         try:
             for r in held:
                 self._work_one(r, to_loop)
         finally:
             self.pipeline.end_batch()
+            if hand:
+                after = self._hand_over(held[0], batch)
             self.pipeline.flush_release()
             self.settler.flush_acks()
             if self.aio is not None:
                 self.aio.start(to_loop)
+        return after
+
+    def _hands_over(self, held: list[Running]) -> bool:
+        """Whether ``held`` ends in a hand-over (``_work``): one sync job with a lock_key, in
+        a process serving one queue (a runner that kept reserving from the queue it just
+        acked in would never turn to the others), on one server."""
+        return (len(held) == 1 and bool(held[0].job.lock_key) and self.aio is None
+                and len(self.queues) == 1 and held[0].queue.handover_ok()
+                and not self._stopping.is_set())
+
+    def _hand_over(self, r: Running, batch: int) -> list[Running] | None:
+        """``r``'s ack as a hand-over (``Queue.handover``) when its outcome is a plain ack
+        waiting with its lock's release; returns the jobs reserved behind it, the key's next
+        head holding the lock taken for it (None: nothing was sent, the batch's ordinary
+        flush settles ``r``)."""
+        ack = self.settler.take_ack(r)
+        if ack is None:
+            return None
+        lock = self.pipeline.take_release(r.job.lock_key)
+        if lock is None:
+            self.settler.put_back(r, ack)
+            return None
+        spec = r.spec
+        ttl_ms = int(spec.lock_ttl_s * 1000) if spec is not None else 0
+        token = f"{self.worker_id}:{os.urandom(8).hex()}" if ttl_ms > 0 else ""
+        note = dict(timeline_note(r, ack) or {}, lock=lock.key, lock_fence=lock.fence)
+        h = self.health.call(r.queue.handover, r.job, ack.result, lock_key=lock.key,
+                             token=lock.token, worker_id=self.worker_id,
+                             count=0 if self._stopping.is_set() else batch,
+                             next_token=token, ttl_ms=ttl_ms, note=note)
+        self.settler.handed_over(r, ack, h.status)
+        if h.status == "LOCK":
+            lock.lost = True
+        after = self._hold(r.queue, h.jobs)
+        if h.next_id:
+            taken = Lock(lock.key, token, h.fence, ttl_ms)
+            for x in after:
+                if x.job.id == h.next_id and x.job.epoch == h.next_epoch:
+                    x.prelock = taken
+                    break
+            else:  # another reserve took that delivery (or a pause parked it): not ours
+                self.pipeline.release_quietly(taken)
+        return after
 
     def _work_one(self, r: Running, to_loop: list[AsyncStart]) -> None:
         on_loop = False

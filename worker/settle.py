@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from antre.clock import Clock
 from antre.control.cancel import CancelRequest
@@ -90,6 +90,34 @@ class Settler:
             by_queue.setdefault(r.queue.name, []).append((r, ack))
         for done in by_queue.values():
             self._ack_together(done)
+
+    def take_ack(self, r: Running) -> Ack | None:
+        """The batch's waiting ack when it is all the batch holds: ``r``'s plain ack, no
+        completion to commit first and no failure to settle (a hand-over: runner.py); taken out
+        of the batch. None: the batch settles as usual."""
+        acks = getattr(self._local, "acks", None)
+        if (not acks or len(acks) != 1 or acks[0][0] is not r or acks[0][1].completion
+                is not None or getattr(self._local, "fails", None)):
+            return None
+        self._local.acks, self._local.completing = [], None
+        return cast(Ack, acks[0][1])
+
+    def put_back(self, r: Running, ack: Ack) -> None:
+        """``take_ack``'s ack, back in the batch (it is acked with it after all)."""
+        self._local.acks.append((r, ack))
+
+    def handed_over(self, r: Running, ack: Ack, status: str) -> None:
+        """What ``Queue.handover`` did with ``r``'s ack: acked ('OK'), refused for a lost lease,
+        or refused because the lock was lost while the job ran ('LOCK': snoozed instead,
+        nothing of the run counts)."""
+        r.released_with_ack = True
+        if status == "OK":
+            self._record(r, ack)
+        elif status == "LOCK":
+            self._settle_closed(r, lock_lost(r.job.lock_key))
+        else:
+            self.lease_lost(r.job, LeaseLost(f"job {r.job.id}: {status[5:]}; nothing was "
+                                             "changed"))
 
     def _complete(self, pending: list[tuple[Running, Ack]]) -> list[tuple[Running, Ack]]:
         """Record the batch's waiting idempotency completions in one commit (per store); return

@@ -4,6 +4,7 @@ now, a discard) and on the paced tasks (bulk replays and purges: pause, resume, 
 
 from __future__ import annotations
 
+from antre.control import redrive
 from antre.control.bulk import TaskNotFound, TaskStateError
 from antre.observe.readmodels import MAX_EPOCH_MS, WINDOWS_MS, DeadFilter
 
@@ -108,7 +109,9 @@ def bulk_start(ops: Ops, who: Actor, a: Args) -> Result:
                               min_sample=a["min_sample"], target=a["to_queue"])
     except ValueError as exc:
         return Result(False, str(exc), 400)
-    into = f" into queue {task.target}" if task.target else ""
+    into = (f" into queue {task.target} ("
+            + redrive.TARGET_NOTE.format(target=task.target, queue=queue) + ")"
+            if task.target else "")
     guard = (f"; it pauses itself if more than {task.stop_pct:g}% of the replayed jobs fail "
              f"again (judged after {task.min_sample})" if task.stop_pct else "")
     return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "

@@ -14,7 +14,12 @@ least ``min_sample`` jobs replayed (since the task started or was last resumed) 
 id (``enqueue.lua``: an id that exists is left as it is, so doing it twice stores one copy),
 carrying the task's id, then the original is discarded from the dead-letter queue, its
 timeline saying where it went. The two queues are two hash tags (two cluster slots), so this
-is two scripts; between them the job is in both queues, never in none.
+is two scripts; between them the job is in both queues, never in none. A job of a fair-share
+group keeps its group, the group's slots (``group_concurrency``) and rate there: it takes its
+turn in the group's line of the queue it goes to. What belongs to the source queue stays
+there: an operator's override of the group's slots and a pause of the group; the timeline's
+``not_moved`` says so for each job it concerns, and the start of such a replay says it once
+(``TARGET_NOTE``).
 """
 
 from __future__ import annotations
@@ -25,12 +30,17 @@ from typing import Any
 import redis
 
 from antre.engine import keys
-from antre.engine.envelope import JobSpec
+from antre.engine.envelope import MAX_GROUP_CONCURRENCY, JobSpec
 from antre.engine.queue import Queue
+from antre.scheduling.groups import GROUP_TARGET
 
 DEFAULT_STOP_PCT = 20.0
 DEFAULT_MIN_SAMPLE = 20
 FIELDS = ("failed", "died", "same", "last")
+DEFAULT_GROUP_SLOTS = 128  # a group naming no group_concurrency (GROUP_WINDOW in lua/_lib.lua)
+TARGET_NOTE = ("jobs of a fair-share group keep their group, its slots (group_concurrency) and "
+               "its rate in queue {target}; an operator's override or pause of a group in "
+               "queue {queue} does not follow them")
 
 
 @dataclass(frozen=True)
@@ -111,19 +121,48 @@ def move_dead(src: Queue, dst: Queue, job_id: str, task_id: str, actor: str,
     job = src.get(job_id)
     if job is None or job.state != "dead" or job.payload_error:
         return False
+    slots = _slots(src.redis.hget(src.keys.job(job_id), "gconc")) if job.group else None
     spec = JobSpec(job.type, job.payload, job.idempotency_key, job.lock_key or None, 0.0,
                    job.max_attempts, job.timeout_s, job.visibility_timeout_ms / 1000,
                    job.max_deliveries, dict(job.headers), job.trace_id or None, job_id=job.id,
-                   group=job.group or None, group_rate=job.group_rate or None)
+                   group=job.group or None, group_concurrency=slots,
+                   group_rate=job.group_rate or None)
     now = dst.clock()
     try:
         names, values = dst.encode(spec, now)
     except ValueError:  # (InvalidJob) a record the other queue cannot take: left where it is
         return False
-    group = src.redis.hget(src.keys.job(job_id), "group") or ""
-    names += ("rtask", "moved_from", "group")
-    values += [task_id, f"{src.name}/{job_id}", str(group)]
+    names += ("rtask", "moved_from")
+    values += [task_id, f"{src.name}/{job_id}"]
     ((_, outcome),) = dst.store([(names, values)], now)
     if outcome not in ("stored", "exists"):
         return False
-    return src.discard(job_id, actor, {**note, "moved_to": dst.name})
+    note = {**note, "moved_to": dst.name}
+    if job.group:
+        note.update(_group_note(src, job.group, slots, job.group_rate))
+    return src.discard(job_id, actor, note)
+
+
+def _slots(raw: Any) -> int | None:
+    """A stored 'gconc' as ``group_concurrency`` takes it (None: the default, or unreadable)."""
+    try:
+        n = int(raw or 0)
+    except (TypeError, ValueError):
+        return None
+    return n if 1 <= n <= MAX_GROUP_CONCURRENCY else None
+
+
+def _group_note(src: Queue, group: str, slots: int | None, rate: str) -> dict[str, str]:
+    """The timeline's words on a moved job's group: what followed it, and what stayed in
+    ``src`` (the override of the group's slots, its pause), if any."""
+    held = f"{slots or DEFAULT_GROUP_SLOTS} at a time" + (f", {rate}" if rate else "")
+    out = {"group": f"{group} ({held})"}
+    pipe = src.redis.pipeline(transaction=False)
+    pipe.hexists(src.keys.group_limits, group)
+    pipe.hexists(src.keys.paused, GROUP_TARGET + group)
+    override, paused = pipe.execute()
+    stayed = [what for what, there in (("its override of the group's slots", override),
+                                      ("its pause of the group", paused)) if there]
+    if stayed:
+        out["not_moved"] = f"{' and '.join(stayed)} stayed in queue {src.name}"
+    return out

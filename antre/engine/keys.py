@@ -109,7 +109,9 @@ class QueueKeys:
         """HASH '<job type>|runs|fail|d|w[|<bucket ms|inf|sum>]' -> n: the runs, failures,
         handler durations (d) and queue waits (w) of the jobs that ran in one time slot
         (``resolution`` 'm': 5 minutes, slot = ms // 300000, kept 2 h; 'h': an hour, slot =
-        ms // 3600000, kept 8 d; antre/observe/perf.py). Expires by itself."""
+        ms // 3600000, kept 7 d + 1 h; 'q': 6 hours, slot = ms // 21600000, kept 7 d + 6 h;
+        'd': a day, slot = ms // 86400000, kept 8 d; antre/observe/perf.py). Expires by
+        itself."""
         return f"{self.tag}:perf:{resolution}:{slot}"
 
     # -- incident controls (pause, parked jobs, purge) -------------------------------------

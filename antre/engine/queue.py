@@ -30,7 +30,7 @@ from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, scrip
 
 # the codec lives in antre/engine/envelope.py; these names stay importable from here
 __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
-           "JobSpec", "Queue", "ResultJSON", "SweepResult", "encode_result"]
+           "Handover", "JobSpec", "Queue", "ResultJSON", "SweepResult", "encode_result"]
 
 DONE_RETENTION_MS = 3_600_000
 DONE_MAX = 10_000
@@ -63,6 +63,19 @@ def _result(result: Any) -> str:
     if result is None:
         return ""
     return result if type(result) is ResultJSON else encode_result(result)
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What ``Queue.handover`` did: ``status`` 'OK', 'LOST:<why>' (the lease was lost; the job
+    unchanged, its lock released) or 'LOCK' (the lock was not held any more: nothing changed);
+    ``jobs`` the reserve behind it took; ``next_id`` ('' none) the key's next head whose lock
+    was taken, for its delivery of lease epoch ``next_epoch``, with fencing token ``fence``."""
+    status: str
+    jobs: list[Job]
+    next_id: str = ""
+    next_epoch: int = 0
+    fence: int = 0
 
 
 @dataclass(frozen=True)
@@ -394,6 +407,40 @@ class Queue:
         released, reply = direct(self.redis, [release, (self.scripts.ack, ack_keys, ack_args)])
         _lease_result(reply if isinstance(reply, str) else reply.decode(), job.id)
         return bool(int(released))
+
+    def handover_ok(self) -> bool:
+        """Whether ``handover`` may be used: the lock's keys and the queue's on one server
+        (not a cluster; not a single-connection client)."""
+        return direct_ok(self.redis)
+
+    def handover(self, job: Job, result: Any, *, lock_key: str, token: str, worker_id: str,
+                 count: int, next_token: str = "", ttl_ms: int = 0, note: Note = None
+                 ) -> "Handover":
+        """A locked job's end and its key's next job in one round trip (issue 23, the hot
+        key): ``handover.lua`` checks the lock is still held by ``token`` (else nothing
+        changes: status 'LOCK'), releases it and acks the job (the key's turn passes); when
+        the new head is the next job a reserve takes, its lock is taken with ``next_token``
+        (``ttl_ms``, for a head of ``job``'s type); then ``reserve.lua`` takes up to ``count``
+        jobs for ``worker_id``. ``Handover.next_id`` / ``next_epoch``: the delivery that lock
+        was taken for (the caller releases it if it did not get that delivery). Callers check
+        ``handover_ok`` first. Raises ``LeaseLost`` as ``ack`` does only through the status
+        (the jobs reserved behind it are the caller's either way)."""
+        k, now = self.keys, self.clock()
+        ack_keys, ack_args = self._ack_call(job, result, "acked", note)
+        hand_keys = [*ack_keys, keys.lock(lock_key), keys.lock_fence(lock_key),
+                     keys.locks_held(), keys.locks_since(), k.ready, k.paused, k.wake, k.turns,
+                     k.gate_active]
+        hand_args = [*ack_args, token, lock_key, next_token, int(ttl_ms), job.type,
+                     f"{self.name}/"]
+        calls: list[Call] = [
+            (self.scripts.handover, hand_keys, hand_args),
+            (self.scripts.reserve, self._reserve_keys,
+             [k.job_prefix, now, count, worker_id, k.parked_prefix, k.dead_type_prefix,
+              k.dead_group_prefix, *RESERVE_FIELDS])]
+        hand, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
+                      else direct(self.redis, calls, raw=True))
+        status, next_id = hand[0].decode(), hand[1].decode()
+        return Handover(status, self._reserved(rows), next_id, int(hand[2]), int(hand[3]))
 
     def ack_many(self, done: Sequence[tuple[Job, Any]],
                  notes: Sequence[Note] | None = None) -> list[Job]:

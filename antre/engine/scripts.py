@@ -45,6 +45,8 @@ NAMES = (
     "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "fail_many", "extend_lease",
     "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
+    # a locked job's ack with its key's hand-over to the next head (Queue.handover, issue 23)
+    "handover",
     # flow control (antre/scheduling/flow.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
@@ -196,6 +198,7 @@ class Scripts:
     lock_conflict: redis.commands.core.Script
     lock_contention: redis.commands.core.Script
     checkpoint: redis.commands.core.Script
+    handover: redis.commands.core.Script
     sem_acquire: redis.commands.core.Script
     sem_release: redis.commands.core.Script
     rate_take: redis.commands.core.Script

@@ -20,6 +20,7 @@ import asyncio
 import json
 import time
 from types import TracebackType
+from collections.abc import Iterator
 from typing import Any, Callable, Sequence
 
 from redis.asyncio import Redis as AsyncRedis
@@ -66,11 +67,17 @@ class Flow:
                             "kept as long as the queue's done jobs, failed ones as its dead jobs)")
         return row
 
-    def results(self) -> list[Any]:
+    def results(self, offset: int = 0, limit: int | None = None) -> list[Any]:
         """The results of its last jobs, in order (a chain: its last step's; a group: every
-        job's; a chord: the callback's; a batch: its members', in the order added). A member
-        that died and was settled as failed gives a ``ChildFailure``; one not settled, None."""
-        return self._reader.results(self.queue, self.id)
+        job's; a chord: the callback's; a batch: its members', in the order added), from
+        ``offset``, at most ``limit`` (None: all). A member that died and was settled as
+        failed gives a ``ChildFailure``; one not settled, None. Read a page at a time."""
+        return self._reader.results(self.queue, self.id, offset, limit)
+
+    def iter_results(self, offset: int = 0) -> Iterator[Any]:
+        """``results()`` one at a time, read ``RESULTS_PAGE`` (1,000) per command: for a big
+        batch, without holding every result at once."""
+        return self._reader.iter_results(self.queue, self.id, offset)
 
     def wait(self, timeout: float | None = None) -> FlowRow:
         """Block until the flow is succeeded, failed or cancelled; returns its status. Raises

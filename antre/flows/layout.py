@@ -24,12 +24,18 @@ class Level:
 
 
 def depths(jobs: list[FlowJob]) -> dict[str, int]:
-    """Each job's depth (see the module)."""
+    """Each job's depth (see the module). A job whose record is gone (discarded, dropped
+    with its given-up flow) has no parents of its own to say: those naming it as a child do."""
+    named: dict[str, list[str]] = {}
+    for job in jobs:
+        for child in job.children:
+            named.setdefault(child, []).append(job.id)
     out: dict[str, int] = {}
     for job in jobs:
         if job.hook:
             continue
-        known = [out[p] for p in job.parents if p in out]
+        parents = job.parents or (named.get(job.id, ()) if job.state == "gone" else ())
+        known = [out[p] for p in parents if p in out]
         out[job.id] = 1 + max(known) if known else 0
     last = 1 + max(out.values()) if out else 0
     for job in jobs:

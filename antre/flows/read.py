@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any, cast
 
 import redis
@@ -25,6 +26,7 @@ _ROW_FIELDS = ("kind", "state", "description", "policy", "total", "done", "faile
 _JOB_FIELDS = ("type", "state", "attempt", "fpar", "fkids", "fhook", "last_error", "idem_key",
                "progress")
 MAX_PAGE = 1000
+RESULTS_PAGE = 1000  # ids (and results) read per command by iter_results
 
 
 def _int(raw: str | None) -> int:
@@ -252,19 +254,56 @@ class FlowReader:
         state = cast(str | None, self.redis.hget(k.flow(flow_id), "state"))
         return FlowLinks(flow_id, queue, state or "", _ids(par), _ids(kids), hook or "")
 
-    def results(self, queue: str, flow_id: str) -> list[Any]:
+    def results(self, queue: str, flow_id: str, offset: int = 0,
+                limit: int | None = None) -> list[Any]:
+        """``iter_results`` from ``offset`` (at most ``limit`` of them; None: all)."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidJob(f"offset must be a whole number >= 0, not {offset!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 0):
+            raise InvalidJob(f"limit must be a whole number >= 0 or None, not {limit!r}")
+        out: list[Any] = []
+        for value in self.iter_results(queue, flow_id, offset):
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(value)
+        return out
+
+    def iter_results(self, queue: str, flow_id: str, offset: int = 0) -> Iterator[Any]:
+        """The results of the flow's last jobs, in order, read ``RESULTS_PAGE`` at a time (a
+        batch of a million members is a thousand short reads, never one reply of all): the
+        ids from the batch's jobs' list (an LRANGE a page, its callbacks left out) or from
+        its exits, then their results (one HMGET a page)."""
         k = keys.QueueKeys(queue)
         kind, exits, *hooks = cast(list[str | None], self.redis.hmget(
             k.flow(flow_id), ("kind", "exits", "on_success", "on_complete")))
-        if kind == "batch":
-            ids = [i for i in cast(list[str], self.redis.lrange(k.flow_jobs(flow_id), 0, -1))
-                   if i not in hooks]
-        else:
-            ids = list(_ids(exits))
-        if not ids:
-            return []
-        raw = cast(list[str | None], self.redis.hmget(k.flow_results(flow_id), ids))
-        return [decode_result(r) for r in raw]
+        pages = (self._batch_pages(k, flow_id, hooks, offset) if kind == "batch"
+                 else _pages(list(_ids(exits))[offset:]))
+        for ids in pages:
+            raw = cast(list[str | None], self.redis.hmget(k.flow_results(flow_id), ids))
+            yield from (decode_result(r) for r in raw)
+
+    def _batch_pages(self, k: keys.QueueKeys, flow_id: str, hooks: list[str | None],
+                     offset: int) -> Iterator[list[str]]:
+        """A batch's members' ids a page at a time, from the ``offset``-th member on (its
+        callbacks, which are in its jobs' list too, are not members)."""
+        start, skip = 0, offset
+        while True:
+            page = cast(list[str], self.redis.lrange(k.flow_jobs(flow_id), start,
+                                                     start + RESULTS_PAGE - 1))
+            ids = [i for i in page if i not in hooks]
+            if skip:
+                ids, skip = ids[skip:], max(0, skip - len(ids))
+            if ids:
+                yield ids
+            if len(page) < RESULTS_PAGE:
+                return
+            start += RESULTS_PAGE
+
+
+def _pages(ids: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ids), RESULTS_PAGE):
+        yield ids[start:start + RESULTS_PAGE]
 
 
 def inputs(q: Queue, job_id: str) -> list[Any]:

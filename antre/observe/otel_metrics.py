@@ -7,12 +7,14 @@ collects OTLP rather than scraping ``/metrics``.
   counter without its ``_total``, which an OTLP-to-Prometheus export adds back), read from Redis
   once per collection. Cluster-wide figures, so install it in one process per deployment (the
   dashboard does, when an SDK meter provider is configured: ``install_if_configured``).
-  The two duration histograms Redis keeps as bucket counters are not bridged (OpenTelemetry
-  has no observable histogram): the workers record them instead.
+  The two duration histograms Redis keeps as bucket counters are not read back from Redis
+  (OpenTelemetry has no observable histogram): the workers record them instead, below.
 - ``record_duration(queue, job_type, kind, ms)``: each worker process records the handler's
   run time (``antre_processing_duration_seconds``) and enqueue-to-finish latency
   (``antre_job_latency_seconds``) into OpenTelemetry histograms, in seconds, beside the Redis
-  counters ``/metrics`` serves. Without an SDK meter provider this costs one question per call.
+  counters ``/metrics`` serves, with the same bucket bounds (``BUCKETS_S``: ``metrics.BUCKETS_MS``
+  in seconds, given as the histograms' advisory boundaries), so a dashboard built on either
+  reads the same buckets. Without an SDK meter provider this costs one question per call.
 
 Without the ``opentelemetry`` package every function here does nothing.
 """
@@ -28,7 +30,7 @@ from typing import Any
 import redis
 
 from antre.clock import Clock, system_ms
-from antre.observe.metrics import KINDS, METRIC_NAMES, AntreCollector
+from antre.observe.metrics import BUCKETS_MS, KINDS, METRIC_NAMES, AntreCollector
 
 try:
     from opentelemetry import metrics as otel_metrics
@@ -42,6 +44,7 @@ AVAILABLE = otel_metrics is not None
 METER_NAME = "antre"
 BRIDGED_HISTOGRAMS = frozenset(KINDS.values())  # recorded by the workers instead
 SUMMARIES = frozenset({"antre_ack_latency_seconds"})
+BUCKETS_S = tuple(b / 1000 for b in BUCKETS_MS)  # the duration histograms' bounds, as /metrics
 _ENV_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
 _PROVIDER_FROM_ENV = _ENV_PROVIDER in os.environ
 
@@ -126,22 +129,27 @@ def install_if_configured(client: "redis.Redis", clock: Clock = system_ms) -> Br
     return install(client, clock) if configured() else None
 
 
-class _Durations:
-    """The workers' duration histograms on the global meter, made on first use."""
+class DurationRecorder:
+    """The workers' duration histograms on ``meter_provider``'s meter (default: the global
+    one), each made on first use with ``/metrics``' bucket bounds (``BUCKETS_S``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, meter_provider: Any = None) -> None:
+        self.meter_provider = meter_provider
         self.histograms: dict[str, Any] = {}
 
     def record(self, queue: str, job_type: str, kind: str, ms: int) -> None:
         histogram = self.histograms.get(kind)
         if histogram is None:
-            name = KINDS[kind]
-            histogram = self.histograms[kind] = otel_metrics.get_meter(METER_NAME) \
-                .create_histogram(name, unit="s", description=f"as {name} on /metrics")
+            histogram = self.histograms[kind] = self._make(KINDS[kind])
         histogram.record(max(0, ms) / 1000, {"queue": queue, "job_type": job_type})
 
+    def _make(self, name: str) -> Any:
+        meter = otel_metrics.get_meter(METER_NAME, meter_provider=self.meter_provider)
+        return meter.create_histogram(name, unit="s", description=f"as {name} on /metrics",
+                                      explicit_bucket_boundaries_advisory=BUCKETS_S)
 
-_DURATIONS = _Durations()
+
+_DURATIONS = DurationRecorder()
 
 
 def record_duration(queue: str, job_type: str, kind: str, ms: int) -> None:
@@ -151,5 +159,5 @@ def record_duration(queue: str, job_type: str, kind: str, ms: int) -> None:
         _DURATIONS.record(queue, job_type, kind, ms)
 
 
-__all__ = ["AVAILABLE", "Bridge", "configured", "install", "install_if_configured",
+__all__ = ["AVAILABLE", "BUCKETS_S", "Bridge", "DurationRecorder", "configured", "install", "install_if_configured",
            "instrument_names", "record_duration"]

@@ -3,13 +3,23 @@
 deploys in the window, read from Redis (the performance page, its JSON twin and the CLI).
 
 Where the data lives, and its bound: each queue keeps time-slotted HASHes
-(``keys.QueueKeys.perf``): 5-minute slots (kept 2 h, for the last hour) and hourly slots (kept
-7 d + 1 h, for 24 h and 7 d). A slot holds per job type ``runs``, ``fail`` and two histograms
-over the fixed buckets of ``metrics.BUCKETS_MS`` (``d``: the handler's run time, ``w``: the
-time from ready, its ``visible_at``, to reserved) with their sums: at most 42 fields per type.
-So a queue holds at most 24 + 169 slots (each expires by itself, relative to the writer's
-clock), whatever the traffic. The worker counts every job that ran into its ``DurationBuffer``
-in memory and writes the sums once per heartbeat (``record_run``): no Redis call per job.
+(``keys.QueueKeys.perf``): 5-minute slots (kept 2 h, for the last hour), hourly slots (kept
+7 d + 1 h, for 24 h, 7 d and the hourly series) and, written with them, 6-hour and daily slots
+(kept 7 d + their length) that hold the sums of their hours. A slot holds per job type
+``runs``, ``fail`` and two histograms over the fixed buckets of ``metrics.BUCKETS_MS`` (``d``:
+the handler's run time, ``w``: the time from ready, its ``visible_at``, to reserved) with their
+sums: at most 42 fields per type. So a queue holds at most 24 + 169 + 30 + 9 slots (each
+expires by itself, relative to the writer's clock), whatever the traffic. The worker counts
+every job that ran into its ``DurationBuffer`` in memory and writes the sums once per heartbeat
+(``record_run``): no Redis call per job.
+
+A window's figures read the fewest slots that tile its hours exactly (``cover``: whole days,
+then 6-hour slots, then hours at its two ends: at most 22 slots for 7 days instead of 168), so
+they are the sums of the same hours as before. A coarse slot whose key does not exist (nothing
+ran in it, or its hours were written by a worker older than the coarse slots) is read from its
+hours instead, so older data still counts; during a rolling upgrade, the runs that older
+workers record in a block the newer ones also wrote are missing from the coarse figures until
+that block leaves the window (the hourly series and the 24 h page's hours still count them).
 
 Percentiles come from the histograms: linear within the bucket that holds the rank (so exact
 to the bucket's bounds, which grow about 2.5x each); a rank in the last, open bucket reads as
@@ -32,8 +42,11 @@ from antre.engine import keys
 from antre.observe.metrics import BUCKETS_MS, DurationBuffer, bucket_of
 from antre.observe.registry import WorkerRegistry
 
-SLOT_MS = {"m": 300_000, "h": 3_600_000}
-KEEP_MS = {"m": 2 * 3_600_000, "h": 7 * 86_400_000 + 3_600_000}
+SLOT_MS = {"m": 300_000, "h": 3_600_000, "q": 21_600_000, "d": 86_400_000}
+KEEP_MS = {"m": 2 * 3_600_000, "h": 7 * 86_400_000 + 3_600_000,
+           "q": 7 * 86_400_000 + 21_600_000, "d": 8 * 86_400_000}
+TIERS = ("d", "q", "h")  # coarse to fine; each slot is a whole number of the next one's
+COARSE = {"q": "h", "d": "h"}  # a coarse slot missing: read from these (its hours)
 WINDOWS = {"1h": ("m", 3_600_000), "24h": ("h", 86_400_000), "7d": ("h", 7 * 86_400_000)}
 BUCKET_NAMES = tuple(str(b) for b in BUCKETS_MS) + ("inf",)
 QUANTILES = (0.5, 0.95, 0.99)
@@ -43,6 +56,29 @@ _HIST = 2 * len(BUCKET_NAMES)
 
 def slot_of(resolution: str, ms: int) -> int:
     return ms // SLOT_MS[resolution]
+
+
+def cover(start_ms: int, end_ms: int) -> list[tuple[str, int]]:
+    """The fewest slots of ``TIERS`` that tile ``[start_ms, end_ms)`` exactly (both on hour
+    bounds), in time order: at each point the coarsest slot that starts there and fits."""
+    out: list[tuple[str, int]] = []
+    at = start_ms
+    while at < end_ms:
+        for res in TIERS:
+            size = SLOT_MS[res]
+            if at % size == 0 and at + size <= end_ms:
+                out.append((res, at // size))
+                at += size
+                break
+        else:
+            raise ValueError(f"cover: {at} is not on an hour bound")
+    return out
+
+
+def hours_of(res: str, slot: int) -> list[int]:
+    """The hourly slots that make up one slot of ``TIERS``."""
+    n = SLOT_MS[res] // SLOT_MS["h"]
+    return list(range(slot * n, slot * n + n))
 
 
 class _Tally:
@@ -80,7 +116,7 @@ class _Tally:
             for i, b in enumerate(BUCKET_NAMES):
                 names += [p + "d|" + b, p + "w|" + b]
                 values += [row[5 + i], row[5 + len(BUCKET_NAMES) + i]]
-            for res, slot in (("m", m), ("h", h)):
+            for res, slot in (("m", m), ("h", h), ("q", h // 6), ("d", h // 24)):
                 key = qk.perf(res, slot)
                 incs += [((key, n), v) for n, v in zip(names, values) if v]
                 ttls[key] = max(1, slot * SLOT_MS[res] + KEEP_MS[res] - now)
@@ -286,20 +322,14 @@ class Perf:
 
     def summary(self, window: str, queue: str | None = None) -> list[TypeRow]:
         """Every type that ran in the window, busiest first: one HMGET of the type's fields
-        per slot, queue and known type (the queues' ``types`` SETs), summed by column."""
-        now = self.clock()
-        res, slots = self._slots(window, now)
+        per slot of the window's ``cover``, queue and known type (the queues' ``types``
+        SETs), summed by column."""
+        cov = self._cover(window, self.clock())
         plan = [(t, q) for t, qs in sorted(self.queue_types(queue).items()) for q in qs]
-        pipe = self.redis.pipeline(transaction=False)
-        for job_type, name in plan:
-            fields, qk = type_fields(job_type), keys.QueueKeys(name)
-            for slot in slots:
-                pipe.hmget(qk.perf(res, slot), fields)
-        replies = pipe.execute()
         sums: dict[str, _Sums] = {}
         seen: dict[str, list[str]] = {}
-        for i, (job_type, name) in enumerate(plan):
-            totals = _column_sums(replies[i * len(slots):(i + 1) * len(slots)])
+        for (job_type, name), replies in zip(plan, self._read(plan, cov)):
+            totals = _column_sums(replies)
             if totals and totals[0]:
                 sums.setdefault(job_type, _Sums()).add_values(totals)
                 seen.setdefault(job_type, []).append(name)
@@ -307,31 +337,76 @@ class Perf:
         rows.sort(key=lambda r: (-r.figures.runs, r.job_type))
         return rows
 
+    def _cover(self, window: str, now: int) -> list[tuple[str, int]]:
+        """The slots a window's figures read: its 5-minute slots, or the ``cover`` of its
+        hours (the same hours ``_slots`` names, in fewer slots)."""
+        res, slots = self._slots(window, now)
+        if res == "m" or not slots:
+            return [(res, s) for s in slots]
+        return cover(slots[0] * SLOT_MS["h"], (slots[-1] + 1) * SLOT_MS["h"])
+
+    def _read(self, plan: list[tuple[str, str]], slots: list[tuple[str, int]]
+              ) -> list[list[Any]]:
+        """Per (job type, queue) of ``plan``, the HMGET reply of the type's fields in each of
+        ``slots``; a coarse slot whose key does not exist is read from its hours (its reply is
+        their column sums): one pipeline, and a second only for such slots."""
+        coarse = [s for s in slots if s[0] in COARSE]
+        queues = sorted({name for _, name in plan})
+        probes = [(name, s) for name in queues for s in coarse]
+        pipe = self.redis.pipeline(transaction=False)
+        for name, (res, slot) in probes:
+            pipe.exists(keys.QueueKeys(name).perf(res, slot))
+        for job_type, name in plan:
+            fields, qk = type_fields(job_type), keys.QueueKeys(name)
+            for res, slot in slots:
+                pipe.hmget(qk.perf(res, slot), fields)
+        replies = pipe.execute()
+        missing = {p for p, there in zip(probes, replies) if not there}
+        n, width = len(probes), len(slots)
+        out = [replies[n + i * width:n + (i + 1) * width] for i in range(len(plan))]
+        if missing:
+            self._read_hours(plan, slots, missing, out)
+        return out
+
+    def _read_hours(self, plan: list[tuple[str, str]], slots: list[tuple[str, int]],
+                    missing: set[tuple[str, tuple[str, int]]], out: list[list[Any]]) -> None:
+        """Replace the replies of the ``missing`` coarse slots in ``out`` with the column
+        sums of their hours."""
+        pipe = self.redis.pipeline(transaction=False)
+        todo: list[tuple[int, int, int]] = []
+        for i, (job_type, name) in enumerate(plan):
+            fields, qk = type_fields(job_type), keys.QueueKeys(name)
+            for j, s in enumerate(slots):
+                if (name, s) in missing:
+                    hours = hours_of(*s)
+                    for h in hours:
+                        pipe.hmget(qk.perf("h", h), fields)
+                    todo.append((i, j, len(hours)))
+        more = iter(pipe.execute())
+        for i, j, count in todo:
+            out[i][j] = _column_sums([next(more) for _ in range(count)])
+
     def type_perf(self, job_type: str, window: str, queue: str | None = None,
                   audit_markers: list[Marker] | None = None) -> TypePerf:
         """``job_type``'s figures over every window (summed over its queues, or ``queue``),
-        the selected window's series per slot, and the deploys in it."""
+        the selected window's series per slot, and the deploys in it. The selected window
+        reads its every slot (its series); the others their ``cover``."""
         now = self.clock()
         queues = tuple(sorted(q for q in self.queue_types(queue).get(job_type, [])))
-        fields = type_fields(job_type)
-        wanted = {w: self._slots(w, now) for w in WINDOWS}
-        plan = sorted({(res, s) for res, slots in wanted.values() for s in slots})
-        pipe = self.redis.pipeline(transaction=False)
-        for name in queues:
-            for res, slot in plan:
-                pipe.hmget(keys.QueueKeys(name).perf(res, slot), fields)
+        res, slots = self._slots(window, now)
+        covers = {w: ([(res, s) for s in slots] if w == window else self._cover(w, now))
+                  for w in WINDOWS}
+        plan = sorted({s for cov in covers.values() for s in cov})
         per_slot: dict[tuple[str, int], _Sums] = {p: _Sums() for p in plan}
-        replies = iter(pipe.execute())
-        for _ in queues:
-            for p in plan:
-                per_slot[p].add_values(next(replies))
+        for replies in self._read([(job_type, name) for name in queues], plan):
+            for p, values in zip(plan, replies):
+                per_slot[p].add_values(values)
         windows: dict[str, Figures] = {}
-        for w, (res, slots) in wanted.items():
+        for w, cov in covers.items():
             total = _Sums()
-            for s in slots:
-                _merge(total, per_slot[(res, s)])
+            for s in cov:
+                _merge(total, per_slot[s])
             windows[w] = total.figures()
-        res, slots = wanted[window]
         series = [Point(s * SLOT_MS[res], x.runs, x.fail, percentile(x.dh, 0.95))
                   for s in slots for x in [per_slot[(res, s)]]]
         since = slots[0] * SLOT_MS[res] if slots else now

@@ -2,7 +2,8 @@
 alert; the header (one row at 1280 px) counts it and opens the incident view, where the card
 shows the top error group and the action that helps; the operator acknowledges it with a
 reason and the count drops. Screenshots at 1280x800 (light, dark) and 390x844 of the incident
-view, DLQ, in-flight, job and locks pages: their first screen shows data rows, not banners."""
+view, DLQ, in-flight, job, locks and groups pages: their first screen shows data rows, not
+banners."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from antre.observe.alerts import AlertEngine, AlertQuiet
+from antre.scheduling.controls import GroupControl
 
 from .conftest import SCREENSHOTS, screenshot, wait_until
 
@@ -32,6 +34,13 @@ def dlq_spike(stack):
     slow_id = stack.enqueue("slow_report", slow_ref, seconds=60)
     lock = stack.client.locks.acquire("tenant:eu-west-1:invoice:2026-12:" + "x" * 90, 60_000,
                                       owner="browser-test")
+    # a group an operator holds (0 slots): its jobs wait in its line, a row on the Groups page
+    groups = GroupControl(stack.r)
+    groups.set_slots("default", "tenant:shots", 0, "browser-test", "held for the screenshots")
+    for i in range(3):
+        stack.client.enqueue("echo", {"ref": stack.new_ref("held")},
+                             idempotency_key=f"browser:held:{stack.new_ref('k')}",
+                             group="tenant:shots")
     try:
         wait_until("the burst to fail", lambda: set(refs) <= set(stack.marks("failed"))
                    and slow_ref in stack.marks("started"))
@@ -41,6 +50,7 @@ def dlq_spike(stack):
         yield {"dead": ids[0], "slow": slow_id}
     finally:
         stack.client.locks.release(lock)
+        groups.clear_slots("default", "tenant:shots")
         stack.r.delete("antre:{alerts}:quiet")
         AlertQuiet(stack.r).clear("dlq_growth|default")
 
@@ -92,6 +102,7 @@ def test_first_screens_show_rows_not_banners(stack, login, dlq_spike, scheme, vi
         ("/inflight/?queue=default", "#live tbody tr[data-row]"),  # the first lease
         (f"/jobs/default/{dlq_spike['dead']}", "dl.facts"),
         ("/locks/", "#live table.grid tbody tr"),
+        ("/groups/?queue=default", "tr[data-group='tenant:shots']"),
     ]
     for url, row in pages:
         page.goto(url)

@@ -15,6 +15,7 @@ from antre.control.bulk import BulkReplays
 from antre.engine import keys
 from antre.engine.queue import Queue
 from antre.observe.readmodels import DeadFilter, ReadModels
+from antre.scheduling.controls import GroupControl
 
 
 def failing_app(app: Antre, mode: dict[str, str]) -> Antre:
@@ -180,3 +181,34 @@ def test_replay_to_another_queue(r):
             dst.bury(job, reason="permanent", error="boom")
     assert bulk.list("default")[0].died == 5
     assert bulk.get("default", task.id).state == "done"
+
+
+def test_replay_to_another_queue_keeps_the_group_and_its_limit(r):
+    clock = ManualClock(1_700_000_000_000)
+    src, dst = Queue(r, "default", clock=clock), Queue(r, "slow", clock=clock)
+    dst.enqueue("t", {}, idempotency_key="makes-slow-known")
+    ids = [src.enqueue("t", {"i": i}, idempotency_key=f"g{i}", group="tenant:7",
+                       group_concurrency=2, group_rate="50/s") for i in range(5)]
+    for _ in range(3):  # two at a time: the group's limit in its own queue
+        for job in src.reserve("w", 5):
+            src.bury(job, reason="permanent", error="boom")
+    assert ReadModels(r, clock).count_dead("default") == 5
+    # an operator's override of the group in the source queue: it stays there
+    GroupControl(r, clock).set_slots("default", "tenant:7", 1, "op", "noisy tenant")
+    bulk = BulkReplays(r, clock)
+    task = bulk.start("default", DeadFilter(), 10, 100, "op", target="slow")
+    clock.advance(1000)
+    assert bulk.step_all() == 5
+    moved = [dst.get(i) for i in ids]
+    assert all(j is not None and j.group == "tenant:7" and j.group_rate == "50/s"
+               for j in moved)
+    assert {r.hget(dst.keys.job(i), "gconc") for i in ids} == {"2"}
+    # in the queue it went to, the group runs two at a time, the others wait their turn
+    assert sorted(j.state for j in moved if j is not None) == ["ready"] * 2 + ["waiting"] * 3
+    assert r.scard(dst.keys.group_held("tenant:7")) == 2
+    # and the move says what did not follow: the source queue's override of the group
+    events = [json.loads(e) for e in r.lrange(src.keys.timeline(ids[0]), 0, -1)]
+    assert events[-1]["x"]["moved_to"] == "slow"
+    assert events[-1]["x"]["group"] == "tenant:7 (2 at a time, 50/s)"
+    assert events[-1]["x"]["not_moved"] == (
+        "its override of the group's slots stayed in queue default")

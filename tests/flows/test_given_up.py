@@ -14,6 +14,7 @@ from antre.actions import Actor, Ops, by_name
 from antre.control.cancel import Cancels
 from antre.control.purge import PurgeError, Purger
 from antre.flows import FlowReader
+from antre.flows.layout import depths
 
 
 def spec(app: Antre, i: object, job_type: str = "t") -> object:
@@ -116,3 +117,12 @@ def test_a_held_job_of_a_failed_flow_can_be_deleted_not_one_of_a_running_flow(ap
     row = flow.status()
     assert (row.state, row.given_up, row.given_up_by) == ("failed", True, "purged")
     assert app.queue().where(cb) == [] and not app.redis.zcard(app.queue().keys.held)
+
+
+def test_a_dropped_callback_stays_one_step_below_its_group_on_the_flow_page(app):
+    flow = chord(app)
+    dead, _ = kill_first(app, 2)
+    app.queue().discard(dead.id, "alice")
+    jobs = FlowReader(app.redis).tree("default", flow.id).jobs
+    assert [j.state for j in jobs][-1] == "gone" and not jobs[-1].parents  # its record went
+    assert [depths(jobs)[j.id] for j in jobs] == [0, 0, 0, 1]  # its parents name it as a child

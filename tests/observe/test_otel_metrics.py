@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from helpers import burst
 
 from antre import Antre
-from antre.observe import otel_metrics
+from antre.engine.queue import Queue
+from antre.observe import metrics, otel_metrics
 from antre.observe.metrics import METRIC_NAMES, render
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 
@@ -106,3 +108,31 @@ def test_the_completed_key_cache_hit_rate_reaches_the_registry_and_status(redis_
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, "ANTRE_REDIS_URL": redis_url})
     assert "completed-key cache: 75% of 12 lookups hit" in out.stdout, out.stderr
+
+
+def test_the_duration_histograms_reach_otel_with_the_buckets_of_metrics(redis_url):
+    reader = InMemoryMetricReader()
+    provider = sdk_metrics.MeterProvider(metric_readers=[reader])
+    recorder = otel_metrics.DurationRecorder(provider)
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    Queue(r, "default").enqueue("resize", {}, idempotency_key="x")  # /metrics knows the queue
+    durations = (3, 5, 6, 700, 2_500, 45_000, 7_200_000)  # the last past the last bound
+    try:
+        for ms in durations:
+            recorder.record("default", "resize", "processing", ms)
+            metrics.record_duration(r, "default", "resize", "processing", ms)
+        (point,) = points(reader)["antre_processing_duration_seconds"]
+    finally:
+        provider.shutdown()
+    assert tuple(point.explicit_bounds) == tuple(b / 1000 for b in metrics.BUCKETS_MS)
+    assert point.count == len(durations) and point.sum == pytest.approx(sum(durations) / 1000)
+    assert dict(point.attributes) == {"queue": "default", "job_type": "resize"}
+    # bucket for bucket what /metrics serves from Redis (cumulative there, per bucket here)
+    exposition = render(r)[0].decode()
+    cumulative = 0
+    for bound, n in zip([*metrics.BUCKETS_MS, None], point.bucket_counts):
+        cumulative += n
+        le = "+Inf" if bound is None else repr(bound / 1000)
+        line = (f'antre_processing_duration_seconds_bucket{{job_type="resize",le="{le}",'
+                f'queue="default"}} {float(cumulative)}')
+        assert line in exposition, line

@@ -62,6 +62,9 @@ def test_replay_to_an_unknown_queue_is_refused_naming_those_that_exist(web):
     assert ok.status_code == 200, ok.get_json()
     task = ok.get_json()["task"]
     assert task["target"] == "slow" and task["stop_pct"] == 50
+    assert ("into queue slow (jobs of a fair-share group keep their group, its slots "
+            "(group_concurrency) and its rate in queue slow; an operator's override or pause "
+            "of a group in queue default does not follow them)") in ok.get_json()["message"]
     web.clock.advance(1000)
     assert web.svc.bulk.step_all() == 1
     assert web.svc.reads.queue_info("slow").ready == 2

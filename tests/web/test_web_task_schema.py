@@ -139,3 +139,34 @@ def test_the_edited_replay_is_refused_when_the_payload_does_not_fit_the_task(typ
     refusals = [e for e in typed.audit("dlq.replay_edited") if e.outcome != "ok"]
     assert len(refusals) == 3 and "missing a required argument: 'subject'" in str(
         [e.detail for e in refusals])
+
+
+def _schema_of(page: str) -> dict | None:
+    found = re.search(r"<pre data-json-schema[^>]*>(.*?)</pre>", page, re.S)
+    if not found:
+        return None
+    text = found.group(1).replace("&#34;", '"').replace("&quot;", '"').replace("&lt;", "<") \
+        .replace("&gt;", ">").replace("&#39;", "'").replace("&amp;", "&")
+    return json.loads(text)
+
+
+def test_the_edit_page_shows_the_models_json_schema_beside_the_editor(typed):
+    c = typed.client("operator")
+    bill = typed.dead_job("bill", {"order_id": 1, "amount_cents": 5})
+    page = c.get(f"/jobs/default/{bill}/edit").get_data(as_text=True)
+    assert page.index('id="payload"') < page.index("Payload JSON schema")  # beside the editor
+    schema = _schema_of(page)
+    assert schema == {
+        "title": "Invoice", "type": "object", "additionalProperties": False,
+        "properties": {"order_id": {"type": "integer"}, "amount_cents": {"type": "integer"},
+                       "currency": {"type": "string", "default": "EUR"},
+                       "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["order_id", "amount_cents"]}
+    refund = typed.dead_job("refund", {"order_id": 1})
+    schema = _schema_of(c.get(f"/jobs/default/{refund}/edit").get_data(as_text=True))
+    assert schema == Refund.model_json_schema()  # pydantic's own
+    assert schema["properties"]["reason"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    for plain in (typed.dead_job("send_email", {"to": "a@x", "subject": "hi"}),
+                  typed.dead_job("legacy", {"x": 1})):  # no model=: no JSON schema
+        page = c.get(f"/jobs/default/{plain}/edit").get_data(as_text=True)
+        assert "Payload JSON schema" not in page and 'id="payload"' in page

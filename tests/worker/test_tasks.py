@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Literal, Optional
 
 import pytest
 from helpers import burst
@@ -111,3 +112,37 @@ def test_a_task_with_star_args_is_refused_at_registration(app):
         @app.task()
         def loose(ctx, *args):
             return None
+
+
+@dataclass
+class Line:
+    sku: str
+    qty: int = 1
+
+
+@dataclass
+class Order:
+    lines: list[Line]
+    kind: Literal["retail", "trade"] = "retail"
+    note: Optional[str] = None
+    prices: dict[str, float] | None = None
+
+
+def test_a_dataclass_models_json_schema_says_what_the_worker_accepts(app, clock, q):
+    @app.task("order", model=Order)
+    def order(ctx, o: Order) -> int:
+        return len(o.lines)
+
+    schema = order.json_schema()
+    assert schema["required"] == ["lines"] and schema["additionalProperties"] is False
+    props = schema["properties"]
+    assert props["lines"]["items"]["properties"]["qty"] == {"type": "integer", "default": 1}
+    assert props["kind"] == {"enum": ["retail", "trade"], "default": "retail"}
+    assert props["note"] == {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}
+    assert props["prices"]["anyOf"][0] == {"type": "object",
+                                          "additionalProperties": {"type": "number"}}
+    register(app)
+    assert app.tasks["send_email"].json_schema() is None  # no model=: its signature's fields
+    job_id = q.enqueue("order", {"lines": [], "surprise": 1}, idempotency_key="o:1")
+    burst(app, clock)  # what the schema refuses (additionalProperties), the worker buries
+    assert q.get(job_id).state == "dead" and "unknown field 'surprise'" in q.get(job_id).reason

@@ -50,12 +50,16 @@ end
 
 local function flow_place(job_prefix, id, now, after)
   -- a held job of a flow whose parents have all settled: placed as an arriving job (its
-  -- lock_key's turn and its group's slot apply), with a 'released' event
+  -- lock_key's turn and its group's slot apply), with a 'released' event; its delay_s
+  -- ('fdelay', ms) counts from now: due then, scheduled until
   local key = job_prefix .. id
   if redis.call('ZREM', tag_of(job_prefix) .. 'held', id) == 0 then return end
-  redis.call('HDEL', key, 'fdeps')
-  tl_add_json(tl_key(job_prefix, id), now, 'released', '""', '{"after":' .. cjson.encode(after) .. '}')
-  local f = redis.call('HMGET', key, 'lock_key', 'fgroup')
+  local f = redis.call('HMGET', key, 'lock_key', 'fgroup', 'fdelay')
+  local delay = num_of(f[3], 0)
+  redis.call('HDEL', key, 'fdeps', 'fdelay')
+  if delay > 0 then redis.call('HSET', key, 'visible_at', now + delay) end
+  tl_add_json(tl_key(job_prefix, id), now, 'released', '""', '{"after":' .. cjson.encode(after) ..
+              (delay > 0 and (',"delay_ms":' .. delay) or '') .. '}')
   if admit(job_prefix, id, f[1] or '', f[2] or '', now) then place(job_prefix, id, now, false) end
 end
 

@@ -10,7 +10,7 @@
 -- ARGV[5 ..] one job per argument: a JSON array of its hash's field names and values, in
 -- pairs (id first, then type; the flow fields 'flow', 'fdeps', 'fpar', 'fkids', 'fin', 'fhook'
 -- where they apply). A job with 'fdeps' > 0 waits in state 'held' for its parents (see
--- _flows.lua); any other is placed as enqueue.lua places a job (its lock_key's turn
+-- _flows.lua; its delay, kept as 'fdelay', starts when they have settled); any other is placed as enqueue.lua places a job (its lock_key's turn
 -- and its group's slot apply: admit), ready or scheduled. A batch's callbacks ('fhook') are
 -- stored, not counted as members.
 -- Returns: 'OK'; 'EXISTS:<id>' (a job or the flow id exists already), 'GONE' (add: no such
@@ -53,6 +53,9 @@ for _, job in ipairs(jobs) do
   end
   if (f.idem_key or '') ~= '' then redis.call('HSET', KEYS[9], f.idem_key, id) end
   if held then
+    -- its delay_s counts from its release (flow_place), not from now
+    local due = num_field(key, 'visible_at', now)
+    if due > now then redis.call('HSET', key, 'fdelay', due - now) end
     redis.call('ZADD', KEYS[6], now, id)
     tl_add(tl_key(prefix, id), now, 'held', 'producer', {flow = fid, parents = num_of(f.fdeps, 0)})
   elseif admit(prefix, id, f.lock_key or '', f.fgroup or '', now) then

@@ -1,0 +1,133 @@
+"""The hot key's hand-over (issue 23): a locked job's end is one round trip that checks and
+releases its lock, acks it, takes the lock for the key's next head and reserves that head
+(``Queue.handover``, ``handover.lua``). Through a real in-process worker: two scripts per job
+and no lock acquire of its own; the lock's fencing tokens still rise by one per job; a lock
+lost while the handler ran is not acked over (the job is snoozed, nothing of its run counts); a
+paused queue gets no head handed over and no lock is left taken for it; a next head holding a
+cancel request, or of another type, leaves no lock behind."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import burst
+
+from antre.control.pause import Pauses
+from antre.engine import keys
+
+
+def _evalsha_calls(r) -> int:
+    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_a_hot_key_hands_over_in_two_scripts_a_job_with_rising_fences(app, clock, q, r):
+    fences = []
+
+    @app.handler("step")
+    def step(ctx, payload):
+        fences.append((payload["i"], ctx.fence))
+
+    app.enqueue_many([app.spec("step", {"i": i}, idempotency_key=f"s{i}", lock_key="hot:1")
+                      for i in range(40)])
+    r.config_resetstat()
+    _, counts = burst(app, clock)
+    assert [i for i, _ in fences] == list(range(40))
+    got = [f for _, f in fences]
+    # one acquire per job (a first hand-over that loads its script runs after the reserve
+    # sent behind it: its head's lock is given back and taken again, one token skipped)
+    assert got == sorted(set(got)) and got[-1] - got[0] <= 40
+    assert counts.get("succeeded") == 40
+    # per job: the hand-over and the reserve behind it (not reserve, acquire, renew, release,
+    # ack: five, 200 here); a few more: the first reserve and acquire, promotion, the end
+    assert _evalsha_calls(r) <= 2 * 40 + 20
+    assert r.get(keys.lock("hot:1")) is None  # the last job's lock released with its ack
+    assert r.zscore(keys.locks_held(), "hot:1") is None
+    assert q.stats().get("lock_busy", 0) == 0 and q.redis.hlen(q.keys.turns) == 0
+
+
+def test_a_lock_lost_while_the_handler_ran_is_not_acked_over(app, clock, q, r):
+    runs = []
+
+    @app.handler("lossy")
+    def lossy(ctx, payload):
+        runs.append(payload["i"])
+        if runs.count(1) == 1 and payload["i"] == 1:
+            r.delete(keys.lock("k"))  # expired / force-released while it ran
+
+    ids = [app.enqueue("lossy", {"i": i}, idempotency_key=f"l{i}", lock_key="k")
+           for i in range(3)]
+    burst(app, clock)
+    # job 1 found its lock gone at its ack: not acked, snoozed (no attempt spent), still the
+    # key's head: job 2 waits behind it
+    assert runs == [0, 1]
+    job1 = q.get(ids[1])
+    assert job1.state == "scheduled" and job1.attempt == 0
+    assert q.get(ids[2]).state == "waiting"
+    assert q.stats().get("lock_lost") == 1
+    clock.advance(5_000)
+    burst(app, clock)
+    assert runs == [0, 1, 1, 2]
+    assert [q.get(i).state for i in ids] == ["done", "done", "done"]
+
+
+def test_a_paused_queue_gets_no_head_handed_over_and_no_lock_left_taken(app, clock, q, r):
+    ran = []
+    pauses = Pauses(r, clock)
+
+    @app.handler("p")
+    def p(ctx, payload):
+        ran.append(payload["i"])
+        if payload["i"] == 0:
+            pauses.pause("default", None, by="ops", reason="incident")
+
+    ids = [app.enqueue("p", {"i": i}, idempotency_key=f"p{i}", lock_key="pk")
+           for i in range(3)]
+    burst(app, clock)
+    assert ran == [0]
+    assert q.get(ids[1]).state == "ready"  # the key's head, not reserved
+    assert r.get(keys.lock("pk")) is None  # nothing taken for it:
+    assert r.get(keys.lock_fence("pk")) == "1"  # (not taken and given back either)
+    pauses.resume("default", None)
+    burst(app, clock)
+    assert ran == [0, 1, 2]
+
+
+def test_a_next_head_holding_a_cancel_request_leaves_no_lock_behind(app, clock, q, r):
+    ran = []
+
+    @app.handler("c")
+    def c(ctx, payload):
+        ran.append(payload["i"])
+        if payload["i"] == 0:  # a request left on a job put back by a version that kept it
+            r.hset(q.keys.job(ids[1]), "cancel", json.dumps(
+                {"by": "ops", "to": "dlq", "reason": "not needed", "at": clock()}))
+
+    ids = [app.enqueue("c", {"i": i}, idempotency_key=f"c{i}", lock_key="ck")
+           for i in range(3)]
+    burst(app, clock)
+    assert ran == [0, 2]  # the reserve behind the hand-over ended it as cancelled
+    assert q.get(ids[1]).state == "dead" and q.get(ids[2]).state == "done"
+    assert r.get(keys.lock("ck")) is None
+
+
+def test_a_next_head_of_another_type_takes_its_own_lock(app, clock, q, r):
+    ran = []
+
+    @app.handler("a", lock_ttl_s=30)
+    def a(ctx, payload):
+        ran.append(("a", payload["i"], ctx.fence, r.pttl(keys.lock("mix"))))
+
+    @app.handler("b", lock_ttl_s=5)
+    def b(ctx, payload):
+        ran.append(("b", payload["i"], ctx.fence, r.pttl(keys.lock("mix"))))
+
+    for i in range(4):
+        app.enqueue("a" if i % 2 == 0 else "b", {"i": i}, idempotency_key=f"m{i}",
+                    lock_key="mix")
+    burst(app, clock)
+    assert [(t, i) for t, i, _, _ in ran] == [("a", 0), ("b", 1), ("a", 2), ("b", 3)]
+    fences = [f for _, _, f, _ in ran]
+    assert fences == sorted(set(fences))
+    # each holds the lock with its own handler's ttl
+    assert all((ttl > 5_000) == (t == "a") for t, _, _, ttl in ran)
+    assert r.get(keys.lock("mix")) is None
