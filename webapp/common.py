@@ -160,12 +160,18 @@ def when(ms: Any) -> Markup:
     ms or a datetime (naive ones are UTC, as the database stores them)."""
     if isinstance(ms, datetime):
         ms = int((ms if ms.tzinfo else ms.replace(tzinfo=UTC)).timestamp() * 1000)
-    text = fmt_ts(ms)
-    if text in ("", "—"):
-        return Markup(escape(text))
-    iso = datetime.fromtimestamp(int(ms) / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return Markup('<time class="when" datetime="{}" data-ms="{}" title="{}" tabindex="0">{}'
-                  '</time>').format(iso, int(ms), text, text)
+    try:
+        ms = int(ms)
+    except (TypeError, ValueError):
+        return Markup("")
+    if ms <= 0:
+        return Markup("—")
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    text, iso = dt.strftime("%Y-%m-%d %H:%M:%S UTC"), dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # digits, '-', ':', '.', ' ' and letters strftime wrote: nothing to escape (Markup.format,
+    # which escapes each part, was a third of a 200-row page's render time)
+    return Markup(f'<time class="when" datetime="{iso}" data-ms="{ms}" title="{text}" '
+                  f'tabindex="0">{text}</time>')
 
 
 def fmt_dur(ms: Any) -> str:
