@@ -5,8 +5,9 @@ runs on one Redis Cluster slot. Keys that are not per queue (worker registry, lo
 index) carry their own hash tag.
 
 A queue spread over N partitions (issue 29) has N such tags: partition 0 keeps ``{queue}`` (a
-queue of one partition is exactly as before), partition p > 0 has ``{queue~p}`` (``~`` is in
-no name, so no other queue's tag can be one of these). The ids of the jobs (and flows) made in
+queue of one partition is exactly as before), partition p > 0 has ``{queue~p}`` or
+``{queue~p.<n>}`` (``partition_tag``: placed around the slot ring so that a Cluster's masters
+get an even share; ``~`` is in no name, so no other queue's tag can be one of these). The ids of the jobs (and flows) made in
 partition p > 0 end with ``~p`` (``partition_suffix``), so every reader finds a job's partition
 from its id alone (``id_partition``).
 """
@@ -14,7 +15,9 @@ from its id alone (``id_partition``).
 from __future__ import annotations
 
 import re
+from binascii import crc_hqx
 from dataclasses import dataclass
+from functools import lru_cache
 
 PREFIX = "antre"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")  # \Z: "$" would let a final newline by
@@ -26,6 +29,44 @@ def valid_name(name: str) -> bool:
     """Queue names, job types and worker ids: printable, no braces, at most 100 characters
     (a value that is not a ``str`` is not a name)."""
     return isinstance(name, str) and bool(_NAME_RE.match(name))
+
+
+SLOTS = 16384  # Redis Cluster's hash slots
+SPREAD_WINDOW = 16  # slots: how close to its target a partition's tag lands
+
+
+def _slot(tag: str) -> int:
+    """The Redis Cluster slot of a key with hash tag ``tag`` (CRC16-XMODEM, as Redis)."""
+    return crc_hqx(tag.encode(), 0) % SLOTS
+
+
+def _spread(p: int) -> float:
+    """Partition p's place around the slot ring, from partition 0's: base-3 van der Corput
+    (1/3, 2/3, 1/9, 4/9, ...), so the first 3 partitions are a third of the ring apart (three
+    masters holding equal ranges get one each), 9 get 3 each, and any N stays near even."""
+    out, scale = 0.0, 1 / 3
+    while p:
+        p, digit = divmod(p, 3)
+        out += digit * scale
+        scale /= 3
+    return out
+
+
+@lru_cache(maxsize=8192)
+def partition_tag(queue: str, partition: int) -> str:
+    """The hash tag of a queue's partition: ``queue`` for partition 0, else ``queue~p`` or
+    ``queue~p.<n>``, the first whose slot is within ``SPREAD_WINDOW`` of its place
+    (``_spread``): a pure function of the two, the same on every host (~1,000 CRCs once)."""
+    if not partition:
+        return queue
+    base = f"{queue}{PARTITION_SEP}{partition}"
+    target = (_slot(queue) + round(_spread(partition) * SLOTS)) % SLOTS
+    salt = 0
+    while True:
+        name = f"{base}.{salt}" if salt else base
+        if (_slot(name) - target) % SLOTS < SPREAD_WINDOW:
+            return name
+        salt += 1
 
 
 def partition_suffix(partition: int) -> str:
@@ -64,7 +105,7 @@ class QueueKeys:
     @property
     def tag(self) -> str:
         if self.partition:
-            return f"{PREFIX}:{{{self.queue}{PARTITION_SEP}{self.partition}}}"
+            return f"{PREFIX}:{{{partition_tag(self.queue, self.partition)}}}"
         return f"{PREFIX}:{{{self.queue}}}"
 
     @property

@@ -57,7 +57,14 @@ def where(app, job_id):
 def test_keys_and_ids():
     assert keys.QueueKeys("orders").tag == "antre:{orders}"  # partition 0: as before
     assert keys.QueueKeys("orders", 0).ready == "antre:{orders}:ready"
-    assert keys.QueueKeys("orders", 2).ready == "antre:{orders~2}:ready"
+    tag = keys.partition_tag("orders", 2)
+    assert tag.startswith("orders~2") and keys.QueueKeys("orders", 2).ready == f"antre:{{{tag}}}:ready"
+    assert keys.partition_tag("orders", 2) == tag  # the same on every host
+    for name in ("orders", "emails", "q3", "default"):  # a third of the ring apart
+        s0 = keys._slot(name)
+        for p in (1, 2):
+            gap = (keys._slot(keys.partition_tag(name, p)) - s0) % keys.SLOTS
+            assert 0 <= gap - round(p * keys.SLOTS / 3) < keys.SPREAD_WINDOW
     assert keys.QueueKeys("orders", 2).partition_count == "antre:{orders}:partitions"
     assert keys.id_partition("ab12") == 0 and keys.id_partition("ab12~2") == 2
     for odd in ("ab~", "~3", "ab~03", "ab~x", "ab~0"):
@@ -202,16 +209,19 @@ def test_growing_live_workers_serve_new_partitions(url, clock):
 
 
 @pytest.mark.cluster
-def test_partitions_land_on_different_cluster_nodes(redis_cluster):
+@pytest.mark.parametrize("name", ["default", "orders", "emails", "q3", "billing", "bench"])
+def test_partitions_land_on_different_cluster_nodes(redis_cluster, name):
+    """3 partitions on the 3 masters, one each; 6 partitions, two each (whatever the name)."""
     host, port = redis_cluster[0]
     rc = RedisCluster(host=host, port=port, decode_responses=True)
     try:
-        nodes = {rc.get_node_from_key(keys.QueueKeys("default", p).ready).name
-                 for p in range(3)}
-        slots = {rc.keyslot(keys.QueueKeys("default", p).ready) for p in range(3)}
+        nodes = [rc.get_node_from_key(keys.QueueKeys(name, p).ready).name for p in range(6)]
+        slots = {rc.keyslot(keys.QueueKeys(name, p).ready) for p in range(6)}
+        assert rc.keyslot(keys.QueueKeys(name, 0).ready) == keys._slot(name)
     finally:
         rc.close()
-    assert len(slots) == 3 and len(nodes) == 3
+    assert len(slots) == 6 and len(set(nodes[:3])) == 3
+    assert sorted(nodes.count(n) for n in set(nodes)) == [2, 2, 2]
 
 
 def test_a_flow_goes_whole_into_one_partition(url, clock):
