@@ -22,7 +22,7 @@ from antre.stores import sql
 from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
-from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
+from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, check_group, new_job_id
 from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Group, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
@@ -93,6 +93,18 @@ def _group_of(handler: "HandlerSpec", payload: Any) -> str:
         raise InvalidJob(f"the group function of handler {handler.name!r} failed on this "
                          f"payload ({type(exc).__name__}: {exc}); pass group= to enqueue, or "
                          "fix the function") from exc
+
+
+def _check_group_defaults(options: dict[str, Any]) -> None:
+    """A handler's group defaults, refused when it is declared rather than at each enqueue:
+    ``InvalidJob`` saying what to pass."""
+    group = options.get("group")
+    if group is None and options.get("group_concurrency") is None \
+            and options.get("group_rate") is None:
+        return
+    # a function's group is only known per payload: its name is checked at enqueue
+    check_group("tenant:1" if group is None or callable(group) else group,
+                options.get("group_concurrency"), options.get("group_rate"))
 
 
 @dataclass
@@ -415,6 +427,7 @@ class Antre:
         see ``enqueue``)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        _check_group_defaults(options)
 
         def register(fn: Handler) -> Handler:
             self.handlers[name] = HandlerSpec(name=name, fn=fn,

@@ -13,6 +13,7 @@ import json
 
 from helpers import burst
 
+from antre import Antre
 from antre.control.pause import Pauses
 from antre.engine import keys
 
@@ -153,3 +154,29 @@ def test_a_lease_lost_while_the_handler_ran_changes_nothing_and_frees_the_lock(a
     assert counts.get("lease_lost") == 1 and q.stats().get("lock_busy", 0) == 0
     assert [q.get(i).state for i in ids] == ["done", "done", "done"]
     assert r.get(keys.lock("sk")) is None
+
+
+def test_with_an_idempotency_store_the_key_is_handed_over_too(redis_url, sqlite_url, clock, r):
+    app = Antre(redis_url=redis_url, database_url=sqlite_url, clock=clock)
+    q = app.queue()
+    ran = []
+
+    @app.handler("stored")
+    def stored(ctx, payload):
+        ran.append((payload["i"], ctx.fence))
+        return {"i": payload["i"]}
+
+    app.enqueue_many([app.spec("stored", {"i": i}, idempotency_key=f"st{i}", lock_key="db:1")
+                      for i in range(20)])
+    r.config_resetstat()
+    burst(app, clock)
+    assert [i for i, _ in ran] == list(range(20))
+    fences = [f for _, f in ran]
+    assert fences == sorted(set(fences))
+    # per job: the lock's renewal before the completion's commit, the hand-over, the reserve
+    assert _evalsha_calls(r) <= 3 * 20 + 20
+    store = app.idempotency
+    assert store is not None
+    records = store.lookup_many([f"st{i}" for i in range(20)])
+    assert all(records[f"st{i}"].status == "completed" for i in range(20))
+    assert r.get(keys.lock("db:1")) is None and q.stats().get("lock_busy", 0) == 0
