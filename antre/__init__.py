@@ -1,6 +1,6 @@
 """Antre: a reliable at-least-once job queue for Python on Redis."""
 
-from antre.app import Antre, HandlerSpec
+from antre.app import Antre, HandlerSpec, redis_from_url
 from antre.context import JobContext
 from antre.errors import (InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimited,
                           ResultUnavailable, Retryable, VersionConflict)
@@ -15,5 +15,5 @@ from antre.tasks import Task
 
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
            "Permanent", "RateLimited", "Retryable", "LockBusy", "FlowPolicy", "JobSpec", "Queue", "RetryPolicy", "Task",
-           "Progress", "ResultStatus", "ResultUnavailable", "VersionConflict"]
+           "Progress", "ResultStatus", "ResultUnavailable", "VersionConflict", "redis_from_url"]
 __version__ = "0.1.0"

@@ -9,10 +9,12 @@ import inspect
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 
 import redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,7 +22,7 @@ from antre.stores import sql
 from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
-from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, new_job_id
+from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, check_group, new_job_id
 from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Group, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
@@ -37,6 +39,7 @@ from antre.engine.queue import Queue
 from antre.control.retention import RetentionPolicy, policy_from_env
 from antre.engine.retry import RetryPolicy
 from antre.engine import aio
+from antre.engine import partitions as partitions_mod
 from antre.engine.scripts import Scripts
 from antre.observe.tracing import enqueue_span, inject_traceparent, recording
 from antre.tasks import P, R, Task, TaskFn
@@ -45,6 +48,38 @@ Handler = Callable[[Any, Any], Any]
 # a worker's idle runner threads each hold a connection while they wait on the wake list:
 # redis-py's default pool of 100 refused "Too many connections" at --threads 128
 MAX_REDIS_CONNECTIONS = 1_000
+
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def cluster_url(url: str) -> str | None:
+    """The plain URL of a ``redis+cluster://`` (``rediss+cluster://``) URL: a Redis Cluster
+    reached through that node; None for any other URL."""
+    scheme, sep, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower()) if sep else None
+    return f"{plain}://{rest}" if plain else None
+
+
+def redis_from_url(url: str, **options: Any) -> "redis.Redis":
+    """A client for ``url``: a ``RedisCluster`` for a ``redis+cluster://`` URL (options it
+    does not take are dropped), else ``redis.Redis.from_url``."""
+    plain = cluster_url(url)
+    if plain is None:
+        return redis.Redis.from_url(url, **options)
+    options.pop("max_connections", None)
+    options.pop("health_check_interval", None)
+    options.pop("retry", None)
+    return cast("redis.Redis", RedisCluster.from_url(plain, **options))
+
+
+def _async_from_url(url: str, **options: Any) -> AsyncRedis:
+    """``redis_from_url`` for ``redis.asyncio``."""
+    plain = cluster_url(url)
+    if plain is None:
+        return AsyncRedis.from_url(url, **options)
+    options.pop("health_check_interval", None)
+    return cast(AsyncRedis, AsyncRedisCluster.from_url(plain, **options))
 
 
 def _group_of(handler: "HandlerSpec", payload: Any) -> str:
@@ -58,6 +93,18 @@ def _group_of(handler: "HandlerSpec", payload: Any) -> str:
         raise InvalidJob(f"the group function of handler {handler.name!r} failed on this "
                          f"payload ({type(exc).__name__}: {exc}); pass group= to enqueue, or "
                          "fix the function") from exc
+
+
+def _check_group_defaults(options: dict[str, Any]) -> None:
+    """A handler's group defaults, refused when it is declared rather than at each enqueue:
+    ``InvalidJob`` saying what to pass."""
+    group = options.get("group")
+    if group is None and options.get("group_concurrency") is None \
+            and options.get("group_rate") is None:
+        return
+    # a function's group is only known per payload: its name is checked at enqueue
+    check_group("tenant:1" if group is None or callable(group) else group,
+                options.get("group_concurrency"), options.get("group_rate"))
 
 
 @dataclass
@@ -136,8 +183,15 @@ class Antre:
                  max_payload_bytes: int | None = None,
                  redis_client: "redis.Redis | None" = None,
                  alerts: AlertConfig | None = None, max_age_s: float | None = None,
-                 max_snoozes: int | None = None) -> None:
+                 max_snoozes: int | None = None, partitions: int | None = None) -> None:
         self._redis_url = redis_url
+        # each queue's partitions (issue 29; antre/engine/partitions.py): this default, else
+        # ANTRE_PARTITIONS, else 1; queue_options(name, partitions=) for one queue
+        self.default_partitions = (partitions_mod.env_count() if partitions is None
+                                   else partitions_mod.checked_count(partitions))
+        self.queue_partitions: dict[str, int] = {}
+        self._partitions: dict[str, partitions_mod.Partitions] = {}
+        self._parts_lock = threading.Lock()
         self._database_url = database_url
         self.default_queue = default_queue
         self.clock = clock
@@ -211,7 +265,7 @@ class Antre:
             return self._redis
         with self._init_lock:
             if self._redis is None:
-                self._redis = redis.Redis.from_url(
+                self._redis = redis_from_url(
                     self.redis_url, decode_responses=True, socket_timeout=10,
                     socket_connect_timeout=5, health_check_interval=30,
                     max_connections=MAX_REDIS_CONNECTIONS)
@@ -223,14 +277,50 @@ class Antre:
             self._scripts = Scripts(self.redis)
         return self._scripts
 
-    def queue(self, name: str | None = None) -> Queue:
+    # -- partitions (issue 29): one queue over several hash tags / Cluster nodes --------------
+    def queue_options(self, name: str, *, partitions: int | None = None) -> None:
+        """Per-queue settings: ``partitions=N`` spreads the queue over N partitions (each its
+        own hash tag, so a Redis Cluster puts them on different nodes); more than the
+        published count grows it for every host on first use; fewer is ignored (a queue's
+        partitions are never taken away)."""
+        if not valid_name(name):
+            raise InvalidJob(f"bad queue name {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        if partitions is not None:
+            self.queue_partitions[name] = partitions_mod.checked_count(partitions)
+            self._partitions.pop(name, None)
+
+    def partitions_of(self, name: str | None = None) -> partitions_mod.Partitions:
+        """The queue's partitions as this process sees them (the published count)."""
         name = name or self.default_queue
+        parts = self._partitions.get(name)
+        if parts is None:
+            client = self.redis  # (connects under _init_lock: not while holding it)
+            with self._parts_lock:
+                parts = self._partitions.get(name)
+                if parts is None:
+                    parts = self._partitions[name] = partitions_mod.Partitions(
+                        client, name, lambda p: self.queue(name, p),
+                        configured=self.queue_partitions.get(name, self.default_partitions),
+                        clock=self.clock)
+        return parts
+
+    def queue(self, name: str | None = None, partition: int = 0) -> Queue:
+        """Partition ``partition`` (0: the queue's first, with its historic keys)."""
+        name = name or self.default_queue
+        if partition:
+            return self._made_queue(name, partition)
         if name not in self._queues:
-            self._queues[name] = Queue(self.redis, name, clock=self.clock,
-                                       max_payload_bytes=self.max_payload_bytes,
-                                       scripts=self.scripts,
-                                       done_retention_ms=self.done_retention_ms(name))
+            self._queues[name] = self._made_queue(name, 0)
         return self._queues[name]
+
+    def _made_queue(self, name: str, partition: int) -> Queue:
+        return Queue(self.redis, name, clock=self.clock, max_payload_bytes=self.max_payload_bytes,
+                     scripts=self.scripts, done_retention_ms=self.done_retention_ms(name),
+                     partition=partition)
+
+    def job_queue(self, queue: str, job_id: str) -> Queue:
+        """The partition of ``queue`` holding the job (or flow) ``job_id`` (named by its id)."""
+        return self.partitions_of(queue).for_id(job_id)
 
     def done_retention_ms(self, queue: str) -> int:
         """How long ``queue``'s done jobs are kept (its retention policy), for the acks' trim."""
@@ -315,8 +405,9 @@ class Antre:
             by_queue: dict[str, list[JobSpec]] = {}
             for row in rows:
                 by_queue.setdefault(row.queue, []).append(JobSpec(**row.envelope))
-            for name, specs in by_queue.items():
-                self.queue(name).enqueue_many(specs)
+            for name, specs in by_queue.items():  # each to the partition its id names
+                for q, idx in self.partitions_of(name).split(specs, by_id=True):
+                    q.enqueue_many([specs[i] for i in idx])
         return self.outbox.relay(push, batch)
 
     @property
@@ -336,6 +427,7 @@ class Antre:
         see ``enqueue``)."""
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+        _check_group_defaults(options)
 
         def register(fn: Handler) -> Handler:
             self.handlers[name] = HandlerSpec(name=name, fn=fn,
@@ -463,6 +555,7 @@ class Antre:
         q = self.queue_for(job_type, queue)
         spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
                          delay_s=delay_s, **options)
+        q = self._partition(q, spec)
         if recording():  # a PRODUCER span, whose traceparent the job carries
             with enqueue_span(job_type, q.name) as traceparent:
                 spec.trace_id = spec.trace_id or traceparent
@@ -471,14 +564,28 @@ class Antre:
         spec.trace_id = spec.trace_id or inject_traceparent()
         return self._store(q, spec, session)
 
+    def _partition(self, q: Queue, spec: JobSpec) -> Queue:
+        """The partition of ``q``'s queue that ``spec`` goes to (``Partitions.route``)."""
+        parts = self._partitions.get(q.name) or self.partitions_of(q.name)
+        p = parts.route(spec)
+        return q if p == 0 else parts.queue(p)
+
     def _store(self, q: Queue, spec: JobSpec, session: Any) -> str:
         if session is not None:
             return self.outbox_add(session, q, spec)
         return q.enqueue_one(spec)
 
     def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
-        """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips."""
-        return self.queue(queue).enqueue_many(jobs)
+        """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips (a partitioned
+        queue's batch split per partition, one script call per partition's chunk)."""
+        parts = self.partitions_of(queue or self.default_queue).split(jobs)
+        if len(parts) == 1:
+            return parts[0][0].enqueue_many(jobs)
+        ids: list[str] = [""] * len(jobs)
+        for q, idx in parts:
+            for i, job_id in zip(idx, q.enqueue_many([jobs[i] for i in idx])):
+                ids[i] = job_id
+        return ids
 
     # -- flows (issue 26; antre/flows/): chains, groups, chords, batches ----------------------
     @property
@@ -524,9 +631,9 @@ class Antre:
         """The producer's ``redis.asyncio`` client, made on first use (the same URL). Use it
         from one event loop; an app used from several loops makes one per loop itself."""
         if self._aredis is None:
-            self._aredis = AsyncRedis.from_url(
-                self.redis_url, decode_responses=True, socket_timeout=10,
-                socket_connect_timeout=5, health_check_interval=30)
+            self._aredis = _async_from_url(self.redis_url, decode_responses=True,
+                                           socket_timeout=10, socket_connect_timeout=5,
+                                           health_check_interval=30)
         return self._aredis
 
     async def aenqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
@@ -538,6 +645,8 @@ class Antre:
         q = self.queue_for(job_type, queue)
         spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
                          delay_s=delay_s, **options)
+        q = await asyncio.to_thread(self._partition, q, spec) if q.name not in self._partitions \
+            else self._partition(q, spec)
         if recording():
             with enqueue_span(job_type, q.name) as traceparent:
                 spec.trace_id = spec.trace_id or traceparent
@@ -549,7 +658,17 @@ class Antre:
         """``enqueue_many`` from a coroutine: every spec checked first, then one round trip."""
         if not jobs:
             return []
-        return await self._asend(self.queue(queue), jobs)
+        name = queue or self.default_queue
+        if name not in self._partitions:  # its first use reads the published count
+            await asyncio.to_thread(self.partitions_of, name)
+        parts = self.partitions_of(name).split(jobs)
+        if len(parts) == 1:
+            return await self._asend(parts[0][0], jobs)
+        ids: list[str] = [""] * len(jobs)
+        for q, idx in parts:
+            for i, job_id in zip(idx, await self._asend(q, [jobs[i] for i in idx])):
+                ids[i] = job_id
+        return ids
 
     async def _asend(self, q: Queue, specs: list[JobSpec]) -> list[str]:
         ids, calls = q.enqueue_calls(specs)
@@ -568,7 +687,7 @@ class Antre:
     def outbox_add(self, session: Any, q: Queue, spec: JobSpec) -> str:
         if self.outbox is None:
             raise InvalidJob("enqueue(session=...) needs a database: set ANTRE_DATABASE_URL")
-        spec.job_id = spec.job_id or new_job_id()
+        spec.job_id = q.partition_id(spec.job_id or new_job_id())  # q: the spec's partition
         q.build(spec, self.clock())  # validate now, in the caller's transaction
         self.outbox.add(session, q.name, spec.job_id, dataclasses.asdict(spec))
         return spec.job_id
@@ -596,8 +715,8 @@ class Antre:
         """Waits for keys' results (``result(key).wait``, ``aresult(key, timeout=)``)."""
         if self._waiter is None:
             self._waiter = ResultWaiter(lambda: self.finder, self.queue, PerLoop(
-                lambda: AsyncRedis.from_url(self.redis_url, decode_responses=True,
-                                            socket_timeout=10, socket_connect_timeout=5)))
+                lambda: _async_from_url(self.redis_url, decode_responses=True,
+                                        socket_timeout=10, socket_connect_timeout=5)))
         return self._waiter
 
     @contextlib.contextmanager

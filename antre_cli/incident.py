@@ -143,11 +143,11 @@ def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
     _add_tasks(sub)
 
 
-# -- fair-share groups (issue 23): list and show here; pause, resume, slots and clear are
-# entries of the table ------------------------------------------------------------------------
+# -- fair-share groups (issue 23): list and show here; pause, resume, limit, slots and clear
+# are entries of the table --------------------------------------------------------------------
 def _add_group(sub: Any) -> Any:
-    g = sub.add_parser("group", help="fair-share groups: list | show | pause | resume | slots "
-                                     "| clear")
+    g = sub.add_parser("group", help="fair-share groups: list | show | pause | resume | limit "
+                                     "| slots | clear")
     g.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     gsub = g.add_subparsers(dest="group_cmd", required=True)
     ls = gsub.add_parser("list", help="a queue's busiest groups, the paused ones, the counts")

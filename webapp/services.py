@@ -147,7 +147,7 @@ class Services:
 
 def dashboard_redis(url: str) -> redis.Redis:
     """A client with short timeouts: a page waits a second or two for Redis, not ten."""
-    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0,
+    return antre.redis_from_url(url, decode_responses=True, socket_timeout=2.0,
                                 socket_connect_timeout=1.0, retry=Retry(NoBackoff(), 1),
                                 health_check_interval=30)
 

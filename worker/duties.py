@@ -22,8 +22,8 @@ import redis
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
-from antre import Antre, Queue
-from antre.engine import keys
+from antre import Antre
+from antre.engine import keys, partitions
 from antre.observe import sampling
 from antre.observe.alerts import AlertEngine
 from antre.control.bulk import BulkReplays, BulkTask
@@ -56,20 +56,24 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
     out = {"queues": 0, "requeued": 0, "buried": 0, "unparked": 0, "cancels_pruned": 0,
            "overrides_reverted": 0}
     for name in ReadModels(app.redis).queue_names():
-        q = Queue(app.redis, name, clock=clock or app.clock, scripts=app.scripts)
         out["queues"] += 1
-        while True:
-            res = q.sweep(limit)
-            out["requeued"] += res.requeued
-            out["buried"] += res.buried
-            if res.requeued + res.buried < limit:
-                break
+        for q in partitions.all_queues(app.redis, name, clock=clock or app.clock,
+                                       scripts=app.scripts):  # each partition (issue 29)
+            while True:
+                res = q.sweep(limit)
+                out["requeued"] += res.requeued
+                out["buried"] += res.buried
+                if res.requeued + res.buried < limit:
+                    break
         # parked jobs of a job type whose resume stopped half-way go back to ready
-        out["unparked"] += Pauses(app.redis, q.clock, app.scripts).unpark_stale(name)
-        out["cancels_pruned"] += Cancels(app.redis, q.clock, app.scripts).prune(name)
+        now_clock = clock or app.clock
+        pauses = Pauses(app.redis, now_clock, app.scripts)
+        pauses.sync(name)  # a partition grown since a pause gets it
+        out["unparked"] += pauses.unpark_stale(name)
+        out["cancels_pruned"] += Cancels(app.redis, now_clock, app.scripts).prune(name)
         out["overrides_reverted"] += (
-            FlowGates(app.redis, q.clock, app.scripts).revert_due(name)
-            + GroupControl(app.redis, q.clock, app.scripts).revert_due(name))
+            FlowGates(app.redis, now_clock, app.scripts).revert_due(name)
+            + GroupControl(app.redis, now_clock, app.scripts).revert_due(name))
     return out
 
 

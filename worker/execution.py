@@ -150,7 +150,8 @@ class Execution:
         if refused is not None:
             _rollback(db)
             return refused
-        if db is None and r.store is not None and self.batching():
+        if db is None and r.store is not None and self.batching() and not r.lock_checked_at_ack:
+            # (a hand-over's job commits here, under a renewed lock, and is acked plainly)
             return self._deferred(r, r.store, result)
         lock_lost = self._lock_lost(r, db is None and r.store is None and r.lock_checked_at_ack)
         if lock_lost is not None:

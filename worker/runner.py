@@ -81,10 +81,13 @@ class WorkerProcess:
         self.app = app
         self.clock: Clock = clock or app.clock
         self.queue_names = list(queues or app.queues())
-        self.queues = [Queue(app.redis, name, clock=self.clock, scripts=app.scripts,
-                             max_payload_bytes=app.max_payload_bytes,
-                             done_retention_ms=app.done_retention_ms(name))
-                       for name in self.queue_names]
+        # every partition of every queue served (issue 29): read again at each heartbeat,
+        # so a grown queue's new partitions are served from the next one
+        self._made: dict[tuple[str, int], Queue] = {}
+        try:
+            self.queues: list[Queue] = self._partition_queues()
+        except REDIS_DOWN:  # the first heartbeat reads the partitions
+            self.queues = [self._queue(name, 0) for name in self.queue_names]
         self.threads = threads
         self.worker_id = worker_id or default_worker_id()
         self.prefetch = prefetch
@@ -117,6 +120,33 @@ class WorkerProcess:
                                 threads=threads, kind="process",
                                 concurrency=self.aio.concurrency if self.aio else 0)
         self._assemble(hard_grace_s)
+
+    def _queue(self, name: str, partition: int) -> Queue:
+        q = self._made.get((name, partition))
+        if q is None:
+            app = self.app
+            q = self._made[(name, partition)] = Queue(
+                app.redis, name, clock=self.clock, scripts=app.scripts,
+                max_payload_bytes=app.max_payload_bytes,
+                done_retention_ms=app.done_retention_ms(name), partition=partition)
+        return q
+
+    def _partition_queues(self) -> list[Queue]:
+        """Partition p of every queue, then p + 1 of every queue..., so the runners' rotation
+        (``_reserve``) takes each queue's partitions in turn."""
+        counts = {name: self.app.partitions_of(name).count() for name in self.queue_names}
+        return [self._queue(name, p) for p in range(max(counts.values(), default=1))
+                for name in self.queue_names if p < counts[name]]
+
+    def _refresh_partitions(self) -> None:
+        """Serve partitions published since (a grown queue); the list is replaced whole, so a
+        runner reads either the old one or the new one."""
+        queues = self._partition_queues()
+        if len(queues) != len(self.queues):
+            self.queues = queues
+            self.promoter.queues = list(queues)
+            log.info("serving %d partitions of %s", len(queues), ",".join(self.queue_names),
+                     extra={"event": "partitions", "worker_id": self.worker_id})
 
     def _assemble(self, hard_grace_s: float) -> None:
         """The rooms: settling, leases, the handler's execution, the per-job pipeline."""
@@ -287,9 +317,10 @@ class WorkerProcess:
                 self.aio.wait_free(IDLE_WAIT_S, least)
                 return None
             batch = min(max(batch, ASYNC_BATCH), free)
-        n = len(self.queues)
+        queues = self.queues
+        n = len(queues)
         for i in range(n):
-            q = self.queues[(rr + i) % n]
+            q = queues[(rr + i) % n]
             held = self._hold(q, q.reserve(self.worker_id, count=batch))
             if held:
                 return held
@@ -450,17 +481,23 @@ class WorkerProcess:
             self._completer.join(2.0)
         self.aio.stop()
 
-    def _idle(self, batch: int) -> list[Running] | None:
+    def _idle(self, batch: int, rr: int = 0) -> list[Running] | None:
         """Wait to be woken by the enqueue or promote script's token. With one queue the
         reserve rides behind the wait (``Queue.wait_and_reserve``) and its jobs (maybe none)
-        are returned; ``None`` when the runner still has to reserve."""
+        are returned; ``None`` when the runner still has to reserve. Several queues (or
+        partitions) on one server: one BLPOP on all their wake lists. On a Redis Cluster a
+        BLPOP watches one slot: each idle wait watches the next list in the rotation (``rr``),
+        so the runners watch different partitions and each partition is looked at by a
+        reserve within ``IDLE_WAIT_S`` of its job's arrival, never a busy poll."""
         if self.aio is not None:  # the reserve behind the wait takes no more than free slots
             batch = min(batch, self.aio.free())
+        queues = self.queues
         try:
-            if len(self.queues) == 1 and batch > 0:
-                q = self.queues[0]
+            if len(queues) == 1 and batch > 0:
+                q = queues[0]
                 return self._hold(q, q.wait_and_reserve(self.worker_id, batch, IDLE_WAIT_S))
-            self.queues[0].wait_for_work(IDLE_WAIT_S, self.queues[1:])
+            first = rr % len(queues)
+            queues[first].wait_for_work(IDLE_WAIT_S, queues[:first] + queues[first + 1:])
         except REDIS_DOWN as exc:
             self.health.failed(exc)
             self._stopping.wait(IDLE_WAIT_S)
@@ -528,6 +565,7 @@ class WorkerProcess:
             info.state = "stopping"
         self.registry.beat(info)
         self.durations.flush(self.app.redis)
+        self._refresh_partitions()
         self._declare_gates()
         self.health.ok()
 
@@ -549,7 +587,8 @@ class WorkerProcess:
         gates = FlowGates(self.app.redis, self.clock, self.app.scripts)
         plans = plan(self.app.handlers, self.app.downstreams)
         for name in self.queue_names:
-            gates.declare(name, plans.get(name, Declaration()))
+            gates.declare(name, plans.get(name, Declaration()),
+                          self.app.partitions_of(name).count())
             self.pipeline.held_queues.add(name)
         self._declared_at = now
 

@@ -72,7 +72,7 @@ def replay_failed(ops: Ops, who: Actor, a: Args) -> Result:
     if not ids:
         return Result(False, f"flow {flow_id} has no dead job to replay; nothing was changed",
                       409, {"replayed": 0})
-    q = ops.app.queue(queue)
+    q = ops.app.job_queue(queue, flow_id)  # a flow's jobs: in its partition
     done = [job_id for job_id in ids if q.replay(job_id, who.name, _note(a))]
     missed = len(ids) - len(done)
     message = (f"{len(done)} dead job(s) of flow {flow_id} replayed: back in the ready list "

@@ -27,7 +27,7 @@ def limit_set(ops: Ops, who: Actor, a: Args) -> Result:
         return _refused(exc)
     parts = ([f"{over.slots} slots"] if over.slots is not None else []) + \
         ([f"rate {over.rate}"] if over.rate else [])
-    until = f" until {over.until_ms} ms" if over.until_ms else " until cleared"
+    until = f" for {a['revert_after_s']:g} s" if over.until_ms else " until cleared"
     return Result(True, f"{a['kind']} {a['name']} in {a['queue']}: {', '.join(parts)}{until} "
                         "(held on every worker at its next reserve)", 200,
                   {"slots": over.slots, "rate": over.rate, "until_ms": over.until_ms})

@@ -25,7 +25,7 @@ def replay(ops: Ops, who: Actor, a: Args) -> Result:
     if job is not None and spec is not None and not spec.idempotent:
         warn = (f" Warning: handler '{job.type}' is marked not idempotent; its effects may "
                 "happen twice.")
-    if not ops.app.queue(queue).replay(job_id, who.name, _note(a)):
+    if not ops.app.job_queue(queue, job_id).replay(job_id, who.name, _note(a)):
         return Result(False, f"job {job_id} is not in the dead-letter queue of {queue} "
                              "(already replayed or discarded?); nothing was changed", 409,
                       {"dead_before": before})
@@ -37,7 +37,7 @@ def replay(ops: Ops, who: Actor, a: Args) -> Result:
 def discard(ops: Ops, who: Actor, a: Args) -> Result:
     queue, job_id = a["queue"], a["job_id"]
     before = ops.reads.count_dead(queue)
-    if not ops.app.queue(queue).discard(job_id, who.name, _note(a)):
+    if not ops.app.job_queue(queue, job_id).discard(job_id, who.name, _note(a)):
         return Result(False, f"job {job_id} is not in the dead-letter queue of {queue}; "
                              "nothing was changed", 409, {"dead_before": before})
     return Result(True, f"job {job_id} discarded", 200,
@@ -52,7 +52,7 @@ def delete_job(ops: Ops, who: Actor, a: Args) -> Result:
 
 
 def run_now(ops: Ops, who: Actor, a: Args) -> Result:
-    if not ops.app.queue(a["queue"]).run_now(a["job_id"], who.name, _note(a)):
+    if not ops.app.job_queue(a["queue"], a["job_id"]).run_now(a["job_id"], who.name, _note(a)):
         return Result(False, f"job {a['job_id']} is no longer scheduled (it already ran or "
                              "moved); nothing was changed", 409)
     return Result(True, f"job {a['job_id']} moved to the ready list")
@@ -66,8 +66,8 @@ def extend(ops: Ops, who: Actor, a: Args) -> Result:
     detail = {"epoch": epoch, "seconds": seconds,
               "deadline_before": before.deadline if before else None}
     try:
-        deadline = ops.app.queue(queue).extend(job_id, epoch, seconds * 1000, mode="add",
-                                               actor=who.name, note=_note(a))
+        deadline = ops.app.job_queue(queue, job_id).extend(
+            job_id, epoch, seconds * 1000, mode="add", actor=who.name, note=_note(a))
     except LeaseLost as exc:
         return Result(False, "the lease changed under you (job was re-delivered/finished); "
                              f"nothing was changed. ({exc})", 409, detail)
@@ -95,7 +95,7 @@ def edit_plan(ops: Ops, a: Args) -> EditPlan | Result:
     known = (job.type in ops.app.handlers) if ops.app.handlers else None
     task = ops.app.tasks.get(job.type)
     return edit.plan(a["queue"], job, a["payload"] or "", new_key, record, known,
-                     ReplayEdits(ops.app.queue(a["queue"])).unique(job.id),
+                     ReplayEdits(ops.app.job_queue(a["queue"], job.id)).unique(job.id),
                      task.problem if task is not None else None)
 
 
@@ -111,7 +111,7 @@ def replay_edited(ops: Ops, who: Actor, a: Args) -> Result:
     if not p.ok:
         return Result(False, "refused: " + "; ".join(p.problems) + "; nothing was changed",
                       400, detail)
-    if ReplayEdits(ops.app.queue(a["queue"])).replay(p, who.name, a["reason"],
+    if ReplayEdits(ops.app.job_queue(a["queue"], p.job_id)).replay(p, who.name, a["reason"],
                                                      ops.idempotency) != 1:
         return Result(False, f"job {p.job_id} is no longer in the dead-letter queue (or a "
                              "unique job's key cannot change); nothing was changed", 409,

@@ -94,7 +94,7 @@ def group_slots(ops: Ops, who: Actor, a: Args) -> Result:
                                     a["revert_after_s"])
     except GroupError as exc:
         return _group_refused(exc)
-    until = f" until {over.until_ms} ms" if over.until_ms else " until cleared"
+    until = f" for {a['revert_after_s']:g} s" if over.until_ms else " until cleared"
     return Result(True, f"group {a['group']} in {a['queue']}: {over.slots} slots{until}", 200,
                   {"slots": over.slots, "until_ms": over.until_ms})
 
@@ -108,7 +108,7 @@ def group_limit(ops: Ops, who: Actor, a: Args) -> Result:
         return _group_refused(exc)
     parts = ([f"{over.slots} slots"] if over.slots is not None else []) + \
         ([f"rate {over.rate}"] if over.rate else [])
-    until = f" until {over.until_ms} ms" if over.until_ms else " until cleared"
+    until = f" for {a['revert_after_s']:g} s" if over.until_ms else " until cleared"
     return Result(True, f"group {a['group']} in {a['queue']}: {', '.join(parts)}{until} "
                         "(held by every worker from its next slot and start)", 200,
                   {"slots": over.slots, "rate": over.rate, "until_ms": over.until_ms})

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.control import redrive
 from antre.control.purge import CHUNK, COUNT_CHUNKS, PurgeError, PurgeFilter, Purger, Tally
@@ -143,7 +143,7 @@ class BulkReplays:
         self.clock = clock
         self.reads = ReadModels(client, clock)
         self._scripts: Scripts | None = None
-        self._queues: dict[str, Queue] = {}
+        self._queues: dict[tuple[str, int], Queue] = {}
         self._purger: Purger | None = None
 
     @property
@@ -154,19 +154,22 @@ class BulkReplays:
             self._purger = Purger(self.redis, self.clock, self._scripts)
         return self._purger
 
-    def _queue(self, name: str) -> Queue:
-        if name not in self._queues:
+    def _queue(self, name: str, job_id: str = "") -> Queue:
+        """The partition of queue ``name`` holding ``job_id`` (named by its id)."""
+        p = keys.id_partition(job_id) if job_id else 0
+        if (name, p) not in self._queues:
             if self._scripts is None:
                 self._scripts = Scripts(self.redis)
-            self._queues[name] = Queue(self.redis, name, clock=self.clock, scripts=self._scripts)
-        return self._queues[name]
+            self._queues[(name, p)] = Queue(self.redis, name, clock=self.clock,
+                                            scripts=self._scripts, partition=p)
+        return self._queues[(name, p)]
 
     # -- walking a filtered set ------------------------------------------------------------
     def _type_ok(self, queue: str, flt: DeadFilter, job_id: str) -> bool:
         """With both a group and a type the group index is walked: drop other types."""
         if not (flt.group and flt.job_type):
             return True
-        return self.redis.hget(keys.QueueKeys(queue).job(job_id), "type") == flt.job_type
+        return self.redis.hget(keys.of_job(queue, job_id).job(job_id), "type") == flt.job_type
 
     def _walk(self, queue: str, flt: DeadFilter, cursor: tuple[int, str] | None,
               batch: int = 200) -> Iterator[tuple[str, int]]:
@@ -234,10 +237,9 @@ class BulkReplays:
         """How many of ``ids`` are of ``job_type`` (one pipelined HGET each)."""
         if not ids:
             return 0
-        k = keys.QueueKeys(queue)
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hget(k.job(job_id), "type")
+            pipe.hget(keys.of_job(queue, job_id).job(job_id), "type")
         return sum(1 for t in pipe.execute() if t == job_type)
 
     def dry_run(self, queue: str, flt: DeadFilter) -> int:
@@ -264,14 +266,17 @@ class BulkReplays:
                             actor: str = "") -> BulkResult:
         """Replay up to ``maximum`` matching dead jobs at once (CLI/API; no pacing).
         ``actor``: who, on each job's timeline."""
-        q, note = self._queue(queue), {"bulk": f"replay now [{flt.describe()}]"}
-        return self._apply(queue, flt, maximum, lambda job_id: q.replay(job_id, actor, note))
+        note = {"bulk": f"replay now [{flt.describe()}]"}
+        return self._apply(queue, flt, maximum,
+                           lambda job_id: self._queue(queue, job_id).replay(job_id, actor, note))
 
     def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int,
                          actor: str = "") -> BulkResult:
         """Discard up to ``maximum`` matching dead jobs."""
-        q, note = self._queue(queue), {"bulk": f"discard [{flt.describe()}]"}
-        return self._apply(queue, flt, maximum, lambda job_id: q.discard(job_id, actor, note))
+        note = {"bulk": f"discard [{flt.describe()}]"}
+        return self._apply(queue, flt, maximum,
+                           lambda job_id: self._queue(queue, job_id).discard(job_id, actor,
+                                                                             note))
 
     # -- tasks -----------------------------------------------------------------------------
     def start(self, queue: str, flt: DeadFilter, rate_per_s: float, maximum: int, user: str,
@@ -338,10 +343,13 @@ class BulkReplays:
         if not replays:
             return tasks
         pipe = self.redis.pipeline(transaction=False)
-        for t in replays:
-            pipe.hmget(redrive.watch_key(t.queue, t.target), redrive.watch_fields(t.id))
-        for t, values in zip(replays, pipe.execute()):
-            w = redrive.watch_of(values)
+        watched = [(t, redrive.watch_keys(self.redis, t.queue, t.target)) for t in replays]
+        for t, wkeys in watched:
+            for key in wkeys:  # the replayed jobs count in the partition each is in
+                pipe.hmget(key, redrive.watch_fields(t.id))
+        replies = iter(pipe.execute())
+        for t, wkeys in watched:
+            w = redrive.merged([redrive.watch_of(next(replies)) for _ in wkeys])
             t.failed, t.died, t.same = min(w.failed, t.replayed), w.died, w.same
         return tasks
 
@@ -463,10 +471,13 @@ class BulkReplays:
         return True
 
     def _replay_one(self, task: BulkTask, job_id: str, note: dict[str, Any]) -> bool:
-        if task.target:
-            return redrive.move_dead(self._queue(task.queue), self._queue(task.target), job_id,
-                                     task.id, task.user, note)
-        return self._queue(task.queue).replay(job_id, task.user, note, task.id)
+        if task.target:  # into the target's partition the id names (which must exist there)
+            if keys.id_partition(job_id) >= partitions.published(self.redis, task.target):
+                return False
+            return redrive.move_dead(self._queue(task.queue, job_id),
+                                     self._queue(task.target, job_id), job_id, task.id,
+                                     task.user, note)
+        return self._queue(task.queue, job_id).replay(job_id, task.user, note, task.id)
 
     def _replay_budget(self, task: BulkTask, budget: int) -> tuple[int, int, Any, bool]:
         flt = filter_from_dict(task.filter)

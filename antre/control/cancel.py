@@ -18,7 +18,7 @@ from typing import cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import CANCEL_TO
 from antre.engine.scripts import Scripts
@@ -70,10 +70,10 @@ class Cancels:
         """Ask for ``job_id`` to be stopped; raises ``CancelError`` unless it is running."""
         if to not in CANCEL_TO:
             raise CancelError(f"to must be one of {', '.join(CANCEL_TO)}, not {to!r}")
-        if not keys.valid_name(queue) or not keys.valid_name(job_id):
+        if not keys.valid_name(queue) or not keys.valid_job_id(job_id):
             raise CancelError(f"no job {job_id!r} in queue {queue!r}")
         req = CancelRequest(by, to, (reason or "").strip()[:MAX_REASON], self.clock())
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, job_id)
         reply = str(self.scripts.cancel_request(
             keys=[k.job(job_id), k.cancels, k.timeline(job_id)],
             args=[job_id, req.to_json(), req.at_ms]))
@@ -83,8 +83,10 @@ class Cancels:
         return req
 
     def pending(self, queue: str) -> dict[str, CancelRequest]:
-        """The requests not carried out yet (job id -> request)."""
-        raw = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).cancels))
+        """The requests not carried out yet (job id -> request), of every partition."""
+        raw: dict[str, str] = {}
+        for k in partitions.all_keys(self.redis, queue):
+            raw.update(cast(dict[str, str], self.redis.hgetall(k.cancels)))
         out = {}
         for job_id, text in raw.items():
             req = CancelRequest.parse(text)
@@ -95,7 +97,9 @@ class Cancels:
     def prune(self, queue: str) -> int:
         """Forget requests whose job finished anyway (done, dead, or gone); a job put back
         in ready or scheduled after its worker died keeps its request."""
-        k = keys.QueueKeys(queue)
+        return sum(self._prune(k) for k in partitions.all_keys(self.redis, queue))
+
+    def _prune(self, k: keys.QueueKeys) -> int:
         ids = list(cast(dict[str, str], self.redis.hgetall(k.cancels)))
         if not ids:
             return 0

@@ -23,7 +23,7 @@ from typing import cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.scheduling.groups import GROUP_TARGET  # 'group=<name>': '=' is in no job type
 from antre.observe.readmodels import PauseInfo, ReadModels, pause_infos
@@ -51,22 +51,48 @@ class Pauses:
         reason = _check(queue, job_type, reason)
         now = self.clock()
         state = json.dumps({"by": by, "at": now, "reason": reason})
-        k = keys.QueueKeys(queue)
-        changed = self.scripts.pause_set(keys=[k.paused, k.stats],
-                                         args=[job_type or WHOLE_QUEUE, "pause", state])
-        if not int(changed):
+        every = partitions.all_keys(self.redis, queue)  # each partition's reserve reads its own
+        changed = self._set(every[0], job_type or WHOLE_QUEUE, "pause", state)
+        if not changed:
             raise PauseError(f"{_what(queue, job_type)} is already paused; resume it first")
+        for k in every[1:]:
+            self._set(k, job_type or WHOLE_QUEUE, "pause", state)
         return PauseInfo(queue, job_type, by, now, reason)
+
+    def _set(self, k: keys.QueueKeys, target: str, what: str, state: str) -> bool:
+        return bool(int(self.scripts.pause_set(keys=[k.paused, k.stats],
+                                               args=[target, what, state])))
+
+    def sync(self, queue: str) -> int:
+        """Give every partition of ``queue`` partition 0's pauses (a partition grown after a
+        pause, a pause or resume stopped half-way); the sweeper duty calls it. Returns how
+        many pauses or resumes it wrote."""
+        every = partitions.all_keys(self.redis, queue)
+        if len(every) == 1:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for k in every:
+            pipe.hgetall(k.paused)
+        first, *others = cast(list[dict[str, str]], pipe.execute())
+        wrote = 0
+        for k, have in zip(every[1:], others):
+            for target, state in first.items():
+                if target not in have:
+                    wrote += self._set(k, target, "pause", state)
+            for target in have.keys() - first.keys():
+                wrote += self._set(k, target, "resume", "")
+        return wrote
 
     def resume(self, queue: str, job_type: str | None) -> int:
         """Resume; returns how many parked jobs went back to ready. Raises ``PauseError``
         when it was not paused."""
         _check(queue, job_type, "-")
-        k = keys.QueueKeys(queue)
-        changed = self.scripts.pause_set(keys=[k.paused, k.stats],
-                                         args=[job_type or WHOLE_QUEUE, "resume", ""])
-        if not int(changed):
+        every = partitions.all_keys(self.redis, queue)
+        changed = self._set(every[0], job_type or WHOLE_QUEUE, "resume", "")
+        if not changed:
             raise PauseError(f"{_what(queue, job_type)} is not paused")
+        for k in every[1:]:
+            self._set(k, job_type or WHOLE_QUEUE, "resume", "")
         return self.unpark_stale(queue)
 
     # -- one group (issue 23): its jobs are parked by reserve as a paused type's are ----------
@@ -95,8 +121,12 @@ class Pauses:
                 for p in self.of_queue(name)]
 
     def unpark(self, queue: str, job_type: str, chunk: int = UNPARK_CHUNK) -> int:
-        """Move ``job_type``'s parked jobs back to ready unless it is paused (again)."""
-        k = keys.QueueKeys(queue)
+        """Move ``job_type``'s parked jobs back to ready unless it is paused (again), in
+        every partition."""
+        return sum(self._unpark(k, job_type, chunk)
+                   for k in partitions.all_keys(self.redis, queue))
+
+    def _unpark(self, k: keys.QueueKeys, job_type: str, chunk: int) -> int:
         moved = 0
         while True:
             ids, jobs = self.scripts.unpark(
@@ -109,9 +139,9 @@ class Pauses:
     def unpark_stale(self, queue: str) -> int:
         """Parked lists of types that are no longer paused go back to ready (after a resume,
         and from the sweeper duty in case a resume stopped half-way)."""
-        k = keys.QueueKeys(queue)
-        types = sorted(cast(set[str], self.redis.smembers(k.parked_types)))
-        return sum(self.unpark(queue, t) for t in types)
+        return sum(self._unpark(k, t, UNPARK_CHUNK)
+                   for k in partitions.all_keys(self.redis, queue)
+                   for t in sorted(cast(set[str], self.redis.smembers(k.parked_types))))
 
 
 def group_target(group: str) -> str:

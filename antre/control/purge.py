@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.scripts import Scripts
 
@@ -154,17 +154,17 @@ class Purger:
         """Delete one ready (or parked), scheduled or waiting job, or a held job of a flow
         that failed or waits (``_may_delete_held``); returns where it was. Raises
         ``PurgeError`` when it is none of them (running, dead, done or gone)."""
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, job_id)
         state = str(self.redis.hget(k.job(job_id), "state") or "")
-        if state == "scheduled" and self._zset_delete(queue, k.scheduled, job_id):
+        if state == "scheduled" and self._zset_delete(k, k.scheduled, job_id):
             return "scheduled"
-        if state == "waiting" and self._zset_delete(queue, k.waiting, job_id):
+        if state == "waiting" and self._zset_delete(k, k.waiting, job_id):
             return "waiting"
-        if state == "ready" and self._list_delete(queue, job_id):
+        if state == "ready" and self._list_delete(k, job_id):
             return "ready"
         if state == "held":
             self._may_delete_held(k, job_id)
-            if self._zset_delete(queue, k.held, job_id):
+            if self._zset_delete(k, k.held, job_id):
                 return "held"
         raise PurgeError(f"job {job_id} is not ready, scheduled, waiting or held in {queue} "
                          f"(it is {state or 'gone'}); nothing was changed")
@@ -182,17 +182,15 @@ class Purger:
                              "cancel), or delete it once the flow has failed; nothing was "
                              "changed")
 
-    def _zset_delete(self, queue: str, zkey: str, job_id: str) -> bool:
-        k = keys.QueueKeys(queue)
+    def _zset_delete(self, k: keys.QueueKeys, zkey: str, job_id: str) -> bool:
         reply = self.scripts.purge(keys=[zkey, k.stats, k.tombstones],
                                    args=[k.job_prefix, "zset", 0, "{}", json.dumps([job_id])])
         return int(reply[1]) == 1
 
-    def _list_delete(self, queue: str, job_id: str) -> bool:
+    def _list_delete(self, k: keys.QueueKeys, job_id: str) -> bool:
         """One job out of the ready list or a parked list: a one-id chunk that starts at it."""
-        k = keys.QueueKeys(queue)
         only = json.dumps({"id": job_id})
-        for lkey in self._lists(queue, None):
+        for lkey in self._lists(k, None):
             reply = self.scripts.purge(keys=[lkey, k.stats, k.tombstones],
                                        args=[k.job_prefix, "list", 0, only, job_id, 1])
             if int(reply[1]) == 1:
@@ -238,20 +236,32 @@ class Purger:
 
     def step(self, queue: str, flt: PurgeFilter, cursor: dict[str, Any] | None, size: int,
              dry: bool) -> Chunk:
-        """One bounded chunk of the walk: looks at up to ``size`` jobs after ``cursor``."""
+        """One bounded chunk of the walk: looks at up to ``size`` jobs after ``cursor``. A
+        partitioned queue's partitions are walked one after the other (the cursor's ``p``)."""
+        cursor = cursor or {}
+        p = cursor.get("p", 0)
+        if not isinstance(p, int) or not 0 <= p < keys.MAX_PARTITIONS:
+            return Chunk(0, 0, None)
+        k = keys.QueueKeys(queue, p)
+        inner = {name: v for name, v in cursor.items() if name != "p"}
         if flt.source == "ready":
-            return self._list_step(queue, flt, cursor or {}, size, dry)
-        return self._zset_step(queue, flt, cursor or {}, size, dry)
+            chunk = self._list_step(k, flt, inner, size, dry)
+        else:
+            chunk = self._zset_step(k, flt, inner, size, dry)
+        if chunk.cursor is not None:
+            return Chunk(chunk.looked, chunk.matched, {**chunk.cursor, "p": p} if p else
+                         chunk.cursor)
+        if p + 1 < partitions.published(self.redis, queue):  # the next partition's walk
+            return Chunk(chunk.looked, chunk.matched, {"p": p + 1})
+        return chunk
 
-    def _lists(self, queue: str, job_type: str | None) -> list[str]:
-        k = keys.QueueKeys(queue)
+    def _lists(self, k: keys.QueueKeys, job_type: str | None) -> list[str]:
         parked = sorted(cast(set[str], self.redis.smembers(k.parked_types)))
         return [k.ready] + [k.parked(t) for t in parked if job_type in (None, t)]
 
-    def _list_step(self, queue: str, flt: PurgeFilter, cursor: dict[str, Any], size: int,
-                   dry: bool) -> Chunk:
-        k = keys.QueueKeys(queue)
-        lists = self._lists(queue, flt.job_type)
+    def _list_step(self, k: keys.QueueKeys, flt: PurgeFilter, cursor: dict[str, Any],
+                   size: int, dry: bool) -> Chunk:
+        lists = self._lists(k, flt.job_type)
         lkey, start = _list_at(lists, cursor)
         if lkey is None:
             return Chunk(0, 0, None)
@@ -264,9 +274,8 @@ class Purger:
         rest = lists[lists.index(lkey) + 1:]
         return Chunk(int(looked), int(matched), {"list": rest[0], "id": ""} if rest else None)
 
-    def _zset_step(self, queue: str, flt: PurgeFilter, cursor: dict[str, Any], size: int,
-                   dry: bool) -> Chunk:
-        k = keys.QueueKeys(queue)
+    def _zset_step(self, k: keys.QueueKeys, flt: PurgeFilter, cursor: dict[str, Any],
+                   size: int, dry: bool) -> Chunk:
         source = {"scheduled": k.scheduled, "waiting": k.waiting}.get(flt.source, k.dead)
         index = source
         if flt.source == "dead" and flt.group:

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.engine.envelope import MAX_GROUP_CONCURRENCY, JobSpec
 from antre.engine.queue import Queue
 from antre.scheduling.groups import GROUP_TARGET
@@ -60,6 +60,18 @@ def watch_key(queue: str, target: str) -> str:
     return keys.QueueKeys(target or queue).replay_watch
 
 
+def watch_keys(client: "redis.Redis", queue: str, target: str) -> list[str]:
+    """``watch_key`` of each partition of the queue replayed into (issue 29)."""
+    return [k.replay_watch for k in partitions.all_keys(client, target or queue)]
+
+
+def merged(watches: list[Watch]) -> Watch:
+    """The partitions' counts of one task added up (``last``: the first partition's that
+    has one)."""
+    return Watch(sum(w.failed for w in watches), sum(w.died for w in watches),
+                 sum(w.same for w in watches), next((w.last for w in watches if w.last), ""))
+
+
 def watch_fields(task_id: str) -> list[str]:
     return [f"{task_id}|{name}" for name in FIELDS]
 
@@ -76,7 +88,8 @@ def watch_of(values: list[Any]) -> Watch:
 
 
 def read_watch(client: "redis.Redis", queue: str, target: str, task_id: str) -> Watch:
-    return watch_of(client.hmget(watch_key(queue, target), watch_fields(task_id)))
+    return merged([watch_of(client.hmget(key, watch_fields(task_id)))
+                   for key in watch_keys(client, queue, target)])
 
 
 def check_guard(stop_pct: float, min_sample: int) -> None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.errors import InvalidJob
 from antre.observe.readmodels import RetentionInfo
@@ -127,38 +127,44 @@ class Retention:
 
     def info(self, queue: str) -> RetentionInfo:
         policy = self.policy(queue)
-        dropped = self.redis.hget(keys.QueueKeys(queue).stats, "dead_dropped")
+        dropped = sum(int(str(self.redis.hget(k.stats, "dead_dropped") or 0))
+                      for k in partitions.all_keys(self.redis, queue))
         return RetentionInfo(queue, policy.dead_max_jobs, policy.dead_max_age_s,
-                             policy.done_max_age_s, int(str(dropped or 0)), policy.describe())
+                             policy.done_max_age_s, dropped, policy.describe())
 
     def run(self, queue: str, policy: RetentionPolicy, chunk: int = CHUNK) -> RetentionResult:
-        """Drop what is past the policy, ``chunk`` jobs per script call."""
+        """Drop what is past the policy, ``chunk`` jobs per script call, in each partition
+        (a partitioned queue's ``dead_max_jobs`` is split: ceil(max / N) per partition)."""
         self.publish(queue, policy)
+        every = partitions.all_keys(self.redis, queue)
+        if len(every) > 1:
+            policy = replace(policy, dead_max_jobs=-(-policy.dead_max_jobs // len(every)))
         total = RetentionResult()
-        for _ in range(MAX_CHUNKS):
-            step = self._call(queue, policy, chunk, [])
-            total += step
-            if step.dead_dropped + step.done_dropped + step.flow_steps < chunk:
-                break
-        return total + self._empty_groups(queue, policy, chunk)
+        for k in every:
+            for _ in range(MAX_CHUNKS):
+                step = self._call(k, policy, chunk, [])
+                total += step
+                if step.dead_dropped + step.done_dropped + step.flow_steps < chunk:
+                    break
+            total += self._empty_groups(k, policy, chunk)
+        return total
 
-    def _empty_groups(self, queue: str, policy: RetentionPolicy, chunk: int) -> RetentionResult:
+    def _empty_groups(self, k: keys.QueueKeys, policy: RetentionPolicy,
+                      chunk: int) -> RetentionResult:
         """Error groups whose jobs were all replayed, discarded or dropped: checked a chunk at a
         time (HSCAN), removed by the script when their index is empty."""
         total = RetentionResult()
         cursor = 0
         while True:
-            cursor, found = self.redis.hscan(keys.QueueKeys(queue).error_groups, cursor,
-                                             count=chunk)
+            cursor, found = self.redis.hscan(k.error_groups, cursor, count=chunk)
             groups = [str(g) for g in found]
             if groups:
-                total += self._call(queue, policy, 0, groups)
+                total += self._call(k, policy, 0, groups)
             if cursor == 0:
                 return total
 
-    def _call(self, queue: str, policy: RetentionPolicy, chunk: int,
+    def _call(self, k: keys.QueueKeys, policy: RetentionPolicy, chunk: int,
               groups: list[str]) -> RetentionResult:
-        k = keys.QueueKeys(queue)
         reply = self.scripts.retention(
             keys=[k.dead, k.done, k.stats, k.error_groups],
             args=[k.job_prefix, self.clock(), policy.dead_max_jobs, policy.dead_max_age_s * 1000,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import orjson
 
 from antre.errors import InvalidJob
-from antre.engine.keys import valid_name
+from antre.engine.keys import valid_job_id, valid_name
 from antre.engine.progress import Progress, decode as decode_progress
 
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
@@ -480,8 +480,9 @@ def check_spec(spec: JobSpec, queue: str) -> None:
     if (spec.group is not None or spec.group_concurrency is not None
             or spec.group_rate is not None):
         check_group(spec.group, spec.group_concurrency, spec.group_rate)
-    if spec.job_id and not valid_name(spec.job_id):  # '' or None: a new id is made
-        raise InvalidJob(f"bad job id {spec.job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
+    if spec.job_id and not valid_job_id(spec.job_id):  # '' or None: a new id is made
+        raise InvalidJob(f"bad job id {spec.job_id!r}: use 1-100 of A-Z a-z 0-9 _ . : - "
+                         "(a partition's suffix ~<n> may follow)")
 
 
 def _plain_spec(spec: JobSpec, queue: str) -> bool:

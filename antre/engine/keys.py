@@ -3,15 +3,26 @@
 All keys of one queue share the hash tag ``{queue}`` so that every Lua script touching a queue
 runs on one Redis Cluster slot. Keys that are not per queue (worker registry, locks, the queue
 index) carry their own hash tag.
+
+A queue spread over N partitions (issue 29) has N such tags: partition 0 keeps ``{queue}`` (a
+queue of one partition is exactly as before), partition p > 0 has ``{queue~p}`` or
+``{queue~p.<n>}`` (``partition_tag``: placed around the slot ring so that a Cluster's masters
+get an even share; ``~`` is in no name, so no other queue's tag can be one of these). The ids of the jobs (and flows) made in
+partition p > 0 end with ``~p`` (``partition_suffix``), so every reader finds a job's partition
+from its id alone (``id_partition``).
 """
 
 from __future__ import annotations
 
 import re
+from binascii import crc_hqx
 from dataclasses import dataclass
+from functools import lru_cache
 
 PREFIX = "antre"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")  # \Z: "$" would let a final newline by
+PARTITION_SEP = "~"  # in no valid name: partition p > 0's tag and its ids' suffix
+MAX_PARTITIONS = 256
 
 
 def valid_name(name: str) -> bool:
@@ -20,15 +31,88 @@ def valid_name(name: str) -> bool:
     return isinstance(name, str) and bool(_NAME_RE.match(name))
 
 
+SLOTS = 16384  # Redis Cluster's hash slots
+SPREAD_WINDOW = 16  # slots: how close to its target a partition's tag lands
+
+
+def _slot(tag: str) -> int:
+    """The Redis Cluster slot of a key with hash tag ``tag`` (CRC16-XMODEM, as Redis)."""
+    return crc_hqx(tag.encode(), 0) % SLOTS
+
+
+def _spread(p: int) -> float:
+    """Partition p's place around the slot ring, from partition 0's: base-3 van der Corput
+    (1/3, 2/3, 1/9, 4/9, ...), so the first 3 partitions are a third of the ring apart (three
+    masters holding equal ranges get one each), 9 get 3 each, and any N stays near even."""
+    out, scale = 0.0, 1 / 3
+    while p:
+        p, digit = divmod(p, 3)
+        out += digit * scale
+        scale /= 3
+    return out
+
+
+@lru_cache(maxsize=8192)
+def partition_tag(queue: str, partition: int) -> str:
+    """The hash tag of a queue's partition: ``queue`` for partition 0, else ``queue~p`` or
+    ``queue~p.<n>``, the first whose slot is within ``SPREAD_WINDOW`` of its place
+    (``_spread``): a pure function of the two, the same on every host (~1,000 CRCs once)."""
+    if not partition:
+        return queue
+    base = f"{queue}{PARTITION_SEP}{partition}"
+    target = (_slot(queue) + round(_spread(partition) * SLOTS)) % SLOTS
+    salt = 0
+    while True:
+        name = f"{base}.{salt}" if salt else base
+        if (_slot(name) - target) % SLOTS < SPREAD_WINDOW:
+            return name
+        salt += 1
+
+
+def partition_suffix(partition: int) -> str:
+    """What ends the ids made in ``partition``: '' for partition 0, ``~p`` otherwise."""
+    return f"{PARTITION_SEP}{partition}" if partition else ""
+
+
+def id_partition(job_id: str) -> int:
+    """The partition a job (or flow) id was made in: p for an id ending with ``~p`` (p > 0, no
+    leading zero), else 0 (every id of a queue with one partition, every caller's own id)."""
+    base, sep, tail = job_id.rpartition(PARTITION_SEP)
+    if not sep or not base or not tail.isdigit() or tail[0] == "0":
+        return 0
+    return int(tail)
+
+
+def valid_job_id(job_id: str) -> bool:
+    """A job or flow id: a valid name, or one followed by a partition's suffix ``~p``."""
+    if not isinstance(job_id, str):
+        return False
+    if valid_name(job_id):
+        return True
+    base, sep, tail = job_id.rpartition(PARTITION_SEP)
+    return (bool(sep) and valid_name(base) and tail.isdigit() and tail[0] != "0"
+            and int(tail) < MAX_PARTITIONS)
+
+
 @dataclass(frozen=True)
 class QueueKeys:
-    """The keys of one queue. ``job_prefix`` + job id is a job's hash."""
+    """The keys of one queue's partition (0 unless given). ``job_prefix`` + job id is a job's
+    hash."""
 
     queue: str
+    partition: int = 0
 
     @property
     def tag(self) -> str:
+        if self.partition:
+            return f"{PREFIX}:{{{partition_tag(self.queue, self.partition)}}}"
         return f"{PREFIX}:{{{self.queue}}}"
+
+    @property
+    def partition_count(self) -> str:
+        """STRING: how many partitions the queue has (absent: 1); in partition 0's slot,
+        only ever grown (``partitions_grow.lua``; antre/engine/partitions.py)."""
+        return f"{PREFIX}:{{{self.queue}}}:partitions"
 
     @property
     def job_prefix(self) -> str:
@@ -306,6 +390,12 @@ class QueueKeys:
         """HASH: a periodic schedule's state (last_tick, last_job, last_enqueued_at, paused,
         paused_by), in the queue's slot so the enqueue script checks the tick atomically."""
         return f"{self.tag}:schedule:{name}"
+
+
+def of_job(queue: str, job_id: str) -> QueueKeys:
+    """The keys of the partition of ``queue`` that ``job_id`` (a job's or a flow's) was made
+    in: the one place a reader needs to find a job from its id."""
+    return QueueKeys(queue, id_partition(job_id))
 
 
 def queues_index() -> str:

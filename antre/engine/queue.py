@@ -130,12 +130,16 @@ class Queue:
     def __init__(self, client: "redis.Redis", name: str = "default", *, clock: Clock = system_ms,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  done_retention_ms: int = DONE_RETENTION_MS, done_max: int = DONE_MAX,
-                 scripts: Scripts | None = None) -> None:
+                 scripts: Scripts | None = None, partition: int = 0) -> None:
         if not keys.valid_name(name):
             raise InvalidJob(f"bad queue name {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
         self.redis = client
         self.name = name
-        self.keys = keys.QueueKeys(name)
+        # one of the queue's partitions (antre/engine/partitions.py): its keys have their own
+        # hash tag, the ids made here end with its suffix ('' for partition 0)
+        self.partition = partition
+        self.id_suffix = keys.partition_suffix(partition)
+        self.keys = keys.QueueKeys(name, partition)
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes
         self.done_retention_ms = done_retention_ms
@@ -178,6 +182,8 @@ class Queue:
                  now_text: str | None = None) -> Encoded:
         """``encode`` of a spec that ``checked_payload`` passed, given its payload text."""
         values = new_values(spec, self.name, now, payload, entropy, now_text)
+        if self.id_suffix or spec.job_id and keys.PARTITION_SEP in spec.job_id:
+            values[0] = self.partition_id(values[0])
         if not spec.unique and spec.group is None:
             return NEW_FIELDS, values
         names: tuple[str, ...] = NEW_FIELDS
@@ -191,6 +197,17 @@ class Queue:
                 names += ("grate",)
                 values += [rate_field(spec.group_rate)]
         return names, values
+
+    def partition_id(self, job_id: str) -> str:
+        """``job_id`` ending with this partition's suffix (an id made in another partition
+        is refused: the job would be looked for there)."""
+        p = keys.id_partition(job_id)
+        if p == self.partition:
+            return job_id
+        if p:
+            raise InvalidJob(f"job id {job_id!r} belongs to partition {p}, not "
+                             f"{self.partition}, of queue {self.name!r}")
+        return job_id + self.id_suffix
 
     def enqueue(self, job_type: str, payload: Any, *, idempotency_key: str,
                 lock_key: str | None = None, delay_s: float = 0.0, **options: Any) -> str:
@@ -234,6 +251,8 @@ class Queue:
         for a delayed job, one with the caller's id or one with a lock_key (it may wait behind
         its key's head: only enqueue.lua knows how)."""
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
+        if self.id_suffix or spec.job_id and keys.PARTITION_SEP in spec.job_id:
+            values[0] = self.partition_id(values[0])
         if spec.job_id or values[2] != values[7] or values[9]:  # the caller's id, visible
             # later, or a lock_key
             return (values, self.scripts.enqueue, self._enqueue_keys,

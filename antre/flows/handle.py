@@ -174,7 +174,7 @@ class Batch(Flow):
         members: list[Member] = []
         for step in steps:
             compiled = compile_steps(step)
-            ids = store.member_ids(compiled.nodes)
+            ids = store.member_ids(compiled.nodes, self.q)  # in the batch's partition
             members += store.members_of(compiled.nodes, ids)
         self._check(members)
         store.store_added(self.q, self.id, members)

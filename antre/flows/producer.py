@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import redis
 
+from antre.engine import partitions
 from antre.engine.envelope import JobSpec, new_job_id
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
@@ -45,6 +46,10 @@ class App(Protocol):
 
     def queue(self, name: str | None = None) -> Queue: ...
 
+    def partitions_of(self, name: str | None = None) -> partitions.Partitions: ...
+
+    def job_queue(self, queue: str, job_id: str) -> Queue: ...
+
 
 class FlowProducer(Starter):
     def __init__(self, app: App) -> None:
@@ -63,11 +68,12 @@ class FlowProducer(Starter):
     def start(self, root: Step, options: FlowOptions) -> Flow:
         """Compile ``root``, check it, store it whole; its handle."""
         compiled = compile_steps(root)
-        ids = store.member_ids(compiled.nodes)
+        q = self._partition(self._queue(options.queue, [n.spec for n in compiled.nodes]),
+                            options.flow_id, [n.spec for n in compiled.nodes])
+        ids = store.member_ids(compiled.nodes, q)
         members = store.members_of(compiled.nodes, ids)
-        q = self._queue(options.queue, [m.spec for m in members])
         self._check_members(q, members, options.queue is None)
-        flow_id = options.flow_id or new_job_id()
+        flow_id = q.partition_id(options.flow_id or new_job_id())
         meta = self._meta(q, flow_id, compiled.kind, options.policy, options.description)
         meta["exits"] = json.dumps([ids[i] for i in compiled.exits])
         store.store_new(q, flow_id, members, meta)
@@ -85,12 +91,14 @@ class FlowProducer(Starter):
         for name, spec in hooks:
             if not isinstance(spec, JobSpec):
                 raise InvalidJob(f"{name} is one job: pass app.spec(...) or task.spec(...)")
-        members = [Member(dataclasses.replace(spec, job_id=spec.job_id or new_job_id()),
-                          hook=name) for name, spec in hooks]
-        q = self._queue(options.queue, [m.spec for m in members])
+        q = self._partition(self._queue(options.queue, [spec for _, spec in hooks]),
+                            options.flow_id, [spec for _, spec in hooks])
+        members = [Member(dataclasses.replace(
+            spec, job_id=q.partition_id(spec.job_id or new_job_id())), hook=name)
+            for name, spec in hooks]
         same = options.queue is None
         self._check_members(q, members, same)
-        flow_id = options.flow_id or new_job_id()
+        flow_id = q.partition_id(options.flow_id or new_job_id())
         meta = self._meta(q, flow_id, "batch", "batch", options.description)
         meta["open"] = "1"
         for m in members:
@@ -107,7 +115,7 @@ class FlowProducer(Starter):
         for name in names:
             row = reader.get(name, flow_id)
             if row is not None:
-                q = self.app.queue(name)
+                q = self.app.job_queue(name, flow_id)
                 if row.kind == "batch":
                     return Batch(q, flow_id, lambda added: self._check_members(q, added, False))
                 return Flow(q, flow_id)
@@ -117,6 +125,18 @@ class FlowProducer(Starter):
         handlers = self.app.handlers
         return sorted({self.app.default_queue} | {h.queue for h in handlers.values()},
                       key=lambda n: n != self.app.default_queue)
+
+    def _partition(self, q: Queue, flow_id: str | None, specs: Sequence[JobSpec]) -> Queue:
+        """The partition a new flow goes to, whole (its scripts need one slot): the one its
+        given id names (no suffix: partition 0); else its first job's with a group or a
+        lock_key (so that key's order and that group's limit hold); else round robin."""
+        parts = self.app.partitions_of(q.name)
+        if flow_id:
+            p = parts.route(JobSpec("flow", None, "flow", job_id=flow_id))
+        else:
+            keyed = next((s for s in specs if partitions.spread_key(s) is not None), None)
+            p = parts.route(keyed if keyed is not None else JobSpec("flow", None, "flow"))
+        return parts.queue(p)
 
     # -- checks --------------------------------------------------------------------------
     def _queue(self, given: str | None, specs: Sequence[JobSpec]) -> Queue:

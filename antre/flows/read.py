@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.engine import progress as progress_codec
 from antre.engine.progress import Progress
 from antre.engine.queue import Queue
@@ -198,33 +198,41 @@ class FlowReader:
         self.redis = client
 
     def counts(self, queue: str) -> dict[str, int]:
-        k = keys.QueueKeys(queue)
+        every = partitions.all_keys(self.redis, queue)
         pipe = self.redis.pipeline(transaction=False)
-        for state in FLOW_STATES:
-            pipe.zcard(k.flows_by_state(state))
-        return dict(zip(FLOW_STATES, (int(n) for n in pipe.execute())))
+        for k in every:
+            for state in FLOW_STATES:
+                pipe.zcard(k.flows_by_state(state))
+        counts = [int(n) for n in pipe.execute()]
+        n = len(FLOW_STATES)
+        return {state: sum(counts[i::n]) for i, state in enumerate(FLOW_STATES)}
 
     def list_flows(self, queue: str, state: str = "running", offset: int = 0,
              limit: int = 50) -> FlowPage:
         if state not in FLOW_STATES:
             raise InvalidJob(f"state must be one of {', '.join(FLOW_STATES)}, not {state!r}")
         offset, limit = _page(offset, limit)
-        k = keys.QueueKeys(queue)
-        index = k.flows_by_state(state)
-        ids = cast(list[str], self.redis.zrevrange(index, offset, offset + limit - 1))
+        every = partitions.all_keys(self.redis, queue)  # merged by score, newest first
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zcard(index)
+        for k in every:
+            pipe.zrevrange(k.flows_by_state(state), 0, offset + limit - 1, withscores=True)
+            pipe.zcard(k.flows_by_state(state))
+        replies = pipe.execute()
+        pairs = sorted((p for reply in replies[0::2] for p in reply),
+                       key=lambda p: (p[1], p[0]), reverse=True)
+        ids = [i for i, _ in pairs[offset:offset + limit]]
+        total = sum(int(n) for n in replies[1::2])
         for flow_id in ids:
-            pipe.hmget(k.flow(flow_id), _ROW_FIELDS)
-        total, *rows = pipe.execute()
+            pipe.hmget(keys.of_job(queue, flow_id).flow(flow_id), _ROW_FIELDS)
+        rows = pipe.execute()
         return FlowPage(state, [FlowRow.of(i, queue, r) for i, r in zip(ids, rows) if r[1]],
                         int(total), offset, limit)
 
     def get(self, queue: str, flow_id: str) -> FlowRow | None:
-        if not keys.valid_name(queue) or not keys.valid_name(flow_id):
+        if not keys.valid_name(queue) or not keys.valid_job_id(flow_id):
             return None
         values = cast(list[str | None],
-                      self.redis.hmget(keys.QueueKeys(queue).flow(flow_id), _ROW_FIELDS))
+                      self.redis.hmget(keys.of_job(queue, flow_id).flow(flow_id), _ROW_FIELDS))
         return FlowRow.of(flow_id, queue, values) if values[1] else None
 
     def tree(self, queue: str, flow_id: str, offset: int = 0,
@@ -233,7 +241,7 @@ class FlowReader:
         row = self.get(queue, flow_id)
         if row is None:
             return None
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, flow_id)  # a flow and its jobs: in one partition
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(k.flow_jobs(flow_id))
         pipe.lrange(k.flow_jobs(flow_id), offset, offset + limit - 1)
@@ -244,9 +252,9 @@ class FlowReader:
         return FlowTree(row, jobs, int(total), offset, limit)
 
     def links(self, queue: str, job_id: str) -> FlowLinks | None:
-        if not keys.valid_name(queue) or not keys.valid_name(job_id):
+        if not keys.valid_name(queue) or not keys.valid_job_id(job_id):
             return None
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, job_id)
         flow_id, par, kids, hook = cast(list[str | None], self.redis.hmget(
             k.job(job_id), ("flow", "fpar", "fkids", "fhook")))
         if not flow_id:
@@ -274,7 +282,7 @@ class FlowReader:
         batch of a million members is a thousand short reads, never one reply of all): the
         ids from the batch's jobs' list (an LRANGE a page, its callbacks left out) or from
         its exits, then their results (one HMGET a page)."""
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, flow_id)  # a flow and its jobs: in its partition
         kind, exits, *hooks = cast(list[str | None], self.redis.hmget(
             k.flow(flow_id), ("kind", "exits", "on_success", "on_complete")))
         pages = (self._batch_pages(k, flow_id, hooks, offset) if kind == "batch"

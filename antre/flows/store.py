@@ -50,9 +50,12 @@ class Member:
     hook: str = ""
 
 
-def member_ids(nodes: Sequence[Node]) -> list[str]:
-    """Each node's job id (its spec's, else a new one); ``InvalidJob`` for one given twice."""
+def member_ids(nodes: Sequence[Node], q: Queue | None = None) -> list[str]:
+    """Each node's job id (its spec's, else a new one; with ``q``, ending with its partition's
+    suffix); ``InvalidJob`` for one given twice."""
     ids = [n.spec.job_id or new_job_id() for n in nodes]
+    if q is not None and (q.partition or any("~" in i for i in ids)):
+        ids = [q.partition_id(i) for i in ids]
     if len(set(ids)) != len(ids):
         raise InvalidJob("two jobs of the flow have the same job_id; give each its own or "
                          "leave job_id out")
@@ -116,7 +119,7 @@ def _answer(q: Queue, reply: Any, flow_id: str) -> None:
 
 def store_new(q: Queue, flow_id: str, members: Sequence[Member], meta: dict[str, str]) -> None:
     """Store a new flow (``meta``: its fields, see enqueue_flow.lua) and its jobs."""
-    if not keys.valid_name(flow_id):
+    if not keys.valid_job_id(flow_id):
         raise InvalidJob(f"bad flow id {flow_id!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
     now = q.clock()
     args: list[Any] = [q.keys.job_prefix, now, "new", json.dumps(meta),

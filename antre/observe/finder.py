@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import STATES
 from antre.engine.progress import Progress, decode as decode_progress
@@ -274,6 +274,12 @@ def _parse_cursor(text: str) -> tuple[str, str, int]:
     return parts[0], parts[1], int(parts[2])
 
 
+def _part(name: str) -> keys.QueueKeys:
+    """The keys of ``<queue>`` (partition 0) or ``<queue>~p`` (a search list's name)."""
+    return keys.QueueKeys(name.rpartition("~")[0], keys.id_partition(name)) \
+        if keys.id_partition(name) else keys.QueueKeys(name)
+
+
 def state_key(k: keys.QueueKeys, state: str) -> str:
     """The index holding a queue's jobs in ``state`` (LIST for ready, ZSET for the others)."""
     return {"ready": k.ready, "scheduled": k.scheduled, "inflight": k.inflight, "dead": k.dead,
@@ -316,13 +322,13 @@ class Finder:
     # -- by id and by key ---------------------------------------------------------------------
     def locate(self, job_id: str) -> Located | None:
         """The queue holding ``job_id`` (one pipelined HGET + EXISTS per known queue)."""
-        if not keys.valid_name(job_id):
+        if not keys.valid_job_id(job_id):
             return None
         names = self.queue_names()
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
-            pipe.hget(keys.QueueKeys(name).job(job_id), "state")
-            pipe.exists(keys.QueueKeys(name).timeline(job_id))
+            pipe.hget(keys.of_job(name, job_id).job(job_id), "state")
+            pipe.exists(keys.of_job(name, job_id).timeline(job_id))
         replies = pipe.execute()
         for i, name in enumerate(names):
             if replies[2 * i]:
@@ -337,15 +343,22 @@ class Finder:
         named by the key's SQL record when a database is configured."""
         if not idempotency_key or len(idempotency_key) > 500:
             return None
-        names = self.queue_names()
+        every = [k for name in self.queue_names()
+                 for k in partitions.all_keys(self.redis, name)]  # each partition's index
         pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.hget(keys.QueueKeys(name).idem_index, idempotency_key)
-        for name, job_id in zip(names, pipe.execute()):
-            if job_id:
-                found = self.locate(str(job_id))
-                if found is not None:
-                    return found
+        for k in every:
+            pipe.hget(k.idem_index, idempotency_key)
+        hits = [(k, str(job_id)) for k, job_id in zip(every, pipe.execute()) if job_id]
+        if len(hits) > 1:  # the key in several partitions: the newest job carries it
+            pipe = self.redis.pipeline(transaction=False)
+            for k, job_id in hits:
+                pipe.hget(k.job(job_id), "created_at")
+            made = [_int(v) for v in pipe.execute()]
+            hits = [h for _, h in sorted(zip(made, hits), key=lambda x: -x[0])]
+        for _, job_id in hits:
+            found = self.locate(job_id)
+            if found is not None:
+                return found
         record = self.idempotency.lookup(idempotency_key) if self.idempotency else None
         return self.locate(record.job_id) if record is not None and record.job_id else None
 
@@ -356,7 +369,7 @@ class Finder:
 
     # -- the timeline ---------------------------------------------------------------------------
     def timeline(self, queue: str, job_id: str) -> Timeline:
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, job_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(k.timeline(job_id), 0, -1)
         pipe.hmget(k.job(job_id), "created_at", "trace_id", "state")
@@ -381,7 +394,7 @@ class Finder:
         found = found if found is not None and found.job_id == job_id else self.locate(job_id)
         if found is None or found.state == "gone":
             return JobStatus(job_id, found.queue if found else "", "unknown")
-        f = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(found.queue).job(job_id)))
+        f = cast(dict[str, str], self.redis.hgetall(keys.of_job(found.queue, job_id).job(job_id)))
         try:
             result = json.loads(f["result"]) if f.get("result") else None
         except ValueError:
@@ -426,7 +439,7 @@ class Finder:
     def cancelled_gone(self, queue: str, job_id: str) -> bool:
         """Whether a gone job's kept timeline ends with its cancellation (a cancel request
         that discarded it)."""
-        last = self.redis.lindex(keys.QueueKeys(queue).timeline(job_id), -1)
+        last = self.redis.lindex(keys.of_job(queue, job_id).timeline(job_id), -1)
         return isinstance(last, str) and _event(last).kind == "cancelled"
 
     def abandoned(self, idempotency_key: str) -> Abandoned | None:
@@ -450,32 +463,35 @@ class Finder:
                       scan: int) -> Page:
         """Ready jobs of one type, oldest first, among the oldest ``scan`` ready jobs (the ready
         list has no per-type index: read in chunks of ``CHUNK`` ids, never all of it).
-        ``total`` counts the matches in that window."""
-        k = keys.QueueKeys(queue)
+        ``total`` counts the matches in that window (of each partition's oldest ``scan``)."""
         matching: list[str] = []
-        for start in range(0, scan, CHUNK):
-            stop = min(start + CHUNK, scan)
-            ids = cast(list[str], self.redis.lrange(k.ready, -stop, -start - 1))
-            ids.reverse()
-            pipe = self.redis.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.hget(k.job(job_id), "type")
-            matching += [j for j, t in zip(ids, pipe.execute()) if t == job_type]
-            if len(ids) < stop - start:
-                break
+        for k in partitions.all_keys(self.redis, queue):
+            for start in range(0, scan, CHUNK):
+                stop = min(start + CHUNK, scan)
+                ids = cast(list[str], self.redis.lrange(k.ready, -stop, -start - 1))
+                ids.reverse()
+                pipe = self.redis.pipeline(transaction=False)
+                for job_id in ids:
+                    pipe.hget(k.job(job_id), "type")
+                matching += [j for j, t in zip(ids, pipe.execute()) if t == job_type]
+                if len(ids) < stop - start:
+                    break
         reads = ReadModels(self.redis, self.clock)
-        return Page(reads.rows(queue, matching[offset:offset + limit]), len(matching), offset,
-                    limit, self.clock())
+        rows = reads.rows(queue, matching)
+        if len(rows) > 1 and any(keys.id_partition(j) for j in matching):
+            rows.sort(key=lambda r: (r.visible_at, r.id))  # the partitions merged, oldest first
+        return Page(rows[offset:offset + limit], len(matching), offset, limit, self.clock())
 
     def inflight_worst_first(self, queue: str, sort: str, offset: int, limit: int,
                              scan: int = STUCK_SCAN) -> Page:
         """In-flight jobs, worst first: ``running`` (longest running) or ``silent`` (longest
         since the lease was last extended), among the ``scan`` soonest lease deadlines."""
-        k = keys.QueueKeys(queue)
-        ids = cast(list[str], self.redis.zrange(k.inflight, 0, scan - 1))
+        every = partitions.all_keys(self.redis, queue)
+        ids = [i for k in every
+               for i in cast(list[str], self.redis.zrange(k.inflight, 0, scan - 1))]
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(k.job(job_id), "reserved_at", "extended_at")
+            pipe.hmget(keys.of_job(queue, job_id).job(job_id), "reserved_at", "extended_at")
         now = self.clock()
 
         def since_ms(times: list[Any]) -> int:
@@ -484,20 +500,24 @@ class Finder:
             return now - last if last else 0
         worst = sorted(zip(ids, pipe.execute()), key=lambda p: since_ms(p[1]), reverse=True)
         page_ids = [job_id for job_id, _ in worst[offset:offset + limit]]
-        total = int(self.redis.zcard(k.inflight))
-        return Page(ReadModels(self.redis, self.clock).rows(queue, page_ids), min(total, scan),
-                    offset, limit, now)
+        total = sum(int(self.redis.zcard(k.inflight)) for k in every)
+        return Page(ReadModels(self.redis, self.clock).rows(queue, page_ids),
+                    min(total, scan * len(every)), offset, limit, now)
 
     # -- payload search -------------------------------------------------------------------------
     def _lists(self, queue: str | None, state: str | None) -> list[tuple[str, str]]:
+        """(queue, state) to walk; a partition p > 0 of a queue is named ``<queue>~p`` (in
+        the cursor too: ``_part``)."""
         names = [queue] if queue else self.queue_names()
         states = [state] if state else list(SEARCH_ORDER)
-        return [(q, s) for q in names for s in states]
+        parts = [k.queue + keys.partition_suffix(k.partition) for q in names
+                 for k in partitions.all_keys(self.redis, q)]
+        return [(q, s) for q in parts for s in states]
 
     def _sizes(self, lists: list[tuple[str, str]]) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)
         for q, s in lists:
-            key = state_key(keys.QueueKeys(q), s)
+            key = state_key(_part(q), s)
             if s == "ready":
                 pipe.llen(key)
             else:
@@ -505,14 +525,14 @@ class Finder:
         return [int(n) for n in pipe.execute()]
 
     def _ids(self, queue: str, state: str, offset: int, count: int) -> list[str]:
-        key = state_key(keys.QueueKeys(queue), state)
+        key = state_key(_part(queue), state)
         if state == "ready":
             return cast(list[str], self.redis.lrange(key, offset, offset + count - 1))
         return cast(list[str], self.redis.zrange(key, offset, offset + count - 1))
 
     def _scan_chunk(self, fields: list[FieldMatch], queue: str, state: str,
                     ids: list[str]) -> list[Hit]:
-        k = keys.QueueKeys(queue)
+        k = _part(queue)
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hmget(k.job(job_id), "payload", "type", "created_at")
@@ -523,7 +543,7 @@ class Finder:
             except ValueError:
                 found = None
             if found is not None:
-                hits.append(Hit(queue, state, job_id, jtype or "", _int(created), found))
+                hits.append(Hit(k.queue, state, job_id, jtype or "", _int(created), found))
         return hits
 
     def search(self, expression: str, queue: str | None = None, state: str | None = None,

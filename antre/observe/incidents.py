@@ -20,7 +20,7 @@ from urllib.parse import quote
 import redis
 
 from antre.clock import Clock, system_ms
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.engine.locks import Locks
 from antre.scheduling.flow import FlowControl
 from antre.observe.alerts import ALL_QUEUES, Alert, AlertEngine, AlertQuiet, Quiet
@@ -158,18 +158,25 @@ def _breakers(client: "redis.Redis", clock: Clock) -> list[Incident]:
 def _stuck(client: "redis.Redis", queues: list[str], now: int) -> list[Incident]:
     """Leases past their deadline by more than ``STUCK_GRACE_MS``: their worker died or hung
     and no sweeper handed them back (one ZCOUNT and one ZRANGE per queue)."""
+    every = [(q, k) for q in queues for k in partitions.all_keys(client, q)]
     pipe = client.pipeline(transaction=False)
-    for q in queues:
-        pipe.zcount(keys.QueueKeys(q).inflight, "-inf", now - STUCK_GRACE_MS)
-        pipe.zrangebyscore(keys.QueueKeys(q).inflight, "-inf", "+inf", start=0, num=1,
-                           withscores=True)
+    for _, k in every:
+        pipe.zcount(k.inflight, "-inf", now - STUCK_GRACE_MS)
+        pipe.zrangebyscore(k.inflight, "-inf", "+inf", start=0, num=1, withscores=True)
     raw = pipe.execute()
-    out = []
-    for i, q in enumerate(queues):
+    stuck: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, (q, _) in enumerate(every):  # a queue's partitions added up
         n, oldest = int(raw[2 * i]), raw[2 * i + 1]
-        if not n or not oldest:
+        stuck[q] = stuck.get(q, 0) + n
+        if oldest:
+            first[q] = min(first.get(q, int(oldest[0][1])), int(oldest[0][1]))
+    out = []
+    for q in queues:
+        n = stuck.get(q, 0)
+        if not n or q not in first:
             continue
-        since = int(oldest[0][1])
+        since = first[q]
         out.append(Incident(
             f"stuck_leases|{q}", "stuck_leases", "critical", q, TITLES["stuck_leases"],
             f"{n} in-flight jobs of queue {q} are past their lease deadline and not handed "

@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from redis.client import Pipeline
 from redis.cluster import ClusterPipeline
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.scheduling.flow import FlowControl
 from antre.scheduling.groups import Groups
@@ -292,12 +292,16 @@ class AntreCollector:
                 fam.add_metric([name], info.stats.get(stat, 0))
             ack_latency.add_metric([name], count_value=info.stats.get("acked", 0),
                                    sum_value=info.stats.get("latency_ms_total", 0) / 1000)
-            types = sorted(str(t) for t in self.redis.smembers(k.types))
+            types = reads.dead_types(name)  # every partition's
+            every = partitions.all_keys(self.redis, name)
             pipe = self.redis.pipeline(transaction=False)
             for t in types:
-                pipe.zcard(k.dead_by_type(t))
-            pipe.hgetall(k.durations)
-            *dead_counts, durations = pipe.execute()
+                for pk in every:
+                    pipe.zcard(pk.dead_by_type(t))
+            pipe.hgetall(k.durations)  # written by the workers, in partition 0
+            *per_partition, durations = pipe.execute()
+            n = len(every)
+            dead_counts = [sum(per_partition[i * n:(i + 1) * n]) for i in range(len(types))]
             for t, n in zip(types, dead_counts):
                 dlq_t.add_metric([name, t], n)
             for (kind, job_type), counts in sorted(_histograms(name, durations).items()):

@@ -38,7 +38,7 @@ from typing import Any, cast
 import redis
 
 from antre.clock import Clock, system_ms
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.observe.metrics import BUCKETS_MS, DurationBuffer, bucket_of
 from antre.observe.registry import WorkerRegistry
 
@@ -311,13 +311,16 @@ class Perf:
         """job type -> the queues it was seen in (the queues' ``types`` SETs)."""
         names = [queue] if queue else sorted(cast(set[str], self.redis.smembers(
             keys.queues_index())))
+        every = [k for name in names for k in partitions.all_keys(self.redis, name)]
         pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.smembers(keys.QueueKeys(name).types)
+        for k in every:  # each partition's (the figures themselves are in partition 0's)
+            pipe.smembers(k.types)
         out: dict[str, list[str]] = {}
-        for name, types in zip(names, pipe.execute()):
+        for k, types in zip(every, pipe.execute()):
             for t in types:
-                out.setdefault(str(t), []).append(name)
+                seen = out.setdefault(str(t), [])
+                if k.queue not in seen:
+                    seen.append(k.queue)
         return out
 
     def summary(self, window: str, queue: str | None = None) -> list[TypeRow]:

@@ -6,13 +6,15 @@ one pipelined HMGET per page of jobs. Nothing here scans the keyspace or a whole
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
 
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import Job, from_fields
 from antre.engine.progress import Progress, decode as decode_progress
@@ -71,6 +73,7 @@ class QueueInfo:
     waiting: int = 0  # behind the head of their lock_key (issue 23): made ready in their turn
     keys_held: int = 0  # lock_keys of this queue that have a head (a job whose turn it is)
     held: int = 0  # jobs of flows waiting for their parents (issue 26), state 'held'
+    partitions: int = 1  # the queue's partitions (issue 29), their counts summed here
 
     @property
     def queue_paused(self) -> PauseInfo | None:
@@ -310,7 +313,27 @@ class ReadModels:
         return sorted(cast(set[str], self.redis.smembers(keys.queues_index())))
 
     def queue_info(self, name: str) -> QueueInfo:
-        k = keys.QueueKeys(name)
+        """The queue's counts, its partitions' summed (issue 29): the oldest ready job of
+        any, the pauses as partition 0 holds them (a pause is written to every partition)."""
+        n = partitions.published(self.redis, name)
+        infos = [self._partition_info(keys.QueueKeys(name, p)) for p in range(n)]
+        if n == 1:
+            return infos[0]
+        first = infos[0]
+        stats: dict[str, int] = {}
+        for info in infos:
+            for stat, v in info.stats.items():
+                stats[stat] = stats.get(stat, 0) + v
+        def total(attr: str) -> int:
+            return sum(getattr(i, attr) for i in infos)
+        return QueueInfo(name, total("ready"), total("scheduled"), total("inflight"),
+                         total("dead"), total("done"),
+                         max(i.oldest_ready_age_ms for i in infos), stats, first.as_of,
+                         first.paused, total("parked"), total("waiting"), total("keys_held"),
+                         total("held"), partitions=n)
+
+    def _partition_info(self, k: keys.QueueKeys) -> QueueInfo:
+        name = k.queue
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(k.ready)
         pipe.zcard(k.scheduled)
@@ -333,7 +356,7 @@ class ReadModels:
         if oldest:
             since = _int(self.redis.hget(k.job(oldest), "visible_at"))
             age = max(0, now - since) if since else 0
-        parked = self.parked_count(name, parked_types)
+        parked = self._parked_count(k, parked_types)
         # purged ids are marked in the lists until a reserve pops them (antre/engine/lua/purge.lua)
         ready = max(0, ready + parked - _int(marks))
         return QueueInfo(name, ready, scheduled, inflight, dead, done, age,
@@ -341,10 +364,14 @@ class ReadModels:
                          tuple(pause_infos(name, paused)), parked, waiting, keys_held, held)
 
     def parked_count(self, queue: str, job_types: set[str]) -> int:
-        """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined)."""
+        """Jobs held in the parked lists of ``job_types`` (one LLEN each, pipelined), in
+        every partition."""
+        return sum(self._parked_count(k, job_types)
+                   for k in partitions.all_keys(self.redis, queue))
+
+    def _parked_count(self, k: keys.QueueKeys, job_types: set[str]) -> int:
         if not job_types:
             return 0
-        k = keys.QueueKeys(queue)
         pipe = self.redis.pipeline(transaction=False)
         for t in sorted(job_types):
             pipe.llen(k.parked(t))
@@ -355,10 +382,9 @@ class ReadModels:
 
     # -- pages -------------------------------------------------------------------------------
     def _rows(self, queue: str, ids: list[str]) -> list[JobRow]:
-        k = keys.QueueKeys(queue)
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hmget(k.job(job_id), ROW_FIELDS)
+            pipe.hmget(keys.of_job(queue, job_id).job(job_id), ROW_FIELDS)
         now = self.clock()
         rows = []
         for job_id, values in zip(ids, pipe.execute()):
@@ -379,28 +405,52 @@ class ReadModels:
                 **_cancel_of(f["cancel"])))
         return rows
 
-    def _zpage(self, queue: str, zkey: str, offset: int, limit: int, *, reverse: bool,
-               low: Any = "-inf", high: Any = "+inf") -> Page:
-        if reverse:
-            ids = cast(list[str],
-                       self.redis.zrevrangebyscore(zkey, high, low, start=offset, num=limit))
-        else:
-            ids = cast(list[str],
-                       self.redis.zrangebyscore(zkey, low, high, start=offset, num=limit))
-        total = (self.redis.zcard(zkey) if (low, high) == ("-inf", "+inf")
-                 else self.redis.zcount(zkey, low, high))
-        return Page(self._rows(queue, ids), int(total), offset, limit, self.clock())
+    def _zpage(self, queue: str, index: "Callable[[keys.QueueKeys], str]", offset: int,
+               limit: int, *, reverse: bool, low: Any = "-inf", high: Any = "+inf") -> Page:
+        """A page of the sorted set ``index(k)`` of the queue's partitions, merged by score
+        (each partition's first ``offset + limit`` read: a page deep in a list reads more)."""
+        every = partitions.all_keys(self.redis, queue)
+        whole = (low, high) == ("-inf", "+inf")
+        if len(every) == 1:
+            zkey = index(every[0])
+            if reverse:
+                ids = cast(list[str],
+                           self.redis.zrevrangebyscore(zkey, high, low, start=offset, num=limit))
+            else:
+                ids = cast(list[str],
+                           self.redis.zrangebyscore(zkey, low, high, start=offset, num=limit))
+            total = self.redis.zcard(zkey) if whole else self.redis.zcount(zkey, low, high)
+            return Page(self._rows(queue, ids), int(total), offset, limit, self.clock())
+        pipe = self.redis.pipeline(transaction=False)
+        for k in every:
+            zkey = index(k)
+            if reverse:
+                pipe.zrevrangebyscore(zkey, high, low, start=0, num=offset + limit,
+                                      withscores=True)
+            else:
+                pipe.zrangebyscore(zkey, low, high, start=0, num=offset + limit,
+                                   withscores=True)
+            if whole:
+                pipe.zcard(zkey)
+            else:
+                pipe.zcount(zkey, low, high)
+        replies = pipe.execute()
+        pairs = [pair for reply in replies[0::2] for pair in reply]
+        pairs.sort(key=lambda p: (p[1], p[0]), reverse=reverse)
+        ids = [m for m, _ in pairs[offset:offset + limit]]
+        return Page(self._rows(queue, ids), sum(int(n) for n in replies[1::2]), offset, limit,
+                    self.clock())
 
     def inflight(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
         """Soonest deadline first: the jobs about to expire are at the top."""
-        return self._zpage(queue, keys.QueueKeys(queue).inflight, offset, limit, reverse=False)
+        return self._zpage(queue, lambda k: k.inflight, offset, limit, reverse=False)
 
     def scheduled(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
-        return self._zpage(queue, keys.QueueKeys(queue).scheduled, offset, limit, reverse=False)
+        return self._zpage(queue, lambda k: k.scheduled, offset, limit, reverse=False)
 
     def waiting(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
         """Jobs waiting behind their lock_key's head, the longest waiting first."""
-        return self._zpage(queue, keys.QueueKeys(queue).waiting, offset, limit, reverse=False)
+        return self._zpage(queue, lambda k: k.waiting, offset, limit, reverse=False)
 
     def _gate_turn(self, k: keys.QueueKeys, job: Job) -> "Turn":
         if job.state != "waiting":  # scheduled for the start the gate's rate gave it
@@ -416,7 +466,7 @@ class ReadModels:
     def turn(self, queue: str, job: Job) -> "Turn | None":
         """Where a job with a lock_key stands on its key (None: no lock_key, or the key has no
         head). Its place is counted from the line's oldest end (LPOS: one pass of the line)."""
-        k = keys.QueueKeys(queue)
+        k = keys.of_job(queue, job.id)
         if job.gate:  # waiting for a slot of its type's or downstream's limit, or its rate
             return self._gate_turn(k, job)
         if job.waits_for_rate and job.group:  # scheduled for its group's rate (no read)
@@ -446,19 +496,35 @@ class ReadModels:
         return Turn(job.lock_key, str(head), place, int(length))
 
     def done(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
-        return self._zpage(queue, keys.QueueKeys(queue).done, offset, limit, reverse=True)
+        return self._zpage(queue, lambda k: k.done, offset, limit, reverse=True)
 
     def ready(self, queue: str, offset: int = 0, limit: int = 50) -> Page:
-        """Oldest first (the next to be reserved)."""
-        k = keys.QueueKeys(queue)
-        ids = (cast(list[str], self.redis.lrange(k.ready, -(offset + limit), -(offset + 1)))
-               if limit else [])
-        ids = [i for i in reversed(ids) if not i.startswith("{")]  # marks of purged ids
-        return Page(self._rows(queue, ids), int(self.redis.llen(k.ready)), offset, limit,
-                    self.clock())
+        """Oldest first (the next to be reserved); a partitioned queue's partitions merged by
+        the time each job became ready."""
+        every = partitions.all_keys(self.redis, queue)
+        if len(every) == 1:
+            k = every[0]
+            ids = (cast(list[str], self.redis.lrange(k.ready, -(offset + limit),
+                                                     -(offset + 1))) if limit else [])
+            ids = [i for i in reversed(ids) if not i.startswith("{")]  # marks of purged ids
+            return Page(self._rows(queue, ids), int(self.redis.llen(k.ready)), offset, limit,
+                        self.clock())
+        pipe = self.redis.pipeline(transaction=False)
+        for k in every:
+            pipe.lrange(k.ready, -(offset + limit), -1) if limit else pipe.lrange(k.ready, 0, -1)
+            pipe.llen(k.ready)
+        replies = pipe.execute()
+        ids = [i for reply in replies[0::2] for i in reply if not i.startswith("{")]
+        rows = sorted(self._rows(queue, ids), key=lambda r: (r.visible_at, r.id))
+        return Page(rows[offset:offset + limit], sum(int(n) for n in replies[1::2]), offset,
+                    limit, self.clock())
 
     def dead_index(self, queue: str, flt: DeadFilter) -> str:
-        k = keys.QueueKeys(queue)
+        """Partition 0's index of ``flt`` (``_dead_index`` names any partition's)."""
+        return self._dead_index(keys.QueueKeys(queue), flt)
+
+    @staticmethod
+    def _dead_index(k: keys.QueueKeys, flt: DeadFilter) -> str:
         if flt.group:
             return k.dead_by_group(flt.group)
         if flt.job_type:
@@ -471,8 +537,8 @@ class ReadModels:
         a group, the group index is paged and rows of other types are dropped from the page."""
         low = flt.since_ms if flt.since_ms is not None else "-inf"
         high = flt.until_ms if flt.until_ms is not None else "+inf"
-        page = self._zpage(queue, self.dead_index(queue, flt), offset, limit, reverse=True,
-                           low=low, high=high)
+        page = self._zpage(queue, lambda k: self._dead_index(k, flt), offset, limit,
+                           reverse=True, low=low, high=high)
         if flt.group and flt.job_type:
             rows = [r for r in page.rows if r.type == flt.job_type]
             return Page(rows, page.total, offset, limit, page.as_of)
@@ -485,21 +551,42 @@ class ReadModels:
         if after_score is not None:
             low = after_score
         high = flt.until_ms if flt.until_ms is not None else "+inf"
-        pairs = cast(list[tuple[str, float]],
-                     self.redis.zrangebyscore(self.dead_index(queue, flt), low, high, start=0,
-                                              num=limit, withscores=True))
-        return [(m, int(s)) for m, s in pairs]
+        pipe = self.redis.pipeline(transaction=False)
+        for k in partitions.all_keys(self.redis, queue):  # merged by score, then id
+            pipe.zrangebyscore(self._dead_index(k, flt), low, high, start=0, num=limit,
+                               withscores=True)
+        pairs = sorted(((m, int(s)) for reply in pipe.execute() for m, s in reply),
+                       key=lambda p: (p[1], p[0]))
+        return pairs[:limit]
 
     def count_dead(self, queue: str, flt: DeadFilter = DeadFilter()) -> int:
         low = flt.since_ms if flt.since_ms is not None else "-inf"
         high = flt.until_ms if flt.until_ms is not None else "+inf"
-        return int(self.redis.zcount(self.dead_index(queue, flt), low, high))
+        return sum(int(self.redis.zcount(self._dead_index(k, flt), low, high))
+                   for k in partitions.all_keys(self.redis, queue))
 
     def dead_types(self, queue: str) -> list[str]:
-        return sorted(cast(set[str], self.redis.smembers(keys.QueueKeys(queue).types)))
+        found: set[str] = set()
+        for k in partitions.all_keys(self.redis, queue):
+            found |= cast(set[str], self.redis.smembers(k.types))
+        return sorted(found)
 
     def error_groups(self, queue: str) -> list[ErrorGroup]:
-        k = keys.QueueKeys(queue)
+        """The queue's error groups, each partition's of the same group merged (an error
+        group id is its signature's digest, the same in every partition)."""
+        merged: dict[str, ErrorGroup] = {}
+        for k in partitions.all_keys(self.redis, queue):
+            for e in self._error_groups(k):
+                was = merged.get(e.group)
+                merged[e.group] = e if was is None else dataclasses.replace(
+                    was, count=was.count + e.count, total=was.total + e.total,
+                    first_seen=min(was.first_seen, e.first_seen) or was.first_seen,
+                    last_seen=max(was.last_seen, e.last_seen))
+        out = list(merged.values())
+        out.sort(key=lambda e: (-e.count, -e.last_seen))
+        return out
+
+    def _error_groups(self, k: keys.QueueKeys) -> list[ErrorGroup]:
         raw = cast(dict[str, str], self.redis.hgetall(k.error_groups))
         pipe = self.redis.pipeline(transaction=False)
         names = sorted(raw)
@@ -514,14 +601,14 @@ class ReadModels:
             out.append(ErrorGroup(g, rec.get("signature", ""), rec.get("job_type", ""),
                                   int(count), _int(rec.get("total")), _int(rec.get("first")),
                                   _int(rec.get("last"))))
-        out.sort(key=lambda e: (-e.count, -e.last_seen))
         return out
 
     def group_signature(self, queue: str, group: str | None) -> str:
         """The error signature of ``group`` ('' none, or unknown)."""
         if not group:
             return ""
-        raw = self.redis.hget(keys.QueueKeys(queue).error_groups, group)
+        raw = next((found for k in partitions.all_keys(self.redis, queue)
+                    if (found := self.redis.hget(k.error_groups, group))), None)
         try:
             return str(json.loads(str(raw)).get("signature", "")) if raw else ""
         except (ValueError, AttributeError):
@@ -532,12 +619,13 @@ class ReadModels:
         return self._rows(queue, ids)
 
     def job(self, queue: str, job_id: str) -> Job | None:
-        fields = cast(dict[str, str], self.redis.hgetall(keys.QueueKeys(queue).job(job_id)))
+        k = keys.of_job(queue, job_id)  # (the job's partition's keys)
+        fields = cast(dict[str, str], self.redis.hgetall(k.job(job_id)))
         if not fields:
             return None
         # a dead job's traceback: its error group keeps the head (issue 29)
-        return tracebacks.resolve_job(self.redis, keys.QueueKeys(queue).error_tracebacks,
-                                      from_fields(fields), fields.get("errors"))
+        return tracebacks.resolve_job(self.redis, k.error_tracebacks, from_fields(fields),
+                                      fields.get("errors"))
 
     def find_job(self, job_id: str) -> Job | None:
         """Look a job id up in every known queue (a few HGETALLs, no scan)."""

@@ -31,6 +31,7 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.cluster import RedisCluster
 
+from antre.engine import keys
 from antre.engine.queue import Queue
 from antre.errors import ResultUnavailable
 from antre.observe.finder import Finder, ResultStatus, check_timeout
@@ -107,7 +108,7 @@ class ResultWaiter:
     runs on a thread); ``sleep`` / ``monotonic`` only for the re-reads of a key that is not in
     Redis yet."""
 
-    def __init__(self, finder: Callable[[], Finder], queue: Callable[[str], Queue],
+    def __init__(self, finder: Callable[[], Finder], queue: Callable[[str, int], Queue],
                  aredis: Callable[[], AsyncRedis] | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -151,7 +152,7 @@ class ResultWaiter:
             return status, END
         if status.source != "redis":
             return status, LATER
-        q = self.queue(status.queue)
+        q = self.queue(status.queue, keys.id_partition(status.job_id))  # its partition
         if q.wait_start(status.job_id) not in ("done", "dead", ""):
             left = deadline - self.monotonic()
             if left <= 0:
@@ -186,7 +187,7 @@ class ResultWaiter:
             return status, END
         if status.source != "redis":
             return status, LATER
-        q = self.queue(status.queue)
+        q = self.queue(status.queue, keys.id_partition(status.job_id))  # its partition
         if await asyncio.to_thread(q.wait_start, status.job_id) not in ("done", "dead", ""):
             left = deadline - self.monotonic()
             if left <= 0:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import redis
 
 from antre.clock import Clock, system_ms
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.engine.envelope import MAX_GROUP_CONCURRENCY, format_rate, parse_rate
 from antre.engine.scripts import Scripts
 from antre.errors import InvalidJob
@@ -124,9 +124,11 @@ class GroupControl:
     def revert_due(self, queue: str) -> int:
         """End the overrides whose time is up (a raise they held back starts waiting jobs);
         returns how many. The scripts already ignore them; this frees what they held."""
-        k = keys.QueueKeys(queue)
         now, ended = self.clock(), 0
-        for group, raw in self.redis.hgetall(k.group_overrides).items():
+        overrides: dict[str, str] = {}
+        for k in partitions.all_keys(self.redis, queue):
+            overrides.update(self.redis.hgetall(k.group_overrides))
+        for group, raw in overrides.items():
             try:
                 until = int(json.loads(raw).get("until_ms", 0))
             except (ValueError, AttributeError, TypeError):
@@ -137,7 +139,7 @@ class GroupControl:
         return ended
 
     def _call(self, queue: str, group: str, value: str, record: str) -> int:
-        k = keys.QueueKeys(queue)
+        k = partitions.keys_of_key(self.redis, queue, group)  # the group's partition
         return int(self.scripts.group_limit(keys=[k.group_limits, k.group_overrides],
                                             args=[k.job_prefix, group, value, record,
                                                   self.clock()]))

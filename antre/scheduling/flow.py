@@ -21,6 +21,7 @@ these return, e.g. ``raise RateLimited(wait_s)``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,7 +29,7 @@ import redis
 
 from antre.engine import keys
 from antre.clock import Clock, system_ms
-from antre.errors import RateLimited
+from antre.errors import InvalidJob, RateLimited
 from antre.engine.scripts import Scripts
 
 STATES = ("closed", "half_open", "open")
@@ -274,6 +275,32 @@ class FlowPolicy:
     # gates``); True keeps them as one semaphore and token bucket across queues, checked by
     # the worker after delivery (an excess job is snoozed)
     across_queues: bool = False
+
+    def __post_init__(self) -> None:
+        _count("concurrency", self.concurrency, "jobs of it in flight at once")
+        _count("burst", self.burst, "starts at once under rate_per_s")
+        _count("failure_threshold", self.failure_threshold, "failures that open the breaker")
+        if self.rate_per_s is not None and not _positive(self.rate_per_s):
+            raise InvalidJob(f"bad rate_per_s {self.rate_per_s!r}: a number above 0 (starts "
+                             "per second), or None for no rate")
+        if not _positive(self.window_s):
+            raise InvalidJob(f"bad window_s {self.window_s!r}: seconds above 0")
+        if not _positive(self.cooldown_s) and self.cooldown_s != 0:
+            raise InvalidJob(f"bad cooldown_s {self.cooldown_s!r}: seconds, 0 or more")
+
+
+MAX_POLICY_COUNT = 100_000
+
+
+def _count(name: str, value: Any, what: str) -> None:
+    if value is not None and (type(value) is not int or not 1 <= value <= MAX_POLICY_COUNT):
+        raise InvalidJob(f"bad {name} {value!r}: an int from 1 to {MAX_POLICY_COUNT} ({what}), "
+                         "or None for no limit")
+
+
+def _positive(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from typing import Any, Protocol, cast
 import redis
 
 from antre.clock import Clock, system_ms
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.engine.envelope import format_rate, parse_rate
 from antre.engine.scripts import Scripts
 from antre.errors import InvalidJob
@@ -69,6 +69,21 @@ class Declaration:
     def as_json(self) -> str:
         return json.dumps({"cand": self.cand, "conc": self.conc, "rate": self.rate},
                           sort_keys=True)
+
+    def per_partition(self, partitions: int) -> "Declaration":
+        """The share of each of a queue's ``partitions`` (issue 29): a type's or downstream's
+        limit is cross-partition, and each partition's reserve sees only its own keys, so
+        each holds ceil(limit / N) slots and ceil(n / N) starts per window (together at most
+        N - 1 over the limit, never under a partition's share)."""
+        if partitions <= 1:
+            return self
+        def share(n: int) -> int:
+            return max(1, math.ceil(n / partitions))
+        rates = {}
+        for gate, rate in self.rate.items():
+            n, _, window = rate.partition("/")
+            rates[gate] = f"{share(int(n))}/{window}"
+        return Declaration(dict(self.cand), {g: share(c) for g, c in self.conc.items()}, rates)
 
 
 def rate_of(policy: FlowPolicy) -> str | None:
@@ -170,13 +185,18 @@ class FlowGates:
         self.redis, self.clock = client, clock
         self.scripts = scripts or Scripts(client)
 
-    def declare(self, queue: str, d: Declaration) -> int:
-        """Write ``queue``'s gates (replacing the last declaration; overrides are kept);
-        returns how many waiting jobs a raised or removed limit started."""
-        k = keys.QueueKeys(queue)
-        return int(self.scripts.gates_declare(
-            keys=[k.gate_candidates, k.gate_slots, k.gate_rates, k.gate_active],
-            args=[k.job_prefix, self.clock(), d.as_json()]))
+    def declare(self, queue: str, d: Declaration, partitions: int = 1) -> int:
+        """Write ``queue``'s gates (replacing the last declaration; overrides are kept) in
+        each of its ``partitions`` (its share: ``Declaration.per_partition``); returns how
+        many waiting jobs a raised or removed limit started."""
+        text = d.per_partition(partitions).as_json()
+        started = 0
+        for p in range(partitions):
+            k = keys.QueueKeys(queue, p)
+            started += int(self.scripts.gates_declare(
+                keys=[k.gate_candidates, k.gate_slots, k.gate_rates, k.gate_active],
+                args=[k.job_prefix, self.clock(), text]))
+        return started
 
     def known(self, queue: str) -> set[str]:
         """The gates a worker declared for ``queue`` (its handlers' types and downstreams)."""
@@ -237,17 +257,28 @@ class FlowGates:
         return _override(cast(str | None, raw), self.clock())
 
     def limits(self, queue: str) -> list[GateState]:
-        """Every gate of ``queue`` a worker declared, with its override and its counts."""
-        k = keys.QueueKeys(queue)
+        """Every gate of ``queue`` a worker declared, with its override and its counts; a
+        partitioned queue's partitions added up (the slots and starts all of them hold
+        together: their shares, ``Declaration.per_partition``)."""
+        every = partitions.all_keys(self.redis, queue)
+        k = every[0]
         gates = sorted(self.known(queue))
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(k.gate_slots)
-        pipe.hgetall(k.gate_rates)
+        for pk in every:
+            pipe.hgetall(pk.gate_slots)
+            pipe.hgetall(pk.gate_rates)
         pipe.hgetall(k.gate_override_records)
         for g in gates:
-            pipe.scard(k.gate_held(g))
-            pipe.llen(k.gate_line(g))
-        slots, rates, records, *counts = pipe.execute()
+            for pk in every:
+                pipe.scard(pk.gate_held(g))
+                pipe.llen(pk.gate_line(g))
+        replies = pipe.execute()
+        n = len(every)
+        slots, rates = _summed(replies[0:2 * n:2]), _summed_rates(replies[1:2 * n:2])
+        records, per = replies[2 * n], replies[2 * n + 1:]
+        # per gate: in flight, then waiting, each summed over the partitions
+        counts = [sum(int(per[(i * n + j) * 2 + w]) for j in range(n))
+                  for i in range(len(gates)) for w in (0, 1)]
         now = self.clock()
         out = []
         for i, g in enumerate(gates):
@@ -268,10 +299,46 @@ class FlowGates:
         return gate
 
     def _call(self, queue: str, gate: str, value: str, record: str) -> int:
-        k = keys.QueueKeys(queue)
-        return int(self.scripts.gates_override(
+        """The override in every partition, each its share of the slots and the starts."""
+        every = partitions.all_keys(self.redis, queue)
+        share = _share(value, len(every))
+        return sum(int(self.scripts.gates_override(
             keys=[k.gate_overrides, k.gate_override_records],
-            args=[k.job_prefix, gate, value, record, self.clock()]))
+            args=[k.job_prefix, gate, share, record, self.clock()])) for k in every)
+
+
+def _share(value: str, n: int) -> str:
+    """An override value '<slots>|<until>|<n>/<window>' as each of ``n`` partitions holds it:
+    ceil of the slots and of the starts (0 slots stays 0: held everywhere)."""
+    if n <= 1 or not value:
+        return value
+    slots, until, rate = (value.split("|") + ["", ""])[:3]
+    if slots:
+        slots = str(-(-int(slots) // n))
+    if rate:
+        count, _, window = rate.partition("/")
+        rate = f"{max(1, -(-int(count) // n))}/{window}"
+    return f"{slots}|{until}|{rate}"
+
+
+def _summed(maps: list[dict[str, str]]) -> dict[str, str]:
+    """Per gate, the slots of every partition added up."""
+    out: dict[str, int] = {}
+    for m in maps:
+        for g, v in m.items():
+            out[g] = out.get(g, 0) + _int(v, 0)
+    return {g: str(v) for g, v in out.items()}
+
+
+def _summed_rates(maps: list[dict[str, str]]) -> dict[str, str]:
+    """Per gate, the starts per window of every partition added up ('<n>/<window ms>')."""
+    out: dict[str, tuple[int, str]] = {}
+    for m in maps:
+        for g, v in m.items():
+            count, _, window = str(v).partition("/")
+            was = out.get(g, (0, window))[0]
+            out[g] = (was + _int(count, 0), window)
+    return {g: f"{c}/{w}" for g, (c, w) in out.items()}
 
 
 def _json(raw: Any) -> dict[str, Any]:

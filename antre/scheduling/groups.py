@@ -12,7 +12,7 @@ from typing import Any, cast
 import redis
 
 from antre.clock import Clock, system_ms
-from antre.engine import keys
+from antre.engine import keys, partitions
 from antre.engine.envelope import Job, format_rate, from_fields, parse_rate
 from antre.errors import InvalidJob
 
@@ -87,17 +87,25 @@ class Groups:
         self.clock = clock
 
     def view(self, queue: str, top: int = TOP_N) -> GroupsView:
-        k = keys.QueueKeys(queue)
+        """The top groups of every partition merged (a group lives in one), counts summed."""
+        every = partitions.all_keys(self.redis, queue)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zrevrange(k.group_waiting, 0, top - 1, withscores=True)
-        pipe.zrevrange(k.group_slots, 0, top - 1, withscores=True)
-        pipe.hkeys(k.paused)
-        pipe.hlen(k.group_overrides)
-        pipe.zcard(k.group_waiting)
-        pipe.zcard(k.group_slots)
-        pipe.hlen(k.turns)
-        pipe.zcard(k.waiting)
-        by_w, by_s, paused, n_over, n_w, n_s, n_keys, n_jobs = pipe.execute()
+        for k in every:
+            pipe.zrevrange(k.group_waiting, 0, top - 1, withscores=True)
+            pipe.zrevrange(k.group_slots, 0, top - 1, withscores=True)
+            pipe.hkeys(k.paused)
+            pipe.hlen(k.group_overrides)
+            pipe.zcard(k.group_waiting)
+            pipe.zcard(k.group_slots)
+            pipe.hlen(k.turns)
+            pipe.zcard(k.waiting)
+        replies = pipe.execute()
+        def top_of(at: int) -> list[Any]:
+            pairs = [p for reply in replies[at::8] for p in reply]
+            return sorted(pairs, key=lambda p: (-p[1], str(p[0])))[:top]
+        by_w, by_s, paused = top_of(0), top_of(1), replies[2]
+        n_over, n_w, n_s, n_keys, n_jobs = (sum(int(n) for n in replies[i::8])
+                                            for i in range(3, 8))
         names = [str(n) for n, _ in by_w] + [str(n) for n, _ in by_s]
         rows = {r.name: r for r in self.rows(queue, names)}
         groups_paused = sorted(p[len(GROUP_TARGET):] for p in paused
@@ -109,10 +117,11 @@ class Groups:
     def rows(self, queue: str, names: list[str]) -> list[GroupRow]:
         """One row per distinct name (seven reads each, then two, pipelined; of the group's
         rate starts the newest RATE_READ are counted)."""
-        k = keys.QueueKeys(queue)
         names = list(dict.fromkeys(n for n in names if keys.valid_name(n)))
+        count = partitions.published(self.redis, queue)
+        where = [keys.QueueKeys(queue, partitions.slot_of(n, count)) for n in names]
         pipe = self.redis.pipeline(transaction=False)
-        for n in names:
+        for n, k in zip(names, where):  # each group in its partition
             pipe.zscore(k.group_waiting, n)
             pipe.scard(k.group_held(n))
             pipe.hexists(k.paused, GROUP_TARGET + n)
@@ -122,7 +131,7 @@ class Groups:
             pipe.zrevrange(k.group_rate(n), 0, RATE_READ - 1, withscores=True)
         replies = pipe.execute()
         pipe = self.redis.pipeline(transaction=False)
-        for i in range(len(names)):
+        for i, k in enumerate(where):
             pipe.zscore(k.waiting, replies[i * 7 + 4] or "-")
             one = replies[i * 7 + 5] or replies[i * 7 + 4]  # a job holding a slot, or waiting
             pipe.hget(k.job(one or "-"), "grate")
@@ -154,7 +163,7 @@ class Groups:
              ) -> tuple[list[Job], list[Job]]:
         """A group's jobs in order: those holding a slot, then a page of its line, oldest
         first."""
-        k = keys.QueueKeys(queue)
+        k = partitions.keys_of_key(self.redis, queue, name)
         held = cast(list[str], sorted(self.redis.smembers(k.group_held(name))))[:limit]
         line = cast(list[str], self.redis.lrange(k.group_line(name), -(offset + limit),
                                                  -(offset + 1))) if limit else []

@@ -12,6 +12,8 @@ test can tell what really happened.
 - ``slow_report``: runs ~``seconds`` s, extending its own lease once, checkpointing and
   reporting its progress (``ctx.progress``, a message with markup in it), so there is a
   running lease to look at and extend, and a progress bar.
+- ``stubborn_report``: a sync handler that runs ``seconds`` s ignoring ``ctx.cancelled`` (a
+  cancel abandons it after its 3 s grace).
 - ``echo``: the start-up probe.
 - ``nightly_digest``: a periodic schedule (once a year, so it only runs when asked to: the
   Schedules page's "Run now").
@@ -78,6 +80,19 @@ def slow_report(ctx, payload):
         time.sleep(0.25)
     _mark("done", ref)
     return {"steps": step}
+
+
+@app.handler("stubborn_report", visibility_timeout_s=60, timeout_s=120, cancel_grace_s=3)
+def stubborn_report(ctx, payload):
+    """A sync handler that ignores ``ctx.cancelled`` (issue 25 item 2: a cancel keeps its word
+    anyway: past the grace the worker abandons it and the job goes where the cancel said)."""
+    ref = str(payload["ref"])
+    _mark("started", ref)
+    end = time.monotonic() + float(payload.get("seconds", 20))
+    while time.monotonic() < end:
+        time.sleep(0.2)
+    _mark("done", ref)
+    return {}
 
 
 @app.handler("echo")

@@ -91,3 +91,36 @@ def test_operator_pauses_during_traffic_resumes_and_cancels_a_running_job(stack,
     asked = page.locator("#timeline tbody tr[data-kind='cancel_requested']")
     expect(asked).to_contain_text("operator")
     expect(asked).to_contain_text("runaway report, browser test")
+
+
+def test_a_cancelled_handler_that_ignores_the_flag_is_marked_then_dead_with_its_timeline(stack,
+                                                                                       login):
+    """Issue 25 item 2 in the browser: a sync handler that ignores ``ctx.cancelled``; the
+    in-flight row says "cancelling since" while its grace runs, then the job is in the DLQ
+    (within the grace + a heartbeat) and its timeline ends with the cancel."""
+    q = stack.client.queue()
+    ref = stack.new_ref("stubborn")
+    job_id = stack.enqueue("stubborn_report", ref, seconds=40)
+    wait_until("the stubborn job to start", lambda: ref in stack.marks("started"))
+    page = login("operator")
+    page.goto("/inflight/?queue=default")
+    expect(page.locator(f"#live tr[data-row='{job_id}']")).to_be_visible(timeout=JOB_TIMEOUT_MS)
+    page.get_by_role("checkbox", name=f"Select job {job_id}").check()
+    bar = page.locator("#live .action-bar")
+    bar.get_by_label("Reason").fill("stuck export, browser test")
+    bar.get_by_label("Cancelled jobs go").select_option("dlq")
+    bar.get_by_role("button", name="Cancel selected").click()
+    page.locator("dialog#confirm").get_by_role("button", name="Confirm").click()
+    expect(page.locator("#live .result.ok")).to_contain_text("1 job asked to stop")
+    mark = page.locator(f"#live tr[data-row='{job_id}'] .cancelling")
+    expect(mark).to_contain_text("cancelling since")
+    expect(mark).to_contain_text("(by operator)")
+    screenshot(page, "inflight-cancelling")
+    wait_until("the worker to abandon the job", lambda: getattr(q.get(job_id), "state", "")
+               == "dead", timeout=60)
+    assert ref not in stack.marks("done")  # abandoned, not finished
+    page.goto(f"/jobs/default/{job_id}")
+    events = page.locator("#timeline tbody tr.event")
+    expect(events.last).to_have_attribute("data-kind", "cancelled", timeout=JOB_TIMEOUT_MS)
+    expect(page.locator("#timeline tbody tr[data-kind='cancel_requested']")).to_contain_text(
+        "stuck export, browser test")

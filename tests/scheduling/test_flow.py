@@ -9,7 +9,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from antre.engine import keys
-from antre.errors import RateLimited
+from antre.errors import InvalidJob, RateLimited
 from antre.scheduling.flow import CircuitBreaker, FlowControl, FlowPolicy, RateLimiter, Semaphore
 
 
@@ -307,3 +307,30 @@ def test_flow_scripts_run_on_redis_cluster(redis_cluster, clock):
         assert [b.state for b in flow.breakers()] == ["closed"]
     finally:
         rc.close()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"concurrency": -1}, "bad concurrency -1: an int from 1"),
+    ({"concurrency": 0}, "bad concurrency 0"),
+    ({"concurrency": "2"}, "bad concurrency '2'"),
+    ({"rate_per_s": -2}, "bad rate_per_s -2: a number above 0"),
+    ({"rate_per_s": float("nan")}, "bad rate_per_s"),
+    ({"rate_per_s": 5, "burst": 0}, "bad burst 0"),
+    ({"failure_threshold": -1}, "bad failure_threshold"),
+    ({"window_s": 0}, "bad window_s"),
+])
+def test_a_negative_or_malformed_limit_is_refused_saying_what_to_pass(kwargs, message):
+    with pytest.raises(InvalidJob, match=message):
+        FlowPolicy(**kwargs)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"group": "bad name"}, "bad group 'bad name'"),
+    ({"group": "t", "group_concurrency": -1}, "bad group_concurrency -1"),
+    ({"group": lambda p: p["t"], "group_rate": "fast"}, "bad group_rate 'fast'"),
+    ({"flow": None, "group_concurrency": 0}, "bad group_concurrency 0"),
+])
+def test_a_handlers_bad_group_defaults_are_refused_when_declared(app, options, message):
+    with pytest.raises(InvalidJob, match=message):
+        app.handler("h", **options)
+    assert "h" not in app.handlers

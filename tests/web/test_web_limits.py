@@ -71,6 +71,13 @@ def test_the_api_sets_and_clears_and_refuses_an_unknown_type_saying_so(web):
     kind = c.post("/api/queues/default/limits/queue/order", headers=auth,
                   json={"slots": 1, "reason": "x"})
     assert kind.status_code == 400 and "'type' or 'downstream'" in kind.get_json()["message"]
+    for body, says in [({"slots": -1, "reason": "x"}, "bad slots -1: an int from 0"),
+                       ({"slots": "many", "reason": "x"}, "'slots' must be a JSON integer"),
+                       ({"reason": "x"}, "pass slots"),
+                       ({"slots": 1}, "reason")]:
+        refused = c.post("/api/queues/default/limits/type/order", headers=auth, json=body)
+        assert refused.status_code == 400 and says in str(refused.get_json()), body
+    assert web.svc.gates.override("default", "type:order") is None  # nothing was changed
 
 
 def test_the_cli_sets_a_limit_audited_and_refuses_an_unknown_downstream(web, monkeypatch,

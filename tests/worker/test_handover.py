@@ -4,7 +4,8 @@ releases its lock, acks it, takes the lock for the key's next head and reserves 
 and no lock acquire of its own; the lock's fencing tokens still rise by one per job; a lock
 lost while the handler ran is not acked over (the job is snoozed, nothing of its run counts); a
 paused queue gets no head handed over and no lock is left taken for it; a next head holding a
-cancel request, or of another type, leaves no lock behind."""
+cancel request, or of another type, leaves no lock behind; a lease lost while the handler ran
+changes nothing and the lock is let go."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 
 from helpers import burst
 
+from antre import Antre
 from antre.control.pause import Pauses
 from antre.engine import keys
 
@@ -131,3 +133,50 @@ def test_a_next_head_of_another_type_takes_its_own_lock(app, clock, q, r):
     # each holds the lock with its own handler's ttl
     assert all((ttl > 5_000) == (t == "a") for t, _, _, ttl in ran)
     assert r.get(keys.lock("mix")) is None
+
+
+def test_a_lease_lost_while_the_handler_ran_changes_nothing_and_frees_the_lock(app, clock, q, r):
+    ran = []
+
+    @app.handler("swept", visibility_timeout_s=30)
+    def swept(ctx, payload):
+        ran.append(payload["i"])
+        if ran == [0]:  # its lease runs out under it and the sweeper gives the job back
+            clock.advance(31_000)
+            q.sweep()
+
+    ids = [app.enqueue("swept", {"i": i}, idempotency_key=f"w{i}", lock_key="sk")
+           for i in range(3)]
+    _, counts = burst(app, clock)
+    # the late hand-over was refused (LOST: nothing of it changed) but let go of the lock, so
+    # the job's next delivery took it at once: no snooze; then the line went on in order
+    assert ran == [0, 0, 1, 2]
+    assert counts.get("lease_lost") == 1 and q.stats().get("lock_busy", 0) == 0
+    assert [q.get(i).state for i in ids] == ["done", "done", "done"]
+    assert r.get(keys.lock("sk")) is None
+
+
+def test_with_an_idempotency_store_the_key_is_handed_over_too(redis_url, sqlite_url, clock, r):
+    app = Antre(redis_url=redis_url, database_url=sqlite_url, clock=clock)
+    q = app.queue()
+    ran = []
+
+    @app.handler("stored")
+    def stored(ctx, payload):
+        ran.append((payload["i"], ctx.fence))
+        return {"i": payload["i"]}
+
+    app.enqueue_many([app.spec("stored", {"i": i}, idempotency_key=f"st{i}", lock_key="db:1")
+                      for i in range(20)])
+    r.config_resetstat()
+    burst(app, clock)
+    assert [i for i, _ in ran] == list(range(20))
+    fences = [f for _, f in ran]
+    assert fences == sorted(set(fences))
+    # per job: the lock's renewal before the completion's commit, the hand-over, the reserve
+    assert _evalsha_calls(r) <= 3 * 20 + 20
+    store = app.idempotency
+    assert store is not None
+    records = store.lookup_many([f"st{i}" for i in range(20)])
+    assert all(records[f"st{i}"].status == "completed" for i in range(20))
+    assert r.get(keys.lock("db:1")) is None and q.stats().get("lock_busy", 0) == 0

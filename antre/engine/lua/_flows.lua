@@ -139,7 +139,8 @@ end
 
 local function flow_dead(job_key, id, now, reason)
   -- the job at ``job_key`` went to the DLQ (or was discarded): if it is a member of a flow,
-  -- the flow's policy decides (see above). One HGET for a job of no flow.
+  -- the flow's policy decides (see above). One HGET for a job of no flow. Returns the flow's
+  -- id when it counted the job (a member of a live flow, not settled before), else nil.
   local fid = redis.pcall('HGET', job_key, 'flow')  -- (a record that is not a hash: none)
   if type(fid) ~= 'string' or fid == '' then return end
   local prefix = prefix_of(job_key, id)
@@ -158,6 +159,7 @@ local function flow_dead(job_key, id, now, reason)
     redis.call('HSET', fk, 'failed_job', id, 'failed_reason', string.sub(reason, 1, 500))
   end
   flow_check(prefix, fk, fid, now)
+  return fid  -- (a member of a live flow that had not settled: flow_gone's cue)
 end
 
 local function flow_settle_failed(fk, id, err)
@@ -205,9 +207,8 @@ local function flow_gone(job_key, id, now, reason, stats)
   -- the job at ``job_key`` leaves for good (discarded, purged; its record still there): a
   -- member of a flow first counts as dead (flow_dead), and one that then holds its flow gives
   -- it up (flow_give_up)
-  flow_dead(job_key, id, now, reason)
-  local fid = redis.pcall('HGET', job_key, 'flow')
-  if type(fid) ~= 'string' or fid == '' then return end
+  local fid = flow_dead(job_key, id, now, reason)
+  if not fid then return end
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
   if redis.call('SISMEMBER', fk .. ':failed', id) == 1 and

@@ -1,0 +1,207 @@
+"""One queue spread over N partitions (issue 29 item 4), each a ``Queue`` with its own hash tag
+(``keys.QueueKeys(queue, p)``), so a Redis Cluster places them on different nodes.
+
+The count in force is published in Redis (``QueueKeys.partition_count``, partition 0's slot) so
+that producers, workers and the dashboard on every host agree. It only grows
+(``partitions_grow.lua``): a process configured with more partitions publishes its count when it
+first uses the queue; one configured with fewer uses the published count (never fewer
+partitions than hold jobs). Processes re-read it every ``REFRESH_MS``, so workers start reading
+a new partition at their next refresh.
+
+Producers place a job (``Partitions.route``): a job id that carries a partition's suffix goes
+back to that partition (the outbox relay, a replayed id); else by ``group`` when set, by
+``lock_key`` when set, by the idempotency key of a unique job (a stable crc32 of it, so a
+group's limits, a key's order and a unique key's check hold inside one partition); a job given
+its own id (no suffix) in partition 0; round robin otherwise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import redis
+
+from antre.clock import Clock, system_ms
+from antre.engine import keys
+from antre.errors import InvalidJob
+from antre.engine.envelope import JobSpec
+from antre.engine.queue import Queue
+from antre.engine.scripts import NamedScript
+
+REFRESH_MS = 5_000  # how often a process re-reads a queue's published partition count
+T = TypeVar("T")
+
+
+def checked_count(n: Any, what: str = "partitions") -> int:
+    """``n`` as a partition count (``InvalidJob`` saying what to pass otherwise)."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= keys.MAX_PARTITIONS:
+        raise InvalidJob(f"{what} must be a whole number from 1 to {keys.MAX_PARTITIONS}, "
+                         f"not {n!r}")
+    return n
+
+
+def env_count() -> int:
+    """``ANTRE_PARTITIONS`` (default 1)."""
+    raw = os.environ.get("ANTRE_PARTITIONS", "").strip()
+    if not raw:
+        return 1
+    try:
+        return checked_count(int(raw), "ANTRE_PARTITIONS")
+    except ValueError:
+        raise InvalidJob(f"ANTRE_PARTITIONS must be a whole number from 1 to "
+                         f"{keys.MAX_PARTITIONS}, not {raw!r}") from None
+
+
+def published(client: "redis.Redis", queue: str) -> int:
+    """The queue's published partition count (1 when none was published)."""
+    raw = client.get(keys.QueueKeys(queue).partition_count)
+    try:
+        return max(1, min(int(raw), keys.MAX_PARTITIONS)) if raw else 1
+    except ValueError:
+        return 1
+
+
+def grow(client: "redis.Redis", queue: str, n: int, script: NamedScript | None = None) -> int:
+    """Publish ``n`` partitions for ``queue`` unless more are published; returns the count in
+    force. Shrinking is refused by design: a smaller ``n`` changes nothing."""
+    checked_count(n)
+    script = script or NamedScript(client, "partitions_grow")
+    return int(script(keys=[keys.QueueKeys(queue).partition_count], args=[n]))
+
+
+def spread_key(spec: JobSpec) -> str | None:
+    """What places a job in a partition: its group, else its lock_key, else a unique job's
+    idempotency key; None: round robin (partition 0 for a job given its own id)."""
+    if spec.group is not None:
+        return spec.group
+    if spec.lock_key:
+        return spec.lock_key
+    if spec.unique:
+        return spec.idempotency_key
+    return None
+
+
+def slot_of(key: str, count: int) -> int:
+    """A stable partition for ``key`` among ``count`` (crc32, the same on every host)."""
+    return zlib.crc32(key.encode()) % count
+
+
+class Partitions:
+    """One queue's partitions as this process sees them (thread-safe): their ``Queue``s made by
+    ``make(p)``, the count re-read every ``REFRESH_MS`` of ``clock``."""
+
+    def __init__(self, client: "redis.Redis", name: str, make: Callable[[int], Queue], *,
+                 configured: int = 1, clock: Clock = system_ms) -> None:
+        self.client = client
+        self.name = name
+        self.configured = checked_count(configured)
+        self.clock = clock
+        self._make = make
+        self._made: dict[int, Queue] = {}
+        self._count = 1
+        self._read_at: int | None = None
+        self._lock = threading.Lock()
+        self._rr = itertools.count()
+        self._grow = NamedScript(client, "partitions_grow")
+
+    def count(self) -> int:
+        now = self.clock()
+        read_at = self._read_at
+        if read_at is None or not 0 <= now - read_at < REFRESH_MS:
+            self.refresh(now)
+        return self._count
+
+    def refresh(self, now: int | None = None) -> int:
+        """Read (and, configured with more, grow) the published count now."""
+        if self.configured > 1:
+            n = grow(self.client, self.name, self.configured, self._grow)
+        else:
+            n = published(self.client, self.name)
+        self._count, self._read_at = n, self.clock() if now is None else now
+        return n
+
+    def queue(self, partition: int) -> Queue:
+        q = self._made.get(partition)
+        if q is None:
+            with self._lock:
+                q = self._made.get(partition)
+                if q is None:
+                    q = self._made[partition] = self._make(partition)
+        return q
+
+    def queues(self) -> list[Queue]:
+        return [self.queue(p) for p in range(self.count())]
+
+    def for_id(self, job_id: str) -> Queue:
+        """The partition a job (or flow) id was made in."""
+        return self.queue(keys.id_partition(job_id))
+
+    def route(self, spec: JobSpec, by_id: bool = False) -> int:
+        """The partition ``spec`` goes to (see the module's docstring). ``by_id``: the one its
+        id names (0 without a suffix), whatever else it carries: an id handed out already
+        (the outbox's rows, made in their partition before a growth)."""
+        now, read_at = self.clock(), self._read_at  # count(), inlined: every enqueue asks
+        n = self._count
+        if read_at is None or not 0 <= now - read_at < REFRESH_MS:
+            n = self.refresh(now)
+        if n == 1 and not spec.job_id:
+            return 0
+        if by_id and spec.job_id and not keys.id_partition(spec.job_id):
+            return 0
+        if spec.job_id:
+            p = keys.id_partition(spec.job_id)
+            if p:
+                if p >= n:
+                    raise InvalidJob(f"job id {spec.job_id!r} names partition {p} of queue "
+                                     f"{self.name!r}, which has {n}: pass an id without "
+                                     "the '~<n>' suffix")
+                return p
+        if n == 1:
+            return 0
+        key = spread_key(spec)
+        if key is not None:
+            return slot_of(key, n)
+        return 0 if spec.job_id else next(self._rr) % n
+
+    def split(self, specs: Sequence[JobSpec],
+              by_id: bool = False) -> list[tuple[Queue, list[int]]]:
+        """The specs' indexes per partition, in the order first used (each partition's in
+        the specs' order); ``by_id``: see ``route``."""
+        if self.count() == 1 and not any(s.job_id and keys.id_partition(s.job_id)
+                                         for s in specs):
+            return [(self.queue(0), list(range(len(specs))))]
+        parts: dict[int, list[int]] = {}
+        for i, spec in enumerate(specs):
+            parts.setdefault(self.route(spec, by_id), []).append(i)
+        return [(self.queue(p), idx) for p, idx in parts.items()]
+
+
+def each(queues: Sequence[T], start: int) -> list[T]:
+    """``queues`` rotated to begin at ``start`` (so no partition is always served last)."""
+    n = len(queues)
+    if n <= 1:
+        return list(queues)
+    s = start % n
+    return [*queues[s:], *queues[:s]]
+
+
+def all_keys(client: "redis.Redis", queue: str) -> list[keys.QueueKeys]:
+    """The keys of each of ``queue``'s published partitions (readers: pages, counts)."""
+    return [keys.QueueKeys(queue, p) for p in range(published(client, queue))]
+
+
+def all_queues(client: "redis.Redis", queue: str, **options: Any) -> list[Queue]:
+    """A ``Queue`` (``options``: its clock, scripts...) for each published partition."""
+    return [Queue(client, queue, partition=p, **options)
+            for p in range(published(client, queue))]
+
+
+def keys_of_key(client: "redis.Redis", queue: str, key: str) -> keys.QueueKeys:
+    """The keys of the partition a group (or lock_key) places its jobs in now (``slot_of``
+    among the published count): where its line, slots and overrides live."""
+    return keys.QueueKeys(queue, slot_of(key, published(client, queue)))
