@@ -240,8 +240,7 @@ class Purger:
         partitioned queue's partitions are walked one after the other (the cursor's ``p``)."""
         cursor = cursor or {}
         p = cursor.get("p", 0)
-        n = partitions.published(self.redis, queue)
-        if not isinstance(p, int) or not 0 <= p < n:
+        if not isinstance(p, int) or not 0 <= p < keys.MAX_PARTITIONS:
             return Chunk(0, 0, None)
         k = keys.QueueKeys(queue, p)
         inner = {name: v for name, v in cursor.items() if name != "p"}
@@ -252,7 +251,7 @@ class Purger:
         if chunk.cursor is not None:
             return Chunk(chunk.looked, chunk.matched, {**chunk.cursor, "p": p} if p else
                          chunk.cursor)
-        if p + 1 < n:  # this partition's walk is over: the next one's begins
+        if p + 1 < partitions.published(self.redis, queue):  # the next partition's walk
             return Chunk(chunk.looked, chunk.matched, {"p": p + 1})
         return chunk
 
