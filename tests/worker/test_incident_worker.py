@@ -104,7 +104,7 @@ def test_cancel_of_a_job_not_running_is_refused(app, clock):
         Cancels(app.redis, clock).request("default", job_id, "alice", "dlq", "")
     with pytest.raises(CancelError, match="it is gone"):
         Cancels(app.redis, clock).request("default", "nope", "alice", "dlq", "")
-    with pytest.raises(CancelError, match="'to' must be"):
+    with pytest.raises(CancelError, match="to must be one of dlq, discard, not 'trash'"):
         Cancels(app.redis, clock).request("default", job_id, "alice", "trash", "")
     assert app.redis.hlen(q.keys.cancels) == 0 and q.get(job_id).cancel == ""
 
