@@ -395,7 +395,7 @@ class WorkerProcess:
             lock.lost = True
         after = self._hold(r.queue, h.jobs)
         if h.next_id:
-            taken = Lock(lock.key, token, h.fence, ttl_ms)
+            taken = Lock(lock.key, f"{token}.{h.next_epoch}", h.fence, ttl_ms)
             for x in after:
                 if x.job.id == h.next_id and x.job.epoch == h.next_epoch:
                     x.prelock = taken
