@@ -10,7 +10,9 @@ For each source tree (default: this checkout) it starts ``redis-server`` under
 ``Queue.enqueue_many``, reserves and acks one batch to load the scripts, then counts, with
 instrumentation on, the server's instructions while the rest is reserved ``--batch`` at a time
 and each batch acked with ``Queue.ack_many`` (what a worker's runner does). Prints Ir per job
-and the callgrind file (``callgrind_annotate --inclusive=yes FILE`` shows where they go).
+(all, and those inside EVALSHA: the scripts, without serverCron, whose share grows with the
+run's wall time on a loaded machine) and the callgrind file (``callgrind_annotate
+--inclusive=yes FILE`` shows where they go).
 With ``--enqueue`` it counts the producer's side instead: the server's instructions while
 ``--jobs`` jobs go in through ``Queue.enqueue_many``, 1,000 specs a call (as ``bench/run``).
 Needs ``valgrind`` and ``redis-server`` on PATH. A tree is a directory holding ``antre/``
@@ -96,7 +98,13 @@ c.shutdown(nosave=True)
     annotated = subprocess.run(["callgrind_annotate", out], capture_output=True, text=True).stdout
     total = next(int(line.split()[0].replace(",", "")) for line in annotated.splitlines()
                  if "PROGRAM TOTALS" in line)
-    return total / done, done, out
+    # the scripts' own share (EVALSHA, inclusive): without serverCron, whose count grows with
+    # the run's wall time, so the one figure that does not move with the machine's load
+    inclusive = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
+                               capture_output=True, text=True).stdout
+    scripts = next((int(line.split()[0].replace(",", "")) for line in inclusive.splitlines()
+                    if "evalGenericCommand" in line), 0)
+    return total / done, done, out, scripts / done
 
 
 def main() -> int:
@@ -111,11 +119,11 @@ def main() -> int:
     trees = args.trees or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     for i, tree in enumerate(trees):
         started = time.monotonic()
-        ir, done, out = count(tree, args.jobs, args.batch, 6500 + os.getpid() % 1000 + i,
-                              args.enqueue)
+        ir, done, out, in_scripts = count(tree, args.jobs, args.batch,
+                                          6500 + os.getpid() % 1000 + i, args.enqueue)
         what = ("enqueue_many, 1,000 a call" if args.enqueue
                 else f"reserve {args.batch} at a time + ack_many")
-        print(f"{tree}: {ir:,.0f} Ir per job ({what}; "
+        print(f"{tree}: {ir:,.0f} Ir per job, {in_scripts:,.0f} of them in EVALSHA ({what}; "
               f"{done} jobs; {time.monotonic() - started:.0f} s) -> {out}", flush=True)
     return 0
 

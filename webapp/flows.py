@@ -12,7 +12,7 @@ from typing import Any
 from flask import Blueprint, abort, redirect, request, url_for
 
 from antre.actions.table import by_name
-from antre.engine.keys import valid_name
+from antre.engine.keys import valid_job_id
 from antre.flows import FLOW_STATES, FlowReader
 from antre.flows.layout import levels
 
@@ -37,7 +37,7 @@ def state_arg() -> str:
 
 
 def flow_id_of(text: str) -> str:
-    if not valid_name(text):
+    if not valid_job_id(text):  # a flow of partition p > 0: its id ends with ~p
         abort(400, "bad flow id: use 1-100 of A-Z a-z 0-9 _ . : -")
     return text
 
@@ -63,7 +63,7 @@ def index() -> Any:
     queue, state = queue_arg(), state_arg()
     offset, limit = page_args()
     search = (request.args.get("q") or "").strip()
-    found = reader().get(queue, search) if search and valid_name(search) else None
+    found = reader().get(queue, search) if search and valid_job_id(search) else None
     return render("flows.html", "_flows.html", queue=queue, state=state,
                   counts=reader().counts(queue),
                   page=reader().list_flows(queue, state, offset, limit), search=search,

@@ -663,11 +663,14 @@ def pack_chunk(jobs: Sequence[Sequence[str]]) -> bytes:
 # -- consuming: a reserved job --------------------------------------------------------------
 
 # what a worker needs of a job it reserves (errors, traceback and result stay in Redis)
-RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "attempt", "max_attempts",
-                  "visible_at", "created_at", "trace_id", "lock_key", "headers", "timeout_s",
-                  "vt_ms", "epoch", "deliveries", "max_deliveries", "state", "deadline",
-                  "reserved_at", "worker_id", "checkpoint", "first_failed_at", "replayed_at",
-                  "snoozes", "cancel", "flow", "fin")
+# (reserve.lua reads the first 18 of a job before its first delivery, the last 5 and deliveries
+# only for one delivered before, and writes state .. deliveries without reading them:
+# this order keeps the reply's row in the order it reads them, issue 29)
+RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "max_attempts", "visible_at",
+                  "created_at", "trace_id", "lock_key", "headers", "timeout_s", "vt_ms",
+                  "max_deliveries", "epoch", "flow", "fin", "cancel", "state", "deadline",
+                  "reserved_at", "worker_id", "deliveries", "attempt", "checkpoint",
+                  "first_failed_at", "replayed_at", "snoozes")
 
 
 def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
@@ -709,12 +712,14 @@ def from_row(row: Sequence[str | None]) -> Job:
     ``from_fields`` makes of them (tests/test_fuzz.py compares the two), read by position (a
     reserved job is decoded once per delivery: no dict of the row, no lookups of the fields a
     reserve never returns)."""
+    if len(row) == _ROW_SHORT:  # a job never delivered: reserve.lua's row stops before LATER
+        row = (*row, *_ROW_LATER)
     if len(row) != len(RESERVE_FIELDS):
         return from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None})
-    (id_, type_, queue, idem_key, raw_payload, attempt, max_attempts, visible_at, created_at,
-     trace_id, lock_key, raw_headers, raw_timeout, vt_ms, epoch, deliveries, max_deliveries,
-     state, deadline, reserved_at, worker_id, raw_checkpoint, first_failed_at, replayed_at,
-     snoozes, cancel, flow, fin) = row
+    (id_, type_, queue, idem_key, raw_payload, max_attempts, visible_at, created_at, trace_id,
+     lock_key, raw_headers, raw_timeout, vt_ms, max_deliveries, epoch, flow, fin, cancel,
+     state, deadline, reserved_at, worker_id, deliveries, attempt, raw_checkpoint,
+     first_failed_at, replayed_at, snoozes) = row
     payload, payload_error = _json(raw_payload, None)
     if not raw_payload:
         payload_error = "the stored payload is missing or empty"
@@ -756,6 +761,8 @@ def from_row(row: Sequence[str | None]) -> Job:
     return job
 
 
+_ROW_LATER = (None,) * 5  # attempt .. snoozes: what reserve.lua reads only of a redelivery
+_ROW_SHORT = len(RESERVE_FIELDS) - len(_ROW_LATER)
 _new_job = object.__new__
 # every field of Job in its order (so a decoded job's attributes are in the order its __init__
 # sets them), at its plain default (those without one are all given by from_row)

@@ -160,6 +160,13 @@ class QueueKeys:
         return f"{self.tag}:errgroups"
 
     @property
+    def error_tracebacks(self) -> str:
+        """HASH group -> the traceback's head (all but its last line) that the group's dead
+        jobs share: each keeps its last line and 'tb_group' (tb_share in lua/_lib.lua, issue
+        29); scripts derive it from the job prefix ('<tag>:errtb')."""
+        return f"{self.tag}:errtb"
+
+    @property
     def done(self) -> str:  # ZSET score = finished ms (kept a while for the UI)
         return f"{self.tag}:done"
 

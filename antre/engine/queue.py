@@ -25,6 +25,7 @@ from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_S
 from antre.errors import InvalidJob, LeaseLost
 from antre.engine.failing import Failure, fail_many
 from antre.engine.retry import error_signature
+from antre.engine import tracebacks
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
                                   script_raw)
 
@@ -659,7 +660,11 @@ class Queue:
                                                **{NEVER_DECODE: True}))
         fields = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
                   for k, v in raw.items()}
-        return from_fields(fields) if fields else None
+        if not fields:
+            return None
+        # a dead job's traceback: its error group keeps the head (issue 29)
+        return tracebacks.resolve_job(self.redis, self.keys.error_tracebacks, from_fields(fields),
+                                      fields.get("errors"))
 
     def where(self, job_id: str) -> list[str]:
         """Every place the job id is indexed (a consistency check for tests: exactly one)."""

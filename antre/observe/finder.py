@@ -23,6 +23,7 @@ from antre.engine.envelope import STATES
 from antre.engine.progress import Progress, decode as decode_progress
 from antre.stores.idempotency import IdempotencyStore, Record
 from antre.stores.sql import datetime_to_ms
+from antre.engine import tracebacks
 from antre.observe.readmodels import Page, ReadModels
 
 CHUNK = 500  # ids read per Redis command of a payload search
@@ -374,6 +375,10 @@ class Finder:
         pipe.hmget(k.job(job_id), "created_at", "trace_id", "state")
         raw, (created, trace_id, state) = pipe.execute()
         events = [_event(r) for r in raw]
+        # a burial's traceback: its error group keeps the head (issue 29), the event the rest;
+        # the event kept the last 2,000 characters of the whole
+        tracebacks.resolve(self.redis, k.error_tracebacks,
+                           [e.details for e in events if e.kind == "buried"], limit=2000)
         if events and events[0].kind == "enqueued":
             events[0].details.setdefault("trace_id", trace_id or "")
         elif state:  # an immediate job's enqueue is read from its hash (no event stored)

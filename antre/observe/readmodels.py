@@ -20,6 +20,7 @@ from antre.engine.envelope import Job, from_fields
 from antre.engine.progress import Progress, decode as decode_progress
 from antre.scheduling.flow import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
+from antre.engine import tracebacks
 from antre.observe.memory import MemoryPolicy
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
@@ -618,8 +619,13 @@ class ReadModels:
         return self._rows(queue, ids)
 
     def job(self, queue: str, job_id: str) -> Job | None:
-        fields = cast(dict[str, str], self.redis.hgetall(keys.of_job(queue, job_id).job(job_id)))
-        return from_fields(fields) if fields else None
+        k = keys.of_job(queue, job_id)  # (the job's partition's keys)
+        fields = cast(dict[str, str], self.redis.hgetall(k.job(job_id)))
+        if not fields:
+            return None
+        # a dead job's traceback: its error group keeps the head (issue 29)
+        return tracebacks.resolve_job(self.redis, k.error_tracebacks, from_fields(fields),
+                                      fields.get("errors"))
 
     def find_job(self, job_id: str) -> Job | None:
         """Look a job id up in every known queue (a few HGETALLs, no scan)."""

@@ -10,7 +10,7 @@ this one): the caller hands it in as ``pauses`` (``GroupPauses``)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis
 
@@ -127,7 +127,7 @@ class GroupControl:
         now, ended = self.clock(), 0
         overrides: dict[str, str] = {}
         for k in partitions.all_keys(self.redis, queue):
-            overrides.update(self.redis.hgetall(k.group_overrides))
+            overrides.update(cast(dict[str, str], self.redis.hgetall(k.group_overrides)))
         for group, raw in overrides.items():
             try:
                 until = int(json.loads(raw).get("until_ms", 0))

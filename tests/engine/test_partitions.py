@@ -3,17 +3,26 @@ on a single Redis and on the real 3-node Redis Cluster (each partition its own h
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-import redis
-from helpers import START_MS, burst
+from helpers import START_MS, burst, make_worker, run_async, wait_for
 from redis.cluster import RedisCluster
 
-from antre import Antre, InvalidJob, JobSpec
-from antre.clock import ManualClock
+from antre import Antre, InvalidJob
+from antre.clock import ManualClock, system_ms
+from antre.control.bulk import BulkReplays
+from antre.control.pause import Pauses
+from antre.control.purge import PurgeFilter, Purger
+from antre.control.retention import Retention, RetentionPolicy
 from antre.engine import keys, partitions
-from antre.observe.readmodels import ReadModels
+from antre.flows import FlowReader
+from antre.observe.readmodels import DeadFilter, ReadModels
+from antre.scheduling.flow import FlowPolicy
+from antre.scheduling.gates import FlowGates
 
 from worker.duties import sweep_once
+from worker.runner import WorkerProcess
 
 
 @pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
@@ -195,7 +204,6 @@ def test_outbox_ids_name_their_partition(url, clock, sqlite_url):
 
 
 def test_growing_live_workers_serve_new_partitions(url, clock):
-    from helpers import make_worker
     app = make_app(url, clock, n=1)
     w = make_worker(app, clock)
     assert len(w.queues) == 1
@@ -237,7 +245,6 @@ def test_a_flow_goes_whole_into_one_partition(url, clock):
     burst(app, clock)
     assert [f.wait(1).state for f in flows] == ["succeeded"] * 3
     assert [f.results() for f in flows] == [[3]] * 3
-    from antre.flows import FlowReader
     assert FlowReader(app.redis).counts("default")["succeeded"] == 3
     page = FlowReader(app.redis).list_flows("default", "succeeded")
     assert sorted(r.id for r in page.rows) == sorted(f.id for f in flows) and page.total == 3
@@ -247,14 +254,11 @@ def test_a_flow_goes_whole_into_one_partition(url, clock):
 
 
 def test_type_limits_are_split_across_partitions(url, clock):
-    from antre.scheduling.flow import FlowPolicy
-    from antre.scheduling.gates import FlowGates
     app = make_app(url, clock)
 
     @app.handler("limited", flow=FlowPolicy(concurrency=4, rate_per_s=10, burst=10))
     def limited(ctx, payload):
         return None
-    from helpers import make_worker
     make_worker(app, clock)._declare_gates()
     for p in range(3):  # ceil(4 / 3) slots and ceil(10 / 3) starts per window each
         k = keys.QueueKeys("default", p)
@@ -274,11 +278,6 @@ def test_type_limits_are_split_across_partitions(url, clock):
 
 
 def test_admin_paths_see_every_partition(url, clock):
-    from antre.control.bulk import BulkReplays
-    from antre.control.pause import Pauses
-    from antre.control.purge import PurgeFilter, Purger
-    from antre.control.retention import Retention, RetentionPolicy
-    from antre.observe.readmodels import DeadFilter
     app = make_app(url, clock)
     bad = [app.enqueue("boom", {"i": i}, idempotency_key=f"b{i}") for i in range(6)]
     burst(app, clock)
@@ -306,3 +305,38 @@ def test_admin_paths_see_every_partition(url, clock):
                 for j in q.reserve("w")]) == len(ok)
     Retention(app.redis, clock=clock).run("default", RetentionPolicy(dead_max_jobs=1))
     assert reads.queue_info("default").dead <= 3  # ceil(1 / 3) = 1 kept per partition
+
+
+def test_an_idle_worker_is_woken_for_every_partition(url):
+    """A running worker (2 threads, idle: blocked on the wake lists; on the Cluster one list
+    per wait, in rotation) picks up a job enqueued into each partition, one after the other."""
+
+    app = make_app(url, system_ms)
+    w = WorkerProcess(app, queues=["default"], threads=2, worker_id="w-idle", heartbeat_s=60,
+                      stop_grace_s=2)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        for i in range(6):  # round robin: partitions 0, 1, 2, 0, 1, 2, each while idle
+            job_id = app.enqueue("ok", {"i": i}, idempotency_key=f"idle{i}")
+            assert keys.id_partition(job_id) == i % 3
+            wait_for(lambda: app.job(job_id).state == "done", 20, f"job {i} to run")
+    finally:
+        w.stop()
+        t.join(10)
+    assert sorted(i for _, i in app.seen) == list(range(6))
+
+
+def test_aenqueue_spreads_and_reads_the_count_off_the_loop(redis_url, clock):
+    """(On one server: ``aenqueue``'s pipelined scripts are not for a Cluster.)"""
+    app = make_app(redis_url, clock)
+
+    async def go():
+        one = [await app.aenqueue("ok", {"i": i}, idempotency_key=f"a{i}") for i in range(3)]
+        many = await app.aenqueue_many([app.spec("ok", {"i": i}, idempotency_key=f"m{i}")
+                                        for i in range(6)])
+        return one, many
+    one, many = run_async(go())
+    assert sorted(keys.id_partition(i) for i in one) == [0, 1, 2]
+    assert sorted(keys.id_partition(i) for i in many) == [0, 0, 1, 1, 2, 2]
+    assert ReadModels(app.redis, clock).queue_info("default").ready == 9

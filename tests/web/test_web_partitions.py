@@ -66,3 +66,17 @@ def test_actions_reach_every_partition(web):
                    for p in range(3))
     timeline = c.get(f"/jobs/default/{far}").get_data(as_text=True)
     assert far in timeline and ("buried" in timeline or "dead" in timeline)
+
+
+def test_a_flow_of_partition_2_has_its_page(web):
+    producer = antre.Antre(redis_url=web.producer.redis_url, clock=web.clock, partitions=3)
+    spec = lambda i: producer.spec("email", {"i": i}, idempotency_key=f"f{i}")  # noqa: E731
+    flows = [producer.chain(spec(1), spec(2)).enqueue() for _ in range(3)]
+    far = next(f for f in flows if keys.id_partition(f.id) == 2)
+    c = web.client("viewer")
+    page = c.get(f"/flows/default/{far.id}")
+    assert page.status_code == 200 and far.id in page.get_data(as_text=True)
+    listed = c.get("/flows/?queue=default").get_data(as_text=True)
+    assert all(f.id in listed for f in flows)
+    found = c.get(f"/flows/?queue=default&q={far.id}").get_data(as_text=True)
+    assert far.id in found

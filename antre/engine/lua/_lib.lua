@@ -46,7 +46,7 @@ local function lease_error(job_key, epoch)
   return nil
 end
 
-local function append_error(job_key, now, kind, err, tb)
+local function append_error(job_key, now, kind, err, tb, tb_group)
   -- keeps the last 20 attempts' errors on the job for the DLQ detail page (one read, one
   -- write). The latest traceback is the last entry's: no second copy in a 'traceback' field
   -- (envelope.py reads the entry, a job stored before keeps its field unread; issue 29)
@@ -63,7 +63,8 @@ local function append_error(job_key, now, kind, err, tb)
     end
   end
   list[#list + 1] = {at = now, kind = kind, error = err, traceback = string.sub(tb, 1, 8000),
-                     attempt = num_of(f[2], 0), delivery = num_of(f[3], 0), worker = f[4] or ''}
+                     attempt = num_of(f[2], 0), delivery = num_of(f[3], 0), worker = f[4] or '',
+                     tb_group = tb_group}  -- (tb_group: the text is tb_share's tail)
   while #list > 20 do table.remove(list, 1) end
   if not f[5] or f[5] == '' or f[5] == '0' then
     redis.call('HSET', job_key, 'first_failed_at', now)
@@ -879,7 +880,8 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   if tl then
     if not actor or actor == '' then actor = f[3] or '' end
     local detail = '{"result":' .. cjson.encode(string.sub(result, 1, 500)) ..
-                   ',"since_reserved_ms":' .. cjson.encode(now - (tonumber(f[4]) or now)) .. '}'
+                   ',"since_reserved_ms":' ..
+                   string.format('%d', now - (num_of(f[4], now))) .. '}'  -- (%d: no float printf)
     tl_add_json(tl, now, kind, cjson.encode(actor), detail, note)
   end
   redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
@@ -1024,6 +1026,34 @@ local function retry_job(k, id, epoch, now, visible_at, a)
   return 'OK'
 end
 
+-- == A dead job's traceback, shared by its error group (issue 29) ==============================
+-- A burial's traceback is its error group's head (every line but the last) and its own last
+-- line (the exception and its message, which differ from job to job). The head is kept once
+-- per group in HASH '<tag>:errtb' (keys.QueueKeys.error_tracebacks: group -> head, the first
+-- dead job's, removed with the group); a job whose head is that text keeps only its last line,
+-- with 'tb_group' naming the group, in its 'errors' entry and in its 'buried' event. The
+-- readers (ReadModels.job, Finder.timeline: antre/observe/shared_tb.py) put the two together.
+-- A head that differs from the group's (or short: under TB_SHARE_MIN) stays with the job.
+local TB_SHARE_MIN = 200
+
+local function tb_share(job_key, id, signature, tb)
+  -- the text the job keeps and the group it refers to (nil: the whole text is the job's)
+  tb = string.sub(tb, 1, 8000)
+  local body, nl = tb, ''
+  if string.sub(tb, -1) == '\n' then body, nl = string.sub(tb, 1, -2), '\n' end
+  local head, tail = string.match(body, '^(.*)\n([^\n]*)$')
+  if not head or #head < TB_SHARE_MIN then return tb, nil end
+  local group = string.sub(redis.sha1hex(signature), 1, 12)
+  local key = tag_of(prefix_of(job_key, id)) .. 'errtb'
+  local have = redis.pcall('HGET', key, group)
+  if have == false then
+    if type(redis.pcall('HSET', key, group, head)) ~= 'number' then return tb, nil end
+  elseif have ~= head then
+    return tb, nil
+  end
+  return tail .. nl, group
+end
+
 local function bury_failed(k, id, epoch, now, a)
   -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,
   -- inflight, dead, stats, errgroups, timeline (nil: no event)}; a: {reason, error, kind,
@@ -1033,11 +1063,13 @@ local function bury_failed(k, id, epoch, now, a)
   if lost then return lost end
   redis.call('ZREM', k[2], id)
   if a[8] == '1' then bump(k[1], 'attempt', 1) end
-  append_error(k[1], now, a[3], a[2], a[4])
+  local tb, tb_group = tb_share(k[1], id, a[5], a[4])
+  append_error(k[1], now, a[3], a[2], tb, tb_group)
   redis.call('HSET', k[1], 'deadline', 0)
   if k[6] then
     tl_add(k[6], now, 'buried', actor_of(k[1], a[10]),
-           {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(a[4], -2000)}, a[9])
+           {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(tb, -2000),
+            tb_group = tb_group}, a[9])
   end
   return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7])
 end

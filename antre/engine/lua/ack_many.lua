@@ -9,6 +9,7 @@
 -- as JSON ('' none)
 -- Returns: one reply per job, in order: 'OK', or 'LOST:<why>' (that job left unchanged).
 local prefix, now = ARGV[1], tonumber(ARGV[2])
+local now_s = ms_text(now)  -- (a number passed to redis.call is printed with %.17g: once here)
 local out, acked, added = {}, {}, {}
 local latency_total, n = 0, 0
 for i = 6, #ARGV - 3, 4 do
@@ -19,7 +20,7 @@ for i = 6, #ARGV - 3, 4 do
   if not lost then
     n = n + 1
     acked[n] = id
-    added[2 * n - 1], added[2 * n] = now, id
+    added[2 * n - 1], added[2 * n] = now_s, id
     if latency then latency_total = latency_total + latency end
   end
 end

@@ -91,62 +91,87 @@ if held > 0 then redis.call('HINCRBY', KEYS[3], 'limit_held', held) end
 if ngover > 0 then group_over_end(prefix, back) end
 if #ids == 0 then return {} end
 -- <<< incident controls
--- one read (HMGET: the fields to return, and vt_ms / epoch / deliveries) and one write (HSET)
--- per job; the reply carries the values written; the inflight ZADD is one for the batch
-local fields, pos = {}, {}
-for i = 8, #ARGV do fields[#fields + 1] = ARGV[i]; pos[ARGV[i]] = pos[ARGV[i]] or #fields end
-local nret = #fields
-for _, name in ipairs({'vt_ms', 'epoch', 'deliveries', 'cancel'}) do
-  if not pos[name] then fields[#fields + 1] = name; pos[name] = #fields end
+-- per job one read (HMGET) of the fields a job can have before its first delivery, a second
+-- (HMGET of LATER) only for a job delivered before (it has an epoch), and one write (HSET);
+-- the fields this script writes (WRITTEN) are not read: the reply carries the values written.
+-- The inflight ZADD is one for the batch (issue 29: a plain job's read walks its hash for 18
+-- names, not 32).
+-- (deliveries: read with LATER, its place in the row is a written one: always returned)
+local WRITTEN = {state = true, deadline = true, reserved_at = true, worker_id = true,
+                 deliveries = true}
+local LATER = {attempt = true, checkpoint = true, first_failed_at = true, replayed_at = true,
+               snoozes = true}
+local core, cpos, later, lpos, pos = {}, {}, {}, {}, {}
+local nret = #ARGV - 7
+for i = 8, #ARGV do
+  local name, p = ARGV[i], i - 7
+  if LATER[name] then
+    later[#later + 1] = name; lpos[#later] = p
+  elseif not WRITTEN[name] then
+    core[#core + 1] = name; cpos[#core] = p
+  end
+  pos[name] = pos[name] or p
 end
+local ncore, nlater = #core, #later
+-- identity: the asked-for core fields are the row's first positions (Queue's RESERVE_FIELDS)
+local identity = true
+for i = 1, ncore do if cpos[i] ~= i then identity = false; break end end
+local function index_of(list, name)
+  for i = 1, #list do if list[i] == name then return i end end
+  list[#list + 1] = name  -- the script's own need, not returned
+  return #list
+end
+-- tail: LATER's asked fields are the row's last positions (Queue's RESERVE_FIELDS): a job
+-- never delivered gets a row that stops before them (the client reads the missing as absent)
+local tail = nlater > 0
+for i = 1, nlater do if lpos[i] ~= nret - nlater + i then tail = false; break end end
+local c_vt, c_ep, c_id = index_of(core, 'vt_ms'), index_of(core, 'epoch'), index_of(core, 'id')
+local c_cancel, l_dl = index_of(core, 'cancel'), index_of(later, 'deliveries')
+local p_id = pos.id
 local out, deadlines = {}, {}
 local orphans, corrupt = 0, 0
 local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
 local worker_json = cjson.encode(worker)
 local now_s = string.format('%d', now)
--- where the values this script writes go in a returned row (0: not asked for)
-local function at(name)
-  local i = pos[name]
-  if i and i <= nret then return i end
-  return 0
-end
-local p_epoch, p_deliveries, p_state = at('epoch'), at('deliveries'), at('state')
-local p_deadline, p_reserved_at, p_worker = at('deadline'), at('reserved_at'), at('worker_id')
-local p_vt, p_ep, p_dl, p_id, p_cancel = pos.vt_ms, pos.epoch, pos.deliveries, pos.id, pos.cancel
-local nfields = #fields
+local p_epoch, p_deliveries, p_state = pos.epoch, pos.deliveries, pos.state
+local p_deadline, p_reserved_at, p_worker = pos.deadline, pos.reserved_at, pos.worker_id
+local nread = #core
 for _, id in ipairs(ids) do
   local key = prefix .. id
-  local row = redis.pcall('HMGET', key, unpack(fields))
-  local present = row[1] ~= false  -- the first field asked for (Queue asks for the id first)
-  if not present then
-    for i = 2, nfields do if row[i] then present = true; break end end
+  local r = redis.pcall('HMGET', key, unpack(core))
+  local present = r[1] ~= false  -- the first field asked for (Queue asks for the id first)
+  if not present and not r.err then
+    for i = 2, nread do if r[i] then present = true; break end end
   end
-  if row.err then
+  local lr = nil  -- LATER's values: a job delivered before (an epoch: a hash, as r said)
+  if not r.err and r[c_ep] then lr = redis.call('HMGET', key, unpack(later)) end
+  local cancel = r[c_cancel]  -- (a flow's cancel marks its ready jobs too: read for every job)
+  if r.err then
     if bad_id(id) then
       quarantine(KEYS[9], KEYS[3], now, id, 'job id is not ASCII text (found by reserve)')
     else
       bury_not_hash(prefix, id, now, 'reserve', dlq)
     end
     corrupt = corrupt + 1
-  elseif not present and redis.call('EXISTS', key) == 0 then
+  elseif not present and not lr and redis.call('EXISTS', key) == 0 then
     quarantine(KEYS[9], KEYS[3], now, id, 'job record is missing (found by reserve)')
     orphans = orphans + 1
-  elseif KEYS[10] and row[p_cancel] and row[p_cancel] ~= '' then
-    cancel_end(key, id, now, cancel_of(row[p_cancel]), worker, dlq, KEYS[10],
+  elseif KEYS[10] and cancel and cancel ~= '' then
+    cancel_end(key, id, now, cancel_of(cancel), worker, dlq, KEYS[10],
                tl_key(prefix, id), nil, nil)
   else
-    local vt = num_of(row[p_vt], 30000)
+    local vt = num_of(r[c_vt], 30000)
     if vt <= 0 or vt > 604800000 then vt = 30000 end
     local deadline = string.format('%d', now + vt)
     -- a job stored without an epoch is a new job (enqueue writes no counters): 0; a corrupted
     -- epoch, or a hash without its id, restarts from now_ms: above any epoch handed out
     -- before, so an old lease can never become valid again
-    local epoch = num_of(row[p_ep], -1)
+    local epoch = num_of(r[c_ep], -1)
     if epoch < 0 then
-      epoch = (row[p_ep] == false and p_id and row[p_id]) and 0 or now
+      epoch = (r[c_ep] == false and r[c_id]) and 0 or now
     end
     epoch = string.format('%d', epoch + 1)
-    local delivery = string.format('%d', num_of(row[p_dl], 0) + 1)
+    local delivery = string.format('%d', num_of(lr and lr[l_dl], 0) + 1)
     redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
                'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = deadline
@@ -154,14 +179,27 @@ for _, id in ipairs(ids) do
     tl_add_json(tl_key(prefix, id), now, 'reserved', worker_json,
                 '{"epoch":' .. epoch .. ',"delivery":' .. delivery .. ',"deadline":' ..
                 deadline .. '}')
-    if p_epoch > 0 then row[p_epoch] = epoch end
-    if p_deliveries > 0 then row[p_deliveries] = delivery end
-    if p_state > 0 then row[p_state] = 'inflight' end
-    if p_deadline > 0 then row[p_deadline] = deadline end
-    if p_reserved_at > 0 then row[p_reserved_at] = now_s end
-    if p_worker > 0 then row[p_worker] = worker end
+    local row = r
+    if not identity then
+      row = {}
+      for i = 1, ncore do row[cpos[i]] = r[i] end
+    end
+    local stop = nret
+    if lr then
+      for i = 1, nlater do row[lpos[i]] = lr[i] end
+    elseif tail then
+      stop = nret - nlater
+    else
+      for i = 1, nlater do row[lpos[i]] = false end
+    end
+    if p_epoch then row[p_epoch] = epoch end
+    if p_deliveries then row[p_deliveries] = delivery end
+    if p_state then row[p_state] = 'inflight' end
+    if p_deadline then row[p_deadline] = deadline end
+    if p_reserved_at then row[p_reserved_at] = now_s end
+    if p_worker then row[p_worker] = worker end
     if p_id then row[p_id] = id end  -- the id it is known by (a hash's own may be damaged)
-    for i = nfields, nret + 1, -1 do row[i] = nil end
+    for i = math.max(nread, nret), stop + 1, -1 do row[i] = nil end
     out[#out + 1] = row
   end
   if #deadlines >= 400 then  -- (unpack's stack is bounded)
