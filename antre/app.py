@@ -645,8 +645,8 @@ class Antre:
         q = self.queue_for(job_type, queue)
         spec = self.spec(job_type, payload, idempotency_key=idempotency_key, lock_key=lock_key,
                          delay_s=delay_s, **options)
-        q = await asyncio.to_thread(self._partition, q, spec) if q.name not in self._partitions \
-            else self._partition(q, spec)
+        await self._afresh_partitions(q.name)
+        q = self._partition(q, spec)
         if recording():
             with enqueue_span(job_type, q.name) as traceparent:
                 spec.trace_id = spec.trace_id or traceparent
@@ -659,8 +659,7 @@ class Antre:
         if not jobs:
             return []
         name = queue or self.default_queue
-        if name not in self._partitions:  # its first use reads the published count
-            await asyncio.to_thread(self.partitions_of, name)
+        await self._afresh_partitions(name)
         parts = self.partitions_of(name).split(jobs)
         if len(parts) == 1:
             return await self._asend(parts[0][0], jobs)
@@ -669,6 +668,13 @@ class Antre:
             for i, job_id in zip(idx, await self._asend(q, [jobs[i] for i in idx])):
                 ids[i] = job_id
         return ids
+
+    async def _afresh_partitions(self, name: str) -> None:
+        """The queue's partition count read off the event loop when due (its first use, then
+        every ``REFRESH_MS``), so routing a job on the loop sends nothing itself."""
+        parts = self._partitions.get(name)
+        if parts is None or parts.due():
+            await asyncio.to_thread(lambda: self.partitions_of(name).refresh())
 
     async def _asend(self, q: Queue, specs: list[JobSpec]) -> list[str]:
         ids, calls = q.enqueue_calls(specs)

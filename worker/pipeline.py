@@ -238,7 +238,8 @@ class Pipeline:
             r.lock = self.health.call(self.locks.acquire, r.job.lock_key,
                                       ttl_ms=int(r.spec.lock_ttl_s * 1000),
                                       owner=self.worker_id, release=previous,
-                                      holder_job=f"{r.queue.name}/{r.job.id}")
+                                      holder_job=f"{r.queue.name}/{r.job.id}",
+                                      holder_epoch=r.job.epoch)
         except LockBusy as exc:
             return Snooze(jitter_ms(200, 1000), "lock_busy", counter="lock_busy",
                           count_as="lock_busy", note=f"lock busy: {exc}",

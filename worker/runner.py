@@ -292,7 +292,17 @@ class WorkerProcess:
                     continue
             if got:
                 started = time.monotonic()
-                after = self._work(got, batch)
+                try:
+                    after = self._work(got, batch)
+                except REDIS_DOWN:  # a give-up (stopping, or burst): the leases bring them back
+                    return
+                except Exception:  # a bug in settling must not end the runner thread
+                    log.exception("unexpected error while settling %d job(s); their leases "
+                                  "will expire and they will be delivered again", len(got),
+                                  extra={"event": "error"})
+                    got = None
+                    self._stopping.wait(1.0)
+                    continue
                 batch = self._next_batch(batch, len(got), time.monotonic() - started)
                 got = after  # None: reserve next; else what the hand-over reserved
             elif self._burst and self._drained():
@@ -395,7 +405,7 @@ class WorkerProcess:
             lock.lost = True
         after = self._hold(r.queue, h.jobs)
         if h.next_id:
-            taken = Lock(lock.key, token, h.fence, ttl_ms)
+            taken = Lock(lock.key, f"{token}.{h.next_epoch}", h.fence, ttl_ms)
             for x in after:
                 if x.job.id == h.next_id and x.job.epoch == h.next_epoch:
                     x.prelock = taken

@@ -74,18 +74,22 @@ class Locks:
         self._index = [] if self.cluster else [keys.locks_held(), keys.locks_since()]
 
     def acquire(self, key: str, ttl_ms: int, owner: str = "", *,
-                release: Lock | None = None, holder_job: str = "") -> Lock:
+                release: Lock | None = None, holder_job: str = "",
+                holder_epoch: int | None = None) -> Lock:
         """Take the lock or raise ``LockBusy`` (and count a conflict on ``key``).
 
         One script, which also indexes the key as held (on a Redis Cluster the index is in
         another slot: a second command there). ``release``: a lock this caller is done with,
         released first in the same round trip (a worker hands over from one job to the next);
         ``release.lost`` is set when it was no longer held by its token (the reply of its
-        compare-and-delete: whether it was still held when its job ended)."""
+        compare-and-delete: whether it was still held when its job ended). ``holder_epoch``:
+        the lease epoch of ``holder_job``'s delivery; a lock a worker's hand-over took for
+        that very delivery is adopted (the delivery went to this caller's reserve instead)."""
         token = f"{owner or 'pid' + str(os.getpid())}:{os.urandom(8).hex()}"
         now = self.clock()
         lock_keys = [keys.lock(key), keys.lock_fence(key)]
-        args: list[str | int] = [token, int(ttl_ms), key, now, holder_job]
+        args: list[str | int] = [token, int(ttl_ms), key, now, holder_job,
+                                 "" if holder_epoch is None else int(holder_epoch)]
         if release is not None and not self.cluster:
             calls: list[Call] = [
                 (self.scripts.lock_release, [keys.lock(release.key), *self._index],

@@ -116,6 +116,11 @@ class Partitions:
             self.refresh(now)
         return self._count
 
+    def due(self) -> bool:
+        """Whether the next ``count`` / ``route`` reads the published count from Redis."""
+        read_at = self._read_at
+        return read_at is None or not 0 <= self.clock() - read_at < REFRESH_MS
+
     def refresh(self, now: int | None = None) -> int:
         """Read (and, configured with more, grow) the published count now."""
         if self.configured > 1:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
 from redis.asyncio import Redis as AsyncRedis
 from redis.cluster import RedisCluster
 
@@ -39,7 +40,10 @@ from antre.observe.finder import Finder, ResultStatus, check_timeout
 SLICE_S = 300.0  # the longest single blocking pop (its reply is awaited this + 5 s)
 FIRST_RETRY_S = 0.05  # a key not in Redis yet, or Redis away: read again after this...
 MAX_RETRY_S = 1.0  # ...doubling up to this
-_OUTAGE = (redis.ConnectionError, redis.TimeoutError, OSError)
+# a Redis Cluster failover raises CLUSTERDOWN / an uncovered slot / TRYAGAIN once redis-py's
+# own retries are spent (none of them a ConnectionError): an outage to wait through as well
+_OUTAGE = (redis.ConnectionError, redis.TimeoutError, OSError, ClusterDownError,
+           SlotNotCoveredError, TryAgainError)
 END, AGAIN, LATER = "end", "again", "later"  # after one step: return, read again, pause first
 
 

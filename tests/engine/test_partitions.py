@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from helpers import START_MS, burst, make_worker, wait_for
+from helpers import START_MS, burst, make_worker, run_async, wait_for
 from redis.cluster import RedisCluster
 
 from antre import Antre, InvalidJob
@@ -325,3 +325,18 @@ def test_an_idle_worker_is_woken_for_every_partition(url):
         w.stop()
         t.join(10)
     assert sorted(i for _, i in app.seen) == list(range(6))
+
+
+def test_aenqueue_spreads_and_reads_the_count_off_the_loop(redis_url, clock):
+    """(On one server: ``aenqueue``'s pipelined scripts are not for a Cluster.)"""
+    app = make_app(redis_url, clock)
+
+    async def go():
+        one = [await app.aenqueue("ok", {"i": i}, idempotency_key=f"a{i}") for i in range(3)]
+        many = await app.aenqueue_many([app.spec("ok", {"i": i}, idempotency_key=f"m{i}")
+                                        for i in range(6)])
+        return one, many
+    one, many = run_async(go())
+    assert sorted(keys.id_partition(i) for i in one) == [0, 1, 2]
+    assert sorted(keys.id_partition(i) for i in many) == [0, 0, 1, 1, 2, 2]
+    assert ReadModels(app.redis, clock).queue_info("default").ready == 9

@@ -268,3 +268,28 @@ def test_a_wait_costs_a_bounded_number_of_commands_whatever_its_length(app, r):
     # every command counts, those the scripts call too (the ack's own HSET, ZADD, ...): the
     # wait is two reads of the key's status, its count (result_wait.lua) and one BLPOP
     assert sum(long.values()) <= 60, long
+
+
+@pytest.mark.parametrize("error", [
+    redis.exceptions.ClusterDownError("The cluster is down"),
+    redis.exceptions.SlotNotCoveredError('Slot "42" is not covered by the cluster.'),
+    redis.exceptions.TryAgainError("Multiple keys request during rehashing")])
+def test_a_cluster_failover_error_is_waited_through_as_an_outage(app, error):
+    """A Redis Cluster failover surfaces as CLUSTERDOWN / an uncovered slot / TRYAGAIN once
+    redis-py's own retries are spent (bench/cluster_chaos): the wait reads again after a pause,
+    as for a refused connection, instead of raising the failover's error to the caller."""
+    from antre.observe.waiting import ResultWaiter
+
+    app.queue().ack(reserved(app, "order:fo"), {"ok": 1})
+    failing = [error, error]
+
+    def finder():
+        if failing:
+            raise failing.pop()
+        return app.finder
+
+    slept: list[float] = []
+    waiter = ResultWaiter(finder, app.queue, sleep=slept.append)
+    status = waiter.wait("order:fo", timeout=30.0)
+    assert not failing and len(slept) == 2  # both failover errors were waited through
+    assert status.status == "completed" and status.result == {"ok": 1}

@@ -180,3 +180,48 @@ def test_with_an_idempotency_store_the_key_is_handed_over_too(redis_url, sqlite_
     records = store.lookup_many([f"st{i}" for i in range(20)])
     assert all(records[f"st{i}"].status == "completed" for i in range(20))
     assert r.get(keys.lock("db:1")) is None and q.stats().get("lock_busy", 0) == 0
+
+
+def test_a_head_reserved_by_another_runner_between_the_hand_over_and_its_reserve_adopts_the_lock(
+        app, clock, q, r):
+    """The hand-over (``handover.lua``) and the reserve behind it are two scripts of one write:
+    another client's reserve may run between them and win the head whose lock the hand-over
+    took. That runner's acquire, for that very delivery, adopts the lock (it was snoozed
+    ``lock_busy`` before: one in ~5 runs of a 60-job hot key left its next head in
+    ``scheduled``); an acquire for any other delivery still finds it busy, and the hand-over's
+    own release of the lock it did not use no longer frees it."""
+    from antre.engine.locks import LockBusy, Locks
+
+    app.handler("h")(lambda ctx, payload: None)
+    ids = [app.enqueue("h", {"i": i}, idempotency_key=f"h{i}", lock_key="race:1")
+           for i in range(3)]
+    locks = Locks(r, clock=clock)
+    (first,) = q.reserve("w1", count=1)
+    lock = locks.acquire("race:1", 30_000, "w1", holder_job=f"default/{first.id}",
+                         holder_epoch=first.epoch)
+    # the hand-over with nothing reserved behind it (count 0): the head's lock is taken for it
+    h = q.handover(first, None, lock_key="race:1", token=lock.token, worker_id="w1", count=0,
+                   next_token="w1:feedface", ttl_ms=30_000)
+    assert h.status == "OK" and h.next_id == ids[1] and h.jobs == []
+    taken_value = r.get(keys.lock("race:1"))
+    taken_value = taken_value.decode() if isinstance(taken_value, bytes) else taken_value
+    assert taken_value == f"w1:feedface.{h.next_epoch}"
+    # another runner's reserve wins that delivery
+    (head,) = q.reserve("w2", count=1)
+    assert head.id == ids[1] and head.epoch == h.next_epoch
+    # an acquire for another delivery of the job (a stale epoch) is refused ...
+    try:
+        locks.acquire("race:1", 30_000, "w3", holder_job=f"default/{head.id}",
+                      holder_epoch=head.epoch - 1)
+        raise AssertionError("a lock taken for another delivery was adopted")
+    except LockBusy:
+        pass
+    # ... the winner's acquire adopts it, with a fencing token above the hand-over's
+    mine = locks.acquire("race:1", 30_000, "w2", holder_job=f"default/{head.id}",
+                         holder_epoch=head.epoch)
+    assert mine.fence > h.fence
+    # the hand-over's runner lets go of the lock it took: the winner's lock stays
+    from antre.engine.locks import Lock
+    assert locks.release(Lock("race:1", taken_value, h.fence, 30_000)) is False
+    held = r.get(keys.lock("race:1"))
+    assert (held.decode() if isinstance(held, bytes) else held) == mine.token

@@ -14,7 +14,7 @@
 -- KEYS[11] paused (HASH)   KEYS[12] wake (LIST)   KEYS[13] turns (HASH)
 -- KEYS[14] limit gates by job type (HASH '<tag>:lactive')
 -- ARGV[1 .. 10] as ack.lua's   ARGV[11] the lock's token   ARGV[12] the business key
--- ARGV[13] a token for the next head's lock ('' none)   ARGV[14] its ttl_ms
+-- ARGV[13] a token for the next head's lock ('' none; stored as '<token>.<epoch>')   ARGV[14] its ttl_ms
 -- ARGV[15] the job type that ttl is for   ARGV[16] the holder prefix ('<queue>/')
 -- Returns: {status, next id, epoch, fence}: status 'OK', 'LOST:<why>' (the lease: the job left
 -- unchanged, the lock released), or 'LOCK' (the lock is not held by ARGV[11]: it expired or
@@ -49,7 +49,13 @@ end
 local epoch = f[3] and tonumber(f[3]) or 0
 if not epoch or epoch ~= math.floor(epoch) or epoch < 0 then return {'OK', '', 0, 0} end
 local ttl = tonumber(ARGV[14])
-if not redis.call('SET', KEYS[6], ARGV[13], 'NX', 'PX', ttl) then return {'OK', '', 0, 0} end
+-- the lock's value names the delivery it is for ('<token>.<epoch>'; the held-since entry names
+-- the job): a reserve by another runner that wins that very delivery (the caller's reserve.lua
+-- runs after this script, and another client's may run between the two) adopts the lock in
+-- lock_acquire.lua instead of finding it busy and snoozing the head
+if not redis.call('SET', KEYS[6], ARGV[13] .. '.' .. (epoch + 1), 'NX', 'PX', ttl) then
+  return {'OK', '', 0, 0}
+end
 redis.call('ZADD', KEYS[8], now + ttl, lk)
 redis.call('HSET', KEYS[9], lk, ARGV[3] .. '|' .. ARGV[16] .. nxt)
 redis.call('LPOP', KEYS[12])
