@@ -55,4 +55,7 @@ def test_chaos_sqlite_under_shared_business_locks(tmp_path):
     res = _run(tmp_path, "--lock-keys", "32", "--lock-ttl", "1.5")
     assert res["checks"]["lock keys whose SQL fence is not their highest committed token"] == 0
     assert res["checks"]["rows committed after a newer token under the same lock"] == 0
-    assert res["stats"].get("lock_busy", 0) > 0, res  # the locks were contended
+    # the fences were tested by faults: locked jobs were delivered again after a kill or a stop
+    # (jobs sharing a lock_key no longer contend for it in one queue: they wait their turn and
+    # the hand-over passes the lock on, issue 23, so lock_busy is no longer a sign of that)
+    assert res["figures"]["redeliveries"] > 0, res
