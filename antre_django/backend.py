@@ -38,7 +38,7 @@ from typing_extensions import ParamSpec
 
 from antre import HandlerSpec
 from antre.engine import keys
-from antre.engine.envelope import Job, from_fields
+from antre.engine.envelope import Job
 
 from .compat import (BaseTaskBackend, InvalidTask, SUCCESSFUL, Task, TaskError, TaskResult,
                      TaskResultDoesNotExist, TaskResultStatus, make_result, task_enqueued)
@@ -224,10 +224,12 @@ class AntreBackend(BaseTaskBackend):
         found = app.finder.locate(result_id)
         if found is None or found.state == "gone":
             raise TaskResultDoesNotExist(result_id)
-        fields = cast(dict[str, str], app.redis.hgetall(keys.QueueKeys(found.queue).job(result_id)))
-        if not fields:
+        # Queue.get: the id's own partition, and a dead job's traceback made whole (its error
+        # group keeps the head of it, issue 29)
+        got = app.queue(found.queue, keys.id_partition(result_id)).get(result_id)
+        if got is None:
             raise TaskResultDoesNotExist(result_id)
-        job = from_fields(fields)
+        job = got
         try:
             task = import_string(job.type)
         except ImportError:

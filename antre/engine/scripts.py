@@ -47,6 +47,8 @@ NAMES = (
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
     # a locked job's ack with its key's hand-over to the next head (Queue.handover, issue 23)
     "handover",
+    # a queue's published partition count, only ever grown (antre/engine/partitions.py)
+    "partitions_grow",
     # flow control (antre/scheduling/flow.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
