@@ -27,6 +27,21 @@ from antre.clock import ManualClock
 from antre_worker.executor import WorkerProcess
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def script_calls(r: Any) -> int:
+    """How many script calls the server ran (FCALL of the library's functions, and EVALSHA
+    where a client calls scripts by their SHA), from ``INFO commandstats``."""
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+               for name in ("fcall", "evalsha"))
+
+
+def forget_scripts(r: Any) -> None:
+    """What a Redis restart does to Antre's scripts: the script cache and the functions
+    library gone (the keys stay)."""
+    r.script_flush()
+    r.function_flush()
 START_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z: where the tests' manual clocks start
 
 

@@ -2,8 +2,9 @@
 synchronous enqueue (``Queue.enqueue_call`` / ``Queue.enqueue_many_calls`` build them), sent
 in one pipelined round trip per call of ``aenqueue`` / ``aenqueue_many``.
 
-A server that lost its scripts (a restart, ``SCRIPT FLUSH``) answers NOSCRIPT: the script is
-loaded and only those calls are sent again, in the rounds ``scripts.Batch`` takes too
+A server that lost its scripts (a restart, ``SCRIPT FLUSH``, ``FUNCTION FLUSH``) refuses
+them (NOSCRIPT, "Function not found"): the library or the script is loaded and only those
+calls are sent again, in the rounds ``scripts.Batch`` takes too
 (``scripts.Resend``).
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import redis.asyncio
 
-from antre.engine.scripts import Call, Resend
+from antre.engine.scripts import Call, NamedScript, Resend, script_command
 
 
 async def send(client: "redis.asyncio.Redis", calls: Sequence[Call]) -> list[Any]:
@@ -27,7 +28,11 @@ async def send(client: "redis.asyncio.Redis", calls: Sequence[Call]) -> list[Any
             if script is None:
                 pipe.execute_command(*words)
             else:
-                pipe.evalsha(script.sha, len(words), *words, *args)
+                pipe.execute_command(*script_command(script, words, args))
         for script in rounds.take(await pipe.execute(raise_on_error=False)):
-            script.sha = await client.script_load(script.script)
+            why = rounds.why[id(script)]
+            if isinstance(script, NamedScript):
+                await script.lib.aload(client, script, why)
+            else:
+                script.sha = await client.script_load(script.script)
     return rounds.replies_or_raise()

@@ -1,7 +1,9 @@
 """Loads the Lua scripts shipped in ``antre/engine/lua`` (one file per atomic transition).
 
-``_lib.lua`` holds helpers shared by several scripts; it is prepended to each script so every
-transition stays one self-contained EVALSHA.
+``_lib.lua`` holds helpers shared by several scripts. On a server with Redis Functions (Redis 7
+and later) every script is a function of one library whose top level is ``_lib.lua``
+(``library()``, loaded once per server; each transition is one ``FCALL``); elsewhere the
+helpers a script uses are prepended to it and each transition is one self-contained EVALSHA.
 
 Spans: while ``SPANS`` (set by ``antre.observe.tracing``, a higher room, when OpenTelemetry is
 installed) says spans are recorded, every round trip of scripts (a script's call, a ``Batch``, a
@@ -13,6 +15,8 @@ cost is one question per round trip.
 from __future__ import annotations
 
 import codecs
+import hashlib
+import logging
 import os
 import re
 import select
@@ -102,19 +106,120 @@ def _names(scripts: Iterable[Any]) -> list[str]:
     return out
 
 
-class NamedScript(Script):
-    """A registered script that knows its name (for its span)."""
+log = logging.getLogger("antre.scripts")
 
-    def __init__(self, client: "redis.Redis", name: str) -> None:
+
+class Library:
+    """How the scripts of one ``Scripts`` are called: as ``FCALL`` of the functions of
+    ``library()`` (loaded once per server), or as ``EVALSHA`` of each script's source (a
+    server without Redis Functions, before Redis 7; a user whose ACL refuses them; a Redis
+    Cluster, where redis-py would ask ``COMMAND GETKEYS`` before each ``FCALL``; or
+    ``ANTRE_REDIS_FUNCTIONS=0``). A refusal that says the server cannot take the library
+    (unknown command, no permission, a Lua it refuses) turns this client to ``EVALSHA`` for
+    good, with one warning; a server that lost the library (a restart, ``FUNCTION FLUSH``)
+    gets it again, as a script cache gets a script again after ``NOSCRIPT``."""
+
+    def __init__(self, client: Any) -> None:
+        self.name, self.code = library()
+        self.functions = (os.environ.get(FUNCTIONS_ENV, "1").strip() != "0"
+                          and not isinstance(client, RedisCluster))
+
+    def load(self, client: Any, script: Script, why: Any = None) -> None:
+        """After ``script``'s call was refused (``why``): load what the next call needs."""
+        if self.functions and not _command_refused(why):
+            try:
+                client.function_load(self.code, replace=True)
+                return
+            except ResponseError as exc:
+                if _transient(exc):
+                    raise
+                why = exc
+        if self.functions:
+            self._fall_back(why)
+        script.sha = client.script_load(script.script)
+
+    async def aload(self, client: Any, script: Script, why: Any = None) -> None:
+        """``load`` on a ``redis.asyncio`` client."""
+        if self.functions and not _command_refused(why):
+            try:
+                await client.function_load(self.code, replace=True)
+                return
+            except ResponseError as exc:
+                if _transient(exc):
+                    raise
+                why = exc
+        if self.functions:
+            self._fall_back(why)
+        script.sha = await client.script_load(script.script)
+
+    def _fall_back(self, why: Any) -> None:
+        self.functions = False
+        log.warning("Redis Functions are not usable on this server (%s): Antre's scripts go "
+                    "as EVALSHA (a few µs more of Redis CPU per call; set %s=0 to say so)",
+                    why, FUNCTIONS_ENV)
+
+
+# error replies of a server that is busy or failing over: raised, not a reason to give up
+# Redis Functions
+_TRANSIENT = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+              "NOREPLICAS", "MOVED", "ASK")
+
+
+def _transient(exc: BaseException) -> bool:
+    return str(exc).startswith(_TRANSIENT)
+
+
+def _command_refused(reply: Any) -> bool:
+    """``reply`` refuses FCALL itself (a server before Redis 7, an ACL without it)."""
+    if not isinstance(reply, ResponseError):
+        return False
+    text = str(reply).lower()
+    return "fcall" in text and ("unknown command" in text or "no permissions" in text)
+
+
+def refused(reply: Any) -> bool:
+    """``reply`` is a script call the server refused without running it: NOSCRIPT, the
+    library not loaded, FCALL not known or not permitted."""
+    return isinstance(reply, NoScriptError) or (
+        isinstance(reply, ResponseError)
+        and (str(reply).startswith("Function not found") or _command_refused(reply)))
+
+
+class NamedScript(Script):
+    """A registered script that knows its name (for its span) and how it is called
+    (``Library``: its function ``<library>_<name>``, or EVALSHA)."""
+
+    def __init__(self, client: "redis.Redis", name: str, lib: "Library | None" = None) -> None:
         super().__init__(client, source(name))
         self.antre_name = name
+        self.lib = lib if lib is not None else Library(client)
+        self.function = f"{self.lib.name}_{name}"
+
+    def command(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        if self.lib.functions:
+            return ("FCALL", self.function, len(keys), *keys, *args)
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
         spans = _spans()
         if spans is None:
-            return super().__call__(keys, args, client)
+            return self._call(keys, args, client)
         with spans.span([self.antre_name], 1):
-            return super().__call__(keys, args, client)
+            return self._call(keys, args, client)
+
+    def _call(self, keys: Any, args: Any, client: Any) -> Any:
+        keys, args = list(keys or ()), list(args or ())
+        client = self.registered_client if client is None else client
+        try:
+            return client.execute_command(*self.command(keys, args))
+        except ResponseError as exc:
+            if not refused(exc):
+                raise
+            self.load(client, exc)
+        return client.execute_command(*self.command(keys, args))
+
+    def load(self, client: Any, why: Any = None) -> None:
+        self.lib.load(client, self, why)
 
 
 _LIB_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.M)
@@ -166,14 +271,45 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     return header, parts, refs
 
 
+FUNCTIONS_ENV = "ANTRE_REDIS_FUNCTIONS"  # "0": every script goes as EVALSHA (as before 0.x)
+
+
+@lru_cache(maxsize=None)
+def library() -> tuple[str, str]:
+    """The Redis Functions library of every script: ``(name, code)``.
+
+    ``_lib.lua`` (whole) is the library's top level, made once when the library is loaded
+    (``FUNCTION LOAD``); each script is a function ``<name>_<script>`` whose body is the
+    script's file, with ``KEYS`` and ``ARGV`` its parameters. A call (``FCALL``) runs only the
+    script's own body: with ``EVALSHA`` Redis runs the whole source on each call, remaking the
+    ~60 helper closures it includes (~100k instructions a call before its first line,
+    bench/COST.md). The name carries a digest of the code, so two versions of Antre on one
+    server each call their own library (``FUNCTION LOAD REPLACE`` of the same name is the same
+    code)."""
+    files = resources.files("antre.engine.lua")
+    header, parts, _ = _lib()
+    top = header + "".join(part for _, part in parts)
+    bodies = [(n, files.joinpath(f"{n}.lua").read_text()) for n in NAMES]
+    digest = hashlib.sha1("\0".join([top] + [b for _, b in bodies]).encode()).hexdigest()
+    name = f"antre_{digest[:16]}"
+    out = [f"#!lua name={name}\n", top, "\n"]
+    for script, body in bodies:
+        # allow-cross-slot-keys: what a script without flags may do (EVALSHA), kept as it was
+        out.append(f"redis.register_function{{function_name='{name}_{script}', "
+                   f"flags={{'allow-cross-slot-keys'}}, callback=function(KEYS, ARGV)\n"
+                   f"{body}\nend}}\n")
+    return name, "".join(out)
+
+
 class Scripts:
     """The registered scripts of one Redis client (redis-py re-loads them after NOSCRIPT),
     and the client's per-thread connections for the producer's hot path (``pinned``; None on
     clients ``Pinned`` does not serve)."""
 
     def __init__(self, client: "redis.Redis") -> None:
+        self.library = Library(client)
         for name in NAMES:
-            setattr(self, name, NamedScript(client, name))
+            setattr(self, name, NamedScript(client, name, self.library))
         self.pinned = Pinned.of(client)
 
     pinned: "Pinned | None"
@@ -275,11 +411,11 @@ class Batch:
             for i in rounds.pending:
                 script, name, a, kw = calls[i]
                 if script is not None:
-                    pipe.evalsha(script.sha, len(a[0]), *a[0], *a[1])
+                    pipe.execute_command(*script_command(script, a[0], a[1]))
                 else:
                     getattr(pipe, name)(*a, **kw)
             for script in rounds.take(pipe.execute(raise_on_error=False)):
-                script.sha = self.client.script_load(script.script)
+                load(self.client, script, rounds.why[id(script)])
         return rounds.replies_or_raise()
 
 
@@ -295,11 +431,16 @@ class Resend:
         self.replies: list[Any] = [None] * len(scripts)
         self.pending = list(range(len(scripts)))
         self.first = True
+        self.why: dict[int, Any] = {}  # id(script) -> the refusal that asks to load it
 
     def take(self, out: Sequence[Any]) -> list["Script"]:
-        """Store the replies of ``pending``; returns the scripts to load, unique."""
-        missing = [i for i, reply in zip(self.pending, out)
-                   if self.first and isinstance(reply, NoScriptError)]
+        """Store the replies of ``pending``; returns the scripts to load, unique (each one's
+        refusal in ``why``)."""
+        missing = []
+        for i, reply in zip(self.pending, out):
+            if self.first and refused(reply):
+                missing.append(i)
+                self.why.setdefault(id(self.scripts[i]), reply)
         again = set(missing)
         for i, reply in zip(self.pending, out):
             if i not in again:
@@ -624,10 +765,12 @@ def script_raw(client: "redis.Redis", script: Script, keys: Sequence[Any],
     single-connection client): what ``direct(..., raw=True)`` does for the others."""
     execute: Callable[..., Any] = client.execute_command
     try:
-        return execute("EVALSHA", script.sha, len(keys), *keys, *args, **{NEVER_DECODE: True})
-    except NoScriptError:
-        script.sha = client.script_load(script.script)
-        return execute("EVALSHA", script.sha, len(keys), *keys, *args, **{NEVER_DECODE: True})
+        return execute(*script_command(script, keys, args), **{NEVER_DECODE: True})
+    except ResponseError as exc:
+        if not refused(exc):
+            raise
+        load(client, script, exc)
+    return execute(*script_command(script, keys, args), **{NEVER_DECODE: True})
 
 
 def _direct(client: "redis.Redis", conn: Any, calls: Sequence[Call],
@@ -647,7 +790,7 @@ def _settle(client: "redis.Redis", conn: Any, calls: Sequence[Call], replies: li
     rounds = Resend([call[0] for call in calls])
     while True:
         for script in rounds.take(replies):
-            script.sha = client.script_load(script.script)
+            load(client, script, rounds.why[id(script)])
         if not rounds.pending:
             return rounds.replies_or_raise()
         replies = _write_read(conn, [calls[i] for i in rounds.pending], fast_pack, io, raw)
@@ -679,9 +822,28 @@ def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
 
 
 def _command(call: Call) -> tuple[Any, ...]:
-    """The command a call sends: its script's EVALSHA, or the plain command it names."""
+    """The command a call sends: its script's FCALL or EVALSHA, or the plain command it
+    names."""
     script, words, args = call
-    return tuple(words) if script is None else ("EVALSHA", script.sha, len(words), *words, *args)
+    return tuple(words) if script is None else script_command(script, words, args)
+
+
+def script_command(script: Script, keys: Sequence[Any], args: Sequence[Any]
+                   ) -> tuple[Any, ...]:
+    """The command that calls ``script`` (a ``NamedScript``: as its library says; any other
+    redis-py ``Script``: EVALSHA)."""
+    if isinstance(script, NamedScript):
+        return script.command(keys, args)
+    return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def load(client: Any, script: Script, why: Any = None) -> None:
+    """After ``script``'s call was refused (``why``, ``refused``): what the next call needs
+    loaded (the library, or the script into the script cache)."""
+    if isinstance(script, NamedScript):
+        script.load(client, why)
+    else:
+        script.sha = client.script_load(script.script)
 
 
 def _reply(conn: Any, raw: bool = False) -> Any:

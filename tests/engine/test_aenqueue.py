@@ -37,7 +37,7 @@ def test_aenqueue_stores_the_job_as_enqueue_does_in_one_script_call(app, r):
     assert r.sismember(queues_index(), "default")
     # one script call; the queue index (SADD in the same pipeline) and the type index (the
     # script's own SADD) are the only other commands
-    assert calls(r, "evalsha") == 1 and calls(r, "sadd") == 2
+    assert calls(r, "fcall") == 1 and calls(r, "sadd") == 2
     assert app.queue().get(job_id).payload == {"to": "a"}
 
 
@@ -68,15 +68,17 @@ def test_aenqueue_refuses_bad_input_before_sending_anything(app, r):
     r.config_resetstat()
     with pytest.raises(InvalidJob):
         run(_closing(app, app.aenqueue("bad type!", {}, idempotency_key="k")))
-    assert calls(r, "evalsha") == 0
+    assert calls(r, "fcall") + calls(r, "evalsha") == 0
 
 
 def test_a_server_that_lost_its_scripts_is_sent_them_again(app, r):
     run(_closing(app, app.aenqueue("t", {}, idempotency_key="s:1")))
-    r.script_flush()
+    r.function_flush()
+    r.config_resetstat()
     app2 = Antre(redis_url=app.redis_url, clock=app.clock)
     job_id = run(_closing(app2, app2.aenqueue("t", {}, idempotency_key="s:2")))
     assert r.hget(QueueKeys("default").job(job_id), "state") == "ready"
+    assert calls(r, "function|load") == 1 and calls(r, "fcall") == 2  # refused, loaded, sent
 
 
 def test_aresult_answers_as_result(app, r):

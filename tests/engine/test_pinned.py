@@ -286,7 +286,7 @@ def test_the_health_check_and_its_schedule_are_kept(redis_url, r):
     r.config_resetstat()
     job_id = q.enqueue("t", {}, idempotency_key="k1")
     stats = r.info("commandstats")
-    assert stats["cmdstat_ping"]["calls"] == 1 and stats["cmdstat_evalsha"]["calls"] == 1
+    assert stats["cmdstat_ping"]["calls"] == 1 and stats["cmdstat_fcall"]["calls"] == 1
     assert q.where(job_id) == ["ready"] and q.scripts.pinned.connection() is conn
     client.close()
 

@@ -21,11 +21,15 @@ from antre.stores.idempotency import ACQUIRED, IdempotencyStore
 from antre.engine.locks import Locks
 from antre.engine.queue import JobSpec, Queue
 from antre.engine.scripts import Batch
+from helpers import forget_scripts
 from antre.stores.sql import make_engine, migrate, session_factory
 
 
 def calls(r) -> dict[str, int]:
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
+    """Calls per command since the last reset; ``scripts``: FCALL and EVALSHA together."""
+    out = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
+    out["scripts"] = out.get("fcall", 0) + out.get("evalsha", 0)
+    return out
 
 
 @pytest.fixture
@@ -40,8 +44,8 @@ def test_ack_many_is_one_round_trip_without_script_exists(q, r):
     r.config_resetstat()
     assert q.ack_many([(j, None) for j in jobs]) == []
     stats = calls(r)
-    assert not [name for name in stats if name.startswith("script")]
-    assert stats["evalsha"] == 1  # one ack_many.lua call for the batch
+    assert not [name for name in stats if name.startswith(("script|", "function|"))]
+    assert stats["fcall"] == 1  # one ack_many.lua call for the batch
     assert r.zcard(q.keys.done) == 6
 
 
@@ -64,7 +68,7 @@ def test_ack_many_reads_and_writes_each_job_once(r):
     r.config_resetstat()
     assert q.ack_many([(j, None) for j in jobs]) == []
     stats = calls(r)
-    assert (stats["evalsha"], stats["hmget"], stats["hset"], stats["rpush"]) == (1, 8, 8, 8)
+    assert (stats["fcall"], stats["hmget"], stats["hset"], stats["rpush"]) == (1, 8, 8, 8)
     # the batch's index moves and counters once; the done-trim once (8 past the cap of 4)
     assert (stats["zrem"], stats["zadd"]) == (2, 1) and stats["hincrby"] <= 2
     assert stats["zrangebyscore"] == 1 and stats["zcard"] == 1 and stats["zrange"] == 1
@@ -74,14 +78,14 @@ def test_ack_many_reads_and_writes_each_job_once(r):
 def test_batch_reloads_flushed_scripts_and_runs_each_call_once(q, r):
     q.enqueue_many([JobSpec("t", {}, f"k{i}") for i in range(3)])
     jobs = q.reserve("w1", count=3)
-    r.script_flush()  # as after a Redis restart: the cached SHAs are unknown to the server
+    forget_scripts(r)  # as after a Redis restart: the library is unknown to the server
     assert q.ack_many([(j, None) for j in jobs]) == []
     assert r.zcard(q.keys.done) == 3 and r.zcard(q.keys.inflight) == 0
     assert int(r.hget(q.keys.stats, "acked")) == 3  # not acked twice by the re-send
-    r.script_flush()
+    forget_scripts(r)
     ids = q.enqueue_many([JobSpec("t", {}, f"n{i}") for i in range(2)])
     assert r.llen(q.keys.ready) == 2 and set(ids) == set(r.lrange(q.keys.ready, 0, -1))
-    r.script_flush()  # chunks written one by one: each refused, then each sent again once
+    forget_scripts(r)  # chunks written one by one: each refused, then each sent again once
     more = q.enqueue_many([JobSpec("t", {}, f"c{i}") for i in range(5)], chunk=2)
     assert r.lrange(q.keys.ready, 0, -1) == [*more[::-1], *ids[::-1]]
     assert int(r.hget(q.keys.stats, "enqueued")) == 3 + 2 + 5
@@ -127,13 +131,13 @@ def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r, monkeypatc
     monkeypatch.undo()
     assert len(sent) == 1  # one write to the socket
     commands = _commands(sent[0])
-    assert [c[0] for c in commands] == [b"EVALSHA"]  # one command: the index is in the script
-    assert commands[0][1] == q.scripts.enqueue_one.sha.encode()  # the lean script
+    assert [c[0] for c in commands] == [b"FCALL"]  # one command: the index is in the script
+    assert commands[0][1] == q.scripts.enqueue_one.function.encode()  # the lean script
     assert keys.queues_index().encode() in commands[0]
     stats = calls(r)
-    assert stats["evalsha"] == 1 and stats["sadd"] == 2  # the index and the type, in the script
+    assert stats["fcall"] == 1 and stats["sadd"] == 2  # the index and the type, in the script
     assert stats["exists"] == 1  # the guard against a retried send (see test_pinned)
-    assert not [name for name in stats if name.startswith("script")]
+    assert not [name for name in stats if name.startswith(("script|", "function|"))]
     assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
     assert r.smembers(q.keys.types) == {"w", "t"}
 
@@ -176,7 +180,7 @@ def test_a_single_enqueue_the_lean_script_does_not_cover_takes_the_full_one(q, r
     monkeypatch.undo()
     assert len(sent) == 1
     commands = _commands(sent[0])
-    assert [(c[0], c[1]) for c in commands] == [(b"EVALSHA", q.scripts.enqueue.sha.encode())]
+    assert [(c[0], c[1]) for c in commands] == [(b"FCALL", q.scripts.enqueue.function.encode())]
     assert q.where(job_id) == ["scheduled" if options.get("delay_s") else "ready"]
 
 
@@ -217,9 +221,9 @@ def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r, monk
     assert events[:6] == ["made 2", "write", "made 2", "write", "made 1", "write"]
     assert set(events[6:]) == {"read"}  # no reply read before the last write
     assert len(sent) == 3
-    assert [c[0] for chunk in sent for c in _commands(chunk)] == [b"EVALSHA"] * 3
+    assert [c[0] for chunk in sent for c in _commands(chunk)] == [b"FCALL"] * 3
     stats = calls(r)
-    assert stats["evalsha"] == 3 and "hset" in stats
+    assert stats["fcall"] == 3 and "hset" in stats
     assert stats["lpush"] == 6  # per call: one LPUSH of its ids and one of the wake tokens
     assert stats["sadd"] == 6  # per call: the type once and the queue index
     assert r.lrange(q.keys.ready, 0, -1)[:5] == ids[::-1]  # the order of one LPUSH per job
@@ -244,7 +248,7 @@ def test_without_the_pinned_path_the_index_is_sent_beside_the_script(r):
     r.config_resetstat()
     job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
     stats = calls(r)
-    assert stats["evalsha"] == 1 and stats["sadd"] == 2
+    assert stats["fcall"] == 1 and stats["sadd"] == 2
     assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
     ids = q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(3)])
     assert [q.where(i) for i in ids] == [["ready"]] * 3
@@ -252,7 +256,7 @@ def test_without_the_pinned_path_the_index_is_sent_beside_the_script(r):
 
 def test_a_single_enqueue_reloads_flushed_scripts_once(q, r):
     q.enqueue("t", {}, idempotency_key="warm")
-    r.script_flush()
+    forget_scripts(r)
     job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
     assert q.get(job_id).payload == {"n": 1}
     assert int(r.hget(q.keys.stats, "enqueued")) == 2  # stored once, not twice
@@ -291,11 +295,12 @@ def test_an_idle_wait_returns_the_job_enqueued_during_it_reserved_on_the_servers
 def test_an_idle_wait_reloads_a_flushed_reserve_without_waiting_again(r):
     q = Queue(r, "jobs")
     job_id = q.enqueue("t", {}, idempotency_key="k1")  # leaves one wake token
-    r.script_flush()
+    forget_scripts(r)
     r.config_resetstat()
     assert [j.id for j in q.wait_and_reserve("w1", 1, 10.0)] == [job_id]
     stats = calls(r)
-    assert stats["blpop"] == 1 and stats["evalsha"] == 2  # NOSCRIPT, then the reserve alone
+    assert stats["blpop"] == 1 and stats["fcall"] == 2  # refused, then the reserve alone
+    assert stats["function|load"] == 1
     assert r.llen(q.keys.wake) == 0 and q.where(job_id) == ["inflight"]
 
 
@@ -337,7 +342,7 @@ def test_acquire_can_release_the_previous_lock_in_the_same_round_trip(r):
     assert second.fence == first.fence + 1 and second.token != first.token
     third = locks.acquire("sku:2", ttl_ms=10_000, release=second)
     assert [h.key for h in locks.held()] == ["sku:2"] and third.fence == 1
-    assert calls(r)["evalsha"] == 4
+    assert calls(r)["fcall"] == 4
 
 
 # --- database connections ----------------------------------------------------------------

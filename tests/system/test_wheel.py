@@ -167,12 +167,17 @@ LOAD_SCRIPTS = """
 import json, sys
 from importlib import resources
 import redis
-from antre.engine.scripts import NAMES, source
+from antre.engine.scripts import NAMES, library, source
 r = redis.Redis.from_url(sys.argv[1])
 files = sorted(p.name[:-4] for p in resources.files("antre.engine.lua").iterdir()
                if p.name.endswith(".lua") and not p.name.startswith("_"))  # _lib, includes
 shas = {name: r.script_load(source(name)) for name in files}
-print(json.dumps({"files": files, "names": list(NAMES), "shas": shas}))
+lib, code = library()  # the same scripts as one Redis Functions library
+r.function_load(code, replace=True)
+[listed] = r.function_list(library=lib)
+functions = sorted(f[1].decode() for f in listed[5])  # [..., b"functions", [[b"name", n, ...]]]
+print(json.dumps({"files": files, "names": list(NAMES), "shas": shas, "lib": lib,
+                  "functions": functions}))
 """
 
 ENQUEUE_CHORD = """
@@ -211,6 +216,7 @@ def test_the_core_install_runs_a_chord_and_waits_for_its_result(
     assert {"enqueue_flow", "flow_inputs", "flow_close", "flow_cancel", "result_wait",
             "ack_many", "progress"} <= set(loaded["files"])
     assert all(r.script_exists(*loaded["shas"].values()))
+    assert loaded["functions"] == sorted(f"{loaded['lib']}_{n}" for n in loaded["files"])
     helptext = _run([antre, "--help"], env=env, cwd=str(tmp_path))
     for command in ("flow", "result", "group", "incident", "worker", "web"):
         assert f",{command}," in helptext or f"{{{command}," in helptext, command

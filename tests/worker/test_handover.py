@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import burst
+from helpers import burst, script_calls
 
 from antre import Antre
 from antre.control.pause import Pauses
@@ -19,7 +19,7 @@ from antre.engine import keys
 
 
 def _evalsha_calls(r) -> int:
-    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    return script_calls(r)
 
 
 def test_a_hot_key_hands_over_in_two_scripts_a_job_with_rising_fences(app, clock, q, r):
