@@ -366,7 +366,7 @@ class Queue:
     def reserve(self, worker_id: str, count: int = 1) -> list[Job]:
         k = self.keys
         args: list[Any] = [k.job_prefix, self.clock(), count, worker_id, k.parked_prefix,
-                           k.dead_type_prefix, k.dead_group_prefix, *RESERVE_FIELDS]
+                           k.dead_type_prefix, k.dead_group_prefix]  # (fields: RESERVE_FIELDS)
         # the reply is read undecoded: a job holding bytes that are not UTF-8 is that job's
         # problem (from_raw_row), not a failure of the batch's whole reply
         if self._pinned is not None:  # a runner thread's own connection, as a producer's
@@ -409,7 +409,7 @@ class Queue:
             (None, ("BLPOP", k.wake, timeout_s), ()),
             (self.scripts.reserve, self._reserve_keys,
              [k.job_prefix, "server", count, worker_id, k.parked_prefix, k.dead_type_prefix,
-              k.dead_group_prefix, *RESERVE_FIELDS])]
+              k.dead_group_prefix])]
         _, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
                    else direct(self.redis, calls, raw=True))
         return self._reserved(rows)
@@ -456,7 +456,7 @@ class Queue:
             (self.scripts.handover, hand_keys, hand_args),
             (self.scripts.reserve, self._reserve_keys,
              [k.job_prefix, now, count, worker_id, k.parked_prefix, k.dead_type_prefix,
-              k.dead_group_prefix, *RESERVE_FIELDS])]
+              k.dead_group_prefix])]
         hand, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
                       else direct(self.redis, calls, raw=True))
         status, next_id = hand[0].decode(), hand[1].decode()

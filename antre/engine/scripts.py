@@ -37,6 +37,8 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, ResponseError,
                               TimeoutError)
 
+from antre.engine.envelope import RESERVE_FIELDS
+
 _hiredis_pack: Any
 _HiredisReader: Any
 try:
@@ -265,6 +267,8 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     files = resources.files("antre.engine.lua")
     text = _INCLUDE.sub(lambda m: files.joinpath(m.group(1)).read_text(),
                         files.joinpath("_lib.lua").read_text())
+    # reserve's fields, as the client reads them (envelope.from_row): one list for both sides
+    text = text.replace("--[[RESERVE_FIELDS]]", ", ".join(f"'{n}'" for n in RESERVE_FIELDS))
     header, parts = _lib_parts(text)
     names = {n for n, _ in parts}
     refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}

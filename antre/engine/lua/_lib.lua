@@ -1073,3 +1073,57 @@ local function bury_failed(k, id, epoch, now, a)
   end
   return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7])
 end
+
+-- == What reserve returns per job =================================================================
+-- reserve.lua returns, for each job, the values of RESERVE_FIELDS in that order (the list is
+-- antre/engine/envelope.py's RESERVE_FIELDS, written in here by scripts.py). reserve_layout
+-- turns a field list into what reserve reads and writes: per job one read (HMGET) of the
+-- fields a job can have before its first delivery, a second (HMGET of LATER) only for a job
+-- delivered before (it has an epoch), and one write (HSET); the fields reserve writes
+-- (WRITTEN) are not read: the reply carries the values written (issue 29: a plain job's read
+-- walks its hash for 18 names, not 32). RESERVE_DEFAULT is made when the library is loaded
+-- (with Redis Functions: once per server), not on every reserve. Its tables are read only.
+local RESERVE_FIELDS = {--[[RESERVE_FIELDS]]}
+
+local function reserve_layout(names)
+  -- (deliveries: read with LATER, its place in the row is a written one: always returned)
+  local WRITTEN = {state = true, deadline = true, reserved_at = true, worker_id = true,
+                   deliveries = true}
+  -- (LATER is empty: a counter damaged in a job never delivered must still reach the client,
+  -- which buries the job for it: tests/worker/test_poison_property.py)
+  local LATER = {}
+  local core, cpos, later, lpos, pos = {}, {}, {}, {}, {}
+  local nret = #names
+  for p = 1, nret do  -- (no ipairs: this runs when the library loads, where Redis Functions
+    local name = names[p]  -- give the top level only the language itself)
+    if LATER[name] then
+      later[#later + 1] = name; lpos[#later] = p
+    elseif not WRITTEN[name] then
+      core[#core + 1] = name; cpos[#core] = p
+    end
+    pos[name] = pos[name] or p
+  end
+  local ncore, nlater = #core, #later
+  -- identity: the asked-for core fields are the row's first positions (Queue's RESERVE_FIELDS)
+  local identity = true
+  for i = 1, ncore do if cpos[i] ~= i then identity = false; break end end
+  local function index_of(list, name)
+    for i = 1, #list do if list[i] == name then return i end end
+    list[#list + 1] = name  -- the script's own need, not returned
+    return #list
+  end
+  -- tail: LATER's asked fields are the row's last positions (Queue's RESERVE_FIELDS): a job
+  -- never delivered gets a row that stops before them (the client reads the missing as absent)
+  local tail = nlater > 0
+  for i = 1, nlater do if lpos[i] ~= nret - nlater + i then tail = false; break end end
+  local L = {core = core, cpos = cpos, later = later, lpos = lpos, nret = nret,
+             ncore = ncore, nlater = nlater, identity = identity, tail = tail,
+             p_id = pos.id, p_epoch = pos.epoch, p_deliveries = pos.deliveries,
+             p_state = pos.state, p_deadline = pos.deadline, p_reserved_at = pos.reserved_at,
+             p_worker = pos.worker_id}
+  L.c_vt, L.c_ep, L.c_id = index_of(core, 'vt_ms'), index_of(core, 'epoch'), index_of(core, 'id')
+  L.c_cancel, L.l_dl = index_of(core, 'cancel'), index_of(later, 'deliveries')
+  return L
+end
+
+local RESERVE_DEFAULT = reserve_layout(RESERVE_FIELDS)

@@ -10,7 +10,7 @@
 -- ARGV[3] max jobs   ARGV[4] worker id
 -- ARGV[5] parked-list prefix (+ job type)
 -- ARGV[6] dead-by-type prefix   ARGV[7] dead-by-group prefix
--- ARGV[8 ..] the fields to return for each job
+-- ARGV[8 ..] (optional) the fields to return for each job; none: RESERVE_FIELDS
 -- Each reserved job gets a 'reserved' event on its timeline (actor: the worker).
 -- Returns: array of HMGET arrays (values of ARGV[6 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
@@ -91,51 +91,27 @@ if held > 0 then redis.call('HINCRBY', KEYS[3], 'limit_held', held) end
 if ngover > 0 then group_over_end(prefix, back) end
 if #ids == 0 then return {} end
 -- <<< incident controls
--- per job one read (HMGET) of the fields a job can have before its first delivery, a second
--- (HMGET of LATER) only for a job delivered before (it has an epoch), and one write (HSET);
--- the fields this script writes (WRITTEN) are not read: the reply carries the values written.
--- The inflight ZADD is one for the batch (issue 29: a plain job's read walks its hash for 18
--- names, not 32).
--- (deliveries: read with LATER, its place in the row is a written one: always returned)
-local WRITTEN = {state = true, deadline = true, reserved_at = true, worker_id = true,
-                 deliveries = true}
--- (LATER is empty: a counter damaged in a job never delivered must still reach the client,
--- which buries the job for it: tests/worker/test_poison_property.py)
-local LATER = {}
-local core, cpos, later, lpos, pos = {}, {}, {}, {}, {}
-local nret = #ARGV - 7
-for i = 8, #ARGV do
-  local name, p = ARGV[i], i - 7
-  if LATER[name] then
-    later[#later + 1] = name; lpos[#later] = p
-  elseif not WRITTEN[name] then
-    core[#core + 1] = name; cpos[#core] = p
-  end
-  pos[name] = pos[name] or p
+-- the fields returned per job: the library's RESERVE_FIELDS (Queue's, written into _lib.lua
+-- by scripts.py), laid out once (reserve_layout; with Redis Functions once per server, not per
+-- call: the names are no longer sent with every reserve); a caller may still name its own in
+-- ARGV[8 ..] (laid out for that call)
+local L = RESERVE_DEFAULT
+if #ARGV > 7 then
+  local names = {}
+  for i = 8, #ARGV do names[#names + 1] = ARGV[i] end
+  L = reserve_layout(names)
 end
-local ncore, nlater = #core, #later
--- identity: the asked-for core fields are the row's first positions (Queue's RESERVE_FIELDS)
-local identity = true
-for i = 1, ncore do if cpos[i] ~= i then identity = false; break end end
-local function index_of(list, name)
-  for i = 1, #list do if list[i] == name then return i end end
-  list[#list + 1] = name  -- the script's own need, not returned
-  return #list
-end
--- tail: LATER's asked fields are the row's last positions (Queue's RESERVE_FIELDS): a job
--- never delivered gets a row that stops before them (the client reads the missing as absent)
-local tail = nlater > 0
-for i = 1, nlater do if lpos[i] ~= nret - nlater + i then tail = false; break end end
-local c_vt, c_ep, c_id = index_of(core, 'vt_ms'), index_of(core, 'epoch'), index_of(core, 'id')
-local c_cancel, l_dl = index_of(core, 'cancel'), index_of(later, 'deliveries')
-local p_id = pos.id
+local core, cpos, later, lpos = L.core, L.cpos, L.later, L.lpos
+local nret, ncore, nlater, identity, tail = L.nret, L.ncore, L.nlater, L.identity, L.tail
+local c_vt, c_ep, c_id, c_cancel, l_dl = L.c_vt, L.c_ep, L.c_id, L.c_cancel, L.l_dl
+local p_id = L.p_id
 local out, deadlines = {}, {}
 local orphans, corrupt = 0, 0
 local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
 local worker_json = cjson.encode(worker)
 local now_s = string.format('%d', now)
-local p_epoch, p_deliveries, p_state = pos.epoch, pos.deliveries, pos.state
-local p_deadline, p_reserved_at, p_worker = pos.deadline, pos.reserved_at, pos.worker_id
+local p_epoch, p_deliveries, p_state = L.p_epoch, L.p_deliveries, L.p_state
+local p_deadline, p_reserved_at, p_worker = L.p_deadline, L.p_reserved_at, L.p_worker
 local nread = #core
 for _, id in ipairs(ids) do
   local key = prefix .. id
