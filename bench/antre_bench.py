@@ -266,7 +266,9 @@ def raw_loop(url: str, n: int, procs: int = 1, count: int = 100, mode: str = "ac
     for p in ps:
         p.wait(60)
     after = commandstats(client)
-    evalsha = after.get("evalsha", 0) - before.get("evalsha", 0)
+    # script calls: FCALL (Redis Functions, as shipped) or EVALSHA (a server without them)
+    evalsha = (after.get("evalsha", 0) + after.get("fcall", 0)
+               - before.get("evalsha", 0) - before.get("fcall", 0))
     out = _result(n, got, procs, reserve_count=count, settle=mode, worker_cpu_us_per_job=cpu_us,
                   evalsha_per_job=round(evalsha / n, 3))
     client.close()
@@ -315,7 +317,9 @@ def worker_run(url: str, n: int, args: Sequence[str] = (), env: dict[str, str] |
     with open(log_path, "rb") as f:
         err = f.read()[-2000:].decode(errors="replace")
     after, cmds_after = commandstats(client), client.info("stats")["total_commands_processed"]
-    evalsha = after.get("evalsha", 0) - before.get("evalsha", 0)
+    # script calls: FCALL (Redis Functions, as shipped) or EVALSHA (a server without them)
+    evalsha = (after.get("evalsha", 0) + after.get("fcall", 0)
+               - before.get("evalsha", 0) - before.get("fcall", 0))
     extra: dict[str, Any] = {
         "command": describe(args, env), "worker_cpu_us_per_job": cpu_us,
         "evalsha_per_job": round(evalsha / n, 3),

@@ -160,7 +160,8 @@ def run_once(url: str, base: str, root: str, n: int, profile: str | None = None,
         "pg_backends": len(pg1[1]),
         "redis_cpu_us_per_job": round((rcpu1 - rcpu0) / n * 1e6, 1),
         "redis_commands_per_job": round((cmds1 - cmds0) / n, 2),
-        "evalsha_per_job": round((calls1.get("evalsha", 0) - calls0.get("evalsha", 0)) / n, 3),
+        "evalsha_per_job": round(sum(calls1.get(c, 0) - calls0.get(c, 0)
+                                   for c in ("evalsha", "fcall")) / n, 3),  # script calls
     }
     for k in STATS:
         out[f"{k}_per_job"] = round((stats1[k] - stats0[k]) / n, 3)
