@@ -3,8 +3,9 @@ its audit name, role, routes, CLI words, arguments and ``run``), ``Param`` and `
 arguments and its dashboard form route), ``parse`` (a surface's input made ``Args``), ``Ops``
 (the core objects an action works with), ``Actor`` and ``Result`` (who acted and what came of
 it) and ``record`` (the one writer of an action's audit entry), with the helpers the entries of
-several modules share (the confirmation of a change to many jobs). It knows no Flask and no
-argparse, and no entry: those are in the modules beside it, by what they act on.
+several modules share (the confirmation of a change to many jobs, the answer to an override of
+slots and rate). It knows no Flask and no argparse, and no entry: those are in the modules
+beside it, by what they act on.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from antre.engine.envelope import CANCEL_TO
 from antre.engine.locks import Locks
 from antre.observe.finder import Finder
 from antre.observe.readmodels import ReadModels
-from antre.scheduling.gates import FlowGates
+from antre.scheduling.gates import FlowGates, GateOverride
 from antre.scheduling.controls import GroupControl
+from antre.scheduling.groups import GroupOverride
 from antre.scheduling.flow import FlowControl
 from antre.stores.audit import AuditLog
 from antre.stores.idempotency import IdempotencyStore
@@ -296,6 +298,19 @@ def _note(a: Args) -> dict[str, Any] | None:
 
 def _job_target(a: Args) -> str:
     return f"{a['queue']}/{a['job_id']}"
+
+
+def describe_override(over: GroupOverride | GateOverride, subject: str,
+                      revert_after_s: float | None, held: str) -> Result:
+    """The answer to an operator's override of slots and/or rate (a fair-share group's, a job
+    type's or a downstream's): ``subject`` ('group tenant:7 in jobs'), what it sets, for how
+    long and ``held`` (where and from when it holds), with the override's slots, rate and end
+    as the audit entry's figures."""
+    parts = ([f"{over.slots} slots"] if over.slots is not None else []) + \
+        ([f"rate {over.rate}"] if over.rate else [])
+    until = f" for {revert_after_s:g} s" if over.until_ms else " until cleared"
+    return Result(True, f"{subject}: {', '.join(parts)}{until} ({held})", 200,
+                  {"slots": over.slots, "rate": over.rate, "until_ms": over.until_ms})
 
 MAX_BULK = 1_000_000
 

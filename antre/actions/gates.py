@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from antre.scheduling.gates import GateError
 
-from .base import Action, Actor, Args, Html, Ops, Param, Result
+from .base import Action, Actor, Args, describe_override, Html, Ops, Param, Result
 
 
 def _target(a: Args) -> str:
@@ -25,12 +25,8 @@ def limit_set(ops: Ops, who: Actor, a: Args) -> Result:
                                       revert_after_s=a["revert_after_s"])
     except GateError as exc:
         return _refused(exc)
-    parts = ([f"{over.slots} slots"] if over.slots is not None else []) + \
-        ([f"rate {over.rate}"] if over.rate else [])
-    until = f" for {a['revert_after_s']:g} s" if over.until_ms else " until cleared"
-    return Result(True, f"{a['kind']} {a['name']} in {a['queue']}: {', '.join(parts)}{until} "
-                        "(held on every worker at its next reserve)", 200,
-                  {"slots": over.slots, "rate": over.rate, "until_ms": over.until_ms})
+    return describe_override(over, f"{a['kind']} {a['name']} in {a['queue']}",
+                             a["revert_after_s"], "held on every worker at its next reserve")
 
 
 def limit_clear(ops: Ops, who: Actor, a: Args) -> Result:

@@ -10,7 +10,7 @@ from typing import Any
 from antre.control.abandoned import RESOLUTIONS, ResolveError
 from antre.scheduling.controls import GroupError
 
-from .base import Action, Actor, Args, Html, Ops, Param, Result
+from .base import Action, Actor, Args, describe_override, Html, Ops, Param, Result
 
 
 def release_lock(ops: Ops, who: Actor, a: Args) -> Result:
@@ -106,12 +106,8 @@ def group_limit(ops: Ops, who: Actor, a: Args) -> Result:
                                        revert_after_s=a["revert_after_s"])
     except GroupError as exc:
         return _group_refused(exc)
-    parts = ([f"{over.slots} slots"] if over.slots is not None else []) + \
-        ([f"rate {over.rate}"] if over.rate else [])
-    until = f" for {a['revert_after_s']:g} s" if over.until_ms else " until cleared"
-    return Result(True, f"group {a['group']} in {a['queue']}: {', '.join(parts)}{until} "
-                        "(held by every worker from its next slot and start)", 200,
-                  {"slots": over.slots, "rate": over.rate, "until_ms": over.until_ms})
+    return describe_override(over, f"group {a['group']} in {a['queue']}", a["revert_after_s"],
+                             "held by every worker from its next slot and start")
 
 
 def group_clear(ops: Ops, who: Actor, a: Args) -> Result:

@@ -16,12 +16,10 @@ import redis
 
 from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
-from antre.engine.envelope import MAX_GROUP_CONCURRENCY, format_rate, parse_rate
+from antre.engine.envelope import MAX_GROUP_CONCURRENCY, format_rate
 from antre.engine.scripts import Scripts
-from antre.errors import InvalidJob
 from antre.scheduling.groups import GroupOverride
-
-MAX_REVERT_S = 7 * 86400
+from antre.scheduling.overrides import checked_override
 
 
 class GroupError(ValueError):
@@ -84,27 +82,11 @@ class GroupControl:
         both. A raise starts waiting jobs at once; the start the group's rate gave ahead is
         given again under the new rate."""
         _check(queue, group)
-        if slots is None and not rate:
-            raise GroupError("pass slots (0 holds the group) or rate (e.g. '10/s'), or both")
-        if slots is not None and (type(slots) is not int
-                                  or not 0 <= slots <= MAX_GROUP_CONCURRENCY):
-            raise GroupError(f"bad slots {slots!r}: an int from 0 (hold the group) to "
-                             f"{MAX_GROUP_CONCURRENCY}")
-        rate_value = ""
-        if rate:
-            try:
-                n, w = parse_rate(rate)
-            except InvalidJob as exc:
-                raise GroupError(str(exc).replace("group_rate", "rate")) from exc
-            rate_value = f"{n}/{w}"
-        reason = (reason or "").strip()[:2000]
-        if not reason:
-            raise GroupError("a reason is required: say why (it is shown on the Groups page)")
+        rate_value, reason = checked_override(
+            slots, rate, reason, MAX_GROUP_CONCURRENCY, revert_after_s, error=GroupError,
+            holds="holds the group", hold="hold the group", page="Groups")
         until = 0
         if revert_after_s is not None:
-            if not 0 < float(revert_after_s) <= MAX_REVERT_S:
-                raise GroupError(f"revert_after_s must be from 1 to {MAX_REVERT_S} seconds, "
-                                 "or left out (until cleared)")
             until = self.clock() + int(float(revert_after_s) * 1000)
         now = self.clock()
         shown = format_rate(rate_value) if rate_value else ""

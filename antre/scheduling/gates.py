@@ -31,13 +31,12 @@ import redis
 
 from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
-from antre.engine.envelope import format_rate, parse_rate
+from antre.engine.envelope import format_rate
 from antre.engine.scripts import Scripts
-from antre.errors import InvalidJob
 from antre.scheduling.flow import FlowPolicy
+from antre.scheduling.overrides import checked_override
 
 MAX_SLOTS = 100_000
-MAX_REVERT_S = 7 * 86400
 KINDS = {"type": "type", "downstream": "ds"}
 
 
@@ -210,25 +209,11 @@ class FlowGates:
         ``queue``; with ``revert_after_s`` it ends by itself then. Held on every host at the
         next reserve; a raise starts waiting jobs at once."""
         gate = self._known_gate(queue, kind, name)
-        if slots is None and not rate:
-            raise GateError("pass slots (0 to hold it) or rate (e.g. '10/s'), or both")
-        if slots is not None and (type(slots) is not int or not 0 <= slots <= MAX_SLOTS):
-            raise GateError(f"bad slots {slots!r}: an int from 0 (hold it) to {MAX_SLOTS}")
-        rate_value = ""
-        if rate:
-            try:
-                n, w = parse_rate(rate)
-            except InvalidJob as exc:
-                raise GateError(str(exc).replace("group_rate", "rate")) from exc
-            rate_value = f"{n}/{w}"
-        reason = (reason or "").strip()[:2000]
-        if not reason:
-            raise GateError("a reason is required: say why (it is shown on the Limits page)")
+        rate_value, reason = checked_override(
+            slots, rate, reason, MAX_SLOTS, revert_after_s, error=GateError,
+            holds="to hold it", hold="hold it", page="Limits")
         now, until = self.clock(), 0
         if revert_after_s is not None:
-            if not 0 < float(revert_after_s) <= MAX_REVERT_S:
-                raise GateError(f"revert_after_s must be from 1 to {MAX_REVERT_S} seconds, "
-                                "or left out (until cleared)")
             until = now + int(float(revert_after_s) * 1000)
         record = GateOverride(slots, format_rate(rate_value) if rate_value else "", by, reason,
                               now, until)
