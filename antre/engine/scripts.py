@@ -415,7 +415,7 @@ class Batch:
             for i in rounds.pending:
                 script, name, a, kw = calls[i]
                 if script is not None:
-                    pipe.execute_command(*script_command(script, a[0], a[1]))
+                    getattr(pipe, "execute_command")(*script_command(script, a[0], a[1]))
                 else:
                     getattr(pipe, name)(*a, **kw)
             for script in rounds.take(pipe.execute(raise_on_error=False)):
