@@ -95,13 +95,17 @@ def hot(args: argparse.Namespace) -> dict[str, object]:
         worker_cpu, redis_cpu = _children_cpu_s() - cpu0, _redis_cpu_s(client) - rcpu0
         cmd = client.info("commandstats")
 
-        order = [int(x) for x in client.lrange("perkey:order:order:42", 0, -1)]
+        ran = [x.split(":") for x in client.lrange("perkey:order:order:42", 0, -1)]
+        order = [int(x[0]) for x in ran]
+        ends = [int(x[1]) for x in ran if len(x) > 1]
         stats = {k: int(v) for k, v in client.hgetall(Queue(client, "default").keys.stats).items()}
         out = {"case": "hot key", "jobs": args.jobs, "ran": len(order),
                "distinct": len(set(order)),
                "worker_wall_s": round(took, 2),  # the process's start and exit included
                # the done index keeps the newest 10,000: above that, worker_wall_s is the figure
                "drain_s": round(_drain_span_s(client), 2) if args.jobs <= 10_000 else None,
+               # the first job's end to the last's, as the handler saw them (any size)
+               "handler_span_s": round((max(ends) - min(ends)) / 1000, 2) if ends else None,
                "serial_ideal_s": round(args.jobs * 0.002, 2),
                "inversions": inversions(order),
                "lock_busy_per_job": round(stats.get("lock_busy", 0) / args.jobs, 4),

@@ -2,8 +2,9 @@
 ``antre worker perkey:app --burst`` with bench/apps on the path.
 
 Environment: ``BENCH_REDIS_URL``. The ``hot`` handler works 2 ms (``BENCH_WORK_MS``) and
-appends its payload's sequence number to ``perkey:order:<lock key or group>``, so the harness
-counts order inversions per key afterwards.
+appends its payload's sequence number and the time its work ended (``<i>:<ms>``) to
+``perkey:order:<lock key or group>``, so the harness counts order inversions per key afterwards
+and measures the drain at any size (the done index keeps only the newest 10,000).
 """
 
 import os
@@ -18,7 +19,8 @@ WORK_S = float(os.environ.get("BENCH_WORK_MS", "2")) / 1000
 @app.handler("hot", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
 def hot(ctx, payload):
     time.sleep(WORK_S)
-    app.redis.rpush(f"perkey:order:{payload['k']}", payload["i"])
+    # "<sequence number>:<ms when its work ended>": the order, and the drain of any size
+    app.redis.rpush(f"perkey:order:{payload['k']}", f"{payload['i']}:{time.time_ns() // 1_000_000}")
 
 
 @app.handler("noop", max_attempts=3, timeout_s=30, visibility_timeout_s=30)
