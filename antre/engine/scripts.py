@@ -128,31 +128,37 @@ class Library:
 
     def load(self, client: Any, script: Script, why: Any = None) -> None:
         """After ``script``'s call was refused (``why``): load what the next call needs."""
-        if self.functions and not _command_refused(why):
+        if self._library_next(why):
             try:
                 client.function_load(self.code, replace=True)
                 return
             except ResponseError as exc:
-                if _transient(exc):
-                    raise
-                why = exc
-        if self.functions:
-            self._fall_back(why)
+                self._load_refused(exc)
         script.sha = client.script_load(script.script)
 
     async def aload(self, client: Any, script: Script, why: Any = None) -> None:
         """``load`` on a ``redis.asyncio`` client."""
-        if self.functions and not _command_refused(why):
+        if self._library_next(why):
             try:
                 await client.function_load(self.code, replace=True)
                 return
             except ResponseError as exc:
-                if _transient(exc):
-                    raise
-                why = exc
-        if self.functions:
-            self._fall_back(why)
+                self._load_refused(exc)
         script.sha = await client.script_load(script.script)
+
+    def _library_next(self, why: Any) -> bool:
+        """Whether the library is what to load after the refusal ``why`` (else the script, for
+        EVALSHA): not when FCALL itself was refused (an unknown command, no permission)."""
+        if self.functions and _command_refused(why):
+            self._fall_back(why)
+        return self.functions
+
+    def _load_refused(self, exc: ResponseError) -> None:
+        """``FUNCTION LOAD`` was refused: raised when the server is busy or failing over, else
+        this client turns to EVALSHA."""
+        if _transient(exc):
+            raise exc
+        self._fall_back(exc)
 
     def _fall_back(self, why: Any) -> None:
         self.functions = False
