@@ -440,9 +440,8 @@ class Queue:
         key): ``handover.lua`` checks the lock is still held by ``token`` (else nothing
         changes: status 'LOCK'), releases it and acks the job (the key's turn passes); when
         the new head is the next job a reserve takes, its lock is taken with ``next_token``
-        (``ttl_ms``, for a head of ``job``'s type); then, in the same script call (no other
-        client's reserve can come between), reserve takes up to ``count`` jobs for
-        ``worker_id``. ``Handover.next_id`` / ``next_epoch``: the delivery that lock
+        (``ttl_ms``, for a head of ``job``'s type); then ``reserve.lua`` takes up to ``count``
+        jobs for ``worker_id``. ``Handover.next_id`` / ``next_epoch``: the delivery that lock
         was taken for (the caller releases it if it did not get that delivery). Callers check
         ``handover_ok`` first. Raises ``LeaseLost`` as ``ack`` does only through the status
         (the jobs reserved behind it are the caller's either way)."""
@@ -453,15 +452,15 @@ class Queue:
                      k.gate_active]
         hand_args = [*ack_args, token, lock_key, next_token, int(ttl_ms), job.type,
                      f"{self.name}/"]
-        # handover.lua's 14 keys and 16 arguments, then reserve.lua's
         calls: list[Call] = [
-            (self.scripts.handover, [*hand_keys, *self._reserve_keys],
-             [*hand_args, k.job_prefix, now, count, worker_id, k.parked_prefix,
-              k.dead_type_prefix, k.dead_group_prefix])]
-        [hand] = (self._pinned.call(calls, raw=True) if self._pinned is not None
-                  else direct(self.redis, calls, raw=True))
+            (self.scripts.handover, hand_keys, hand_args),
+            (self.scripts.reserve, self._reserve_keys,
+             [k.job_prefix, now, count, worker_id, k.parked_prefix, k.dead_type_prefix,
+              k.dead_group_prefix])]
+        hand, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
+                      else direct(self.redis, calls, raw=True))
         status, next_id = hand[0].decode(), hand[1].decode()
-        return Handover(status, self._reserved(hand[4]), next_id, int(hand[2]), int(hand[3]))
+        return Handover(status, self._reserved(rows), next_id, int(hand[2]), int(hand[3]))
 
     def ack_many(self, done: Sequence[tuple[Job, Any]],
                  notes: Sequence[Note] | None = None) -> list[Job]:

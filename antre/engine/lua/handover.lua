@@ -4,9 +4,8 @@
 -- acked (ack.lua's transition: ack_job passes the key's turn), and when the key's new head is
 -- now the job the next reserve takes (the oldest end of ready; nothing paused in the queue, no
 -- limit gate on its type, no cancel request, the same job type, so the same lock ttl) its lock
--- is taken for the caller, whose reserve runs behind it in this same call (reserve_jobs, with
--- KEYS[15 ..] and ARGV[17 ..]: reserve.lua's), who adopts that lock for the delivery named in
--- the reply. The wake token
+-- is taken for the caller, who reserves it in the same write (Queue.handover: this script,
+-- then reserve.lua) and adopts that lock for the delivery named in the reply. The wake token
 -- the turn's placing pushed is taken back then (the caller is not idle: no runner wakes for a
 -- job it would not get).
 -- KEYS[1] job (HASH)   KEYS[2] inflight (ZSET)   KEYS[3] done (ZSET)   KEYS[4] stats (HASH)
@@ -17,62 +16,47 @@
 -- ARGV[1 .. 10] as ack.lua's   ARGV[11] the lock's token   ARGV[12] the business key
 -- ARGV[13] a token for the next head's lock ('' none; stored as '<token>.<epoch>')   ARGV[14] its ttl_ms
 -- ARGV[15] the job type that ttl is for   ARGV[16] the holder prefix ('<queue>/')
--- KEYS[15 ..] reserve.lua's KEYS   ARGV[17 ..] reserve.lua's ARGV (none: no reserve)
--- Returns: {status, next id, epoch, fence, reserved rows (reserve.lua's reply)}: status 'OK', 'LOST:<why>' (the lease: the job left
+-- Returns: {status, next id, epoch, fence}: status 'OK', 'LOST:<why>' (the lease: the job left
 -- unchanged, the lock released), or 'LOCK' (the lock is not held by ARGV[11]: it expired or
 -- was force-released while the job ran; nothing changed, the caller snoozes the job); next id
 -- '' or the head whose lock was taken (token ARGV[13], fencing token 'fence') for the
 -- delivery of lease epoch 'epoch' (the next reserve's).
-local function hand_over()
-  local id, now, lk = ARGV[1], tonumber(ARGV[3]), ARGV[12]
-  if redis.call('GET', KEYS[6]) ~= ARGV[11] then return {'LOCK', '', 0, 0} end
-  redis.call('DEL', KEYS[6])
-  redis.call('ZREM', KEYS[8], lk)
-  redis.call('HDEL', KEYS[9], lk)
-  local kind = ARGV[8] == 'deduplicated' and 'deduplicated' or 'completed'
-  local lost, latency = ack_job(KEYS[1], KEYS[5], id, ARGV[2], now, ARGV[4], kind, ARGV[9], ARGV[10])
-  if lost then return {lost, '', 0, 0} end
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('ZADD', KEYS[3], now, id)
-  redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
-  if latency then redis.call('HINCRBY', KEYS[4], 'latency_ms_total', latency) end
-  trim_done(KEYS[3], ARGV[7], now, tonumber(ARGV[5]), tonumber(ARGV[6]), 20)
-  if ARGV[13] == '' then return {'OK', '', 0, 0} end
-  local nxt = redis.call('HGET', KEYS[13], lk)
-  if not nxt or nxt == id or redis.call('LINDEX', KEYS[10], -1) ~= nxt
-      or redis.call('HLEN', KEYS[11]) > 0 then
-    return {'OK', '', 0, 0}
-  end
-  local f = redis.pcall('HMGET', ARGV[7] .. nxt, 'type', 'cancel', 'epoch')
-  if f.err or f[1] ~= ARGV[15] or (f[2] and f[2] ~= '') or redis.call('HEXISTS', KEYS[14], f[1]) == 1 then
-    return {'OK', '', 0, 0}
-  end
-  -- the epoch reserve.lua hands out next: a job stored without one is new (0 + 1); a damaged one
-  -- is left to the ordinary acquire (reserve restarts it from the clock)
-  local epoch = f[3] and tonumber(f[3]) or 0
-  if not epoch or epoch ~= math.floor(epoch) or epoch < 0 then return {'OK', '', 0, 0} end
-  local ttl = tonumber(ARGV[14])
-  -- the lock's value names the delivery it is for ('<token>.<epoch>'; the held-since entry names
-  -- the job): the caller's reserve behind this in the same call takes that delivery; a reserve
-  -- by another runner that wins it anyway (a caller that sent no reserve, or an older version's
-  -- two calls, another client's reserve between them) adopts the lock in lock_acquire.lua
-  -- instead of finding it busy and snoozing the head
-  if not redis.call('SET', KEYS[6], ARGV[13] .. '.' .. (epoch + 1), 'NX', 'PX', ttl) then
-    return {'OK', '', 0, 0}
-  end
-  redis.call('ZADD', KEYS[8], now + ttl, lk)
-  redis.call('HSET', KEYS[9], lk, ARGV[3] .. '|' .. ARGV[16] .. nxt)
-  redis.call('LPOP', KEYS[12])
-  return {'OK', nxt, epoch + 1, redis.call('INCR', KEYS[7])}
+local id, now, lk = ARGV[1], tonumber(ARGV[3]), ARGV[12]
+if redis.call('GET', KEYS[6]) ~= ARGV[11] then return {'LOCK', '', 0, 0} end
+redis.call('DEL', KEYS[6])
+redis.call('ZREM', KEYS[8], lk)
+redis.call('HDEL', KEYS[9], lk)
+local kind = ARGV[8] == 'deduplicated' and 'deduplicated' or 'completed'
+local lost, latency = ack_job(KEYS[1], KEYS[5], id, ARGV[2], now, ARGV[4], kind, ARGV[9], ARGV[10])
+if lost then return {lost, '', 0, 0} end
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZADD', KEYS[3], now, id)
+redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
+if latency then redis.call('HINCRBY', KEYS[4], 'latency_ms_total', latency) end
+trim_done(KEYS[3], ARGV[7], now, tonumber(ARGV[5]), tonumber(ARGV[6]), 20)
+if ARGV[13] == '' then return {'OK', '', 0, 0} end
+local nxt = redis.call('HGET', KEYS[13], lk)
+if not nxt or nxt == id or redis.call('LINDEX', KEYS[10], -1) ~= nxt
+    or redis.call('HLEN', KEYS[11]) > 0 then
+  return {'OK', '', 0, 0}
 end
-local out = hand_over()
--- the reserve behind it, whatever the hand-over said (the caller's next jobs either way)
-if #KEYS > 14 then
-  local rkeys, rargs = {}, {}
-  for i = 15, #KEYS do rkeys[#rkeys + 1] = KEYS[i] end
-  for i = 17, #ARGV do rargs[#rargs + 1] = ARGV[i] end
-  out[5] = reserve_jobs(rkeys, rargs)
-else
-  out[5] = {}
+local f = redis.pcall('HMGET', ARGV[7] .. nxt, 'type', 'cancel', 'epoch')
+if f.err or f[1] ~= ARGV[15] or (f[2] and f[2] ~= '') or redis.call('HEXISTS', KEYS[14], f[1]) == 1 then
+  return {'OK', '', 0, 0}
 end
-return out
+-- the epoch reserve.lua hands out next: a job stored without one is new (0 + 1); a damaged one
+-- is left to the ordinary acquire (reserve restarts it from the clock)
+local epoch = f[3] and tonumber(f[3]) or 0
+if not epoch or epoch ~= math.floor(epoch) or epoch < 0 then return {'OK', '', 0, 0} end
+local ttl = tonumber(ARGV[14])
+-- the lock's value names the delivery it is for ('<token>.<epoch>'; the held-since entry names
+-- the job): a reserve by another runner that wins that very delivery (the caller's reserve.lua
+-- runs after this script, and another client's may run between the two) adopts the lock in
+-- lock_acquire.lua instead of finding it busy and snoozing the head
+if not redis.call('SET', KEYS[6], ARGV[13] .. '.' .. (epoch + 1), 'NX', 'PX', ttl) then
+  return {'OK', '', 0, 0}
+end
+redis.call('ZADD', KEYS[8], now + ttl, lk)
+redis.call('HSET', KEYS[9], lk, ARGV[3] .. '|' .. ARGV[16] .. nxt)
+redis.call('LPOP', KEYS[12])
+return {'OK', nxt, epoch + 1, redis.call('INCR', KEYS[7])}

@@ -32,5 +32,160 @@
 -- flight waits in the gate's line (gate_take in _lib.lua; stats 'limit_held' counts both). A
 -- ready job of a group whose slots an operator lowered below those its jobs hold gives its
 -- slot back and waits at the front of the group's line (group_over; counted there too).
--- (the body is reserve_jobs in _lib.lua: handover.lua runs it too)
-return reserve_jobs(KEYS, ARGV)
+local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+if ARGV[2] == 'server' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- >>> incident controls: pause, purge marks
+local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at most
+local npaused = redis.call('HLEN', KEYS[4])
+if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
+local function paused_type(id)
+  -- the job's type when that type is paused, else 'group=<its group>' when its group is
+  -- paused (issue 23: '=' is in no job type), else nil
+  if npaused == 0 then return nil end
+  local f = redis.pcall('HMGET', prefix .. id, 'type', 'fgroup')  -- (not a hash: dealt with below)
+  if f.err then return nil end
+  if type(f[1]) == 'string' and redis.call('HEXISTS', KEYS[4], f[1]) == 1 then return f[1] end
+  if type(f[2]) == 'string' and f[2] ~= '' and redis.call('HEXISTS', KEYS[4], 'group=' .. f[2]) == 1 then
+    return 'group=' .. f[2]
+  end
+  return nil
+end
+local ids, parked, tombs, held = {}, 0, 0, 0
+-- limit gates (issue 23 item 3; "Limit gates" in _lib.lua): a job of a type with declared limits
+-- that its gate holds back is moved to the gate's line or to scheduled, untouched
+local ngates = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'lactive')
+-- a group's slots lowered by an operator hold here: a ready job over them gives its slot back
+-- and waits at the front of its group's line (group_over in _lib.lua; while any group has one)
+local ngover, back = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'glimits'), {}
+while #ids < count and parked + tombs + held < SKIP_MAX do
+  local want = count - #ids
+  local got = redis.call('RPOP', KEYS[1], want)
+  if not got then break end
+  for _, id in ipairs(got) do
+    local jtype = nil
+    if string.byte(id, 1) == 123 then
+      tombs = tombs + 1
+    else
+      jtype = paused_type(id)
+      if jtype then
+        redis.call('LPUSH', ARGV[5] .. jtype, id)
+        redis.call('SADD', KEYS[5], jtype)
+        parked = parked + 1
+      elseif ngover > 0 and group_over(prefix, id, now, back) then
+        held = held + 1
+      elseif ngates > 0 and gate_take(prefix, id, now) then
+        held = held + 1
+      else
+        ids[#ids + 1] = id
+      end
+    end
+  end
+  if #got < want then break end  -- the list is empty now
+end
+if parked > 0 then redis.call('HINCRBY', KEYS[3], 'parked', parked) end
+if tombs > 0 then redis.call('DECRBY', KEYS[6], tombs) end
+if held > 0 then redis.call('HINCRBY', KEYS[3], 'limit_held', held) end
+if ngover > 0 then group_over_end(prefix, back) end
+if #ids == 0 then return {} end
+-- <<< incident controls
+-- the fields returned per job: the library's RESERVE_FIELDS (Queue's, written into _lib.lua
+-- by scripts.py), laid out once (reserve_layout; with Redis Functions once per server, not per
+-- call: the names are no longer sent with every reserve); a caller may still name its own in
+-- ARGV[8 ..] (laid out for that call)
+local L = RESERVE_DEFAULT
+if #ARGV > 7 then
+  local names = {}
+  for i = 8, #ARGV do names[#names + 1] = ARGV[i] end
+  L = reserve_layout(names)
+end
+local core, cpos, later, lpos = L.core, L.cpos, L.later, L.lpos
+local nret, ncore, nlater, identity, tail = L.nret, L.ncore, L.nlater, L.identity, L.tail
+local c_vt, c_ep, c_id, c_cancel, l_dl = L.c_vt, L.c_ep, L.c_id, L.c_cancel, L.l_dl
+local p_id = L.p_id
+local out, deadlines = {}, {}
+local orphans, corrupt = 0, 0
+local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
+local worker_json = cjson.encode(worker)
+local now_s = string.format('%d', now)
+local p_epoch, p_deliveries, p_state = L.p_epoch, L.p_deliveries, L.p_state
+local p_deadline, p_reserved_at, p_worker = L.p_deadline, L.p_reserved_at, L.p_worker
+local nread = #core
+for _, id in ipairs(ids) do
+  local key = prefix .. id
+  local r = redis.pcall('HMGET', key, unpack(core))
+  local present = r[1] ~= false  -- the first field asked for (Queue asks for the id first)
+  if not present and not r.err then
+    for i = 2, nread do if r[i] then present = true; break end end
+  end
+  local lr = nil  -- LATER's values: a job delivered before (an epoch: a hash, as r said)
+  if not r.err and r[c_ep] then lr = redis.call('HMGET', key, unpack(later)) end
+  local cancel = r[c_cancel]  -- (a flow's cancel marks its ready jobs too: read for every job)
+  if r.err then
+    if bad_id(id) then
+      quarantine(KEYS[9], KEYS[3], now, id, 'job id is not ASCII text (found by reserve)')
+    else
+      bury_not_hash(prefix, id, now, 'reserve', dlq)
+    end
+    corrupt = corrupt + 1
+  elseif not present and not lr and redis.call('EXISTS', key) == 0 then
+    quarantine(KEYS[9], KEYS[3], now, id, 'job record is missing (found by reserve)')
+    orphans = orphans + 1
+  elseif KEYS[10] and cancel and cancel ~= '' then
+    cancel_end(key, id, now, cancel_of(cancel), worker, dlq, KEYS[10],
+               tl_key(prefix, id), nil, nil)
+  else
+    local vt = num_of(r[c_vt], 30000)
+    if vt <= 0 or vt > 604800000 then vt = 30000 end
+    local deadline = string.format('%d', now + vt)
+    -- a job stored without an epoch is a new job (enqueue writes no counters): 0; a corrupted
+    -- epoch, or a hash without its id, restarts from now_ms: above any epoch handed out
+    -- before, so an old lease can never become valid again
+    local epoch = num_of(r[c_ep], -1)
+    if epoch < 0 then
+      epoch = (r[c_ep] == false and r[c_id]) and 0 or now
+    end
+    epoch = string.format('%d', epoch + 1)
+    local delivery = string.format('%d', num_of(lr and lr[l_dl], 0) + 1)
+    redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
+               'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
+    deadlines[#deadlines + 1] = deadline
+    deadlines[#deadlines + 1] = id
+    tl_add_json(tl_key(prefix, id), now, 'reserved', worker_json,
+                '{"epoch":' .. epoch .. ',"delivery":' .. delivery .. ',"deadline":' ..
+                deadline .. '}')
+    local row = r
+    if not identity then
+      row = {}
+      for i = 1, ncore do row[cpos[i]] = r[i] end
+    end
+    local stop = nret
+    if lr then
+      for i = 1, nlater do row[lpos[i]] = lr[i] end
+    elseif tail then
+      stop = nret - nlater
+    else
+      for i = 1, nlater do row[lpos[i]] = false end
+    end
+    if p_epoch then row[p_epoch] = epoch end
+    if p_deliveries then row[p_deliveries] = delivery end
+    if p_state then row[p_state] = 'inflight' end
+    if p_deadline then row[p_deadline] = deadline end
+    if p_reserved_at then row[p_reserved_at] = now_s end
+    if p_worker then row[p_worker] = worker end
+    if p_id then row[p_id] = id end  -- the id it is known by (a hash's own may be damaged)
+    for i = math.max(nread, nret), stop + 1, -1 do row[i] = nil end
+    out[#out + 1] = row
+  end
+  if #deadlines >= 400 then  -- (unpack's stack is bounded)
+    redis.call('ZADD', KEYS[2], unpack(deadlines))
+    deadlines = {}
+  end
+end
+if #deadlines > 0 then redis.call('ZADD', KEYS[2], unpack(deadlines)) end
+redis.call('HINCRBY', KEYS[3], 'reserved', #out)
+if orphans > 0 then redis.call('HINCRBY', KEYS[3], 'orphans', orphans) end
+if corrupt > 0 then redis.call('HINCRBY', KEYS[3], 'corrupt', corrupt) end
+return out
