@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from antre.observe.alerts import AlertEngine, AlertQuiet
+from antre.observe.alerts import AlertEngine, AlertQuiet, AlertThresholds
 from antre.scheduling.controls import GroupControl
 
 from .conftest import SCREENSHOTS, screenshot, wait_until
@@ -26,6 +26,9 @@ PHONE = {"width": 390, "height": 844}
 def dlq_spike(stack):
     """12 dead ``charge`` jobs in a few seconds (the DLQ rule fires above 10 in 5 min), a
     running report and a held lock with a long key, so each page has rows."""
+    # a clean slate for the rule: no silence or per-queue threshold left by an earlier test
+    AlertQuiet(stack.r).clear("dlq_growth|default")
+    AlertThresholds(stack.r).set("default", "dlq_growth_max", "")
     engine = AlertEngine(stack.r, rules=stack.client.alert_config.rules())
     engine.check()  # a point before the burst
     refs = [stack.new_ref("spike") for _ in range(12)]
@@ -44,9 +47,15 @@ def dlq_spike(stack):
     try:
         wait_until("the burst to fail", lambda: set(refs) <= set(stack.marks("failed"))
                    and slow_ref in stack.marks("started"))
+        # the handler marks a job failed before the worker buries it (its batch settles after):
+        # the rule counts burials, so wait for all 12 dead (a readiness bound, not a timing: a
+        # loaded CI machine settles slowly)
+        q = stack.client.queue()
+        wait_until("the burst to be dead-lettered", lambda: all(
+            q.get(i) is not None and q.get(i).state == "dead" for i in ids), timeout=60.0)
         wait_until("the alert to fire", lambda: any(
             e.rule == "dlq_growth" for e in engine.check()) or any(
-            a.id == "dlq_growth|default" for a in engine.active()))
+            a.id == "dlq_growth|default" for a in engine.active()), timeout=60.0)
         yield {"dead": ids[0], "slow": slow_id}
     finally:
         stack.client.locks.release(lock)
