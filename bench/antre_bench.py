@@ -133,10 +133,13 @@ def ceiling(url: str, n: int = 20_000, batch: int = 100) -> dict[str, Any]:
 
 
 def _specs(app: Antre, n: int, prefix: str = "k", lock: bool = False,
-           job_type: str = "noop") -> list[JobSpec]:
+           job_type: str = "noop", groups: int = 0) -> list[JobSpec]:
+    """``groups``: jobs spread round robin over that many groups (``group="g<n>"``, issue 23's
+    fair shares); 0: no group, as a plain job."""
     run = uuid.uuid4().hex[:6]
     return [app.spec(job_type, {"i": i}, idempotency_key=f"{prefix}:{run}:{i}",
-                     lock_key=f"lock:{i}" if lock else None) for i in range(n)]
+                     lock_key=f"lock:{i}" if lock else None,
+                     **({"group": f"g{i % groups}"} if groups else {})) for i in range(n)]
 
 
 def enqueue(url: str, n_single: int = 5_000, n_many: int = 50_000, chunk: int = 1_000
@@ -167,10 +170,11 @@ def enqueue(url: str, n_single: int = 5_000, n_many: int = 50_000, chunk: int = 
             "enqueue_many_chunk": chunk, "n_single": n_single, "n_many": n_many}
 
 
-def fill(url: str, n: int, lock: bool = False, prefix: str = "k", job_type: str = "noop") -> None:
-    """``n`` no-op jobs through ``app.enqueue_many``, 2,000 per call."""
+def fill(url: str, n: int, lock: bool = False, prefix: str = "k", job_type: str = "noop",
+         groups: int = 0) -> None:
+    """``n`` no-op jobs through ``app.enqueue_many``, 2,000 per call (in ``groups`` groups)."""
     app = producer(url)
-    specs = _specs(app, n, prefix=prefix, lock=lock, job_type=job_type)
+    specs = _specs(app, n, prefix=prefix, lock=lock, job_type=job_type, groups=groups)
     for start in range(0, n, 2_000):
         app.enqueue_many(specs[start:start + 2_000])
 
@@ -293,14 +297,15 @@ def _processes(args: Sequence[str]) -> int:
 
 def worker_run(url: str, n: int, args: Sequence[str] = (), env: dict[str, str] | None = None,
                database_url: str | None = None, lock: bool = False, count_rtt: bool = False,
-               timeout: float = 300, write: bool = False, job_type: str = "noop"
-               ) -> dict[str, Any]:
+               timeout: float = 300, write: bool = False, job_type: str = "noop",
+               groups: int = 0) -> dict[str, Any]:
     """The real worker pool as a user starts it (``antre worker app:app`` + ``args``, the
     default environment + ``env``), draining ``n`` jobs (of ``job_type``: ``noop`` returns a
-    small result, ``noop_none`` None) enqueued before it starts."""
+    small result, ``noop_none`` None; spread over ``groups`` groups when > 0) enqueued before
+    it starts."""
     client = redis.Redis.from_url(url, decode_responses=True)
     flush(client)
-    fill(url, n, lock=lock, job_type=job_type)
+    fill(url, n, lock=lock, job_type=job_type, groups=groups)
     before, cmds_before = commandstats(client), client.info("stats")["total_commands_processed"]
     # not --burst: a burst worker exits while snoozed jobs (database busy) are still scheduled
     full_env = _env(url, BENCH_DATABASE_URL=database_url,
@@ -325,7 +330,8 @@ def worker_run(url: str, n: int, args: Sequence[str] = (), env: dict[str, str] |
         "evalsha_per_job": round(evalsha / n, 3),
         "redis_commands_per_job": round((cmds_after - cmds_before) / n, 2),
         "log_bytes_per_job": round(os.path.getsize(log_path) / n),
-        "database": _db_kind(database_url), "lock_per_job": lock, "row_written": write}
+        "database": _db_kind(database_url), "lock_per_job": lock, "row_written": write,
+        "groups": groups}
     if count_rtt:
         sends = sum(int(v) for v in client.hgetall("bench:rtt").values())
         extra["round_trips_per_job"] = round(sends / n, 3)
