@@ -4,6 +4,7 @@ is doing), so a script change can be judged on this VM, whose speed drifts by 2x
 
     python3 bench/redis_instructions.py [TREE ...] [--jobs 1000] [--batch 16]
     python3 bench/redis_instructions.py [TREE ...] --enqueue [--jobs 10000]
+    python3 bench/redis_instructions.py [TREE ...] --fail bury|retry [--batch 16]
 
 For each source tree (default: this checkout) it starts ``redis-server`` under
 ``valgrind --tool=callgrind`` with instrumentation off, fills ``--jobs`` no-op jobs with
@@ -15,6 +16,9 @@ run's wall time on a loaded machine) and the callgrind file (``callgrind_annotat
 --inclusive=yes FILE`` shows where they go).
 With ``--enqueue`` it counts the producer's side instead: the server's instructions while
 ``--jobs`` jobs go in through ``Queue.enqueue_many``, 1,000 specs a call (as ``bench/run``).
+With ``--fail bury`` / ``--fail retry`` each reserved batch fails instead, through
+``Queue.fail_many`` (buried; or retried with a 10-minute backoff), with the traceback of an
+error raised three calls deep, as the worker sends it.
 Needs ``valgrind`` and ``redis-server`` on PATH. A tree is a directory holding ``antre/``
 (``git archive <commit> antre | tar -x -C DIR`` for another commit).
 """
@@ -70,10 +74,56 @@ c.shutdown(nosave=True)
 """
 
 
+# the failure path (issue 29 item 3): each reserved batch retried (a 10-minute backoff) or buried
+# through Queue.fail_many, as the worker's settler sends it, with the traceback the worker makes
+# of an error raised three calls deep (bench/apps/cost.py's bury / retry rows)
+FAIL = START + """
+from antre.engine.failing import Failure
+from antre.engine.retry import describe, format_traceback
+op = sys.argv[6]
+
+def _gateway(i):
+    raise ValueError(f"card declined for order {i}: do not honour (code 05)")
+
+def _charge(i):
+    _gateway(i)
+
+def failed(i):
+    try:
+        _charge(i)
+    except ValueError as exc:
+        return describe(exc), format_traceback(exc)
+
+def failure(j):
+    error, tb = failed(j.payload["i"])
+    if op == "retry":
+        return Failure(j, "retry", error, "retryable", tb, {"ran_ms": 0}, delay_ms=600_000)
+    return Failure(j, "bury", error, "permanent", tb, {"ran_ms": 0}, reason="permanent error")
+
+specs = [JobSpec("fail", {"i": i}, idempotency_key=f"k{i}") for i in range(n)]
+for s in range(0, n, 500):
+    q.enqueue_many(specs[s:s + 500])
+got = q.reserve("w", count=batch)
+q.fail_many([failure(j) for j in got])
+subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
+done = 0
+while True:
+    got = q.reserve("w:1", count=batch)
+    if not got:
+        break
+    replies = q.fail_many([failure(j) for j in got])
+    assert all(not r.startswith("LOST") for r in replies), replies
+    done += len(got)
+subprocess.run(["callgrind_control", "-i", "off", str(pid)], stdout=subprocess.DEVNULL, check=True)
+print(done)
+c.shutdown(nosave=True)
+"""
+
+
 def count(tree: str, jobs: int, batch: int, port: int,
           enqueue: bool = False, server_bin: str = "redis-server",
-          single: bool = False) -> tuple[float, int, str]:
-    code = SINGLE if single else ENQUEUE if enqueue else START + f"""
+          single: bool = False, fail: str = "") -> tuple[float, int, str]:
+    code = FAIL if fail else SINGLE if single else ENQUEUE if enqueue else START + f"""
 specs = [JobSpec("noop", {{"i": i}}, idempotency_key=f"k{{i}}") for i in range(n)]
 for s in range(0, n, 500):
     q.enqueue_many(specs[s:s + 500])
@@ -100,7 +150,8 @@ c.shutdown(nosave=True)
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         res = subprocess.run([sys.executable, "-c", code, str(server.pid), str(port), str(jobs),
-                              str(batch), tree], capture_output=True, text=True, timeout=900)
+                              str(batch), tree, fail], capture_output=True, text=True,
+                             timeout=900)
         if res.returncode != 0:
             raise SystemExit(f"{tree}: {res.stderr[-2000:]}")
         done = int(res.stdout.split()[-1])
@@ -135,14 +186,18 @@ def main() -> int:
                    help="count single enqueues (app.enqueue, one job a call)")
     p.add_argument("--enqueue", action="store_true",
                    help="count enqueue_many (1,000 specs a call) instead of reserve + ack")
+    p.add_argument("--fail", choices=["bury", "retry"], default="",
+                   help="count reserve + fail_many (each job buried, or retried with a backoff) "
+                        "instead of reserve + ack")
     args = p.parse_args()
     trees = args.trees or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     for i, tree in enumerate(trees):
         started = time.monotonic()
         ir, done, out, in_scripts = count(tree, args.jobs, args.batch,
                                           6500 + os.getpid() % 1000 + i, args.enqueue,
-                                          args.server, args.single)
+                                          args.server, args.single, args.fail)
         what = ("single enqueue" if args.single else "enqueue_many, 1,000 a call" if args.enqueue
+                else f"reserve {args.batch} at a time + fail_many ({args.fail})" if args.fail
                 else f"reserve {args.batch} at a time + ack_many")
         print(f"{tree}: {ir:,.0f} Ir per job, {in_scripts:,.0f} of them in scripts (EVALSHA / FCALL) ({what}; "
               f"{done} jobs; {time.monotonic() - started:.0f} s) -> {out}", flush=True)

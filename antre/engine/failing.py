@@ -18,7 +18,7 @@ from redis.commands.core import Script
 from antre.engine.envelope import Job
 from antre.engine.keys import QueueKeys
 from antre.engine.retry import error_signature
-from antre.engine.scripts import Batch
+from antre.engine.scripts import Batch, Pinned
 
 FAIL_CHUNK = 100  # jobs per fail_many.lua call (each carries a traceback of up to 8,000 chars)
 _encode = json.JSONEncoder(default=str, separators=(",", ":")).encode  # made once
@@ -53,14 +53,22 @@ def failure_args(f: Failure, now: int) -> list[Any]:
 
 
 def fail_many(client: "redis.Redis", script: Script, k: QueueKeys, now: int,
-              failures: Sequence[Failure]) -> list[str]:
+              failures: Sequence[Failure], pinned: Pinned | None = None) -> list[str]:
     """``failures`` through ``fail_many.lua`` (chunks of ``FAIL_CHUNK``, one round trip): per
-    job its reply, in order ('OK', 'CANCELLED', 'OK:<group>' or 'LOST:<why>')."""
+    job its reply, in order ('OK', 'CANCELLED', 'OK:<group>' or 'LOST:<why>'). ``pinned``: the
+    calling thread's own connection (a worker's runner, as its acks go), else a pipeline."""
+    if not failures:
+        return []
     keys_ = [k.inflight, k.scheduled, k.ready, k.stats, k.dead, k.error_groups, k.cancels]
     head = [k.job_prefix, now, k.dead_type_prefix, k.dead_group_prefix]
-    batch = Batch(client)
-    for start in range(0, len(failures), FAIL_CHUNK):
-        batch.script(script, keys_, head + [
-            a for f in failures[start:start + FAIL_CHUNK] for a in failure_args(f, now)])
-    return [r.decode() if isinstance(r, bytes) else str(r)
-            for reply in (batch.execute() if failures else []) for r in reply]
+    calls = [(script, keys_, head + [a for f in failures[start:start + FAIL_CHUNK]
+                                     for a in failure_args(f, now)])
+             for start in range(0, len(failures), FAIL_CHUNK)]
+    if pinned is not None:
+        replies = pinned.call(calls)
+    else:
+        batch = Batch(client)
+        for call in calls:
+            batch.script(*call)
+        replies = batch.execute()
+    return [r.decode() if isinstance(r, bytes) else str(r) for reply in replies for r in reply]

@@ -519,7 +519,8 @@ class Queue:
     def fail_many(self, failures: Sequence[Failure]) -> list[str]:
         """Retry or bury a batch of failed jobs in one round trip, each fenced on its own
         lease as ``retry`` / ``bury`` (``failing.fail_many``): per job its reply, in order."""
-        return fail_many(self.redis, self.scripts.fail_many, self.keys, self.clock(), failures)
+        return fail_many(self.redis, self.scripts.fail_many, self.keys, self.clock(), failures,
+                         self._pinned)
 
     def hand_back(self, job: Job, note: Note = None) -> bool:
         """Graceful shutdown: back to ready, no attempt spent, the delivery not counted; True

@@ -125,6 +125,9 @@ _HEX = re.compile(r"\b(?:0x)?[0-9a-fA-F]{10,}\b")
 # a token of 6+ hex characters mixing digits and letters ('895ec436'): an id, not a word
 _MIXED_HEX = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{6,}"
                         r"(?![0-9A-Za-z])")
+# each of the three above needs a run of 6+ hex characters (UUID 8, HEX 10, MIXED_HEX 6): a
+# message without one (most) skips them, with the same result
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{6}")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _NUM = re.compile(r"\d+(?:\.\d+)?")
 _SPACE = re.compile(r"\s+")
@@ -134,9 +137,11 @@ def error_signature(message: str) -> str:
     """Normalise an error message into a group signature: ids, quoted values and numbers become
     placeholders so 'order 42 timed out' and 'order 43 timed out' group together."""
     first = message.strip().splitlines()[0] if message.strip() else "(no message)"
-    s = _UUID.sub("<id>", first)
-    s = _HEX.sub("<id>", s)
-    s = _MIXED_HEX.sub("<id>", s)
+    s = first
+    if _HEX_RUN.search(s):
+        s = _UUID.sub("<id>", s)
+        s = _HEX.sub("<id>", s)
+        s = _MIXED_HEX.sub("<id>", s)
     s = _QUOTED.sub("<str>", s)
     s = _NUM.sub("<n>", s)
     return _SPACE.sub(" ", s)[:200]

@@ -137,11 +137,14 @@ local function flow_acked(job_key, id, now, result, fid)
   flow_check(prefix, fk, fid, now)
 end
 
-local function flow_dead(job_key, id, now, reason)
+local function flow_dead(job_key, id, now, reason, fid)
   -- the job at ``job_key`` went to the DLQ (or was discarded): if it is a member of a flow,
-  -- the flow's policy decides (see above). One HGET for a job of no flow. Returns the flow's
-  -- id when it counted the job (a member of a live flow, not settled before), else nil.
-  local fid = redis.pcall('HGET', job_key, 'flow')  -- (a record that is not a hash: none)
+  -- the flow's policy decides (see above). One HGET for a job of no flow (none when the
+  -- caller read its 'flow' already: ``fid``, '' for none). Returns the flow's id when it
+  -- counted the job (a member of a live flow, not settled before), else nil.
+  if fid == nil then
+    fid = redis.pcall('HGET', job_key, 'flow')  -- (a record that is not a hash: none)
+  end
   if type(fid) ~= 'string' or fid == '' then return end
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)

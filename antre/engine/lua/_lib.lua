@@ -46,12 +46,15 @@ local function lease_error(job_key, epoch)
   return nil
 end
 
-local function append_error(job_key, now, kind, err, tb, tb_group)
+local function append_error(job_key, now, kind, err, tb, tb_group, row, out)
   -- keeps the last 20 attempts' errors on the job for the DLQ detail page (one read, one
   -- write). The latest traceback is the last entry's: no second copy in a 'traceback' field
-  -- (envelope.py reads the entry, a job stored before keeps its field unread; issue 29)
-  local f = redis.call('HMGET', job_key, 'errors', 'attempt', 'deliveries', 'worker_id',
-                       'first_failed_at')
+  -- (envelope.py reads the entry, a job stored before keeps its field unread; issue 29).
+  -- ``row``: the job's fields already read (bury_failed: no read here); ``out``: a list the
+  -- fields to write are appended to, for the caller's one HSET (nil: written here)
+  local f = row and {row.errors, row.attempt, row.deliveries, row.worker_id, row.first_failed_at}
+            or redis.call('HMGET', job_key, 'errors', 'attempt', 'deliveries', 'worker_id',
+                          'first_failed_at')
   local list = {}
   if f[1] and f[1] ~= '' then
     local ok, decoded = pcall(cjson.decode, f[1])
@@ -66,11 +69,14 @@ local function append_error(job_key, now, kind, err, tb, tb_group)
                      attempt = num_of(f[2], 0), delivery = num_of(f[3], 0), worker = f[4] or '',
                      tb_group = tb_group}  -- (tb_group: the text is tb_share's tail)
   while #list > 20 do table.remove(list, 1) end
+  local w = out or {}
   if not f[5] or f[5] == '' or f[5] == '0' then
-    redis.call('HSET', job_key, 'first_failed_at', now)
+    w[#w + 1], w[#w + 2] = 'first_failed_at', now
   end
-  redis.call('HSET', job_key, 'errors', cjson.encode(list), 'last_error', err, 'error_kind', kind,
-             'last_failed_at', now)
+  local n = #w
+  w[n + 1], w[n + 2], w[n + 3], w[n + 4] = 'errors', cjson.encode(list), 'last_error', err
+  w[n + 5], w[n + 6], w[n + 7], w[n + 8] = 'error_kind', kind, 'last_failed_at', now
+  if not out then redis.call('HSET', job_key, unpack(w)) end
 end
 
 local function unique_release_key(job_key, id, keep, ukey)
@@ -752,10 +758,11 @@ local function admit(job_prefix, id, lk, g, now)
   return true
 end
 
-local function turn_end(job_key, id, now)
+local function turn_end(job_key, id, now, row)
   -- the job at ``job_key`` ended (dead or gone): its group slot and its key's turn, if it
-  -- held them, pass on
-  local f = redis.call('HMGET', job_key, 'lock_key', 'fgroup', 'lgates')
+  -- held them, pass on (``row``: its fields already read, as bury_failed has them)
+  local f = row and {row.lock_key, row.fgroup, row.lgates}
+            or redis.call('HMGET', job_key, 'lock_key', 'fgroup', 'lgates')
   local prefix = prefix_of(job_key, id)
   gate_leave(prefix, id, now, f[3])
   group_leave(prefix, id, f[2], now)
@@ -782,34 +789,59 @@ end
 -- == Flows (issue 26): the section is antre/engine/lua/_flows.lua, read in here by scripts.py
 -- #include _flows.lua
 
+local function eg_count(errgroups, group, rec0, now, eg)
+  -- one more job in error group ``group`` (``rec0``: its record when new). ``eg``: a call's
+  -- records read so far, written once at its end (eg_flush); nil: read and written here
+  local rec = eg and eg[group]
+  if not rec then
+    local g = redis.call('HGET', errgroups, group)
+    local ok = false
+    if g then ok, rec = pcall(cjson.decode, g) end
+    if not ok or type(rec) ~= 'table' then rec = rec0 end  -- new, or damaged: started again
+  end
+  rec.total = (tonumber(rec.total) or 0) + 1
+  rec.last = now
+  if eg then eg[group] = rec else redis.call('HSET', errgroups, group, cjson.encode(rec)) end
+end
+
+local function eg_flush(errgroups, eg)
+  -- the error groups a call counted (eg_count), one HSET; a key that is not a hash loses the
+  -- counts, never the burials already made
+  local w = {}
+  for group, rec in pairs(eg) do w[#w + 1], w[#w + 2] = group, cjson.encode(rec) end
+  if #w > 0 then redis.pcall('HSET', errgroups, unpack(w)) end
+end
+
 local function bury_job(job_key, id, now, reason, signature, dead, stats, errgroups,
-                        type_prefix, group_prefix)
-  -- moves a job (already removed from its previous place) into the dead-letter indexes
-  local bf = redis.call('HMGET', job_key, 'type', 'waiters', 'rtask', 'group', 'attempt')
+                        type_prefix, group_prefix, row, fields, eg)
+  -- moves a job (already removed from its previous place) into the dead-letter indexes.
+  -- ``row``: its fields already read (bury_failed); ``fields``: more to write with its state
+  -- in the one HSET; ``eg``: the call's error groups (eg_count)
+  local bf = row and {row.type, row.waiters, row.rtask, row.group, row.attempt}
+             or redis.call('HMGET', job_key, 'type', 'waiters', 'rtask', 'group', 'attempt')
   local jtype = bf[1] or ''
   if jtype == '' then jtype = '(unknown)' end
   local group = string.sub(redis.sha1hex(signature), 1, 12)
   if bf[3] and bf[3] ~= '' then  -- replayed by a paced bulk replay: it failed again
     redrive_failed(job_key, id, bf[3], true, bf[4], group, num_of(bf[5], 0))
   end
-  redis.call('HSET', job_key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'group', group)
+  local w = fields or {}
+  local n = #w
+  w[n + 1], w[n + 2], w[n + 3], w[n + 4] = 'state', 'dead', 'reason', reason
+  w[n + 5], w[n + 6], w[n + 7], w[n + 8] = 'finished_at', now, 'group', group
+  redis.call('HSET', job_key, unpack(w))
   redis.call('ZADD', dead, now, id)
   redis.call('ZADD', type_prefix .. jtype, now, id)
   redis.call('ZADD', group_prefix .. group, now, id)
-  local g = redis.call('HGET', errgroups, group)
-  local ok, rec = false, nil
-  if g then ok, rec = pcall(cjson.decode, g) end
-  if not ok or type(rec) ~= 'table' then  -- new, or a damaged record: started again
-    rec = {signature = signature, first = now, total = 0, job_type = jtype, sample = reason}
-  end
-  rec.total = (tonumber(rec.total) or 0) + 1
-  rec.last = now
-  redis.call('HSET', errgroups, group, cjson.encode(rec))
+  eg_count(errgroups, group, {signature = signature, first = now, total = 0, job_type = jtype,
+                              sample = reason}, now, eg)
   redis.call('HINCRBY', stats, 'buried', 1)
-  unique_release(job_key, id, false)
-  turn_end(job_key, id, now)
+  if row then unique_release_key(job_key, id, false, row.ukey)
+  else unique_release(job_key, id, false) end
+  turn_end(job_key, id, now, row)
   if bf[2] then result_wake(prefix_of(job_key, id), id, bf[2]) end
-  flow_dead(job_key, id, now, reason)  -- a member of a flow: its policy decides (issue 26)
+  -- a member of a flow: its policy decides (issue 26)
+  flow_dead(job_key, id, now, reason, row and (row.flow or '') or nil)
   return group
 end
 
@@ -1036,42 +1068,67 @@ end
 -- A head that differs from the group's (or short: under TB_SHARE_MIN) stays with the job.
 local TB_SHARE_MIN = 200
 
-local function tb_share(job_key, id, signature, tb)
-  -- the text the job keeps and the group it refers to (nil: the whole text is the job's)
+local function tb_share(job_key, id, signature, tb, heads)
+  -- the text the job keeps and the group it refers to (nil: the whole text is the job's).
+  -- ``heads``: the heads a call has read or stored already, by group (nil: none kept)
   tb = string.sub(tb, 1, 8000)
   local body, nl = tb, ''
   if string.sub(tb, -1) == '\n' then body, nl = string.sub(tb, 1, -2), '\n' end
   local head, tail = string.match(body, '^(.*)\n([^\n]*)$')
   if not head or #head < TB_SHARE_MIN then return tb, nil end
   local group = string.sub(redis.sha1hex(signature), 1, 12)
-  local key = tag_of(prefix_of(job_key, id)) .. 'errtb'
-  local have = redis.pcall('HGET', key, group)
-  if have == false then
-    if type(redis.pcall('HSET', key, group, head)) ~= 'number' then return tb, nil end
-  elseif have ~= head then
-    return tb, nil
+  local have = heads and heads[group]
+  if have == nil then
+    local key = tag_of(prefix_of(job_key, id)) .. 'errtb'
+    have = redis.pcall('HGET', key, group)
+    if have == false then
+      if type(redis.pcall('HSET', key, group, head)) ~= 'number' then return tb, nil end
+      have = head
+    end
+    if heads and type(have) == 'string' then heads[group] = have end
   end
+  if have ~= head then return tb, nil end
   return tail .. nl, group
 end
 
-local function bury_failed(k, id, epoch, now, a)
+-- what bury_failed reads of the job, in one HMGET (lease_error's, append_error's, bury_job's,
+-- turn_end's, unique_release's and flow_dead's fields)
+local BURY_ROW = {'state', 'epoch', 'attempt', 'errors', 'deliveries', 'worker_id',
+                  'first_failed_at', 'type', 'waiters', 'rtask', 'group', 'ukey', 'lock_key',
+                  'fgroup', 'lgates', 'flow'}
+
+local function bury_failed(k, id, epoch, now, a, call)
   -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,
   -- inflight, dead, stats, errgroups, timeline (nil: no event)}; a: {reason, error, kind,
   -- traceback, signature, dead-by-type prefix, dead-by-group prefix, spend, note, actor} as
-  -- bury.lua's ARGV say. Returns 'OK:<group>', or 'LOST:<why>' with nothing changed.
-  local lost = lease_error(k[1], epoch)
-  if lost then return lost end
+  -- bury.lua's ARGV say. ``call``: what a call's burials share ({heads = {}, eg = {}}: the
+  -- tracebacks' heads and the error groups, written once by the caller: eg_flush), or nil.
+  -- One read and one write of the job's hash. Returns 'OK:<group>', or 'LOST:<why>' with
+  -- nothing changed.
+  local f = redis.pcall('HMGET', k[1], unpack(BURY_ROW))
+  if f.err then return 'LOST:job record is not a hash' end
+  if not f[1] then return 'LOST:job does not exist' end
+  if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
+  if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
+  local row = {}
+  for i, name in ipairs(BURY_ROW) do row[name] = f[i] end
   redis.call('ZREM', k[2], id)
-  if a[8] == '1' then bump(k[1], 'attempt', 1) end
-  local tb, tb_group = tb_share(k[1], id, a[5], a[4])
-  append_error(k[1], now, a[3], a[2], tb, tb_group)
-  redis.call('HSET', k[1], 'deadline', 0)
+  local w = {'deadline', 0}
+  if a[8] == '1' then
+    row.attempt = num_of(row.attempt, 0) + 1
+    w[3], w[4] = 'attempt', row.attempt
+  end
+  local tb, tb_group = tb_share(k[1], id, a[5], a[4], call and call.heads)
+  append_error(k[1], now, a[3], a[2], tb, tb_group, row, w)
   if k[6] then
-    tl_add(k[6], now, 'buried', actor_of(k[1], a[10]),
+    local actor = a[10]
+    if not actor or actor == '' then actor = row.worker_id or '' end
+    tl_add(k[6], now, 'buried', actor,
            {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(tb, -2000),
             tb_group = tb_group}, a[9])
   end
-  return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7])
+  return 'OK:' .. bury_job(k[1], id, now, a[1], a[5], k[3], k[4], k[5], a[6], a[7], row, w,
+                           call and call.eg)
 end
 
 -- == What reserve returns per job =================================================================

@@ -15,6 +15,9 @@
 -- ('OK:<group>'), or 'LOST:<why>' (nothing changed for a lost lease).
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local out = {}
+-- the burials' shared parts: tracebacks' heads read or stored, error groups counted (written
+-- once below)
+local call = {heads = {}, eg = {}}
 
 local function one(i)
   local id, epoch = ARGV[i + 1], ARGV[i + 2]
@@ -27,7 +30,7 @@ local function one(i)
   end
   return bury_failed({job, KEYS[1], KEYS[5], KEYS[4], KEYS[6], tl}, id, epoch, now,
                      {ARGV[i + 8], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 9], ARGV[3],
-                      ARGV[4], ARGV[i + 7], ARGV[i + 6], ''})
+                      ARGV[4], ARGV[i + 7], ARGV[i + 6], ''}, call)
 end
 
 for i = 5, #ARGV - 10, 11 do
@@ -38,4 +41,5 @@ for i = 5, #ARGV - 10, 11 do
   end
   out[#out + 1] = reply
 end
+eg_flush(KEYS[6], call.eg)
 return out
