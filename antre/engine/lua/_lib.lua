@@ -991,53 +991,75 @@ local function bury_not_hash(prefix, id, now, actor, dlq)
 end
 
 -- == Failing jobs (retry.lua, bury.lua: one job; fail_many.lua: a worker's batch, issue 29) =====
+-- what retry_job reads of the job, in one HMGET (the lease's fields, its gates, a cancel
+-- request, the counters it moves, append_error's and the timeline's fields, a replay's task,
+-- its key)
+local RETRY_ROW = {'state', 'epoch', 'lgates', 'cancel', 'attempt', 'deliveries', 'snoozes',
+                   'errors', 'worker_id', 'first_failed_at', 'rtask', 'lock_key'}
+
 local function retry_job(k, id, epoch, now, visible_at, a)
   -- in-flight -> scheduled at visible_at (ready when visible_at <= now) for the holder of the
   -- lease, or ended as cancelled when an operator asked (cancel_end). k: {job, inflight,
   -- scheduled, ready, stats, timeline (nil: no event), dead, errgroups, cancels (nil: no cancel
   -- check)}; a: {spend, undeliver, error, kind, traceback, counter, note, actor, count_snooze,
-  -- keep_turn, dead-by-type prefix, dead-by-group prefix} as retry.lua's ARGV say. Returns 'OK',
-  -- 'CANCELLED', or 'LOST:<why>' with nothing changed.
-  local lost = lease_error(k[1], epoch)
-  if lost then return lost end
+  -- keep_turn, dead-by-type prefix, dead-by-group prefix} as retry.lua's ARGV say. One read of
+  -- the job's hash and, for a job that keeps its turn, one write. Returns 'OK', 'CANCELLED',
+  -- or 'LOST:<why>' with nothing changed.
+  local f = redis.pcall('HMGET', k[1], unpack(RETRY_ROW))
+  if f.err then return 'LOST:job record is not a hash' end
+  if not f[1] then return 'LOST:job does not exist' end
+  if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
+  if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
+  local row = {}
+  for i, name in ipairs(RETRY_ROW) do row[name] = f[i] end
   redis.call('ZREM', k[2], id)
-  gate_leave(prefix_of(k[1], id), id, now, nil)  -- its limit slots pass on (issue 23)
+  gate_leave(prefix_of(k[1], id), id, now, row.lgates or '')  -- its limit slots pass on
   if k[9] then
-    local req = cancel_of(redis.call('HGET', k[1], 'cancel'))
+    local req = cancel_of(row.cancel)
     if req then
       cancel_end(k[1], id, now, req, actor_of(k[1], a[8]), {k[7], k[5], k[8], a[11], a[12]},
                  k[9], k[6], nil, nil)
       return 'CANCELLED'
     end
   end
-  if a[1] == '1' then bump(k[1], 'attempt', 1) end
-  if a[2] == '1' then bump(k[1], 'deliveries', -1) end
-  if a[9] == '1' then bump(k[1], 'snoozes', 1) end
+  local w = {}
+  if a[1] == '1' then
+    row.attempt = num_of(row.attempt, 0) + 1
+    w[#w + 1], w[#w + 2] = 'attempt', row.attempt
+  end
+  if a[2] == '1' then
+    row.deliveries = num_of(row.deliveries, 0) - 1
+    w[#w + 1], w[#w + 2] = 'deliveries', row.deliveries
+  end
+  if a[9] == '1' then w[#w + 1], w[#w + 2] = 'snoozes', num_of(row.snoozes, 0) + 1 end
   if a[3] ~= '' then
-    append_error(k[1], now, a[4], a[3], a[5])
+    append_error(k[1], now, a[4], a[3], a[5], nil, row, w)
     -- a replayed job's first failure since its replay counts for its redrive (redrive_failed)
-    if a[1] == '1' and num_field(k[1], 'attempt', 0) == 1 then
-      local task = redis.call('HGET', k[1], 'rtask')
-      if task and task ~= '' then redrive_failed(k[1], id, task, false, nil, nil, 1) end
+    if a[1] == '1' and num_of(row.attempt, 0) == 1 and row.rtask and row.rtask ~= '' then
+      redrive_failed(k[1], id, row.rtask, false, nil, nil, 1)
     end
   end
   if k[6] then
-    local actor = actor_of(k[1], a[8])
+    local actor = a[8]
+    if not actor or actor == '' then actor = row.worker_id or '' end
     if a[6] == 'handed_back' then
       tl_add(k[6], now, 'handed_back', actor, {}, a[7])
     elseif a[3] ~= '' then
       tl_add(k[6], now, 'failed', actor,
              {error = a[3], kind = a[4], traceback = string.sub(a[5], -2000),
-              attempt = num_field(k[1], 'attempt', 0), attempt_spent = a[1] == '1',
+              attempt = num_of(row.attempt, 0), attempt_spent = a[1] == '1',
               next_at = visible_at}, a[7])
     else
       tl_add(k[6], now, 'snoozed', actor, {why = a[4], counter = a[6], until_ms = visible_at}, a[7])
     end
   end
-  redis.call('HSET', k[1], 'visible_at', visible_at, 'deadline', 0)
+  local n = #w
+  w[n + 1], w[n + 2], w[n + 3], w[n + 4] = 'visible_at', visible_at, 'deadline', 0
   local waits = false
   if a[10] == '0' then  -- unordered: the turn goes to the next in line, this job joins its end
-    local lk, prefix = redis.call('HGET', k[1], 'lock_key') or '', prefix_of(k[1], id)
+    redis.call('HSET', k[1], unpack(w))
+    w = {}
+    local lk, prefix = row.lock_key or '', prefix_of(k[1], id)
     if lk ~= '' and redis.call('HGET', tag_of(prefix) .. 'kturn', lk) == id then
       turn_pass(prefix, id, lk, now)
       waits = not turn_join(prefix, id, lk, now)
@@ -1048,10 +1070,12 @@ local function retry_job(k, id, epoch, now, visible_at, a)
   if waits then
     -- (state and line written by turn_join)
   elseif visible_at <= now then
-    redis.call('HSET', k[1], 'state', 'ready')
+    w[#w + 1], w[#w + 2] = 'state', 'ready'
+    redis.call('HSET', k[1], unpack(w))
     redis.call('RPUSH', k[4], id)
   else
-    redis.call('HSET', k[1], 'state', 'scheduled')
+    w[#w + 1], w[#w + 2] = 'state', 'scheduled'
+    redis.call('HSET', k[1], unpack(w))
     redis.call('ZADD', k[3], visible_at, id)
   end
   redis.call('HINCRBY', k[5], a[6], 1)
