@@ -117,7 +117,25 @@ def _chain(exc: BaseException, out: list[str], seen: set[int]) -> None:
             line = linecache.getline(code.co_filename, lineno or 0, frame.f_globals).strip()
             if line:
                 out.append(f"    {line}\n")
-    out += tb_module.format_exception_only(type(exc), exc)
+    out += _last_line(exc)
+
+
+def _last_line(exc: BaseException) -> list[str]:
+    """``traceback.format_exception_only(type(exc), exc)``: made here for the common exception
+    (no ``SyntaxError``, no ``__notes__``), the same text without the ``TracebackException``
+    the standard function builds for it (half of a failure's traceback CPU); the standard
+    function for the rest."""
+    t = type(exc)
+    if issubclass(t, SyntaxError) or getattr(exc, "__notes__", None) is not None:
+        return tb_module.format_exception_only(t, exc)
+    name, module = t.__qualname__, t.__module__
+    if module not in ("__main__", "builtins"):
+        name = f"{module if isinstance(module, str) else '<unknown>'}.{name}"
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<exception str() failed>"
+    return [f"{name}: {text}\n" if text else f"{name}\n"]
 
 
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b")

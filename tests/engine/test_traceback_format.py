@@ -65,3 +65,33 @@ def test_an_exception_group_keeps_the_standard_format():
                                                                         KeyError("b")])))
     assert "ExceptionGroup: two" in format_traceback(exc) and "ValueError: a" in \
         format_traceback(exc)
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+class _Weird(Exception):
+    __module__ = None  # type: ignore[assignment]
+
+
+def test_the_last_line_is_the_standard_one_for_every_kind_of_exception():
+    noted = ValueError("with a note")
+    noted.add_note("first note\nsecond line")
+    kinds = [ValueError("plain"), ValueError(""), KeyError("k"), OSError(2, "gone"),
+             _Unprintable("x"), _Weird("odd module"), noted, ZeroDivisionError(),
+             SyntaxError("bad", ("f.py", 3, 5, "x = = 1", 3, 6)), json_error()]
+    for exc in kinds:
+        got = format_traceback(_caught(lambda exc=exc: (_ for _ in ()).throw(exc)))
+        last = "".join(traceback.format_exception_only(type(exc), exc))
+        assert got.endswith(last), (exc, got, last)
+
+
+def json_error() -> Exception:
+    import json
+    try:
+        json.loads("{")
+    except ValueError as exc:
+        return exc
+    raise AssertionError("no error")
