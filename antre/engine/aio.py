@@ -15,7 +15,7 @@ from typing import Any
 
 import redis.asyncio
 
-from antre.engine.scripts import Call, NamedScript, Resend, script_command
+from antre.engine.scripts import Call, Resend, aload, script_command
 
 
 async def send(client: "redis.asyncio.Redis", calls: Sequence[Call]) -> list[Any]:
@@ -30,9 +30,5 @@ async def send(client: "redis.asyncio.Redis", calls: Sequence[Call]) -> list[Any
             else:
                 pipe.execute_command(*script_command(script, words, args))
         for script in rounds.take(await pipe.execute(raise_on_error=False)):
-            why = rounds.why[id(script)]
-            if isinstance(script, NamedScript):
-                await script.lib.aload(client, script, why)
-            else:
-                script.sha = await client.script_load(script.script)
+            await aload(client, script, rounds.why[id(script)])
     return rounds.replies_or_raise()

@@ -281,7 +281,7 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     return header, parts, refs
 
 
-FUNCTIONS_ENV = "ANTRE_REDIS_FUNCTIONS"  # "0": every script goes as EVALSHA (as before 0.x)
+FUNCTIONS_ENV = "ANTRE_REDIS_FUNCTIONS"  # "0": every script goes as EVALSHA (as before Functions)
 
 
 @lru_cache(maxsize=None)
@@ -854,6 +854,14 @@ def load(client: Any, script: Script, why: Any = None) -> None:
         script.load(client, why)
     else:
         script.sha = client.script_load(script.script)
+
+
+async def aload(client: Any, script: Script, why: Any = None) -> None:
+    """``load`` for an asyncio client."""
+    if isinstance(script, NamedScript):
+        await script.lib.aload(client, script, why)
+    else:
+        script.sha = await client.script_load(script.script)
 
 
 def _reply(conn: Any, raw: bool = False) -> Any:
