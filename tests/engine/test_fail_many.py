@@ -123,3 +123,13 @@ def test_a_dead_job_keeps_one_copy_of_its_traceback_and_older_ones_bounded(q, r)
     assert got.traceback == long_tb + "E: two\n" == got.errors[-1]["traceback"]
     older = got.errors[0]["traceback"]
     assert len(older) == 2000 and older.endswith("E: one\n")
+
+
+def test_an_error_group_index_of_another_type_fails_each_burial_alone(q, r, clock):
+    buried, retried, also_buried = _jobs(q, 3)
+    r.set(q.keys.error_groups, "not a hash")
+    replies = q.fail_many([_bury(buried), _retry(retried), _bury(also_buried)])
+    assert replies[0].startswith("LOST:WRONGTYPE") and replies[2].startswith("LOST:WRONGTYPE")
+    assert replies[1] == "OK" and q.where(retried.id) == ["scheduled"]
+    for job in (buried, also_buried):  # back in flight: its lease's expiry deals with it
+        assert "inflight" in q.where(job.id)

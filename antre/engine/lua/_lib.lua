@@ -805,8 +805,8 @@ local function eg_count(errgroups, group, rec0, now, eg)
 end
 
 local function eg_flush(errgroups, eg)
-  -- the error groups a call counted (eg_count), one HSET; a key that is not a hash loses the
-  -- counts, never the burials already made
+  -- the error groups a call counted (eg_count), one HSET (pcall: the call's replies stand;
+  -- eg_count read the key as a hash already, a key of another type failed each burial there)
   local w = {}
   for group, rec in pairs(eg) do w[#w + 1], w[#w + 2] = group, cjson.encode(rec) end
   if #w > 0 then redis.pcall('HSET', errgroups, unpack(w)) end
