@@ -46,6 +46,21 @@ local function lease_error(job_key, epoch)
   return nil
 end
 
+local function leased_row(job_key, epoch, names)
+  -- lease_error's check with the job's fields ``names`` (state and epoch first) read in the same
+  -- HMGET: the row, a table by name (absent fields false); or nil and a 'LOST:...' string
+  local f = redis.pcall('HMGET', job_key, unpack(names))
+  if f.err then return nil, 'LOST:job record is not a hash' end
+  if not f[1] then return nil, 'LOST:job does not exist' end
+  if f[1] ~= 'inflight' then return nil, 'LOST:job is ' .. f[1] end
+  if f[2] ~= epoch then
+    return nil, 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch
+  end
+  local row = {}
+  for i, name in ipairs(names) do row[name] = f[i] end
+  return row
+end
+
 local function append_error(job_key, now, kind, err, tb, tb_group, row, out)
   -- keeps the last 20 attempts' errors on the job for the DLQ detail page (one read, one
   -- write). The latest traceback is the last entry's: no second copy in a 'traceback' field
@@ -1005,13 +1020,8 @@ local function retry_job(k, id, epoch, now, visible_at, a)
   -- keep_turn, dead-by-type prefix, dead-by-group prefix} as retry.lua's ARGV say. One read of
   -- the job's hash and, for a job that keeps its turn, one write. Returns 'OK', 'CANCELLED',
   -- or 'LOST:<why>' with nothing changed.
-  local f = redis.pcall('HMGET', k[1], unpack(RETRY_ROW))
-  if f.err then return 'LOST:job record is not a hash' end
-  if not f[1] then return 'LOST:job does not exist' end
-  if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
-  if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
-  local row = {}
-  for i, name in ipairs(RETRY_ROW) do row[name] = f[i] end
+  local row, lost = leased_row(k[1], epoch, RETRY_ROW)
+  if not row then return lost end
   redis.call('ZREM', k[2], id)
   gate_leave(prefix_of(k[1], id), id, now, row.lgates or '')  -- its limit slots pass on
   if k[9] then
@@ -1129,13 +1139,8 @@ local function bury_failed(k, id, epoch, now, a, call)
   -- tracebacks' heads and the error groups, written once by the caller: eg_flush), or nil.
   -- One read and one write of the job's hash. Returns 'OK:<group>', or 'LOST:<why>' with
   -- nothing changed.
-  local f = redis.pcall('HMGET', k[1], unpack(BURY_ROW))
-  if f.err then return 'LOST:job record is not a hash' end
-  if not f[1] then return 'LOST:job does not exist' end
-  if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
-  if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
-  local row = {}
-  for i, name in ipairs(BURY_ROW) do row[name] = f[i] end
+  local row, lost = leased_row(k[1], epoch, BURY_ROW)
+  if not row then return lost end
   redis.call('ZREM', k[2], id)
   local w = {'deadline', 0}
   if a[8] == '1' then
