@@ -74,6 +74,35 @@ c.shutdown(nosave=True)
 """
 
 
+# reserve + settle, counted: ``JOB_TYPE`` jobs filled, one batch reserved and settled to load
+# the scripts, then every batch reserved ``batch`` at a time and settled (``settle(got)``) while
+# callgrind counts; each mode below defines the two names
+DRAIN = """
+specs = [JobSpec(JOB_TYPE, {"i": i}, idempotency_key=f"k{i}") for i in range(n)]
+for s in range(0, n, 500):
+    q.enqueue_many(specs[s:s + 500])
+settle(q.reserve("w", count=batch))
+subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
+done = 0
+while True:
+    got = q.reserve("w:1", count=batch)
+    if not got:
+        break
+    settle(got)
+    done += len(got)
+subprocess.run(["callgrind_control", "-i", "off", str(pid)], stdout=subprocess.DEVNULL, check=True)
+print(done)
+c.shutdown(nosave=True)
+"""
+
+# the hot path: each reserved batch acked with ack_many, as a worker's runner does
+ACK = START + """
+JOB_TYPE = "noop"
+
+def settle(got):
+    assert not q.ack_many([(j, None) for j in got], notes=[{"ran_ms": 0}] * len(got))
+""" + DRAIN
+
 # the failure path (issue 29 item 3): each reserved batch retried (a 10-minute backoff) or buried
 # through Queue.fail_many, as the worker's settler sends it, with the traceback the worker makes
 # of an error raised three calls deep (bench/apps/cost.py's bury / retry rows)
@@ -81,6 +110,7 @@ FAIL = START + """
 from antre.engine.failing import Failure
 from antre.engine.retry import describe, format_traceback
 op = sys.argv[6]
+JOB_TYPE = "fail"
 
 def _gateway(i):
     raise ValueError(f"card declined for order {i}: do not honour (code 05)")
@@ -100,48 +130,16 @@ def failure(j):
         return Failure(j, "retry", error, "retryable", tb, {"ran_ms": 0}, delay_ms=600_000)
     return Failure(j, "bury", error, "permanent", tb, {"ran_ms": 0}, reason="permanent error")
 
-specs = [JobSpec("fail", {"i": i}, idempotency_key=f"k{i}") for i in range(n)]
-for s in range(0, n, 500):
-    q.enqueue_many(specs[s:s + 500])
-got = q.reserve("w", count=batch)
-q.fail_many([failure(j) for j in got])
-subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
-done = 0
-while True:
-    got = q.reserve("w:1", count=batch)
-    if not got:
-        break
+def settle(got):
     replies = q.fail_many([failure(j) for j in got])
     assert all(not r.startswith("LOST") for r in replies), replies
-    done += len(got)
-subprocess.run(["callgrind_control", "-i", "off", str(pid)], stdout=subprocess.DEVNULL, check=True)
-print(done)
-c.shutdown(nosave=True)
-"""
+""" + DRAIN
 
 
 def count(tree: str, jobs: int, batch: int, port: int,
           enqueue: bool = False, server_bin: str = "redis-server",
           single: bool = False, fail: str = "") -> tuple[float, int, str]:
-    code = FAIL if fail else SINGLE if single else ENQUEUE if enqueue else START + f"""
-specs = [JobSpec("noop", {{"i": i}}, idempotency_key=f"k{{i}}") for i in range(n)]
-for s in range(0, n, 500):
-    q.enqueue_many(specs[s:s + 500])
-got = q.reserve("w", count=batch)
-q.ack_many([(j, None) for j in got], notes=[{{"ran_ms": 0}}] * len(got))
-subprocess.run(["callgrind_control", "-i", "on", str(pid)], stdout=subprocess.DEVNULL, check=True)
-done = 0
-while True:
-    got = q.reserve("w:1", count=batch)
-    if not got:
-        break
-    lost = q.ack_many([(j, None) for j in got], notes=[{{"ran_ms": 0}}] * len(got))
-    assert not lost
-    done += len(got)
-subprocess.run(["callgrind_control", "-i", "off", str(pid)], stdout=subprocess.DEVNULL, check=True)
-print(done)
-c.shutdown(nosave=True)
-"""
+    code = FAIL if fail else SINGLE if single else ENQUEUE if enqueue else ACK
     out = os.path.join(tempfile.gettempdir(), f"redis-ir.{os.path.basename(tree.rstrip('/'))}."
                        f"{os.getpid()}.{port}")
     server = subprocess.Popen(

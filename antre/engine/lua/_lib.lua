@@ -35,20 +35,11 @@ local function wake(wake_key, n)
   end
 end
 
-local function lease_error(job_key, epoch)
-  -- nil when the caller holds the lease (state inflight, same epoch); else a LOST:... string
-  -- (a record that is not a hash is LOST too: the sweeper sends it to the DLQ)
-  local st = redis.pcall('HMGET', job_key, 'state', 'epoch')
-  if st.err then return 'LOST:job record is not a hash' end
-  if not st[1] then return 'LOST:job does not exist' end
-  if st[1] ~= 'inflight' then return 'LOST:job is ' .. st[1] end
-  if st[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(st[2]) .. ', not ' .. epoch end
-  return nil
-end
-
 local function leased_row(job_key, epoch, names)
-  -- lease_error's check with the job's fields ``names`` (state and epoch first) read in the same
-  -- HMGET: the row, a table by name (absent fields false); or nil and a 'LOST:...' string
+  -- the caller holds the lease (state inflight, same epoch): the job's fields ``names`` (state
+  -- and epoch first), read in the same HMGET, as a table by name (absent fields false); else
+  -- nil and a LOST:... string (a record that is not a hash is LOST too: the sweeper sends it
+  -- to the DLQ)
   local f = redis.pcall('HMGET', job_key, unpack(names))
   if f.err then return nil, 'LOST:job record is not a hash' end
   if not f[1] then return nil, 'LOST:job does not exist' end
@@ -59,6 +50,14 @@ local function leased_row(job_key, epoch, names)
   local row = {}
   for i, name in ipairs(names) do row[name] = f[i] end
   return row
+end
+
+local LEASE_ROW = {'state', 'epoch'}
+
+local function lease_error(job_key, epoch)
+  -- nil when the caller holds the lease; else leased_row's LOST:... string
+  local _, lost = leased_row(job_key, epoch, LEASE_ROW)
+  return lost
 end
 
 local function append_error(job_key, now, kind, err, tb, tb_group, row, out)
@@ -242,9 +241,11 @@ local function forget_job(job_prefix, id)
   redis.call('DEL', key, tl_key(job_prefix, id))
 end
 
-local function actor_of(job_key, given)
-  -- the caller's actor (an operator, the sweeper), else the worker holding the job
+local function actor_of(job_key, given, row)
+  -- the caller's actor (an operator, the sweeper), else the worker holding the job (from
+  -- ``row`` when the caller read the job's fields already: leased_row)
   if given and given ~= '' then return given end
+  if row then return row.worker_id or '' end
   return redis.call('HGET', job_key, 'worker_id') or ''
 end
 
@@ -1027,7 +1028,8 @@ local function retry_job(k, id, epoch, now, visible_at, a)
   if k[9] then
     local req = cancel_of(row.cancel)
     if req then
-      cancel_end(k[1], id, now, req, actor_of(k[1], a[8]), {k[7], k[5], k[8], a[11], a[12]},
+      cancel_end(k[1], id, now, req, actor_of(k[1], a[8], row),
+                 {k[7], k[5], k[8], a[11], a[12]},
                  k[9], k[6], nil, nil)
       return 'CANCELLED'
     end
@@ -1050,8 +1052,7 @@ local function retry_job(k, id, epoch, now, visible_at, a)
     end
   end
   if k[6] then
-    local actor = a[8]
-    if not actor or actor == '' then actor = row.worker_id or '' end
+    local actor = actor_of(k[1], a[8], row)
     if a[6] == 'handed_back' then
       tl_add(k[6], now, 'handed_back', actor, {}, a[7])
     elseif a[3] ~= '' then
@@ -1150,9 +1151,7 @@ local function bury_failed(k, id, epoch, now, a, call)
   local tb, tb_group = tb_share(k[1], id, a[5], a[4], call and call.heads)
   append_error(k[1], now, a[3], a[2], tb, tb_group, row, w)
   if k[6] then
-    local actor = a[10]
-    if not actor or actor == '' then actor = row.worker_id or '' end
-    tl_add(k[6], now, 'buried', actor,
+    tl_add(k[6], now, 'buried', actor_of(k[1], a[10], row),
            {reason = a[1], error = a[2], kind = a[3], traceback = string.sub(tb, -2000),
             tb_group = tb_group}, a[9])
   end
