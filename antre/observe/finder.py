@@ -309,6 +309,69 @@ def _event(raw: str) -> TimelineEvent:
                          max(1, _int(ev.get("n")) or 1), _int(ev.get("l")) or first)
 
 
+# A delivery's routine events are kept in the job's hash, not written to its timeline (issue
+# 29; "A delivery's routine events" in antre/engine/lua/_lib.lua): its 'reserved' event until
+# something else happens to the job (that writes it out first, and 'tlf' names its epoch), and
+# a plain completion by the job's worker for good. These are the fields they are made from.
+_KEPT = ("epoch", "tlf", "reserved_at", "worker_id", "deliveries", "vt_ms", "finished_at",
+         "result", "dnote")
+
+
+def _kept_events(events: list[TimelineEvent], f: dict[str, Any]) -> list[TimelineEvent]:
+    """``events`` (the stored ones, in order) with the delivery's events the hash ``f`` keeps:
+    the current epoch's 'reserved' when no stored event carries it, then the 'completed' of a
+    done job when none was stored. A 'reserved' event stored twice for one epoch (a job
+    reserved by an older version and then failed under this one) is shown once."""
+    seen: set[int] = set()
+    out: list[TimelineEvent] = []
+    for e in events:
+        if e.kind == "reserved":
+            epoch = e.details.get("epoch")
+            if isinstance(epoch, int) and epoch in seen:
+                continue
+            if isinstance(epoch, int):
+                seen.add(epoch)
+        out.append(e)
+    epoch, at = _strict_int(f.get("epoch")), _strict_int(f.get("reserved_at"))
+    if epoch is not None and at is not None and epoch not in seen and f.get("tlf") != f.get("epoch"):
+        vt = _strict_int(f.get("vt_ms"))
+        if vt is None or vt <= 0 or vt > 604_800_000:
+            vt = 30_000
+        event = TimelineEvent(at, "reserved", f.get("worker_id") or "",
+                              {"epoch": epoch, "delivery": _int(f.get("deliveries")),
+                               "deadline": at + vt})
+        place = len(out)  # (after every stored event; before any stored later, if one is)
+        while place > 0 and out[place - 1].at_ms > at:
+            place -= 1
+        out.insert(place, event)
+    finished = _strict_int(f.get("finished_at"))
+    if (f.get("_state") == "done" and finished is not None
+            and not any(e.kind in ("completed", "deduplicated") and e.at_ms == finished
+                        for e in out)):
+        result = (f.get("result") or "").encode()[:500].decode("utf-8", "replace")
+        details: dict[str, Any] = {"result": result,
+                                   "since_reserved_ms": finished - (at if at is not None else finished)}
+        note = f.get("dnote")
+        if note:
+            try:
+                extra = json.loads(note)
+            except ValueError:
+                extra = note
+            if isinstance(extra, dict):
+                details.update(extra)
+            else:
+                details["note"] = extra
+        out.append(TimelineEvent(finished, "completed", f.get("worker_id") or "", details))
+    return out
+
+
+def _strict_int(raw: Any) -> int | None:
+    """An integer field as reserve / ack write them (digits), else None."""
+    if isinstance(raw, str) and raw.lstrip("-").isdigit():
+        return int(raw)
+    return None
+
+
 class Finder:
     def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
                  idempotency: IdempotencyStore | None = None) -> None:
@@ -372,9 +435,10 @@ class Finder:
         k = keys.of_job(queue, job_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(k.timeline(job_id), 0, -1)
-        pipe.hmget(k.job(job_id), "created_at", "trace_id", "state")
-        raw, (created, trace_id, state) = pipe.execute()
-        events = [_event(r) for r in raw]
+        pipe.hmget(k.job(job_id), "created_at", "trace_id", "state", *_KEPT)
+        raw, (created, trace_id, state, *kept) = pipe.execute()
+        events = _kept_events([_event(r) for r in raw],
+                              {**dict(zip(_KEPT, kept)), "_state": state})
         # a burial's traceback: its error group keeps the head (issue 29), the event the rest;
         # the event kept the last 2,000 characters of the whole
         tracebacks.resolve(self.redis, k.error_tracebacks,

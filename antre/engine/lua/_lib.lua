@@ -227,6 +227,45 @@ local function tl_add(key, now, kind, actor, detail, extra)
   tl_add_json(key, now, kind, cjson.encode(actor or ''), cjson.encode(detail or {}), extra)
 end
 
+-- == A delivery's routine events, kept in the job's hash (issue 29 item 1) =====================
+-- reserve writes no 'reserved' event and ack_many no 'completed' one: the job's hash holds
+-- both already (epoch, deliveries, reserved_at, worker_id and vt_ms; state 'done', finished_at,
+-- result and the worker's note 'dnote'), and the timeline's reader (Finder.timeline) shows
+-- them from there. Whatever else happens to a job that may have been reserved writes the
+-- pending 'reserved' event into the list first (tl_pending, at its own time), so the list
+-- keeps the order things happened in; the hash's 'tlf' then names the epoch whose event is in
+-- the list. A 'completed' event is never pending under another: done is final (a done job is
+-- only forgotten, hash and timeline together). A plain job that succeeds has no timeline key.
+local TLP_ROW = {'epoch', 'tlf', 'reserved_at', 'worker_id', 'deliveries', 'vt_ms'}
+
+local function tl_pending(job_key, tl, row, out)
+  -- write the pending 'reserved' event of the job's current epoch, if any. ``row``: the job's
+  -- fields of TLP_ROW by name (the caller's read; nil: read here); ``out``: a list the 'tlf'
+  -- field is appended to, for the caller's one HSET (nil: written here)
+  if not tl then return end
+  local f = row
+  if not f then
+    local r = redis.pcall('HMGET', job_key, unpack(TLP_ROW))
+    if r.err then return end
+    f = {epoch = r[1], tlf = r[2], reserved_at = r[3], worker_id = r[4], deliveries = r[5],
+         vt_ms = r[6]}
+  end
+  local e, at = f.epoch, num_of(f.reserved_at, nil)
+  local en = num_of(e, nil)  -- (damaged values: no event; the hash shows what is there)
+  if not e or e == f.tlf or not at or not en then return end
+  local vt = num_of(f.vt_ms, 30000)
+  if vt <= 0 or vt > 604800000 then vt = 30000 end
+  tl_add_json(tl, at, 'reserved', cjson.encode(f.worker_id or ''),
+              '{"epoch":' .. string.format('%d', en) .. ',"delivery":' ..
+              string.format('%d', num_of(f.deliveries, 0)) .. ',"deadline":' ..
+              string.format('%d', at + vt) .. '}')
+  if out then
+    out[#out + 1], out[#out + 2] = 'tlf', e
+  else
+    redis.call('HSET', job_key, 'tlf', e)
+  end
+end
+
 local function unindex_key(index, ikey, id)
   -- the index keeps the newest job of a key: only that job's end removes the entry
   if ikey and ikey ~= '' and redis.call('HGET', index, ikey) == id then
@@ -886,6 +925,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
   local to = req.to == 'discard' and 'discard' or 'dlq'
   reason = reason or ('cancelled by ' .. by .. (why ~= '' and (': ' .. why) or ''))
   signature = signature or ('cancelled: cancelled by ' .. by)
+  tl_pending(job_key, tl, nil)  -- the last delivery's 'reserved' event first
   redis.call('HDEL', cancels, id)
   redis.call('HINCRBY', dlq[2], 'cancelled', 1)
   local detail = {by = by, reason = why, to = to, requested_at = tonumber(req.at) or 0,
@@ -925,14 +965,23 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
-  if tl then
+  if tl and (kind ~= 'completed' or (actor and actor ~= '')) then
+    -- another kind (a duplicate's), or another actor: written out, after the delivery's
+    -- pending 'reserved' event. A plain completion by the job's worker is kept in the hash
+    -- (its note in 'dnote'): "A delivery's routine events" above
+    tl_pending(key, tl, nil)
     if not actor or actor == '' then actor = f[3] or '' end
     local detail = '{"result":' .. cjson.encode(string.sub(result, 1, 500)) ..
                    ',"since_reserved_ms":' ..
                    string.format('%d', now - (num_of(f[4], now))) .. '}'  -- (%d: no float printf)
     tl_add_json(tl, now, kind, cjson.encode(actor), detail, note)
+    redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
+  elseif note and note ~= '' then
+    redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result,
+               'dnote', note)
+  else
+    redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   end
-  redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   unique_release_key(key, id, true, f[5])
   if f[9] then result_wake(prefix_of(key, id), id, f[9]) end
   if f[11] then gate_leave(prefix_of(key, id), id, now, f[11]) end
@@ -1011,7 +1060,8 @@ end
 -- request, the counters it moves, append_error's and the timeline's fields, a replay's task,
 -- its key)
 local RETRY_ROW = {'state', 'epoch', 'lgates', 'cancel', 'attempt', 'deliveries', 'snoozes',
-                   'errors', 'worker_id', 'first_failed_at', 'rtask', 'lock_key'}
+                   'errors', 'worker_id', 'first_failed_at', 'rtask', 'lock_key', 'tlf',
+                   'reserved_at', 'vt_ms'}
 
 local function retry_job(k, id, epoch, now, visible_at, a)
   -- in-flight -> scheduled at visible_at (ready when visible_at <= now) for the holder of the
@@ -1025,16 +1075,18 @@ local function retry_job(k, id, epoch, now, visible_at, a)
   if not row then return lost end
   redis.call('ZREM', k[2], id)
   gate_leave(prefix_of(k[1], id), id, now, row.lgates or '')  -- its limit slots pass on
+  local w = {}
+  tl_pending(k[1], k[6], row, w)  -- the delivery's 'reserved' event first (its 'tlf': in w)
   if k[9] then
     local req = cancel_of(row.cancel)
     if req then
+      if #w > 0 then redis.call('HSET', k[1], unpack(w)) end
       cancel_end(k[1], id, now, req, actor_of(k[1], a[8], row),
                  {k[7], k[5], k[8], a[11], a[12]},
                  k[9], k[6], nil, nil)
       return 'CANCELLED'
     end
   end
-  local w = {}
   if a[1] == '1' then
     row.attempt = num_of(row.attempt, 0) + 1
     w[#w + 1], w[#w + 2] = 'attempt', row.attempt
@@ -1130,7 +1182,7 @@ end
 -- turn_end's, unique_release's and flow_dead's fields)
 local BURY_ROW = {'state', 'epoch', 'attempt', 'errors', 'deliveries', 'worker_id',
                   'first_failed_at', 'type', 'waiters', 'rtask', 'group', 'ukey', 'lock_key',
-                  'fgroup', 'lgates', 'flow'}
+                  'fgroup', 'lgates', 'flow', 'tlf', 'reserved_at', 'vt_ms'}
 
 local function bury_failed(k, id, epoch, now, a, call)
   -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,
@@ -1144,6 +1196,7 @@ local function bury_failed(k, id, epoch, now, a, call)
   if not row then return lost end
   redis.call('ZREM', k[2], id)
   local w = {'deadline', 0}
+  tl_pending(k[1], k[6], row, w)  -- the delivery's 'reserved' event first (its 'tlf': in w)
   if a[8] == '1' then
     row.attempt = num_of(row.attempt, 0) + 1
     w[3], w[4] = 'attempt', row.attempt

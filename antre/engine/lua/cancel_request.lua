@@ -15,6 +15,7 @@ redis.call('HSET', KEYS[1], 'cancel', ARGV[2])
 if KEYS[3] then
   local req = cancel_of(ARGV[2]) or {}
   local by = tostring(req.by or '?')
+  tl_pending(KEYS[1], KEYS[3], nil)  -- the delivery's 'reserved' event first (_lib.lua)
   tl_add(KEYS[3], tonumber(ARGV[3]), 'cancel_requested', by,
          {by = by, reason = tostring(req.reason or ''), to = req.to == 'discard' and 'discard' or 'dlq',
           worker = redis.call('HGET', KEYS[1], 'worker_id') or ''})

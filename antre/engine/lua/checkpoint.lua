@@ -10,6 +10,7 @@ redis.call('HSET', KEYS[1], 'checkpoint', ARGV[2])
 if KEYS[2] then
   local now = tonumber(ARGV[3])
   redis.call('HSET', KEYS[1], 'checkpoint_at', now)
+  tl_pending(KEYS[1], KEYS[2], nil)  -- the delivery's 'reserved' event first (_lib.lua)
   tl_add(KEYS[2], now, 'checkpoint', actor_of(KEYS[1], ARGV[4]),
          {bytes = #ARGV[2], preview = string.sub(ARGV[2], 1, 200)})
 end

@@ -17,6 +17,7 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[2] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[3] .. (f[3] or ''), id)
 if KEYS[4] then
+  tl_pending(KEYS[1], KEYS[4], nil)  -- (_lib.lua: a delivery's routine events)
   tl_add(KEYS[4], tonumber(ARGV[4]), 'discarded', ARGV[5] or '', {}, ARGV[6])
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[7]))
 end

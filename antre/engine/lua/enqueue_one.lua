@@ -26,10 +26,17 @@ if redis.call('EXISTS', v[1] .. id) == 1 then return 0 end
 if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
 if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
 redis.call('HSET', KEYS[4], v[6], id)
-redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4], 'queue', v[5],
-           'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
-           'trace_id', v[10], 'lock_key', v[11], 'headers', v[12], 'timeout_s', v[13],
-           'vt_ms', v[14], 'max_deliveries', v[15], 'state', 'ready')
+if v[12] == '{}' then  -- no headers: neither they nor the (empty) lock key are stored (enqueue.lua)
+  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4], 'queue', v[5],
+             'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
+             'trace_id', v[10], 'timeout_s', v[13], 'vt_ms', v[14], 'max_deliveries', v[15],
+             'state', 'ready')
+else
+  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4], 'queue', v[5],
+             'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
+             'trace_id', v[10], 'lock_key', v[11], 'headers', v[12], 'timeout_s', v[13],
+             'vt_ms', v[14], 'max_deliveries', v[15], 'state', 'ready')
+end
 redis.call('LPUSH', KEYS[1], id)
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 -- a token for an idle worker blocked on the wake list; the list is capped at 64 as wake() does

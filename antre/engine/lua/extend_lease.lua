@@ -27,6 +27,7 @@ redis.call('HSET', KEYS[1], 'deadline', deadline)
 redis.call('ZADD', KEYS[2], deadline, id)
 redis.call('HSET', KEYS[1], 'extended_at', now)
 if KEYS[3] then
+  tl_pending(KEYS[1], KEYS[3], nil)  -- the delivery's 'reserved' event first (_lib.lua)
   local by = ({at_least = 'heartbeat', add = 'operator'})[ARGV[5]] or 'handler'
   tl_add(KEYS[3], now, 'extended', actor_of(KEYS[1], ARGV[7]),
          {by = by, ms = ms, deadline = deadline}, ARGV[8])

@@ -44,6 +44,7 @@ for _, id in ipairs(ids) do
   elseif st == 'inflight' or st == 'ready' then
     redis.call('HSET', KEYS[6], id, ARGV[3])
     redis.call('HSET', key, 'cancel', ARGV[3])
+    tl_pending(key, tl_key(prefix, id), nil)  -- (_lib.lua: a delivery's routine events)
     tl_add(tl_key(prefix, id), now, 'cancel_requested', tostring(req.by or '?'),
            {by = tostring(req.by or '?'), reason = tostring(req.reason or ''), flow = fid,
             to = req.to == 'discard' and 'discard' or 'dlq'})

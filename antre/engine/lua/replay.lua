@@ -16,6 +16,7 @@
 local id, now = ARGV[1], tonumber(ARGV[2])
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'type', 'group')
 if f.err or f[1] ~= 'dead' then return 0 end
+tl_pending(KEYS[1], KEYS[5], nil)  -- (before deliveries are reset; _lib.lua)
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)

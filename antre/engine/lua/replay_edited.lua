@@ -13,6 +13,7 @@ local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group', 'ukey', 'idem_k
 if f[1] ~= 'dead' then return 0 end
 local new_key = ARGV[8]
 if new_key ~= '' and f[4] and f[4] ~= '' then return -1 end
+tl_pending(KEYS[1], KEYS[5], nil)  -- (before deliveries are reset; _lib.lua)
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)

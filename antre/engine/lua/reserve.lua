@@ -11,7 +11,8 @@
 -- ARGV[5] parked-list prefix (+ job type)
 -- ARGV[6] dead-by-type prefix   ARGV[7] dead-by-group prefix
 -- ARGV[8 ..] (optional) the fields to return for each job; none: RESERVE_FIELDS
--- Each reserved job gets a 'reserved' event on its timeline (actor: the worker).
+-- Each reserved job's 'reserved' event is kept in its hash (the fields written here), not
+-- written to its timeline: "A delivery's routine events" in _lib.lua.
 -- Returns: array of HMGET arrays (values of ARGV[6 ..]), one per reserved job
 -- (deadline = now + the job's vt_ms).
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
@@ -108,7 +109,6 @@ local p_id = L.p_id
 local out, deadlines = {}, {}
 local orphans, corrupt = 0, 0
 local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
-local worker_json = cjson.encode(worker)
 local now_s = string.format('%d', now)
 local p_epoch, p_deliveries, p_state = L.p_epoch, L.p_deliveries, L.p_state
 local p_deadline, p_reserved_at, p_worker = L.p_deadline, L.p_reserved_at, L.p_worker
@@ -149,13 +149,14 @@ for _, id in ipairs(ids) do
     end
     epoch = string.format('%d', epoch + 1)
     local delivery = string.format('%d', num_of(lr and lr[l_dl], 0) + 1)
+    -- this delivery's 'reserved' event is kept in the hash (the fields written here; "A
+    -- delivery's routine events" in _lib.lua); a job delivered before first writes out the
+    -- last delivery's, when nothing else did (its fields are overwritten now)
+    if lr then tl_pending(key, tl_key(prefix, id), nil) end
     redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
                'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
-    tl_add_json(tl_key(prefix, id), now, 'reserved', worker_json,
-                '{"epoch":' .. epoch .. ',"delivery":' .. delivery .. ',"deadline":' ..
-                deadline .. '}')
     local row = r
     if not identity then
       row = {}

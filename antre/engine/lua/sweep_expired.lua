@@ -34,6 +34,7 @@ for _, id in ipairs(ids) do
     out[#out + 1] = 'corrupt'
   elseif KEYS[7] and cancel_of(redis.call('HGET', key, 'cancel')) then
     local tl = tl_key(prefix, id)
+    tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_lib.lua)
     local w = redis.call('HGET', key, 'worker_id') or ''
     tl_add(tl, now, 'swept', 'sweeper', {worker = w, delivery = num_field(key, 'deliveries', 0),
                                          outcome = 'cancelled'})
@@ -50,6 +51,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'deadline', 0)
     redis.call('HINCRBY', KEYS[4], 'expired', 1)
     local tl = tl_key(prefix, id)
+    tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_lib.lua)
     tl_add(tl, now, 'swept', 'sweeper', {worker = f[1] or '', delivery = deliveries,
                                          outcome = deliveries >= maxd and 'dead' or 'ready'})
     if deliveries >= maxd then
