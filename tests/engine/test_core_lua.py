@@ -54,19 +54,23 @@ def test_enqueue_with_delay_is_scheduled_until_promoted(q, clock):
 def test_enqueue_scripts_standard_field_list_is_new_fields():
     """enqueue.lua names the standard fields itself (the client sends '' for them)."""
     src = resources.files("antre.engine.lua").joinpath("enqueue.lua").read_text()
-    # the standard job's HSET, written out field by field: each name with its position
-    hset = re.search(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S).group(1)
-    pairs = re.findall(r"'([a-z_]+)', v\[(\d+)\]", hset)
-    assert [(name, int(i)) for name, i in pairs] == [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
+    # the standard job's HSETs, written out field by field: each name with its position; the
+    # first for a job without lock key and headers (neither stored), the second for the others
+    hsets = re.findall(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S)
+    every = [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
+    assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
+            for h in hsets] == [[p for p in every if p[0] not in ("lock_key", "headers")], every]
 
 
 def test_enqueue_one_scripts_field_list_is_new_fields():
     """enqueue_one.lua gets the standard fields' values as ARGV[2 ..], in NEW_FIELDS order."""
     src = resources.files("antre.engine.lua").joinpath("enqueue_one.lua").read_text()
-    hset = re.search(r"redis.call\('HSET', v\[1\] \.\. id, ('id'.*?)'state', 'ready'\)", src,
-                     re.S).group(1)
-    pairs = re.findall(r"'([a-z_]+)', v\[(\d+)\]", hset)
-    assert [(name, int(i)) for name, i in pairs] == [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
+    hsets = re.findall(r"redis.call\('HSET', v\[1\] \.\. id, ('id'.*?)'state', 'ready'\)", src,
+                       re.S)
+    every = [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
+    # (without headers: neither they nor the lock key, always empty here, are stored)
+    assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
+            for h in hsets] == [[p for p in every if p[0] not in ("lock_key", "headers")], every]
 
 
 def _everything(r) -> dict:
@@ -116,9 +120,16 @@ def test_enqueue_one_lua_refuses_a_job_with_a_lock_key(q, r, clock):
 def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
     job_id = q.enqueue("t", {"v": 1}, idempotency_key="k", delay_s=delay_s)
     stored = q.redis.hgetall(q.keys.job(job_id))
-    assert set(stored) == {*NEW_FIELDS, "state"}
+    # no lock key and no headers: neither is stored (an absent one reads as empty, issue 29)
+    assert set(stored) == {*NEW_FIELDS, "state"} - {"lock_key", "headers"}
     assert stored["state"] == ("scheduled" if delay_s else "ready")
     assert stored["id"] == job_id and stored["idem_key"] == "k"
+    assert q.get(job_id).lock_key == "" and q.get(job_id).headers == {}
+    with_both = q.enqueue("t", {}, idempotency_key="k2", delay_s=delay_s, lock_key="a",
+                          headers={"h": "1"})
+    stored = q.redis.hgetall(q.keys.job(with_both))
+    assert set(stored) == {*NEW_FIELDS, "state"} and stored["lock_key"] == "a"
+    assert q.get(with_both).headers == {"h": "1"}
 
 
 def test_the_wake_list_stays_capped_at_64_tokens(q):

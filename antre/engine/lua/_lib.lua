@@ -241,7 +241,8 @@ local TLP_ROW = {'epoch', 'tlf', 'reserved_at', 'worker_id', 'deliveries', 'vt_m
 local function tl_pending(job_key, tl, row, out)
   -- write the pending 'reserved' event of the job's current epoch, if any. ``row``: the job's
   -- fields of TLP_ROW by name (the caller's read; nil: read here); ``out``: a list the 'tlf'
-  -- field is appended to, for the caller's one HSET (nil: written here)
+  -- field is appended to, for the caller's one HSET (nil: written here). (Few library calls:
+  -- each global a function names costs a sandbox lookup, on every failure's path.)
   if not tl then return end
   local f = row
   if not f then
@@ -250,15 +251,23 @@ local function tl_pending(job_key, tl, row, out)
     f = {epoch = r[1], tlf = r[2], reserved_at = r[3], worker_id = r[4], deliveries = r[5],
          vt_ms = r[6]}
   end
-  local e, at = f.epoch, num_of(f.reserved_at, nil)
-  local en = num_of(e, nil)  -- (damaged values: no event; the hash shows what is there)
-  if not e or e == f.tlf or not at or not en then return end
-  local vt = num_of(f.vt_ms, 30000)
-  if vt <= 0 or vt > 604800000 then vt = 30000 end
-  tl_add_json(tl, at, 'reserved', cjson.encode(f.worker_id or ''),
-              '{"epoch":' .. string.format('%d', en) .. ',"delivery":' ..
-              string.format('%d', num_of(f.deliveries, 0)) .. ',"deadline":' ..
-              string.format('%d', at + vt) .. '}')
+  local e = f.epoch
+  if not e or e == f.tlf then return end
+  local en, at = tonumber(e), tonumber(f.reserved_at or '')
+  -- (damaged values: no event; the hash shows what is there)
+  if not en or not at or en ~= en or at ~= at or en < 0 or at < 0 or en > 1e15 or at > 1e15
+     or en % 1 ~= 0 or at % 1 ~= 0 then
+    return
+  end
+  local vt = tonumber(f.vt_ms or '') or 30000
+  if not (vt > 0 and vt <= 604800000) then vt = 30000 end  -- (NaN fails both)
+  local dl = tonumber(f.deliveries or '') or 0
+  if not (dl >= 0 and dl < 1e15) then dl = 0 end
+  -- (tl_add_json's event, made in one format: 'reserved' is not coalesced)
+  local n = redis.pcall('RPUSH', tl, string.format(
+    '{"t":%d,"k":"reserved","a":%s,"d":{"epoch":%d,"delivery":%d,"deadline":%d}}', at,
+    cjson.encode(f.worker_id or ''), en, dl - dl % 1, at + vt - vt % 1))
+  if type(n) == 'number' and n > TL_CAP then tl_elide(tl) end
   if out then
     out[#out + 1], out[#out + 2] = 'tlf', e
   else
