@@ -146,3 +146,23 @@ def test_damaged_lease_fields_make_no_event_and_break_no_read(q, r, clock):
     assert [e[1] for e in events(r, clock, job.id)] == ["enqueued"]
     q.retry(job, delay_ms=0, error="boom", kind="error")  # nothing to write out: no event
     assert [e["k"] for e in stored(q, job.id)] == ["failed"]
+
+
+def test_an_extension_writes_the_reservation_out_with_its_own_deadline_first(q, r, clock):
+    q.enqueue_many([JobSpec("t", {}, "k1")])
+    t0 = clock()
+    (job,) = q.reserve(W)
+    clock.advance(1_000)
+    q.extend(job.id, job.epoch, 60_000, mode="add", actor="alice")
+    got = [(e["k"], e["d"].get("deadline")) for e in stored(q, job.id)]
+    assert got == [("reserved", t0 + 30_000), ("extended", t0 + 30_000 + 60_000)]
+
+
+def test_an_expired_lease_writes_the_reservation_out_before_the_sweep(q, r, clock):
+    q.enqueue_many([JobSpec("t", {}, "k1")])
+    t0 = clock()
+    (job,) = q.reserve(W)
+    clock.advance(31_000)
+    q.sweep()
+    assert [(e["k"], e["d"].get("deadline"), e["d"].get("outcome")) for e in stored(q, job.id)] == [
+        ("reserved", t0 + 30_000, None), ("swept", None, "ready")]

@@ -236,37 +236,42 @@ end
 -- keeps the order things happened in; the hash's 'tlf' then names the epoch whose event is in
 -- the list. A 'completed' event is never pending under another: done is final (a done job is
 -- only forgotten, hash and timeline together). A plain job that succeeds has no timeline key.
-local TLP_ROW = {'epoch', 'tlf', 'reserved_at', 'worker_id', 'deliveries', 'vt_ms'}
+local TLP_ROW = {'epoch', 'tlf', 'reserved_at', 'worker_id', 'deliveries', 'deadline'}
 
 local function tl_pending(job_key, tl, row, out)
-  -- write the pending 'reserved' event of the job's current epoch, if any. ``row``: the job's
-  -- fields of TLP_ROW by name (the caller's read; nil: read here); ``out``: a list the 'tlf'
-  -- field is appended to, for the caller's one HSET (nil: written here). (Few library calls:
-  -- each global a function names costs a sandbox lookup, on every failure's path.)
+  -- write the pending 'reserved' event of the job's current epoch, if any, at its own time.
+  -- ``row``: the job's fields of TLP_ROW by name (the caller's read; nil: read here);
+  -- ``out``: a list the 'tlf' field is appended to, for the caller's one HSET (nil: written
+  -- here). Callers write it before they change the lease's fields. (Made from the stored
+  -- strings, without number formatting or library globals beyond one pattern: this runs on
+  -- every failure's path.)
   if not tl then return end
   local f = row
   if not f then
     local r = redis.pcall('HMGET', job_key, unpack(TLP_ROW))
     if r.err then return end
     f = {epoch = r[1], tlf = r[2], reserved_at = r[3], worker_id = r[4], deliveries = r[5],
-         vt_ms = r[6]}
+         deadline = r[6]}
   end
-  local e = f.epoch
-  if not e or e == f.tlf then return end
-  local en, at = tonumber(e), tonumber(f.reserved_at or '')
-  -- (damaged values: no event; the hash shows what is there)
-  if not en or not at or en ~= en or at ~= at or en < 0 or at < 0 or en > 1e15 or at > 1e15
-     or en % 1 ~= 0 or at % 1 ~= 0 then
+  local e, at = f.epoch, f.reserved_at
+  if not e or e == f.tlf or not at then return end
+  local dl, dd = f.deliveries or '0', f.deadline
+  -- the reservation's deadline is the hash's until the lease ends (an extension writes this
+  -- event out before it moves it); a lease ended without writing it (deadline 0): from vt_ms
+  if not dd or dd == '0' then dd = nil end
+  -- reserve wrote these as digits; anything else (a damaged record): no event
+  if not string.find(at .. ',' .. e .. ',' .. dl .. ',' .. (dd or '0'),
+                     '^%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?,%d+,%d+,%d+$') then
     return
   end
-  local vt = tonumber(f.vt_ms or '') or 30000
-  if not (vt > 0 and vt <= 604800000) then vt = 30000 end  -- (NaN fails both)
-  local dl = tonumber(f.deliveries or '') or 0
-  if not (dl >= 0 and dl < 1e15) then dl = 0 end
-  -- (tl_add_json's event, made in one format: 'reserved' is not coalesced)
-  local n = redis.pcall('RPUSH', tl, string.format(
-    '{"t":%d,"k":"reserved","a":%s,"d":{"epoch":%d,"delivery":%d,"deadline":%d}}', at,
-    cjson.encode(f.worker_id or ''), en, dl - dl % 1, at + vt - vt % 1))
+  if not dd then
+    local vt = num_of(redis.call('HGET', job_key, 'vt_ms'), 30000)
+    if vt <= 0 or vt > 604800000 then vt = 30000 end
+    dd = string.format('%d', tonumber(at) + vt)
+  end
+  local n = redis.pcall('RPUSH', tl, '{"t":' .. at .. ',"k":"reserved","a":' ..
+                        cjson.encode(f.worker_id or '') .. ',"d":{"epoch":' .. e ..
+                        ',"delivery":' .. dl .. ',"deadline":' .. dd .. '}}')
   if type(n) == 'number' and n > TL_CAP then tl_elide(tl) end
   if out then
     out[#out + 1], out[#out + 2] = 'tlf', e
@@ -1070,7 +1075,7 @@ end
 -- its key)
 local RETRY_ROW = {'state', 'epoch', 'lgates', 'cancel', 'attempt', 'deliveries', 'snoozes',
                    'errors', 'worker_id', 'first_failed_at', 'rtask', 'lock_key', 'tlf',
-                   'reserved_at', 'vt_ms'}
+                   'reserved_at', 'deadline'}
 
 local function retry_job(k, id, epoch, now, visible_at, a)
   -- in-flight -> scheduled at visible_at (ready when visible_at <= now) for the holder of the
@@ -1191,7 +1196,7 @@ end
 -- turn_end's, unique_release's and flow_dead's fields)
 local BURY_ROW = {'state', 'epoch', 'attempt', 'errors', 'deliveries', 'worker_id',
                   'first_failed_at', 'type', 'waiters', 'rtask', 'group', 'ukey', 'lock_key',
-                  'fgroup', 'lgates', 'flow', 'tlf', 'reserved_at', 'vt_ms'}
+                  'fgroup', 'lgates', 'flow', 'tlf', 'reserved_at', 'deadline'}
 
 local function bury_failed(k, id, epoch, now, a, call)
   -- in-flight -> the DLQ for the holder of the lease, the error kept on the job. k: {job,

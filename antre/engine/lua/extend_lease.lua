@@ -13,6 +13,8 @@
 local id, epoch, now, ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)
 if lost then return lost end
+-- the delivery's 'reserved' event first, while the hash still has its deadline (_lib.lua)
+if KEYS[3] then tl_pending(KEYS[1], KEYS[3], nil) end
 local cur = num_field(KEYS[1], 'deadline', 0)
 local cap = tonumber(ARGV[6])
 local deadline
@@ -27,7 +29,6 @@ redis.call('HSET', KEYS[1], 'deadline', deadline)
 redis.call('ZADD', KEYS[2], deadline, id)
 redis.call('HSET', KEYS[1], 'extended_at', now)
 if KEYS[3] then
-  tl_pending(KEYS[1], KEYS[3], nil)  -- the delivery's 'reserved' event first (_lib.lua)
   local by = ({at_least = 'heartbeat', add = 'operator'})[ARGV[5]] or 'handler'
   tl_add(KEYS[3], now, 'extended', actor_of(KEYS[1], ARGV[7]),
          {by = by, ms = ms, deadline = deadline}, ARGV[8])

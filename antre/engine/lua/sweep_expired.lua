@@ -47,11 +47,11 @@ for _, id in ipairs(ids) do
     local deliveries, maxd = num_field(key, 'deliveries', 0), num_field(key, 'max_deliveries', 10)
     local f = redis.call('HMGET', key, 'worker_id')
     local msg = 'lease expired on worker ' .. (f[1] or '?') .. ' (delivery ' .. deliveries .. ')'
+    local tl = tl_key(prefix, id)
+    tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_lib.lua)
     append_error(key, now, 'lease_expired', msg, '')
     redis.call('HSET', key, 'deadline', 0)
     redis.call('HINCRBY', KEYS[4], 'expired', 1)
-    local tl = tl_key(prefix, id)
-    tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_lib.lua)
     tl_add(tl, now, 'swept', 'sweeper', {worker = f[1] or '', delivery = deliveries,
                                          outcome = deliveries >= maxd and 'dead' or 'ready'})
     if deliveries >= maxd then
