@@ -14,6 +14,9 @@ from antre.engine.envelope import NEW_FIELDS, encode_new, pack_new
 from antre.engine.queue import JobSpec, Queue
 from antre.observe.finder import Finder
 
+# what the standard enqueue leaves out when it is empty or JobSpec's default (issue 29)
+DEFAULTED = {"lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries"}
+
 
 def Job_with_epoch(job, epoch):
     import dataclasses
@@ -55,11 +58,12 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
     """enqueue.lua names the standard fields itself (the client sends '' for them)."""
     src = resources.files("antre.engine.lua").joinpath("enqueue.lua").read_text()
     # the standard job's HSETs, written out field by field: each name with its position; the
-    # first for a job without lock key and headers (neither stored), the second for the others
+    # first for a job whose DEFAULTED fields are empty or JobSpec's (none stored), the second
+    # for the others
     hsets = re.findall(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S)
     every = [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
     assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
-            for h in hsets] == [[p for p in every if p[0] not in ("lock_key", "headers")], every]
+            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED], every]
 
 
 def test_enqueue_one_scripts_field_list_is_new_fields():
@@ -68,9 +72,9 @@ def test_enqueue_one_scripts_field_list_is_new_fields():
     hsets = re.findall(r"redis.call\('HSET', v\[1\] \.\. id, ('id'.*?)'state', 'ready'\)", src,
                        re.S)
     every = [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
-    # (without headers: neither they nor the lock key, always empty here, are stored)
+    # (the first without the DEFAULTED fields: the lock key is always empty here)
     assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
-            for h in hsets] == [[p for p in every if p[0] not in ("lock_key", "headers")], every]
+            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED], every]
 
 
 def _everything(r) -> dict:
@@ -120,16 +124,38 @@ def test_enqueue_one_lua_refuses_a_job_with_a_lock_key(q, r, clock):
 def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
     job_id = q.enqueue("t", {"v": 1}, idempotency_key="k", delay_s=delay_s)
     stored = q.redis.hgetall(q.keys.job(job_id))
-    # no lock key and no headers: neither is stored (an absent one reads as empty, issue 29)
-    assert set(stored) == {*NEW_FIELDS, "state"} - {"lock_key", "headers"}
+    # no lock key, no headers, JobSpec's timeout, lease and delivery limit: none of them is
+    # stored (an absent one reads as empty / the default, issue 29)
+    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED
     assert stored["state"] == ("scheduled" if delay_s else "ready")
     assert stored["id"] == job_id and stored["idem_key"] == "k"
-    assert q.get(job_id).lock_key == "" and q.get(job_id).headers == {}
-    with_both = q.enqueue("t", {}, idempotency_key="k2", delay_s=delay_s, lock_key="a",
+    job = q.get(job_id)
+    assert (job.lock_key, job.headers, job.timeout_s, job.visibility_timeout_ms,
+            job.max_deliveries) == ("", {}, 30.0, 30_000, 10)
+    other = q.enqueue("t", {}, idempotency_key="k2", delay_s=delay_s, max_deliveries=11)
+    stored = q.redis.hgetall(q.keys.job(other))
+    assert set(stored) == {*NEW_FIELDS, "state"} and stored["max_deliveries"] == "11"
+    with_both = q.enqueue("t", {}, idempotency_key="k3", delay_s=delay_s, lock_key="a",
                           headers={"h": "1"})
     stored = q.redis.hgetall(q.keys.job(with_both))
     assert set(stored) == {*NEW_FIELDS, "state"} and stored["lock_key"] == "a"
     assert q.get(with_both).headers == {"h": "1"}
+
+
+def test_the_defaults_enqueue_leaves_out_are_jobspecs_and_every_reader_reads_them(q, clock):
+    """enqueue.lua compares the encoded values with JobSpec's defaults as text: a default
+    changed in envelope.py without the scripts would store them again (and this fails)."""
+    values = dict(zip(NEW_FIELDS, encode_new(JobSpec("t", {}, "k"), q.name, clock())))
+    assert {k: values[k] for k in DEFAULTED} == {
+        "lock_key": "", "headers": "{}", "timeout_s": "30.0", "vt_ms": "30000",
+        "max_deliveries": "10"}
+    src = resources.files("antre.engine.lua").joinpath("enqueue.lua").read_text()
+    assert ("v[10] == '' and v[11] == '{}' and v[12] == '30.0' and v[13] == '30000' and "
+            "v[14] == '10'") in src
+    job_id = q.enqueue("t", {}, idempotency_key="k")
+    (job,) = q.reserve("w")  # the reserve's row, its deadline from the default lease
+    assert job.id == job_id and job.deadline == clock() + 30_000
+    assert (job.timeout_s, job.visibility_timeout_ms, job.max_deliveries) == (30.0, 30_000, 10)
 
 
 def test_the_wake_list_stays_capped_at_64_tokens(q):

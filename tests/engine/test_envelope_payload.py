@@ -218,10 +218,13 @@ def test_enqueue_many_stores_what_encode_new_makes(r):
         names, values = q.encode(spec, now)
         assert values[:len(NEW_FIELDS)] == encode_new(spec, q.name, now)
         expected = dict(zip(names, values))
-        if names == NEW_FIELDS and expected["lock_key"] == "" and expected["headers"] == "{}":
-            # (the standard path stores neither when both are empty: issue 29)
-            del expected["lock_key"], expected["headers"]
-            assert "lock_key" not in got and "headers" not in got
+        defaulted = {"lock_key": "", "headers": "{}", "timeout_s": "30.0", "vt_ms": "30000",
+                     "max_deliveries": "10"}
+        if names == NEW_FIELDS and all(expected[k] == v for k, v in defaulted.items()):
+            # (the standard path stores none of these when all are empty / JobSpec's: issue 29)
+            for k in defaulted:
+                del expected[k]
+                assert k not in got
         assert {k: got[k] for k in expected} == expected
         reply = q.scripts.enqueue(keys=q._enqueue_keys, args=[
             q.keys.job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),

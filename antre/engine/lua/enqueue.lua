@@ -115,13 +115,13 @@ local function store(key, id, values)
     redis.call('HSET', key, unpack(fields))
   else  -- the standard fields, written out (no table to build and unpack)
     local v = values
-    if v[10] == '' and v[11] == '{}' then
-      -- no lock key, no headers: neither field is stored (an absent one reads as empty; each
-      -- field less is a shorter walk for every later read and write of the hash, issue 29)
+    if v[10] == '' and v[11] == '{}' and v[12] == '30.0' and v[13] == '30000' and v[14] == '10' then
+      -- no lock key, no headers, the default timeout, lease and delivery limit (JobSpec's;
+      -- every reader reads an absent one as that default): none of these fields is stored.
+      -- Each field less is a shorter walk for every later read and write of the hash (issue 29)
       redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3], 'queue', v[4],
                  'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
-                 'trace_id', v[9], 'timeout_s', v[12], 'vt_ms', v[13], 'max_deliveries', v[14],
-                 'state', state)
+                 'trace_id', v[9], 'state', state)
     else
       redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3], 'queue', v[4],
                  'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
