@@ -307,9 +307,11 @@ def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
     return fields.get("traceback", "")
 
 
-def from_fields(fields: Mapping[str, str]) -> Job:
+def from_fields(fields: Mapping[str, str], queue: str = "") -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
-    reported in ``payload_error`` so the worker can bury the job with that reason."""
+    reported in ``payload_error`` so the worker can bury the job with that reason. ``queue``:
+    the queue whose key holds the hash, for a job whose hash does not name it (the standard
+    enqueue stores no 'queue' field: the key's tag says it, issue 29)."""
     payload, payload_error = _json(fields.get("payload"), None)
     if not fields.get("payload"):
         payload_error = "the stored payload is missing or empty"
@@ -326,7 +328,7 @@ def from_fields(fields: Mapping[str, str]) -> Job:
     return Job(
         id=fields.get("id", ""),
         type=fields.get("type", ""),
-        queue=fields.get("queue", ""),
+        queue=fields.get("queue") or queue,
         idempotency_key=fields.get("idem_key", ""),
         payload=payload,
         attempt=_int(fields, "attempt"),
@@ -663,10 +665,12 @@ def pack_chunk(jobs: Sequence[Sequence[str]]) -> bytes:
 # -- consuming: a reserved job --------------------------------------------------------------
 
 # what a worker needs of a job it reserves (errors, traceback and result stay in Redis)
-# (reserve.lua reads the first 23, deliveries only for a job delivered before, and writes
+# (reserve.lua reads the first 22, deliveries only for a job delivered before, and writes
 # state .. deliveries without reading them: this order keeps the reply's row in the order it
 # reads them, issue 29)
-RESERVE_FIELDS = ("id", "type", "queue", "idem_key", "payload", "max_attempts", "visible_at",
+# (no 'queue': the caller knows the queue it reserves from, and the standard enqueue stores
+# none; from_row's ``queue``)
+RESERVE_FIELDS = ("id", "type", "idem_key", "payload", "max_attempts", "visible_at",
                   "created_at", "trace_id", "lock_key", "headers", "timeout_s", "vt_ms",
                   "max_deliveries", "epoch", "flow", "fin", "cancel", "attempt", "checkpoint",
                   "first_failed_at", "replayed_at", "snoozes", "state", "deadline",
@@ -695,26 +699,26 @@ def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
     return out, bad
 
 
-def from_raw_row(row: Sequence[bytes | None]) -> Job:
+def from_raw_row(row: Sequence[bytes | None], queue: str = "") -> Job:
     """``from_row`` of a row read undecoded: a job holding bytes that are not UTF-8 is decoded
     with replacement characters and its ``payload_error`` says which field (the worker buries
     it with that reason; its batch-mates are untouched)."""
     values, bad = text_row(row)
-    job = from_row(values)
+    job = from_row(values, queue)
     if bad:
         job.payload_error = (f"the stored job's field {bad!r} is not valid UTF-8 text; "
                              "enqueue text (str) values only")
     return job
 
 
-def from_row(row: Sequence[str | None]) -> Job:
+def from_row(row: Sequence[str | None], queue: str = "") -> Job:
     """Decode the ``RESERVE_FIELDS`` values ``reserve.lua`` returns for one job: what
     ``from_fields`` makes of them (tests/test_fuzz.py compares the two), read by position (a
     reserved job is decoded once per delivery: no dict of the row, no lookups of the fields a
     reserve never returns)."""
     if len(row) != len(RESERVE_FIELDS):
-        return from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None})
-    (id_, type_, queue, idem_key, raw_payload, max_attempts, visible_at, created_at, trace_id,
+        return from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None}, queue)
+    (id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at, trace_id,
      lock_key, raw_headers, raw_timeout, vt_ms, max_deliveries, epoch, flow, fin, cancel,
      attempt, raw_checkpoint, first_failed_at, replayed_at, snoozes, state, deadline,
      reserved_at, worker_id, deliveries) = row
@@ -744,7 +748,7 @@ def from_row(row: Sequence[str | None]) -> Job:
     fields = job.__dict__
     fields.update(_JOB_DEFAULTS)
     fields.update(
-        id=id_ or "", type=type_ or "", queue=queue or "", idempotency_key=idem_key or "",
+        id=id_ or "", type=type_ or "", queue=queue, idempotency_key=idem_key or "",
         payload=payload, attempt=n_attempt, max_attempts=n_max_attempts,
         visible_at=n_visible_at, created_at=n_created_at, trace_id=trace_id or "",
         lock_key=lock_key or "", headers=headers if isinstance(headers, dict) else {},

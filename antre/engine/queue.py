@@ -379,7 +379,7 @@ class Queue:
     def _reserved(self, rows: list[list[bytes | None]]) -> list[Job]:
         """The jobs of reserve's reply (read undecoded); one whose id is not UTF-8 (no
         command could name it as text) goes to the quarantine instead."""
-        jobs = [from_raw_row(row) for row in rows]
+        jobs = [from_raw_row(row, self.name) for row in rows]
         if all(not job.payload_error for job in jobs):
             return jobs
         kept = []
@@ -664,8 +664,8 @@ class Queue:
         if not fields:
             return None
         # a dead job's traceback: its error group keeps the head (issue 29)
-        return tracebacks.resolve_job(self.redis, self.keys.error_tracebacks, from_fields(fields),
-                                      fields.get("errors"))
+        return tracebacks.resolve_job(self.redis, self.keys.error_tracebacks,
+                                      from_fields(fields, self.name), fields.get("errors"))
 
     def where(self, job_id: str) -> list[str]:
         """Every place the job id is indexed (a consistency check for tests: exactly one)."""

@@ -16,6 +16,8 @@ from antre.observe.finder import Finder
 
 # what the standard enqueue leaves out when it is empty or JobSpec's default (issue 29)
 DEFAULTED = {"lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries"}
+# and what it never stores: the queue's name (its key's tag says it; readers are given it)
+IMPLIED = {"queue"}
 
 
 def Job_with_epoch(job, epoch):
@@ -63,7 +65,8 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
     hsets = re.findall(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S)
     every = [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
     assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
-            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED], every]
+            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED | IMPLIED],
+                                [p for p in every if p[0] not in IMPLIED]]
 
 
 def test_enqueue_one_scripts_field_list_is_new_fields():
@@ -74,7 +77,8 @@ def test_enqueue_one_scripts_field_list_is_new_fields():
     every = [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
     # (the first without the DEFAULTED fields: the lock key is always empty here)
     assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
-            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED], every]
+            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED | IMPLIED],
+                                [p for p in every if p[0] not in IMPLIED]]
 
 
 def _everything(r) -> dict:
@@ -126,19 +130,19 @@ def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
     stored = q.redis.hgetall(q.keys.job(job_id))
     # no lock key, no headers, JobSpec's timeout, lease and delivery limit: none of them is
     # stored (an absent one reads as empty / the default, issue 29)
-    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED
+    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED
     assert stored["state"] == ("scheduled" if delay_s else "ready")
     assert stored["id"] == job_id and stored["idem_key"] == "k"
     job = q.get(job_id)
     assert (job.lock_key, job.headers, job.timeout_s, job.visibility_timeout_ms,
-            job.max_deliveries) == ("", {}, 30.0, 30_000, 10)
+            job.max_deliveries, job.queue) == ("", {}, 30.0, 30_000, 10, q.name)
     other = q.enqueue("t", {}, idempotency_key="k2", delay_s=delay_s, max_deliveries=11)
     stored = q.redis.hgetall(q.keys.job(other))
-    assert set(stored) == {*NEW_FIELDS, "state"} and stored["max_deliveries"] == "11"
+    assert set(stored) == {*NEW_FIELDS, "state"} - IMPLIED and stored["max_deliveries"] == "11"
     with_both = q.enqueue("t", {}, idempotency_key="k3", delay_s=delay_s, lock_key="a",
                           headers={"h": "1"})
     stored = q.redis.hgetall(q.keys.job(with_both))
-    assert set(stored) == {*NEW_FIELDS, "state"} and stored["lock_key"] == "a"
+    assert set(stored) == {*NEW_FIELDS, "state"} - IMPLIED and stored["lock_key"] == "a"
     assert q.get(with_both).headers == {"h": "1"}
 
 
@@ -154,7 +158,7 @@ def test_the_defaults_enqueue_leaves_out_are_jobspecs_and_every_reader_reads_the
             "v[14] == '10'") in src
     job_id = q.enqueue("t", {}, idempotency_key="k")
     (job,) = q.reserve("w")  # the reserve's row, its deadline from the default lease
-    assert job.id == job_id and job.deadline == clock() + 30_000
+    assert job.id == job_id and job.deadline == clock() + 30_000 and job.queue == q.name
     assert (job.timeout_s, job.visibility_timeout_ms, job.max_deliveries) == (30.0, 30_000, 10)
 
 
@@ -392,7 +396,7 @@ def test_ack_many_does_per_job_what_ack_does(r, clock):
             assert q.ack_many(done, notes=notes) == []
         hashes = [r.hgetall(q.keys.job(j.id)) for j in jobs]
         for h in hashes:
-            h.pop("id"), h.pop("trace_id"), h.pop("queue"), h.pop("ukey", None)
+            h.pop("id"), h.pop("trace_id"), h.pop("queue", None), h.pop("ukey", None)
         # (the timeline as read: the 'reserved' and 'completed' events are kept in the hash)
         events = [[(e.at_ms, e.kind, e.actor, e.details)
                    for e in Finder(r).timeline(name, j.id).events[1:]] for j in jobs]

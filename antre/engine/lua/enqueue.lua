@@ -113,17 +113,18 @@ local function store(key, id, values)
     fields[2 * n + 1] = 'state'
     fields[2 * n + 2] = state
     redis.call('HSET', key, unpack(fields))
-  else  -- the standard fields, written out (no table to build and unpack)
+  else  -- the standard fields, written out (no table to build and unpack); not the queue's
+    -- name (v[4]): the key's tag says it, and every reader is given it (issue 29)
     local v = values
     if v[10] == '' and v[11] == '{}' and v[12] == '30.0' and v[13] == '30000' and v[14] == '10' then
       -- no lock key, no headers, the default timeout, lease and delivery limit (JobSpec's;
       -- every reader reads an absent one as that default): none of these fields is stored.
       -- Each field less is a shorter walk for every later read and write of the hash (issue 29)
-      redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3], 'queue', v[4],
+      redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],
                  'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
                  'trace_id', v[9], 'state', state)
     else
-      redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3], 'queue', v[4],
+      redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],
                  'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
                  'trace_id', v[9], 'lock_key', v[10], 'headers', v[11], 'timeout_s', v[12],
                  'vt_ms', v[13], 'max_deliveries', v[14], 'state', state)

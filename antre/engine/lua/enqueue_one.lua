@@ -28,11 +28,11 @@ if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
 redis.call('HSET', KEYS[4], v[6], id)
 if v[12] == '{}' and v[13] == '30.0' and v[14] == '30000' and v[15] == '10' then
   -- the defaults (and the lock key, always empty here): not stored, as enqueue.lua
-  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4], 'queue', v[5],
+  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4],
              'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
              'trace_id', v[10], 'state', 'ready')
 else
-  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4], 'queue', v[5],
+  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4],
              'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
              'trace_id', v[10], 'lock_key', v[11], 'headers', v[12], 'timeout_s', v[13],
              'vt_ms', v[14], 'max_deliveries', v[15], 'state', 'ready')
