@@ -317,8 +317,10 @@ _KEPT = ("epoch", "tlf", "reserved_at", "worker_id", "deliveries", "vt_ms", "fin
          "result", "dnote")
 
 
-def _kept_events(events: list[TimelineEvent], f: dict[str, Any]) -> list[TimelineEvent]:
-    """``events`` (the stored ones, in order) with the delivery's events the hash ``f`` keeps:
+def _kept_events(events: list[TimelineEvent], f: dict[str, Any],
+                 state: str | None) -> list[TimelineEvent]:
+    """``events`` (the stored ones, in order) with the delivery's events the hash ``f`` (its
+    ``_KEPT`` fields; ``state``: its state) keeps:
     the current epoch's 'reserved' when no stored event carries it, then the 'completed' of a
     done job when none was stored. A 'reserved' event stored twice for one epoch (a job
     reserved by an older version and then failed under this one) is shown once."""
@@ -345,7 +347,7 @@ def _kept_events(events: list[TimelineEvent], f: dict[str, Any]) -> list[Timelin
             place -= 1
         out.insert(place, event)
     finished = _strict_int(f.get("finished_at"))
-    if (f.get("_state") == "done" and finished is not None
+    if (state == "done" and finished is not None
             and not any(e.kind in ("completed", "deduplicated") and e.at_ms == finished
                         for e in out)):
         result = (f.get("result") or "").encode()[:500].decode("utf-8", "replace")
@@ -437,8 +439,7 @@ class Finder:
         pipe.lrange(k.timeline(job_id), 0, -1)
         pipe.hmget(k.job(job_id), "created_at", "trace_id", "state", *_KEPT)
         raw, (created, trace_id, state, *kept) = pipe.execute()
-        events = _kept_events([_event(r) for r in raw],
-                              {**dict(zip(_KEPT, kept)), "_state": state})
+        events = _kept_events([_event(r) for r in raw], dict(zip(_KEPT, kept)), state)
         # a burial's traceback: its error group keeps the head (issue 29), the event the rest;
         # the event kept the last 2,000 characters of the whole
         tracebacks.resolve(self.redis, k.error_tracebacks,

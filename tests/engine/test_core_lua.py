@@ -147,15 +147,20 @@ def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
 
 
 def test_the_defaults_enqueue_leaves_out_are_jobspecs_and_every_reader_reads_them(q, clock):
-    """enqueue.lua compares the encoded values with JobSpec's defaults as text: a default
-    changed in envelope.py without the scripts would store them again (and this fails)."""
+    """The enqueue scripts compare the encoded values with JobSpec's defaults as text
+    (_lib.lua's at_defaults): a default changed in envelope.py without the scripts would store
+    them again (and this fails)."""
     values = dict(zip(NEW_FIELDS, encode_new(JobSpec("t", {}, "k"), q.name, clock())))
     assert {k: values[k] for k in DEFAULTED} == {
         "lock_key": "", "headers": "{}", "timeout_s": "30.0", "vt_ms": "30000",
         "max_deliveries": "10"}
-    src = resources.files("antre.engine.lua").joinpath("enqueue.lua").read_text()
-    assert ("v[10] == '' and v[11] == '{}' and v[12] == '30.0' and v[13] == '30000' and "
-            "v[14] == '10'") in src
+    lua = resources.files("antre.engine.lua")
+    assert ("return headers == '{}' and timeout_s == '30.0' and vt_ms == '30000' and "
+            "max_deliveries == '10'") in lua.joinpath("_lib.lua").read_text()
+    assert "if v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then" in \
+        lua.joinpath("enqueue.lua").read_text()
+    assert "if at_defaults(v[12], v[13], v[14], v[15]) then" in \
+        lua.joinpath("enqueue_one.lua").read_text()
     job_id = q.enqueue("t", {}, idempotency_key="k")
     (job,) = q.reserve("w")  # the reserve's row, its deadline from the default lease
     assert job.id == job_id and job.deadline == clock() + 30_000 and job.queue == q.name

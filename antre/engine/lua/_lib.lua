@@ -227,6 +227,14 @@ local function tl_add(key, now, kind, actor, detail, extra)
   tl_add_json(key, now, kind, cjson.encode(actor or ''), cjson.encode(detail or {}), extra)
 end
 
+-- == What a standard enqueue leaves out (issue 29) ===============================================
+local function at_defaults(headers, timeout_s, vt_ms, max_deliveries)
+  -- true for JobSpec's defaults as envelope.encode_new writes them (no headers, a 30 s timeout
+  -- and lease, 10 deliveries): enqueue.lua and enqueue_one.lua then store none of these fields
+  -- (nor an empty lock key), and every reader reads an absent one as that default
+  return headers == '{}' and timeout_s == '30.0' and vt_ms == '30000' and max_deliveries == '10'
+end
+
 -- == A delivery's routine events, kept in the job's hash (issue 29 item 1) =====================
 -- reserve writes no 'reserved' event and ack_many no 'completed' one: the job's hash holds
 -- both already (epoch, deliveries, reserved_at, worker_id and vt_ms; state 'done', finished_at,
@@ -979,18 +987,19 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
-  if tl and (kind ~= 'completed' or (actor and actor ~= '')) then
-    -- another kind (a duplicate's), or another actor: written out, after the delivery's
-    -- pending 'reserved' event. A plain completion by the job's worker is kept in the hash
-    -- (its note in 'dnote'): "A delivery's routine events" above
+  -- a plain completion by the job's worker is kept in the hash (its note in 'dnote': "A
+  -- delivery's routine events" above); another kind (a duplicate's) or another actor is
+  -- written out, after the delivery's pending 'reserved' event
+  local kept = not tl or (kind == 'completed' and (not actor or actor == ''))
+  if not kept then
     tl_pending(key, tl, nil)
     if not actor or actor == '' then actor = f[3] or '' end
     local detail = '{"result":' .. cjson.encode(string.sub(result, 1, 500)) ..
                    ',"since_reserved_ms":' ..
                    string.format('%d', now - (num_of(f[4], now))) .. '}'  -- (%d: no float printf)
     tl_add_json(tl, now, kind, cjson.encode(actor), detail, note)
-    redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
-  elseif note and note ~= '' then
+  end
+  if kept and note and note ~= '' then
     redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result,
                'dnote', note)
   else

@@ -116,10 +116,9 @@ local function store(key, id, values)
   else  -- the standard fields, written out (no table to build and unpack); not the queue's
     -- name (v[4]): the key's tag says it, and every reader is given it (issue 29)
     local v = values
-    if v[10] == '' and v[11] == '{}' and v[12] == '30.0' and v[13] == '30000' and v[14] == '10' then
-      -- no lock key, no headers, the default timeout, lease and delivery limit (JobSpec's;
-      -- every reader reads an absent one as that default): none of these fields is stored.
-      -- Each field less is a shorter walk for every later read and write of the hash (issue 29)
+    if v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then
+      -- no lock key, JobSpec's defaults (at_defaults in _lib.lua): none of these fields is
+      -- stored. Each field less is a shorter walk for every later read and write of the hash
       redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],
                  'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
                  'trace_id', v[9], 'state', state)
