@@ -225,6 +225,11 @@ class Job:
     flow: str = ""  # the id of the flow it belongs to (issue 26), '' for none
     flow_inputs: int = 0  # how many parents in its flow give it their results ('fin')
 
+    # True on a job reserve read as plain (PLAIN_FIELDS and its state, nothing else: from_row
+    # sets it; not a field of the record): its ack skips the lookups of the optional fields
+    # such a job cannot have (ack_many.lua). A copy (dataclasses.replace) is acked the full way.
+    _plain = False
+
     @property
     def waits_for_rate(self) -> bool:
         """Scheduled only because its group's rate gives it a later start."""
@@ -664,17 +669,23 @@ def pack_chunk(jobs: Sequence[Sequence[str]]) -> bytes:
 
 # -- consuming: a reserved job --------------------------------------------------------------
 
-# what a worker needs of a job it reserves (errors, traceback and result stay in Redis)
-# (reserve.lua reads the first 22, deliveries only for a job delivered before, and writes
-# state .. deliveries without reading them: this order keeps the reply's row in the order it
-# reads them, issue 29)
-# (no 'queue': the caller knows the queue it reserves from, and the standard enqueue stores
-# none; from_row's ``queue``)
-RESERVE_FIELDS = ("id", "type", "idem_key", "payload", "max_attempts", "visible_at",
-                  "created_at", "trace_id", "lock_key", "headers", "timeout_s", "vt_ms",
-                  "max_deliveries", "epoch", "flow", "fin", "cancel", "attempt", "checkpoint",
-                  "first_failed_at", "replayed_at", "snoozes", "state", "deadline",
-                  "reserved_at", "worker_id", "deliveries")
+# What a worker needs of a job it reserves (errors, traceback and result stay in Redis; no
+# 'queue': the caller knows the queue it reserves from, from_row's ``queue``), as reserve.lua
+# returns it per job, in this order: first the fields every job has (a standard
+# enqueue without options stores exactly PLAIN_FIELDS and its state: enqueue.lua's store; a test
+# ties the two), then those reserve writes (the new lease), then the optional ones. A job whose
+# hash holds nothing else is reserved "plain": its row stops after the written fields
+# (PLAIN_ROW values; the client reads the rest as absent) and its ack skips the lookups of
+# what such a job cannot have ("What reserve returns per job" in _lib.lua).
+PLAIN_FIELDS = ("id", "type", "idem_key", "payload", "max_attempts", "visible_at",
+                "created_at", "trace_id")
+RESERVE_FIELDS = (*PLAIN_FIELDS,
+                  "epoch", "deliveries", "state", "deadline", "reserved_at", "worker_id",
+                  "lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries", "flow", "fin",
+                  "cancel", "attempt", "checkpoint", "first_failed_at", "replayed_at",
+                  "snoozes")
+PLAIN_ROW = len(PLAIN_FIELDS) + 6
+_ROW_PAD = (None,) * (len(RESERVE_FIELDS) - PLAIN_ROW)
 
 
 def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
@@ -716,12 +727,15 @@ def from_row(row: Sequence[str | None], queue: str = "") -> Job:
     ``from_fields`` makes of them (tests/test_fuzz.py compares the two), read by position (a
     reserved job is decoded once per delivery: no dict of the row, no lookups of the fields a
     reserve never returns)."""
-    if len(row) != len(RESERVE_FIELDS):
+    plain = len(row) == PLAIN_ROW
+    if plain:  # a job reserved plain: the optional fields are absent (PLAIN_FIELDS)
+        row = (*row, *_ROW_PAD)
+    elif len(row) != len(RESERVE_FIELDS):
         return from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None}, queue)
     (id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at, trace_id,
-     lock_key, raw_headers, raw_timeout, vt_ms, max_deliveries, epoch, flow, fin, cancel,
-     attempt, raw_checkpoint, first_failed_at, replayed_at, snoozes, state, deadline,
-     reserved_at, worker_id, deliveries) = row
+     epoch, deliveries, state, deadline, reserved_at, worker_id, lock_key, raw_headers,
+     raw_timeout, vt_ms, max_deliveries, flow, fin, cancel, attempt, raw_checkpoint,
+     first_failed_at, replayed_at, snoozes) = row
     payload, payload_error = _json(raw_payload, None)
     if not raw_payload:
         payload_error = "the stored payload is missing or empty"
@@ -760,6 +774,8 @@ def from_row(row: Sequence[str | None], queue: str = "") -> Job:
         payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[])
     if flow or fin:  # a job of a flow (issue 26): the only jobs with these fields
         fields.update(flow=flow or "", flow_inputs=_num(fin))
+    if plain:
+        fields["_plain"] = True
     return job
 
 

@@ -37,7 +37,7 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, ResponseError,
                               TimeoutError)
 
-from antre.engine.envelope import RESERVE_FIELDS
+from antre.engine.envelope import PLAIN_FIELDS, RESERVE_FIELDS
 
 _hiredis_pack: Any
 _HiredisReader: Any
@@ -275,6 +275,7 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
                         files.joinpath("_lib.lua").read_text())
     # reserve's fields, as the client reads them (envelope.from_row): one list for both sides
     text = text.replace("--[[RESERVE_FIELDS]]", ", ".join(f"'{n}'" for n in RESERVE_FIELDS))
+    text = text.replace("--[[PLAIN_FIELDS]]", ", ".join(f"'{n}'" for n in PLAIN_FIELDS))
     header, parts = _lib_parts(text)
     names = {n for n, _ in parts}
     refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}

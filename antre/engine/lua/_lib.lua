@@ -974,29 +974,37 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
 end
 
 -- == Completing jobs (ack.lua, one job; ack_many.lua, a worker's batch) =========================
-local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
+-- A job reserved plain ("What reserve returns per job" below; the client says so) has none of
+-- the fields a completion acts on but 'waiters' (a producer may start waiting at any time): a
+-- plain completion of such a job reads four fields, not eleven (a field a hash does not hold
+-- is a walk of all it holds). ack_job's read: ACK_ROW, or its first four.
+local ACK_ROW = {'state', 'epoch', 'created_at', 'waiters', 'worker_id', 'reserved_at', 'ukey',
+                 'lock_key', 'fgroup', 'flow', 'lgates'}
+local ACK_PLAIN = {'state', 'epoch', 'created_at', 'waiters'}
+
+local function ack_job(key, tl, id, epoch, now, result, kind, note, actor, plain)
   -- in-flight -> done for the holder of the lease: the job's hash and its timeline event, with
   -- one read (HMGET) and one write (HSET) of the hash. The caller moves the id from inflight
   -- to done and counts it. Returns nil and the job's end-to-end latency in ms (nil when its
   -- created_at is unusable), or a 'LOST:...' string with nothing changed. ``tl``: the job's
   -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass), one
-  -- with a group its slot (group_leave).
-  local f = redis.pcall('HMGET', key, 'state', 'epoch', 'worker_id', 'reserved_at', 'ukey',
-                        'created_at', 'lock_key', 'fgroup', 'waiters', 'flow', 'lgates')
+  -- with a group its slot (group_leave). ``plain``: the job was reserved plain for this epoch.
+  -- A plain completion by the job's worker is kept in the hash (its note in 'dnote': "A
+  -- delivery's routine events" above); another kind (a duplicate's) or another actor is
+  -- written out, after the delivery's pending 'reserved' event
+  local kept = not tl or (kind == 'completed' and (not actor or actor == ''))
+  local whole = not (plain and kept)
+  local f = redis.pcall('HMGET', key, unpack(whole and ACK_ROW or ACK_PLAIN))
   if f.err then return 'LOST:job record is not a hash' end  -- (the sweeper buries it)
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
-  -- a plain completion by the job's worker is kept in the hash (its note in 'dnote': "A
-  -- delivery's routine events" above); another kind (a duplicate's) or another actor is
-  -- written out, after the delivery's pending 'reserved' event
-  local kept = not tl or (kind == 'completed' and (not actor or actor == ''))
   if not kept then
     tl_pending(key, tl, nil)
-    if not actor or actor == '' then actor = f[3] or '' end
+    if not actor or actor == '' then actor = f[5] or '' end
     local detail = '{"result":' .. cjson.encode(string.sub(result, 1, 500)) ..
                    ',"since_reserved_ms":' ..
-                   string.format('%d', now - (num_of(f[4], now))) .. '}'  -- (%d: no float printf)
+                   string.format('%d', now - (num_of(f[6], now))) .. '}'  -- (%d: no float printf)
     tl_add_json(tl, now, kind, cjson.encode(actor), detail, note)
   end
   if kept and note and note ~= '' then
@@ -1005,13 +1013,15 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor)
   else
     redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   end
-  unique_release_key(key, id, true, f[5])
-  if f[9] then result_wake(prefix_of(key, id), id, f[9]) end
-  if f[11] then gate_leave(prefix_of(key, id), id, now, f[11]) end
-  if f[8] and f[8] ~= '' then group_leave(prefix_of(key, id), id, f[8], now) end
-  if f[7] and f[7] ~= '' then turn_pass(prefix_of(key, id), id, f[7], now) end
-  if f[10] and f[10] ~= '' then flow_acked(key, id, now, result, f[10]) end  -- a flow's (issue 26)
-  local created = num_of(f[6], 0)
+  if f[4] then result_wake(prefix_of(key, id), id, f[4]) end
+  if whole then
+    unique_release_key(key, id, true, f[7])
+    if f[11] then gate_leave(prefix_of(key, id), id, now, f[11]) end
+    if f[9] and f[9] ~= '' then group_leave(prefix_of(key, id), id, f[9], now) end
+    if f[8] and f[8] ~= '' then turn_pass(prefix_of(key, id), id, f[8], now) end
+    if f[10] and f[10] ~= '' then flow_acked(key, id, now, result, f[10]) end  -- a flow's (issue 26)
+  end
+  local created = num_of(f[3], 0)
   if created > 0 and created <= now then return nil, now - created end
   return nil, nil
 end
@@ -1238,52 +1248,63 @@ end
 -- == What reserve returns per job =================================================================
 -- reserve.lua returns, for each job, the values of RESERVE_FIELDS in that order (the list is
 -- antre/engine/envelope.py's RESERVE_FIELDS, written in here by scripts.py). reserve_layout
--- turns a field list into what reserve reads and writes: per job one read (HMGET) of the
--- fields a job can have before its first delivery, a second (HMGET of LATER) only for a job
--- delivered before (it has an epoch), and one write (HSET); the fields reserve writes
--- (WRITTEN) are not read: the reply carries the values written (issue 29: a plain job's read
--- walks its hash for 18 names, not 32). RESERVE_DEFAULT is made when the library is loaded
--- (with Redis Functions: once per server), not on every reserve. Its tables are read only.
+-- turns a field list into what reserve reads and writes per job: one read (HMGET) of PLAIN,
+-- the fields every job has (envelope.PLAIN_FIELDS: what a standard enqueue stores besides
+-- 'state'), and the hash's field count (HLEN). When the count is the fields found plus one
+-- (its state) the job has no other field: none of the others is asked for, and its row stops
+-- before them (the client reads the missing as absent, and knows the job was reserved plain:
+-- its ack skips the lookups of what a plain job cannot have, ack_job). Any other job (one
+-- delivered before, with a lock key, a flow, a cancel request, a damaged counter, or written
+-- by another version) gets a second read (HMGET of EXTRA) and a whole row (issue 29: a plain
+-- job's reads ask for 8 names, not 22). The fields reserve writes (WRITTEN) are not returned
+-- as read: the reply carries the values written. RESERVE_DEFAULT is made when the library is
+-- loaded (with Redis Functions: once per server), not on every reserve. Its tables are read
+-- only.
 local RESERVE_FIELDS = {--[[RESERVE_FIELDS]]}
+local PLAIN_FIELDS = {--[[PLAIN_FIELDS]]}
 
 local function reserve_layout(names)
-  -- (deliveries: read with LATER, its place in the row is a written one: always returned)
+  -- (epoch and deliveries: read with EXTRA for the new lease's values; their places in the
+  -- row are written ones, always returned)
   local WRITTEN = {state = true, deadline = true, reserved_at = true, worker_id = true,
-                   deliveries = true}
-  -- (LATER is empty: a counter damaged in a job never delivered must still reach the client,
-  -- which buries the job for it: tests/worker/test_poison_property.py)
-  local LATER = {}
-  local core, cpos, later, lpos, pos = {}, {}, {}, {}, {}
+                   deliveries = true, epoch = true}
+  local PLAIN = {}
+  for i = 1, #PLAIN_FIELDS do PLAIN[PLAIN_FIELDS[i]] = true end
+  local core, cpos, extra, epos, pos = {}, {}, {}, {}, {}
   local nret = #names
   for p = 1, nret do  -- (no ipairs: this runs when the library loads, where Redis Functions
     local name = names[p]  -- give the top level only the language itself)
-    if LATER[name] then
-      later[#later + 1] = name; lpos[#later] = p
-    elseif not WRITTEN[name] then
+    if PLAIN[name] then
       core[#core + 1] = name; cpos[#core] = p
+    elseif not WRITTEN[name] then
+      extra[#extra + 1] = name; epos[#extra] = p
     end
     pos[name] = pos[name] or p
   end
-  local ncore, nlater = #core, #later
-  -- identity: the asked-for core fields are the row's first positions (Queue's RESERVE_FIELDS)
-  local identity = true
-  for i = 1, ncore do if cpos[i] ~= i then identity = false; break end end
+  local ncore, nextra = #core, #extra
   local function index_of(list, name)
     for i = 1, #list do if list[i] == name then return i end end
     list[#list + 1] = name  -- the script's own need, not returned
     return #list
   end
-  -- tail: LATER's asked fields are the row's last positions (Queue's RESERVE_FIELDS): a job
-  -- never delivered gets a row that stops before them (the client reads the missing as absent)
-  local tail = nlater > 0
-  for i = 1, nlater do if lpos[i] ~= nret - nlater + i then tail = false; break end end
-  local L = {core = core, cpos = cpos, later = later, lpos = lpos, nret = nret,
-             ncore = ncore, nlater = nlater, identity = identity, tail = tail,
+  -- every PLAIN field is read (else a plain job's unread field would count as another: no job
+  -- would be plain)
+  for i = 1, #PLAIN_FIELDS do index_of(core, PLAIN_FIELDS[i]) end
+  -- identity: the first read is the row's first positions, nothing else (Queue's RESERVE_FIELDS)
+  local identity = #core == ncore
+  for i = 1, ncore do if cpos[i] ~= i then identity = false; break end end
+  -- tail: EXTRA's asked fields are the row's last positions (Queue's RESERVE_FIELDS): a plain
+  -- job's row stops before them
+  local tail = nextra > 0
+  for i = 1, nextra do if epos[i] ~= nret - nextra + i then tail = false; break end end
+  local L = {core = core, cpos = cpos, extra = extra, epos = epos, nret = nret,
+             ncore = ncore, nextra = nextra, identity = identity, tail = tail,
              p_id = pos.id, p_epoch = pos.epoch, p_deliveries = pos.deliveries,
              p_state = pos.state, p_deadline = pos.deadline, p_reserved_at = pos.reserved_at,
              p_worker = pos.worker_id}
-  L.c_vt, L.c_ep, L.c_id = index_of(core, 'vt_ms'), index_of(core, 'epoch'), index_of(core, 'id')
-  L.c_cancel, L.l_dl = index_of(core, 'cancel'), index_of(later, 'deliveries')
+  L.c_id, L.nread = index_of(core, 'id'), #core
+  L.e_vt, L.e_ep, L.e_cancel = index_of(extra, 'vt_ms'), index_of(extra, 'epoch'), index_of(extra, 'cancel')
+  L.e_dl = index_of(extra, 'deliveries')
   return L
 end
 

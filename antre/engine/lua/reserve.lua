@@ -13,8 +13,8 @@
 -- ARGV[8 ..] (optional) the fields to return for each job; none: RESERVE_FIELDS
 -- Each reserved job's 'reserved' event is kept in its hash (the fields written here), not
 -- written to its timeline: "A delivery's routine events" in _lib.lua.
--- Returns: array of HMGET arrays (values of ARGV[6 ..]), one per reserved job
--- (deadline = now + the job's vt_ms).
+-- Returns: array of rows (values of ARGV[8 ..], or RESERVE_FIELDS), one per reserved job
+-- (deadline = now + the job's vt_ms); a plain job's row stops before the optional fields.
 -- Ids whose hash is missing are dropped and counted as 'orphans'. Corrupted counters are
 -- read as 0 and a corrupted vt_ms as 30 s, so the job still reaches a worker, which buries it.
 -- A record that is not a hash goes to the DLQ here and one whose id is not ASCII, or that is
@@ -95,16 +95,19 @@ if #ids == 0 then return {} end
 -- the fields returned per job: the library's RESERVE_FIELDS (Queue's, written into _lib.lua
 -- by scripts.py), laid out once (reserve_layout; with Redis Functions once per server, not per
 -- call: the names are no longer sent with every reserve); a caller may still name its own in
--- ARGV[8 ..] (laid out for that call)
+-- ARGV[8 ..] (laid out for that call). A plain job (no field but PLAIN_FIELDS and its state)
+-- is read with one HMGET and HLEN, and its row stops before the optional fields ("What
+-- reserve returns per job" in _lib.lua)
 local L = RESERVE_DEFAULT
 if #ARGV > 7 then
   local names = {}
   for i = 8, #ARGV do names[#names + 1] = ARGV[i] end
   L = reserve_layout(names)
 end
-local core, cpos, later, lpos = L.core, L.cpos, L.later, L.lpos
-local nret, ncore, nlater, identity, tail = L.nret, L.ncore, L.nlater, L.identity, L.tail
-local c_vt, c_ep, c_id, c_cancel, l_dl = L.c_vt, L.c_ep, L.c_id, L.c_cancel, L.l_dl
+local core, cpos, extra, epos = L.core, L.cpos, L.extra, L.epos
+local nret, ncore, nextra, identity, tail = L.nret, L.ncore, L.nextra, L.identity, L.tail
+local c_id, nread = L.c_id, L.nread
+local e_vt, e_ep, e_cancel, e_dl = L.e_vt, L.e_ep, L.e_cancel, L.e_dl
 local p_id = L.p_id
 local out, deadlines = {}, {}
 local orphans, corrupt = 0, 0
@@ -112,17 +115,19 @@ local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
 local now_s = string.format('%d', now)
 local p_epoch, p_deliveries, p_state = L.p_epoch, L.p_deliveries, L.p_state
 local p_deadline, p_reserved_at, p_worker = L.p_deadline, L.p_reserved_at, L.p_worker
-local nread = #core
 for _, id in ipairs(ids) do
   local key = prefix .. id
   local r = redis.pcall('HMGET', key, unpack(core))
-  local present = r[1] ~= false  -- the first field asked for (Queue asks for the id first)
-  if not present and not r.err then
-    for i = 2, nread do if r[i] then present = true; break end end
+  -- x: EXTRA's values, read unless the job is plain (its fields: those found and its state;
+  -- "What reserve returns per job" in _lib.lua); nfields 0: no record
+  local x, nfields = nil, 0
+  if not r.err then
+    local found = 0
+    for i = 1, nread do if r[i] then found = found + 1 end end
+    nfields = redis.call('HLEN', key)
+    if nfields ~= found + 1 and nfields > 0 then x = redis.call('HMGET', key, unpack(extra)) end
   end
-  local lr = nil  -- LATER's values: a job delivered before (an epoch: a hash, as r said)
-  if not r.err and r[c_ep] then lr = redis.call('HMGET', key, unpack(later)) end
-  local cancel = r[c_cancel]  -- (a flow's cancel marks its ready jobs too: read for every job)
+  local cancel = x and x[e_cancel]  -- (a flow's cancel marks its ready jobs too: read for every job)
   if r.err then
     if bad_id(id) then
       quarantine(KEYS[9], KEYS[3], now, id, 'job id is not ASCII text (found by reserve)')
@@ -130,29 +135,30 @@ for _, id in ipairs(ids) do
       bury_not_hash(prefix, id, now, 'reserve', dlq)
     end
     corrupt = corrupt + 1
-  elseif not present and not lr and redis.call('EXISTS', key) == 0 then
+  elseif nfields == 0 then
     quarantine(KEYS[9], KEYS[3], now, id, 'job record is missing (found by reserve)')
     orphans = orphans + 1
   elseif KEYS[10] and cancel and cancel ~= '' then
     cancel_end(key, id, now, cancel_of(cancel), worker, dlq, KEYS[10],
                tl_key(prefix, id), nil, nil)
   else
-    local vt = num_of(r[c_vt], 30000)
+    local vt = x and num_of(x[e_vt], 30000) or 30000
     if vt <= 0 or vt > 604800000 then vt = 30000 end
     local deadline = string.format('%d', now + vt)
     -- a job stored without an epoch is a new job (enqueue writes no counters): 0; a corrupted
     -- epoch, or a hash without its id, restarts from now_ms: above any epoch handed out
     -- before, so an old lease can never become valid again
-    local epoch = num_of(r[c_ep], -1)
+    local old = x and x[e_ep]
+    local epoch = num_of(old, -1)
     if epoch < 0 then
-      epoch = (r[c_ep] == false and r[c_id]) and 0 or now
+      epoch = (not old and r[c_id]) and 0 or now
     end
     epoch = string.format('%d', epoch + 1)
-    local delivery = string.format('%d', num_of(lr and lr[l_dl], 0) + 1)
+    local delivery = x and string.format('%d', num_of(x[e_dl], 0) + 1) or '1'
     -- this delivery's 'reserved' event is kept in the hash (the fields written here; "A
     -- delivery's routine events" in _lib.lua); a job delivered before first writes out the
     -- last delivery's, when nothing else did (its fields are overwritten now)
-    if lr then tl_pending(key, tl_key(prefix, id), nil) end
+    if old then tl_pending(key, tl_key(prefix, id), nil) end
     redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
                'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = deadline
@@ -163,12 +169,12 @@ for _, id in ipairs(ids) do
       for i = 1, ncore do row[cpos[i]] = r[i] end
     end
     local stop = nret
-    if lr then
-      for i = 1, nlater do row[lpos[i]] = lr[i] end
+    if x then
+      for i = 1, nextra do row[epos[i]] = x[i] end
     elseif tail then
-      stop = nret - nlater
+      stop = nret - nextra
     else
-      for i = 1, nlater do row[lpos[i]] = false end
+      for i = 1, nextra do row[epos[i]] = false end
     end
     if p_epoch then row[p_epoch] = epoch end
     if p_deliveries then row[p_deliveries] = delivery end
@@ -177,7 +183,7 @@ for _, id in ipairs(ids) do
     if p_reserved_at then row[p_reserved_at] = now_s end
     if p_worker then row[p_worker] = worker end
     if p_id then row[p_id] = id end  -- the id it is known by (a hash's own may be damaged)
-    for i = math.max(nread, nret), stop + 1, -1 do row[i] = nil end
+    for i = #row, stop + 1, -1 do row[i] = nil end
     out[#out + 1] = row
   end
   if #deadlines >= 400 then  -- (unpack's stack is bounded)
