@@ -21,7 +21,7 @@ from antre.clock import Clock, system_ms
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
                        encode_payload, from_fields, from_raw_row, new_entropy, new_values,
-                       pack_chunk, pack_new, rate_field)
+                       pack_chunk, pack_new, pack_standard, rate_field)
 from antre.errors import InvalidJob, LeaseLost
 from antre.engine.failing import Failure, fail_many
 from antre.engine.retry import error_signature
@@ -329,8 +329,9 @@ class Queue:
 
     def _run_args(self, names: tuple[str, ...], part: list[list[str]], now: int) -> list[Any]:
         """enqueue.lua's arguments for one run of jobs (their values in one argument)."""
-        return [self._job_prefix, now, "" if names == NEW_FIELDS else json.dumps(names),
-                pack_chunk(part)]
+        if names == NEW_FIELDS:
+            return [self._job_prefix, now, "", pack_standard(part)]
+        return [self._job_prefix, now, json.dumps(names), pack_chunk(part)]
 
     def store(self, encoded: list[Encoded], now: int,
               chunk: int = ENQUEUE_CHUNK) -> list[tuple[str, str]]:
@@ -374,12 +375,13 @@ class Queue:
                                      raw=True)[0]
         else:
             rows = script_raw(self.redis, self.scripts.reserve, self._reserve_keys, args)
-        return self._reserved(rows)
+        return self._reserved(rows, worker_id)
 
-    def _reserved(self, rows: list[list[bytes | None]]) -> list[Job]:
-        """The jobs of reserve's reply (read undecoded); one whose id is not UTF-8 (no
-        command could name it as text) goes to the quarantine instead."""
-        jobs = [from_raw_row(row, self.name) for row in rows]
+    def _reserved(self, rows: list[list[bytes | None]], worker_id: str) -> list[Job]:
+        """The jobs of reserve's reply (read undecoded) for ``worker_id``; one whose id is not
+        UTF-8 (no command could name it as text) goes to the quarantine instead."""
+        name = self.name
+        jobs = [from_raw_row(row, name, worker_id) for row in rows]
         if all(not job.payload_error for job in jobs):
             return jobs
         kept = []
@@ -412,7 +414,7 @@ class Queue:
               k.dead_group_prefix])]
         _, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
                    else direct(self.redis, calls, raw=True))
-        return self._reserved(rows)
+        return self._reserved(rows, worker_id)
 
     def ack(self, job: Job, result: Any = None, *, counter: str = "acked",
             note: Note = None, release: Call | None = None) -> bool | None:
@@ -460,7 +462,8 @@ class Queue:
         hand, rows = (self._pinned.call(calls, raw=True) if self._pinned is not None
                       else direct(self.redis, calls, raw=True))
         status, next_id = hand[0].decode(), hand[1].decode()
-        return Handover(status, self._reserved(rows), next_id, int(hand[2]), int(hand[3]))
+        return Handover(status, self._reserved(rows, worker_id), next_id, int(hand[2]),
+                        int(hand[3]))
 
     def ack_many(self, done: Sequence[tuple[Job, Any]],
                  notes: Sequence[Note] | None = None) -> list[Job]:

@@ -10,7 +10,7 @@ import pytest
 
 from antre import InvalidJob, LeaseLost
 from antre.clock import ManualClock
-from antre.engine.envelope import NEW_FIELDS, encode_new, pack_new
+from antre.engine.envelope import _DEFAULT_TAIL, NEW_FIELDS, encode_new, pack_new, pack_standard
 from antre.engine.queue import JobSpec, Queue
 from antre.observe.finder import Finder
 
@@ -157,8 +157,11 @@ def test_the_defaults_enqueue_leaves_out_are_jobspecs_and_every_reader_reads_the
     lua = resources.files("antre.engine.lua")
     assert ("return headers == '{}' and timeout_s == '30.0' and vt_ms == '30000' and "
             "max_deliveries == '10'") in lua.joinpath("_lib.lua").read_text()
-    assert "if v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then" in \
+    assert "if not v[10] or v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then" in \
         lua.joinpath("enqueue.lua").read_text()
+    # and the client's chunk leaves them out (a job of nine values: envelope.pack_standard)
+    assert [values[k] for k in NEW_FIELDS[-5:]] == _DEFAULT_TAIL
+    assert json.loads(pack_standard([list(values.values())])) == [list(values.values())[:9]]
     assert "if at_defaults(v[12], v[13], v[14], v[15]) then" in \
         lua.joinpath("enqueue_one.lua").read_text()
     job_id = q.enqueue("t", {}, idempotency_key="k")

@@ -93,7 +93,8 @@ def test_a_plain_job_is_read_once_and_its_row_stops_before_the_optional_fields(q
     # one read per job, and its count
     assert stats["hmget"] - per_call.get("hmget", 0) == 3
     assert stats["hlen"] - per_call.get("hlen", 0) == 3
-    jobs = [from_row([None if v is None else v.decode() for v in row], q.name) for row in rows]
+    jobs = [from_row([None if v is None else v.decode() for v in row], q.name, "w1")
+            for row in rows]
     assert all(job._plain for job in jobs) and {job.id for job in jobs} == set(ids)
     for job in jobs:  # the short row decodes as the whole hash does
         stored = from_fields(q.redis.hgetall(q.keys.job(job.id)), q.name)
@@ -133,13 +134,13 @@ def test_a_job_with_any_other_field_is_read_whole(q, r, clock, case):
         return
     [row] = rows
     assert len(row) == len(RESERVE_FIELDS)
-    job = q._reserved([row])[0] if case != "damaged_attempt" else None
+    job = q._reserved([row], "w1")[0] if case != "damaged_attempt" else None
     if job is not None:
         assert not job._plain
         stored = from_fields(q.redis.hgetall(key), q.name)
         assert {a: getattr(job, a) for a in ROW_ATTRS} == {a: getattr(stored, a) for a in ROW_ATTRS}
     else:  # the bad bytes reach the client, which buries the job for them
-        [damaged] = q._reserved([row])
+        [damaged] = q._reserved([row], "w1")
         assert "'attempt' is not valid UTF-8" in damaged.payload_error
 
 
@@ -186,3 +187,30 @@ def test_a_plain_job_redelivered_is_read_whole_and_keeps_its_first_delivery(q, r
     kinds = [(e.kind, e.actor) for e in Finder(r, clock).timeline(q.name, job_id).events]
     assert [k for k in kinds if k[0] in ("reserved", "completed")] == [
         ("reserved", "w1"), ("reserved", "w2"), ("completed", "w2")]
+
+
+def test_a_plain_hash_without_its_id_takes_the_careful_path(q, r, clock):
+    """A hash that lost its id field (a damaged record) is still plain (nothing optional to
+    read) but not a new job's first lease: its epoch restarts from the clock, above any lease
+    handed out before, and its row carries the written values (no short row)."""
+    [job_id] = q.enqueue_many([JobSpec("t", {}, "k")])
+    r.hdel(q.keys.job(job_id), "id")
+    [row] = raw_reserve(q)
+    assert len(row) == len(PLAIN_FIELDS) + 6
+    [job] = q._reserved([row], "w1")
+    assert job.id == job_id and job._plain and job.epoch == clock() + 1
+    assert q.ack_many([(job, "ok")]) == []
+    assert q.get(job_id).state == "done"
+
+
+def test_the_short_row_reads_as_the_stored_lease(q, clock):
+    """The values a plain job's short row leaves out (epoch, delivery, state, deadline,
+    worker) are made by the client exactly as reserve stored them."""
+    [job_id] = q.enqueue_many([JobSpec("t", {}, "k")])
+    clock.advance(123)
+    [job] = q.reserve("host:7:ab")
+    stored = q.get(job_id)
+    assert (job.epoch, job.deliveries, job.state, job.deadline, job.reserved_at,
+            job.worker_id) == (stored.epoch, stored.deliveries, stored.state, stored.deadline,
+                               stored.reserved_at, stored.worker_id) == (
+        1, 1, "inflight", clock() + 30_000, clock(), "host:7:ab")

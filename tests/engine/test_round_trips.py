@@ -212,8 +212,8 @@ def test_enqueue_many_is_one_command_per_chunk_with_the_queue_indexed(q, r, monk
     events: list = []
     io = q.scripts.pinned._local.held.io
     monkeypatch.setattr(io, "reader", _ReadSpy(io.reader, events))
-    pack = queue_module.pack_chunk
-    monkeypatch.setattr(queue_module, "pack_chunk", lambda jobs: (
+    pack = queue_module.pack_standard
+    monkeypatch.setattr(queue_module, "pack_standard", lambda jobs: (
         events.append(f"made {len(jobs)}"), pack(jobs))[1])
     write = scripts.os.write  # _spy's, recording into sent
     monkeypatch.setattr(scripts.os, "write", lambda to, data: (

@@ -1309,3 +1309,5 @@ local function reserve_layout(names)
 end
 
 local RESERVE_DEFAULT = reserve_layout(RESERVE_FIELDS)
+-- (the default layout's plain rows are PLAIN_FIELDS and reserved_at: envelope.PLAIN_ROW)
+RESERVE_DEFAULT.fast = RESERVE_DEFAULT.identity and #RESERVE_DEFAULT.core == #PLAIN_FIELDS

@@ -8,7 +8,9 @@
 -- (envelope.NEW_FIELDS, written out in store's HSET below), else a JSON array of them; the
 -- first three are id, type, visible_at
 -- ARGV[4 ..] one JSON array of n string values per job, or a JSON array of such arrays (a
--- chunk of jobs in one argument: Queue.enqueue_many; one decode, and one argument to pack)
+-- chunk of jobs in one argument: Queue.enqueue_many; one decode, and one argument to pack).
+-- With the standard fields, a job of nine values has the last five at their defaults
+-- (envelope.pack_standard: no lock key, no headers, JobSpec's timeout, lease and deliveries)
 -- Each stored job is one HSET of all its fields and its state. Each is indexed by its
 -- idempotency key (field 'idem_key', keys.QueueKeys.idem_index: the newest job of a key). A job
 -- enqueued with a delay gets an 'enqueued' event (delay_ms); the others' is read from the hash
@@ -116,7 +118,7 @@ local function store(key, id, values)
   else  -- the standard fields, written out (no table to build and unpack); not the queue's
     -- name (v[4]): the key's tag says it, and every reader is given it (issue 29)
     local v = values
-    if v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then
+    if not v[10] or v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then
       -- no lock key, JobSpec's defaults (at_defaults in _lib.lua): none of these fields is
       -- stored. Each field less is a shorter walk for every later read and write of the hash
       redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],

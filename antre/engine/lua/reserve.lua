@@ -106,13 +106,14 @@ if #ARGV > 7 then
 end
 local core, cpos, extra, epos = L.core, L.cpos, L.extra, L.epos
 local nret, ncore, nextra, identity, tail = L.nret, L.ncore, L.nextra, L.identity, L.tail
-local c_id, nread = L.c_id, L.nread
+local c_id, nread, fast = L.c_id, L.nread, L.fast
 local e_vt, e_ep, e_cancel, e_dl = L.e_vt, L.e_ep, L.e_cancel, L.e_dl
 local p_id = L.p_id
 local out, deadlines = {}, {}
 local orphans, corrupt = 0, 0
 local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
 local now_s = string.format('%d', now)
+local plain_deadline = string.format('%d', now + 30000)  -- (a plain job's lease: the default)
 local p_epoch, p_deliveries, p_state = L.p_epoch, L.p_deliveries, L.p_state
 local p_deadline, p_reserved_at, p_worker = L.p_deadline, L.p_reserved_at, L.p_worker
 for _, id in ipairs(ids) do
@@ -120,15 +121,27 @@ for _, id in ipairs(ids) do
   local r = redis.pcall('HMGET', key, unpack(core))
   -- x: EXTRA's values, read unless the job is plain (its fields: those found and its state;
   -- "What reserve returns per job" in _lib.lua); nfields 0: no record
-  local x, nfields = nil, 0
+  local x, nfields, plain = nil, 0, false
   if not r.err then
     local found = 0
     for i = 1, nread do if r[i] then found = found + 1 end end
     nfields = redis.call('HLEN', key)
-    if nfields ~= found + 1 and nfields > 0 then x = redis.call('HMGET', key, unpack(extra)) end
+    plain = nfields == found + 1
+    if not plain and nfields > 0 then x = redis.call('HMGET', key, unpack(extra)) end
   end
   local cancel = x and x[e_cancel]  -- (a flow's cancel marks its ready jobs too: read for every job)
-  if r.err then
+  if plain and fast and r[c_id] then
+    -- a plain job, the default layout: its first lease (epoch and delivery 1, the default 30 s
+    -- lease); its row is the plain fields and reserved_at, the client knows the rest (the
+    -- written fields: envelope.from_row)
+    redis.call('HSET', key, 'epoch', '1', 'deliveries', '1', 'state', 'inflight',
+               'deadline', plain_deadline, 'reserved_at', now_s, 'worker_id', worker)
+    deadlines[#deadlines + 1] = plain_deadline
+    deadlines[#deadlines + 1] = id
+    r[c_id] = id  -- the id it is known by (a hash's own may be damaged)
+    r[nread + 1] = now_s
+    out[#out + 1] = r
+  elseif r.err then
     if bad_id(id) then
       quarantine(KEYS[9], KEYS[3], now, id, 'job id is not ASCII text (found by reserve)')
     else
