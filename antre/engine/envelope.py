@@ -45,6 +45,19 @@ def new_traceparent() -> str:
     return f"00-{raw[:32]}-{raw[32:]}-01"
 
 
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def job_traceparent(job_id: str) -> str:
+    """The W3C traceparent of a job whose id was made at enqueue and that came with no trace
+    of its own: made from the id's 128 random bits (trace id: the 32 hex digits, parent id:
+    the last 16 of them), so it is not stored (issue 29: one field less per job). '' for an
+    id that is not such a one (a job with the caller's id stores a trace made for it)."""
+    if _HEX_ID.match(job_id) is None:
+        return ""
+    return f"00-{job_id[:32]}-{job_id[16:32]}-01"
+
+
 MAX_PAYLOAD_DEPTH = 100
 
 
@@ -340,7 +353,7 @@ def from_fields(fields: Mapping[str, str], queue: str = "") -> Job:
         max_attempts=_int(fields, "max_attempts", 5),
         visible_at=_int(fields, "visible_at"),
         created_at=_int(fields, "created_at"),
-        trace_id=fields.get("trace_id", ""),
+        trace_id=fields.get("trace_id") or job_traceparent(fields.get("id", "")),
         lock_key=fields.get("lock_key", ""),
         headers=headers if isinstance(headers, dict) else {},
         timeout_s=timeout_s,
@@ -630,10 +643,14 @@ def new_values(spec: JobSpec, queue: str, now_ms: int, payload: str,
                entropy: str | None = None, now_text: str | None = None) -> list[str]:
     """``encode_new`` for a spec that ``checked_payload`` passed, given its payload text."""
     job_id, trace_id = spec.job_id, spec.trace_id
-    if not job_id or not trace_id:
+    if not job_id:
+        # 128 random bits, as new_job_id; without a trace of its own the job's traceparent is
+        # made from them (job_traceparent) and not stored: its trace_id value is ''
+        job_id = (entropy or new_entropy())[:32]
+        trace_id = trace_id or ""
+    elif not trace_id:
         raw = entropy or new_entropy()
-        job_id = job_id or raw[:32]  # as new_job_id: 128 random bits
-        trace_id = trace_id or f"00-{raw[32:64]}-{raw[64:80]}-01"  # as new_traceparent
+        trace_id = f"00-{raw[32:64]}-{raw[64:80]}-01"  # as new_traceparent
     if now_text is None:
         now_text = str(now_ms)
     delay_s = spec.delay_s
@@ -687,18 +704,18 @@ def pack_standard(jobs: Sequence[list[str]]) -> bytes:
 # What a worker needs of a job it reserves (errors, traceback and result stay in Redis; no
 # 'queue': the caller knows the queue it reserves from, from_row's ``queue``), as reserve.lua
 # returns it per job, in this order: first the fields every job has (a standard
-# enqueue without options stores exactly PLAIN_FIELDS and its state: enqueue.lua's store; a test
-# ties the two), then those reserve writes (the new lease), then the optional ones. A job whose
+# enqueue without options, its trace made from its id, stores exactly PLAIN_FIELDS and its
+# state: enqueue.lua's store; a test ties the two), then those reserve writes (the new lease), then the optional ones. A job whose
 # hash holds nothing else is reserved "plain": its row stops after the written fields
 # (PLAIN_ROW values; the client reads the rest as absent) and its ack skips the lookups of
 # what such a job cannot have ("What reserve returns per job" in _lib.lua).
 PLAIN_FIELDS = ("id", "type", "idem_key", "payload", "max_attempts", "visible_at",
-                "created_at", "trace_id")
+                "created_at")
 RESERVE_FIELDS = (*PLAIN_FIELDS,
                   "epoch", "deliveries", "state", "deadline", "reserved_at", "worker_id",
-                  "lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries", "flow", "fin",
-                  "cancel", "attempt", "checkpoint", "first_failed_at", "replayed_at",
-                  "snoozes")
+                  "trace_id", "lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries",
+                  "flow", "fin", "cancel", "attempt", "checkpoint", "first_failed_at",
+                  "replayed_at", "snoozes")
 # a plain job's row: PLAIN_FIELDS and reserved_at (its lease is the first, with the default
 # 30 s: from_row makes the other written values); one the fast path did not take (a hash
 # without its id): PLAIN_FIELDS and the written fields
@@ -750,7 +767,10 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
     leaves out what the caller knows)."""
     plain = True
     if len(row) == PLAIN_ROW:  # a plain job's first lease (reserve.lua's fast path)
-        at = row[PLAIN_ROW - 1]
+        job = _first_lease(row, queue, worker_id)
+        if job is not None:
+            return job
+        at = row[PLAIN_ROW - 1]  # (a damaged value: the careful way, below)
         row = (*row[:PLAIN_ROW - 1], "1", "1", "inflight",
                str(int(at) + 30_000) if at and at.isdigit() else None, at, worker_id,
                *_ROW_PAD)
@@ -760,8 +780,8 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
         plain = False
     else:
         return from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None}, queue)
-    (id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at, trace_id,
-     epoch, deliveries, state, deadline, reserved_at, row_worker, lock_key, raw_headers,
+    (id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at,
+     epoch, deliveries, state, deadline, reserved_at, row_worker, trace_id, lock_key, raw_headers,
      raw_timeout, vt_ms, max_deliveries, flow, fin, cancel, attempt, raw_checkpoint,
      first_failed_at, replayed_at, snoozes) = row
     payload, payload_error = _json(raw_payload, None)
@@ -792,7 +812,8 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
     fields.update(
         id=id_ or "", type=type_ or "", queue=queue, idempotency_key=idem_key or "",
         payload=payload, attempt=n_attempt, max_attempts=n_max_attempts,
-        visible_at=n_visible_at, created_at=n_created_at, trace_id=trace_id or "",
+        visible_at=n_visible_at, created_at=n_created_at,
+        trace_id=trace_id or job_traceparent(id_ or ""),
         lock_key=lock_key or "", headers=headers if isinstance(headers, dict) else {},
         timeout_s=timeout_s, visibility_timeout_ms=n_vt_ms, epoch=n_epoch,
         deliveries=n_deliveries, max_deliveries=n_max_deliveries,
@@ -804,6 +825,31 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
         fields.update(flow=flow or "", flow_inputs=_num(fin))
     if plain:
         fields["_plain"] = True
+    return job
+
+
+def _first_lease(row: Sequence[str | None], queue: str, worker_id: str) -> Job | None:
+    """``from_row`` of a plain job's short row (PLAIN_FIELDS and reserved_at: its first lease,
+    epoch and delivery 1, the default 30 s), the common case, without the padding and the
+    careful reads: None when a value is not the digits reserve and enqueue write."""
+    id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at, at = row
+    try:
+        n_max_attempts, n_visible_at = int(max_attempts), int(visible_at)  # type: ignore[arg-type]
+        n_created_at, n_at = int(created_at), int(at)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    payload, payload_error = _json(raw_payload, None)
+    if not raw_payload:
+        payload_error = "the stored payload is missing or empty"
+    job = _new_job(Job)
+    fields = job.__dict__
+    fields.update(_JOB_DEFAULTS)
+    fields.update(
+        id=id_ or "", type=type_ or "", queue=queue, idempotency_key=idem_key or "",
+        payload=payload, max_attempts=n_max_attempts, visible_at=n_visible_at,
+        created_at=n_created_at, trace_id=job_traceparent(id_ or ""), headers={}, epoch=1,
+        deliveries=1, state="inflight", deadline=n_at + 30_000, reserved_at=n_at,
+        worker_id=worker_id, payload_error=payload_error, errors=[], _plain=True)
     return job
 
 

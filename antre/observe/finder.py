@@ -19,7 +19,7 @@ import redis
 
 from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
-from antre.engine.envelope import STATES
+from antre.engine.envelope import STATES, job_traceparent
 from antre.engine.progress import Progress, decode as decode_progress
 from antre.stores.idempotency import IdempotencyStore, Record
 from antre.stores.sql import datetime_to_ms
@@ -439,6 +439,8 @@ class Finder:
         pipe.lrange(k.timeline(job_id), 0, -1)
         pipe.hmget(k.job(job_id), "created_at", "trace_id", "state", *_KEPT)
         raw, (created, trace_id, state, *kept) = pipe.execute()
+        if state and not trace_id:  # a trace made from the job's id (not stored)
+            trace_id = job_traceparent(job_id)
         events = _kept_events([_event(r) for r in raw], dict(zip(_KEPT, kept)), state)
         # a burial's traceback: its error group keeps the head (issue 29), the event the rest;
         # the event kept the last 2,000 characters of the whole

@@ -11,13 +11,15 @@ import pytest
 from antre import InvalidJob, LeaseLost
 from antre.clock import ManualClock
 from antre.engine.envelope import _DEFAULT_TAIL, NEW_FIELDS, encode_new, pack_new, pack_standard
-from antre.engine.queue import JobSpec, Queue
+from antre.engine.queue import TRACEPARENT, JobSpec, Queue
 from antre.observe.finder import Finder
 
 # what the standard enqueue leaves out when it is empty or JobSpec's default (issue 29)
 DEFAULTED = {"lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries"}
 # and what it never stores: the queue's name (its key's tag says it; readers are given it)
 IMPLIED = {"queue"}
+# nor the trace of a job whose id it made (envelope.job_traceparent: read from the id)
+MADE = {"trace_id"}
 
 
 def Job_with_epoch(job, epoch):
@@ -64,8 +66,10 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
     # for the others
     hsets = re.findall(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S)
     every = [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
+    # (at the defaults: first without a trace made from the id, then with the caller's)
     assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
-            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED | IMPLIED],
+            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED | IMPLIED | MADE],
+                                [p for p in every if p[0] not in DEFAULTED | IMPLIED],
                                 [p for p in every if p[0] not in IMPLIED]]
 
 
@@ -75,9 +79,11 @@ def test_enqueue_one_scripts_field_list_is_new_fields():
     hsets = re.findall(r"redis.call\('HSET', v\[1\] \.\. id, ('id'.*?)'state', 'ready'\)", src,
                        re.S)
     every = [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
-    # (the first without the DEFAULTED fields: the lock key is always empty here)
+    # (the first two without the DEFAULTED fields: the lock key is always empty here; the first
+    # without a trace made from the id either)
     assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
-            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED | IMPLIED],
+            for h in hsets] == [[p for p in every if p[0] not in DEFAULTED | IMPLIED | MADE],
+                                [p for p in every if p[0] not in DEFAULTED | IMPLIED],
                                 [p for p in every if p[0] not in IMPLIED]]
 
 
@@ -130,12 +136,21 @@ def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
     stored = q.redis.hgetall(q.keys.job(job_id))
     # no lock key, no headers, JobSpec's timeout, lease and delivery limit: none of them is
     # stored (an absent one reads as empty / the default, issue 29)
-    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED
+    # nor a trace made from its id: read back from the id
+    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED - MADE
     assert stored["state"] == ("scheduled" if delay_s else "ready")
     assert stored["id"] == job_id and stored["idem_key"] == "k"
     job = q.get(job_id)
     assert (job.lock_key, job.headers, job.timeout_s, job.visibility_timeout_ms,
             job.max_deliveries, job.queue) == ("", {}, 30.0, 30_000, 10, q.name)
+    assert job.trace_id == f"00-{job_id}-{job_id[16:]}-01" and TRACEPARENT.match(job.trace_id)
+    traced = q.enqueue("t", {}, idempotency_key="k1", delay_s=delay_s,
+                       trace_id="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01")
+    stored = q.redis.hgetall(q.keys.job(traced))  # the caller's trace is stored
+    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED
+    assert q.get(traced).trace_id == stored["trace_id"] == "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    mine = q.enqueue("t", {}, idempotency_key="k0", delay_s=delay_s, job_id="mine")
+    assert TRACEPARENT.match(q.redis.hget(q.keys.job(mine), "trace_id"))  # made for it, stored
     other = q.enqueue("t", {}, idempotency_key="k2", delay_s=delay_s, max_deliveries=11)
     stored = q.redis.hgetall(q.keys.job(other))
     assert set(stored) == {*NEW_FIELDS, "state"} - IMPLIED and stored["max_deliveries"] == "11"
@@ -404,7 +419,7 @@ def test_ack_many_does_per_job_what_ack_does(r, clock):
             assert q.ack_many(done, notes=notes) == []
         hashes = [r.hgetall(q.keys.job(j.id)) for j in jobs]
         for h in hashes:
-            h.pop("id"), h.pop("trace_id"), h.pop("queue", None), h.pop("ukey", None)
+            h.pop("id"), h.pop("trace_id", None), h.pop("queue", None), h.pop("ukey", None)
         # (the timeline as read: the 'reserved' and 'completed' events are kept in the hash)
         events = [[(e.at_ms, e.kind, e.actor, e.details)
                    for e in Finder(r).timeline(name, j.id).events[1:]] for j in jobs]

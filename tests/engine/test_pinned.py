@@ -198,7 +198,9 @@ def test_a_non_utf8_client_packs_with_redis_py(redis_url, r):
 
 
 def test_new_ids_and_traceparents_are_well_formed_and_distinct(r):
-    """One ``os.urandom`` per job (or per batch) makes both its id and its traceparent."""
+    """One ``os.urandom`` per job (or per batch) makes its id; a job without a trace of its own
+    has the traceparent made from the id's random bits (not stored, issue 29); a job with the
+    caller's id gets a trace of its own bits, stored."""
     q = Queue(r, "jobs")
     ids = [q.enqueue("t", {}, idempotency_key=f"k{i}") for i in range(3)]
     ids += q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(50)])
@@ -206,7 +208,12 @@ def test_new_ids_and_traceparents_are_well_formed_and_distinct(r):
     assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
     assert all(TRACEPARENT.match(t) for t in traces)
     assert len(set(ids)) == len(ids) == len({t[3:35] for t in traces})  # ids, trace ids
-    assert not set(ids) & {t[3:35] for t in traces}  # the id's bits are not the trace's
+    assert traces == [f"00-{i}-{i[16:]}-01" for i in ids]  # the id's 128 bits, read back
+    assert not any(r.hexists(q.keys.job(i), "trace_id") for i in ids)
+    own = [q.enqueue("t", {}, idempotency_key=f"o{i}", job_id=f"own-{i}") for i in range(20)]
+    stored = [r.hget(q.keys.job(i), "trace_id") for i in own]
+    assert all(TRACEPARENT.match(t) for t in stored) and len(set(stored)) == 20
+    assert [q.get(i).trace_id for i in own] == stored
 
 
 def test_an_auth_url_reconnects_with_its_password(embedded_redis_factory):

@@ -103,7 +103,7 @@ def test_a_plain_job_is_read_once_and_its_row_stops_before_the_optional_fields(q
             1, 1, "inflight", "w1", clock() + 30_000)
 
 
-@pytest.mark.parametrize("case", ["lock_key", "headers", "timeout", "unique", "group",
+@pytest.mark.parametrize("case", ["lock_key", "headers", "timeout", "unique", "group", "trace",
                                   "delivered_before", "cancel", "old_queue_field",
                                   "damaged_attempt", "flow"])
 def test_a_job_with_any_other_field_is_read_whole(q, r, clock, case):
@@ -114,7 +114,9 @@ def test_a_job_with_any_other_field_is_read_whole(q, r, clock, case):
             "headers": JobSpec("t", {}, "k", headers={"tenant": "a"}),
             "timeout": JobSpec("t", {}, "k", timeout_s=5),
             "unique": JobSpec("t", {}, "k", unique=True),
-            "group": JobSpec("t", {}, "k", group="g")}.get(case, JobSpec("t", {}, "k"))
+            "group": JobSpec("t", {}, "k", group="g"),
+            "trace": JobSpec("t", {}, "k", trace_id="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"),
+            }.get(case, JobSpec("t", {}, "k"))
     [job_id] = q.enqueue_many([spec])
     key = q.keys.job(job_id)
     if case == "delivered_before":
@@ -214,3 +216,18 @@ def test_the_short_row_reads_as_the_stored_lease(q, clock):
             job.worker_id) == (stored.epoch, stored.deliveries, stored.state, stored.deadline,
                                stored.reserved_at, stored.worker_id) == (
         1, 1, "inflight", clock() + 30_000, clock(), "host:7:ab")
+
+
+@pytest.mark.parametrize("field, value", [("max_attempts", "x"), ("visible_at", "1e3"),
+                                          ("created_at", "")])
+def test_a_damaged_number_in_a_short_row_is_read_the_careful_way(q, r, field, value):
+    """The client's quick read of a short row takes digits only; anything else is read as
+    the hash's reader reads it (a default), never raising."""
+    [job_id] = q.enqueue_many([JobSpec("t", {"a": 1}, "k")])
+    r.hset(q.keys.job(job_id), field, value)
+    [row] = raw_reserve(q)
+    assert len(row) == PLAIN_ROW
+    [job] = q._reserved([row], "w1")
+    stored = from_fields(q.redis.hgetall(q.keys.job(job_id)), q.name)
+    assert {a: getattr(job, a) for a in ROW_ATTRS} == {a: getattr(stored, a) for a in ROW_ATTRS}
+    assert job._plain and job.payload == {"a": 1}
