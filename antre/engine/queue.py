@@ -481,7 +481,8 @@ class Queue:
             for i in range(start, min(start + ACK_CHUNK, len(done))):
                 job, result = done[i]
                 args += (job.id, job.epoch, _result(result),
-                         _note(notes[i]) if notes is not None else "", "1" if job._plain else "")
+                         _note(notes[i]) if notes is not None else "",
+                         job.created_at if job._plain else "")
             calls.append(args)
         if self._pinned is not None:  # every chunk in one write, on this thread's connection
             replies = [r for reply in self._pinned.call(

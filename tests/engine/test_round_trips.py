@@ -54,10 +54,11 @@ def test_reserve_reads_and_writes_each_job_once(q, r):
     r.config_resetstat()
     assert len(q.reserve("w1", count=8)) == 8
     stats = calls(r)
-    # per job one HMGET and one HSET; the inflight ZADD once per call; no timeline write (the
-    # 'reserved' event is kept in the hash: issue 29)
-    assert (stats["hmget"], stats["hset"], stats["zadd"]) == (8, 8, 1) and "rpush" not in stats
-    assert "exists" not in stats and "hget" not in stats
+    # per job one HMGET, its field count and one HSET (a plain job: issue 29); the inflight ZADD
+    # once per call; no timeline write (the 'reserved' event is kept in the hash); the
+    # incident controls looked at with one EXISTS per call (none is set: no HLEN of them)
+    assert (stats["hmget"], stats["hlen"], stats["hset"], stats["zadd"]) == (8, 8, 8, 1)
+    assert stats["exists"] == 1 and "rpush" not in stats and "hget" not in stats
 
 
 def test_ack_many_reads_and_writes_each_job_once(r):

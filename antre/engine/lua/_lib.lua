@@ -974,13 +974,14 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
 end
 
 -- == Completing jobs (ack.lua, one job; ack_many.lua, a worker's batch) =========================
--- A job reserved plain ("What reserve returns per job" below; the client says so) has none of
--- the fields a completion acts on but 'waiters' (a producer may start waiting at any time): a
--- plain completion of such a job reads four fields, not eleven (a field a hash does not hold
--- is a walk of all it holds). ack_job's read: ACK_ROW, or its first four.
-local ACK_ROW = {'state', 'epoch', 'created_at', 'waiters', 'worker_id', 'reserved_at', 'ukey',
+-- A job reserved plain ("What reserve returns per job" below; the client says so, with the
+-- job's created_at as the reserve returned it) has none of the fields a completion acts on but
+-- 'waiters' (a producer may start waiting at any time): a plain completion of such a job reads
+-- three fields, not eleven (a field a hash does not hold is a walk of all it holds).
+-- ack_job's read: ACK_ROW, or its first three.
+local ACK_ROW = {'state', 'epoch', 'waiters', 'created_at', 'worker_id', 'reserved_at', 'ukey',
                  'lock_key', 'fgroup', 'flow', 'lgates'}
-local ACK_PLAIN = {'state', 'epoch', 'created_at', 'waiters'}
+local ACK_PLAIN = {'state', 'epoch', 'waiters'}
 
 local function ack_job(key, tl, id, epoch, now, result, kind, note, actor, plain)
   -- in-flight -> done for the holder of the lease: the job's hash and its timeline event, with
@@ -988,7 +989,8 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor, plain
   -- to done and counts it. Returns nil and the job's end-to-end latency in ms (nil when its
   -- created_at is unusable), or a 'LOST:...' string with nothing changed. ``tl``: the job's
   -- timeline (nil: no event). A job with a lock_key passes its key's turn (turn_pass), one
-  -- with a group its slot (group_leave). ``plain``: the job was reserved plain for this epoch.
+  -- with a group its slot (group_leave). ``plain``: the job was reserved plain for this epoch
+  -- (its created_at, for the latency; nil or false: it was not).
   -- A plain completion by the job's worker is kept in the hash (its note in 'dnote': "A
   -- delivery's routine events" above); another kind (a duplicate's) or another actor is
   -- written out, after the delivery's pending 'reserved' event
@@ -1013,7 +1015,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor, plain
   else
     redis.call('HSET', key, 'state', 'done', 'finished_at', ms_text(now), 'result', result)
   end
-  if f[4] then result_wake(prefix_of(key, id), id, f[4]) end
+  if f[3] then result_wake(prefix_of(key, id), id, f[3]) end
   if whole then
     unique_release_key(key, id, true, f[7])
     if f[11] then gate_leave(prefix_of(key, id), id, now, f[11]) end
@@ -1021,7 +1023,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor, plain
     if f[8] and f[8] ~= '' then turn_pass(prefix_of(key, id), id, f[8], now) end
     if f[10] and f[10] ~= '' then flow_acked(key, id, now, result, f[10]) end  -- a flow's (issue 26)
   end
-  local created = num_of(f[3], 0)
+  local created = num_of(whole and f[4] or plain, 0)
   if created > 0 and created <= now then return nil, now - created end
   return nil, nil
 end

@@ -6,8 +6,9 @@
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] keep done jobs this many ms
 -- ARGV[4] keep at most this many done jobs   ARGV[5] counter to bump ('acked')
 -- ARGV[6 ..] five per job: id, epoch, result JSON ('' for none), the caller's event details
--- as JSON ('' none), '1' when the job was reserved plain for that epoch (its reserve row said
--- so: ack_job then reads only what such a job can have), else ''
+-- as JSON ('' none), and when the job was reserved plain for that epoch (its reserve row said
+-- so: ack_job then reads only what such a job can have) its created_at as reserve returned it
+-- (for the latency counter), else ''
 -- Returns: one reply per job, in order: 'OK', or 'LOST:<why>' (that job left unchanged).
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local now_s = ms_text(now)  -- (a number passed to redis.call is printed with %.17g: once here)
@@ -18,7 +19,8 @@ for i = 6, #ARGV - 4, 5 do
   -- (no timeline key: a plain completion by the job's worker, the only kind here, writes no
   -- event, ack_job keeps it in the hash)
   local lost, latency = ack_job(prefix .. id, nil, id, ARGV[i + 1], now,
-                                ARGV[i + 2], 'completed', ARGV[i + 3], '', ARGV[i + 4] == '1')
+                                ARGV[i + 2], 'completed', ARGV[i + 3], '',
+                                ARGV[i + 4] ~= '' and ARGV[i + 4])
   out[#out + 1] = lost or 'OK'
   if not lost then
     n = n + 1

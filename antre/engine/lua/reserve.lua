@@ -40,7 +40,15 @@ if ARGV[2] == 'server' then
 end
 -- >>> incident controls: pause, purge marks
 local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at most
-local npaused = redis.call('HLEN', KEYS[4])
+-- the three controls below are hashes that exist only while they hold something: one EXISTS
+-- when none does (the usual queue), their sizes only when one does
+local tag = string.sub(prefix, 1, -5)
+local npaused, ngates, ngover = 0, 0, 0
+if redis.call('EXISTS', KEYS[4], tag .. 'lactive', tag .. 'glimits') > 0 then
+  npaused = redis.call('HLEN', KEYS[4])
+  ngates = redis.call('HLEN', tag .. 'lactive')
+  ngover = redis.call('HLEN', tag .. 'glimits')
+end
 if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
 local function paused_type(id)
   -- the job's type when that type is paused, else 'group=<its group>' when its group is
@@ -57,10 +65,11 @@ end
 local ids, parked, tombs, held = {}, 0, 0, 0
 -- limit gates (issue 23 item 3; "Limit gates" in _lib.lua): a job of a type with declared limits
 -- that its gate holds back is moved to the gate's line or to scheduled, untouched
-local ngates = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'lactive')
+-- (ngates: the types with declared limits, above)
 -- a group's slots lowered by an operator hold here: a ready job over them gives its slot back
--- and waits at the front of its group's line (group_over in _lib.lua; while any group has one)
-local ngover, back = redis.call('HLEN', string.sub(prefix, 1, -5) .. 'glimits'), {}
+-- and waits at the front of its group's line (group_over in _lib.lua; while any group has one:
+-- ngover, above)
+local back = {}
 while #ids < count and parked + tombs + held < SKIP_MAX do
   local want = count - #ids
   local got = redis.call('RPOP', KEYS[1], want)
