@@ -351,7 +351,7 @@ def from_fields(fields: Mapping[str, str], queue: str = "") -> Job:
         payload=payload,
         attempt=_int(fields, "attempt"),
         max_attempts=_int(fields, "max_attempts", 5),
-        visible_at=_int(fields, "visible_at"),
+        visible_at=_int(fields, "visible_at") or _int(fields, "created_at"),
         created_at=_int(fields, "created_at"),
         trace_id=fields.get("trace_id") or job_traceparent(fields.get("id", "")),
         lock_key=fields.get("lock_key", ""),
@@ -705,7 +705,7 @@ def pack_standard(jobs: Sequence[list[str]]) -> bytes:
 # 'queue': the caller knows the queue it reserves from, from_row's ``queue``), as reserve.lua
 # returns it per job, in this order: first the fields every job has (a standard
 # enqueue without options, its trace made from its id, stores exactly PLAIN_FIELDS and its
-# state: enqueue.lua's store; a test ties the two), then those reserve writes (the new lease), then the optional ones. A job whose
+# state, visible_at only when it is not created_at: enqueue.lua's store; a test ties the two), then those reserve writes (the new lease), then the optional ones. A job whose
 # hash holds nothing else is reserved "plain": its row stops after the written fields
 # (PLAIN_ROW values; the client reads the rest as absent) and its ack skips the lookups of
 # what such a job cannot have ("What reserve returns per job" in _lib.lua).
@@ -804,6 +804,8 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
     (n_attempt, n_max_attempts, n_visible_at, n_created_at, n_vt_ms, n_epoch, n_deliveries,
      n_max_deliveries, n_deadline, n_reserved_at, n_first_failed_at, n_replayed_at,
      n_snoozes) = nums
+    if not n_visible_at:  # a job visible at once stores none: its created_at
+        n_visible_at = n_created_at
     # what Job(...) makes of these values, its other fields at their defaults, without its
     # __init__ (thirty-five assignments by keyword were a third of the decoding)
     job = _new_job(Job)
@@ -834,8 +836,10 @@ def _first_lease(row: Sequence[str | None], queue: str, worker_id: str) -> Job |
     careful reads: None when a value is not the digits reserve and enqueue write."""
     id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at, at = row
     try:
-        n_max_attempts, n_visible_at = int(max_attempts), int(visible_at)  # type: ignore[arg-type]
-        n_created_at, n_at = int(created_at), int(at)  # type: ignore[arg-type]
+        n_max_attempts, n_created_at = int(max_attempts), int(created_at)  # type: ignore[arg-type]
+        n_at = int(at)  # type: ignore[arg-type]
+        # (a job visible at once stores no visible_at: its created_at)
+        n_visible_at = int(visible_at) if visible_at is not None else n_created_at
     except (TypeError, ValueError):
         return None
     payload, payload_error = _json(raw_payload, None)

@@ -354,7 +354,9 @@ class ReadModels:
         now = self.clock()
         age = 0
         if oldest:
-            since = _int(self.redis.hget(k.job(oldest), "visible_at"))
+            # (a job visible at once stores no visible_at: its created_at)
+            since = _int(next(filter(None, self.redis.hmget(k.job(oldest), "visible_at",
+                                                              "created_at")), None))
             age = max(0, now - since) if since else 0
         parked = self._parked_count(k, parked_types)
         # purged ids are marked in the lists until a reserve pops them (antre/engine/lua/purge.lua)
@@ -395,7 +397,8 @@ class ReadModels:
                 max_attempts=_int(f["max_attempts"]), deliveries=_int(f["deliveries"]),
                 worker_id=f["worker_id"] or "", epoch=_int(f["epoch"]), deadline=deadline,
                 time_left_ms=deadline - now if deadline else 0,
-                reserved_at=_int(f["reserved_at"]), visible_at=_int(f["visible_at"]),
+                reserved_at=_int(f["reserved_at"]),
+                visible_at=_int(f["visible_at"]) or _int(f["created_at"]),
                 lock_key=f["lock_key"] or "", last_error=f["last_error"] or "",
                 error_kind=f["error_kind"] or "", reason=f["reason"] or "",
                 group=f["group"] or "", finished_at=_int(f["finished_at"]),

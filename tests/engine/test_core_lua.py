@@ -18,8 +18,10 @@ from antre.observe.finder import Finder
 DEFAULTED = {"lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries"}
 # and what it never stores: the queue's name (its key's tag says it; readers are given it)
 IMPLIED = {"queue"}
-# nor the trace of a job whose id it made (envelope.job_traceparent: read from the id)
-MADE = {"trace_id"}
+# nor the trace of a job whose id it made (envelope.job_traceparent: read from the id), nor,
+# for such a job visible at once, its visible_at (its created_at)
+TRACE = {"trace_id"}
+MADE = {"trace_id", "visible_at"}
 
 
 def Job_with_epoch(job, epoch):
@@ -66,9 +68,11 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
     # for the others
     hsets = re.findall(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S)
     every = [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
-    # (at the defaults: first without a trace made from the id, then with the caller's)
+    # (at the defaults: first a job visible at once without a trace of its own, then a later
+    # one without, then with the caller's)
     assert [[(name, int(i)) for name, i in re.findall(r"'([a-z_]+)', v\[(\d+)\]", h)]
             for h in hsets] == [[p for p in every if p[0] not in DEFAULTED | IMPLIED | MADE],
+                                [p for p in every if p[0] not in DEFAULTED | IMPLIED | TRACE],
                                 [p for p in every if p[0] not in DEFAULTED | IMPLIED],
                                 [p for p in every if p[0] not in IMPLIED]]
 
@@ -136,14 +140,16 @@ def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
     stored = q.redis.hgetall(q.keys.job(job_id))
     # no lock key, no headers, JobSpec's timeout, lease and delivery limit: none of them is
     # stored (an absent one reads as empty / the default, issue 29)
-    # nor a trace made from its id: read back from the id
-    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED - MADE
+    # nor a trace made from its id (read back from the id), nor visible_at when it is now
+    assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED - (
+        TRACE if delay_s else MADE)
     assert stored["state"] == ("scheduled" if delay_s else "ready")
     assert stored["id"] == job_id and stored["idem_key"] == "k"
     job = q.get(job_id)
     assert (job.lock_key, job.headers, job.timeout_s, job.visibility_timeout_ms,
             job.max_deliveries, job.queue) == ("", {}, 30.0, 30_000, 10, q.name)
     assert job.trace_id == f"00-{job_id}-{job_id[16:]}-01" and TRACEPARENT.match(job.trace_id)
+    assert job.visible_at == job.created_at + delay_s * 1000
     traced = q.enqueue("t", {}, idempotency_key="k1", delay_s=delay_s,
                        trace_id="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01")
     stored = q.redis.hgetall(q.keys.job(traced))  # the caller's trace is stored

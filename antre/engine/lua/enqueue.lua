@@ -120,9 +120,14 @@ local function store(key, id, values)
     local v = values
     if not v[10] or v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then
       -- no lock key, JobSpec's defaults (at_defaults in _lib.lua): none of these fields is
-      -- stored, nor a trace made from the job's id (v[9] '': envelope.job_traceparent). Each
-      -- field less is a shorter walk for every later read and write of the hash
-      if v[9] == '' then
+      -- stored; nor, for a job visible at once whose trace is made from its id (v[9] '':
+      -- envelope.job_traceparent), that trace or its visible_at (its created_at: every reader
+      -- reads an absent one so). Each field less is a shorter walk for every later read and
+      -- write of the hash
+      if v[9] == '' and v[3] == v[8] then
+        redis.call('HSET', key, 'id', v[1], 'type', v[2], 'idem_key', v[5], 'payload', v[6],
+                   'max_attempts', v[7], 'created_at', v[8], 'state', state)
+      elseif v[9] == '' then
         redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],
                    'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
                    'state', state)

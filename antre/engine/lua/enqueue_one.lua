@@ -27,11 +27,10 @@ if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
 if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
 redis.call('HSET', KEYS[4], v[6], id)
 if v[10] == '' and at_defaults(v[12], v[13], v[14], v[15]) then
-  -- the defaults, the lock key (always empty here) and a trace made from the id: not stored,
-  -- as enqueue.lua
-  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4],
-             'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
-             'state', 'ready')
+  -- the defaults, the lock key (always empty here), a trace made from the id and visible_at
+  -- (its created_at: a job sent here is visible at once): not stored, as enqueue.lua
+  redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'idem_key', v[6], 'payload', v[7],
+             'max_attempts', v[8], 'created_at', v[9], 'state', 'ready')
 elseif at_defaults(v[12], v[13], v[14], v[15]) then
   redis.call('HSET', v[1] .. id, 'id', v[2], 'type', v[3], 'visible_at', v[4],
              'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
