@@ -325,11 +325,13 @@ def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
     return fields.get("traceback", "")
 
 
-def from_fields(fields: Mapping[str, str], queue: str = "") -> Job:
+def from_fields(fields: Mapping[str, str], queue: str = "", job_id: str = "") -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
-    reported in ``payload_error`` so the worker can bury the job with that reason. ``queue``:
-    the queue whose key holds the hash, for a job whose hash does not name it (the standard
-    enqueue stores no 'queue' field: the key's tag says it, issue 29)."""
+    reported in ``payload_error`` so the worker can bury the job with that reason. ``queue``,
+    ``job_id``: the queue whose key holds the hash and the id it is stored under, for a job
+    whose hash does not name them (the standard enqueue stores neither 'queue' nor 'id': the
+    key says both, issue 29)."""
+    job_id = fields.get("id") or job_id
     payload, payload_error = _json(fields.get("payload"), None)
     if not fields.get("payload"):
         payload_error = "the stored payload is missing or empty"
@@ -344,7 +346,7 @@ def from_fields(fields: Mapping[str, str], queue: str = "") -> Job:
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         timeout_s = 30.0
     return Job(
-        id=fields.get("id", ""),
+        id=job_id,
         type=fields.get("type", ""),
         queue=fields.get("queue") or queue,
         idempotency_key=fields.get("idem_key", ""),
@@ -353,7 +355,7 @@ def from_fields(fields: Mapping[str, str], queue: str = "") -> Job:
         max_attempts=_int(fields, "max_attempts", 5),
         visible_at=_int(fields, "visible_at") or _int(fields, "created_at"),
         created_at=_int(fields, "created_at"),
-        trace_id=fields.get("trace_id") or job_traceparent(fields.get("id", "")),
+        trace_id=fields.get("trace_id") or job_traceparent(job_id),
         lock_key=fields.get("lock_key", ""),
         headers=headers if isinstance(headers, dict) else {},
         timeout_s=timeout_s,
@@ -703,24 +705,27 @@ def pack_standard(jobs: Sequence[list[str]]) -> bytes:
 
 # What a worker needs of a job it reserves (errors, traceback and result stay in Redis; no
 # 'queue': the caller knows the queue it reserves from, from_row's ``queue``), as reserve.lua
-# returns it per job, in this order: first the fields every job has (a standard
-# enqueue without options, its trace made from its id, stores exactly PLAIN_FIELDS and its
-# state, visible_at only when it is not created_at: enqueue.lua's store; a test ties the two), then those reserve writes (the new lease), then the optional ones. A job whose
-# hash holds nothing else is reserved "plain": its row stops after the written fields
-# (PLAIN_ROW values; the client reads the rest as absent) and its ack skips the lookups of
-# what such a job cannot have ("What reserve returns per job" in _lib.lua).
-PLAIN_FIELDS = ("id", "type", "idem_key", "payload", "max_attempts", "visible_at",
-                "created_at")
-RESERVE_FIELDS = (*PLAIN_FIELDS,
+# returns it per job, in this order: first the fields every job has (a standard enqueue
+# without options, its id made by the client and its trace made from the id, stores exactly
+# PLAIN_FIELDS and its state, visible_at only when it is not created_at: enqueue.lua's store;
+# a test ties the two), then the id (the one the job was popped by: the key says it, the hash
+# does not hold it), those reserve writes (the new lease), then the optional ones. A job whose
+# hash holds nothing else is reserved "plain": its row stops after the id and reserved_at
+# (PLAIN_ROW values; the client makes the lease's other values and reads the rest as absent)
+# and its ack skips the lookups of what such a job cannot have ("What reserve returns per
+# job" in _lib.lua).
+PLAIN_FIELDS = ("type", "idem_key", "payload", "max_attempts", "visible_at", "created_at")
+RESERVE_FIELDS = (*PLAIN_FIELDS, "id",
                   "epoch", "deliveries", "state", "deadline", "reserved_at", "worker_id",
                   "trace_id", "lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries",
                   "flow", "fin", "cancel", "attempt", "checkpoint", "first_failed_at",
                   "replayed_at", "snoozes")
-# a plain job's row: PLAIN_FIELDS and reserved_at (its lease is the first, with the default
-# 30 s: from_row makes the other written values); one the fast path did not take (a hash
-# without its id): PLAIN_FIELDS and the written fields
-PLAIN_ROW = len(PLAIN_FIELDS) + 1
-_WRITTEN_ROW = len(PLAIN_FIELDS) + 6
+# a plain job's row: PLAIN_FIELDS, its id and reserved_at (its lease is the first, with the
+# default 30 s: from_row makes the other written values); one the fast path did not take (a
+# hash without its type): PLAIN_FIELDS, the id and the written fields
+PLAIN_ROW = len(PLAIN_FIELDS) + 2
+ROW_ID = len(PLAIN_FIELDS)  # where a row (short or whole) holds the job's id
+_WRITTEN_ROW = len(PLAIN_FIELDS) + 7
 _ROW_PAD = (None,) * (len(RESERVE_FIELDS) - _WRITTEN_ROW)
 
 
@@ -734,7 +739,7 @@ def text_row(row: Sequence[bytes | None]) -> tuple[list[str | None], str]:
         pass
     out: list[str | None] = []
     bad = ""
-    names = RESERVE_FIELDS if len(row) != PLAIN_ROW else (*PLAIN_FIELDS, "reserved_at")
+    names = RESERVE_FIELDS if len(row) != PLAIN_ROW else (*PLAIN_FIELDS, "id", "reserved_at")
     for name, v in zip(names, row):
         if v is None:
             out.append(None)
@@ -780,7 +785,7 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
         plain = False
     else:
         return from_fields({n: v for n, v in zip(RESERVE_FIELDS, row) if v is not None}, queue)
-    (id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at,
+    (type_, idem_key, raw_payload, max_attempts, visible_at, created_at, id_,
      epoch, deliveries, state, deadline, reserved_at, row_worker, trace_id, lock_key, raw_headers,
      raw_timeout, vt_ms, max_deliveries, flow, fin, cancel, attempt, raw_checkpoint,
      first_failed_at, replayed_at, snoozes) = row
@@ -834,7 +839,7 @@ def _first_lease(row: Sequence[str | None], queue: str, worker_id: str) -> Job |
     """``from_row`` of a plain job's short row (PLAIN_FIELDS and reserved_at: its first lease,
     epoch and delivery 1, the default 30 s), the common case, without the padding and the
     careful reads: None when a value is not the digits reserve and enqueue write."""
-    id_, type_, idem_key, raw_payload, max_attempts, visible_at, created_at, at = row
+    type_, idem_key, raw_payload, max_attempts, visible_at, created_at, id_, at = row
     try:
         n_max_attempts, n_created_at = int(max_attempts), int(created_at)  # type: ignore[arg-type]
         n_at = int(at)  # type: ignore[arg-type]

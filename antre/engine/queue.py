@@ -19,7 +19,7 @@ from antre.engine import keys
 from antre.engine import progress as progress_codec
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
-                       RESERVE_FIELDS, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
+                       RESERVE_FIELDS, ROW_ID, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
                        encode_payload, from_fields, from_raw_row, new_entropy, new_values,
                        pack_chunk, pack_new, pack_standard, rate_field)
 from antre.errors import InvalidJob, LeaseLost
@@ -390,7 +390,7 @@ class Queue:
                 k = self.keys
                 self.scripts.quarantine(
                     keys=[k.inflight, k.quarantine, k.stats],
-                    args=[row[0] or b"", self.clock(),
+                    args=[row[ROW_ID] or b"", self.clock(),
                           "job id is not UTF-8 text (found by reserve)"])
             else:
                 kept.append(job)
@@ -669,7 +669,8 @@ class Queue:
             return None
         # a dead job's traceback: its error group keeps the head (issue 29)
         return tracebacks.resolve_job(self.redis, self.keys.error_tracebacks,
-                                      from_fields(fields, self.name), fields.get("errors"))
+                                      from_fields(fields, self.name, job_id),
+                                      fields.get("errors"))
 
     def where(self, job_id: str) -> list[str]:
         """Every place the job id is indexed (a consistency check for tests: exactly one)."""

@@ -627,7 +627,8 @@ class ReadModels:
         if not fields:
             return None
         # a dead job's traceback: its error group keeps the head (issue 29)
-        return tracebacks.resolve_job(self.redis, k.error_tracebacks, from_fields(fields, queue),
+        return tracebacks.resolve_job(self.redis, k.error_tracebacks,
+                                      from_fields(fields, queue, job_id),
                                       fields.get("errors"))
 
     def find_job(self, job_id: str) -> Job | None:

@@ -173,7 +173,7 @@ class Groups:
         pipe = self.redis.pipeline(transaction=False)
         for i in ids:
             pipe.hgetall(k.job(i))
-        return [from_fields(f, k.queue) for f in pipe.execute() if f]
+        return [from_fields(f, k.queue, i) for i, f in zip(ids, pipe.execute()) if f]
 
 
 def _override(raw: Any) -> GroupOverride | None:

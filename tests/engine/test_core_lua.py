@@ -16,8 +16,9 @@ from antre.observe.finder import Finder
 
 # what the standard enqueue leaves out when it is empty or JobSpec's default (issue 29)
 DEFAULTED = {"lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries"}
-# and what it never stores: the queue's name (its key's tag says it; readers are given it)
-IMPLIED = {"queue"}
+# and what it never stores: the queue's name and the job's id (its key says both; readers are
+# given them)
+IMPLIED = {"queue", "id"}
 # nor the trace of a job whose id it made (envelope.job_traceparent: read from the id), nor,
 # for such a job visible at once, its visible_at (its created_at)
 TRACE = {"trace_id"}
@@ -66,7 +67,7 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
     # the standard job's HSETs, written out field by field: each name with its position; the
     # first for a job whose DEFAULTED fields are empty or JobSpec's (none stored), the second
     # for the others
-    hsets = re.findall(r"redis.call\('HSET', key, ('id'.*?)'state', state\)", src, re.S)
+    hsets = re.findall(r"redis.call\('HSET', key, ('type'.*?)'state', state\)", src, re.S)
     every = [(n, i + 1) for i, n in enumerate(NEW_FIELDS)]
     # (at the defaults: first a job visible at once without a trace of its own, then a later
     # one without, then with the caller's)
@@ -80,7 +81,7 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
 def test_enqueue_one_scripts_field_list_is_new_fields():
     """enqueue_one.lua gets the standard fields' values as ARGV[2 ..], in NEW_FIELDS order."""
     src = resources.files("antre.engine.lua").joinpath("enqueue_one.lua").read_text()
-    hsets = re.findall(r"redis.call\('HSET', v\[1\] \.\. id, ('id'.*?)'state', 'ready'\)", src,
+    hsets = re.findall(r"redis.call\('HSET', v\[1\] \.\. id, ('type'.*?)'state', 'ready'\)", src,
                        re.S)
     every = [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
     # (the first two without the DEFAULTED fields: the lock key is always empty here; the first
@@ -144,8 +145,9 @@ def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
     assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED - (
         TRACE if delay_s else MADE)
     assert stored["state"] == ("scheduled" if delay_s else "ready")
-    assert stored["id"] == job_id and stored["idem_key"] == "k"
+    assert stored["idem_key"] == "k"
     job = q.get(job_id)
+    assert job.id == job_id  # (read from the key)
     assert (job.lock_key, job.headers, job.timeout_s, job.visibility_timeout_ms,
             job.max_deliveries, job.queue) == ("", {}, 30.0, 30_000, 10, q.name)
     assert job.trace_id == f"00-{job_id}-{job_id[16:]}-01" and TRACEPARENT.match(job.trace_id)
@@ -154,7 +156,7 @@ def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
                        trace_id="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01")
     stored = q.redis.hgetall(q.keys.job(traced))  # the caller's trace is stored
     assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED
-    assert q.get(traced).trace_id == stored["trace_id"] == "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    assert q.get(traced).trace_id == stored["trace_id"] == f"00-{'ab' * 16}-{'cd' * 8}-01"
     mine = q.enqueue("t", {}, idempotency_key="k0", delay_s=delay_s, job_id="mine")
     assert TRACEPARENT.match(q.redis.hget(q.keys.job(mine), "trace_id"))  # made for it, stored
     other = q.enqueue("t", {}, idempotency_key="k2", delay_s=delay_s, max_deliveries=11)
@@ -425,7 +427,7 @@ def test_ack_many_does_per_job_what_ack_does(r, clock):
             assert q.ack_many(done, notes=notes) == []
         hashes = [r.hgetall(q.keys.job(j.id)) for j in jobs]
         for h in hashes:
-            h.pop("id"), h.pop("trace_id", None), h.pop("queue", None), h.pop("ukey", None)
+            h.pop("id", None), h.pop("trace_id", None), h.pop("queue", None), h.pop("ukey", None)
         # (the timeline as read: the 'reserved' and 'completed' events are kept in the hash)
         events = [[(e.at_ms, e.kind, e.actor, e.details)
                    for e in Finder(r).timeline(name, j.id).events[1:]] for j in jobs]

@@ -100,7 +100,7 @@ def test_a_plain_job_is_read_once_and_its_row_stops_before_the_optional_fields(q
             for row in rows]
     assert all(job._plain for job in jobs) and {job.id for job in jobs} == set(ids)
     for job in jobs:  # the short row decodes as the whole hash does
-        stored = from_fields(q.redis.hgetall(q.keys.job(job.id)), q.name)
+        stored = from_fields(q.redis.hgetall(q.keys.job(job.id)), q.name, job.id)
         assert dataclasses.asdict(job) == dataclasses.asdict(stored)
         assert (job.epoch, job.deliveries, job.state, job.worker_id, job.deadline) == (
             1, 1, "inflight", "w1", clock() + 30_000)
@@ -142,7 +142,7 @@ def test_a_job_with_any_other_field_is_read_whole(q, r, clock, case):
     job = q._reserved([row], "w1")[0] if case != "damaged_attempt" else None
     if job is not None:
         assert not job._plain
-        stored = from_fields(q.redis.hgetall(key), q.name)
+        stored = from_fields(q.redis.hgetall(key), q.name, job_id)
         assert {a: getattr(job, a) for a in ROW_ATTRS} == {a: getattr(stored, a) for a in ROW_ATTRS}
     else:  # the bad bytes reach the client, which buries the job for them
         [damaged] = q._reserved([row], "w1")
@@ -197,16 +197,17 @@ def test_a_plain_job_redelivered_is_read_whole_and_keeps_its_first_delivery(q, r
         ("reserved", "w1"), ("reserved", "w2"), ("completed", "w2")]
 
 
-def test_a_plain_hash_without_its_id_takes_the_careful_path(q, r, clock):
-    """A hash that lost its id field (a damaged record) is still plain (nothing optional to
-    read) but not a new job's first lease: its epoch restarts from the clock, above any lease
-    handed out before, and its row carries the written values (no short row)."""
+def test_a_plain_hash_without_its_type_takes_the_careful_path(q, r, clock):
+    """A hash that lost its type (not a job's record as enqueue writes it) is still plain
+    (nothing optional to read) but not a new job's first lease: its epoch restarts from the
+    clock, above any lease handed out before, and its row carries the written values (no short
+    row); the worker then buries it for its unknown type."""
     [job_id] = q.enqueue_many([JobSpec("t", {}, "k")])
-    r.hdel(q.keys.job(job_id), "id")
+    r.hdel(q.keys.job(job_id), "type")
     [row] = raw_reserve(q)
-    assert len(row) == len(PLAIN_FIELDS) + 6
+    assert len(row) == len(PLAIN_FIELDS) + 7
     [job] = q._reserved([row], "w1")
-    assert job.id == job_id and job._plain and job.epoch == clock() + 1
+    assert job.id == job_id and job._plain and job.epoch == clock() + 1 and job.type == ""
     assert q.ack_many([(job, "ok")]) == []
     assert q.get(job_id).state == "done"
 
@@ -234,6 +235,6 @@ def test_a_damaged_number_in_a_short_row_is_read_the_careful_way(q, r, field, va
     [row] = raw_reserve(q)
     assert len(row) == PLAIN_ROW
     [job] = q._reserved([row], "w1")
-    stored = from_fields(q.redis.hgetall(q.keys.job(job_id)), q.name)
+    stored = from_fields(q.redis.hgetall(q.keys.job(job_id)), q.name, job_id)
     assert {a: getattr(job, a) for a in ROW_ATTRS} == {a: getattr(stored, a) for a in ROW_ATTRS}
     assert job._plain and job.payload == {"a": 1}

@@ -125,19 +125,19 @@ local function store(key, id, values)
       -- reads an absent one so). Each field less is a shorter walk for every later read and
       -- write of the hash
       if v[9] == '' and v[3] == v[8] then
-        redis.call('HSET', key, 'id', v[1], 'type', v[2], 'idem_key', v[5], 'payload', v[6],
+        redis.call('HSET', key, 'type', v[2], 'idem_key', v[5], 'payload', v[6],
                    'max_attempts', v[7], 'created_at', v[8], 'state', state)
       elseif v[9] == '' then
-        redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],
+        redis.call('HSET', key, 'type', v[2], 'visible_at', v[3],
                    'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
                    'state', state)
       else
-        redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],
+        redis.call('HSET', key, 'type', v[2], 'visible_at', v[3],
                    'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
                    'trace_id', v[9], 'state', state)
       end
     else
-      redis.call('HSET', key, 'id', v[1], 'type', v[2], 'visible_at', v[3],
+      redis.call('HSET', key, 'type', v[2], 'visible_at', v[3],
                  'idem_key', v[5], 'payload', v[6], 'max_attempts', v[7], 'created_at', v[8],
                  'trace_id', v[9], 'lock_key', v[10], 'headers', v[11], 'timeout_s', v[12],
                  'vt_ms', v[13], 'max_deliveries', v[14], 'state', state)

@@ -115,7 +115,7 @@ if #ARGV > 7 then
 end
 local core, cpos, extra, epos = L.core, L.cpos, L.extra, L.epos
 local nret, ncore, nextra, identity, tail = L.nret, L.ncore, L.nextra, L.identity, L.tail
-local c_id, nread, fast = L.c_id, L.nread, L.fast
+local c_type, nread, fast = L.c_type, L.nread, L.fast
 local e_vt, e_ep, e_cancel, e_dl = L.e_vt, L.e_ep, L.e_cancel, L.e_dl
 local p_id = L.p_id
 local out, deadlines = {}, {}
@@ -139,16 +139,15 @@ for _, id in ipairs(ids) do
     if not plain and nfields > 0 then x = redis.call('HMGET', key, unpack(extra)) end
   end
   local cancel = x and x[e_cancel]  -- (a flow's cancel marks its ready jobs too: read for every job)
-  if plain and fast and r[c_id] then
+  if plain and fast and r[c_type] then
     -- a plain job, the default layout: its first lease (epoch and delivery 1, the default 30 s
-    -- lease); its row is the plain fields and reserved_at, the client knows the rest (the
-    -- written fields: envelope.from_row)
+    -- lease); its row is the plain fields, the id and reserved_at, the client knows the rest
+    -- (the written fields: envelope.from_row)
     redis.call('HSET', key, 'epoch', '1', 'deliveries', '1', 'state', 'inflight',
                'deadline', plain_deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = plain_deadline
     deadlines[#deadlines + 1] = id
-    r[c_id] = id  -- the id it is known by (a hash's own may be damaged)
-    r[nread + 1] = now_s
+    r[nread + 1], r[nread + 2] = id, now_s
     out[#out + 1] = r
   elseif r.err then
     if bad_id(id) then
@@ -168,12 +167,12 @@ for _, id in ipairs(ids) do
     if vt <= 0 or vt > 604800000 then vt = 30000 end
     local deadline = string.format('%d', now + vt)
     -- a job stored without an epoch is a new job (enqueue writes no counters): 0; a corrupted
-    -- epoch, or a hash without its id, restarts from now_ms: above any epoch handed out
-    -- before, so an old lease can never become valid again
+    -- epoch, or a hash without its type (not a job's record), restarts from now_ms: above any
+    -- epoch handed out before, so an old lease can never become valid again
     local old = x and x[e_ep]
     local epoch = num_of(old, -1)
     if epoch < 0 then
-      epoch = (not old and r[c_id]) and 0 or now
+      epoch = (not old and r[c_type]) and 0 or now
     end
     epoch = string.format('%d', epoch + 1)
     local delivery = x and string.format('%d', num_of(x[e_dl], 0) + 1) or '1'
