@@ -19,9 +19,9 @@ from antre.engine import keys
 from antre.engine import progress as progress_codec
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
-                       RESERVE_FIELDS, ROW_ID, TRACEPARENT, Job, JobSpec, checked_payload, encode_new,
-                       encode_payload, from_fields, from_raw_row, new_entropy, new_values,
-                       pack_chunk, pack_new, pack_standard, rate_field)
+                       RESERVE_FIELDS, ROW_ID, TRACEPARENT, Job, JobSpec, checked_payload,
+                       encode_new, encode_payload, from_fields, from_raw_row, new_entropy,
+                       new_values, pack_chunk, pack_new, pack_standard, rate_field)
 from antre.errors import InvalidJob, LeaseLost
 from antre.engine.failing import Failure, fail_many
 from antre.engine.retry import error_signature

@@ -238,3 +238,19 @@ def test_a_damaged_number_in_a_short_row_is_read_the_careful_way(q, r, field, va
     stored = from_fields(q.redis.hgetall(q.keys.job(job_id)), q.name, job_id)
     assert {a: getattr(job, a) for a in ROW_ATTRS} == {a: getattr(stored, a) for a in ROW_ATTRS}
     assert job._plain and job.payload == {"a": 1}
+
+
+def test_the_pages_read_a_plain_jobs_missing_fields_from_the_others(q, r, clock):
+    """A plain job stores no id, trace or visible_at: the ready page's rows, the job page and
+    the queue's oldest-ready age read them from the key and created_at, as the worker does."""
+    from antre.observe.readmodels import ReadModels
+    [job_id] = q.enqueue_many([JobSpec("t", {}, "k")])
+    assert not {"id", "trace_id", "visible_at"} & set(r.hgetall(q.keys.job(job_id)))
+    t0 = clock()
+    clock.advance(7_000)
+    reads = ReadModels(r, clock)
+    [row] = reads.ready(q.name).rows
+    assert (row.id, row.visible_at, row.created_at) == (job_id, t0, t0)
+    assert reads.queue_info(q.name).oldest_ready_age_ms == 7_000
+    job = reads.job(q.name, job_id)
+    assert (job.id, job.visible_at, job.trace_id) == (job_id, t0, f"00-{job_id}-{job_id[16:]}-01")
