@@ -811,12 +811,7 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
      n_snoozes) = nums
     if not n_visible_at:  # a job visible at once stores none: its created_at
         n_visible_at = n_created_at
-    # what Job(...) makes of these values, its other fields at their defaults, without its
-    # __init__ (thirty-five assignments by keyword were a third of the decoding)
-    job = _new_job(Job)
-    fields = job.__dict__
-    fields.update(_JOB_DEFAULTS)
-    fields.update(
+    job = _job_of(dict(
         id=id_ or "", type=type_ or "", queue=queue, idempotency_key=idem_key or "",
         payload=payload, attempt=n_attempt, max_attempts=n_max_attempts,
         visible_at=n_visible_at, created_at=n_created_at,
@@ -827,11 +822,21 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
         state=state if state is not None else "ready", deadline=n_deadline,
         reserved_at=n_reserved_at, worker_id=row_worker or "", checkpoint=checkpoint,
         first_failed_at=n_first_failed_at, replayed_at=n_replayed_at,
-        payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[])
+        payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[]))
     if flow or fin:  # a job of a flow (issue 26): the only jobs with these fields
-        fields.update(flow=flow or "", flow_inputs=_num(fin))
+        job.__dict__.update(flow=flow or "", flow_inputs=_num(fin))
     if plain:
-        fields["_plain"] = True
+        job.__dict__["_plain"] = True
+    return job
+
+
+def _job_of(values: dict[str, Any]) -> Job:
+    """What ``Job(**values)`` makes, its other fields at their defaults, without its
+    ``__init__`` (thirty-five assignments by keyword were a third of a row's decoding)."""
+    job = _new_job(Job)
+    fields = job.__dict__
+    fields.update(_JOB_DEFAULTS)
+    fields.update(values)
     return job
 
 
@@ -850,16 +855,12 @@ def _first_lease(row: Sequence[str | None], queue: str, worker_id: str) -> Job |
     payload, payload_error = _json(raw_payload, None)
     if not raw_payload:
         payload_error = "the stored payload is missing or empty"
-    job = _new_job(Job)
-    fields = job.__dict__
-    fields.update(_JOB_DEFAULTS)
-    fields.update(
+    return _job_of(dict(
         id=id_ or "", type=type_ or "", queue=queue, idempotency_key=idem_key or "",
         payload=payload, max_attempts=n_max_attempts, visible_at=n_visible_at,
         created_at=n_created_at, trace_id=job_traceparent(id_ or ""), headers={}, epoch=1,
         deliveries=1, state="inflight", deadline=n_at + 30_000, reserved_at=n_at,
-        worker_id=worker_id, payload_error=payload_error, errors=[], _plain=True)
-    return job
+        worker_id=worker_id, payload_error=payload_error, errors=[], _plain=True))
 
 
 _new_job = object.__new__
