@@ -325,6 +325,14 @@ def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
     return fields.get("traceback", "")
 
 
+def _stored_payload(raw: str | None) -> tuple[Any, str]:
+    """A job hash's payload decoded, and '' or what is wrong with it (the worker buries the
+    job with that reason)."""
+    if not raw:
+        return None, "the stored payload is missing or empty"
+    return _json(raw, None)
+
+
 def from_fields(fields: Mapping[str, str], queue: str = "", job_id: str = "") -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
     reported in ``payload_error`` so the worker can bury the job with that reason. ``queue``,
@@ -332,9 +340,7 @@ def from_fields(fields: Mapping[str, str], queue: str = "", job_id: str = "") ->
     whose hash does not name them (the standard enqueue stores neither 'queue' nor 'id': the
     key says both, issue 29)."""
     job_id = fields.get("id") or job_id
-    payload, payload_error = _json(fields.get("payload"), None)
-    if not fields.get("payload"):
-        payload_error = "the stored payload is missing or empty"
+    payload, payload_error = _stored_payload(fields.get("payload"))
     headers, _ = _json(fields.get("headers"), {})
     errors, _ = _json(fields.get("errors"), [])
     result, _ = _json(fields.get("result"), None)
@@ -724,6 +730,7 @@ RESERVE_FIELDS = (*PLAIN_FIELDS, "id",
 # default 30 s: from_row makes the other written values); one the fast path did not take (a
 # hash without its type): PLAIN_FIELDS, the id and the written fields
 PLAIN_ROW = len(PLAIN_FIELDS) + 2
+FIRST_LEASE_MS = 30_000  # a plain job's lease: JobSpec's default (reserve.lua's plain_deadline)
 ROW_ID = len(PLAIN_FIELDS)  # where a row (short or whole) holds the job's id
 _WRITTEN_ROW = len(PLAIN_FIELDS) + 7
 _ROW_PAD = (None,) * (len(RESERVE_FIELDS) - _WRITTEN_ROW)
@@ -777,7 +784,7 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
             return job
         at = row[PLAIN_ROW - 1]  # (a damaged value: the careful way, below)
         row = (*row[:PLAIN_ROW - 1], "1", "1", "inflight",
-               str(int(at) + 30_000) if at and at.isdigit() else None, at, worker_id,
+               str(int(at) + FIRST_LEASE_MS) if at and at.isdigit() else None, at, worker_id,
                *_ROW_PAD)
     elif len(row) == _WRITTEN_ROW:  # a job reserved plain: no optional field
         row = (*row, *_ROW_PAD)
@@ -789,9 +796,7 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
      epoch, deliveries, state, deadline, reserved_at, row_worker, trace_id, lock_key, raw_headers,
      raw_timeout, vt_ms, max_deliveries, flow, fin, cancel, attempt, raw_checkpoint,
      first_failed_at, replayed_at, snoozes) = row
-    payload, payload_error = _json(raw_payload, None)
-    if not raw_payload:
-        payload_error = "the stored payload is missing or empty"
+    payload, payload_error = _stored_payload(raw_payload)
     headers, _ = _json(raw_headers, {})
     checkpoint, _ = _json(raw_checkpoint, None)
     try:
@@ -852,14 +857,12 @@ def _first_lease(row: Sequence[str | None], queue: str, worker_id: str) -> Job |
         n_visible_at = int(visible_at) if visible_at is not None else n_created_at
     except (TypeError, ValueError):
         return None
-    payload, payload_error = _json(raw_payload, None)
-    if not raw_payload:
-        payload_error = "the stored payload is missing or empty"
+    payload, payload_error = _stored_payload(raw_payload)
     return _job_of(dict(
         id=id_ or "", type=type_ or "", queue=queue, idempotency_key=idem_key or "",
         payload=payload, max_attempts=n_max_attempts, visible_at=n_visible_at,
         created_at=n_created_at, trace_id=job_traceparent(id_ or ""), headers={}, epoch=1,
-        deliveries=1, state="inflight", deadline=n_at + 30_000, reserved_at=n_at,
+        deliveries=1, state="inflight", deadline=n_at + FIRST_LEASE_MS, reserved_at=n_at,
         worker_id=worker_id, payload_error=payload_error, errors=[], _plain=True))
 
 
