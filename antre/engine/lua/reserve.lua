@@ -203,7 +203,7 @@ for _, id in ipairs(ids) do
     if p_deadline then row[p_deadline] = deadline end
     if p_reserved_at then row[p_reserved_at] = now_s end
     if p_worker then row[p_worker] = worker end
-    if p_id then row[p_id] = id end  -- the id it is known by (a hash's own may be damaged)
+    if p_id then row[p_id] = id end  -- the id it was popped by (the key's; the hash holds none)
     for i = #row, stop + 1, -1 do row[i] = nil end
     out[#out + 1] = row
   end
