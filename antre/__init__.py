@@ -6,7 +6,7 @@ from antre.errors import (InvalidJob, JobTimeout, LeaseLost, Permanent, RateLimi
                           ResultUnavailable, Retryable, VersionConflict)
 from antre.engine.progress import Progress
 from antre.observe.finder import ResultStatus
-from antre.scheduling.flow import FlowPolicy
+from antre.limits.admission import LimitPolicy
 from antre.engine.locks import LockBusy
 from antre.engine.envelope import JobSpec
 from antre.engine.queue import Queue
@@ -14,6 +14,19 @@ from antre.engine.retry import RetryPolicy
 from antre.tasks import Task
 
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
-           "Permanent", "RateLimited", "Retryable", "LockBusy", "FlowPolicy", "JobSpec", "Queue", "RetryPolicy", "Task",
+           "Permanent", "RateLimited", "Retryable", "LockBusy", "LimitPolicy", "JobSpec", "Queue", "RetryPolicy", "Task",
            "Progress", "ResultStatus", "ResultUnavailable", "VersionConflict", "redis_from_url"]
 __version__ = "0.1.0"
+
+_DEPRECATED = {"FlowPolicy": ("LimitPolicy", LimitPolicy)}
+
+
+def __getattr__(name: str) -> object:
+    """Old spellings of public names: they work, with a DeprecationWarning naming the new one."""
+    if name in _DEPRECATED:
+        import warnings
+        new, value = _DEPRECATED[name]
+        warnings.warn(f"antre.{name} is deprecated: use antre.{new}", DeprecationWarning,
+                      stacklevel=2)
+        return value
+    raise AttributeError(f"module 'antre' has no attribute {name!r}")

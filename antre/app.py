@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
 
@@ -23,7 +24,7 @@ from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, check_group, new_job_id
-from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Group, Step
+from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Parallel, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
 from antre.observe.waiting import PerLoop, ResultWaiter
@@ -31,12 +32,12 @@ from antre.stores.idempotency import CompletedCache, IdempotencyStore
 from antre.stores.outbox import Outbox
 from antre.stores.users import UserStore
 from antre.errors import InvalidJob
-from antre.scheduling.flow import FlowPolicy
+from antre.limits.admission import LimitPolicy
 from antre.engine.keys import valid_name
 from antre.engine.locks import Lock, Locks, held_lock
-from antre.control.periodic import Schedule, Scheduler, make_schedule
+from antre.maintenance.periodic import Schedule, Scheduler, make_schedule
 from antre.engine.queue import Queue
-from antre.control.retention import RetentionPolicy, policy_from_env
+from antre.maintenance.retention import RetentionPolicy, policy_from_env
 from antre.engine.retry import RetryPolicy
 from antre.engine import aio
 from antre.engine import partitions as partitions_mod
@@ -121,7 +122,7 @@ class HandlerSpec:
     idempotent: bool = True
     lock_ttl_s: float = 30.0
     downstream: str | None = None
-    flow: FlowPolicy | None = None  # concurrency / rate limits for this job type, all workers
+    flow: LimitPolicy | None = None  # concurrency / rate limits for this job type, all workers
     # incident controls: how long a cancelled handler may take to stop before it is abandoned
     # (its process recycled); how old a job may be when reserved (None: the app's default);
     # how often it may be held back without running (None: the app's default)
@@ -199,7 +200,7 @@ class Antre:
             "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
         self.handlers: dict[str, HandlerSpec] = {}
         self.tasks: dict[str, Task[Any, Any]] = {}  # the typed ones (@app.task): their schema
-        self.downstreams: dict[str, FlowPolicy] = {}
+        self.downstreams: dict[str, LimitPolicy] = {}
         self.schedules: dict[str, Schedule] = {}
         self.retention_policies: dict[str, RetentionPolicy] = {}  # per queue; else from env
         if redis_client is not None and not redis_client.get_encoder().decode_responses:
@@ -420,7 +421,7 @@ class Antre:
         the worker's event loop (``antre worker --concurrency N``). Options: queue, max_attempts,
         timeout_s, visibility_timeout_s, max_deliveries, max_runtime_s, retry (RetryPolicy),
         idempotent (False warns on replay), lock_ttl_s, downstream (see ``downstream()``),
-        flow (a ``FlowPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes,
+        flow (a ``LimitPolicy`` for this job type), cancel_grace_s, max_age_s, max_snoozes,
         unique and unique_for_s (the defaults of ``enqueue``'s own: see there), ordered (False:
         a retried job with a lock_key lets the jobs waiting behind its key go first), group (a
         name, or a function of the payload), group_concurrency and group_rate (fair shares:
@@ -452,7 +453,7 @@ class Antre:
             return made
         return register
 
-    # -- periodic jobs (antre/control/periodic.py) ---------------------------------------------------
+    # -- periodic jobs (antre/maintenance/periodic.py) ---------------------------------------------------
     def periodic(self, cron: str | None = None, job_type: str = "", *, every_s: int | None = None,
                  payload: Any = None, timezone: str = "UTC", name: str | None = None,
                  queue: str | None = None, catch_up: str = "once", max_catch_up: int = 10,
@@ -493,7 +494,7 @@ class Antre:
         return Scheduler(self.redis, self.resolved_schedules(), clock=self.clock,
                          scripts=self.scripts, default_queue=self.default_queue)
 
-    # -- retention (antre/control/retention.py) -----------------------------------------------------
+    # -- retention (antre/maintenance/retention.py) -----------------------------------------------------
     def retention(self, queue: str, **limits: int) -> RetentionPolicy:
         """Set ``queue``'s retention: dead_max_jobs, dead_max_age_s, done_max_age_s (the rest
         from the environment's defaults). Applied by the workers' retention duty."""
@@ -504,9 +505,9 @@ class Antre:
     def retention_for(self, queue: str) -> RetentionPolicy:
         return self.retention_policies.get(queue) or policy_from_env()
 
-    def downstream(self, name: str, policy: FlowPolicy) -> None:
+    def downstream(self, name: str, policy: LimitPolicy) -> None:
         """Limits shared by every handler with ``downstream=name``: concurrency, a token-bucket
-        rate and a circuit breaker (``FlowPolicy``), enforced across all workers."""
+        rate and a circuit breaker (``LimitPolicy``), enforced across all workers."""
         if not valid_name(name):
             raise InvalidJob(f"bad downstream name {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
         self.downstreams[name] = policy
@@ -597,11 +598,18 @@ class Antre:
         ``.enqueue(...)`` stores the whole flow (see ``antre.flows.compose``)."""
         return self.flows.chain(*steps)
 
-    def group(self, steps: Iterable[Step]) -> Group:
-        """Steps run in parallel; ``.enqueue(...)`` stores them as one flow."""
-        return self.flows.group(steps)
+    def parallel(self, steps: Iterable[Step]) -> Parallel:
+        """Steps run in parallel (a fan-out); ``.enqueue(...)`` stores them as one flow."""
+        return self.flows.parallel(steps)
 
-    def chord(self, header: Group | Iterable[Step], callback: Step) -> Chord:
+    def group(self, steps: Iterable[Step]) -> Parallel:
+        """Deprecated spelling of :meth:`parallel` ("group" names a fair-share group)."""
+        warnings.warn("app.group([...]) is deprecated: use app.parallel([...]) (a fan-out; "
+                      "'group' names a fair-share group, enqueue(group=...))",
+                      DeprecationWarning, stacklevel=2)
+        return self.flows.parallel(steps)
+
+    def chord(self, header: Parallel | Iterable[Step], callback: Step) -> Chord:
         """``callback`` once every step of ``header`` completed, with their results in order
         (``ctx.flow_results``)."""
         return self.flows.chord(header, callback)

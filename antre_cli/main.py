@@ -1,5 +1,5 @@
 """``antre``: demo, worker, web, sweep, status, dlq, find, schedules, user; the incident
-controls and every other dashboard action are in ``incident`` (pause, resume, job, purge,
+controls and every other dashboard action are in ``actions`` (pause, resume, job, purge,
 bulk-replay, tasks, task, lock, breaker)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
 from antre.observe.redact import scrub
-from antre.control.periodic import Schedules
+from antre.maintenance.periodic import Schedules
 from antre.observe.readmodels import DeadFilter, ReadModels, ScheduleInfo
 from antre.observe.registry import WorkerRegistry, cache_totals
 from antre.observe.memory import MemoryPolicy
@@ -26,7 +26,7 @@ from antre.observe.status import status_summary
 from antre_worker.cli import main as worker_main
 from antre_worker.loader import load_app
 
-from . import incident
+from . import actions
 from .demo import run_demo
 
 try:  # the dashboard is an extra (pip install "antre[web]"); the core CLI works without it
@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     usub = u.add_subparsers(dest="user_cmd", required=True)
     usub.add_parser("list")
     # add, passwd, role, disable, enable, delete, logout-everywhere: the table's
-    incident.add_parsers(sub, groups={"schedules": scsub, "user": usub, "dlq": dsub})
+    actions.add_parsers(sub, groups={"schedules": scsub, "user": usub, "dlq": dsub})
     return p
 
 
@@ -370,9 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
                 "demo": cmd_demo, "schedules": cmd_schedules, "find": cmd_find,
-                "result": cmd_result, **incident.HANDLERS}
-    if incident.table_command(args) is not None:  # an entry of antre.actions.TABLE
-        return incident.cmd_action(args)
-    if incident.table_selection(args) is not None:  # one over many ids (antre dlq replay)
-        return incident.cmd_selection(args)
+                "result": cmd_result, **actions.HANDLERS}
+    if actions.table_command(args) is not None:  # an entry of antre.actions.TABLE
+        return actions.cmd_action(args)
+    if actions.table_selection(args) is not None:  # one over many ids (antre dlq replay)
+        return actions.cmd_selection(args)
     return handlers[args.command](args)

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from antre import Antre, FlowPolicy, Permanent, RateLimited, Retryable
+from antre import Antre, LimitPolicy, Permanent, RateLimited, Retryable
 
 from . import tables as t
 
@@ -268,7 +268,7 @@ QUEUES = ("emails", "stock", "webhooks", "integrations", "batch")
 def register(app: Antre) -> Antre:
     """Register every demo handler on ``app``."""
     if faults.email_rate_per_s > 0:  # the provider's documented limits, enforced cluster-wide
-        app.downstream("email-provider", FlowPolicy(
+        app.downstream("email-provider", LimitPolicy(
             concurrency=4, rate_per_s=faults.email_rate_per_s,
             burst=max(1, int(faults.email_rate_per_s * 2)),
             failure_threshold=6, window_s=30, cooldown_s=15))

@@ -360,7 +360,7 @@ class Chaos:
                 "commits refused by the SQL fence": fence_rejected} if self.args.lock_keys else {}),
             "poison jobs in the DLQ": poison_dead,
             "jobs in the DLQ": len(dead), "DLQ by error kind": dict(dead_reasons),
-            # every snooze counts under its reason (worker/outcomes.py), plain ones as 'snoozed'
+            # every snooze counts under its reason (worker/antre_worker/outcomes.py), plain ones as 'snoozed'
             "snoozed (lock/db busy)": sum(stats.get(c, 0) for c in (
                 "snoozed", "handed_back", "lock_busy", "lock_lost", "idempotency_busy",
                 "fence_rejected")),

@@ -24,7 +24,7 @@ from typing import Any
 
 from antre import Antre
 from antre.clock import ManualClock
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 

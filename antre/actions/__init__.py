@@ -1,8 +1,8 @@
 """The table of operator actions: each change an operator makes (pause, cancel, extend,
 release, ...) declared once, with its audit name, minimum role, arguments (typed, with help
 text), target and ``run`` against the core objects. The dashboard's HTML route, its JSON API
-route with the OpenAPI entry (``webapp/table_routes.py``) and the ``antre`` subcommand
-(``antre_cli/incident.py``) are all built from ``TABLE``: a new action is one ``Action`` in it.
+route with the OpenAPI entry (``webapp/antre_web/table_routes.py``) and the ``antre`` subcommand
+(``antre_cli/actions.py``) are all built from ``TABLE``: a new action is one ``Action`` in it.
 
 The package knows no Flask and no argparse; a surface parses its input into ``Args`` (with
 ``parse``), runs the action with ``Ops`` and the ``Actor`` who asked, and writes the audit

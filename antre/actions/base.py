@@ -24,16 +24,16 @@ from antre.control.abandoned import AbandonedRecords
 from antre.control.bulk import BulkReplays
 from antre.control.cancel import Cancels
 from antre.control.pause import Pauses, unknown_target
-from antre.control.periodic import Schedules
+from antre.maintenance.periodic import Schedules
 from antre.control.purge import Purger
 from antre.engine.envelope import CANCEL_TO
 from antre.engine.locks import Locks
 from antre.observe.finder import Finder
 from antre.observe.readmodels import ReadModels
-from antre.scheduling.gates import FlowGates, GateOverride
-from antre.scheduling.controls import GroupControl
-from antre.scheduling.groups import GroupOverride
-from antre.scheduling.flow import FlowControl
+from antre.limits.gates import Gates, GateOverride
+from antre.groups.control import GroupControl
+from antre.groups.read import GroupOverride
+from antre.limits.admission import Limits
 from antre.stores.audit import AuditLog
 from antre.stores.idempotency import IdempotencyStore
 from antre.stores.users import UserStore
@@ -244,12 +244,12 @@ class Ops:
         return Schedules(self.redis, clock=self.clock, scripts=self.app.scripts)
 
     @property
-    def flow(self) -> FlowControl:
-        return FlowControl(self.redis, self.clock)
+    def flow(self) -> Limits:
+        return Limits(self.redis, self.clock)
 
     @property
-    def gates(self) -> FlowGates:  # type and downstream limits held at reserve (issue 23)
-        return FlowGates(self.redis, self.clock, self.app.scripts)
+    def gates(self) -> Gates:  # type and downstream limits held at reserve (issue 23)
+        return Gates(self.redis, self.clock, self.app.scripts)
 
     @property
     def groups(self) -> GroupControl:  # fair-share groups (issue 23)

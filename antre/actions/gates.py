@@ -1,11 +1,11 @@
 """Operator actions on a job type's or downstream's flow limits held at reserve (issue 23 item
 4): override its slots and/or rate in one queue with a reason, until cleared or for a while,
-and end the override (``antre.scheduling.gates``). An unknown type or downstream is refused
+and end the override (``antre.limits.gates``). An unknown type or downstream is refused
 saying so (400 / exit 1), nothing changed."""
 
 from __future__ import annotations
 
-from antre.scheduling.gates import GateError
+from antre.limits.gates import GateError
 
 from .base import Action, Actor, Args, describe_override, Html, Ops, Param, Result
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from antre.control.abandoned import RESOLUTIONS, ResolveError
-from antre.scheduling.controls import GroupError
+from antre.groups.control import GroupError
 
 from .base import Action, Actor, Args, describe_override, Html, Ops, Param, Result
 

@@ -25,7 +25,7 @@ import redis
 
 from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
-from antre.scheduling.groups import GROUP_TARGET  # 'group=<name>': '=' is in no job type
+from antre.groups.read import GROUP_TARGET  # 'group=<name>': '=' is in no job type
 from antre.observe.readmodels import PauseInfo, ReadModels, pause_infos
 from antre.engine.scripts import Scripts
 

@@ -32,7 +32,7 @@ import redis
 from antre.engine import keys, partitions
 from antre.engine.envelope import MAX_GROUP_CONCURRENCY, JobSpec
 from antre.engine.queue import Queue
-from antre.scheduling.groups import GROUP_TARGET
+from antre.groups.read import GROUP_TARGET
 
 DEFAULT_STOP_PCT = 20.0
 DEFAULT_MIN_SAMPLE = 20

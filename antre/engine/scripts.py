@@ -55,20 +55,20 @@ NAMES = (
     "handover",
     # a queue's published partition count, only ever grown (antre/engine/partitions.py)
     "partitions_grow",
-    # flow control (antre/scheduling/flow.py)
+    # flow control (antre/limits/admission.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
     # login throttling (antre/stores/logins.py)
     "failure_add", "login_try",
     # incident controls (antre/control/pause.py, antre/control/purge.py)
     "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
-    # retention (antre/control/retention.py)
+    # retention (antre/maintenance/retention.py)
     "retention",
     # records too broken to be dead jobs (issue 24)
     "quarantine",
-    # live control of fair-share groups (antre/scheduling/controls.py)
+    # live control of fair-share groups (antre/groups/control.py)
     "group_limit",
-    # flow limits held at reserve, and their overrides (antre/scheduling/gates.py)
+    # flow limits held at reserve, and their overrides (antre/limits/gates.py)
     "gates_declare", "gates_override",
     # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
     "result_wait", "progress",

@@ -23,7 +23,7 @@ Read functions (``FlowReader(redis_client)``, for the pages, the API and the CLI
   (``ChildFailure`` for a member settled as failed)
 """
 
-from antre.flows.compose import Chain, Chord, FlowOptions, Group, Step, compile_steps
+from antre.flows.compose import Chain, Chord, FlowOptions, Parallel, Step, compile_steps
 from antre.flows.handle import Batch, Flow, FlowTimeout
 from antre.flows.producer import FlowProducer
 from antre.flows.read import (FINAL_STATES, FLOW_STATES, ChildFailure, FlowJob, FlowLinks,
@@ -32,5 +32,5 @@ from antre.flows.store import CancelSummary, FlowError, result_max
 
 __all__ = ["FINAL_STATES", "FLOW_STATES", "Batch", "CancelSummary", "Chain", "ChildFailure",
            "Chord", "Flow", "FlowError", "FlowJob", "FlowLinks", "FlowOptions", "FlowPage",
-           "FlowProducer", "FlowReader", "FlowRow", "FlowTimeout", "FlowTree", "Group", "Step",
+           "FlowProducer", "FlowReader", "FlowRow", "FlowTimeout", "FlowTree", "Parallel", "Step",
            "compile_steps", "decode_result", "result_max"]

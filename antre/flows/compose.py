@@ -6,7 +6,7 @@ A step is a ``JobSpec`` (``app.spec(...)``, a typed ``task.spec(...)``) or a com
 - ``Chain(a, b, c)``: each step starts once the previous one has completed, and gets its
   result (``ctx.previous_result``); a step that is a group fans out, and the next step fans in
   (it gets the group's results as a list);
-- ``Group([a, b, c])``: in parallel; a group inside a chain passes on all its results;
+- ``Parallel([a, b, c])``: in parallel; a group inside a chain passes on all its results;
 - ``Chord(group, callback)``: the callback starts once every job of the group has completed,
   with their results in the group's order (``ctx.flow_results``).
 
@@ -27,7 +27,7 @@ from antre.errors import InvalidJob
 if TYPE_CHECKING:
     from antre.flows.handle import Flow
 
-Step = Union[JobSpec, "Chain", "Group", "Chord"]
+Step = Union[JobSpec, "Chain", "Parallel", "Chord"]
 POLICIES = ("fail", "ignore", "wait")
 MAX_DESCRIPTION = 500
 
@@ -69,7 +69,7 @@ class Starter:
 
 
 class _Composition:
-    """The common part of ``Chain``, ``Group`` and ``Chord``: ``enqueue`` through the app
+    """The common part of ``Chain``, ``Parallel`` and ``Chord``: ``enqueue`` through the app
     that made it (``app.chain(...)``)."""
 
     _starter: Starter | None = None
@@ -85,8 +85,8 @@ class _Composition:
         queue (default: the first job's handler's); every job of a flow is in it."""
         if self._starter is None:
             raise InvalidJob("this composition was not made by an app: build the outer one "
-                             "with app.chain / app.group / app.chord (those inside it may be "
-                             "Chain / Group / Chord made directly)")
+                             "with app.chain / app.parallel / app.chord (those inside it may be "
+                             "Chain / Parallel / Chord made directly)")
         return self._starter.start(cast(Step, self), FlowOptions.of(
             queue=queue, on_failure=on_failure, ignore_failures=ignore_failures,
             description=description, flow_id=flow_id))
@@ -101,21 +101,21 @@ class Chain(_Composition):
         return f"Chain({len(self.steps)} steps)"
 
 
-class Group(_Composition):
+class Parallel(_Composition):
     def __init__(self, steps: Iterable[Step], starter: Starter | None = None) -> None:
         if isinstance(steps, (JobSpec, _Composition)):
-            raise InvalidJob("group() takes a list of steps: app.group([a, b, c])")
+            raise InvalidJob("parallel() takes a list of steps: app.parallel([a, b, c])")
         self.steps: list[Step] = list(steps)
         self._starter = starter
 
     def __repr__(self) -> str:
-        return f"Group({len(self.steps)} steps)"
+        return f"Parallel({len(self.steps)} steps)"
 
 
 class Chord(_Composition):
-    def __init__(self, header: "Group | Iterable[Step]", callback: Step,
+    def __init__(self, header: "Parallel | Iterable[Step]", callback: Step,
                  starter: Starter | None = None) -> None:
-        self.header = header if isinstance(header, Group) else Group(header)
+        self.header = header if isinstance(header, Parallel) else Parallel(header)
         self.callback = callback
         self._starter = starter
 
@@ -141,7 +141,7 @@ class Compiled:
 
 
 def kind_of(root: Step) -> str:
-    return {Chain: "chain", Group: "group", Chord: "chord"}.get(type(root), "job")
+    return {Chain: "chain", Parallel: "group", Chord: "chord"}.get(type(root), "job")
 
 
 def compile_steps(root: Step) -> Compiled:
@@ -163,7 +163,7 @@ def _walk(step: Step, parents: list[int], nodes: list[Node], active: set[int]) -
         for p in parents:
             nodes[p].children.append(i)
         return [i]
-    if not isinstance(step, (Chain, Group, Chord)):
+    if not isinstance(step, (Chain, Parallel, Chord)):
         raise InvalidJob(f"a step of a flow is a JobSpec (app.spec(...), task.spec(...)) or "
                          f"a chain, group or chord, not {type(step).__name__}")
     if id(step) in active:
@@ -176,7 +176,7 @@ def _walk(step: Step, parents: list[int], nodes: list[Node], active: set[int]) -
         active.discard(id(step))
 
 
-def _walk_composition(step: "Chain | Group | Chord", parents: list[int], nodes: list[Node],
+def _walk_composition(step: "Chain | Parallel | Chord", parents: list[int], nodes: list[Node],
                       active: set[int]) -> list[int]:
     if isinstance(step, Chord):
         if not step.header.steps:

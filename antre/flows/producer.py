@@ -1,4 +1,4 @@
-"""The producer's side of flows, as ``Antre`` offers it (``app.chain``, ``app.group``,
+"""The producer's side of flows, as ``Antre`` offers it (``app.chain``, ``app.parallel``,
 ``app.chord``, ``app.batch``, ``app.flow``): which queue a flow goes to, the job types checked
 against the app's handlers, the flow's record, then one store call (``store.py``).
 
@@ -23,7 +23,7 @@ from antre.engine.envelope import JobSpec, new_job_id
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 from antre.flows import store
-from antre.flows.compose import Chain, Chord, FlowOptions, Group, Starter, Step, compile_steps
+from antre.flows.compose import Chain, Chord, FlowOptions, Parallel, Starter, Step, compile_steps
 from antre.flows.handle import Batch, Flow
 from antre.flows.read import FlowReader
 from antre.flows.store import FlowError, Member
@@ -59,10 +59,10 @@ class FlowProducer(Starter):
     def chain(self, *steps: Step) -> Chain:
         return Chain(*steps, starter=self)
 
-    def group(self, steps: Iterable[Step]) -> Group:
-        return Group(steps, starter=self)
+    def parallel(self, steps: Iterable[Step]) -> Parallel:
+        return Parallel(steps, starter=self)
 
-    def chord(self, header: Group | Iterable[Step], callback: Step) -> Chord:
+    def chord(self, header: Parallel | Iterable[Step], callback: Step) -> Chord:
         return Chord(header, callback, starter=self)
 
     def start(self, root: Step, options: FlowOptions) -> Flow:

@@ -3,6 +3,6 @@ summary (``status``, ``sampling``), the job finder and timelines (``finder``), t
 registry (``registry``), metrics, alerts, structured logs, tracing, and the one redaction of
 URLs and error texts for everything shown (``redact``).
 
-May import: ``antre.engine``, ``antre.scheduling``, ``antre.stores``, ``antre.errors``,
+May import: ``antre.engine``, ``antre.limits``, ``antre.stores``, ``antre.errors``,
 ``antre.clock``. Never ``antre.control`` or ``antre.app``.
 """

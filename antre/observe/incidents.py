@@ -22,7 +22,7 @@ import redis
 from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
 from antre.engine.locks import Locks
-from antre.scheduling.flow import FlowControl
+from antre.limits.admission import Limits
 from antre.observe.alerts import ALL_QUEUES, Alert, AlertEngine, AlertQuiet, Quiet
 from antre.observe.readmodels import ErrorGroup, PauseInfo, ReadModels, pause_infos
 
@@ -142,7 +142,7 @@ def _pauses(client: "redis.Redis", queues: list[str]) -> list[PauseInfo]:
 
 def _breakers(client: "redis.Redis", clock: Clock) -> list[Incident]:
     out = []
-    for b in FlowControl(client, clock).breakers():
+    for b in Limits(client, clock).breakers():
         if b.state == "closed":
             continue
         out.append(Incident(

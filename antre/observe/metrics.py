@@ -38,8 +38,8 @@ from redis.cluster import ClusterPipeline
 
 from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
-from antre.scheduling.flow import FlowControl
-from antre.scheduling.groups import Groups
+from antre.limits.admission import Limits
+from antre.groups.read import Groups
 from antre.observe.readmodels import ReadModels
 from antre.observe.registry import WorkerRegistry
 
@@ -392,7 +392,7 @@ class AntreCollector:
         yield from (live, restarts, lag, hits, misses)
 
     def _flow(self) -> Iterator[Metric]:
-        flow = FlowControl(self.redis, self.clock)
+        flow = Limits(self.redis, self.clock)
         state = GaugeMetricFamily("antre_circuit_breaker_state", "0 closed, 1 half_open, 2 open",
                                   labels=["name"])
         opens = CounterMetricFamily("antre_circuit_breaker_opens", "Times the breaker opened",

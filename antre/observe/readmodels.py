@@ -18,7 +18,7 @@ from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import Job, from_fields
 from antre.engine.progress import Progress, decode as decode_progress
-from antre.scheduling.flow import BreakerState, RateLimiterState, SemaphoreState
+from antre.limits.admission import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
 from antre.engine import tracebacks
 from antre.observe.memory import MemoryPolicy

@@ -8,7 +8,7 @@ import redis
 
 from antre.observe import sampling
 from antre.clock import Clock, system_ms
-from antre.scheduling.flow import FlowControl
+from antre.limits.admission import Limits
 from antre.engine.locks import Locks
 from antre.observe.readmodels import QueueRates, ReadModels, StatusSummary
 from antre.observe.memory import memory_policy
@@ -44,7 +44,7 @@ def status_summary(client: "redis.Redis", clock: Clock = system_ms, *,
     overview = ReadModels(client, clock).overview()
     now = overview.as_of
     locks = locks or Locks(client, clock=clock)
-    flow = FlowControl(client, clock)
+    flow = Limits(client, clock)
     return StatusSummary(
         overview=overview,
         rates={q.name: queue_rates(client, q.name, now) for q in overview.queues},

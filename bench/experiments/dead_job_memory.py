@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from antre import Antre, Permanent  # noqa: E402
 from antre.embedded import EmbeddedRedis  # noqa: E402
-from antre_worker.executor import WorkerProcess  # noqa: E402
+from antre_worker.runner import WorkerProcess  # noqa: E402
 
 RETAINED_DEAD = 100_000  # ANTRE_DEAD_MAX_JOBS' default
 

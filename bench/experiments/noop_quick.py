@@ -18,7 +18,7 @@ import redis
 
 from antre.embedded import EmbeddedRedis
 from bench import antre_bench as ab
-from antre_worker.executor import DEFAULT_PREFETCH
+from antre_worker.runner import DEFAULT_PREFETCH
 
 
 def redis_cpu_s(client: redis.Redis) -> float:

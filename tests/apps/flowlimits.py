@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from antre import Antre, FlowPolicy
+from antre import Antre, LimitPolicy
 
 app = Antre()
 
@@ -31,11 +31,11 @@ def _run(ctx, payload) -> int:
     return int(payload["i"])
 
 
-@app.handler("limited", flow=FlowPolicy(concurrency=2), visibility_timeout_s=30)
+@app.handler("limited", flow=LimitPolicy(concurrency=2), visibility_timeout_s=30)
 def limited(ctx, payload):
     return _run(ctx, payload)
 
 
-@app.handler("solo", flow=FlowPolicy(concurrency=1), visibility_timeout_s=30)
+@app.handler("solo", flow=LimitPolicy(concurrency=1), visibility_timeout_s=30)
 def solo(ctx, payload):
     return _run(ctx, payload)

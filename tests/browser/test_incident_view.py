@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from antre.observe.alerts import AlertEngine, AlertQuiet, AlertThresholds
-from antre.scheduling.controls import GroupControl
+from antre.groups.control import GroupControl
 
 from .conftest import SCREENSHOTS, screenshot, wait_until
 

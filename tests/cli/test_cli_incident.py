@@ -10,7 +10,7 @@ import json
 import pytest
 
 from antre import Antre
-from antre.scheduling.flow import FlowControl
+from antre.limits.admission import Limits
 from antre_cli.main import main
 
 ACTOR = f"cli:{getpass.getuser()}"
@@ -121,7 +121,7 @@ def test_bulk_replay_lock_release_and_breaker_reset(env, capsys):
     assert main(["lock", "release", "customer:1", "--token", "wrong"]) == 1
     assert main(["lock", "release", "customer:1", "--token", lock.token]) == 0
     assert env.redis.exists(f"antre:lock:{{customer:1}}") == 0
-    breaker = FlowControl(env.redis, env.clock).breaker("psp", failure_threshold=1)
+    breaker = Limits(env.redis, env.clock).breaker("psp", failure_threshold=1)
     breaker.record_failure()
     assert breaker.state().state == "open"
     assert main(["breaker", "reset", "nosuch"]) == 1

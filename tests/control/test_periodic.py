@@ -11,7 +11,7 @@ import pytest
 
 from antre import Antre, InvalidJob
 from antre.clock import ManualClock
-from antre.control.periodic import (Schedules, due_ticks, latest_tick, make_schedule, next_tick,
+from antre.maintenance.periodic import (Schedules, due_ticks, latest_tick, make_schedule, next_tick,
                             tick_fields, tick_key)
 from antre_worker.duties import Duties
 

@@ -15,7 +15,7 @@ from antre.control.bulk import BulkReplays
 from antre.engine import keys
 from antre.engine.queue import Queue
 from antre.observe.readmodels import DeadFilter, ReadModels
-from antre.scheduling.controls import GroupControl
+from antre.groups.control import GroupControl
 
 
 def failing_app(app: Antre, mode: dict[str, str]) -> Antre:

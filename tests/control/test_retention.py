@@ -12,7 +12,7 @@ from antre import Antre, InvalidJob
 from antre.clock import ManualClock
 from antre.engine.queue import Queue
 from antre.observe.readmodels import ReadModels
-from antre.control.retention import Retention, RetentionPolicy, policy_from_env
+from antre.maintenance.retention import Retention, RetentionPolicy, policy_from_env
 from antre_worker.duties import Duties
 
 DAY_MS = 86_400_000

@@ -8,9 +8,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from antre import LeaseLost
 from antre.clock import ManualClock
 from antre.engine.locks import LockBusy, Locks
-from antre.control.periodic import Scheduler, Schedules, make_schedule
+from antre.maintenance.periodic import Scheduler, Schedules, make_schedule
 from antre.engine.queue import JobSpec, Queue
-from antre.control.retention import Retention, RetentionPolicy
+from antre.maintenance.retention import Retention, RetentionPolicy
 
 pytestmark = pytest.mark.cluster
 
@@ -106,7 +106,7 @@ def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
 def test_key_turns_and_groups_on_cluster(rc, name):
     """Per-key turns and group slots (issue 23): every key a script derives is in the queue's
     slot, so the hand-over works on a cluster as on one server."""
-    from antre.scheduling.controls import GroupControl
+    from antre.groups.control import GroupControl
     clock = ManualClock()
     q = Queue(rc, name, clock=clock)
     keyed = q.enqueue_many([JobSpec("t", {"i": i}, f"k{i}", lock_key="order:1")
@@ -126,10 +126,10 @@ def test_key_turns_and_groups_on_cluster(rc, name):
 def test_limit_gates_and_their_overrides_on_cluster(rc, name):
     """A type's limit held at reserve (issue 23 item 3): the gates' keys are derived in the
     queue's slot, so declaring, holding, freeing and overriding work on a cluster too."""
-    from antre.scheduling.gates import Declaration, FlowGates
+    from antre.limits.gates import Declaration, Gates
     clock = ManualClock()
     q = Queue(rc, name, clock=clock)
-    gates = FlowGates(rc, clock, q.scripts)
+    gates = Gates(rc, clock, q.scripts)
     gates.declare(name, Declaration(cand={"t": "type:t"}, conc={"type:t": 1}))
     ids = q.enqueue_many([JobSpec("t", {"i": i}, f"l{i}") for i in range(3)])
     (first,) = q.reserve("w1", count=10)

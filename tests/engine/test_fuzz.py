@@ -351,9 +351,9 @@ def test_reserve_survives_missing_vt_ms(q):
 
 def _worker_process():
     try:
-        from antre_worker.executor import WorkerProcess
+        from antre_worker.runner import WorkerProcess
     except ImportError:  # worker/ not there yet
-        pytest.skip("worker/executor.py is not available")
+        pytest.skip("worker/antre_worker/runner.py is not available")
     return WorkerProcess
 
 

@@ -12,7 +12,7 @@ from antre import InvalidJob
 from antre.app import Antre
 from antre.engine.envelope import format_rate, parse_rate
 from antre.engine.queue import JobSpec, Queue
-from antre.scheduling.groups import Groups
+from antre.groups.read import Groups
 from antre.observe.readmodels import ReadModels
 
 

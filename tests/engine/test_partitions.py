@@ -14,15 +14,15 @@ from antre.clock import ManualClock, system_ms
 from antre.control.bulk import BulkReplays
 from antre.control.pause import Pauses
 from antre.control.purge import PurgeFilter, Purger
-from antre.control.retention import Retention, RetentionPolicy
+from antre.maintenance.retention import Retention, RetentionPolicy
 from antre.engine import keys, partitions
 from antre.flows import FlowReader
 from antre.observe.readmodels import DeadFilter, ReadModels
-from antre.scheduling.flow import FlowPolicy
-from antre.scheduling.gates import FlowGates
+from antre.limits.admission import LimitPolicy
+from antre.limits.gates import Gates
 
-from worker.duties import sweep_once
-from worker.runner import WorkerProcess
+from antre_worker.duties import sweep_once
+from antre_worker.runner import WorkerProcess
 
 
 @pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
@@ -256,7 +256,7 @@ def test_a_flow_goes_whole_into_one_partition(url, clock):
 def test_type_limits_are_split_across_partitions(url, clock):
     app = make_app(url, clock)
 
-    @app.handler("limited", flow=FlowPolicy(concurrency=4, rate_per_s=10, burst=10))
+    @app.handler("limited", flow=LimitPolicy(concurrency=4, rate_per_s=10, burst=10))
     def limited(ctx, payload):
         return None
     make_worker(app, clock)._declare_gates()
@@ -268,7 +268,7 @@ def test_type_limits_are_split_across_partitions(url, clock):
     got = [j for q in app.partitions_of("default").queues() for j in q.reserve("w", count=10)]
     assert len(got) == 6  # 2 slots in each of the 3 partitions: 6, not 4 and not 12
     assert {keys.id_partition(j.id) for j in got} == {0, 1, 2} and len(ids) == 12
-    gates = FlowGates(app.redis, clock)
+    gates = Gates(app.redis, clock)
     (state,) = [g for g in gates.limits("default") if g.gate == "type:limited"]
     assert (state.slots, state.in_flight, state.waiting) == (6, 6, 6)  # summed, 3 x 2
     gates.set_override("default", "type", "limited", "ops", "calm down", slots=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from antre.control.retention import Retention, RetentionPolicy
+from antre.maintenance.retention import Retention, RetentionPolicy
 from antre.engine.queue import JobSpec, Queue
 from antre.observe.finder import Finder
 from antre.observe.readmodels import ReadModels

@@ -58,6 +58,19 @@ def test_a_batch_takes_compositions_and_every_job_is_a_member(app):
 def test_two_jobs_with_one_id_are_refused(app: Antre):
     one = app.spec("t", {}, idempotency_key="x", job_id="same")
     with pytest.raises(InvalidJob, match="same job_id"):
-        app.group([one, app.spec("t", {}, idempotency_key="y", job_id="same")]).enqueue()
-    with pytest.raises(InvalidJob, match="group\\(\\) takes a list"):
-        app.group(one)  # type: ignore[arg-type]
+        app.parallel([one, app.spec("t", {}, idempotency_key="y", job_id="same")]).enqueue()
+    with pytest.raises(InvalidJob, match="parallel\\(\\) takes a list"):
+        app.parallel(one)  # type: ignore[arg-type]
+
+
+def test_the_old_spelling_of_a_fan_out_warns_and_still_works(app: Antre):
+    with pytest.warns(DeprecationWarning, match=r"app\.parallel"):
+        flow = app.group([app.spec("t", {}, idempotency_key="old")])
+    assert type(flow).__name__ == "Parallel"
+
+
+def test_the_old_name_of_limit_policy_warns_and_is_the_same_class():
+    import antre
+    with pytest.warns(DeprecationWarning, match="LimitPolicy"):
+        old = antre.FlowPolicy
+    assert old is antre.LimitPolicy

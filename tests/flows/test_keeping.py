@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from antre import Antre
 from antre.control.purge import Purger
-from antre.control.retention import Retention, RetentionPolicy
+from antre.maintenance.retention import Retention, RetentionPolicy
 from antre.flows import FlowReader
 from antre.observe import metrics
 

@@ -46,7 +46,7 @@ def test_a_big_batchs_results_are_read_a_page_at_a_time(app, monkeypatch):
 
 def test_a_groups_results_page_over_its_exits(app, monkeypatch):
     monkeypatch.setattr(read, "RESULTS_PAGE", 4)
-    flow = app.group([app.spec("t", {"i": i}, idempotency_key=f"g{i}")
+    flow = app.parallel([app.spec("t", {"i": i}, idempotency_key=f"g{i}")
                       for i in range(10)]).enqueue()
     settle_all(app)
     app.redis.config_resetstat()

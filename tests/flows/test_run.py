@@ -99,7 +99,7 @@ def test_bad_input_is_refused_and_nothing_of_the_flow_is_stored(flow_app):
     with pytest.raises(InvalidJob, match="no handler"):
         app.chain(add(app, 1), app.spec("ad", {}, idempotency_key="typo")).enqueue()
     with pytest.raises(InvalidJob, match="JSON"):
-        app.group([add(app, 1), app.spec("add", {"n": object()}, idempotency_key="o")]).enqueue()
+        app.parallel([add(app, 1), app.spec("add", {"n": object()}, idempotency_key="o")]).enqueue()
     with pytest.raises(InvalidJob, match="at least one job"):
         app.chord([], add(app, 1)).enqueue()
     with pytest.raises(InvalidJob, match="on_failure"):

@@ -80,7 +80,7 @@ def test_a_chord_of_1000_gets_every_result_in_group_order(app):
 
 
 def test_nested_chain_of_groups_fans_out_and_in(app):
-    flow = app.chain(spec(app, "a"), app.group([spec(app, "b1"), app.chain(spec(app, "c1"), spec(app, "c2"))]),
+    flow = app.chain(spec(app, "a"), app.parallel([spec(app, "b1"), app.chain(spec(app, "c1"), spec(app, "c2"))]),
                      spec(app, "d")).enqueue()
     seen = {}
 

@@ -24,7 +24,7 @@ from antre_django.compat import (SUCCESSFUL, InvalidTask, TaskResultDoesNotExist
                                  TaskResultStatus, task, task_backends)
 from antre_django.jobs import DjangoAntre
 from antre_django.worker import make_app
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 from helpers import REPO, run_async
 
 from djshop import tasks

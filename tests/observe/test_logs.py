@@ -21,7 +21,7 @@ from antre import Antre, Retryable
 from antre.observe import logs
 from antre.clock import ManualClock
 from antre.engine.envelope import Job
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 
 @pytest.fixture

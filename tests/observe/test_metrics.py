@@ -9,7 +9,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from antre.observe import metrics
-from antre.scheduling.flow import CircuitBreaker, FlowControl
+from antre.limits.admission import CircuitBreaker, Limits
 from antre.engine.queue import Queue
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 
@@ -105,7 +105,7 @@ def test_workers_breakers_and_limits(r, clock):
     reg.beat(WorkerInfo(id="p1", host="h1"))
     cb = CircuitBreaker(r, "downstream:smtp", 1, 60, 30, clock)
     cb.record_failure()
-    flow = FlowControl(r, clock)
+    flow = Limits(r, clock)
     flow.semaphore("type:send", 2).acquire("j:1", clock() + 1000)
     flow.rate_limiter("downstream:smtp", 5, 5).take()
     s = scrape(r, clock)
@@ -125,7 +125,7 @@ def test_every_documented_name_is_exposed(r, clock):
     metrics.record_duration(r, "q", "t", "latency", 5)
     WorkerRegistry(r, clock).beat(WorkerInfo(id="s", kind="supervisor"))
     CircuitBreaker(r, "b", clock=clock).record_failure()
-    flow = FlowControl(r, clock)
+    flow = Limits(r, clock)
     flow.semaphore("s", 1).acquire("h", clock() + 10)
     flow.rate_limiter("r", 1, 1).take()
     body, _ = metrics.render(r, clock)

@@ -16,7 +16,7 @@ import yaml
 from helpers import burst
 
 from antre.control.pause import Pauses
-from antre.scheduling.flow import CircuitBreaker, FlowControl
+from antre.limits.admission import CircuitBreaker, Limits
 from antre.observe.metrics import render
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 from antre import Permanent, Retryable
@@ -62,7 +62,7 @@ def exposition(app, clock) -> str:
     reg.beat(WorkerInfo(id="w-1", host="h", concurrency=10, loop_lag_ms=5, cache_hits=3,
                           cache_misses=1))
     CircuitBreaker(app.redis, "downstream:smtp", 1, 60, 30, clock).record_failure()
-    flow = FlowControl(app.redis, clock)
+    flow = Limits(app.redis, clock)
     flow.semaphore("type:ok", 2).acquire("j:1", clock() + 1000)
     flow.rate_limiter("downstream:smtp", 5, 5).take()
     Pauses(app.redis, clock).pause("default", "ok", "alice", "incident")

@@ -13,7 +13,7 @@ import pytest
 from antre import Antre, Permanent, Retryable
 from antre.observe.finder import CHUNK, TIMELINE_CAP, BadQuery, Finder, parse_fields
 from antre.engine.queue import Queue
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

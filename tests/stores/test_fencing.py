@@ -10,7 +10,7 @@ from sqlalchemy import text
 from antre import Antre
 from antre.stores.fencing import FenceRejected, LockFences
 from antre.stores.sql import session_factory
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 
 def test_tokens_only_move_forward_and_a_refusal_names_the_winner(migrated_engine, clock):

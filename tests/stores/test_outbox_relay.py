@@ -16,7 +16,7 @@ from antre.clock import ManualClock, system_ms
 from antre.engine.queue import Queue
 
 from antre_demo import tables as t
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EVENT = {"order_id": "ORD-5", "customer": "initech", "amount_cents": 990, "event": "order.paid"}

@@ -14,7 +14,7 @@ from antre.clock import ManualClock, system_ms
 from antre_demo import Traffic, faults, report
 from antre_demo import tables as t
 from antre_demo.orders import order_flow
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 EVENT = {"order_id": "ORD-42", "customer": "acme", "amount_cents": 12_300,
          "event": "order.paid", "user_id": 7, "sku": "SKU-001", "units": 2}

@@ -1,10 +1,10 @@
 """The house's floors and rooms (docs/ARCHITECTURE.md): every import of every module of
-``antre/``, ``worker/`` and ``webapp/``, checked against the picture.
+``antre/``, ``worker/antre_worker/`` and ``webapp/antre_web/``, checked against the picture.
 
 - inside ``antre/``, a room imports only rooms below it: the top (errors, clock) <- engine <-
-  scheduling, stores <- observe <- control <- app (``app``, ``context``, ``embedded``, the package);
+  limits, stores, flows <- groups <- observe <- control, maintenance <- app (``app``, ``context``, ``embedded``, the package);
 - ``antre/`` imports neither flask nor apscheduler, nor the worker, the dashboard or the CLI;
-- ``worker/`` and ``webapp/`` never import each other (nor the CLI);
+- ``antre_worker`` and ``antre_web`` never import each other (nor the CLI);
 - framework integrations live in their own packages (``antre_django/``): ``antre/`` imports no
   web framework, and an integration uses the core (``antre``), never the worker, the
   dashboard or the CLI.
@@ -19,15 +19,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-RANK = {"base": 0, "engine": 1, "scheduling": 2, "stores": 2, "flows": 2, "observe": 3,
-        "control": 4, "app": 5}
+RANK = {"base": 0, "engine": 1, "limits": 2, "stores": 2, "flows": 2, "groups": 3, "observe": 4,
+        "control": 5, "maintenance": 5, "app": 6}
 BASE = {"errors", "clock"}
 FORBIDDEN = {
-    "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "webapp",
-              "worker", "django", "django_tasks", "fastapi", "starlette", "antre_django"},
-    "worker": {"antre_web", "webapp", "flask", "antre_cli"},
-    "webapp": {"antre_worker", "worker", "apscheduler", "antre_cli"},
-    "antre_django": {"antre_web", "webapp", "antre_worker", "worker", "antre_cli", "flask"},
+    "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "django", "django_tasks", "fastapi", "starlette", "antre_django"},
+    "antre_worker": {"antre_web", "flask", "antre_cli"},
+    "antre_web": {"antre_worker", "apscheduler", "antre_cli"},
+    "antre_django": {"antre_web", "antre_worker", "antre_cli", "flask"},
 }
 
 
@@ -78,8 +77,8 @@ def violations(module: str, imported: list[tuple[int, str]]) -> list[str]:
 
 def modules() -> list[tuple[str, Path]]:
     out = []
-    for folder, name in (("antre", "antre"), ("worker", "worker"), ("webapp", "webapp"),
-                         ("antre_django", "antre_django")):
+    for folder, name in (("antre", "antre"), ("worker/antre_worker", "antre_worker"),
+                         ("webapp/antre_web", "antre_web"), ("antre_django", "antre_django")):
         for path in sorted((REPO / folder).rglob("*.py")):
             rel = path.relative_to(REPO / folder).with_suffix("")
             parts = [name, *rel.parts]
@@ -104,13 +103,13 @@ def test_the_rooms_are_where_the_picture_says() -> None:
 
 @pytest.mark.parametrize("module,target", [
     ("antre.engine.queue", "antre.observe.readmodels"),   # a lower room reaching up
-    ("antre.scheduling.flow", "antre.stores.sql"),            # a sibling room
+    ("antre.limits.admission", "antre.stores.sql"),            # a sibling room
     ("antre.errors", "antre.engine.keys"),                # the base imports nothing of Antre
     ("antre.control.pause", "flask"),                     # no web framework in the core
     ("antre.app", "django.tasks"),
-    ("antre_django.jobs", "antre_worker.executor"),       # integrations: the core only
-    ("worker.runner", "antre_web.services"),              # the floors never meet
-    ("webapp.api", "antre_worker.pool"),
+    ("antre_django.jobs", "antre_worker.runner"),       # integrations: the core only
+    ("antre_worker.runner", "antre_web.services"),              # the floors never meet
+    ("antre_web.api", "antre_worker.pool"),
 ])
 def test_the_checker_catches_a_wrong_import(module: str, target: str) -> None:
     assert violations(module, [(1, target)])
@@ -119,4 +118,4 @@ def test_the_checker_catches_a_wrong_import(module: str, target: str) -> None:
 def test_the_checker_passes_an_allowed_import() -> None:
     assert not violations("antre.control.pause", [(1, "antre.observe.readmodels"),
                                                   (2, "antre.engine.keys"), (3, "redis")])
-    assert not violations("worker.runner", [(1, "antre.app"), (2, "apscheduler")])
+    assert not violations("antre_worker.runner", [(1, "antre.app"), (2, "apscheduler")])

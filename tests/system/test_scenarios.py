@@ -28,7 +28,7 @@ from antre.clock import ManualClock, system_ms
 from antre_demo import Traffic, faults, report
 from antre_demo import tables as t
 from antre_demo.handlers import FakeEmailProvider, email_key, email_payload
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -269,7 +269,7 @@ CHILD = textwrap.dedent('''
     from antre.stores.idempotency import IdempotencyStore
     from antre.engine.queue import Queue
     from antre_demo import faults, make_app
-    from antre_worker.executor import WorkerProcess
+    from antre_worker.runner import WorkerProcess
 
     mode, redis_url, database_url, queue = sys.argv[1:5]
     faults.email_timeout_rate = 0.0

@@ -118,7 +118,7 @@ def test_the_core_install_enqueues_and_runs_jobs_without_the_dashboard(
 
 
 # checkout folder -> where the wheel puts it (pyproject's package-dir)
-INSTALLED_AS = {"antre": "antre", "worker": "antre_worker", "webapp": "antre_web",
+INSTALLED_AS = {"antre": "antre", "worker/antre_worker": "antre_worker", "webapp/antre_web": "antre_web",
                 "templates": "antre_web/templates", "static": "antre_web/static",
                 "antre_cli": "antre_cli", "antre_demo": "antre_demo",
                 "antre_django": "antre_django"}
@@ -147,7 +147,7 @@ def test_the_wheel_carries_every_file_of_its_packages(wheel: Path) -> None:
     assert not missing, "not in the wheel:\n" + "\n".join(missing)
     assert {"antre/engine/lua/enqueue_flow.lua", "antre/engine/lua/result_wait.lua",
             "antre/flows/__init__.py", "antre/actions/__init__.py",
-            "antre/scheduling/__init__.py", "antre_web/templates/flows.html"} <= names
+            "antre/limits/__init__.py", "antre_web/templates/flows.html"} <= names
 
 
 FLOW_APP = """

@@ -142,7 +142,7 @@ def toy_web(web, monkeypatch) -> Iterator[Any]:
     """``web`` rebuilt with the toy entry in the table."""
     monkeypatch.setattr(table, "TABLE", [*table.TABLE, TOY])
     import antre_web.table_routes as routes
-    import antre_cli.incident as incident
+    import antre_cli.actions as incident
     monkeypatch.setattr(routes, "TABLE", table.TABLE)
     monkeypatch.setattr(incident, "TABLE", table.TABLE)
     config = dict(web.app.config)

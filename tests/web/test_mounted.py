@@ -1,5 +1,5 @@
 """The dashboard mounted inside a host Flask app under /antre, its users the host's
-(``antre_web.mount``, ``webapp/delegated.py``; the host is ``examples/flask_host.py``), driven
+(``antre_web.mount``, ``webapp/antre_web/delegated.py``; the host is ``examples/flask_host.py``), driven
 through the host with Flask's test client."""
 
 from __future__ import annotations

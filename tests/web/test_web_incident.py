@@ -154,8 +154,8 @@ def test_purge_api_count_start_control_and_refusals(web):
 
 
 def test_breaker_reset_through_the_api(web):
-    from antre.scheduling.flow import FlowControl
-    breaker = FlowControl(web.svc.redis, web.clock).breaker("psp", failure_threshold=1)
+    from antre.limits.admission import Limits
+    breaker = Limits(web.svc.redis, web.clock).breaker("psp", failure_threshold=1)
     breaker.record_failure()
     c = web.app.test_client()
     resp = c.post("/api/flow/breakers/psp/reset", json={"reason": "psp back"},

@@ -42,8 +42,8 @@ def test_nothing_about_queues_reaches_the_login_page(web):
 
 
 def _open_breaker(web, name="downstream:psp"):
-    from antre.scheduling.flow import FlowControl
-    FlowControl(web.producer.redis, web.clock).breaker(name, 1, 60, 30).record_failure()
+    from antre.limits.admission import Limits
+    Limits(web.producer.redis, web.clock).breaker(name, 1, 60, 30).record_failure()
 
 
 def test_the_view_ranks_problems_with_evidence_and_the_action_that_helps(web):

@@ -11,12 +11,12 @@ import getpass
 from webtools import basic, post
 
 from antre.engine.queue import JobSpec
-from antre.scheduling.gates import Declaration, FlowGates
+from antre.limits.gates import Declaration, Gates
 from antre_cli.main import main
 
 
 def declare(web) -> list[str]:
-    FlowGates(web.q.redis, web.clock).declare("default", Declaration(
+    Gates(web.q.redis, web.clock).declare("default", Declaration(
         cand={"order": "type:order ds:mail"}, conc={"type:order": 1}))
     return web.q.enqueue_many([JobSpec("order", {"i": i}, f"o:{i}") for i in range(4)])
 

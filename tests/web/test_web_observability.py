@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from webtools import basic, post
 
 from antre.observe.alerts import AlertEngine
-from antre.scheduling.flow import CircuitBreaker, FlowControl
+from antre.limits.admission import CircuitBreaker, Limits
 
 
 
@@ -44,7 +44,7 @@ def test_firing_alert_shows_as_the_header_count_and_in_the_incident_view(web):
 
 
 def test_open_breaker_is_shown_and_an_operator_can_close_it(web):
-    flow = FlowControl(web.producer.redis, web.clock)
+    flow = Limits(web.producer.redis, web.clock)
     breaker: CircuitBreaker = flow.breaker("downstream:smtp", 1, 60, 30)
     breaker.record_failure()
     assert breaker.state().state == "open"
@@ -60,7 +60,7 @@ def test_open_breaker_is_shown_and_an_operator_can_close_it(web):
 
 
 def test_viewer_cannot_close_a_breaker(web):
-    flow = FlowControl(web.producer.redis, web.clock)
+    flow = Limits(web.producer.redis, web.clock)
     flow.breaker("downstream:smtp", 1, 60, 30).record_failure()
     resp = post(web.client("viewer"), "/flow/breakers/downstream:smtp/reset")
     assert resp.status_code == 403

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from antre.control.retention import Retention, RetentionPolicy
+from antre.maintenance.retention import Retention, RetentionPolicy
 from webtools import basic, post
 
 

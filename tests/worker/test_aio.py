@@ -1,4 +1,4 @@
-"""worker/aio.py on its own: the loop thread, slots, completions, cancellation, and the
+"""worker/antre_worker/aio.py on its own: the loop thread, slots, completions, cancellation, and the
 detection of a handler that blocks the loop."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""antre_worker.executor in-process: every job outcome, on a real Redis, with an injected clock."""
+"""antre_worker.runner in-process: every job outcome, on a real Redis, with an injected clock."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from antre import Permanent, RateLimited, Retryable
 from antre.engine import keys
 from antre.engine.queue import Queue
 from antre.observe.registry import WorkerRegistry
-from antre_worker.executor import EXIT_RECYCLE
+from antre_worker.runner import EXIT_RECYCLE
 
 
 def test_success_acks_with_result(app, clock, q):

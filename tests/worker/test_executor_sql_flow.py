@@ -1,4 +1,4 @@
-"""antre_worker.executor in-process, continued: the idempotency store (SQL) and flow control,
+"""antre_worker.runner in-process, continued: the idempotency store (SQL) and flow control,
 checkpoints, on a real Redis with an injected clock."""
 
 from __future__ import annotations
@@ -114,11 +114,11 @@ def test_connection_lost_under_the_commit_snoozes_without_spending_an_attempt(re
 
 def test_concurrency_limit_of_one_is_never_exceeded_across_threads(app, clock, q):
     """The limit shared across queues (``across_queues``: a semaphore the worker takes after
-    delivery, snoozing the excess); held at reserve: tests/worker/test_flow_held.py."""
-    from antre import FlowPolicy
+    delivery, snoozing the excess); held at reserve: tests/worker/antre_worker/test_flow_held.py."""
+    from antre import LimitPolicy
     active, peak, lock = [0], [0], threading.Lock()
 
-    @app.handler("exclusive", flow=FlowPolicy(concurrency=1, across_queues=True))
+    @app.handler("exclusive", flow=LimitPolicy(concurrency=1, across_queues=True))
     def exclusive(ctx, payload):
         with lock:
             active[0] += 1
@@ -143,9 +143,9 @@ def test_concurrency_limit_of_one_is_never_exceeded_across_threads(app, clock, q
 
 
 def test_open_breaker_holds_jobs_without_spending_attempts(app, clock, q):
-    from antre import FlowPolicy
-    from antre.scheduling.flow import CircuitBreaker
-    app.downstream("provider", FlowPolicy(failure_threshold=2, window_s=60, cooldown_s=30))
+    from antre import LimitPolicy
+    from antre.limits.admission import CircuitBreaker
+    app.downstream("provider", LimitPolicy(failure_threshold=2, window_s=60, cooldown_s=30))
     calls = []
 
     @app.handler("call", downstream="provider", max_attempts=10)
@@ -216,8 +216,8 @@ def test_replay_resets_a_permanently_failed_idempotency_key(redis_url, sqlite_ur
 
 
 def test_jobs_held_by_a_rate_limit_are_spread_over_the_backlog(app, clock, q):
-    from antre import FlowPolicy
-    app.downstream("sms", FlowPolicy(rate_per_s=1, burst=1, across_queues=True))  # (the bucket)
+    from antre import LimitPolicy
+    app.downstream("sms", LimitPolicy(rate_per_s=1, burst=1, across_queues=True))  # (the bucket)
 
     @app.handler("sms", downstream="sms")
     def sms(ctx, payload):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from antre import Antre, FlowPolicy
+from antre import Antre, LimitPolicy
 from antre.engine.queue import JobSpec, Queue
 
 from helpers import burst, spawn
@@ -77,7 +77,7 @@ def test_a_limit_of_one_across_threads_is_held_without_snoozes(app, clock, q):
     import time
     active, peak, lock = [0], [0], threading.Lock()
 
-    @app.handler("exclusive", flow=FlowPolicy(concurrency=1))
+    @app.handler("exclusive", flow=LimitPolicy(concurrency=1))
     def exclusive(ctx, payload):
         with lock:
             active[0] += 1
@@ -96,7 +96,7 @@ def test_a_limit_of_one_across_threads_is_held_without_snoozes(app, clock, q):
 def test_a_rate_limit_is_held_in_scheduled_without_snoozes(app, clock, q):
     ran: list[int] = []
 
-    @app.handler("paced", flow=FlowPolicy(rate_per_s=5))
+    @app.handler("paced", flow=LimitPolicy(rate_per_s=5))
     def paced(ctx, payload):
         ran.append(payload["i"])
 

@@ -56,7 +56,7 @@ def test_pause_holds_across_two_worker_processes(app, r, tmp_path, procs):  # no
 def test_cancel_abandons_a_handler_that_ignores_it_in_a_real_worker(app, r, tmp_path,  # noqa: F811
                                                                     procs):
     from antre.control.cancel import Cancels
-    from antre_worker.executor import EXIT_RECYCLE
+    from antre_worker.runner import EXIT_RECYCLE
 
     q = app.queue()
     job_id = q.enqueue("ignores_cancel", {}, idempotency_key="ic:1")

@@ -14,7 +14,7 @@ from antre import Antre
 from antre.engine import keys
 from antre.control.cancel import CancelError, Cancels
 from antre.observe.finder import Finder
-from antre_worker.executor import EXIT_RECYCLE
+from antre_worker.runner import EXIT_RECYCLE
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from antre import Antre
 from antre.engine import keys
 from antre.clock import ManualClock
 from antre.engine.queue import Queue
-from antre.scheduling.controls import GroupControl
-from antre.scheduling.gates import Declaration, FlowGates
+from antre.groups.control import GroupControl
+from antre.limits.gates import Declaration, Gates
 from antre_worker.duties import Duties, Duty, sweep_once
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 from antre_worker.loader import AppLoadError, load_app
 from antre_worker.pool import Supervisor
 
@@ -33,7 +33,7 @@ def test_sweep_once_ends_limit_overrides_whose_time_is_up_and_starts_what_they_h
     # a type held at 0 slots and a group held at 0 for 60 s: nothing of theirs ends meanwhile,
     # so only the sweeper's pass can start their waiting jobs once the time is up
     q = app.queue("jobs")
-    gates = FlowGates(app.redis, clock)
+    gates = Gates(app.redis, clock)
     gates.declare("jobs", Declaration(cand={"t": "type:t"}, conc={"type:t": 2}))
     gates.set_override("jobs", "type", "t", "ops", "downstream is down", slots=0,
                        revert_after_s=60)

@@ -77,7 +77,7 @@ def test_poison_job_that_kills_its_worker_ends_in_the_dlq(app, r, tmp_path, proc
     q = app.queue()
     job_id = q.enqueue("suicide", {}, idempotency_key="p:1", max_deliveries=3,
                        visibility_timeout_s=30)
-    sup = spawn(app.redis_url, ["worker", "worker", APP, "--processes", "1", "--threads", "1",
+    sup = spawn(app.redis_url, ["antre_worker", "worker", APP, "--processes", "1", "--threads", "1",
                                 "--no-scheduler", "--grace", "1"], tmp_path / "pool.log")
     procs.append(sup)
     for delivery in (1, 2, 3):
@@ -149,7 +149,7 @@ def test_worker_survives_a_redis_restart(app, redis_server, tmp_path, procs):
 def test_burst_pool_processes_everything_and_exits(app, r, tmp_path, procs):
     q = app.queue()
     ids = [q.enqueue("echo", {"n": n}, idempotency_key=f"b:{n}") for n in range(30)]
-    sup = spawn(app.redis_url, ["worker", "worker", APP, "--processes", "2", "--threads", "2",
+    sup = spawn(app.redis_url, ["antre_worker", "worker", APP, "--processes", "2", "--threads", "2",
                                 "--burst"], tmp_path / "pool.log")
     procs.append(sup)
     assert sup.wait(30) == 0
@@ -162,7 +162,7 @@ def test_hung_handler_is_timed_out_and_its_process_recycled(app, r, tmp_path, pr
     q = app.queue()
     job_id = q.enqueue("hang_forever", {}, idempotency_key="hang:1", timeout_s=0.5,
                        max_attempts=2)
-    sup = spawn(app.redis_url, ["worker", "worker", APP, "--processes", "1", "--threads", "1",
+    sup = spawn(app.redis_url, ["antre_worker", "worker", APP, "--processes", "1", "--threads", "1",
                                 "--no-scheduler", "--grace", "1"], tmp_path / "pool.log")
     procs.append(sup)
     wait_for(lambda: q.get(job_id).state == "dead", 20, "the job to die of timeouts")

@@ -9,7 +9,7 @@ from django.test import SimpleTestCase
 
 from antre_django.compat import SUCCESSFUL, TaskResultStatus
 from antre_django.worker import make_app
-from antre_worker.executor import WorkerProcess
+from antre_worker.runner import WorkerProcess
 
 from . import tasks
 

@@ -11,7 +11,7 @@ always passed in as ``now_ms`` from the injected clock; nothing here sleeps.
 - ``CircuitBreaker``: closed -> open after ``failure_threshold`` failures within ``window_s``;
   open holds every caller for ``cooldown_s``; then exactly one caller is let through as the
   probe (half_open); its success closes the breaker, its failure opens it for another cooldown.
-- ``FlowControl``: what is in use (an index of every name with its settings) for the dashboard
+- ``Limits``: what is in use (an index of every name with its settings) for the dashboard
   and metrics, and ``admit``: the executor's one call before running a handler.
 
 Over a limit, the job is not failed: the executor snoozes it (no attempt spent) for the wait
@@ -262,7 +262,7 @@ class RateLimiterState:
 
 
 @dataclass(frozen=True)
-class FlowPolicy:
+class LimitPolicy:
     """Limits for one job type or downstream. ``None`` turns a mechanism off."""
 
     concurrency: int | None = None
@@ -271,7 +271,7 @@ class FlowPolicy:
     failure_threshold: int | None = None  # a breaker when set
     window_s: float = 60.0
     cooldown_s: float = 30.0
-    # concurrency and rate are held at reserve in the handler's queue (``antre.scheduling.
+    # concurrency and rate are held at reserve in the handler's queue (``antre.limits.
     # gates``); True keeps them as one semaphore and token bucket across queues, checked by
     # the worker after delivery (an excess job is snoozed)
     across_queues: bool = False
@@ -305,7 +305,7 @@ def _positive(value: Any) -> bool:
 
 @dataclass
 class Admission:
-    """What ``FlowControl.admit`` took for one job; ``release`` it when the job ends."""
+    """What ``Limits.admit`` took for one job; ``release`` it when the job ends."""
 
     allowed: bool
     wait_s: float = 0.0
@@ -338,7 +338,7 @@ class Admission:
             self.breaker.release_probe(self.holder)
 
 
-class FlowControl:
+class Limits:
     """Builds the limiters by name and lists every one in use (``keys.flow_index``)."""
 
     def __init__(self, client: "redis.Redis", clock: Clock = system_ms, *,
@@ -359,14 +359,14 @@ class FlowControl:
 
     # -- the executor's gate -------------------------------------------------------------------
     def admit(self, holder: str, expires_at_ms: int, *, job_type: str,
-              type_policy: FlowPolicy | None = None, downstream: str | None = None,
-              downstream_policy: FlowPolicy | None = None, held: tuple[bool, bool] = (False, False)
+              type_policy: LimitPolicy | None = None, downstream: str | None = None,
+              downstream_policy: LimitPolicy | None = None, held: tuple[bool, bool] = (False, False)
               ) -> Admission:
         """Breaker, then concurrency slots (job type, then downstream), then the rate limit.
         Denied: everything taken so far is given back and ``wait_s``/``reason`` say why; the
         caller snoozes the job for ``wait_s`` without spending an attempt. ``held``: whether
         the type's and the downstream's concurrency and rate were held at reserve already
-        (``antre.scheduling.gates``): then only the breaker is checked here."""
+        (``antre.limits.gates``): then only the breaker is checked here."""
         adm = Admission(True, holder=holder)
         dp = downstream_policy if downstream else None
         if dp is not None and dp.failure_threshold:

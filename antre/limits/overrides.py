@@ -1,6 +1,6 @@
 """The checks an operator's override of slots and/or rate passes before it is written, shared by
 a fair-share group's (``controls.GroupControl.set_override``) and a job type's or downstream's
-(``gates.FlowGates.set_override``): each raises its own error, in its own words, through
+(``gates.Gates.set_override``): each raises its own error, in its own words, through
 ``checked_override``."""
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import redis
 
+import antre
 from antre import Antre
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 
 from .duties import Duties, EvictionWatch
-from .executor import DEFAULT_PREFETCH, default_worker_id
+from .runner import DEFAULT_PREFETCH, default_worker_id
 from .health import EXIT_REDIS_GONE, EXIT_STOP_TIMEOUT, REDIS_DOWN, RedisHealth
 from .loader import load_app
 
@@ -29,7 +30,10 @@ log = logging.getLogger("antre.worker.pool")
 
 RESTART_BACKOFF_CAP_S = 5.0
 HEALTHY_AFTER_S = 10.0  # a child that lived this long resets its restart backoff
-REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+# where the packages the child imports live: antre_worker's folder and antre's (one folder in
+# an installed wheel; worker/ and the checkout's top in a checkout)
+CODE_ROOTS = list(dict.fromkeys([str(Path(__file__).resolve().parent.parent),
+                                 str(Path(antre.__file__ or ".").resolve().parent.parent)]))
 
 
 @dataclass
@@ -159,7 +163,7 @@ class Supervisor:
 
     def _spawn(self, slot: Slot) -> None:
         env = dict(os.environ)
-        paths = [REPO_ROOT, os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        paths = [*CODE_ROOTS, os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         # The child arms PR_SET_PDEATHSIG itself and exits if we died before it could (no
         # preexec_fn: unsafe in a process with threads, like the scheduler's).

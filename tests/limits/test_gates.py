@@ -11,12 +11,12 @@ import pytest
 
 from antre.engine.queue import JobSpec, Queue
 from antre.observe.readmodels import ReadModels
-from antre.scheduling.flow import FlowPolicy
-from antre.scheduling.gates import Declaration, FlowGates, GateError, plan
+from antre.limits.admission import LimitPolicy
+from antre.limits.gates import Declaration, Gates, GateError, plan
 
 
-def gated(r, clock, conc: int | None = 2, rate: str | None = None) -> FlowGates:
-    gates = FlowGates(r, clock)
+def gated(r, clock, conc: int | None = 2, rate: str | None = None) -> Gates:
+    gates = Gates(r, clock)
     d = Declaration(cand={"t": "type:t"}, conc={"type:t": conc} if conc else {},
                     rate={"type:t": rate} if rate else {})
     gates.declare("jobs", d)
@@ -117,7 +117,7 @@ def test_a_job_that_finds_the_slots_full_takes_no_rate_start(q, r, clock):
 def test_a_start_is_taken_under_every_rate_of_a_job_at_its_latest(q, r, clock):
     # a type's rate and its downstream's: a job scheduled for one gate's later start takes no
     # start now under the other (it starts once, at the later of the two)
-    gates = FlowGates(r, clock)
+    gates = Gates(r, clock)
     gates.declare("jobs", Declaration(cand={"t": "type:t ds:d"},
                                       rate={"type:t": "5/1000", "ds:d": "1/1000"}))
     ids = fill(q, 3)
@@ -169,12 +169,12 @@ def test_an_override_of_an_unknown_type_or_a_bad_value_says_what_to_pass(r, cloc
 def test_the_plan_holds_a_downstream_of_one_queue_and_not_one_shared_across_queues():
     class H:
         def __init__(self, queue: str, downstream: str | None = None,
-                     flow: FlowPolicy | None = None) -> None:
+                     flow: LimitPolicy | None = None) -> None:
             self.queue, self.downstream, self.flow = queue, downstream, flow
-    handlers = {"a": H("q1", "mail"), "b": H("q1", "mail", FlowPolicy(concurrency=2)),
+    handlers = {"a": H("q1", "mail"), "b": H("q1", "mail", LimitPolicy(concurrency=2)),
                 "c": H("q2", "sms"), "d": H("q3", "sms"), "e": H("q1", None,
-                                                                FlowPolicy(rate_per_s=5))}
-    p = plan(handlers, {"mail": FlowPolicy(concurrency=3), "sms": FlowPolicy(concurrency=1)})
+                                                                LimitPolicy(rate_per_s=5))}
+    p = plan(handlers, {"mail": LimitPolicy(concurrency=3), "sms": LimitPolicy(concurrency=1)})
     assert p["q1"].cand == {"a": "type:a ds:mail", "b": "type:b ds:mail", "e": "type:e"}
     assert p["q1"].conc == {"ds:mail": 3, "type:b": 2} and p["q1"].rate == {"type:e": "5/1000"}
     assert p["q2"].cand == {"c": "type:c"} and p["q2"].conc == {}  # sms is in two queues

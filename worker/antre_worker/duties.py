@@ -32,9 +32,9 @@ from antre.control.pause import Pauses
 from antre.clock import Clock
 from antre.observe.memory import MemoryPolicy, memory_policy
 from antre.observe.readmodels import ReadModels
-from antre.control.retention import Retention, SqlRetention
-from antre.scheduling.controls import GroupControl
-from antre.scheduling.gates import FlowGates
+from antre.maintenance.retention import Retention, SqlRetention
+from antre.groups.control import GroupControl
+from antre.limits.gates import Gates
 
 from .health import REDIS_DOWN
 
@@ -72,7 +72,7 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
         out["unparked"] += pauses.unpark_stale(name)
         out["cancels_pruned"] += Cancels(app.redis, now_clock, app.scripts).prune(name)
         out["overrides_reverted"] += (
-            FlowGates(app.redis, now_clock, app.scripts).revert_due(name)
+            Gates(app.redis, now_clock, app.scripts).revert_due(name)
             + GroupControl(app.redis, now_clock, app.scripts).revert_due(name))
     return out
 
@@ -126,7 +126,7 @@ def _relay(d: Duties) -> Any:
 
 
 def _periodic(d: Duties) -> Any:
-    """Enqueue the app's due periodic ticks (``antre.control.periodic``; each once cluster-wide)."""
+    """Enqueue the app's due periodic ticks (``antre.maintenance.periodic``; each once cluster-wide)."""
     if not d.app.schedules:
         return []
     scheduler = d.app.scheduler()
@@ -137,7 +137,7 @@ def _periodic(d: Duties) -> Any:
 def _retention(d: Duties) -> Any:
     """Retention so Redis never fills: per queue, dead jobs past the count or age cap (oldest
     first), done records past their retention, empty error groups; then sent outbox rows and
-    old audit entries (``antre.control.retention``)."""
+    old audit entries (``antre.maintenance.retention``)."""
     clock = d.clock or d.app.clock
     keeper = Retention(d.app.redis, clock=clock, scripts=d.app.scripts)
     out = {name: keeper.run(name, d.app.retention_for(name))

@@ -25,14 +25,14 @@ from antre.control.bulk import BulkReplays
 from antre.control.cancel import Cancels
 from antre.clock import Clock, system_ms
 from antre.stores.logins import LoginThrottle
-from antre.control.periodic import Schedules
+from antre.maintenance.periodic import Schedules
 from antre.stores.fencing import LockFences
 from antre.stores.idempotency import IdempotencyStore
 from antre.engine.locks import Locks
-from antre.scheduling.controls import GroupControl
+from antre.groups.control import GroupControl
 from antre.control.pause import Pauses
-from antre.scheduling.gates import FlowGates
-from antre.scheduling.groups import Groups
+from antre.limits.gates import Gates
+from antre.groups.read import Groups
 from antre.control.purge import Purger
 from antre.observe.readmodels import ReadModels
 from antre.observe.redact import redact_url, scrub
@@ -97,8 +97,8 @@ class Services:
         return GroupControl(self.redis, self.clock, self.antre.scripts, self.pauses)
 
     @property
-    def gates(self) -> FlowGates:  # type and downstream limits held at reserve (issue 23)
-        return FlowGates(self.redis, self.clock, self.antre.scripts)
+    def gates(self) -> Gates:  # type and downstream limits held at reserve (issue 23)
+        return Gates(self.redis, self.clock, self.antre.scripts)
 
     @property
     def group_reads(self) -> Groups:

@@ -60,7 +60,7 @@ from . import (
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout: webapp/antre_web -> the top
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
               find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)

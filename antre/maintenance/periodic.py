@@ -7,7 +7,7 @@ in the producer too), and the dashboard and the CLI show each schedule's next ru
 importing the worker, so the trigger arithmetic belongs in ``antre/``, which must not import
 APScheduler. croniter is a small, kept package that does exactly that arithmetic (DST-aware
 with a ``zoneinfo`` timezone). The duty that calls ``Scheduler.run_once`` runs on APScheduler
-in ``worker/duties.py``.
+in ``worker/antre_worker/duties.py``.
 
 Exactly once per tick: the tick's job carries the schedule's state key and the tick time;
 ``enqueue.lua`` refuses a tick at or before the schedule's ``last_tick`` and records the new

@@ -8,7 +8,7 @@ from typing import Any
 from flask import Blueprint, flash, redirect, request, url_for
 from werkzeug.wrappers import Response
 
-from antre.control.retention import Retention
+from antre.maintenance.retention import Retention
 
 from . import actions, find, services
 from .common import (

@@ -23,8 +23,8 @@ from typing import Any
 from antre import Antre, Queue
 from antre.clock import Clock
 from antre.engine.envelope import Job
-from antre.scheduling.flow import FlowControl
-from antre.scheduling.gates import Declaration, FlowGates, plan
+from antre.limits.admission import Limits
+from antre.limits.gates import Declaration, Gates, plan
 from antre.engine.locks import Lock, Locks
 from antre.observe.logs import job_fields
 from antre.observe import otel_metrics
@@ -157,7 +157,7 @@ class WorkerProcess:
         execution = Execution(self.app, locks, self.leases, self.clock, self.durations,
                               worker_id=self.worker_id, stopping=self._stopping,
                               stop_grace_s=self.stop_grace_s, batching=self.settler.batching)
-        self.pipeline = Pipeline(self.app, locks, FlowControl(self.app.redis, clock=self.clock),
+        self.pipeline = Pipeline(self.app, locks, Limits(self.app.redis, clock=self.clock),
                                  self.health, self.settler, execution,
                                  worker_id=self.worker_id, stopping=self._stopping,
                                  stop_grace_s=self.stop_grace_s)
@@ -594,7 +594,7 @@ class WorkerProcess:
         now = self.clock()
         if now - self._declared_at < DECLARE_EVERY_MS:
             return
-        gates = FlowGates(self.app.redis, self.clock, self.app.scripts)
+        gates = Gates(self.app.redis, self.clock, self.app.scripts)
         plans = plan(self.app.handlers, self.app.downstreams)
         for name in self.queue_names:
             gates.declare(name, plans.get(name, Declaration()),

@@ -18,8 +18,8 @@ from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
 from antre.engine.envelope import MAX_GROUP_CONCURRENCY, format_rate
 from antre.engine.scripts import Scripts
-from antre.scheduling.groups import GroupOverride
-from antre.scheduling.overrides import checked_override
+from antre.groups.read import GroupOverride
+from antre.limits.overrides import checked_override
 
 
 class GroupError(ValueError):

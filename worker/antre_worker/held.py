@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from antre import HandlerSpec, JobContext, Queue
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
-from antre.scheduling.flow import Admission
+from antre.limits.admission import Admission
 from antre.stores.idempotency import Begin, IdempotencyStore
 from antre.engine.locks import Lock
 

@@ -41,8 +41,8 @@ import redis
 from antre import Antre, InvalidJob, LockBusy
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
-from antre.scheduling.flow import Admission, FlowControl, FlowPolicy
-from antre.scheduling.gates import held, shared_downstreams
+from antre.limits.admission import Admission, Limits, LimitPolicy
+from antre.limits.gates import held, shared_downstreams
 from antre.stores.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
                                Claim, IdempotencyStore, Record, fingerprint)
 from antre.engine.locks import Lock, Locks
@@ -70,7 +70,7 @@ CAPPED_SNOOZES = frozenset({"lock_busy", "idempotency_busy", "concurrency_limite
 class Pipeline:
     """The per-job steps of one ``WorkerProcess`` (shared by its runner threads)."""
 
-    def __init__(self, app: Antre, locks: Locks, flow: FlowControl, health: RedisHealth,
+    def __init__(self, app: Antre, locks: Locks, flow: Limits, health: RedisHealth,
                  settler: Settler, execution: Execution, *, worker_id: str,
                  stopping: threading.Event, stop_grace_s: float) -> None:
         self.app = app
@@ -83,7 +83,7 @@ class Pipeline:
         self.stop_grace_s = stop_grace_s
         self._local = threading.local()  # per runner thread: a lock to release with the next
         # queues whose flow gates this process declared (issue 23): there the type's and the
-        # downstream's concurrency and rate were held at reserve (antre.scheduling.gates)
+        # downstream's concurrency and rate were held at reserve (antre.limits.gates)
         self.held_queues: set[str] = set()
         self._shared = shared_downstreams(app.handlers.values())
         self.execution = execution
@@ -306,7 +306,7 @@ class Pipeline:
                       count_as=adm.reason, note=f"held back: {adm.reason} for {adm.wait_s:.2f}s",
                       details={"downstream": spec.downstream or "", "wait_s": adm.wait_s})
 
-    def _hold_ms(self, r: Running, adm: Admission, downstream: FlowPolicy | None) -> int:
+    def _hold_ms(self, r: Running, adm: Admission, downstream: LimitPolicy | None) -> int:
         """How long a held-back job waits. A slot usually frees when its job ends, not at its
         deadline. Behind a rate limit or an open breaker the waiting jobs are spread over the
         time the backlog needs at that rate (or over the cool-down), so they do not all come

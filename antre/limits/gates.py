@@ -10,11 +10,11 @@ What this module owns:
 - ``plan``: which limits of an app's handlers are held, per queue, and which are not (a
   downstream whose handlers live in several queues: a queue's script sees only its own keys on
   Redis Cluster, so its limit stays the shared semaphore and token bucket of ``flow``, and an
-  excess job is snoozed with the reason; likewise ``FlowPolicy(across_queues=True)``);
-- ``FlowGates.declare``: a worker writing its plan for a queue it serves;
+  excess job is snoozed with the reason; likewise ``LimitPolicy(across_queues=True)``);
+- ``Gates.declare``: a worker writing its plan for a queue it serves;
 - the operator's live overrides of a gate's slots and rate (``set_override``, ``clear``,
   ``revert_due``), refused for a type or downstream no worker declared in that queue;
-- ``FlowGates.limits``: what the Limits view shows (declared, override, in flight, waiting).
+- ``Gates.limits``: what the Limits view shows (declared, override, in flight, waiting).
 
 Like every control, none of this knows who asked or audits: the table of actions does.
 """
@@ -33,8 +33,8 @@ from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
 from antre.engine.envelope import format_rate
 from antre.engine.scripts import Scripts
-from antre.scheduling.flow import FlowPolicy
-from antre.scheduling.overrides import checked_override
+from antre.limits.admission import LimitPolicy
+from antre.limits.overrides import checked_override
 
 MAX_SLOTS = 100_000
 KINDS = {"type": "type", "downstream": "ds"}
@@ -54,7 +54,7 @@ class HandlerLike(Protocol):
     def downstream(self) -> str | None: ...
 
     @property
-    def flow(self) -> FlowPolicy | None: ...
+    def flow(self) -> LimitPolicy | None: ...
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Declaration:
         return Declaration(dict(self.cand), {g: share(c) for g, c in self.conc.items()}, rates)
 
 
-def rate_of(policy: FlowPolicy) -> str | None:
+def rate_of(policy: LimitPolicy) -> str | None:
     """A token bucket (``rate_per_s``, ``burst``) as a held rate: ``burst`` starts in any
     ``burst / rate_per_s`` seconds, '<n>/<window ms>'."""
     if not policy.rate_per_s:
@@ -104,7 +104,7 @@ def shared_downstreams(handlers: Iterable[HandlerLike]) -> set[str]:
 
 
 def plan(handlers: Mapping[str, HandlerLike],
-         downstreams: Mapping[str, FlowPolicy]) -> dict[str, Declaration]:
+         downstreams: Mapping[str, LimitPolicy]) -> dict[str, Declaration]:
     """Queue -> the gates of its handlers: each handler type is a candidate for overrides;
     its limits (and its downstream's, unless shared across queues) are declared."""
     shared = shared_downstreams(handlers.values())
@@ -120,7 +120,7 @@ def plan(handlers: Mapping[str, HandlerLike],
     return out
 
 
-def _limit(d: Declaration, gate: str, policy: FlowPolicy | None) -> None:
+def _limit(d: Declaration, gate: str, policy: LimitPolicy | None) -> None:
     if policy is None or policy.across_queues:
         return
     if policy.concurrency:
@@ -130,7 +130,7 @@ def _limit(d: Declaration, gate: str, policy: FlowPolicy | None) -> None:
         d.rate[gate] = rate
 
 
-def held(policy: FlowPolicy | None, *, shared: bool = False) -> bool:
+def held(policy: LimitPolicy | None, *, shared: bool = False) -> bool:
     """Whether ``policy``'s concurrency and rate are held at reserve (so the worker takes no
     semaphore or token for them); its breaker is the worker's in any case."""
     return policy is not None and not policy.across_queues and not shared
@@ -178,7 +178,7 @@ def gate_of(kind: str, name: str) -> str:
     return f"{KINDS[kind]}:{name}"
 
 
-class FlowGates:
+class Gates:
     def __init__(self, client: "redis.Redis", clock: Clock = system_ms,
                  scripts: Scripts | None = None) -> None:
         self.redis, self.clock = client, clock

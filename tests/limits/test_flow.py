@@ -10,7 +10,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from antre.engine import keys
 from antre.errors import InvalidJob, RateLimited
-from antre.scheduling.flow import CircuitBreaker, FlowControl, FlowPolicy, RateLimiter, Semaphore
+from antre.limits.admission import CircuitBreaker, Limits, LimitPolicy, RateLimiter, Semaphore
 
 
 # -- semaphore ------------------------------------------------------------------------------
@@ -230,9 +230,9 @@ def test_success_while_open_does_not_close(r, clock):
 # -- the executor's gate and the index ------------------------------------------------------------
 
 def test_admit_holds_and_gives_back_what_it_took(r, clock):
-    flow = FlowControl(r, clock)
-    tp = FlowPolicy(concurrency=1)
-    dp = FlowPolicy(concurrency=5, rate_per_s=1, burst=1, failure_threshold=2, cooldown_s=10)
+    flow = Limits(r, clock)
+    tp = LimitPolicy(concurrency=1)
+    dp = LimitPolicy(concurrency=5, rate_per_s=1, burst=1, failure_threshold=2, cooldown_s=10)
     exp = clock() + 30_000
     a = flow.admit("j1:1", exp, job_type="send", type_policy=tp, downstream="smtp",
                    downstream_policy=dp)
@@ -252,8 +252,8 @@ def test_admit_holds_and_gives_back_what_it_took(r, clock):
 
 
 def test_admit_denied_after_the_probe_gives_the_probe_back(r, clock):
-    flow = FlowControl(r, clock)
-    dp = FlowPolicy(rate_per_s=0.1, burst=1, failure_threshold=1, cooldown_s=5)
+    flow = Limits(r, clock)
+    dp = LimitPolicy(rate_per_s=0.1, burst=1, failure_threshold=1, cooldown_s=5)
     exp = clock() + 30_000
     flow.rate_limiter("downstream:smtp", 0.1, 1).take()  # bucket empty for 10 s
     flow.breaker("downstream:smtp", 1, 60, 5).record_failure()
@@ -270,7 +270,7 @@ def test_admit_denied_after_the_probe_gives_the_probe_back(r, clock):
 
 
 def test_flow_control_lists_what_is_in_use(r, clock):
-    flow = FlowControl(r, clock)
+    flow = Limits(r, clock)
     flow.semaphore("type:a", 3).acquire("h:1", clock() + 1000)
     flow.rate_limiter("downstream:b", 2, 4).take()
     flow.breaker("downstream:b", 2, 30, 15).record_failure()
@@ -295,7 +295,7 @@ def test_flow_scripts_run_on_redis_cluster(redis_cluster, clock):
                       decode_responses=True)
     try:
         rc.flushall(target_nodes=RedisCluster.PRIMARIES)
-        flow = FlowControl(rc, clock)
+        flow = Limits(rc, clock)
         sem = flow.semaphore("type:c", 1)
         assert sem.acquire("a", clock() + 100) and not sem.acquire("b", clock() + 100)
         assert sem.release("a") and sem.count() == 0
@@ -321,7 +321,7 @@ def test_flow_scripts_run_on_redis_cluster(redis_cluster, clock):
 ])
 def test_a_negative_or_malformed_limit_is_refused_saying_what_to_pass(kwargs, message):
     with pytest.raises(InvalidJob, match=message):
-        FlowPolicy(**kwargs)
+        LimitPolicy(**kwargs)
 
 
 @pytest.mark.parametrize("options, message", [

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from antre.control.pause import Pauses
-from antre.scheduling.controls import GroupControl, GroupError
+from antre.groups.control import GroupControl, GroupError
 from antre.engine.queue import JobSpec, Queue
-from antre.scheduling.groups import Groups
+from antre.groups.read import Groups
 
 
 def fill(q: Queue, group: str, n: int, conc: int = 1) -> list[str]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from antre.observe.logs import configure as configure_logging
 
 from .duties import sweep_once
-from .executor import DEFAULT_PREFETCH
+from .runner import DEFAULT_PREFETCH
 from .loader import AppLoadError, load_app
 from .pool import Supervisor
 from .runner import async_concurrency

@@ -45,7 +45,7 @@ from antre.actions import (
 )
 from antre.control.bulk import BulkReplays
 from antre.control.pause import unknown_target
-from antre.scheduling.groups import Groups
+from antre.groups.read import Groups
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 

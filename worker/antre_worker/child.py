@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from antre.observe.logs import configure as configure_logging
 
-from .executor import DEFAULT_PREFETCH, WorkerProcess
+from .runner import DEFAULT_PREFETCH, WorkerProcess
 from .health import EXIT_STOP_TIMEOUT
 from .loader import AppLoadError, load_app
 

@@ -3,7 +3,7 @@ a maximum count and age (oldest dropped first, counted as ``dead_dropped``), don
 dropped after their retention, error groups with no dead job left removed; finished flows go
 with the done jobs' retention, failed and waiting ones with the dead jobs' age (their held
 jobs discarded with them, counted as ``flow_held_dropped``). The worker's
-``retention`` duty runs it (``worker/duties.py``) with the SQL side: sent outbox rows and old
+``retention`` duty runs it (``worker/antre_worker/duties.py``) with the SQL side: sent outbox rows and old
 audit entries pruned.
 
 Every pass is chunked: one script call drops at most ``chunk`` jobs (``antre/engine/lua/retention.lua``)
