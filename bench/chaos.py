@@ -14,8 +14,8 @@ same idempotency keys; with ``--lock-keys N``, the jobs share N business locks (
 an "operator" force-releases held locks now and then. At the end it checks jobs lost = 0 and
 duplicate committed effects = 0 (and, under locks, that the SQL fence of every lock key is the
 highest token its committed rows carry, and on SQLite, where commits are serialised, that each
-lock key's rows were committed in token order), prints the figures, writes bench/chaos.json and
-bench/CHAOS.md, and exits 1 if a check failed.
+lock key's rows were committed in token order), prints the figures, writes
+bench/results/chaos-<db>.json and bench/results/chaos.md, and exits 1 if a check failed.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ sys.path.insert(0, ROOT)
 from antre.embedded import EmbeddedRedis
 from antre.engine.locks import Locks
 from antre.engine.queue import JobSpec, Queue
-from bench import antre_bench as ab
-from bench import faults
+from bench.lib import antre_bench as ab
+from bench.lib import faults
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
 
@@ -421,9 +421,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="business lock TTL in seconds (shorter than a SIGSTOP: holders lose it)")
     p.add_argument("--timeout", type=float, default=None, help="give up after (s)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--out", default=None, help="default: bench/chaos-<db>[-locks].json")
-    p.add_argument("--md", default=os.path.join(HERE, "CHAOS.md"),
-                   help="rewritten from every bench/chaos-*.json present (latest run per db)")
+    p.add_argument("--out", default=None, help="default: bench/results/chaos-<db>[-locks].json")
+    p.add_argument("--md", default=os.path.join(ab.RESULTS, "chaos.md"),
+                   help="rewritten from every bench/results/chaos-*.json present "
+                        "(latest run per db)")
     args = p.parse_args(argv)
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.produce_s = args.produce_s if args.produce_s is not None else max(2.0, args.jobs / 200)
@@ -437,18 +438,18 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": machine(),
                 "params": {k: v for k, v in vars(args).items() if k not in ("out", "md")}})
     suffix = "-locks" if args.lock_keys else ""
-    out = args.out or os.path.join(HERE, f"chaos-{args.db}{suffix}.json")
+    out = args.out or os.path.join(ab.RESULTS, f"chaos-{args.db}{suffix}.json")
     if os.path.exists(out) and os.path.getmtime(out) > started:
         # another run finished since this one started (a harness left behind, say): keep its
         # result where it is and put this one beside it
         out = out.replace(".json", f".{os.getpid()}.json")
-        log(f"a newer result exists; this run's result goes to {out} and CHAOS.md is left alone")
+        log(f"a newer result exists; this run's result goes to {out} and chaos.md is left alone")
         args.md = None
     with open(out, "w") as f:
         json.dump(res, f, indent=1, default=str)
     runs = []
     for name in ("sqlite", "postgres", "sqlite-locks", "postgres-locks"):
-        path = os.path.join(HERE, f"chaos-{name}.json")
+        path = os.path.join(ab.RESULTS, f"chaos-{name}.json")
         if os.path.exists(path):
             with open(path) as f:
                 runs.append(json.load(f))

@@ -3,7 +3,7 @@
     bench/cluster_chaos                       # 10,000 jobs, 2 hosts x 2 processes x 4 threads
     bench/cluster_chaos --jobs 300 --partitions 3    # the test's size
 
-The set-up of ``bench/cluster_scale`` (``bench/cluster_harness.py``: 3 Redis masters + 3
+The set-up of ``bench/cluster_scale`` (``bench/lib/cluster_harness.py``: 3 Redis masters + 3
 replicas with AOF on, two network namespaces as hosts, each with its own ``antre worker
 bench.apps.cluster:app`` pool) plus a private PostgreSQL on the bridge holding the idempotency
 store and the effects: each ``effect`` job inserts a row into ``cluster_effects`` through
@@ -24,8 +24,8 @@ rejoins as a replica); ``postgres``: ``pg_ctl restart -m fast`` of the store; ``
 of one worker process. At the end: 0 lost (an idempotency key with neither a committed effect
 nor a dead job), 0 duplicate committed effects, every job in exactly one final state (done or
 dead, nothing ready, scheduled or in flight, and the queue's counters balance). Writes
-bench/cluster-chaos.json and the fault-run section of bench/CLUSTER.md; exits 1 if a check
-failed.
+bench/results/cluster-chaos.json and the fault-run section of bench/results/cluster.md;
+exits 1 if a check failed.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ import sqlalchemy as sa
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench import faults  # noqa: E402
-from bench.cluster_harness import Harness, log  # noqa: E402
+from bench.lib import faults  # noqa: E402
+from bench.lib.cluster_harness import Harness, log  # noqa: E402
 from bench.cluster_scale import write_md  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -367,8 +367,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="the producer does not WAIT for a replica after each chunk")
     p.add_argument("--keep", action="store_true", help="leave the set-up running")
     p.add_argument("--logs-to", default=None, help="copy the worker logs into this folder")
-    p.add_argument("--out", default=os.path.join(HERE, "cluster-chaos.json"))
-    p.add_argument("--md", default=os.path.join(HERE, "CLUSTER.md"), help="'' to leave it")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "cluster-chaos.json"))
+    p.add_argument("--md", default=os.path.join(HERE, "results", "cluster.md"),
+                   help="'' to leave it")
     a = p.parse_args(argv)
     bad = [s for s in a.script.split(",") if s and s not in STEPS]
     if bad:

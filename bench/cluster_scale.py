@@ -4,7 +4,7 @@ item 4's measurement).
     bench/cluster_scale                              # 20,000 jobs; p1 and p3, interleaved x2
     bench/cluster_scale --jobs 50000 --layouts p1 p3 p6 q3 --rounds 3
 
-The set-up is ``bench/cluster_harness.py``: 3 masters + 3 replicas of ``redis-server`` on a
+The set-up is ``bench/lib/cluster_harness.py``: 3 masters + 3 replicas of ``redis-server`` on a
 bridge, and two network namespaces ("hosts"), each running ``antre worker
 bench.apps.cluster:app --processes P --threads T``. A layout is ``pN``: the queue ``default``
 with N partitions (``Antre(partitions=N)``), or ``qN``: N separate queues chosen so their hash
@@ -14,8 +14,8 @@ pools start, start the pools, count the acks. The rate is taken between 10% and 
 acked (the pools' start-up is outside it), and so is each node's Redis CPU (INFO cpu
 ``used_cpu_user + used_cpu_sys`` deltas) and the workers' CPU (their process trees). Layouts are
 interleaved in each round, so a change in the machine's load hits all of them alike: compare
-rates within one run only. Writes bench/cluster-scale.json and the scale section of
-bench/CLUSTER.md.
+rates within one run only. Writes bench/results/cluster-scale.json and the scale
+section of bench/results/cluster.md.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.antre_bench import TreeCpu  # noqa: E402
-from bench.cluster_harness import Harness, log  # noqa: E402
+from bench.lib.antre_bench import TreeCpu  # noqa: E402
+from bench.lib.cluster_harness import Harness, log  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHUNK = 1_000
@@ -220,8 +220,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", action="store_true", help="leave the set-up running")
-    p.add_argument("--out", default=os.path.join(HERE, "cluster-scale.json"))
-    p.add_argument("--md", default=os.path.join(HERE, "CLUSTER.md"), help="'' to leave it")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "cluster-scale.json"))
+    p.add_argument("--md", default=os.path.join(HERE, "results", "cluster.md"),
+                   help="'' to leave it")
     args = p.parse_args(argv)
     for layout in args.layouts:
         if layout[:1] not in ("p", "q") or not layout[1:].isdigit() or int(layout[1:]) < 1:
@@ -230,10 +231,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def write_md(path: str, section: str, text: str) -> None:
-    """Replaces (or adds) the ``## <section>...`` part of bench/CLUSTER.md, keeping the rest."""
+    """Replaces (or adds) the ``## <section>...`` part of bench/results/cluster.md, keeping the
+    rest."""
     head = ("# Antre on a Redis Cluster (issue 29 items 4 and 5)\n\n"
             "A local 6-node Redis Cluster (3 masters + 3 replicas, redis-server 7.0) and worker "
-            "pools on two network namespaces, made by `bench/cluster_harness.py`. Every "
+            "pools on two network namespaces, made by `bench/lib/cluster_harness.py`. Every "
             "process of it, the six Redis servers included, shares one 2-core VM with other "
             "work, so a wall rate here is bound by those 2 cores, not by a Redis core: the "
             "figures that carry over to real nodes are where the Redis CPU goes (each master's "

@@ -46,8 +46,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
-from bench import antre_bench as ab  # noqa: E402
-from bench import progress  # noqa: E402
+from bench.lib import antre_bench as ab  # noqa: E402
+from bench.lib import progress  # noqa: E402
 
 APP = "bench.apps.cost:app"
 ROWS = ("small", "none", "bury", "retry")

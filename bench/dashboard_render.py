@@ -10,8 +10,8 @@ answer is the refreshed partial; SQLite audit log, one entry per job).
                                       [--base /tmp/base] [--out F]
 
 With ``--base`` (another checkout of the code), the same pages of both trees on the same data,
-interleaved request by request (``render_child.py``: one child process per tree), so their
-ratio holds on a loaded machine. Writes bench/RENDER.md and bench/render.json (or ``--out``
+interleaved request by request (``bench/lib/render_child.py``: one child process per tree), so their
+ratio holds on a loaded machine. Writes bench/results/render.md and render.json (or ``--out``
 and its JSON) with the load average seen during the run. The performance pages read a full
 week of slots for every type (``populate_perf``: their most).
 """
@@ -33,7 +33,7 @@ import redis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench import tree  # noqa: E402
+from bench.lib import tree  # noqa: E402
 
 tree.use()  # antre_web is this tree's webapp/, not the venv's install
 code_path = tree.code_path
@@ -250,7 +250,7 @@ def page_list(client: redis.Redis, q: Queue) -> dict[str, str]:
 
 
 class Side:
-    """One code tree's dashboard in a child process (``render_child.py``)."""
+    """One code tree's dashboard in a child process (``bench/lib/render_child.py``)."""
 
     def __init__(self, name: str, tree: str, redis_url: str) -> None:
         import subprocess
@@ -259,7 +259,7 @@ class Side:
         tmp = tempfile.mkdtemp(prefix=f"antre-render-{name}-")
         env = {**os.environ, "PYTHONPATH": code_path(tree)}
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "bench", "render_child.py"), redis_url, tmp],
+            [sys.executable, os.path.join(ROOT, "bench", "lib", "render_child.py"), redis_url, tmp],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
         first = self.proc.stdout.readline()  # type: ignore[union-attr]
         assert json.loads(first).get("ready"), first
@@ -360,8 +360,8 @@ def main() -> int:
                     "(dump.rdb) once populated and reused by the next run with the same --data "
                     "(the sizes given then are ignored; the slots of the performance pages are "
                     "written afresh)")
-    ap.add_argument("--out", default="RENDER.md", help="the report's name in bench/ "
-                    "(its JSON beside it: render.json for RENDER.md, else <name>.json)")
+    ap.add_argument("--out", default="render.md", help="the report's name in "
+                    "bench/results/ (its JSON beside it: <name>.json)")
     args = ap.parse_args()
     data_dir = args.data or os.path.join(tempfile.mkdtemp(prefix="antre-render-"), "redis")
     os.makedirs(data_dir, exist_ok=True)
@@ -419,8 +419,8 @@ def write_report(args: argparse.Namespace, sides: list[Side], pages: dict[str, s
                                "median": statistics.median(loads)},
               "machine": f"{os.cpu_count()} cores, {cpu}", "python": platform.python_version(),
               "command": "python3 bench/dashboard_render.py " + " ".join(sys.argv[1:])}
-    json_name = "render.json" if args.out == "RENDER.md" else args.out.rsplit(".", 1)[0] + ".json"
-    with open(os.path.join(ROOT, "bench", json_name), "w") as fh:
+    json_name = args.out.rsplit(".", 1)[0] + ".json"
+    with open(os.path.join(ROOT, "bench", "results", json_name), "w") as fh:
         json.dump(result, fh, indent=2)
     ab = len(sides) > 1
     la = result["load_average"]
@@ -447,7 +447,7 @@ def write_report(args: argparse.Namespace, sides: list[Side], pages: dict[str, s
         lines += ["| page | median ms | worst ms | CPU ms |", "|---|---:|---:|---:|"]
         lines += [f"| {r['page']} | {r['tip_median_ms']} | {r['tip_max_ms']} | "
                   f"{r['tip_cpu_ms']} |" for r in rows]
-    with open(os.path.join(ROOT, "bench", args.out), "w") as fh:
+    with open(os.path.join(ROOT, "bench", "results", args.out), "w") as fh:
         fh.write("\n".join(lines) + "\n")
 
 

@@ -5,7 +5,7 @@ and the time to find a job by id or key and to render the job page and each brow
 
     PYTHONPATH=$PWD python3 bench/find_bench.py [--ready 200000] [--dead 20000] [--runs 7]
 
-Writes bench/FIND.md and bench/find.json.
+Writes bench/results/find.md and bench/results/find.json.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def main() -> int:
         "python": platform.python_version(),
         "command": "PYTHONPATH=$PWD python3 bench/find_bench.py " + " ".join(sys.argv[1:])}
     print(json.dumps(result, indent=2))
-    with open(os.path.join(ROOT, "bench", "find.json"), "w") as fh:
+    with open(os.path.join(ROOT, "bench", "results", "find.json"), "w") as fh:
         json.dump(result, fh, indent=2)
     write_md(result)
     return 0 if exact else 1
@@ -205,7 +205,7 @@ def write_md(res: dict[str, Any]) -> None:
               "and one pipelined HMGET of their payloads per chunk, so no command grows with "
               "the queue. 'ready of one type' reads the oldest 1,000 ready jobs' types in "
               "chunks of 500 (the ready list has no per-type index)."]
-    with open(os.path.join(ROOT, "bench", "FIND.md"), "w") as fh:
+    with open(os.path.join(ROOT, "bench", "results", "find.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
 
 

@@ -7,7 +7,7 @@ callback counts as one of its jobs); target: chords at >= 50% of plain.
     python bench/flows.py                 # 100 chords of 100 (10,100 jobs) vs 10,000 plain, 3 rounds
     python bench/flows.py --chords 20 --reps 1   # a smoke run
 
-``bench/run`` runs the same row (``flows``) and writes it into bench/RESULTS.md.
+``bench/run`` runs the same row (``flows``) and writes it into bench/results/run.md.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
-from bench import antre_bench as ab  # noqa: E402
-from bench import progress  # noqa: E402
+from bench.lib import antre_bench as ab  # noqa: E402
+from bench.lib import progress  # noqa: E402
 
 CHILDREN = 100
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--chords", type=int, default=100)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--out", default=os.path.join(ROOT, "bench", "flows.json"))
+    p.add_argument("--out", default=os.path.join(ab.RESULTS, "flows.json"))
     args = p.parse_args(argv)
     server = EmbeddedRedis(tcp=True, appendonly=False).start()
     try:

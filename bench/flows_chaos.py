@@ -17,7 +17,8 @@ constraints, so a duplicate shows). At the end it checks: every flow succeeded, 
 committed exactly once (N rows, 0 duplicates), none lost, none fired early (each saw 10
 results in the group's order and, in its own transaction, its 10 children's committed rows;
 its commit is later than theirs), no child effect twice; it prints the figures, writes
-bench/flows-chaos-<db>.json and bench/FLOWS_CHAOS.md, and exits 1 if a check failed.
+bench/results/flows-chaos-<db>.json and bench/results/flows-chaos.md, and exits 1 if a check
+failed.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ from antre import Antre, InvalidJob
 from antre.embedded import EmbeddedRedis
 from antre.engine.queue import Queue
 from antre.flows import FlowReader
-from bench import antre_bench as ab
-from bench import faults
+from bench.lib import antre_bench as ab
+from bench.lib import faults
 from bench.chaos import Chaos
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
@@ -368,8 +369,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=None, help="give up after (s)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--work-dir", default=os.path.join(HERE, "out"))
-    p.add_argument("--out", default=None, help="default: bench/flows-chaos-<db>.json")
-    p.add_argument("--md", default=os.path.join(HERE, "FLOWS_CHAOS.md"),
+    p.add_argument("--out", default=None, help="default: bench/results/flows-chaos-<db>.json")
+    p.add_argument("--md", default=os.path.join(ab.RESULTS, "flows-chaos.md"),
                    help="'' to leave it alone")
     args = p.parse_args(argv)
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
@@ -389,13 +390,13 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": machine(),
                 "params": {k: v for k, v in vars(args).items()
                            if k not in ("out", "md", "work_dir", "pg_url")}})
-    out = args.out or os.path.join(HERE, f"flows-chaos-{args.db}.json")
+    out = args.out or os.path.join(ab.RESULTS, f"flows-chaos-{args.db}.json")
     with open(out, "w") as f:
         json.dump(res, f, indent=1, default=str)
     if args.md:
         runs = []
         for db in ("sqlite", "postgres"):
-            path = os.path.join(HERE, f"flows-chaos-{db}.json")
+            path = os.path.join(ab.RESULTS, f"flows-chaos-{db}.json")
             if os.path.exists(path):
                 with open(path) as f:
                     runs.append(json.load(f))
@@ -407,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                     "Re-run: `bench/flows_chaos` (SQLite) or `bench/flows_chaos --db "
                     "postgres`. The throughput here is under faults on a 2-core VM shared "
                     "with other work (load average 15-20 while these ran): it says the run "
-                    "finished, not how fast flows are; the flow overhead is in FLOWS.md.\n\n")
+                    "finished, not how fast flows are; the flow overhead is in flows.md.\n\n")
             f.write("\n".join(render(r) for r in runs))
     print(render(res))
     return 0 if res["ok"] else 1

@@ -6,11 +6,11 @@ peers in their documented configuration for such work (concurrency raised).
 
 For each row: a private Redis is flushed, the N jobs are enqueued with the system's own client,
 one worker process is started, and the time from the first job finished to the last one is
-taken through ``bench.progress`` (no round trip per job). CPU per job is the worker process
+taken through ``bench.lib.progress`` (no round trip per job). CPU per job is the worker process
 tree's user+system CPU time between the first and the last job finished, divided by the jobs
 finished in between (start-up is not counted). Peers run in their own virtualenvs under
-``bench/.venvs`` (created when missing, as ``bench/peer_bench.py`` does). Results go to
-``bench/io_bound.json`` and ``bench/IO_BOUND.md``.
+``bench/.venvs`` (created when missing, as ``bench/lib/peer_bench.py`` does). Results go to
+``bench/results/io-bound.json`` and ``bench/results/io-bound.md``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
 from antre.engine.queue import JobSpec, Queue  # noqa: E402
-from bench import antre_bench as ab  # noqa: E402
-from bench import peer_bench as pb  # noqa: E402
-from bench import progress  # noqa: E402
+from bench.lib import antre_bench as ab  # noqa: E402
+from bench.lib import peer_bench as pb  # noqa: E402
+from bench.lib import progress  # noqa: E402
 
 CONCURRENCY = 500
 THREADS_SYNC = 128
@@ -195,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--rows", default=",".join(ROWS))
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per row at most")
-    p.add_argument("--out", default=os.path.join(HERE, "io_bound.json"))
-    p.add_argument("--md", default=os.path.join(HERE, "IO_BOUND.md"))
+    p.add_argument("--out", default=os.path.join(HERE, "results", "io-bound.json"))
+    p.add_argument("--md", default=os.path.join(HERE, "results", "io-bound.md"))
     args = p.parse_args(argv)
     server = EmbeddedRedis(tcp=True, appendonly=False).start()
     rows: dict[str, Any] = {}

@@ -26,11 +26,11 @@ import time
 import redis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# BENCH_TREE=/work/main: the producer and the worker are that checkout's code (the figure
-# before per-key turns); the bench app module stays this tree's
+# BENCH_TREE=DIR (another checkout, e.g. `git worktree add --detach DIR REV`): the producer and
+# the worker are that checkout's code (the figures before a change); the bench app module stays this tree's
 TREE = os.path.abspath(os.environ.get("BENCH_TREE", ROOT))
 sys.path.insert(0, ROOT)
-from bench.tree import code_path  # noqa: E402  (this tree's bench, before TREE goes first)
+from bench.lib.tree import code_path  # noqa: E402  (this tree's bench, before TREE goes first)
 
 sys.path.insert(0, TREE)
 

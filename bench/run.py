@@ -12,7 +12,8 @@ minutes): the headline rows with the peers, the single enqueues in blocks, the l
     bench/run --quick          # small N everywhere (a smoke test, ~3 min)
     bench/run --jobs 20000 --memory-jobs 1000000 --reps 2 --skip-peers --skip-pg
 
-Writes bench/results.json (raw) and bench/RESULTS.md (tables, versions, machine, command).
+Writes bench/results/run.json (raw) and bench/results/run.md (tables, versions, machine,
+command; bench/results/run-notes.md appended).
 Redis: a private EmbeddedRedis (TCP on 127.0.0.1, appendonly off), flushed between runs.
 """
 
@@ -37,10 +38,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis
-from bench import antre_bench as ab
-from bench import enqueue_paired as ep
+from bench.lib import antre_bench as ab
+from bench.lib import enqueue_paired as ep
 from bench import flows as fb
-from bench import peer_bench as pb
+from bench.lib import peer_bench as pb
 
 HERE, PG_DEFAULT, log = ab.HERE, ab.PG_DEFAULT, ab.log
 # the headline rows: `antre worker app:app` as a user starts it
@@ -139,16 +140,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds to wait for a killed job to run again")
     p.add_argument("--pg-url", default=os.environ.get("ANTRE_TEST_PG_URL", PG_DEFAULT))
     p.add_argument("--latency-seconds", type=float, default=10.0)
-    p.add_argument("--out", default=os.path.join(HERE, "results.json"))
-    p.add_argument("--md", default=os.path.join(HERE, "RESULTS.md"))
+    p.add_argument("--out", default=os.path.join(ab.RESULTS, "run.json"))
+    p.add_argument("--md", default=os.path.join(ab.RESULTS, "run.md"))
     p.add_argument("--render-only", action="store_true",
-                   help="re-write RESULTS.md from results.json without measuring")
+                   help="re-write the --md document from the --out JSON without measuring")
     args = p.parse_args(argv)
     if args.render_only:
         with open(args.out) as f:
             results = json.load(f)
         with open(args.md, "w") as f:
-            f.write(render(results))
+            f.write(render(results, args.out))
         return 0
     q = args.quick
     n = args.jobs or (3_000 if q else 20_000)
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"enqueue {results['enqueue']}")
         # single enqueue: each system's producer in its own long-lived process, blocks of 500
         # single enqueues taking turns (antre, huey, dramatiq, huey, dramatiq, antre, ...):
-        # the machine's drift touches every system alike (bench/enqueue_paired.py)
+        # the machine's drift touches every system alike (bench/lib/enqueue_paired.py)
         # the systems whose producers are compared (single enqueue, latency): Antre, Huey and
         # Dramatiq when they are among the peers
         one_names = ["antre"] + ([] if args.skip_peers else
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["postgres_error"] = str(exc)
 
         # flow overhead (issue 26): chords of 100 no-op children vs as many plain jobs, taking
-        # turns (bench/flows.py, bench/FLOWS.md)
+        # turns (bench/flows.py, bench/results/flows.md)
         try:
             results["flows"] = fb.compare(url, 20 if q else 100, reps)
         except Exception as exc:  # a broken flow must not stop the whole run
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, sort_keys=False)
     with open(args.md, "w") as f:
-        f.write(render(results))
+        f.write(render(results, args.out))
     log(f"wrote {args.out} and {args.md} in {results['elapsed_s']} s")
     return 0
 
@@ -491,7 +492,7 @@ def _flows_table(res: dict[str, Any]) -> list[str]:
             f"{f['chords']} chords of {f['children']} no-op children and a no-op callback, "
             f"against {f['chords'] * f['children']:,} plain no-op jobs enqueued 100 per "
             "`enqueue_many`, each drained by `antre worker app:app` (defaults), the two taking "
-            "turns (`bench/flows.py`; bench/FLOWS.md).", "",
+            "turns (`bench/flows.py`; bench/results/flows.md).", "",
             "| jobs | jobs/s (median) | runs | worker CPU µs/job | Redis CPU µs/job |",
             "|---|---:|---|---:|---:|",
             f"| chords | {chord.get('jobs_per_s', 0):,} | {chord.get('runs')} | "
@@ -502,7 +503,7 @@ def _flows_table(res: dict[str, Any]) -> list[str]:
             f"{_met(bool(f['met']))}.", ""]
 
 
-def render(res: dict[str, Any]) -> str:
+def render(res: dict[str, Any], json_path: str) -> str:
     m, v, c = res["machine"], res["versions"], res["ceiling"]
     ping = _med(c, "ping_per_s")
     out = ["# Antre benchmarks", "",
@@ -517,7 +518,7 @@ def render(res: dict[str, Any]) -> str:
            "(one run of each per round), so the ratios the targets read come from runs made "
            "side by side; the single enqueue takes turns in blocks of 500.",
            "- Jobs/s = (jobs - 1) / (last finished - first finished), seen through "
-           "`bench/progress.py` (no extra round trip per job); the worker's start-up is excluded.",
+           "`bench/lib/progress.py` (no extra round trip per job); the worker's start-up is excluded.",
            ""] + _targets(res) + [
            "## The ceiling (Redis round trips from one Python thread)", "",
            "| measure | per second |", "|---|---:|",
@@ -537,8 +538,11 @@ def render(res: dict[str, Any]) -> str:
             f"{mem.get('rss_max_mb')} |", ""]
     if res.get("peers"):
         out += _peers_table(res)
-    out += ["Raw figures: `bench/results.json`.", ""]
-    notes = os.path.join(HERE, "NOTES.md")
+    shown = os.path.abspath(json_path)
+    if shown.startswith(ROOT + os.sep):
+        shown = os.path.relpath(shown, ROOT)
+    out += [f"Raw figures: `{shown}`.", ""]
+    notes = os.path.join(ab.RESULTS, "run-notes.md")
     if os.path.exists(notes):
         with open(notes) as f:
             out += [f.read()]

@@ -29,7 +29,7 @@ from antre.clock import Clock, system_ms
 from antre.engine.scripts import Scripts
 
 SOURCES = ("ready", "scheduled", "waiting", "dead")
-CHUNK = 100  # ids per purge.lua call: ~0.5 ms of Redis time each (bench/INCIDENT.md)
+CHUNK = 100  # ids per purge.lua call: ~0.5 ms of Redis time each (bench/experiments/incident.md)
 COUNT_CHUNKS = 40  # chunks one bounded count walks (4,000 jobs, ~20 ms of Redis time)
 COUNT_BUDGET_MS = 100  # and it stops after this long, whichever comes first
 MAX_TOKEN = 2_000

@@ -483,7 +483,7 @@ class JobSpec:
 # A new job's counters (attempt, epoch, deliveries) are not among them: each starts at 0, and
 # every reader of a job hash reads a missing counter as 0 (``_int``, ``num_of`` / ``num_field``
 # in the scripts; the scripts that move one write it). Three fields fewer make storing a new
-# job ~11% cheaper for Redis (bench/ENQUEUE.md).
+# job ~11% cheaper for Redis (bench/experiments/enqueue.md).
 NEW_FIELDS = ("id", "type", "visible_at", "queue", "idem_key", "payload", "max_attempts",
               "created_at", "trace_id", "lock_key", "headers", "timeout_s", "vt_ms",
               "max_deliveries")

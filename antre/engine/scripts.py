@@ -294,7 +294,7 @@ def library() -> tuple[str, str]:
     script's file, with ``KEYS`` and ``ARGV`` its parameters. A call (``FCALL``) runs only the
     script's own body: with ``EVALSHA`` Redis runs the whole source on each call, remaking the
     ~60 helper closures it includes (~100k instructions a call before its first line,
-    bench/COST.md). The name carries a digest of the code, so two versions of Antre on one
+    bench/results/cost.md). The name carries a digest of the code, so two versions of Antre on one
     server each call their own library (``FUNCTION LOAD REPLACE`` of the same name is the same
     code)."""
     files = resources.files("antre.engine.lua")
@@ -542,7 +542,7 @@ _MORE = object()  # hiredis: the reply is not complete yet
 class _SocketIO:
     """Direct reads and writes on one socket of a pinned connection: what redis-py does for a
     command, without its per-call layers (about a tenth of a single enqueue's time,
-    bench/ENQUEUE.md). The replies are parsed by a hiredis reader set up as redis-py's
+    bench/experiments/enqueue.md). The replies are parsed by a hiredis reader set up as redis-py's
     own parser is (same error classes, same decoding); the connection's checks stay: the
     pool's check before use (a closed or out-of-step socket is found by one ``poll``, then
     redis-py's own ``can_read`` decides), its health check PING, its timeout (the socket's).

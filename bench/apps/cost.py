@@ -14,7 +14,7 @@ on every revision compared. Environment: ``BENCH_REDIS_URL``.
 import os
 
 from antre import Antre, Permanent, Retryable
-from bench import progress
+from bench.lib import progress
 
 app = Antre(redis_url=os.environ["BENCH_REDIS_URL"])
 

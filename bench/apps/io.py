@@ -7,7 +7,7 @@ import os
 import time
 
 from antre import Antre
-from bench import progress
+from bench.lib import progress
 
 WAIT_S = float(os.environ.get("BENCH_WAIT_S", "0.05"))
 

@@ -8,7 +8,7 @@ set); ``BENCH_LOCK=1`` (jobs carry a lock_key; the worker takes the lock per job
 import os
 
 from antre import Antre
-from bench import progress
+from bench.lib import progress
 
 if os.environ.get("BENCH_COUNT_RTT"):
     progress.count_round_trips()
@@ -64,7 +64,7 @@ def slow(ctx, payload):
 
 def enqueue(n):
     """``n`` no-op jobs, one ``app.enqueue`` each (the single-enqueue figure of bench/run,
-    timed in blocks beside the peers' own ``enqueue(n)``: bench/enqueue_paired.py)."""
+    timed in blocks beside the peers' own ``enqueue(n)``: bench/lib/enqueue_paired.py)."""
     import uuid
     run = uuid.uuid4().hex[:8]
     for i in range(n):

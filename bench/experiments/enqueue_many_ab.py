@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def one(url: str, n: int) -> dict[str, float]:
     import antre
     import redis
-    from bench import antre_bench as ab
+    from bench.lib import antre_bench as ab
     client = redis.Redis.from_url(url)
 
     def cpu() -> float:

@@ -10,7 +10,7 @@ import json
 import sys
 
 from antre.embedded import EmbeddedRedis
-from bench.antre_bench import worker_run
+from bench.lib.antre_bench import worker_run
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from antre.embedded import EmbeddedRedis
-from bench import antre_bench as ab
+from bench.lib import antre_bench as ab
 from antre_worker.runner import DEFAULT_PREFETCH
 
 

@@ -1,12 +1,14 @@
 """The worker's cost per no-op job, A/B between two source trees (issue 14: "fast as shipped").
 
-    .venv/bin/python bench/experiments/worker_cost.py --tree base=/tmp/shim-base --tree new=/tmp/shim-new \
+    python bench/experiments/worker_cost.py --tree base=DIR --tree new=. \
         [--jobs 20000] [--rounds 3] [--processes 1] [--env ANTRE_LOG_LEVEL=WARNING]
 
-Each ``--tree`` is a directory whose ``antre``, ``antre_worker`` (the repo's ``worker/``),
-``antre_cli`` and ``bench`` import the tree to measure (symlinks into a checkout); the worker
-runs as ``python -m antre_cli worker bench.apps.noop:app`` with that directory as its working
-directory and ``PYTHONPATH``, the default environment otherwise. The trees run interleaved
+Each ``--tree`` is a checkout (``git worktree add --detach DIR REV``) or a directory whose
+``antre``, ``antre_worker``, ``antre_cli`` and ``bench`` import the tree to measure (symlinks,
+for a revision older than the ``webapp/antre_web`` and ``worker/antre_worker`` folders); the
+worker runs as ``python -m antre_cli worker bench.apps.noop:app`` with that directory as its
+working directory and its code on ``PYTHONPATH`` (``bench/lib/tree.py``), the default
+environment otherwise. The trees run interleaved
 (a, b, a, b, ...) on one private Redis; every run first fills ``--jobs`` jobs with
 ``app.enqueue_many`` (this checkout's producer, the same for both), then starts the worker.
 
@@ -33,8 +35,9 @@ import redis
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from antre.embedded import EmbeddedRedis  # noqa: E402
-from bench import antre_bench as ab  # noqa: E402
-from bench import progress  # noqa: E402
+from bench.lib import antre_bench as ab  # noqa: E402
+from bench.lib import progress  # noqa: E402
+from bench.lib.tree import code_path  # noqa: E402
 
 
 def _redis_cpu(client: redis.Redis) -> float:
@@ -54,7 +57,8 @@ def one_run(url: str, tree: str, n: int, processes: int, env: dict[str, str]) ->
     ab.flush(client)
     ab.fill(url, n)
     full_env = {k: v for k, v in os.environ.items() if k not in ab._NOT_DEFAULT}
-    full_env.update({"BENCH_REDIS_URL": url, "ANTRE_REDIS_URL": url, "PYTHONPATH": tree, **env})
+    full_env.update({"BENCH_REDIS_URL": url, "ANTRE_REDIS_URL": url, "PYTHONPATH": code_path(tree),
+                     **env})
     args = ["--processes", str(processes)] if processes != 1 else []
     log_path = f"/tmp/worker-cost-{os.getpid()}.log"
     with open(log_path, "wb") as log:

@@ -4,7 +4,7 @@ import os
 
 from arq.connections import RedisSettings, create_pool
 
-from bench import progress
+from bench.lib import progress
 
 SETTINGS = RedisSettings.from_dsn(os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
 

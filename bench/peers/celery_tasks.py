@@ -3,7 +3,7 @@ import os
 
 from celery import Celery
 
-from bench import progress
+from bench.lib import progress
 
 app = Celery("bench", broker=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
 app.conf.update(task_acks_late=True, task_ignore_result=True, worker_hijack_root_logger=False,

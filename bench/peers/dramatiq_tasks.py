@@ -4,7 +4,7 @@ import os
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from bench import progress
+from bench.lib import progress
 
 broker = RedisBroker(url=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
 dramatiq.set_broker(broker)

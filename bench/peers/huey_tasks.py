@@ -3,7 +3,7 @@ import os
 
 from huey import RedisHuey
 
-from bench import progress
+from bench.lib import progress
 
 huey = RedisHuey("bench", url=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
                  results=False)

@@ -1,7 +1,7 @@
 """RQ: no-op task and bulk enqueue (runs in bench/.venvs/rq)."""
 import os
 
-from bench import progress
+from bench.lib import progress
 
 
 def noop():

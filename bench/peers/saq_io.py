@@ -6,7 +6,7 @@ import os
 from redis import asyncio as aioredis
 from saq.queue.redis import RedisQueue
 
-from bench import progress
+from bench.lib import progress
 
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "500"))
 # each of saq's worker slots dequeues on a connection of its own: the pool must be larger

@@ -4,7 +4,7 @@ import os
 
 from saq import Queue
 
-from bench import progress
+from bench.lib import progress
 
 queue = Queue.from_url(os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
 

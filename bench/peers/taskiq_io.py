@@ -5,7 +5,7 @@ import os
 
 from taskiq_redis import ListQueueBroker
 
-from bench import progress
+from bench.lib import progress
 
 broker = ListQueueBroker(os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
 

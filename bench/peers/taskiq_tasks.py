@@ -9,7 +9,7 @@ import time
 
 from taskiq_redis import RedisStreamBroker
 
-from bench import progress
+from bench.lib import progress
 
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 broker = RedisStreamBroker(URL)

@@ -500,8 +500,8 @@ def test_reserve_takes_a_job_hash_without_any_known_field(q, clock):
 
 def test_a_new_job_is_stored_without_counters_and_every_reader_takes_them_as_zero(q, clock):
     """attempt, epoch and deliveries start at 0 and are not written for a new job (three
-    fields fewer to store: bench/ENQUEUE.md); a reserve counts from 0, a retry spends the
-    first attempt, a job whose epoch is damaged still restarts from the clock."""
+    fields fewer to store: bench/experiments/enqueue.md); a reserve counts from 0, a retry
+    spends the first attempt, a job whose epoch is damaged still restarts from the clock."""
     ids = [q.enqueue("t", {}, idempotency_key="k1"),  # enqueue_one.lua
            *q.enqueue_many([JobSpec("t", {}, "k2")]),  # enqueue.lua, the standard fields
            q.enqueue("t", {}, idempotency_key="k3", unique=True),  # enqueue.lua, named fields

@@ -5,7 +5,7 @@ on a private PostgreSQL, while one host's link goes down for longer than the lea
 back, the queue's master is killed with kill -9 (its replica takes over) and PostgreSQL is
 restarted. 0 lost, 0 duplicate committed effects, every job done, and nothing of the set-up left
 behind (namespaces, bridge). Needs root and ``ip netns``: skipped without them, a failure under
-CI=true. Its JSON goes to pytest's tmp_path (bench/CLUSTER.md is left alone)."""
+CI=true. Its JSON goes to pytest's tmp_path (bench/results/cluster.md is left alone)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def _names() -> str:
 
 
 def test_two_hosts_survive_a_cut_link_a_master_kill_and_a_database_restart(tmp_path):
-    from bench import cluster_chaos, cluster_harness
+    from bench import cluster_chaos
+    from bench.lib import cluster_harness
     why = cluster_harness.available() or (None if cluster_harness.pg_bin() else
                                           "no PostgreSQL server binaries (initdb, pg_ctl)")
     if why:

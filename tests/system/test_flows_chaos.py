@@ -3,7 +3,7 @@
 kill -9 and every lease in flight is then cut short and swept (the killed worker's jobs come
 back at once, the others are delivered twice). Every callback committed exactly once, none
 lost, none early (it saw 10 results in order and its 10 children's committed rows), no child
-effect twice. Its JSON goes to pytest's tmp_path (bench/FLOWS_CHAOS.md is left alone)."""
+effect twice. Its JSON goes to pytest's tmp_path (bench/results/flows-chaos.md is left alone)."""
 
 from __future__ import annotations
 

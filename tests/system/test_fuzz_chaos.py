@@ -3,7 +3,7 @@ kill -9 of worker processes, SIGSTOP past the lease, Redis restarts (AOF on), th
 locked or its connections dropped, jobs re-sent with new ids and the same idempotency keys.
 Jobs lost = 0 and duplicate committed effects = 0, on SQLite and PostgreSQL.
 
-It writes its JSON to pytest's tmp_path (bench/CHAOS.md is left alone).
+It writes its JSON to pytest's tmp_path (bench/results/chaos.md is left alone).
 """
 
 from __future__ import annotations

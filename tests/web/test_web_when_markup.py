@@ -1,5 +1,6 @@
 """``when`` (every time on the dashboard): the exact ``<time>`` markup, built without
-Markup.format (bench/RENDER.md), for epoch ms, digit strings, datetimes and what is no time."""
+Markup.format (bench/results/render.md), for epoch ms, digit strings, datetimes and what is no
+time."""
 
 from __future__ import annotations
 

@@ -337,7 +337,7 @@ end
 -- share of the ready list: reserve itself is unchanged. ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
 -- slots held) are the Groups page's bounded index. A job with a lock_key is first its key's
 -- head, then asks its group for a slot. A waiting job's field 'waits_on' says which line.
-local GROUP_WINDOW = 128  -- a group naming no group_concurrency (see bench/PERKEY.md)
+local GROUP_WINDOW = 128  -- a group naming no group_concurrency (see bench/results/perkey.md)
 
 local function place(job_prefix, id, now, oldest_end)
   -- a job whose turn came: ready (at the oldest end of the list: the next to run; else at the
