@@ -16,7 +16,7 @@ from antre.tasks import Task
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
            "Permanent", "RateLimited", "Retryable", "LockBusy", "LimitPolicy", "JobSpec", "Queue", "RetryPolicy", "Task",
            "Progress", "ResultStatus", "ResultUnavailable", "VersionConflict", "redis_from_url"]
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # the one place the version is written (pyproject reads it)
 
 _DEPRECATED = {"FlowPolicy": ("LimitPolicy", LimitPolicy)}
 

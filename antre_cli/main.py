@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import redis
 
-from antre import Antre, Progress, ResultUnavailable
+from antre import Antre, Progress, ResultUnavailable, __version__
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
@@ -289,6 +289,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="antre", description="Antre: a reliable job queue on Redis")
+    p.add_argument("--version", action="version", version=f"antre {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="everything on embedded defaults, with demo traffic")
