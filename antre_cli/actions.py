@@ -152,11 +152,11 @@ def _add_group(sub: Any) -> Any:
     gsub = g.add_subparsers(dest="group_cmd", required=True)
     ls = gsub.add_parser("list", help="a queue's busiest groups, the paused ones, the counts")
     ls.add_argument("queue")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="JSON output")
     show = gsub.add_parser("show", help="one group: waiting, slots held, paused, why held")
     show.add_argument("queue")
     show.add_argument("group")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="JSON output")
     return gsub
 
 
@@ -375,7 +375,7 @@ def _outcome(result: Result) -> Outcome:
 def _add_tasks(sub: Any) -> None:
     p = sub.add_parser("tasks", help="bulk replays and purges of a queue, with progress")
     p.add_argument("queue")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("--app", default=None)
 
 

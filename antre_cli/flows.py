@@ -33,13 +33,13 @@ def add_flow(sub: Any) -> Any:
     ls.add_argument("--state", default="running", choices=list(FLOW_STATES))
     ls.add_argument("--limit", type=int, default=50, help="at most this many (1-1000)")
     ls.add_argument("--offset", type=int, default=0)
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="JSON output")
     show = gsub.add_parser("show", help="one flow: state, progress, why it stopped, its jobs "
                                         "as a tree")
     show.add_argument("flow_id")
     show.add_argument("--queue", default=None,
                       help="the flow's queue (default: looked for in the app's queues)")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="JSON output")
     return gsub
 
 

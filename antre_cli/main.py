@@ -293,11 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="everything on embedded defaults, with demo traffic")
-    d.add_argument("--port", type=int, default=8000)
-    d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--data-dir", default="antre-data")
-    d.add_argument("--processes", type=int, default=2)
-    d.add_argument("--threads", type=int, default=4)
+    d.add_argument("--port", type=int, default=8000, help="the dashboard's port")
+    d.add_argument("--host", default="127.0.0.1", help="the address the dashboard listens on")
+    d.add_argument("--data-dir", default="antre-data",
+                   help="where the private Redis, the SQLite database and the secret key live")
+    d.add_argument("--processes", type=int, default=2, help="worker processes")
+    d.add_argument("--threads", type=int, default=4, help="threads per worker process")
     d.add_argument("--traffic", type=float, default=4.0, help="demo jobs per second (0: none)")
 
     sub.add_parser("worker", help="run the worker pool: antre worker pkg.module:app "
@@ -305,33 +306,36 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("sweep", help="one sweeper pass: antre sweep pkg.module:app", add_help=False)
 
     w = sub.add_parser("web", help="the dashboard under gunicorn")
-    w.add_argument("app", nargs="?", default=None)
-    w.add_argument("--host", default="127.0.0.1")
-    w.add_argument("--port", type=int, default=8000)
-    w.add_argument("--workers", type=int, default=2)
+    w.add_argument("app", nargs="?", default=None,
+                   help="pkg.module:app, so the pages know its handlers (default: none)")
+    w.add_argument("--host", default="127.0.0.1", help="the address gunicorn listens on")
+    w.add_argument("--port", type=int, default=8000, help="its port")
+    w.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
 
     s = sub.add_parser("status", help="queue depths and workers")
-    s.add_argument("app", nargs="?", default=None)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("app", nargs="?", default=None,
+                   help="pkg.module:app (default: from environment)")
+    s.add_argument("--json", action="store_true", help="one JSON document")
 
     q = sub.add_parser("dlq", help="dead-letter queue: list | show | replay | discard")
     q.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
-    q.add_argument("--queue", default="default")
+    q.add_argument("--queue", default="default", help="the queue")
     dsub = q.add_subparsers(dest="dlq_cmd", required=True)
-    ql = dsub.add_parser("list")
-    ql.add_argument("--type")
-    ql.add_argument("--group")
-    ql.add_argument("--limit", type=int, default=50)
-    ql.add_argument("--json", action="store_true")
-    qs = dsub.add_parser("show")
-    qs.add_argument("job_id")
+    ql = dsub.add_parser("list", help="the newest dead jobs, with their reason")
+    ql.add_argument("--type", help="only this job type")
+    ql.add_argument("--group", help="only this error group")
+    ql.add_argument("--limit", type=int, default=50, help="at most this many")
+    ql.add_argument("--json", action="store_true", help="JSON rows")
+    qs = dsub.add_parser("show", help="one dead job: payload, every attempt's error and "
+                                      "traceback")
+    qs.add_argument("job_id", help="the job's id")
     # replay | discard: the DLQ selection's (antre/actions/table.py)
 
     sc = sub.add_parser("schedules", help="periodic schedules: list | pause | resume | run")
     sc.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     scsub = sc.add_subparsers(dest="sched_cmd", required=True)
-    scl = scsub.add_parser("list")
-    scl.add_argument("--json", action="store_true")
+    scl = scsub.add_parser("list", help="every schedule: next and last run, last outcome")
+    scl.add_argument("--json", action="store_true", help="JSON rows")
     # pause | resume | run: entries of the table of actions (antre/actions/)
 
     f = sub.add_parser("find", help="a job by id or idempotency key (with its timeline), or "
@@ -341,22 +345,22 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--queue", default=None, help="search one queue (default: all)")
     f.add_argument("--state", default=None, choices=STATES, help="search one state")
     f.add_argument("--limit", type=int, default=0, help="stop after this many hits")
-    f.add_argument("--json", action="store_true")
+    f.add_argument("--json", action="store_true", help="JSON")
 
     rs = sub.add_parser("result", help="an idempotency key's result: completed (with it), "
                                        "pending, failed, abandoned (since when, and what to "
                                        "do) or unknown")
-    rs.add_argument("key")
+    rs.add_argument("key", help="the idempotency key")
     rs.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
-    rs.add_argument("--json", action="store_true")
+    rs.add_argument("--json", action="store_true", help="JSON")
     rs.add_argument("--wait", type=float, default=None, metavar="SECONDS",
                     help="wait up to SECONDS for the job to end (woken by its end, not by "
                          "polling); exit 3 if it is still pending then")
 
     u = sub.add_parser("user", help="dashboard users")
-    u.add_argument("--app", default=None)
+    u.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     usub = u.add_subparsers(dest="user_cmd", required=True)
-    usub.add_parser("list")
+    usub.add_parser("list", help="every user, their role, and whether disabled")
     # add, passwd, role, disable, enable, delete, logout-everywhere: the table's
     actions.add_parsers(sub, groups={"schedules": scsub, "user": usub, "dlq": dsub})
     return p

@@ -44,7 +44,8 @@ MAX_REASON_CHARS = 2000
 # the CLI's help for the positionals that come from a path
 PATH_HELP = {"queue": "the queue", "job_id": "the job's id", "name": "its name",
              "task_id": "the task's id (see: antre tasks QUEUE)",
-             "group": "the group's name, e.g. tenant:7"}
+             "group": "the group's name, e.g. tenant:7", "kind": "type or downstream",
+             "flow_id": "the flow's id (see: antre flow list)"}
 
 Args = dict[str, Any]
 

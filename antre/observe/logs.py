@@ -39,6 +39,22 @@ JOB_FIELDS = ("job_id", "job_type", "idempotency_key", "attempt", "lock_key", "l
               "duration_ms", "error_kind")
 CONTEXT_FIELDS = ("queue", "worker_id")
 FIELDS = ("event", *JOB_FIELDS, *CONTEXT_FIELDS)
+# what each field of a line means (the documentation's log reference is made from it)
+FIELD_HELP = {
+    "event": "what happened, one name per kind of line (`log` for a line that names none)",
+    "job_id": "the job's id",
+    "job_type": "the job's type (its handler's name)",
+    "idempotency_key": "the key naming the job's effect",
+    "attempt": "the attempt this delivery runs, from 1",
+    "lock_key": "the business lock the job runs under, when it has one",
+    "lock_fence": "the fencing token of that lock, as the job held it",
+    "trace_id": "the W3C trace id the job carries from its producer",
+    "duration_ms": "how long the handler ran, in milliseconds",
+    "error_kind": "why the job did not complete: the failure's kind (retryable, permanent, "
+                  "timeout, ...), a snooze's reason, lease_lost, cancelled, expired",
+    "queue": "the job's queue",
+    "worker_id": "the worker process, as host:pid:nonce",
+}
 FORMATS = ("json", "text")
 # attributes every LogRecord has; anything else on a record came from ``extra``
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -101,7 +117,8 @@ class _SecondCache:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object a line: ts, level, logger, message, event, the job fields, exc."""
+    """One JSON object a line: ts, level, logger, message, the ``FIELDS`` that have a value,
+    any other ``extra``, pid, exc."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -21,8 +21,10 @@ def build_parser(prog: str = "antre") -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("worker", help="run the worker pool (supervisor, processes, threads)")
     w.add_argument("app_path", metavar="APP_PATH", help="pkg.module:attr naming an antre.Antre")
-    w.add_argument("--processes", type=int, default=1)
-    w.add_argument("--threads", type=int, default=4)
+    w.add_argument("--processes", type=int, default=1,
+                   help="worker processes, each restarted by the supervisor when it dies")
+    w.add_argument("--threads", type=int, default=4,
+                   help="threads per process running sync handlers")
     w.add_argument("--queues", default="", help="comma-separated; default: the app's queues")
     w.add_argument("--burst", action="store_true",
                    help="exit once nothing is ready or in flight")
@@ -38,7 +40,7 @@ def build_parser(prog: str = "antre") -> argparse.ArgumentParser:
                    help="most jobs a runner thread reserves at once (adaptive: short jobs "
                    "grow the batch, slow ones shrink it to 1)")
     s = sub.add_parser("sweep", help="one sweeper pass: expired leases back to ready")
-    s.add_argument("app_path", metavar="APP_PATH")
+    s.add_argument("app_path", metavar="APP_PATH", help="pkg.module:attr naming an antre.Antre")
     return p
 
 
