@@ -224,8 +224,9 @@ def alerts_page() -> str:
         + "# Alerts", "",
         "## Antre's own alerts", "",
         "The workers' `alerts` duty checks these rules every tick, once cluster-wide. A "
-        "firing alert shows on the dashboard's **Incidents** page (and a banner on every "
-        "page) and is POSTed once per episode to `ANTRE_ALERT_WEBHOOK` (signed with "
+        "firing alert is an incident on the dashboard's **Incidents** page (`/incident/`, "
+        "linked from every page's header with the count of open incidents; "
+        "`GET /api/incidents`), where it can be acknowledged or silenced, and is POSTed once per episode to `ANTRE_ALERT_WEBHOOK` (signed with "
         "`ANTRE_ALERT_WEBHOOK_SECRET`), and again when it resolves. Each threshold is a "
         "setting (`off` turns the rule off), or `Antre(alerts=AlertConfig(...))`; an admin "
         f"may override one per queue (`antre alerts threshold`). The window of the \"N in "
