@@ -89,6 +89,14 @@ def test_the_site_builds_strict_with_no_warning(tmp_path: Path) -> None:
     assert "Fix the bug, replay the job" in tutorial
 
 
+def test_the_readmes_links_name_files_of_the_checkout() -> None:
+    """GitHub renders the README outside the site: each relative link is checked here."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (REPO / "README.md").read_text())
+    local = [link for link in links if not re.match(r"^[a-z]+:", link)]
+    assert len(local) >= 20, local
+    assert [link for link in local if not (REPO / link).exists()] == []
+
+
 def _generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_reference", REPO / "docs" / "gen_reference.py")
     assert spec is not None and spec.loader is not None

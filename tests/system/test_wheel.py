@@ -10,6 +10,8 @@ HTTP, and logs in with a real Chromium (when one is installed) so htmx really lo
 
 from __future__ import annotations
 
+import email
+import email.message
 import hashlib
 import http.cookiejar
 import json
@@ -115,6 +117,35 @@ def test_the_core_install_enqueues_and_runs_jobs_without_the_dashboard(
                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=60)
     assert web.returncode == 2
     assert "pip install 'antre[web]'" in web.stderr
+
+
+def _metadata(wheel: Path) -> "email.message.Message":
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.message_from_bytes(zf.read(name))
+
+
+def test_the_wheel_carries_the_metadata_a_team_pins_and_browses(wheel: Path) -> None:
+    """The version is ``antre.__version__``; Python versions, license, classifiers, keywords
+    and URLs are there for the index; every extra is one the install guide documents."""
+    import antre
+    meta = _metadata(wheel)
+    assert meta["Name"] == "antre" and meta["Version"] == antre.__version__
+    assert meta["Requires-Python"] == ">=3.11"
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert "## Quickstart" in meta.get_payload()  # the README is the long description
+    classifiers = meta.get_all("Classifier") or []
+    for wanted in ("License :: OSI Approved :: MIT License", "Programming Language :: Python :: 3.11",
+                   "Typing :: Typed", "Framework :: Django", "Development Status :: 4 - Beta"):
+        assert wanted in classifiers, wanted
+    assert "redis" in (meta["Keywords"] or "").split(",")
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Changelog", "Source", "Issues"} <= urls.keys(), urls
+    assert all(u.startswith("https://") for u in urls.values()), urls
+    extras = set(meta.get_all("Provides-Extra") or [])
+    assert {"web", "postgres", "otel", "demo", "django", "docs", "test"} <= extras, extras
+    install = (REPO / "docs" / "how-to" / "install.md").read_text()
+    assert [e for e in sorted(extras) if f"| `{e}` |" not in install] == []
 
 
 # checkout folder -> where the wheel puts it (pyproject's package-dir)

@@ -267,9 +267,9 @@ def test_13_headers_hsts_behind_tls_and_csp_base_uri(redis_url, sqlite_url):
 
 
 def test_13_secure_cookies_setting_is_documented_and_works(redis_url, sqlite_url, monkeypatch):
-    readme = (REPO / "README.md").read_text()
-    assert "ANTRE_SECURE_COOKIES" in readme and "ANTRE_TRUSTED_PROXIES" in readme
-    assert "ANTRE_ALERT_WEBHOOK_SECRET" in readme
+    docs = "\n".join(p.read_text() for p in [REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+    assert "ANTRE_SECURE_COOKIES" in docs and "ANTRE_TRUSTED_PROXIES" in docs
+    assert "ANTRE_ALERT_WEBHOOK_SECRET" in docs
     monkeypatch.setenv("ANTRE_SECURE_COOKIES", "1")
     app = _app(redis_url, sqlite_url)
     app.extensions["antre"].users.add("viewer", "viewer", PASSWORD)
