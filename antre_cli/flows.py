@@ -23,8 +23,8 @@ SHOW_LIMIT = 1000  # jobs of one flow shown (FlowReader's bound per read)
 def add_flow(sub: Any) -> Any:
     """The ``flow`` group with ``list`` and ``show``; returns its subparsers for the table's
     entries to join."""
-    g = sub.add_parser("flow", help="flows (chains, groups, chords, batches): list | show | "
-                                    "replay-failed | ...")
+    g = sub.add_parser("flow", help="flows (chains, parallel fan-outs, chords, batches): "
+                                    "list | show | replay-failed | ...")
     g.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     gsub = g.add_subparsers(dest="flow_cmd", required=True)
     ls = gsub.add_parser("list", help="a queue's flows of one state, newest first, and the "
