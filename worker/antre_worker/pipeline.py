@@ -54,7 +54,8 @@ from .health import RedisHealth
 from .held import Running
 from .leases import quietly
 from .failures import cancelled
-from .outcomes import Ack, Bury, Expired, HandBack, Outcome, Snooze, SnoozeCap, jitter_ms
+from .outcomes import (Ack, Bury, Expired, HandBack, Outcome, Snooze, SnoozeCap, jitter_ms,
+                       kind_of)
 from .settle import Settler
 from .spans import traced
 
@@ -107,7 +108,8 @@ class Pipeline:
             log.debug("received job %s", r.job.id, extra=job_fields(r.job, "received"))
         try:
             outcome = self.outcome(r)
-            if isinstance(outcome, Ack) and r.lock is not None and not self.settler.batching():
+            if (kind_of(outcome).releases_lock and r.lock is not None
+                    and not self.settler.batching()):
                 # the key goes to its next job as this one acks: one round trip for both
                 r.ack_release = self.locks.release_call(r.lock)
             self.settler.settle(r, outcome)
@@ -157,13 +159,13 @@ class Pipeline:
     def cap_snoozes(self, r: Running, outcome: Outcome) -> Outcome:
         """A job held back more than its handler's ``max_snoozes`` goes to the DLQ with the
         reason instead of cycling forever."""
-        if not isinstance(outcome, Snooze) or outcome.reason not in CAPPED_SNOOZES:
+        if kind_of(outcome).snooze_reason(outcome) not in CAPPED_SNOOZES:
             return outcome
         spec = r.spec or self.app.handlers.get(r.job.type)
         cap = self.app.max_snoozes_for(spec) if spec is not None else None
         if cap is None or r.job.snoozes < cap:
             return outcome
-        return SnoozeCap(r.job.snoozes, cap, outcome)
+        return SnoozeCap(r.job.snoozes, cap, cast(Snooze, outcome))
 
     # -- the steps -----------------------------------------------------------------------------
     def stop_check(self, r: Running) -> Outcome | None:

@@ -3,7 +3,8 @@
 One fenced Lua transition per outcome (``Queue.ack / retry / snooze / bury / hand_back``),
 retried through a Redis outage (never given up: an outcome that did not land is redone on the
 next delivery, never acked falsely; only a hand-back at shutdown gives up, and then the lease
-expires), then one log line and one count per outcome kind. Within a prefetched batch the
+expires), then one log line and one count per outcome, each read from the outcome's declaration
+(``OutcomeKind`` in outcomes.py). Within a prefetched batch the
 acks wait and go together in one round trip (``flush_acks``): each is still its own fenced
 script, and a lease lost meanwhile is refused and logged while nothing else changes. Their
 idempotency completions, when waiting (``Ack.completion``), are committed first, in one
@@ -32,13 +33,10 @@ from antre.observe.perf import record_run
 
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
-from .outcomes import (Ack, Bury, Cancelled, Completion, DropStale, Expired, HandBack, Outcome,
-                       Retry, Snooze, SnoozeCap, event_of, jitter_ms, lock_lost)
+from .outcomes import (Ack, Cancelled, Completion, DropStale, HandBack, Outcome, OutcomeKind,
+                       Path, Snooze, jitter_ms, kind_of, lock_lost)
 
 log = logging.getLogger("antre.worker")
-
-LATENCY_EVENTS = ("succeeded", "deduplicated", "buried", "cancelled", "max_age",
-                  "snooze_capped")  # the job's end-to-end latency ends
 
 
 class Settler:
@@ -72,7 +70,7 @@ class Settler:
         """Retry and bury the failures of a prefetched batch in one round trip, then ack its
         successes in one more (also when the failures could not be settled: those come back
         through their leases)."""
-        fails: list[tuple[Running, Retry | Bury]] = getattr(self._local, "fails", None) or []
+        fails: list[tuple[Running, Outcome]] = getattr(self._local, "fails", None) or []
         self._local.fails = None
         try:
             if fails:
@@ -158,7 +156,7 @@ class Settler:
         """Apply ``outcome`` to a job already closed for its batched ack (which it no longer
         gets)."""
         try:
-            self.health.call(self._transition, r, outcome)
+            self.health.call(transition, r, outcome, kind_of(outcome))
         except LeaseLost as exc:
             self.lease_lost(r.job, exc)
             return
@@ -175,8 +173,8 @@ class Settler:
             else:
                 self._record(r, ack)
 
-    def _fail_together(self, fails: list[tuple[Running, Retry | Bury]]) -> None:
-        by_queue: dict[str, list[tuple[Running, Retry | Bury]]] = {}
+    def _fail_together(self, fails: list[tuple[Running, Outcome]]) -> None:
+        by_queue: dict[str, list[tuple[Running, Outcome]]] = {}
         for r, outcome in fails:
             by_queue.setdefault(r.queue.name, []).append((r, outcome))
         for items in by_queue.values():
@@ -191,30 +189,24 @@ class Settler:
 
     # -- settling ----------------------------------------------------------------------------
     def settle(self, r: Running, outcome: Outcome) -> bool:
-        """Apply ``outcome`` to the job ``r`` holds; False when nothing was written (already
-        settled, lease lost, or a drop)."""
-        if isinstance(outcome, DropStale):
+        """Apply ``outcome`` to the job ``r`` holds, as its declaration's ``path`` says; False
+        when nothing was written (already settled, lease lost, or a drop)."""
+        kind = kind_of(outcome)
+        path = kind.path(outcome)
+        if path is Path.DROP:
             self._record(r, outcome)
             return False
-        if isinstance(outcome, HandBack):
-            return self._hand_back(r, outcome)
+        if path is Path.HAND_BACK:
+            return self._hand_back(r, cast(HandBack, outcome), kind)
         with r.settle_lock:
             if r.closed:
                 return False
-            if isinstance(outcome, (Retry, Bury)) and self.batching():
-                self._local.fails.append((r, outcome))  # retried or buried with its batch
-                r.closed = True
-                return True
-            if isinstance(outcome, Ack) and not outcome.deduplicated and self.batching():
-                self._local.acks.append((r, outcome))  # acked with its batch
-                if outcome.completion is not None:
-                    if self._local.completing is None:
-                        self._local.completing = set()
-                    self._local.completing.add(outcome.completion.item.key)
+            if path is not Path.FENCED and self.batching():
+                self._wait_for_batch(r, outcome, path)
                 r.closed = True
                 return True
             try:
-                if self.health.call(self._transition, r, outcome):
+                if self.health.call(transition, r, outcome, kind):
                     outcome = cancelled_instead(r)
             except LeaseLost as exc:
                 self.lease_lost(r.job, exc)
@@ -223,49 +215,28 @@ class Settler:
         self._record(r, outcome)
         return True
 
-    @staticmethod
-    def _transition(r: Running, outcome: Outcome) -> bool:
-        """The outcome's one fenced Lua transition; True when the job, cancelled by an
-        operator, was ended as cancelled instead of put back (retry.lua decides: issue 25)."""
-        q, job, note = r.queue, r.job, timeline_note(r, outcome)
-        if isinstance(outcome, Retry):
-            return q.retry(job, delay_ms=outcome.delay_ms, error=outcome.error,
-                           kind=outcome.kind, traceback=outcome.traceback, note=note,
-                           keep_turn=r.spec is None or r.spec.ordered)
-        if isinstance(outcome, Snooze):
-            return q.snooze(job, outcome.delay_ms, outcome.reason, counter=outcome.counter,
-                            note=note, keep_turn=not outcome.behind_key)
-        if isinstance(outcome, Ack):
-            release, r.ack_release = r.ack_release, None
-            held = q.ack(job, outcome.result, release=release,
-                         counter="deduplicated" if outcome.deduplicated else "acked", note=note)
-            if held is not None:  # the lock went in the same round trip
-                r.released_with_ack = True
-                if not held and r.lock is not None:
-                    r.lock.lost = True
-        elif isinstance(outcome, Bury):
-            q.bury(job, reason=outcome.reason, error=outcome.error or outcome.reason,
-                   kind=outcome.kind, traceback=outcome.traceback,
-                   spend_attempt=outcome.spend_attempt, note=note)
-        elif isinstance(outcome, Cancelled):
-            q.finish_cancelled(job, to=outcome.to, reason=outcome.reason)
-        elif isinstance(outcome, Expired):
-            q.bury(job, reason=outcome.reason, kind="expired", spend_attempt=False,
-                   signature="expired: older than its max_age_s", note=note)
-        elif isinstance(outcome, SnoozeCap):
-            q.bury(job, reason=outcome.reason, kind="snooze_cap", spend_attempt=False,
-                   signature=f"snooze_cap: {outcome.last.reason}", note=note)
-        return False
+    def _wait_for_batch(self, r: Running, outcome: Outcome, path: Path) -> None:
+        """``outcome`` waits for ``flush_acks``: a retry or burial with its batch's failures,
+        an ack with its successes (its idempotency completion noted as pending)."""
+        if path is Path.BATCH_FAIL:
+            self._local.fails.append((r, outcome))
+            return
+        ack = cast(Ack, outcome)
+        self._local.acks.append((r, ack))
+        if ack.completion is not None:
+            if self._local.completing is None:
+                self._local.completing = set()
+            self._local.completing.add(ack.completion.item.key)
 
-    def _hand_back(self, r: Running, outcome: HandBack) -> bool:
+    def _hand_back(self, r: Running, outcome: HandBack, kind: OutcomeKind[HandBack]) -> bool:
         with r.settle_lock:
             if r.closed or r.lease_lost:
                 return False
             r.closed = True  # whatever the handler does later is dropped
             r.stop_handler()
             try:
-                if self.health.call(r.queue.hand_back, r.job, give_up_at=outcome.give_up_at,
-                                    note=timeline_note(r, outcome)):
+                if self.health.call(transition, r, outcome, kind,
+                                    give_up_at=outcome.give_up_at):
                     self._record(r, cancelled_instead(r))  # cancelled: never handed back
                     return True
             except LeaseLost as exc:
@@ -285,22 +256,22 @@ class Settler:
 
     # -- one count and one line per outcome ----------------------------------------------------
     def _record(self, r: Running, outcome: Outcome) -> None:
-        event = event_of(outcome)
-        self._count(r, outcome, event)
-        ack = type(outcome) is Ack  # the common case: INFO, no note, kind or details
-        level = logging.INFO if ack else _level(outcome)
+        kind = kind_of(outcome)
+        event = kind.event(outcome)
+        self._count(r, outcome, kind, event)
+        level = kind.level(outcome)
+        if not log.isEnabledFor(level):
+            return
         fence = r.lock_fence  # the fencing token of the lock the job ran under, if any
-        if ack and event == "succeeded":
-            if log.isEnabledFor(level):
-                succeeded_line(log, r.job, duration_ms(r), fence)
-        elif log.isEnabledFor(level):
-            job_line(log, level, "%s job %s%s", (event, r.job.id, "" if ack else _note(outcome)),
-                     job_fields(r.job, event, duration_ms=duration_ms(r), lock_fence=fence,
-                                error_kind="" if ack else _error_kind(outcome),
-                                **({} if ack else _details(outcome))))
+        if event == "succeeded":  # the common case: its own quick line
+            succeeded_line(log, r.job, duration_ms(r), fence)
+            return
+        job_line(log, level, "%s job %s%s", (event, r.job.id, kind.note(outcome)),
+                 job_fields(r.job, event, duration_ms=duration_ms(r), lock_fence=fence,
+                            error_kind=kind.error_kind(outcome), **kind.details(outcome)))
 
-    def _count(self, r: Running, outcome: Outcome, event: str) -> None:
-        if event in LATENCY_EVENTS:
+    def _count(self, r: Running, outcome: Outcome, kind: OutcomeKind[Any], event: str) -> None:
+        if kind.ends_latency:
             self.durations.add(r.job.queue, r.job.type, "latency",
                                self.clock() - r.job.created_at)
         ran = duration_ms(r)
@@ -308,27 +279,25 @@ class Settler:
             job = r.job
             wait = job.reserved_at - job.visible_at if job.reserved_at and job.visible_at else 0
             record_run(self.durations, job.queue, job.type, self.clock(), ran, wait,
-                       isinstance(outcome, (Retry, Bury)))
+                       kind.failed_run)
         self.counts[event] += 1
-        if isinstance(outcome, Ack):
-            self.counts["processed"] += 1
-        elif isinstance(outcome, (Retry, Bury)):
-            self.counts["failed"] += 1
-        elif isinstance(outcome, Snooze) and outcome.count_as:
-            self.counts[outcome.count_as] += 1
-        elif isinstance(outcome, DropStale) and outcome.newly_lost:
-            self.counts["lease_lost"] += 1
+        for counter in kind.counts(outcome):
+            self.counts[counter] += 1
 
 
-def failure_of(r: Running, outcome: Retry | Bury) -> Failure:
-    """``outcome`` as its batched form: what ``_transition`` passes ``q.retry`` / ``q.bury``."""
-    note = timeline_note(r, outcome)
-    if isinstance(outcome, Retry):
-        return Failure(r.job, "retry", outcome.error, outcome.kind, outcome.traceback, note,
-                       delay_ms=outcome.delay_ms, keep_turn=r.spec is None or r.spec.ordered)
-    return Failure(r.job, "bury", outcome.error or outcome.reason, outcome.kind,
-                   outcome.traceback, note, spend_attempt=outcome.spend_attempt,
-                   reason=outcome.reason)
+def transition(r: Running, outcome: Outcome, kind: OutcomeKind[Any]) -> bool:
+    """The outcome's one fenced Lua transition, with its timeline note; True when the job,
+    cancelled by an operator, was ended as cancelled instead of put back (the script
+    decides)."""
+    return kind.transition(r, outcome, timeline_note(r, outcome))
+
+
+def failure_of(r: Running, outcome: Outcome) -> Failure:
+    """``outcome`` as its batched form: what its ``transition`` passes ``q.retry`` /
+    ``q.bury``."""
+    batched = kind_of(outcome).batched
+    assert batched is not None, f"{type(outcome).__name__} has no batched form"
+    return batched(r, outcome, timeline_note(r, outcome))
 
 
 def cancelled_instead(r: Running) -> Cancelled:
@@ -349,19 +318,7 @@ def timeline_note(r: Running, outcome: Outcome) -> dict[str, Any] | None:
     ran = duration_ms(r)
     if ran is not None:
         note["ran_ms"] = ran
-    if isinstance(outcome, Ack):
-        if r.owns_idempotency:
-            note["idempotency_fence"] = r.job.epoch
-        # a batched ack's lock was released already: its completion still names it
-        lock = r.lock or (outcome.completion.lock if outcome.completion else None)
-        if lock is not None:
-            note["lock"], note["lock_fence"] = lock.key, lock.fence
-    elif isinstance(outcome, Snooze):
-        note.update(outcome.details or {})
-        if outcome.note:
-            note["note"] = outcome.note
-    elif isinstance(outcome, HandBack):
-        note["why"] = "the worker is shutting down"
+    note.update(kind_of(outcome).timeline(r, outcome))
     return note or None
 
 
@@ -369,49 +326,3 @@ def duration_ms(r: Running) -> int | None:
     """How long the handler has run (None before it started)."""
     return int((time.monotonic() - r.started_mono) * 1000) if r.started_mono else None
 
-
-def _level(outcome: Outcome) -> int:
-    if isinstance(outcome, Snooze):
-        return outcome.level
-    if isinstance(outcome, (Retry, Bury, DropStale, Cancelled, Expired, SnoozeCap)):
-        return logging.WARNING
-    return logging.INFO
-
-
-def _error_kind(outcome: Outcome) -> str:
-    if isinstance(outcome, (Retry, Bury)):
-        return outcome.kind
-    if isinstance(outcome, Snooze):
-        return outcome.reason
-    if isinstance(outcome, DropStale):
-        return "lease_lost"
-    if isinstance(outcome, Cancelled):
-        return "cancelled"
-    if isinstance(outcome, Expired):
-        return "expired"
-    if isinstance(outcome, SnoozeCap):
-        return "snooze_cap"
-    return ""
-
-
-def _note(outcome: Outcome) -> str:
-    if isinstance(outcome, Snooze) and outcome.note:
-        return f": {outcome.note}"
-    if isinstance(outcome, Retry):
-        return f": {outcome.error}"
-    if isinstance(outcome, Bury):
-        return f": {outcome.reason}"
-    if isinstance(outcome, DropStale):
-        return f": {outcome.why}; outcome dropped"
-    if isinstance(outcome, HandBack):
-        return " (no attempt spent)"
-    if isinstance(outcome, (Cancelled, Expired, SnoozeCap)):
-        return f": {outcome.reason}" + (" (discarded)" if isinstance(outcome, Cancelled)
-                                        and outcome.to == "discard" else "")
-    return ""
-
-
-def _details(outcome: Outcome) -> dict[str, Any]:
-    if isinstance(outcome, (Retry, Snooze)):
-        return {"delay_ms": outcome.delay_ms}
-    return {}

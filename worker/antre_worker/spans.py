@@ -11,7 +11,7 @@ from collections.abc import Callable
 from antre.observe import tracing
 
 from .held import Running
-from .outcomes import Outcome, Snooze
+from .outcomes import Outcome, kind_of
 
 Step = Callable[[Running], Outcome | None]
 
@@ -25,8 +25,9 @@ def traced(name: str, step: Step) -> Step:
             outcome = step(r)
             span.set_attribute("antre.outcome", "continue" if outcome is None
                                else type(outcome).__name__)
-            if isinstance(outcome, Snooze):
-                span.set_attribute("antre.snooze_reason", outcome.reason)
+            reason = "" if outcome is None else kind_of(outcome).snooze_reason(outcome)
+            if reason:
+                span.set_attribute("antre.snooze_reason", reason)
             if r.lock is not None:
                 span.set_attribute("antre.lock.fence", r.lock.fence)
             return outcome
