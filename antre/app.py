@@ -135,7 +135,7 @@ class HandlerSpec:
     # a retried job with a lock_key keeps its key's turn (the jobs behind it wait for its
     # retry); False: the next job of the key runs first and the retried one rejoins the line
     ordered: bool = True
-    # fair shares (issue 23): the jobs' default group, a name or a function of the payload
+    # fair shares: the jobs' default group, a name or a function of the payload
     # (``group=lambda payload: payload["tenant"]``), and its slots (ready or running at once)
     group: str | Callable[[Any], str] | None = None
     group_concurrency: int | None = None
@@ -186,7 +186,7 @@ class Antre:
                  alerts: AlertConfig | None = None, max_age_s: float | None = None,
                  max_snoozes: int | None = None, partitions: int | None = None) -> None:
         self._redis_url = redis_url
-        # each queue's partitions (issue 29; antre/engine/partitions.py): this default, else
+        # each queue's partitions (antre/engine/partitions.py): this default, else
         # ANTRE_PARTITIONS, else 1; queue_options(name, partitions=) for one queue
         self.default_partitions = (partitions_mod.env_count() if partitions is None
                                    else partitions_mod.checked_count(partitions))
@@ -278,7 +278,7 @@ class Antre:
             self._scripts = Scripts(self.redis)
         return self._scripts
 
-    # -- partitions (issue 29): one queue over several hash tags / Cluster nodes --------------
+    # -- partitions: one queue over several hash tags / Cluster nodes -------------------------
     def queue_options(self, name: str, *, partitions: int | None = None) -> None:
         """Per-queue settings: ``partitions=N`` spreads the queue over N partitions (each its
         own hash tag, so a Redis Cluster puts them on different nodes); more than the
@@ -588,7 +588,7 @@ class Antre:
                 ids[i] = job_id
         return ids
 
-    # -- flows (issue 26; antre/flows/): chains, groups, chords, batches ----------------------
+    # -- flows (antre/flows/): chains, groups, chords, batches --------------------------------
     @property
     def flows(self) -> FlowProducer:
         return FlowProducer(self)
@@ -706,7 +706,7 @@ class Antre:
         self.outbox.add(session, q.name, spec.job_id, dataclasses.asdict(spec))
         return spec.job_id
 
-    # -- the producer's view (issue 11) ---------------------------------------------------------
+    # -- the producer's view --------------------------------------------------------------------
     @property
     def finder(self) -> Finder:
         """Find jobs by id, idempotency key or payload field; read their timelines."""

@@ -20,7 +20,7 @@ class JobContext:
     record (``None`` without a database); it is opened on first use, so a handler that never
     touches it costs no transaction (its completion is then one autocommit statement).
     ``fence``: the fencing token of the job's business lock when it has a ``lock_key``, else
-    the lease epoch. In a flow (issue 26): ``flow_id``; ``flow_results``, the results of the
+    the lease epoch. In a flow: ``flow_id``; ``flow_results``, the results of the
     jobs it waited for, in input order (a chord's callback: every job of its group; a
     ``ChildFailure`` for one that died when the flow ignores failures; one read, on first
     use); ``previous_result``, a chain step's previous step's result (the list when it

@@ -28,14 +28,14 @@ import dataclasses
 import inspect
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast
+from typing import (TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol,
+                    TypeVar, cast)
 
 from antre.errors import InvalidJob, Permanent
 
 if TYPE_CHECKING:
-    from antre.app import Antre
     from antre.engine.envelope import JobSpec
 
 P = ParamSpec("P")
@@ -63,10 +63,24 @@ class Schema:
     fields: tuple[Field, ...]
 
 
+class Producer(Protocol):
+    """What a task enqueues through (``Antre``): its ``enqueue``, ``aenqueue`` and ``spec``,
+    called with the job type, the payload and the enqueue options."""
+
+    @property
+    def enqueue(self) -> Callable[..., str]: ...
+
+    @property
+    def aenqueue(self) -> Callable[..., Coroutine[Any, Any, str]]: ...
+
+    @property
+    def spec(self) -> Callable[..., JobSpec]: ...
+
+
 class Task(Generic[P, R]):
     """A registered handler with a typed producer side; calling it runs the handler itself."""
 
-    def __init__(self, app: Antre, name: str, fn: TaskFn[P, R], *,
+    def __init__(self, app: Producer, name: str, fn: TaskFn[P, R], *,
                  key: Callable[..., str] | None = None, model: type | None = None) -> None:
         self.app, self.name, self.fn, self.key, self.model = app, name, fn, key, model
         self.signature = inspect.signature(fn)

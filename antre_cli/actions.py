@@ -143,7 +143,7 @@ def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
     _add_tasks(sub)
 
 
-# -- fair-share groups (issue 23): list and show here; pause, resume, limit, slots and clear
+# -- fair-share groups: list and show here; pause, resume, limit, slots and clear
 # are entries of the table --------------------------------------------------------------------
 def _add_group(sub: Any) -> Any:
     g = sub.add_parser("group", help="fair-share groups: list | show | pause | resume | limit "

@@ -1,4 +1,4 @@
-"""``antre flow``: a queue's flows (issue 26): ``list`` (one state's, newest first, with the
+"""``antre flow``: a queue's flows: ``list`` (one state's, newest first, with the
 counts) and ``show FLOW_ID`` (its state, progress, why it stopped, its jobs as a text tree by
 depth, or ``--json``). Replaying a flow's dead jobs (``antre flow replay-failed``) and
 cancelling a flow are entries of the table of actions that join this group (audited as

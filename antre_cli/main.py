@@ -144,7 +144,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- find (issue 11) --------------------------------------------------------------------------
+# -- find -------------------------------------------------------------------------------------
 def _print_job(app: Antre, found: Located, as_json: bool) -> int:
     status = app.finder.job_status(found.job_id)
     timeline = app.finder.timeline(found.queue, found.job_id)

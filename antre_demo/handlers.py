@@ -38,7 +38,7 @@ class Faults:
     email_timeout_rate: float = float(os.environ.get("ANTRE_DEMO_EMAIL_FAULT_RATE", "0.15"))
     flaky_rate: float = float(os.environ.get("ANTRE_DEMO_FLAKY_RATE", "0.5"))
     rate_limit_rate: float = float(os.environ.get("ANTRE_DEMO_RATE_LIMIT_RATE", "0.4"))
-    # an order's stock hold finds the SKU out of stock (its chord fails; issue 26)
+    # an order's stock hold finds the SKU out of stock (its chord fails)
     stock_out_rate: float = float(os.environ.get("ANTRE_DEMO_STOCK_OUT_RATE", "0.1"))
     # a row of the nightly import's batch has a bad SKU (it dies; the report counts it)
     bad_row_rate: float = float(os.environ.get("ANTRE_DEMO_BAD_ROW_RATE", "0.03"))

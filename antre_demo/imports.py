@@ -1,4 +1,4 @@
-"""A batch with a report (issue 26): a nightly import adds its rows to an open batch
+"""A batch with a report: a nightly import adds its rows to an open batch
 (``app.batch``) as they are read, then closes it; ``import_report``, its ``on_complete``
 callback, runs once every row has settled and reports how many were imported and how many
 died (a row with a bad SKU, now and then: a permanent failure; a retryable one is retried).

@@ -1,4 +1,4 @@
-"""The invoice webhook as a chord (issue 26). An "order paid" event fans out into three jobs of
+"""The invoice webhook as a chord. An "order paid" event fans out into three jobs of
 one flow on the ``webhooks`` queue: the ledger (``webhook_invoice``: the order's invoice, the
 seed scenario's handler), the receipt email (``order_receipt``: the email scenario's provider,
 with its accept-then-time-out faults: retries) and a stock hold (``stock_hold``: now and then

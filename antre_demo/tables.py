@@ -107,7 +107,7 @@ def insert_for(session: Any, table: Table) -> Any:
         f"the demo supports SQLite and PostgreSQL, not {name!r}")
 
 
-# the invoice webhook as a chord (issue 26): a stock hold per order, then the order closed
+# the invoice webhook as a chord: a stock hold per order, then the order closed
 stock_holds = Table(
     "demo_stock_holds", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),

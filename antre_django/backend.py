@@ -225,7 +225,7 @@ class AntreBackend(BaseTaskBackend):
         if found is None or found.state == "gone":
             raise TaskResultDoesNotExist(result_id)
         # Queue.get: the id's own partition, and a dead job's traceback made whole (its error
-        # group keeps the head of it, issue 29)
+        # group keeps the head of it)
         got = app.queue(found.queue, keys.id_partition(result_id)).get(result_id)
         if got is None:
             raise TaskResultDoesNotExist(result_id)

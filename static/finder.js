@@ -1,4 +1,4 @@
-/* The finder (issue 11): "/" focuses the header's finder box from anywhere but a form field;
+/* The finder: "/" focuses the header's finder box from anywhere but a form field;
  * a payload search's Stop button ends the chain of htmx steps (no inline scripts: strict CSP). */
 (function () {
   "use strict";

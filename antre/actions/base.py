@@ -249,11 +249,11 @@ class Ops:
         return Limits(self.redis, self.clock)
 
     @property
-    def gates(self) -> Gates:  # type and downstream limits held at reserve (issue 23)
+    def gates(self) -> Gates:  # type and downstream limits held at reserve
         return Gates(self.redis, self.clock, self.app.scripts)
 
     @property
-    def groups(self) -> GroupControl:  # fair-share groups (issue 23)
+    def groups(self) -> GroupControl:  # fair-share groups
         return GroupControl(self.redis, self.clock, self.app.scripts, self.pauses)
 
     @property

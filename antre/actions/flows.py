@@ -1,4 +1,4 @@
-"""Operator actions on a flow (issue 26): cancel a whole flow (every job of it not ended yet,
+"""Operator actions on a flow: cancel a whole flow (every job of it not ended yet,
 the callbacks with them), from the dashboard, the API and the CLI, audited as ``flow.cancel``;
 replay every dead job of a flow (``flow.replay_failed``) through the same replay as the DLQ's
 (``Queue.replay``: attempts reset, idempotency key kept), so the flow goes on once they

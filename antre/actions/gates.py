@@ -1,5 +1,5 @@
-"""Operator actions on a job type's or downstream's flow limits held at reserve (issue 23 item
-4): override its slots and/or rate in one queue with a reason, until cleared or for a while,
+"""Operator actions on a job type's or downstream's flow limits held at reserve: override its
+slots and/or rate in one queue with a reason, until cleared or for a while,
 and end the override (``antre.limits.gates``). An unknown type or downstream is refused
 saying so (400 / exit 1), nothing changed."""
 

@@ -1,4 +1,4 @@
-"""Operator actions on the incident view (issue 25): acknowledge, silence or reopen an
+"""Operator actions on the incident view: acknowledge, silence or reopen an
 incident, override an alert threshold of a queue.
 """
 

@@ -1,5 +1,5 @@
 """Operator actions on what holds jobs back: force-release a lock, close a circuit breaker,
-resolve an abandoned idempotency record, and the fair-share groups (issue 23: pause, resume,
+resolve an abandoned idempotency record, and the fair-share groups (pause, resume,
 override their slots and rate).
 """
 
@@ -52,7 +52,7 @@ def resolve_abandoned(ops: Ops, who: Actor, a: Args) -> Result:
                   {"to": to, "job_id": was.job_id, "fence": was.fence,
                    "abandoned_since_ms": was.since_ms})
 
-# -- fair-share groups (issue 23): pause / resume one, override its slots and rate -------------
+# -- fair-share groups: pause / resume one, override its slots and rate ------------------------
 def _group_target(a: Args) -> str:
     return f"{a['queue']}/{a['group']}"
 

@@ -18,11 +18,11 @@ TABLE: list[Action] = [
     *jobs.ENTRIES,
     *queues.ENTRIES,
     *limits.ENTRIES,
-    *gates.ENTRIES,  # a type's or downstream's limits held at reserve (issue 23)
+    *gates.ENTRIES,  # a type's or downstream's limits held at reserve
     *dead.ENTRIES,
     *incidents.ENTRIES,
     *users.ENTRIES,
-    *flows.ENTRIES,  # a whole flow: cancel, replay its dead jobs (issue 26)
+    *flows.ENTRIES,  # a whole flow: cancel, replay its dead jobs
 ]
 
 

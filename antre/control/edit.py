@@ -1,4 +1,4 @@
-"""Replay with an edited payload (issue 25 item 4): ``plan`` says what a replay of a dead job
+"""Replay with an edited payload: ``plan`` says what a replay of a dead job
 with a new payload (and maybe a new idempotency key) would do: the diff, the handler, the
 idempotency record of the key it would run under, and why it would be refused. It is the dry
 run the dashboard shows and the check ``ReplayEdits.replay`` makes before it changes anything.

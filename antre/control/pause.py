@@ -95,7 +95,7 @@ class Pauses:
             self._set(k, job_type or WHOLE_QUEUE, "resume", "")
         return self.unpark_stale(queue)
 
-    # -- one group (issue 23): its jobs are parked by reserve as a paused type's are ----------
+    # -- one group: its jobs are parked by reserve as a paused type's are ---------------------
     def pause_group(self, queue: str, group: str, by: str, reason: str) -> PauseInfo:
         """Pause one fair-share group of ``queue`` (one tenant): reserve parks its ready jobs
         untouched; its running jobs finish. Raises ``PauseError`` when it is paused already."""

@@ -1,4 +1,4 @@
-"""A paced replay that watches what it replayed and stops itself (issue 25 item 3), and the
+"""A paced replay that watches what it replayed and stops itself, and the
 replay of a dead job into another queue.
 
 Watching costs the scripts nothing per job beyond the jobs a task replayed: ``replay.lua``
@@ -61,7 +61,7 @@ def watch_key(queue: str, target: str) -> str:
 
 
 def watch_keys(client: "redis.Redis", queue: str, target: str) -> list[str]:
-    """``watch_key`` of each partition of the queue replayed into (issue 29)."""
+    """``watch_key`` of each partition of the queue replayed into."""
     return [k.replay_watch for k in partitions.all_keys(client, target or queue)]
 
 

@@ -27,8 +27,8 @@ DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
-# waiting: behind the head of its lock_key in its queue (issue 23), made ready when its turn comes;
-# held: a job of a flow whose parents have not all settled (issue 26), placed when they have
+# waiting: behind the head of its lock_key in its queue, made ready when its turn comes;
+# held: a job of a flow whose parents have not all settled, placed when they have
 STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
 # where a cancelled job goes (a job's cancel, a flow's cancel): the DLQ with the reason, or gone
 CANCEL_TO = ("dlq", "discard")
@@ -51,7 +51,7 @@ _HEX_ID = re.compile(r"[0-9a-f]{32}")
 def job_traceparent(job_id: str) -> str:
     """The W3C traceparent of a job whose id was made at enqueue and that came with no trace
     of its own: made from the id's 128 random bits (trace id: the 32 hex digits, parent id:
-    the last 16 of them), so it is not stored (issue 29: one field less per job). '' for an
+    the last 16 of them), so it is not stored (one field less per job). '' for an
     id that is not such a one (a job with the caller's id stores a trace made for it)."""
     if _HEX_ID.match(job_id) is None:
         return ""
@@ -228,14 +228,14 @@ class Job:
     payload_error: str = ""  # set when the stored payload could not be decoded
     snoozes: int = 0  # times held back without spending an attempt (lock busy, flow, ...)
     cancel: str = ""  # an operator's cancel request (JSON), set while it is pending
-    group: str = ""  # its fair-share group (issue 23; stored as 'fgroup', not read at reserve)
+    group: str = ""  # its fair-share group (stored as 'fgroup', not read at reserve)
     waits_on: str = ""  # while waiting: 'lock' (behind its key's head), 'group' (a slot) or
     # 'limit' (a slot of its type's or downstream's concurrency limit: ``gate``)
     gate: str = ""  # the limit it waits for ('type:<t>' or 'ds:<name>'), waiting or scheduled
     group_rate: str = ""  # its group's rate as given ('10/s'; stored as 'grate' '10/1000')
     rate_due: int = 0  # the start its group's rate gave it, when later than it was due (ms)
-    progress: Progress | None = None  # its handler's last ctx.progress (issue 26)
-    flow: str = ""  # the id of the flow it belongs to (issue 26), '' for none
+    progress: Progress | None = None  # its handler's last ctx.progress
+    flow: str = ""  # the id of the flow it belongs to, '' for none
     flow_inputs: int = 0  # how many parents in its flow give it their results ('fin')
 
     # True on a job reserve read as plain (PLAIN_FIELDS and its state, nothing else: from_row
@@ -318,7 +318,7 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
 
 def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
     """The latest failure's traceback: its entry's in ``errors`` (append_error in _lib.lua
-    keeps no second copy; a job stored before issue 29 without entries has its field)."""
+    keeps no second copy; an older record without entries has its field)."""
     if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
         tb = errors[-1].get("traceback")
         return tb if isinstance(tb, str) else ""
@@ -338,7 +338,7 @@ def from_fields(fields: Mapping[str, str], queue: str = "", job_id: str = "") ->
     reported in ``payload_error`` so the worker can bury the job with that reason. ``queue``,
     ``job_id``: the queue whose key holds the hash and the id it is stored under, for a job
     whose hash does not name them (the standard enqueue stores neither 'queue' nor 'id': the
-    key says both, issue 29)."""
+    key says both)."""
     job_id = fields.get("id") or job_id
     payload, payload_error = _stored_payload(fields.get("payload"))
     headers, _ = _json(fields.get("headers"), {})
@@ -474,7 +474,7 @@ class JobSpec:
     job_id: str | None = None
     unique: bool = False  # while a job holds this idempotency key, enqueue returns its id
     unique_for_s: float = 0.0  # unique: after it completes, refuse the key this long
-    group: str | None = None  # fair shares (issue 23): a tenant, a customer, ...
+    group: str | None = None  # fair shares: a tenant, a customer, ...
     group_concurrency: int | None = None  # the group's slots (ready or running at once)
     group_rate: str | None = None  # at most this many of the group's starts: '10/s', '600/m'
 
@@ -503,7 +503,7 @@ def check_spec(spec: JobSpec, queue: str) -> None:
     _check_seconds("timeout_s", spec.timeout_s, 0.001)
     _check_seconds("visibility_timeout_s", spec.visibility_timeout_s, 0.001)
     _check_seconds("delay_s", spec.delay_s, 0)
-    if spec.unique is not False:  # unique jobs (issue 13): the common case costs one test
+    if spec.unique is not False:  # unique jobs: the common case costs one test
         _check_unique(spec)
     if (spec.group is not None or spec.group_concurrency is not None
             or spec.group_rate is not None):
@@ -828,7 +828,7 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
         reserved_at=n_reserved_at, worker_id=row_worker or "", checkpoint=checkpoint,
         first_failed_at=n_first_failed_at, replayed_at=n_replayed_at,
         payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[]))
-    if flow or fin:  # a job of a flow (issue 26): the only jobs with these fields
+    if flow or fin:  # a job of a flow: the only jobs with these fields
         job.__dict__.update(flow=flow or "", flow_inputs=_num(fin))
     if plain:
         job.__dict__["_plain"] = True

@@ -1,4 +1,4 @@
-"""A worker's batch of failed jobs in one script call (``fail_many.lua``, issue 29).
+"""A worker's batch of failed jobs in one script call (``fail_many.lua``).
 
 ``Failure`` is one job's retry (``op='retry'``: back in ``delay_ms``, an attempt spent) or
 burial (``op='bury'``: to the DLQ with ``reason``), with what ``Queue.retry`` / ``Queue.bury``

@@ -4,7 +4,7 @@ All keys of one queue share the hash tag ``{queue}`` so that every Lua script to
 runs on one Redis Cluster slot. Keys that are not per queue (worker registry, locks, the queue
 index) carry their own hash tag.
 
-A queue spread over N partitions (issue 29) has N such tags: partition 0 keeps ``{queue}`` (a
+A queue spread over N partitions has N such tags: partition 0 keeps ``{queue}`` (a
 queue of one partition is exactly as before), partition p > 0 has ``{queue~p}`` or
 ``{queue~p.<n>}`` (``partition_tag``: placed around the slot ring so that a Cluster's masters
 get an even share; ``~`` is in no name, so no other queue's tag can be one of these). The ids of the jobs (and flows) made in
@@ -233,7 +233,7 @@ class QueueKeys:
     def quarantine(self) -> str:  # LIST of JSON: ids too broken to be dead jobs (newest first)
         return f"{self.tag}:quarantine"
 
-    # -- per-key turns (issue 23): jobs sharing a lock_key run one at a time, in order ------
+    # -- per-key turns: jobs sharing a lock_key run one at a time, in order -----------------
     # The scripts given only ``job_prefix`` derive these from it (antre/engine/lua/_lib.lua
     # ``turns_key`` / ``line_key`` / ``waiting_key``).
     @property
@@ -253,7 +253,7 @@ class QueueKeys:
     def waiting(self) -> str:  # ZSET score = joined the line ms: the jobs in state 'waiting'
         return f"{self.tag}:waiting"
 
-    # fair-share groups (issue 23): derived in the scripts from ``job_prefix`` as well
+    # fair-share groups: derived in the scripts from ``job_prefix`` as well
     def group_held(self, group: str) -> str:  # SET of the ids holding one of the group's slots
         return f"{self.tag}:gheld:{group}"
 
@@ -282,7 +282,7 @@ class QueueKeys:
     def group_overrides(self) -> str:  # HASH group -> JSON {slots, by, reason, at, until_ms}
         return f"{self.tag}:goverrides"
 
-    # flow limits held at reserve (issue 23 item 3; "Limit gates" in lua/_lib.lua); a gate is
+    # flow limits held at reserve ("Limit gates" in lua/_lib.lua); a gate is
     # 'type:<job type>' or 'ds:<downstream>'. The scripts derive these from ``job_prefix``.
     @property
     def gate_candidates(self) -> str:  # HASH job type -> its gates, as its worker declared
@@ -317,7 +317,7 @@ class QueueKeys:
     def gate_starts(self, gate: str) -> str:  # ZSET id -> its start under the gate's rate
         return f"{self.tag}:lstart:{gate}"
 
-    # -- finder and job timelines (issue 11) -------------------------------------------------
+    # -- finder and job timelines ------------------------------------------------------------
     # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
     # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
     @property
@@ -338,7 +338,7 @@ class QueueKeys:
         the job prefix as ``<tag>:rwake:<id>``)."""
         return f"{self.tag}:rwake:{job_id}"
 
-    # -- producer side: unique jobs, periodic schedules, retention (issue 13) ---------------
+    # -- producer side: unique jobs, periodic schedules, retention --------------------------
     @property
     def unique_prefix(self) -> str:  # STRING per idempotency key of a unique job (see below)
         return f"{self.tag}:uniq:"
@@ -348,7 +348,7 @@ class QueueKeys:
         ``done:<id>`` with a TTL while a completed job's ``unique_for_s`` window lasts."""
         return f"{self.unique_prefix}{idempotency_key}"
 
-    # -- flows (issue 26): chains, groups, chords and batches; see lua/_flows.lua ------
+    # -- flows: chains, groups, chords and batches; see lua/_flows.lua -----------------
     # The scripts derive these from ``job_prefix`` and the flow id (``flow_key`` in _lib.lua:
     # '<tag>:flow:<id>' and its suffixes), so all of a flow sits in its queue's slot.
     @property

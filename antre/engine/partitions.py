@@ -1,4 +1,4 @@
-"""One queue spread over N partitions (issue 29 item 4), each a ``Queue`` with its own hash tag
+"""One queue spread over N partitions, each a ``Queue`` with its own hash tag
 (``keys.QueueKeys(queue, p)``), so a Redis Cluster places them on different nodes.
 
 The count in force is published in Redis (``QueueKeys.partition_count``, partition 0's slot) so

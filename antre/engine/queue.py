@@ -54,7 +54,7 @@ def _note(note: Note) -> str:
 
 class ResultJSON(str):
     """A handler's result already encoded as the ack stores it (``encode_result``): passed as
-    the result, it is stored as it is, not encoded again (issue 29)."""
+    the result, it is stored as it is, not encoded again."""
 
 
 encode_result = json.JSONEncoder(default=str, separators=(",", ":")).encode  # one encoder
@@ -438,7 +438,7 @@ class Queue:
     def handover(self, job: Job, result: Any, *, lock_key: str, token: str, worker_id: str,
                  count: int, next_token: str = "", ttl_ms: int = 0, note: Note = None
                  ) -> "Handover":
-        """A locked job's end and its key's next job in one round trip (issue 23, the hot
+        """A locked job's end and its key's next job in one round trip (the hot
         key): ``handover.lua`` checks the lock is still held by ``token`` (else nothing
         changes: status 'LOCK'), releases it and acks the job (the key's turn passes); when
         the new head is the next job a reserve takes, its lock is taken with ``next_token``
@@ -508,7 +508,7 @@ class Queue:
               counter: str = "retried", note: Note = None, count_snooze: bool = False,
               keep_turn: bool = True) -> bool:
         """in-flight → scheduled (or ready when ``delay_ms`` <= 0); True when the job was
-        cancelled by an operator instead, and so ended as cancelled (issue 25: never put back). ``keep_turn=False``: a job
+        cancelled by an operator instead, and so ended as cancelled (never put back). ``keep_turn=False``: a job
         holding its lock_key's turn gives it to the next in line and waits at the end of it."""
         k = self.keys
         now = self.clock()
@@ -537,7 +537,7 @@ class Queue:
         """Rate limited, lock busy, breaker open: later, no attempt spent. ``note``: what held
         it back (the lock and its fence, the limiter, ...) for the job's timeline.
         ``keep_turn=False``: a job with a lock_key waits behind its key's next job (a version
-        conflict, issue 23)."""
+        conflict)."""
         return self.retry(job, delay_ms=delay_ms, spend_attempt=False, undeliver=True,
                           counter=counter, error="", kind=why, note=note, count_snooze=True,
                           keep_turn=keep_turn)
@@ -667,7 +667,7 @@ class Queue:
                   for k, v in raw.items()}
         if not fields:
             return None
-        # a dead job's traceback: its error group keeps the head (issue 29)
+        # a dead job's traceback: its error group keeps the head
         return tracebacks.resolve_job(self.redis, self.keys.error_tracebacks,
                                       from_fields(fields, self.name, job_id),
                                       fields.get("errors"))
@@ -682,7 +682,7 @@ class Queue:
         pipe.zscore(k.done, job_id)
         pipe.zscore(k.dead, job_id)
         pipe.zscore(k.waiting, job_id)
-        pipe.zscore(k.held, job_id)  # a job of a flow waiting for its parents (issue 26)
+        pipe.zscore(k.held, job_id)  # a job of a flow waiting for its parents
         pipe.smembers(k.parked_types)
         *found, parked_types = pipe.execute()
         if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None

@@ -88,7 +88,7 @@ def format_traceback(exc: BaseException) -> str:
     """The text ``traceback.format_exception`` gives (chained exceptions included), its last
     8,000 characters, without the ``^^^^`` position lines. Python 3.11+ finds those by parsing
     each frame's source line and stats every file for each traceback: together most of a
-    failed job's worker CPU (issue 29). Exception groups keep the standard format."""
+    failed job's worker CPU. Exception groups keep the standard format."""
     if isinstance(exc, BaseExceptionGroup):
         return "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
     parts: list[str] = []

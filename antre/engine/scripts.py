@@ -51,7 +51,7 @@ NAMES = (
     "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "fail_many", "extend_lease",
     "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
-    # a locked job's ack with its key's hand-over to the next head (Queue.handover, issue 23)
+    # a locked job's ack with its key's hand-over to the next head (Queue.handover)
     "handover",
     # a queue's published partition count, only ever grown (antre/engine/partitions.py)
     "partitions_grow",
@@ -64,13 +64,13 @@ NAMES = (
     "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
     # retention (antre/maintenance/retention.py)
     "retention",
-    # records too broken to be dead jobs (issue 24)
+    # records too broken to be dead jobs
     "quarantine",
     # live control of fair-share groups (antre/groups/control.py)
     "group_limit",
     # flow limits held at reserve, and their overrides (antre/limits/gates.py)
     "gates_declare", "gates_override",
-    # producers waiting for a result, handlers' progress (antre/observe/waiting.py, issue 26)
+    # producers waiting for a result, handlers' progress (antre/observe/waiting.py)
     "result_wait", "progress",
     # flows: chains, groups, chords, batches (antre/flows/)
     "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",

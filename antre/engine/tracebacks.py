@@ -1,4 +1,4 @@
-"""A dead job's traceback as its readers show it (issue 29). A burial keeps the traceback's head
+"""A dead job's traceback as its readers show it. A burial keeps the traceback's head
 (every line but the last) once per error group, in ``keys.QueueKeys.error_tracebacks``; the job
 keeps its last line (the exception and its message) and ``tb_group``, in its ``errors`` entry
 and in its ``buried`` event (``tb_share`` in antre/engine/lua/_lib.lua). ``resolve`` puts the

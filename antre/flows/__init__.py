@@ -1,4 +1,4 @@
-"""Flows (issue 26): chains, groups, chords and batches of ordinary jobs that finish exactly
+"""Flows: chains, groups, chords and batches of ordinary jobs that finish exactly
 once. This room owns the compositions and their compilation into a DAG (``compose.py``, pure),
 storing a flow and changing it (``store.py``: one script call each; the scripts are
 ``enqueue_flow.lua``, ``flow_inputs.lua``, ``flow_close.lua``, ``flow_cancel.lua`` and

@@ -1,4 +1,4 @@
-"""Live control of fair-share groups (issue 23): pause and resume one group, override its slots
+"""Live control of fair-share groups: pause and resume one group, override its slots
 (how many of its jobs may be ready or running at once) and/or its rate with a reason, until
 cleared or for a while. Both live in Redis in the queue's slot and are read by the scripts on every enqueue,
 ack and reserve, so they hold on every worker host at once. Like every control here, none of

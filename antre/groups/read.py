@@ -1,5 +1,5 @@
 """What the Groups page, the API, the CLI and ``/metrics`` read about fair-share groups and
-lock_key lines (issue 23). Every read is bounded: the busiest groups come from two ZSETs kept by
+lock_key lines. Every read is bounded: the busiest groups come from two ZSETs kept by
 the scripts (``QueueKeys.group_waiting`` / ``group_slots``: top N by ZREVRANGE), a search looks a
 name up directly (ZSCORE), a group's line is read a page at a time (LRANGE)."""
 

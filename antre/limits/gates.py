@@ -1,4 +1,4 @@
-"""Flow limits held at reserve (issue 23 items 3 and 4): a job type's and a downstream's
+"""Flow limits held at reserve: a job type's and a downstream's
 concurrency and rate as *gates* of the queue ('type:<job type>', 'ds:<downstream>'), which
 ``reserve.lua`` applies before delivering a job ("Limit gates" in ``antre/engine/lua/_lib.lua``):
 a job over its gate's slots waits in the gate's line and is moved back to ready by the script
@@ -70,7 +70,7 @@ class Declaration:
                           sort_keys=True)
 
     def per_partition(self, partitions: int) -> "Declaration":
-        """The share of each of a queue's ``partitions`` (issue 29): a type's or downstream's
+        """The share of each of a queue's ``partitions``: a type's or downstream's
         limit is cross-partition, and each partition's reserve sees only its own keys, so
         each holds ceil(limit / N) slots and ceil(n / N) starts per window (together at most
         N - 1 over the limit, never under a partition's share)."""

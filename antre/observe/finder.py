@@ -442,7 +442,7 @@ class Finder:
         if state and not trace_id:  # a trace made from the job's id (not stored)
             trace_id = job_traceparent(job_id)
         events = _kept_events([_event(r) for r in raw], dict(zip(_KEPT, kept)), state)
-        # a burial's traceback: its error group keeps the head (issue 29), the event the rest;
+        # a burial's traceback: its error group keeps the head, the event the rest;
         # the event kept the last 2,000 characters of the whole
         tracebacks.resolve(self.redis, k.error_tracebacks,
                            [e.details for e in events if e.kind == "buried"], limit=2000)

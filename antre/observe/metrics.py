@@ -69,7 +69,7 @@ METRIC_NAMES = (
     "antre_worker_loop_lag_seconds",
     # each worker process's completed-key cache: hit rate = hits / (hits + misses)
     "antre_completed_cache_hits_total", "antre_completed_cache_misses_total",
-    # per-key turns and fair-share groups (issue 23): bounded (top TOP_GROUPS groups)
+    # per-key turns and fair-share groups: bounded (top TOP_GROUPS groups)
     "antre_waiting_jobs", "antre_lock_keys_held", "antre_groups_waiting", "antre_groups_paused",
     "antre_group_waiting_jobs",
 )
@@ -281,7 +281,7 @@ class AntreCollector:
             k = keys.QueueKeys(name)
             depth.add_metric([name, "ready"], info.ready)
             depth.add_metric([name, "scheduled"], info.scheduled)
-            depth.add_metric([name, "held"], info.held)  # a flow's, for its parents (issue 26)
+            depth.add_metric([name, "held"], info.held)  # a flow's, for its parents
             inflight.add_metric([name], info.inflight)
             oldest.add_metric([name], info.oldest_ready_age_ms / 1000)
             dlq.add_metric([name], info.dead)

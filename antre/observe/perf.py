@@ -1,4 +1,4 @@
-"""Per job type performance (issue 25 item 5): runs, failures, handler duration and queue wait
+"""Per job type performance: runs, failures, handler duration and queue wait
 (p50 / p95 / p99) over the last hour, 24 hours and 7 days, a duration histogram and the
 deploys in the window, read from Redis (the performance page, its JSON twin and the CLI).
 

@@ -70,10 +70,10 @@ class QueueInfo:
     as_of: int
     paused: tuple[PauseInfo, ...] = ()
     parked: int = 0
-    waiting: int = 0  # behind the head of their lock_key (issue 23): made ready in their turn
+    waiting: int = 0  # behind the head of their lock_key: made ready in their turn
     keys_held: int = 0  # lock_keys of this queue that have a head (a job whose turn it is)
-    held: int = 0  # jobs of flows waiting for their parents (issue 26), state 'held'
-    partitions: int = 1  # the queue's partitions (issue 29), their counts summed here
+    held: int = 0  # jobs of flows waiting for their parents, state 'held'
+    partitions: int = 1  # the queue's partitions, their counts summed here
 
     @property
     def queue_paused(self) -> PauseInfo | None:
@@ -82,7 +82,7 @@ class QueueInfo:
 
 @dataclass(frozen=True)
 class Turn:
-    """A job's place on its lock_key (issue 23): ``place`` 0 is the head (its turn), n the
+    """A job's place on its lock_key: ``place`` 0 is the head (its turn), n the
     n-th waiting behind it; ``line`` how many wait on the key in all."""
     lock_key: str
     head: str
@@ -91,7 +91,7 @@ class Turn:
     group: str = ""  # set when it waits for a slot of its group (head is then '')
     slots_held: int = 0
     rate: str = ""  # set when it is scheduled for the start its group's rate gave it
-    gate: str = ""  # set when it waits for a type's or downstream's limit (issue 23 item 3)
+    gate: str = ""  # set when it waits for a type's or downstream's limit
 
     @property
     def ordinal(self) -> str:
@@ -313,7 +313,7 @@ class ReadModels:
         return sorted(cast(set[str], self.redis.smembers(keys.queues_index())))
 
     def queue_info(self, name: str) -> QueueInfo:
-        """The queue's counts, its partitions' summed (issue 29): the oldest ready job of
+        """The queue's counts, its partitions' summed: the oldest ready job of
         any, the pauses as partition 0 holds them (a pause is written to every partition)."""
         n = partitions.published(self.redis, name)
         infos = [self._partition_info(keys.QueueKeys(name, p)) for p in range(n)]
@@ -626,7 +626,7 @@ class ReadModels:
         fields = cast(dict[str, str], self.redis.hgetall(k.job(job_id)))
         if not fields:
             return None
-        # a dead job's traceback: its error group keeps the head (issue 29)
+        # a dead job's traceback: its error group keeps the head
         return tracebacks.resolve_job(self.redis, k.error_tracebacks,
                                       from_fields(fields, queue, job_id),
                                       fields.get("errors"))

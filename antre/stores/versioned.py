@@ -1,4 +1,4 @@
-"""Optimistic locking as a primitive (issue 23 item 7): a versioned row's compare-and-set
+"""Optimistic locking as a primitive: a versioned row's compare-and-set
 through a handler's SQL session (``ctx.db``), raising ``VersionConflict`` when the row is no
 longer at the version that was read. The worker turns that conflict into a re-queue behind the
 job's lock_key without spending an attempt (``antre.engine.retry.classify``), counted as

@@ -1,4 +1,4 @@
-"""A test app for flow limits held at reserve (issue 23 item 3): ``tests.apps.flowlimits:app``.
+"""A test app for flow limits held at reserve: ``tests.apps.flowlimits:app``.
 ``limited`` (concurrency 2) and ``solo`` (concurrency 1) count how many of them run at once in
 Redis (``flow:now``; the highest seen in ``flow:peak``) and list their runs (``flow:runs``:
 ``<i>:<delivery>:<pid>``), so a test in another process sees them. A job with

@@ -1,4 +1,4 @@
-"""A test app for flows (issue 26): ``tests.apps.flows:app``. ``part`` records each run in
+"""A test app for flows: ``tests.apps.flows:app``. ``part`` records each run in
 Redis (``flows:runs``: ``<i>:<delivery>:<pid>``) and returns ``i * 10``; one with
 ``{"hold": true}`` waits on its first delivery until the test sets ``flows:go`` (killed
 meanwhile). ``collect``, a chord's callback, counts its runs (``flows:callback_runs``) and keeps

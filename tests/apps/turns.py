@@ -1,4 +1,4 @@
-"""A test app for per-key turns (issue 23): ``tests.apps.turns:app``. The ``step`` handler
+"""A test app for per-key turns: ``tests.apps.turns:app``. The ``step`` handler
 records its start and end in Redis (``turns:runs``: ``<i>:start|end:<delivery>:<pid>``) so a
 test in another process sees the order, and a run that overlaps another. A job with
 ``{"hold": true}`` waits on its first delivery until the test sets ``turns:go`` (killed,

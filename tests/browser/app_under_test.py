@@ -84,7 +84,7 @@ def slow_report(ctx, payload):
 
 @app.handler("stubborn_report", visibility_timeout_s=60, timeout_s=120, cancel_grace_s=3)
 def stubborn_report(ctx, payload):
-    """A sync handler that ignores ``ctx.cancelled`` (issue 25 item 2: a cancel keeps its word
+    """A sync handler that ignores ``ctx.cancelled`` (a cancel keeps its word
     anyway: past the grace the worker abandons it and the job goes where the cancel said)."""
     ref = str(payload["ref"])
     _mark("started", ref)

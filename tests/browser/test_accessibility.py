@@ -40,7 +40,7 @@ def something_everywhere(stack):
     dead_id = stack.enqueue("charge", dead_ref)
     stack.enqueue("flaky_fetch", sched_ref)
     slow_id = stack.enqueue("slow_report", slow_ref, seconds=60)
-    c = stack.client  # a running flow (its member retries for a long while; issue 26)
+    c = stack.client  # a running flow (its member retries for a long while)
     flow = c.chord([c.spec("flaky_fetch", {"ref": f"{sched_ref}-f"},
                            idempotency_key=f"browser:a11y:flow:{sched_ref}")],
                    c.spec("echo", {"ref": f"{sched_ref}-c"},
@@ -65,15 +65,15 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
     pages = [
         ("/", "#live .cards"),
         ("/inflight/", f"tr[data-row='{made['slow']}']"),
-        ("/inflight/?queue=default&sort=silent", f"tr[data-row='{made['slow']}']"),  # issue 11
+        ("/inflight/?queue=default&sort=silent", f"tr[data-row='{made['slow']}']"),
         ("/scheduled/", "td.err:has-text('upstream 503')"),
         ("/schedules/", "tr[data-schedule='nightly_digest']"),
         ("/dlq/", f"tr[data-row='{made['dead']}']"),
         (f"/dlq/default/{made['dead']}", "dl.facts"),
-        (f"/jobs/default/{made['slow']}", "#timeline tr.event"),  # the job page (issue 25)
+        (f"/jobs/default/{made['slow']}", "#timeline tr.event"),  # the job page
         ("/account", "form input[type='password']"),
         ("/locks/", "code:text-is('browser:a11y:1')"),
-        ("/incident/", "#live p.asof"),  # issue 25
+        ("/incident/", "#live p.asof"),
         (f"/jobs/default/{made['dead']}/edit", "textarea#payload"),
         ("/errors/?queue=default", "table.error-groups td.sig"),
         ("/purge/", "p.dry-run"),
@@ -81,18 +81,18 @@ def test_no_serious_or_critical_violation_on_any_page(stack, login, chromium, so
         (f"/idempotency/?key=browser:charge:{made['dead_ref']}", "dl.facts"),
         ("/audit/", "td:text-is('login')"),
         ("/users/", "td:text-is('viewer')"),
-        # the finder (issue 11): search results, browse pages
+        # the finder: search results, browse pages
         (f"/find?q=ref={made['dead_ref']}", "td.search-done"),
         ("/browse/default/dead", f"tr[data-row='{made['dead']}']"),
         ("/browse/default/ready", "table.browse"),
-        # per-key turns and groups (issue 23)
+        # per-key turns and groups
         ("/groups/?queue=default", "form[role='search']"),
         ("/browse/default/waiting", "table.browse"),
         ("/groups/default/tenant:a11y", "dl.facts"),
-        # performance per job type (issue 25)
+        # performance per job type
         ("/types/", "tr[data-type='charge']"),
         ("/types/charge?window=1h", "figure.chart .plot"),
-        # flows (issue 26)
+        # flows
         ("/flows/?queue=default", f"tr[data-flow='{made['flow']}']"),
         (f"/flows/default/{made['flow']}", "ol.flow-dag .flow-job"),
     ]

@@ -1,4 +1,4 @@
-"""Replay with an edited payload in Chromium (issue 25 item 4): a charge died for a bad ref; the
+"""Replay with an edited payload in Chromium: a charge died for a bad ref; the
 operator opens the job, edits the payload to the fixed ref, sees the diff in a dry run, replays
 it with a reason, and the worker pool runs the edited payload once; the original stays on the
 job's timeline."""

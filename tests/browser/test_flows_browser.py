@@ -1,4 +1,4 @@
-"""The Flows pages in a real Chromium (issue 26), against gunicorn, Redis and a real worker
+"""The Flows pages in a real Chromium, against gunicorn, Redis and a real worker
 pool: a chord whose charge fails is listed under Failed with its progress; its flow page lays
 its jobs out by depth and links each to its job page, whose facts link back to the flow; the
 operator replays the flow's dead job and the flow finishes. Screenshots at 1280 and 390 px

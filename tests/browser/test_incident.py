@@ -84,7 +84,7 @@ def test_operator_pauses_during_traffic_resumes_and_cancels_a_running_job(stack,
                                       timeout=JOB_TIMEOUT_MS)
     screenshot(page, "incident-cancelled-in-dlq")
     assert ref not in stack.marks("done")
-    # the job's timeline records the request (who, why) and ends with the cancel (item 2)
+    # the job's timeline records the request (who, why) and ends with the cancel
     page.goto(f"/jobs/default/{job_id}")
     events = page.locator("#timeline tbody tr.event")
     expect(events.last).to_have_attribute("data-kind", "cancelled", timeout=JOB_TIMEOUT_MS)
@@ -95,7 +95,7 @@ def test_operator_pauses_during_traffic_resumes_and_cancels_a_running_job(stack,
 
 def test_a_cancelled_handler_that_ignores_the_flag_is_marked_then_dead_with_its_timeline(stack,
                                                                                        login):
-    """Issue 25 item 2 in the browser: a sync handler that ignores ``ctx.cancelled``; the
+    """A sync handler that ignores ``ctx.cancelled``; the
     in-flight row says "cancelling since" while its grace runs, then the job is in the DLQ
     (within the grace + a heartbeat) and its timeline ends with the cancel."""
     q = stack.client.queue()

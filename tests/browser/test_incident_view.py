@@ -1,4 +1,4 @@
-"""The incident view in Chromium (issue 25 items 1 and 6): a burst of dead letters fires the DLQ
+"""The incident view in Chromium: a burst of dead letters fires the DLQ
 alert; the header (one row at 1280 px) counts it and opens the incident view, where the card
 shows the top error group and the action that helps; the operator acknowledges it with a
 reason and the count drops. Screenshots at 1280x800 (light, dark) and 390x844 of the incident

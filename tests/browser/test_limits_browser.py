@@ -1,4 +1,4 @@
-"""The Limits table and a group's pause in a real Chromium (issue 23 item 4), against gunicorn,
+"""The Limits table and a group's pause in a real Chromium, against gunicorn,
 Redis and a real worker pool: an operator overrides a job type's slots and rate with a reason
 and a revert time, sees it in the table and in the audit log, and ends it; pauses one group
 from its page (a job of it is parked by the worker, not run), then resumes it (the job runs).

@@ -1,4 +1,4 @@
-"""A queue spread over 3 partitions (issue 29) in a real Chromium: the overview shows it as one
+"""A queue spread over 3 partitions in a real Chromium: the overview shows it as one
 queue (its counts summed) and its dead-letter page lists the dead jobs of every partition."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The performance pages in Chromium on the real stack (issue 25 item 5), at 1280 and 390 px,
-and absolute times reachable by keyboard (item 6)."""
+"""The performance pages in Chromium on the real stack, at 1280 and 390 px,
+and absolute times reachable by keyboard."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A redrive that stops itself, in Chromium on the real stack (issue 25 item 3): a paced
+"""A redrive that stops itself, in Chromium on the real stack: a paced
 replay of jobs that only fail again pauses itself and its progress row says why."""
 
 from __future__ import annotations

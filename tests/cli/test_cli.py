@@ -125,7 +125,7 @@ def test_schedules_on_an_unknown_name_fail_clearly(env, capsys):
     assert "no schedule named 'nope'" in capsys.readouterr().err
 
 
-# -- antre find (issue 11) ---------------------------------------------------------------------
+# -- antre find --------------------------------------------------------------------------------
 def test_find_by_id_key_and_field_prints_job_timeline_and_hits(env, capsys):
     a, b = dead(env, 2)
     assert main(["dlq", "--queue", "billing", "replay", a, "--reason", "card fixed"]) == 0

@@ -1,6 +1,6 @@
 """``antre flow``: list a queue's flows by state, show one as a text tree or JSON, replay a
 flow's dead jobs (the table's entry, audited as ``cli:NAME``), against a real Redis and
-SQLite (issue 26)."""
+SQLite."""
 
 from __future__ import annotations
 

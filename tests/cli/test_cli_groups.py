@@ -1,6 +1,6 @@
 """``antre group``: list, show, pause / resume one group, override its slots (and end the
 override), against a real Redis and SQLite, audited with the OS user; bad input refused on
-stderr, changing nothing (issue 23)."""
+stderr, changing nothing."""
 
 from __future__ import annotations
 

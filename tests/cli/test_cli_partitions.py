@@ -1,4 +1,4 @@
-"""The ``antre`` command on a queue of 3 partitions (issue 29): list, show, find and replay a
+"""The ``antre`` command on a queue of 3 partitions: list, show, find and replay a
 job of any partition by its id alone; status counts the whole queue."""
 
 from __future__ import annotations

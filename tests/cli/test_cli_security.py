@@ -1,4 +1,4 @@
-"""Secrets stay out of what the CLI prints and audits (issue 24, items 9, 10 and 15): a Redis
+"""Secrets stay out of what the CLI prints and audits: a Redis
 URL's password never reaches the audit log or the terminal, and ``antre user add`` takes the
 password from a prompt, stdin or ``$ANTRE_PASSWORD`` rather than the process list."""
 

@@ -1,4 +1,4 @@
-"""CLI parity for the user actions (issue 25 item 7): ``antre user role|disable|enable|delete|
+"""CLI parity for the user actions: ``antre user role|disable|enable|delete|
 logout-everywhere`` run the table's entries (``antre/actions/``) against a real SQLite,
 audited like the dashboard's (same action names, ``cli:NAME`` as the actor); an unknown user
 or role is refused, audited, and changes nothing."""

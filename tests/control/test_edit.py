@@ -1,4 +1,4 @@
-"""``replay_edited.lua`` and ``antre.control.edit`` (issue 25 item 4) on a real Redis: the job
+"""``replay_edited.lua`` and ``antre.control.edit`` on a real Redis: the job
 moves dead -> ready with the edited payload in one script; a new key takes the key index; a
 unique job keeps its key; a job not in the DLQ is left alone."""
 

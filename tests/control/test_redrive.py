@@ -1,4 +1,4 @@
-"""A paced replay that stops itself (issue 25 item 3): the scripts count what the jobs a task
+"""A paced replay that stops itself: the scripts count what the jobs a task
 replayed did, the task pauses itself past its threshold and says why; replay to another queue."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 24, items 1 and 2: a broken job record, or one whose content cannot be decoded, is
+"""A broken job record, or one whose content cannot be decoded, is
 dealt with alone by every script that walks several jobs (and by the reserve reply's
 decoding); its batch-mates go on as if it were not there, and no id is left in no list."""
 

@@ -1,4 +1,4 @@
-"""Issue 25: a job an operator cancelled is never put back where a worker could run it again.
+"""A job an operator cancelled is never put back where a worker could run it again.
 The scripts decide, whatever the worker does: a hand-back, retry or snooze (retry.lua), a lease
 expiry (sweep_expired.lua) and a reserve of one put back before (reserve.lua) end it as
 cancelled, to the DLQ or discarded as requested, and its timeline ends with the cancel."""

@@ -104,7 +104,7 @@ def test_unique_enqueue_ticks_and_retention_on_cluster(rc):
 
 @pytest.mark.parametrize("name", ["orders", "q3"])
 def test_key_turns_and_groups_on_cluster(rc, name):
-    """Per-key turns and group slots (issue 23): every key a script derives is in the queue's
+    """Per-key turns and group slots: every key a script derives is in the queue's
     slot, so the hand-over works on a cluster as on one server."""
     from antre.groups.control import GroupControl
     clock = ManualClock()
@@ -124,7 +124,7 @@ def test_key_turns_and_groups_on_cluster(rc, name):
 
 @pytest.mark.parametrize("name", ["orders", "q3"])
 def test_limit_gates_and_their_overrides_on_cluster(rc, name):
-    """A type's limit held at reserve (issue 23 item 3): the gates' keys are derived in the
+    """A type's limit held at reserve: the gates' keys are derived in the
     queue's slot, so declaring, holding, freeing and overriding work on a cluster too."""
     from antre.limits.gates import Declaration, Gates
     clock = ManualClock()
@@ -142,7 +142,7 @@ def test_limit_gates_and_their_overrides_on_cluster(rc, name):
 
 @pytest.mark.parametrize("name", ["orders", "q3"])
 def test_result_wait_and_progress_on_cluster(rc, name):
-    """result_wait.lua, progress.lua and the ack's wake (issue 26): the job's wake list shares
+    """result_wait.lua, progress.lua and the ack's wake: the job's wake list shares
     its queue's slot; the blocking pop on a cluster client waits in slices."""
     from antre.observe.waiting import blocking_pop
     q = Queue(rc, name, clock=ManualClock())

@@ -14,7 +14,7 @@ from antre.engine.envelope import _DEFAULT_TAIL, NEW_FIELDS, encode_new, pack_ne
 from antre.engine.queue import TRACEPARENT, JobSpec, Queue
 from antre.observe.finder import Finder
 
-# what the standard enqueue leaves out when it is empty or JobSpec's default (issue 29)
+# what the standard enqueue leaves out when it is empty or JobSpec's default
 DEFAULTED = {"lock_key", "headers", "timeout_s", "vt_ms", "max_deliveries"}
 # and what it never stores: the queue's name and the job's id (its key says both; readers are
 # given them)
@@ -126,7 +126,7 @@ def test_enqueue_one_lua_leaves_what_enqueue_lua_leaves(q, r, clock, before, opt
 
 
 def test_enqueue_one_lua_refuses_a_job_with_a_lock_key(q, r, clock):
-    """A lock_key job may have to wait behind its key's head (issue 23): only enqueue.lua
+    """A lock_key job may have to wait behind its key's head: only enqueue.lua
     knows how; the lean script refuses one, leaving nothing behind."""
     import redis as redis_py
     values = encode_new(JobSpec("t", {}, "key-1", lock_key="acct:1"), q.name, clock())
@@ -140,7 +140,7 @@ def test_enqueue_stores_exactly_the_new_fields_and_the_state(q, delay_s):
     job_id = q.enqueue("t", {"v": 1}, idempotency_key="k", delay_s=delay_s)
     stored = q.redis.hgetall(q.keys.job(job_id))
     # no lock key, no headers, JobSpec's timeout, lease and delivery limit: none of them is
-    # stored (an absent one reads as empty / the default, issue 29)
+    # stored (an absent one reads as empty / the default)
     # nor a trace made from its id (read back from the id), nor visible_at when it is now
     assert set(stored) == {*NEW_FIELDS, "state"} - DEFAULTED - IMPLIED - (
         TRACE if delay_s else MADE)

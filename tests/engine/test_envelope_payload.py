@@ -231,7 +231,7 @@ def test_enqueue_many_stores_what_encode_new_makes(r):
             del expected["queue"], expected["id"]
             assert "queue" not in got and "id" not in got
         if names == NEW_FIELDS and all(expected[k] == v for k, v in defaulted.items()):
-            # (the standard path stores none of these when all are empty / JobSpec's: issue 29)
+            # (the standard path stores none of these when all are empty / JobSpec's)
             for k in defaulted:
                 del expected[k]
                 assert k not in got

@@ -1,4 +1,4 @@
-"""Issue 29: a worker's batch of failures in one script call (``Queue.fail_many``,
+"""A worker's batch of failures in one script call (``Queue.fail_many``,
 fail_many.lua). Each job is applied exactly as retry.lua / bury.lua apply it alone (compared
 field by field and event by event with the single-job scripts on a twin queue), fenced on its
 own lease; a stale epoch, a record that is not a hash and a record that breaks the script

@@ -1,4 +1,4 @@
-"""Antre's scripts as one Redis Functions library (issue 29 item 1): loaded once per server
+"""Antre's scripts as one Redis Functions library: loaded once per server
 (``FUNCTION LOAD``), each transition one ``FCALL`` that runs only the script's own body; a
 server that cannot take the library (no Redis Functions, an ACL without them), a Redis
 Cluster client and ``ANTRE_REDIS_FUNCTIONS=0`` call the same scripts by ``EVALSHA``."""

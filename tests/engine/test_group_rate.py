@@ -1,4 +1,4 @@
-"""Group rates (issue 23): ``group_rate="10/s"`` lets at most that many of a group's jobs start
+"""Group rates: ``group_rate="10/s"`` lets at most that many of a group's jobs start
 in any window of that length. The next job the window does not allow yet is given its start and
 waits in 'scheduled' for it (holding its slot), promoted by the ordinary promotion pass; the
 group's later jobs wait in its line until that one ends. Nothing is delivered early, snoozed or

@@ -1,4 +1,4 @@
-"""Fair-share groups (issue 23): at most ``group_concurrency`` (default 128) of a group's jobs
+"""Fair-share groups: at most ``group_concurrency`` (default 128) of a group's jobs
 hold a slot (ready, scheduled or in flight); the rest wait in the group's line, in order, and
 take the slot a leaving job frees in the same script. A big group's backlog never delays a
 small group's jobs by more than its slots. With a lock_key, a job is first its key's head."""
@@ -51,7 +51,7 @@ def test_a_small_group_is_not_starved_by_a_big_ones_backlog(q):
 
 
 def test_the_noisy_neighbour_case_b_ends_within_a_tenth_of_as_drain(q):
-    # issue 23's judged case: 5,000 jobs of tenant A, then 20 of tenant B, drained the way a
+    # the noisy neighbour: 5,000 jobs of tenant A, then 20 of tenant B, drained the way a
     # default worker takes them (16 a reserve, acked as a batch): B's last job is done within
     # the first 10% of the 5,020 (for equal jobs, within 10% of A's drain time; bench/perkey.py
     # noisy measures the time); without groups it would be the last 20

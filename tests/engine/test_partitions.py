@@ -1,4 +1,4 @@
-"""One queue spread over partitions (issue 29 item 4): the core guarantees with partitions=3,
+"""One queue spread over partitions: the core guarantees with partitions=3,
 on a single Redis and on the real 3-node Redis Cluster (each partition its own hash tag)."""
 
 from __future__ import annotations

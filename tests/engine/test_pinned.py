@@ -1,4 +1,4 @@
-"""The producer's per-thread connection (``scripts.Pinned``, issue 14 item 3): a single
+"""The producer's per-thread connection (``scripts.Pinned``): a single
 enqueue skips the pool's checkout and release, and loses none of what the pool gave it: a
 connection the server closed is reconnected before anything is written, an error mid-call
 leaves nothing half-read, a forked child never writes on its parent's socket, a thread's
@@ -199,7 +199,7 @@ def test_a_non_utf8_client_packs_with_redis_py(redis_url, r):
 
 def test_new_ids_and_traceparents_are_well_formed_and_distinct(r):
     """One ``os.urandom`` per job (or per batch) makes its id; a job without a trace of its own
-    has the traceparent made from the id's random bits (not stored, issue 29); a job with the
+    has the traceparent made from the id's random bits (not stored); a job with the
     caller's id gets a trace of its own bits, stored."""
     q = Queue(r, "jobs")
     ids = [q.enqueue("t", {}, idempotency_key=f"k{i}") for i in range(3)]

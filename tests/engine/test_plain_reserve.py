@@ -1,4 +1,4 @@
-"""Issue 29: a job whose hash holds only what every job has (``PLAIN_FIELDS`` and its state) is
+"""A job whose hash holds only what every job has (``PLAIN_FIELDS`` and its state) is
 reserved "plain": one HMGET of those fields and HLEN, no lookups of the optional ones, a row
 that stops before them, and an ack that reads four fields instead of eleven. Any other job
 (a field the plain read did not ask for) is read whole, as before. Against a real Redis;
@@ -125,7 +125,7 @@ def test_a_job_with_any_other_field_is_read_whole(q, r, clock, case):
     if case == "delivered_before":
         [first] = q.reserve("w0")
         q.retry(first, delay_ms=0, error="again")
-    elif case == "old_queue_field":  # as the version before issue 29 stored it
+    elif case == "old_queue_field":  # as an older version stored it
         r.hset(key, "queue", q.name)
     elif case == "damaged_attempt":
         r.hset(key, "attempt", NOT_UTF8)

@@ -1,4 +1,4 @@
-"""The scripts behind ``app.result(key).wait()`` (issue 26): ``result_wait.lua`` counts a waiter
+"""The scripts behind ``app.result(key).wait()``: ``result_wait.lua`` counts a waiter
 on a job not yet ended and nothing on one that ended or does not exist; every script that ends
 a job (ack, ack_many, bury, a sweep to the DLQ, a cancel's end, a purge) pushes one token per
 waiter to the job's wake list, which expires, and clears the count; the scripts that put a job

@@ -54,7 +54,7 @@ def test_reserve_reads_and_writes_each_job_once(q, r):
     r.config_resetstat()
     assert len(q.reserve("w1", count=8)) == 8
     stats = calls(r)
-    # per job one HMGET, its field count and one HSET (a plain job: issue 29); the inflight ZADD
+    # per job one HMGET, its field count and one HSET (a plain job); the inflight ZADD
     # once per call; no timeline write (the 'reserved' event is kept in the hash); the
     # incident controls looked at with one EXISTS per call (none is set: no HLEN of them)
     assert (stats["hmget"], stats["hlen"], stats["hset"], stats["zadd"]) == (8, 8, 8, 1)
@@ -71,7 +71,7 @@ def test_ack_many_reads_and_writes_each_job_once(r):
     assert q.ack_many([(j, None) for j in jobs]) == []
     stats = calls(r)
     assert (stats["fcall"], stats["hmget"], stats["hset"]) == (1, 8, 8)
-    assert "rpush" not in stats  # (the 'completed' event is kept in the hash: issue 29)
+    assert "rpush" not in stats  # (the 'completed' event is kept in the hash)
     # the batch's index moves and counters once; the done-trim once (8 past the cap of 4)
     assert (stats["zrem"], stats["zadd"]) == (2, 1) and stats["hincrby"] <= 2
     assert stats["zrangebyscore"] == 1 and stats["zcard"] == 1 and stats["zrange"] == 1

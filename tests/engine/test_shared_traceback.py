@@ -1,4 +1,4 @@
-"""Issue 29: a dead job's traceback is stored once per error group. The group keeps the
+"""A dead job's traceback is stored once per error group. The group keeps the
 traceback's head (every line but the last) in ``QueueKeys.error_tracebacks``; each job keeps its
 last line and ``tb_group`` in its ``errors`` entry and in its ``buried`` event, and the pages'
 readers (``ReadModels.job``, ``Finder.timeline``) show the whole text, as before. A job written
@@ -86,7 +86,7 @@ def test_retention_removes_the_head_with_its_group_and_a_lost_head_says_so(r, cl
 
 def test_a_job_stored_by_the_previous_version_retries_buries_and_shows_its_tracebacks(
         r, clock, q):
-    """An in-flight job as the version before issue 29 left it: a 'traceback' field, whole
+    """An in-flight job as an older version left it: a 'traceback' field, whole
     tracebacks in 'errors', every field of its layout; the new scripts settle it."""
     q.enqueue_many([JobSpec("charge", {"i": 0}, "k0")])
     job = q.reserve("w1", count=1)[0]

@@ -1,4 +1,4 @@
-"""Issue 29: a failed job's traceback is the standard text (chained exceptions included)
+"""A failed job's traceback is the standard text (chained exceptions included)
 without Python 3.11's ``^^^^`` position lines, which cost most of a failure's worker CPU."""
 
 from __future__ import annotations

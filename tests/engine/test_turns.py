@@ -1,4 +1,4 @@
-"""Per-key turns (issue 23): jobs of one queue sharing a lock_key wait behind the key's head in
+"""Per-key turns: jobs of one queue sharing a lock_key wait behind the key's head in
 state 'waiting', and the next becomes ready in the same script that ends the head: ack, bury,
 an unordered retry, sweep to the DLQ, cancel, purge, replay. Against a real Redis, on the
 injected clock."""

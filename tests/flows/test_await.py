@@ -1,4 +1,4 @@
-"""``await app.aflow_wait(flow_id, timeout=)`` (issue 26): the flow wait from asyncio, on the
+"""``await app.aflow_wait(flow_id, timeout=)``: the flow wait from asyncio, on the
 same wake list as ``flow.wait``, its BLMOVE sent on ``redis.asyncio`` (no thread held): it
 returns once the settlement that finishes the flow runs (acked from the test while the
 coroutine waits), with the same few commands however long it waited (INFO commandstats from a

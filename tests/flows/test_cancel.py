@@ -1,4 +1,4 @@
-"""Cancelling a whole flow (issue 26): its held callback and scheduled jobs end at once, a
+"""Cancelling a whole flow: its held callback and scheduled jobs end at once, a
 ready job ends when a reserve pops it, a running one gets the cancel request its worker
 carries out; nothing of the flow settles or starts afterwards. The table's ``flow.cancel``
 entry: the API, role-checked and audited (the dashboard route and the CLI command come from

@@ -1,4 +1,4 @@
-"""Edges of flows (issue 26): typed tasks as steps, a dependent whose record is broken (the
+"""Edges of flows: typed tasks as steps, a dependent whose record is broken (the
 parent's ack still completes, the broken one is passed over), a batch of compositions, two
 jobs given one id refused."""
 

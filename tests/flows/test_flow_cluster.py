@@ -1,4 +1,4 @@
-"""A flow on a local 3-node Redis Cluster (issue 26): all of a flow's keys share its queue's
+"""A flow on a local 3-node Redis Cluster: all of a flow's keys share its queue's
 hash tag, so storing it, settling its jobs, waiting for it and cancelling one are single-slot
 scripts there too."""
 

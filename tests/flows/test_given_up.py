@@ -1,4 +1,4 @@
-"""A member that goes for good while it holds its flow (issue 26 leftovers): discarded from the
+"""A member that goes for good while it holds its flow: discarded from the
 DLQ, deleted (purge), cancelled to discard. Under 'fail' and 'wait' the flow is given up: it
 ends failed for good, its held jobs go with it (nothing of it starts any more), its other
 members end on their own and settle; under 'ignore' the dead member had settled already and

@@ -1,4 +1,4 @@
-"""What is kept of a flow (issue 26): a finished flow's records go with the done jobs'
+"""What is kept of a flow: a finished flow's records go with the done jobs'
 retention, a failed or waiting one stays for its operator as long as a dead job is kept,
 then goes with its held jobs (none left outside every list); a member removed by an operator
 (deleted from ready) counts as dead for its flow, so the flow never waits on a job that is

@@ -1,4 +1,4 @@
-"""What a dead member does to its flow (issue 26): fail (default) stops what comes after it and
+"""What a dead member does to its flow: fail (default) stops what comes after it and
 says where and why, ignore lets it run with the failure in its results, wait holds the flow for
 an operator; a replayed dead member that then completes lets the flow go on. Batches: jobs
 added over time, on_complete / on_success once the batch is closed and settled."""

@@ -1,4 +1,4 @@
-"""A chord through real worker processes (issue 26): ``kill -9`` of the worker running one of
+"""A chord through real worker processes: ``kill -9`` of the worker running one of
 its children mid-flow; the lease is swept (the sweeper's clock advanced in the test, never
 slept for), a new worker finishes the flow, and the callback is enqueued and run exactly once
 with every child's result in order."""

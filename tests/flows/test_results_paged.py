@@ -1,4 +1,4 @@
-"""A flow's results read a page at a time (issue 26 leftovers): a big batch's ``results()`` and
+"""A flow's results read a page at a time: a big batch's ``results()`` and
 ``iter_results()`` never read its whole jobs' list or every result in one command; ``offset``
 and ``limit`` page them; a group's exits page the same way."""
 

@@ -1,4 +1,4 @@
-"""Flows through a real worker (issue 26): handlers get ``ctx.previous_result`` and
+"""Flows through a real worker: handlers get ``ctx.previous_result`` and
 ``ctx.flow_results``, a result over ``ANTRE_FLOW_RESULT_MAX`` fails its job with the reason,
 and bad input is refused at enqueue with ``InvalidJob`` and nothing of the flow stored."""
 

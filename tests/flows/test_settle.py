@@ -1,4 +1,4 @@
-"""Flows settle exactly once inside the scripts that end their jobs (issue 26): a chain passes
+"""Flows settle exactly once inside the scripts that end their jobs: a chain passes
 results along, a chord's callback gets every result in order, nesting fans out and in, and a
 duplicate ack, a stale-epoch ack or a sweep of an in-flight member never counts twice. Against
 a real Redis, on the injected clock (the queue's scripts driven by hand)."""

@@ -1,5 +1,5 @@
 """A flow step's ``delay_s`` counts from its release, when its parents have settled, not from
-the enqueue (issue 26 leftovers), on the injected clock: a step with a minute's delay behind a
+the enqueue, on the injected clock: a step with a minute's delay behind a
 step that took two minutes still waits its minute. A flow's first steps (nothing to wait for)
 count from the enqueue, as any job does."""
 

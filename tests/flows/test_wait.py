@@ -1,4 +1,4 @@
-"""``flow.wait(timeout=)`` (issue 26): woken by the settlement that finishes the flow (its wake
+"""``flow.wait(timeout=)``: woken by the settlement that finishes the flow (its wake
 list), not by polling: the commands the server runs during a wait do not grow with its length
 (counted with INFO commandstats from a second client); a finished flow answers at once, a
 failed one too, and a wait that runs out raises ``FlowTimeout`` with the status."""

@@ -1,8 +1,8 @@
-"""Flow limits held at reserve (issue 23 item 3): a type's or downstream's concurrency and rate
+"""Flow limits held at reserve: a type's or downstream's concurrency and rate
 declared as gates of the queue. A job over its gate's slots waits in the gate's line (never
 delivered, no attempt, no snooze) and is made ready by the script that frees a slot (ack,
 retry, bury, sweep); one over its gate's rate waits in scheduled for its start. Operators'
-overrides (item 4) hold at the next reserve, revert on the injected clock, and are refused for
+overrides hold at the next reserve, revert on the injected clock, and are refused for
 a type or downstream no worker declared."""
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def test_a_rate_gives_later_starts_in_scheduled_without_a_delivery(q, r, clock):
 
 def test_a_job_that_finds_the_slots_full_takes_no_rate_start(q, r, clock):
     # rate 2 a second and 1 slot: the jobs that wait for the slot hold no start, so when the
-    # slot frees after a window with no start in it, the next job runs at once (it used to be
-    # scheduled a window later: the waiting jobs' starts filled the window)
+    # slot frees after a window with no start in it, the next job runs at once (not a window
+    # later, as it would if the waiting jobs' starts filled the window)
     gated(r, clock, conc=1, rate="2/1000")
     ids = fill(q, 4)
     (a,) = q.reserve("w", count=10)

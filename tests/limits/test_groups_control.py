@@ -1,4 +1,4 @@
-"""Live control of fair-share groups (issue 23): override a group's slots with a reason (a raise
+"""Live control of fair-share groups: override a group's slots with a reason (a raise
 starts its waiting jobs at once, 0 holds it), optionally reverting after a duration on the
 injected clock; pause and resume one group; the Groups read model shows the busiest groups,
 why a group is held, the paused ones, and a group's jobs in order."""

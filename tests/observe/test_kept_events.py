@@ -1,4 +1,4 @@
-"""Issue 29 item 1: a delivery's routine events are kept in the job's hash. reserve writes no
+"""A delivery's routine events are kept in the job's hash. reserve writes no
 'reserved' event and a plain ack no 'completed' one; the timeline's reader makes them from the
 hash, and anything else that happens to the job writes the pending 'reserved' event out first,
 so the stored list stays in the order things happened. Real Redis, the clock injected."""

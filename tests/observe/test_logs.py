@@ -166,7 +166,7 @@ def test_one_processed_job_is_one_line_at_info(redis_url, antre_logging):
         "job_id": ok, "job_type": "send_email", "idempotency_key": "email:welcome:42",
         "attempt": 1, "lock_key": "user:42"}
     assert done["trace_id"].startswith("00-") and done["duration_ms"] >= 0
-    assert done["lock_fence"] == 1  # the fencing token of the lock it ran under (issue 27)
+    assert done["lock_fence"] == 1  # the fencing token of the lock it ran under
     (retried,) = per_job[bad]
     assert (retried["event"], retried["level"]) == ("retried", "WARNING")
     assert set(SEED_FIELDS) - {"lock_key"} <= set(retried) and retried["error_kind"]
@@ -178,7 +178,7 @@ def test_received_and_started_are_debug_lines(redis_url, antre_logging):
     assert events == [("received", "DEBUG"), ("started", "DEBUG"), ("succeeded", "INFO")]
 
 
-# -- buffered writes (issue 14: one write system call per line cost more than the line) --------
+# -- buffered writes (one write system call per line cost more than the line) ------------------
 class _Writes(io.StringIO):
     """A stream that keeps each write apart and tells when one came."""
 

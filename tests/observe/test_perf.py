@@ -1,4 +1,4 @@
-"""Per-type performance (issue 25 item 5): figures computed from known data on an injected
+"""Per-type performance: figures computed from known data on an injected
 clock, windows, the slots' bounded size (expiry relative to the writer's clock), deploy
 markers, and a real worker's jobs counted."""
 

@@ -1,5 +1,5 @@
-"""The performance pages' coarse slots (issue 25, bench/results/render.md): the 6-hour and daily
-slots written with the hours hold exactly their sums, so the 24 h and 7 d figures read from the
+"""The performance pages' coarse slots (bench/results/render.md): the 6-hour and daily slots
+written with the hours hold exactly their sums, so the 24 h and 7 d figures read from the
 ``cover`` (at most 22 slots for a week instead of 168) equal the figures summed from the
 hourly slots, whatever the time of day; a coarse slot that does not exist (data written before
 them) is read from its hours; and they stay bounded (each expires by itself)."""

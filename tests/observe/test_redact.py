@@ -1,4 +1,4 @@
-"""The one redaction of URLs and of exception texts that embed them (issue 24, item 10)."""
+"""The one redaction of URLs and of exception texts that embed them."""
 
 from __future__ import annotations
 

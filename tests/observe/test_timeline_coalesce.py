@@ -1,4 +1,4 @@
-"""The timeline keeps every transition (issue 25 item 6): checkpoints and a worker's lease
+"""The timeline keeps every transition: checkpoints and a worker's lease
 extensions in a row are one event with their count and first and last time; past the cap the
 first events stay and the ones between them and the newest are dropped, counted."""
 
@@ -47,7 +47,7 @@ def test_a_job_checkpointing_every_half_second_keeps_its_first_reserve_and_hand_
     assert beat.count == 20 and beat.details["by"] == "heartbeat"
     assert tl.events[6].actor == "alice" and tl.events[6].count == 1
     assert tl.events[7].count == 1  # after the operator's extension: a new row
-    # (enqueued and the completion are read from the job's hash: issue 29)
+    # (enqueued and the completion are read from the job's hash)
     assert r.llen(q.keys.timeline(job_id)) == 7
 
 

@@ -1,4 +1,4 @@
-"""``app.result(key).wait(timeout)`` and ``await app.aresult(key, timeout=...)`` (issue 26):
+"""``app.result(key).wait(timeout)`` and ``await app.aresult(key, timeout=...)``:
 woken by the job's end (ack, deduplicated ack, bury, a cancel's end, a purge), every waiter of
 a job, a key completed before the wait, a key whose job is not in Redis yet, a key completed
 in SQL whose Redis job is gone, a Redis restart; and the commands a wait costs, counted on the

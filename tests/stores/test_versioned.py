@@ -1,4 +1,4 @@
-"""Optimistic locking as a primitive (issue 23 item 7): ``versioned_update`` is one UPDATE whose
+"""Optimistic locking as a primitive: ``versioned_update`` is one UPDATE whose
 WHERE carries the version, on SQLite and PostgreSQL: it returns the new version, and raises
 ``VersionConflict`` (writing nothing) when another writer moved the row on, when the row is
 gone, or when an extra condition (a fencing token) refuses it."""

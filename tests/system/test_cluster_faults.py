@@ -1,4 +1,4 @@
-"""The test-suite size of the multi-host fault run (issue 29 item 5; ``bench/cluster_chaos``): a
+"""The test-suite size of the multi-host fault run (``bench/cluster_chaos``): a
 6-node Redis Cluster (3 masters + 3 replicas, AOF on) and two "hosts" (network namespaces,
 each with its own worker pool), 300 jobs whose effects commit with their idempotency records
 on a private PostgreSQL, while one host's link goes down for longer than the lease and comes

@@ -1,4 +1,4 @@
-"""The demo's invoice webhook as a chord (issue 26), end to end on real Redis and SQL with the
+"""The demo's invoice webhook as a chord, end to end on real Redis and SQL with the
 real worker: ledger, receipt email and stock hold fan out, ``close_order`` closes the order
 once with their results in order; a stock-out fails the flow with the member's reason and the
 callback does not run; replaying the flow's dead job (the table's ``flow.replay_failed``) lets

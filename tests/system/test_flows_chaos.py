@@ -1,4 +1,4 @@
-"""The test-suite size of the judged flows run (issue 26; ``bench/flows_chaos``): 50 chords of
+"""The test-suite size of the flows fault run (``bench/flows_chaos``): 50 chords of
 10 children run by a real worker pool (2 processes) while one worker process is killed with
 kill -9 and every lease in flight is then cut short and swept (the killed worker's jobs come
 back at once, the others are delivered twice). Every callback committed exactly once, none

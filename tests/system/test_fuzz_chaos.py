@@ -1,4 +1,4 @@
-"""The CI-sized fault-injection run of issue 6 (``bench/chaos`` with 2,000 jobs):
+"""The CI-sized fault-injection run (``bench/chaos`` with 2,000 jobs):
 kill -9 of worker processes, SIGSTOP past the lease, Redis restarts (AOF on), the database
 locked or its connections dropped, jobs re-sent with new ids and the same idempotency keys.
 Jobs lost = 0 and duplicate committed effects = 0, on SQLite and PostgreSQL.
@@ -56,6 +56,6 @@ def test_chaos_sqlite_under_shared_business_locks(tmp_path):
     assert res["checks"]["lock keys whose SQL fence is not their highest committed token"] == 0
     assert res["checks"]["rows committed after a newer token under the same lock"] == 0
     # the fences were tested by faults: locked jobs were delivered again after a kill or a stop
-    # (jobs sharing a lock_key no longer contend for it in one queue: they wait their turn and
-    # the hand-over passes the lock on, issue 23, so lock_busy is no longer a sign of that)
+    # (jobs sharing a lock_key do not contend for it in one queue: they wait their turn and
+    # the hand-over passes the lock on, so lock_busy is not a sign of that)
     assert res["figures"]["redeliveries"] > 0, res

@@ -1,8 +1,8 @@
 """The house's floors and rooms (docs/ARCHITECTURE.md): every import of every module of
 ``antre/``, ``worker/antre_worker/`` and ``webapp/antre_web/``, checked against the picture.
 
-- inside ``antre/``, a room imports only rooms below it: the top (errors, clock) <- engine <-
-  limits, stores, flows <- groups <- observe <- control, maintenance <- app (``app``, ``context``, ``embedded``, the package);
+- inside ``antre/``, each folder and each top-level module is a room of its own with a rank
+  (``RANK``, drawn in docs/ARCHITECTURE.md), and a room imports only rooms of a lower rank;
 - ``antre/`` imports neither flask nor apscheduler, nor the worker, the dashboard or the CLI;
 - ``antre_worker`` and ``antre_web`` never import each other (nor the CLI);
 - framework integrations live in their own packages (``antre_django/``): ``antre/`` imports no
@@ -19,9 +19,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-RANK = {"base": 0, "engine": 1, "limits": 2, "stores": 2, "flows": 2, "groups": 3, "observe": 4,
-        "control": 5, "maintenance": 5, "app": 6}
-BASE = {"errors", "clock"}
+RANK = {  # a room of antre/ (a folder, a top-level module, "package": antre/__init__.py)
+    "clock": 0, "errors": 0, "embedded": 0,
+    "engine": 1,
+    "limits": 2, "stores": 2, "flows": 2,
+    "groups": 3,
+    "observe": 4,
+    "control": 5, "maintenance": 5,
+    "context": 6, "tasks": 6,
+    "app": 7,
+    "actions": 8, "package": 8,
+}
 FORBIDDEN = {
     "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "django", "django_tasks", "fastapi", "starlette", "antre_django"},
     "antre_worker": {"antre_web", "flask", "antre_cli"},
@@ -31,15 +39,12 @@ FORBIDDEN = {
 
 
 def room_of(module: str) -> str | None:
-    """``antre.engine.keys`` -> ``engine``; ``antre.errors`` -> ``base``; ``antre`` -> ``app``."""
+    """``antre.engine.keys`` -> ``engine``; ``antre.errors`` -> ``errors``; ``antre`` ->
+    ``package``; None outside ``antre``."""
     parts = module.split(".")
     if parts[0] != "antre":
         return None
-    if len(parts) == 1:
-        return "app"
-    if parts[1] in RANK and parts[1] not in ("base", "app"):
-        return parts[1]
-    return "base" if parts[1] in BASE else "app"
+    return parts[1] if len(parts) > 1 else "package"
 
 
 def imports_of(path: Path, package: str) -> list[tuple[int, str]]:
@@ -57,7 +62,7 @@ def imports_of(path: Path, package: str) -> list[tuple[int, str]]:
             found.append((node.lineno, target))
             if target == "antre" or (node.level and not node.module):
                 found += [(node.lineno, f"{target}.{a.name}") for a in node.names
-                          if a.name in RANK or a.name in BASE]
+                          if a.name in RANK]
     return found
 
 
@@ -69,7 +74,11 @@ def violations(module: str, imported: list[tuple[int, str]]) -> list[str]:
         if top in FORBIDDEN.get(floor, set()):
             bad.append(f"{module}:{line} imports {target} (the {floor} floor may not)")
         mine, theirs = room_of(module), room_of(target)
-        if mine and theirs and mine != theirs and RANK[theirs] >= RANK[mine]:
+        if not mine or not theirs or mine == theirs:
+            continue
+        if mine not in RANK or theirs not in RANK:
+            bad.append(f"{module}:{line} imports {target}: rank '{mine}' and '{theirs}' in RANK")
+        elif RANK[theirs] >= RANK[mine]:
             bad.append(f"{module}:{line} imports {target}: room '{mine}' may import only "
                        f"rooms below it, not '{theirs}'")
     return bad
@@ -97,7 +106,7 @@ def test_every_import_respects_the_floors_and_rooms() -> None:
 
 
 def test_the_rooms_are_where_the_picture_says() -> None:
-    found = {room_of(m) for m, _ in modules() if m.startswith("antre.")}
+    found = {room_of(m) for m, _ in modules() if m.split(".")[0] == "antre"}
     assert found == set(RANK)
 
 
@@ -105,6 +114,11 @@ def test_the_rooms_are_where_the_picture_says() -> None:
     ("antre.engine.queue", "antre.observe.readmodels"),   # a lower room reaching up
     ("antre.limits.admission", "antre.stores.sql"),            # a sibling room
     ("antre.errors", "antre.engine.keys"),                # the base imports nothing of Antre
+    ("antre.clock", "antre.errors"),                      # two top-level modules of one rank
+    ("antre.tasks", "antre.app"),                         # a module below the app reaching up
+    ("antre.app", "antre.actions.table"),                 # the app below its action table
+    ("antre.engine.queue", "antre"),                      # the package is the top
+    ("antre.newroom", "antre.errors"),                    # a room missing from RANK
     ("antre.control.pause", "flask"),                     # no web framework in the core
     ("antre.app", "django.tasks"),
     ("antre_django.jobs", "antre_worker.runner"),       # integrations: the core only
@@ -119,3 +133,5 @@ def test_the_checker_passes_an_allowed_import() -> None:
     assert not violations("antre.control.pause", [(1, "antre.observe.readmodels"),
                                                   (2, "antre.engine.keys"), (3, "redis")])
     assert not violations("antre_worker.runner", [(1, "antre.app"), (2, "apscheduler")])
+    assert not violations("antre.app", [(1, "antre.tasks"), (2, "antre.embedded")])
+    assert not violations("antre", [(1, "antre.app"), (2, "antre.context")])

@@ -183,8 +183,8 @@ def test_stock_event_dedup_holds_even_without_the_idempotency_record(app, clock)
 
 def test_stock_version_cas_refuses_a_moved_row(app, clock):
     """The optimistic side alone: the version moved between our read and our update (emulated
-    by making the first read see an older version) -> ``VersionConflict`` (``ctx.versioned_update``,
-    issue 23): nothing that run wrote stays, no attempt is spent, the conflict is counted and on
+    by making the first read see an older version) -> ``VersionConflict`` (``ctx.versioned_update``):
+    nothing that run wrote stays, no attempt is spent, the conflict is counted and on
     the job's timeline, the next run applies the event once."""
     from antre_demo import handlers
 

@@ -1,4 +1,4 @@
-"""The DLQ's filtered-set actions as entries of the table (issue 28 item 2): the paced bulk
+"""The DLQ's filtered-set actions as entries of the table: the paced bulk
 replay, the replay-now and the filtered discard take their time window from the dashboard's
 clock (``Action.prepare``, with the ``Ops`` that carries it), and the replay-now gets the HTML
 route it lacked; audited under the names of before."""

@@ -1,4 +1,4 @@
-"""Replay with an edited payload (issue 25 item 4): the dry run shows the diff, the handler and
+"""Replay with an edited payload: the dry run shows the diff, the handler and
 the idempotency record; the replay needs the operator role, CSRF and a reason, is audited with
 the diff, keeps the original on the timeline, and is refused for a key that already completed
 unless a new key is given."""

@@ -1,4 +1,4 @@
-"""Pages that fit and read right (issue 25 item 6), at the HTTP level: the header's links
+"""Pages that fit and read right, at the HTTP level: the header's links
 grouped, pause out of the overview rows, the error groups' own tab, a filter named by its
 error, attempts, durations and ages that read right, long lock keys cut with the full value
 kept."""

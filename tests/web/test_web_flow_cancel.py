@@ -1,4 +1,4 @@
-"""``flow.cancel`` through the JSON API (issue 26): an operator cancels a flow, a viewer is
+"""``flow.cancel`` through the JSON API: an operator cancels a flow, a viewer is
 refused, a finished flow is a 409; each is audited."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Flows pages and API (issue 26): flows by state with counts, progress and paging, search
+"""The Flows pages and API: flows by state with counts, progress and paging, search
 by flow id, one flow's jobs laid out by depth linking to their job pages, the job page's links
 to its flow, parents and children; replaying a flow's dead jobs by operators only, with CSRF,
 audited, after which the flow goes on; everything user-supplied escaped."""

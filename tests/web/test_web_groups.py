@@ -1,4 +1,4 @@
-"""The Groups page and API (issue 23): busiest groups, held and why, paused, search, a group's
+"""The Groups page and API: busiest groups, held and why, paused, search, a group's
 jobs in order; pause / resume and slot overrides by operators only, with CSRF, audited; bad
 input answered with 400 saying what to pass; a waiting job's page says it waits for a slot."""
 

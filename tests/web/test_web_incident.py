@@ -15,7 +15,7 @@ def fill(web, n=5, job_type="email"):
 
 
 def test_pause_from_the_queue_page_shows_who_and_why_and_holds(web):
-    """Issue 25: the pause form sits in the queue's own box (not in every overview row, not
+    """The pause form sits in the queue's own box (not in every overview row, not
     in a banner on every page)."""
     fill(web, 3)
     c = web.client("operator")
@@ -189,7 +189,7 @@ def test_cancel_a_running_job_from_the_in_flight_page_and_the_api(web):
 
 
 def test_the_in_flight_page_marks_a_job_cancelling_since_its_request(web):
-    """Issue 25: a read model field (``JobRow.cancel_at`` / ``cancel_by``), shown on the row."""
+    """A read model field (``JobRow.cancel_at`` / ``cancel_by``), shown on the row."""
     web.q.enqueue("email", {}, idempotency_key="k1")
     web.q.enqueue("email", {}, idempotency_key="k2")
     first, other = web.q.reserve("w1", 2)

@@ -1,4 +1,4 @@
-"""The incident view (issue 25 item 1): nothing about queues before login, open problems
+"""The incident view: nothing about queues before login, open problems
 ranked with their evidence and action, acknowledge / silence (operator, CSRF, audited) and
 per-queue thresholds (admin)."""
 

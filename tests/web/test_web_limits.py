@@ -1,4 +1,4 @@
-"""Live overrides of a job type's and a downstream's limits (issue 23 item 4) from the
+"""Live overrides of a job type's and a downstream's limits from the
 dashboard, the API and the CLI: one table entry each (limit.set, limit.clear), operators only,
 with CSRF, audited, reverting on the injected clock, held at the next reserve; an override of a
 type or downstream no worker declared is refused saying so (400 / exit 1). The Groups page

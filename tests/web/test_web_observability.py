@@ -31,7 +31,7 @@ def test_metrics_need_a_user_and_parse(web):
 
 
 def test_firing_alert_shows_as_the_header_count_and_in_the_incident_view(web):
-    """Issue 25: no full-width banner; a count in the header opens the incident view."""
+    """No full-width banner; a count in the header opens the incident view."""
     web.q.enqueue("email", {}, idempotency_key="stuck")  # ready, and no live worker
     events = AlertEngine(web.producer.redis, web.clock).check()
     assert any(e.rule == "no_live_worker" for e in events)

@@ -1,4 +1,4 @@
-"""A queue spread over 3 partitions (issue 29) reads as one queue on the dashboard and its API:
+"""A queue spread over 3 partitions reads as one queue on the dashboard and its API:
 counts summed, the DLQ merged, a job of partition 2 found by its id, replay / pause / purge
 acting on every partition."""
 

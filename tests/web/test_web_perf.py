@@ -1,4 +1,4 @@
-"""The performance pages (issue 25 item 5): /types/ and /types/<job_type> render the figures
+"""The performance pages: /types/ and /types/<job_type> render the figures
 of known data, escape what Redis holds, link from the header and the overview; their JSON
 twins; bad and unknown type names."""
 

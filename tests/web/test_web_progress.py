@@ -1,4 +1,4 @@
-"""A handler's ``ctx.progress`` in the dashboard (issue 26): the job page's bar and text (in its
+"""A handler's ``ctx.progress`` in the dashboard: the job page's bar and text (in its
 live region, so it refreshes while the job runs), the in-flight list's column, the JSON API's
 job, job-status and result endpoints; the handler's message always escaped."""
 

@@ -1,5 +1,5 @@
-"""The redrive guard and replay to another queue on the dashboard and the API (issue 25 item
-3): the start form's threshold and target, the progress row saying why it paused, resume and
+"""The redrive guard and replay to another queue on the dashboard and the API: the
+start form's threshold and target, the progress row saying why it paused, resume and
 cancel through the table's entries, audited."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 29: a dead job keeps only its traceback's last line when its error group holds the
+"""A dead job keeps only its traceback's last line when its error group holds the
 rest (tests/engine/test_shared_traceback.py); the DLQ's job page (its errors and its timeline)
 and the API still show each job's whole traceback, escaped."""
 

@@ -1,4 +1,4 @@
-"""The job page's timeline (issue 25 item 6): checkpoints and a worker's extensions in a row
+"""The job page's timeline: checkpoints and a worker's extensions in a row
 read as one row with their count and last time; past the cap a "dropped" row counts the
 events between the first ones and the newest; times are keyboard-focusable."""
 

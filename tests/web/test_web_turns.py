@@ -1,4 +1,4 @@
-"""Per-key turns on the dashboard and the API (issue 23): a job waiting behind its lock_key's
+"""Per-key turns on the dashboard and the API: a job waiting behind its lock_key's
 head says where it stands and behind which job; waiting jobs are browsable, searchable, counted
 on the overview and deletable by an operator (the turn moves on)."""
 

@@ -1,4 +1,4 @@
-"""Issue 29: a prefetched batch's retries and burials are settled together (one
+"""A prefetched batch's retries and burials are settled together (one
 ``fail_many.lua`` call, the acks in one ``ack_many.lua`` call), each job still fenced on its own
 lease: a batch mixing successes, retries, burials, a job whose lease changed and a job whose
 record broke while it ran ends each job right and loses none."""

@@ -167,7 +167,7 @@ def test_in_a_batch_a_lock_is_released_before_the_next_handler_runs(app, clock, 
         app.enqueue("t", {"n": n}, idempotency_key=f"k{n}", lock_key=key)
     burst(app, clock, prefetch=8)
     # every job once, in enqueue order except the second "c": it waits behind the first
-    # (issue 23: not reserved, so not in the first batch) and runs when the first is acked
+    # (not reserved, so not in the first batch) and runs when the first is acked
     order = [n for n, _ in seen]
     assert sorted(order) == list(range(len(locks))) and order.index(3) < order.index(4)
     assert [n for n in order if n != 4] == [n for n in range(len(locks)) if n != 4]

@@ -311,9 +311,9 @@ def _stall(app: Antre, url: str):
 
 @pytest.mark.parametrize("db_url", ["sqlite", "pg"], indirect=True)
 def test_a_stalled_database_does_not_stop_the_redis_lease_extensions(redis_url, clock, db_url):
-    """The heartbeat extended the SQL owner lease after each Redis lease, on the same thread: a
-    15 s database stall let the Redis leases expire. Now the Redis lease is extended on time
-    while SQL waits, and the owner lease follows once the database is back."""
+    """A 15 s database stall does not let the Redis leases expire: the SQL owner lease is
+    extended on a thread of its own, so the Redis lease is extended on time while SQL waits,
+    and the owner lease follows once the database is back."""
     app = Antre(redis_url=redis_url, database_url=db_url, clock=clock)
     go, started = threading.Event(), threading.Event()
 

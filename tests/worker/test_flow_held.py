@@ -1,4 +1,4 @@
-"""Flow limits held at reserve (issue 23 item 3), through real workers: jobs over a type's
+"""Flow limits held at reserve, through real workers: jobs over a type's
 concurrency limit wait in its line and run as slots free, never more than the limit at once,
 with no snooze, no extra delivery and no attempt spent; kill -9 of a slot's holder frees the
 slot when the sweeper returns its job; a rate limit gives later starts in scheduled, again

@@ -1,4 +1,4 @@
-"""The hot key's hand-over (issue 23): a locked job's end is one round trip that checks and
+"""The hot key's hand-over: a locked job's end is one round trip that checks and
 releases its lock, acks it, takes the lock for the key's next head and reserves that head
 (``Queue.handover``, ``handover.lua``). Through a real in-process worker: two scripts per job
 and no lock acquire of its own; the lock's fencing tokens still rise by one per job; a lock

@@ -1,4 +1,4 @@
-"""A Redis Cluster failover is an outage the worker rides out (issue 29 item 5): redis-py
+"""A Redis Cluster failover is an outage the worker rides out: redis-py
 raises CLUSTERDOWN / an uncovered slot / TRYAGAIN once its own retries are spent, and none of
 them is a ConnectionError. Before they counted as Redis down, a failover's CLUSTERDOWN went up
 through an ack and ended the runner thread (bench/cluster_chaos found it); the system test

@@ -73,7 +73,7 @@ def test_cancel_abandons_a_handler_that_ignores_it_in_a_real_worker(app, r, tmp_
 
 def test_a_worker_restarted_during_the_cancel_grace_never_runs_the_job_again(  # noqa: F811
         app, r, tmp_path, procs):
-    """Issue 25: the stopping worker's hand-back ends the cancelled job (retry.lua), so the
+    """The stopping worker's hand-back ends the cancelled job (retry.lua), so the
     next worker finds nothing to run, and the job's timeline ends with the cancel."""
     from antre.control.cancel import Cancels
     from antre.observe.finder import Finder

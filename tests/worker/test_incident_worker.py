@@ -121,7 +121,7 @@ def test_a_cancelled_job_whose_worker_died_is_not_run_again(app, clock):
     (job,) = q.reserve("dead-worker")
     Cancels(app.redis, clock).request("default", job_id, "carol", "dlq", "")
     clock.advance(11_000)
-    # its worker never came back: the sweep ends it as cancelled, never puts it back (issue 25)
+    # its worker never came back: the sweep ends it as cancelled, never puts it back
     assert q.sweep().outcomes == {job_id: "cancelled"}
     make_worker(app, clock).run_burst()
     assert runs == [] and q.get(job_id).reason == "cancelled by carol"
@@ -233,7 +233,7 @@ def test_the_bulk_duty_steps_a_paced_purge_and_audits_its_end(app, clock):
     assert (entry.user, entry.reason, entry.detail["removed"]) == ("alice", "flood", 4)
 
 
-# -- issue 25: cancel keeps its word ----------------------------------------------------------
+# -- cancel keeps its word --------------------------------------------------------------------
 def _ends_with_the_cancel(app, clock, job_id, by, reason):
     """The job's timeline records the request (who, why) and ends with the cancel."""
     events = Finder(app.redis, clock).timeline("default", job_id).events

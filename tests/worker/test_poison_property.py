@@ -1,4 +1,4 @@
-"""Issue 24, the property: random job records of a batch are corrupted (every type Redis has
+"""Random job records of a batch are corrupted (every type Redis has
 in place of the hash, or one field missing, of another kind, not UTF-8, an absurd number,
 nested past any limit); a real in-process worker then runs the queue dry. Every healthy job
 runs exactly once; every broken record ends in the DLQ with its reason, or in the quarantine

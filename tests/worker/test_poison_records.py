@@ -1,4 +1,4 @@
-"""Issue 24, items 1-3 through a real in-process worker: a broken record, a payload that
+"""Poison records through a real in-process worker: a broken record, a payload that
 breaks decoding, or a value the idempotency store can never take poisons only its own job (to
 the DLQ at once, with the real reason); every batch-mate runs exactly once."""
 

@@ -1,4 +1,4 @@
-"""``ctx.progress(fraction, message)`` (issue 26): checked in the handler, stored on the job
+"""``ctx.progress(fraction, message)``: checked in the handler, stored on the job
 fenced by its lease (a stale holder's is refused), rate-limited in the worker (a tight loop
 costs a few writes, the last value always lands before the ack), for sync and async handlers,
 seen by the producer in ``app.result(key).progress`` while the job runs. Real Redis."""

@@ -1,7 +1,7 @@
 """A runner thread outlives an unexpected error while its batch is settled (a bug in the
-settling code, not an outage): before, the exception left ``_work`` and ended the thread
-silently, and the process went on with one runner fewer. Now it is logged, the jobs not acked
-come back through their leases, and the runner reserves the next jobs."""
+settling code, not an outage): the exception is logged instead of ending the thread silently
+(the process would go on with one runner fewer), the jobs not acked come back through their
+leases, and the runner reserves the next jobs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-key turns (issue 23) against real worker processes: kill -9 of the worker holding a
+"""Per-key turns against real worker processes: kill -9 of the worker holding a
 key's head, SIGSTOP past its lease, a Redis restart. The key is never stuck (the next job runs
 once the lease is swept), its jobs never run two at once, they end in order, nothing is lost.
 The lease clock is advanced in the test process (``later``), never slept for."""

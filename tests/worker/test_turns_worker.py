@@ -1,4 +1,4 @@
-"""Per-key turns and fair-share groups through a real in-process worker (issue 23): a hot key
+"""Per-key turns and fair-share groups through a real in-process worker: a hot key
 runs in enqueue order with no snooze; a handler's ``ordered=False`` lets the key's next job go
 first; a handler's default group comes from the payload; a small group finishes long before a
 big group's backlog; burst mode drains what waits on a key or a group; a group's rate starts

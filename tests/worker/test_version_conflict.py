@@ -1,4 +1,4 @@
-"""A handler's ``VersionConflict`` (``ctx.versioned_update``, issue 23 item 7) through a real
+"""A handler's ``VersionConflict`` (``ctx.versioned_update``) through a real
 worker: its SQL rolls back, the job is re-queued with no attempt spent, behind its lock_key's
 next job when it has one, counted (queue stats, the worker's counts, ``/metrics``' counter) and
 on its timeline; the next run applies once."""

@@ -185,10 +185,10 @@ def _last_line(path) -> dict:
 
 def test_a_stopping_worker_with_redis_gone_exits_within_its_grace_plus_a_bound(
         embedded_redis_factory, tmp_path, procs):
-    """SIGTERM while a handler runs, then Redis stops: the handler's settle retried forever
-    holding the job, the stop's hand-back waited for it, and the process never exited (nor on
-    a further SIGTERM). Now every retry gives up at the end of the grace, the process exits
-    with 4 and says why; the job's lease brings it back."""
+    """SIGTERM while a handler runs, then Redis stops: the handler's settle does not retry
+    forever holding the job (nor does the stop's hand-back wait for it): every retry gives up at
+    the end of the grace, the process exits with 4 and says why; the job's lease brings it
+    back."""
     server = embedded_redis_factory(tcp=True)
     r = redis.Redis.from_url(server.url, decode_responses=True)
     Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 1.5},
@@ -225,9 +225,9 @@ def test_burst_with_redis_unreachable_gives_up_with_a_clear_message(tmp_path, pr
 
 def test_the_child_of_a_killed_supervisor_exits_with_redis_gone(embedded_redis_factory, tmp_path,
                                                                  procs):
-    """The review's run: SIGTERM to the supervisor, SIGKILL to it a second later, then Redis
-    stopped; its child (a handler running) lived on for 10 minutes. Now the child (told by
-    PDEATHSIG) is gone within its grace plus the bound."""
+    """SIGTERM to the supervisor, SIGKILL to it a second later, then Redis stopped: its child
+    (a handler running), told by PDEATHSIG, is gone within its grace plus the bound rather than
+    living on."""
     server = embedded_redis_factory(tcp=True)
     r = redis.Redis.from_url(server.url, decode_responses=True)
     Antre(redis_url=server.url).queue().enqueue("slow", {"seconds": 2},

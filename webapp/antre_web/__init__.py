@@ -63,12 +63,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout: webapp/antre_web -> the top
 BLUEPRINTS = (auth.bp, overview.bp, inflight.bp, scheduled.bp, dlq.bp, locks.bp, workers.bp,
               idempotency.bp, audit.bp, users.bp, api.bp, metrics.bp, schedules.bp,
-              find.bp, find_api.bp,  # finder, job timelines, browse (issue 11)
+              find.bp, find_api.bp,  # finder, job timelines, browse
               control.bp,  # incident controls: pause, cancel, purge
               incident.bp, errors.bp, edit.bp,  # incidents, error groups, edited replay
-              groups.bp,  # fair-share groups (issue 23)
-              flows.bp, flows_api.bp,  # flows (issue 26)
-              perf.bp)  # performance per job type (issue 25)
+              groups.bp,  # fair-share groups
+              flows.bp, flows_api.bp,  # flows
+              perf.bp)  # performance per job type
 
 
 def asset_dir(name: str) -> str:

@@ -262,7 +262,7 @@ def users() -> Response:
 REASON = {"reason": "string"}
 
 
-# -- fair-share groups (issue 23) -----------------------------------------------------------------
+# -- fair-share groups ----------------------------------------------------------------------------
 # (pause, resume and slots are entries of the table of actions: antre/actions/)
 def _group_name(name: str) -> str:
     if not valid_name(name):

@@ -169,7 +169,7 @@ def when(ms: Any) -> Markup:
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     text, iso = dt.strftime("%Y-%m-%d %H:%M:%S UTC"), dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     # digits, '-', ':', '.', ' ' and letters strftime wrote: nothing to escape (Markup.format,
-    # which escapes each part, was a third of a 200-row page's render time)
+    # which escapes each part, costs a third of a 200-row page's render time)
     return Markup(f'<time class="when" datetime="{iso}" data-ms="{ms}" title="{text}" '
                   f'tabindex="0">{text}</time>')
 

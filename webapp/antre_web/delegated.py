@@ -1,4 +1,4 @@
-"""Authentication delegated to a host application (issue 27): the dashboard mounted inside a
+"""Authentication delegated to a host application: the dashboard mounted inside a
 host WSGI app asks the host who is logged in, as Sidekiq Web does in Rails and Oban Web in
 Phoenix. ``create_app(config, auth=HostAuth(user=...))`` or ``antre_web.mount(host, ...)``.
 

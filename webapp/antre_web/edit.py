@@ -1,4 +1,4 @@
-"""Replay a dead job with an edited payload, from its job page (issue 25 item 4): edit the JSON
+"""Replay a dead job with an edited payload, from its job page: edit the JSON
 and dry run it (``GET``: the diff, the handler, the idempotency record of the key it would run
 under, and why it would be refused); the page then offers to replay exactly what was dry-run.
 The replay itself is the table entry ``dlq.replay_edited`` (``antre/actions/``: operator,

@@ -1,4 +1,4 @@
-"""Error groups, the dead-letter queue's second tab (issue 25 item 6): every group of a queue,
+"""Error groups, the dead-letter queue's second tab: every group of a queue,
 most dead first, its signature in full (it wraps), counts and first/last seen, each a link to
 the DLQ filtered by it (where it is replayed or discarded). Data: ``ReadModels.error_groups``."""
 

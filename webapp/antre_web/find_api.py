@@ -1,4 +1,4 @@
-"""JSON API of the finder (issue 11): find by id / key / payload field, a job's timeline, the
+"""JSON API of the finder: find by id / key / payload field, a job's timeline, the
 producer's view of a job and of an idempotency key's result, paged lists of every state.
 Routes live under ``/api/`` and appear in ``/api/openapi.json`` like the others."""
 

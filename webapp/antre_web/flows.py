@@ -1,4 +1,4 @@
-"""Flows (issue 26): a queue's chains, groups, chords and batches by state (running, waiting,
+"""Flows: a queue's chains, groups, chords and batches by state (running, waiting,
 failed, succeeded, cancelled) with their progress, search by flow id, and one flow's jobs laid
 out by depth (``antre.flows.layout``), each linking to its job page. Replaying a flow's dead
 members and cancelling a flow are entries of the table of actions (``antre/actions/``; routes

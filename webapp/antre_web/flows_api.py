@@ -1,4 +1,4 @@
-"""JSON API of the Flows pages (issue 26): a queue's flows of one state with the counts (and
+"""JSON API of the Flows pages: a queue's flows of one state with the counts (and
 one flow by id: ``q``), one flow with a page of its jobs and their depths, a job's place in
 its flow. Routes live under ``/api/`` and appear in ``/api/openapi.json`` like the others;
 replaying a flow's dead jobs and cancelling a flow are table entries (``POST`` routes made by

@@ -1,4 +1,4 @@
-"""Groups (issue 23): a queue's fair-share groups, the busiest by waiting jobs and by slots
+"""Groups: a queue's fair-share groups, the busiest by waiting jobs and by slots
 held, the ones held (paused, at a limit, held by an operator) and why, search by name, one
 group's jobs in order. Pausing, resuming and overriding a group's slots are entries of the
 table of actions (``antre/actions/``: group.pause, group.resume, group.slots, group.clear;

@@ -1,4 +1,4 @@
-"""The incident view (issue 25): what is wrong now, ranked, with evidence and the action that
+"""The incident view: what is wrong now, ranked, with evidence and the action that
 usually helps. The header's count (``incident_count``) opens it. Its data is
 ``antre.observe.incidents.IncidentView``; the JSON is ``GET /api/incidents``. Its changes,
 acknowledge / silence / reopen (operator) and per-queue alert thresholds (admin), are entries of

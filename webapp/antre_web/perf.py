@@ -1,4 +1,4 @@
-"""Performance per job type (issue 25 item 5): ``/types/`` (every type's runs, failures,
+"""Performance per job type: ``/types/`` (every type's runs, failures,
 duration and queue-wait percentiles over a window) and ``/types/<job_type>`` (the three
 windows, a duration histogram, runs and p95 per slot with the deploys and the operators'
 actions marked), with their JSON twins ``GET /api/types`` and ``GET /api/types/<job_type>``.

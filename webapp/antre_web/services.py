@@ -93,11 +93,11 @@ class Services:
         return Pauses(self.redis, self.clock, self.antre.scripts)
 
     @property
-    def groups(self) -> GroupControl:  # fair-share groups: pause, slots (issue 23)
+    def groups(self) -> GroupControl:  # fair-share groups: pause, slots
         return GroupControl(self.redis, self.clock, self.antre.scripts, self.pauses)
 
     @property
-    def gates(self) -> Gates:  # type and downstream limits held at reserve (issue 23)
+    def gates(self) -> Gates:  # type and downstream limits held at reserve
         return Gates(self.redis, self.clock, self.antre.scripts)
 
     @property

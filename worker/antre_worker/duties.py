@@ -58,7 +58,7 @@ def sweep_once(app: Antre, clock: Clock | None = None, limit: int = 1000) -> dic
     for name in ReadModels(app.redis).queue_names():
         out["queues"] += 1
         for q in partitions.all_queues(app.redis, name, clock=clock or app.clock,
-                                       scripts=app.scripts):  # each partition (issue 29)
+                                       scripts=app.scripts):  # each partition
             while True:
                 res = q.sweep(limit)
                 out["requeued"] += res.requeued

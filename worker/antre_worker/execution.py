@@ -173,7 +173,7 @@ class Execution:
         job goes to the DLQ (permanent: every retry would return it again), and nothing of
         the run is committed. A job of a flow hands its result to the jobs after it: at most
         ``ANTRE_FLOW_RESULT_MAX`` (64 KiB) then. Else (None, the result's text as the ack
-        stores it when it had to be encoded to be measured: encoded once, issue 29)."""
+        stores it when it had to be encoded to be measured: encoded once)."""
         if result is None or type(result) in (bool, int, float):
             return None, None
         limit = self.app.max_payload_bytes

@@ -83,7 +83,7 @@ class Pipeline:
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
         self._local = threading.local()  # per runner thread: a lock to release with the next
-        # queues whose flow gates this process declared (issue 23): there the type's and the
+        # queues whose flow gates this process declared: there the type's and the
         # downstream's concurrency and rate were held at reserve (antre.limits.gates)
         self.held_queues: set[str] = set()
         self._shared = shared_downstreams(app.handlers.values())

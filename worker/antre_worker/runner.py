@@ -52,7 +52,7 @@ IDLE_WAIT_S = 0.25  # longest an idle runner blocks on the wake list before look
 DEFAULT_CONCURRENCY = 100  # async jobs at once per process when the app has async handlers
 ASYNC_BATCH = 64  # a runner with async slots free reserves up to this many at once
 ASYNC_MIN_BATCH = 16  # ... and waits until at least this many are free
-DECLARE_EVERY_MS = 10_000  # how often a process writes its queues' flow gates again (issue 23)
+DECLARE_EVERY_MS = 10_000  # how often a process writes its queues' flow gates again
 BURST_REDIS_WAIT_S = 30.0  # --burst gives up after Redis was unreachable this long
 
 
@@ -81,7 +81,7 @@ class WorkerProcess:
         self.app = app
         self.clock: Clock = clock or app.clock
         self.queue_names = list(queues or app.queues())
-        # every partition of every queue served (issue 29): read again at each heartbeat,
+        # every partition of every queue served: read again at each heartbeat,
         # so a grown queue's new partitions are served from the next one
         self._made: dict[tuple[str, int], Queue] = {}
         try:
@@ -587,7 +587,7 @@ class WorkerProcess:
             self.health.failed(exc)
 
     def _declare_gates(self) -> None:
-        """This process's queues' flow gates (issue 23): the limits reserve holds. Written at
+        """This process's queues' flow gates: the limits reserve holds. Written at
         start, before the first reserve, and again every ``DECLARE_EVERY_MS`` (a Redis that
         lost them gets them back); until a queue's are written, its jobs' limits are taken
         as before (semaphore and token bucket: ``Pipeline.held_queues``)."""

@@ -1,4 +1,4 @@
-"""The worker's spans around a step of a job's processing (issue 27): ``traced(name, step)``
+"""The worker's spans around a step of a job's processing: ``traced(name, step)``
 is the step itself while no span is recorded (one question per job), else the step inside
 ``tracing.job_span`` with what it decided: ``antre.outcome`` (``continue`` when the job goes
 on, else the outcome's type), a snooze's reason, the business lock's fencing token once held.

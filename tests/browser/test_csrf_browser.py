@@ -1,6 +1,6 @@
-"""Issue 12, item 2 in a real Chromium: a browser holding an admin's HTTP Basic credentials for
-the dashboard visits another site, whose page POSTs a form to the JSON API (the classic
-"create an admin" CSRF). The dashboard must refuse it, and no user may appear."""
+"""Cross-site request forgery in a real Chromium: a browser holding an admin's HTTP Basic
+credentials for the dashboard visits another site, whose page POSTs a form to the JSON API
+(the classic "create an admin" CSRF). The dashboard must refuse it, and no user may appear."""
 
 from __future__ import annotations
 
