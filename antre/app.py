@@ -23,6 +23,8 @@ from antre.stores import sql
 from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
+from antre.engine.cipher import (KEYS_SETTING, PayloadCipher, encrypted_queues, parse_ring,
+                                 ring_from_env)
 from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, check_group, new_job_id
 from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Parallel, Step
 from antre.stores.fencing import LockFences
@@ -140,6 +142,7 @@ class HandlerSpec:
     group: str | Callable[[Any], str] | None = None
     group_concurrency: int | None = None
     group_rate: str | None = None  # at most this many of a group's jobs start: '10/s', '600/m'
+    encrypt: bool = False  # payloads and results stored sealed (antre/engine/cipher.py)
 
     def defaults(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s,
@@ -184,8 +187,16 @@ class Antre:
                  max_payload_bytes: int | None = None,
                  redis_client: "redis.Redis | None" = None,
                  alerts: AlertConfig | None = None, max_age_s: float | None = None,
-                 max_snoozes: int | None = None, partitions: int | None = None) -> None:
+                 max_snoozes: int | None = None, partitions: int | None = None,
+                 encrypt: Any = False, payload_keys: str | None = None) -> None:
         self._redis_url = redis_url
+        # encrypted payloads: the queues sealed whole (None: every queue), the job types
+        # sealed in any queue (handler(encrypt=True)), and the key ring's text (else
+        # ANTRE_PAYLOAD_KEYS, read when first needed)
+        self.encrypted_queues = encrypted_queues(encrypt)
+        self.sealed_types: set[str] = set()
+        self._payload_keys = payload_keys
+        self._cipher: tuple[PayloadCipher | None] | None = None
         # each queue's partitions (antre/engine/partitions.py): this default, else
         # ANTRE_PARTITIONS, else 1; queue_options(name, partitions=) for one queue
         self.default_partitions = (partitions_mod.env_count() if partitions is None
@@ -315,9 +326,30 @@ class Antre:
         return self._queues[name]
 
     def _made_queue(self, name: str, partition: int) -> Queue:
+        whole = self.encrypted_queues is None or name in self.encrypted_queues
         return Queue(self.redis, name, clock=self.clock, max_payload_bytes=self.max_payload_bytes,
                      scripts=self.scripts, done_retention_ms=self.done_retention_ms(name),
-                     partition=partition)
+                     partition=partition, cipher=self.sealing_cipher(whole),
+                     sealed_types=None if whole else self.sealed_types)
+
+    @property
+    def cipher(self) -> PayloadCipher | None:
+        """The payload cipher from ``payload_keys=``, else ``ANTRE_PAYLOAD_KEYS`` (None when
+        neither gives a key; a bad key raises ``ValueError`` saying what to pass)."""
+        if self._cipher is None:
+            ring = parse_ring(self._payload_keys) if self._payload_keys else ring_from_env()
+            self._cipher = (PayloadCipher(ring) if ring else None,)
+        return self._cipher[0]
+
+    def sealing_cipher(self, whole_queue: bool) -> PayloadCipher | None:
+        """The cipher a queue seals with: the app's, when anything is to be sealed (a
+        ``ValueError`` saying what to set when something is and no key is given)."""
+        if not (whole_queue or self.sealed_types) and self.cipher is None:
+            return None
+        if self.cipher is None:
+            raise ValueError(f"encrypted payloads need a key: set {KEYS_SETTING}="
+                             "'v1:<base64 of 32 random bytes>' or pass Antre(payload_keys=...)")
+        return self.cipher
 
     def job_queue(self, queue: str, job_id: str) -> Queue:
         """The partition of ``queue`` holding the job (or flow) ``job_id`` (named by its id)."""
@@ -429,6 +461,10 @@ class Antre:
         if not valid_name(name):
             raise InvalidJob(f"bad job type {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
         _check_group_defaults(options)
+        if options.get("encrypt"):
+            self.sealed_types.add(name)
+            for made in self._queues.values():  # a queue made before this handler
+                made.cipher = made.cipher or self.sealing_cipher(False)
 
         def register(fn: Handler) -> Handler:
             self.handlers[name] = HandlerSpec(name=name, fn=fn,

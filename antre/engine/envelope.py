@@ -333,6 +333,11 @@ def _stored_payload(raw: str | None) -> tuple[Any, str]:
     return _json(raw, None)
 
 
+def decode_stored(text: str) -> tuple[Any, str]:
+    """A payload's stored JSON text decoded, and '' or what is wrong with it."""
+    return _stored_payload(text)
+
+
 def from_fields(fields: Mapping[str, str], queue: str = "", job_id: str = "") -> Job:
     """Decode a job hash. Never raises on bad content: a payload that cannot be decoded is
     reported in ``payload_error`` so the worker can bury the job with that reason. ``queue``,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
 import redis
 from redis.client import NEVER_DECODE
@@ -28,6 +28,9 @@ from antre.engine.retry import error_signature
 from antre.engine import tracebacks
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
                                   script_raw)
+
+if TYPE_CHECKING:
+    from antre.engine.cipher import PayloadCipher
 
 # the codec lives in antre/engine/envelope.py; these names stay importable from here
 __all__ = ["DONE_MAX", "DONE_RETENTION_MS", "MAX_SECONDS", "RESERVE_FIELDS", "TRACEPARENT",
@@ -130,7 +133,9 @@ class Queue:
     def __init__(self, client: "redis.Redis", name: str = "default", *, clock: Clock = system_ms,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  done_retention_ms: int = DONE_RETENTION_MS, done_max: int = DONE_MAX,
-                 scripts: Scripts | None = None, partition: int = 0) -> None:
+                 scripts: Scripts | None = None, partition: int = 0,
+                 cipher: PayloadCipher | None = None,
+                 sealed_types: frozenset[str] | None = None) -> None:
         if not keys.valid_name(name):
             raise InvalidJob(f"bad queue name {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
         self.redis = client
@@ -144,6 +149,10 @@ class Queue:
         self.max_payload_bytes = max_payload_bytes
         self.done_retention_ms = done_retention_ms
         self.done_max = done_max
+        # encrypted payloads (antre/engine/cipher.py): with a cipher, new payloads of the
+        # types in sealed_types (None: every type) are stored sealed
+        self.cipher = cipher
+        self.sealed_types = sealed_types
         self.scripts = scripts or Scripts(client)
         # on a cluster each queue's wake list is in its own slot: one BLPOP cannot watch several
         self.cluster = isinstance(client, RedisCluster)
@@ -184,6 +193,8 @@ class Queue:
         values = new_values(spec, self.name, now, payload, entropy, now_text)
         if self.id_suffix or spec.job_id and keys.PARTITION_SEP in spec.job_id:
             values[0] = self.partition_id(values[0])
+        if self.cipher is not None:
+            self._seal(values)
         if not spec.unique and spec.group is None:
             return NEW_FIELDS, values
         names: tuple[str, ...] = NEW_FIELDS
@@ -197,6 +208,18 @@ class Queue:
                 names += ("grate",)
                 values += [rate_field(spec.group_rate)]
         return names, values
+
+    def _seal(self, values: list[str]) -> None:
+        """A new job's payload (``NEW_FIELDS`` values) sealed, when its type is sealed here."""
+        assert self.cipher is not None
+        if ((self.sealed_types is None or values[1] in self.sealed_types)
+                and not values[5].startswith('{"$enc":')):  # (a sealed copy stays as it is)
+            values[5] = self.cipher.seal(values[5], values[3], values[1], values[0])
+
+    def seals(self, job_type: str) -> bool:
+        """Whether new payloads (and results) of ``job_type`` are stored sealed here."""
+        return self.cipher is not None and (self.sealed_types is None
+                                            or job_type in self.sealed_types)
 
     def partition_id(self, job_id: str) -> str:
         """``job_id`` ending with this partition's suffix (an id made in another partition
@@ -253,6 +276,8 @@ class Queue:
         values = encode_new(spec, self.name, now, self.max_payload_bytes)
         if self.id_suffix or spec.job_id and keys.PARTITION_SEP in spec.job_id:
             values[0] = self.partition_id(values[0])
+        if self.cipher is not None:
+            self._seal(values)
         if spec.job_id or values[2] != values[7] or values[9]:  # the caller's id, visible
             # later, or a lock_key
             return (values, self.scripts.enqueue, self._enqueue_keys,

@@ -11,7 +11,8 @@ The steps, in order (add a step by putting a method of the same shape into ``ste
 ``stop_check``         shutting down: ``HandBack`` before anything starts
 ``cancel_requested``   an operator cancelled it (seen with the job or by the heartbeat):
                        ``Cancelled``; looked at again right before the handler runs
-``check_envelope``     undecodable payload or no handler here: ``Bury``; else ``r.spec``
+``check_envelope``     undecodable payload, a sealed one that does not open here, or no
+                       handler here: ``Bury``; else ``r.spec`` (a sealed payload opened)
 ``too_old``            older than its handler's ``max_age_s`` when reserved: ``Expired``
 ``already_completed``  a duplicate this process saw complete (locked jobs): ``Ack``
 ``take_lock``          the job's business lock (``r.lock``), or ``Snooze`` when busy
@@ -40,7 +41,8 @@ import redis
 
 from antre import Antre, InvalidJob, LockBusy
 from antre.control.cancel import CancelRequest
-from antre.engine.envelope import Job
+from antre.engine.cipher import KEYS_SETTING, CannotOpen, is_sealed
+from antre.engine.envelope import Job, decode_stored
 from antre.limits.admission import Admission, Limits, LimitPolicy
 from antre.limits.gates import held, shared_downstreams
 from antre.stores.idempotency import (ACQUIRED, BUSY, COMPLETED, FAILED, MISMATCH, TAKEN_OVER, Begin,
@@ -199,6 +201,11 @@ class Pipeline:
         if job.payload_error:
             self.flush_release()  # the previous job's lock goes now, not with a next acquire
             return Bury(f"payload cannot be decoded: {job.payload_error}", "malformed")
+        if is_sealed(job.payload):
+            refused = self.open_payload(job)
+            if refused is not None:
+                self.flush_release()
+                return refused
         spec = self.app.handlers.get(job.type)
         if spec is None:
             self.flush_release()
@@ -206,6 +213,23 @@ class Pipeline:
             return Bury(f"no handler for job type {job.type!r} in this worker (registered: "
                         f"{names}); deploy a worker that has it, then replay", "unknown_type")
         r.spec = spec
+        return None
+
+    def open_payload(self, job: Job) -> Bury | None:
+        """A sealed payload opened in place for the handler, or ``Bury`` with the reason it
+        cannot be (no key here, an unknown version, a wrong key, a moved ciphertext)."""
+        cipher = self.app.cipher
+        if cipher is None:
+            return Bury(f"payload is encrypted and this worker has no key: set {KEYS_SETTING} "
+                        "to the producer's key ring, then replay", "cannot_decrypt")
+        try:
+            text = cipher.open(job.payload, job.queue, job.type, job.id)
+        except CannotOpen as exc:
+            return Bury(str(exc), "cannot_decrypt")
+        payload, error = decode_stored(text)
+        if error:
+            return Bury(f"decrypted payload cannot be decoded: {error}", "malformed")
+        job.payload = payload
         return None
 
     def already_completed(self, r: Running) -> Outcome | None:
