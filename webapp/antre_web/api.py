@@ -22,6 +22,7 @@ from antre.flows import FlowReader
 from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
+from .sealed import shown
 from . import actions, services
 from .common import arg_int, audit_filter, check_queue, dead_filter, job_or_404, page_args
 from .control import dead_tally, purge_filter, purge_tally
@@ -172,7 +173,7 @@ def job(queue: str, job_id: str) -> Response:
     record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
     turn = svc.reads.turn(queue, found)
     links = FlowReader(svc.redis).links(queue, found.id)  # its flow, parents, children
-    return jsonify({"job": _plain(found), "idempotency": record.to_dict() if record else None,
+    return jsonify({"job": _plain(shown(found)), "idempotency": record.to_dict() if record else None,
                     "flow": _plain(links) if links else None,
                     "turn": None if turn is None else {**_plain(turn), "text": turn.describe()},
                     "idempotent_handler": svc.idempotent(found.type), "as_of": svc.clock()})
