@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, AbstractSet, Any, Iterable, Iterator, Sequence, cast
 
 import redis
 from redis.client import NEVER_DECODE
@@ -135,7 +135,7 @@ class Queue:
                  done_retention_ms: int = DONE_RETENTION_MS, done_max: int = DONE_MAX,
                  scripts: Scripts | None = None, partition: int = 0,
                  cipher: PayloadCipher | None = None,
-                 sealed_types: frozenset[str] | None = None) -> None:
+                 sealed_types: AbstractSet[str] | None = None) -> None:
         if not keys.valid_name(name):
             raise InvalidJob(f"bad queue name {name!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
         self.redis = client
