@@ -49,6 +49,8 @@ from antre.groups.read import Groups
 from antre.observe.redact import redact_url, scrub
 from antre_worker.loader import load_app
 
+from antre.control import rekey
+
 from . import flows, passwords
 
 
@@ -141,6 +143,7 @@ def add_parsers(sub: Any, groups: dict[str, Any] | None = None) -> None:
     made = add_table_parsers(sub, TABLE, shared)
     add_selection_parsers(sub, SELECTIONS, TABLE, made, set(shared))
     _add_tasks(sub)
+    _add_keys(sub)
 
 
 # -- fair-share groups: list and show here; pause, resume, limit, slots and clear
@@ -379,6 +382,33 @@ def _add_tasks(sub: Any) -> None:
     p.add_argument("--app", default=None)
 
 
+def _add_keys(sub: Any) -> None:
+    p = sub.add_parser("keys", help="encrypted payloads' key ring: rotate")
+    ksub = p.add_subparsers(dest="keys_cmd", required=True)
+    r = ksub.add_parser("rotate", help="re-seal a queue's stored ready, scheduled and dead "
+                                       "jobs under the newest ANTRE_PAYLOAD_KEYS version")
+    r.add_argument("queue")
+    r.add_argument("--reason", default="", help="why (written to the audit log)")
+    r.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """``antre keys rotate QUEUE``: audited as ``keys.rotate``."""
+    app = _app(args.app)
+
+    def rotate() -> Outcome:
+        try:
+            done = rekey.rotate(app, args.queue)
+        except ValueError as exc:
+            return _refuse(str(exc))
+        return Outcome(done.unopened == 0,
+                       f"{args.queue}: {done.resealed} re-sealed, {done.current} already under "
+                       f"the newest version, {done.unopened} did not open"
+                       + "".join(f"\n  {why}" for why in done.reasons[:5]),
+                       detail=done.to_dict())
+    return run_audited(app, "keys.rotate", args.queue, args.reason, rotate)
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "tasks": cmd_tasks, "group": cmd_group, "flow": flows.cmd_flow,
+    "tasks": cmd_tasks, "group": cmd_group, "flow": flows.cmd_flow, "keys": cmd_keys,
 }

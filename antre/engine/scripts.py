@@ -51,6 +51,8 @@ NAMES = (
     "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "fail_many", "extend_lease",
     "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
     "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
+    # encrypted payloads re-sealed under the newest key version (antre/control/rekey.py)
+    "reseal",
     # a locked job's ack with its key's hand-over to the next head (Queue.handover)
     "handover",
     # a queue's published partition count, only ever grown (antre/engine/partitions.py)
@@ -347,6 +349,7 @@ class Scripts:
     lock_conflict: redis.commands.core.Script
     lock_contention: redis.commands.core.Script
     checkpoint: redis.commands.core.Script
+    reseal: redis.commands.core.Script
     handover: redis.commands.core.Script
     sem_acquire: redis.commands.core.Script
     sem_release: redis.commands.core.Script
