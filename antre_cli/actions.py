@@ -398,7 +398,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
     def rotate() -> Outcome:
         try:
-            done = rekey.rotate(app, args.queue)
+            done = rekey.rotate(app.redis, app.scripts, app.cipher, args.queue,
+                               app.partitions_of(args.queue).count())
         except ValueError as exc:
             return _refuse(str(exc))
         return Outcome(done.unopened == 0,

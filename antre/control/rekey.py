@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from antre.app import Antre
+import redis
+
 from antre.engine import keys
 from antre.engine.cipher import CannotOpen, PayloadCipher, is_sealed
 from antre.engine.envelope import decode_stored
+from antre.engine.scripts import Scripts
 
 PAGE = 500
 SOURCES = ("ready", "scheduled", "dead")
@@ -35,28 +37,28 @@ class Rekeyed:
                 "unopened": self.unopened, "reasons": self.reasons[:5]}
 
 
-def rotate(app: Antre, queue: str) -> Rekeyed:
-    """Re-seal every stored ready, scheduled and dead job of ``queue`` (all its partitions)
-    under the newest key version (``ValueError`` without a key ring)."""
-    cipher = app.cipher
+def rotate(client: "redis.Redis", scripts: Scripts, cipher: PayloadCipher | None, queue: str,
+           partitions: int = 1) -> Rekeyed:
+    """Re-seal every stored ready, scheduled and dead job of ``queue`` (its ``partitions``)
+    under the newest key version of ``cipher`` (``ValueError`` without one)."""
     if cipher is None:
         raise ValueError("keys rotate needs the key ring: set ANTRE_PAYLOAD_KEYS='v2:<new>,"
                          "v1:<old>' (newest first)")
     done = Rekeyed()
-    for partition in range(app.partitions_of(queue).count()):
+    for partition in range(partitions):
         k = keys.QueueKeys(queue, partition)
         for source in SOURCES:
-            for ids in _pages(app, getattr(k, source), source == "ready"):
-                _reseal_page(app, cipher, queue, k, ids, done)
+            for ids in _pages(client, getattr(k, source), source == "ready"):
+                _reseal_page(client, scripts, cipher, queue, k, ids, done)
     return done
 
 
 
 
-def _pages(app: Antre, key: str, is_list: bool) -> Iterator[list[str]]:
+def _pages(client: "redis.Redis", key: str, is_list: bool) -> Iterator[list[str]]:
     """The ids in a ready list or a scheduled / dead set, ``PAGE`` at a time (a job that moves
     meanwhile may be missed or seen twice: a second rotation finds what the first missed)."""
-    read = app.redis.lrange if is_list else app.redis.zrange
+    read = client.lrange if is_list else client.zrange
     start = 0
     while True:
         ids = [str(i) for i in read(key, start, start + PAGE - 1)]
@@ -66,9 +68,9 @@ def _pages(app: Antre, key: str, is_list: bool) -> Iterator[list[str]]:
         start += PAGE
 
 
-def _reseal_page(app: Antre, cipher: PayloadCipher, queue: str, k: keys.QueueKeys,
-                 ids: list[str], done: Rekeyed) -> None:
-    pipe = app.redis.pipeline(transaction=False)
+def _reseal_page(client: "redis.Redis", scripts: Scripts, cipher: PayloadCipher, queue: str,
+                 k: keys.QueueKeys, ids: list[str], done: Rekeyed) -> None:
+    pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hmget(k.job(job_id), "type", "payload")
     job_keys: list[str] = []
@@ -89,4 +91,4 @@ def _reseal_page(app: Antre, cipher: PayloadCipher, queue: str, k: keys.QueueKey
             job_keys.append(k.job(job_id))
             args += [str(raw), new]
     if job_keys:
-        done.resealed += int(app.scripts.reseal(keys=job_keys, args=args))
+        done.resealed += int(scripts.reseal(keys=job_keys, args=args))
