@@ -106,3 +106,19 @@ def test_sealing_without_a_key_is_refused_saying_what_to_set(redis_url, clock, m
     app = Antre(redis_url=redis_url, clock=clock, encrypt=True)
     with pytest.raises(ValueError, match="ANTRE_PAYLOAD_KEYS="):
         app.enqueue("t", {}, idempotency_key="k")
+
+
+def test_the_dead_copy_stays_sealed_and_a_replay_opens_once_the_key_is_back(redis_url, clock):
+    producer = Antre(redis_url=redis_url, clock=clock, payload_keys=f"v2:{V2}", encrypt=True)
+    job_id = producer.enqueue("t", {"n": 7}, idempotency_key="k")
+    lacking = Antre(redis_url=redis_url, clock=clock, payload_keys=f"v1:{V1}")
+    lacking.handler("t")(lambda ctx, payload: None)
+    burst(lacking, clock)
+    assert producer.queue().where(job_id) == ["dead"]
+    assert is_sealed(json.loads(_stored(producer, "default", job_id)))
+    assert producer.queue().replay(job_id)
+    fixed = Antre(redis_url=redis_url, clock=clock, payload_keys=f"v2:{V2},v1:{V1}")
+    seen = []
+    fixed.handler("t")(lambda ctx, payload: seen.append(payload))
+    burst(fixed, clock)
+    assert seen == [{"n": 7}] and fixed.queue().get(job_id).state == "done"
