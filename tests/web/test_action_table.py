@@ -30,11 +30,14 @@ OUTSIDE_BY_DESIGN_ROUTES = {
     "auth.logout_everywhere": AUTHENTICATION,
 }
 READ, PROCESS = "a read: it changes nothing", "a process, not a change"
+# re-sealing needs the key ring, which is the CLI process's own (ANTRE_PAYLOAD_KEYS), not the
+# dashboard's: audited by the CLI itself (keys.rotate), no dashboard route
+KEY_RING = "needs the key ring of the process that runs it"
 OUTSIDE_BY_DESIGN_COMMANDS = {
     "demo": PROCESS, "worker": PROCESS, "sweep": PROCESS, "web": PROCESS,
     "status": READ, "find": READ, "result": READ, "tasks": READ, "dlq list": READ,
     "dlq show": READ, "schedules list": READ, "group list": READ, "group show": READ,
-    "user list": READ, "flow list": READ, "flow show": READ,
+    "user list": READ, "flow list": READ, "flow show": READ, "keys rotate": KEY_RING,
 }
 # Entries without a command: the CLI's actor is an OS user (cli:NAME), not a dashboard one.
 NO_COMMAND_BY_DESIGN = {
