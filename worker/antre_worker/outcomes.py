@@ -342,10 +342,15 @@ class Expired:
         return (f"expired: {self.age_ms / 1000:.1f}s old when reserved, over its max_age_s "
                 f"of {self.max_age_s:g}s; it did not run")
 
+    @property
+    def signature(self) -> str:
+        """Its error group's signature (one group for every expired job)."""
+        return "expired: older than its max_age_s"
+
 
 def _expire(r: Running, o: Expired, note: Note) -> bool:
     r.queue.bury(r.job, reason=o.reason, kind="expired", spend_attempt=False,
-                 signature="expired: older than its max_age_s", note=note)
+                 signature=o.signature, note=note)
     return False
 
 
@@ -370,10 +375,15 @@ class SnoozeCap:
         return (f"held back {self.snoozes} times without running (last: {self.last.reason}), "
                 f"over its cap of {self.cap}; look at what holds it, then replay")
 
+    @property
+    def signature(self) -> str:
+        """Its error group's signature (one group per reason it was held back)."""
+        return f"snooze_cap: {self.last.reason}"
+
 
 def _cap(r: Running, o: SnoozeCap, note: Note) -> bool:
     r.queue.bury(r.job, reason=o.reason, kind="snooze_cap", spend_attempt=False,
-                 signature=f"snooze_cap: {o.last.reason}", note=note)
+                 signature=o.signature, note=note)
     return False
 
 
