@@ -257,12 +257,12 @@ class Hooks:
     def failed(self, method: Callable[..., Any], exc: Exception) -> None:
         """Count a hook method's failure; log it unless one was logged less than
         ``LOG_EVERY_S`` ago (that line then says how many were not)."""
-        key = self._names.get(id(method)) or getattr(method, "__qualname__", "?")
+        key = self._names.get(id(method)) or str(getattr(method, "__qualname__", "?"))
         now = self.monotonic()
         with self._guard:
             self.errors[key] += 1
-            at, quiet = self._logged.get(key, (None, 0))
-            if at is not None and now - at < LOG_EVERY_S:
+            at, quiet = self._logged.get(key, (-LOG_EVERY_S, 0))
+            if now - at < LOG_EVERY_S:
                 self._logged[key] = (at, quiet + 1)
                 return
             self._logged[key] = (now, 0)
