@@ -167,9 +167,10 @@ def _overridden(hook: Hook) -> list[tuple[str, Callable[[Any], Returns]]]:
     if not isinstance(hook, Hook):
         raise TypeError(f"add_hook takes an antre.hooks.Hook (subclass it and override the "
                         f"methods you need), not {type(hook).__name__}")
-    methods: dict[str, Callable[[Any], Returns]] = {"on_enqueue": hook.on_enqueue, "before_job": hook.before_job,
-               "after_job": hook.after_job, "on_retry": hook.on_retry,
-               "on_dead": hook.on_dead, "on_tick": hook.on_tick}
+    methods: dict[str, Callable[[Any], Returns]] = {
+        "on_enqueue": hook.on_enqueue, "before_job": hook.before_job,
+        "after_job": hook.after_job, "on_retry": hook.on_retry, "on_dead": hook.on_dead,
+        "on_tick": hook.on_tick}
     return [(event, method) for event, method in methods.items()
             if getattr(type(hook), event) is not getattr(Hook, event)]
 
