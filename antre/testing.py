@@ -52,8 +52,8 @@ from antre.embedded import EmbeddedRedis
 from antre.hooks import Enqueued, Hook, JobEvent
 from antre_worker.runner import WorkerProcess
 
-__all__ = ["Drained", "Recorder", "assert_enqueued", "assert_not_enqueued", "bind", "drain",
-           "embedded_app", "enqueued", "inline", "record", "antre_app", "antre_server"]
+__all__ = ["Drained", "Recorder", "assert_enqueued", "assert_not_enqueued", "bind", "clear",
+           "drain", "embedded_app", "enqueued", "inline", "record", "antre_app", "antre_server"]
 
 MAX_ROUNDS = 1_000  # drain gives up (RuntimeError) after this many bursts
 _ANY = object()  # "not given" (None is a payload)
@@ -92,6 +92,13 @@ def record(app: Antre) -> Recorder:
     recorder = Recorder()
     app.add_hook(recorder)
     return recorder
+
+
+def clear(app: Antre) -> None:
+    """Forget what ``app`` recorded (an app kept across tests: clear it in its fixture)."""
+    recorder = record(app)
+    for events in (recorder.enqueued, recorder.succeeded, recorder.retried, recorder.dead):
+        events.clear()
 
 
 def enqueued(app: Antre) -> list[Enqueued]:
