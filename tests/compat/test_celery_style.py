@@ -40,6 +40,11 @@ def app(shop):
     yield antre
 
 
+def test_antre_worker_serves_the_celery_app(shop):
+    from antre_worker.loader import load_app
+    assert load_app("shop.celery:app") is shop.celery.app.antre
+
+
 def test_only_the_import_lines_changed():
     for name in ("celery.py", "tasks.py", "checkout.py"):
         before = (HERE / "original" / "shop" / name).read_text().splitlines()
