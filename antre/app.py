@@ -42,7 +42,7 @@ from antre.engine.retry import RetryPolicy
 from antre.engine import aio
 from antre.engine import partitions as partitions_mod
 from antre.engine.scripts import Scripts
-from antre.hooks import Enqueued, Hook, Hooks, Tick
+from antre.hooks import H, Enqueued, Hooks, Tick
 from antre.observe.tracing import enqueue_span, inject_traceparent, recording
 from antre.tasks import P, R, Task, TaskFn
 
@@ -252,7 +252,7 @@ class Antre:
         return self._alerts or AlertConfig.from_env()
 
     # -- hooks (antre/hooks.py) ---------------------------------------------------------------
-    def add_hook(self, hook: Hook) -> Hook:
+    def add_hook(self, hook: H) -> H:
         """Tell ``hook`` (an ``antre.hooks.Hook``) what happens to this app's jobs: enqueues,
         a handler's start and end, retries, dead jobs and periodic ticks. Its errors are logged,
         never passed on to a job. Returns ``hook``."""

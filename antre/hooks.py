@@ -53,7 +53,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from antre.engine.envelope import Job
@@ -68,6 +68,7 @@ LOG_EVERY_S = 60.0  # a failing hook method's error is logged at most this often
 DEFAULT_TIMEOUT_S = 10.0  # an async hook method is waited for this long
 
 Returns = Awaitable[None] | None
+H = TypeVar("H", bound="Hook")
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class Hooks:
         self._guard = threading.Lock()
         self._loop: _Loop | None = None
 
-    def add(self, hook: Hook) -> Hook:
+    def add(self, hook: H) -> H:
         methods = _overridden(hook)
         with self._guard:
             self.hooks.append(hook)

@@ -248,3 +248,27 @@ def test_only_overridden_methods_are_called_and_remove_takes_a_hook_out():
 def test_a_hook_must_be_a_hook():
     with pytest.raises(TypeError, match="antre.hooks.Hook"):
         Hooks().add(object())  # type: ignore[arg-type]
+
+
+def test_a_hook_added_after_the_worker_was_made_is_told(app, clock):
+    from helpers import make_worker
+    app.handler("ok")(lambda ctx, payload: None)
+    worker = make_worker(app, clock)  # the app has no hook yet
+    rec = app.add_hook(Recorder())
+    app.enqueue("ok", {}, idempotency_key="ok:1")
+    worker.run_burst()
+    assert rec.names() == ["on_enqueue", "before_job", "after_job"]
+
+
+def test_an_async_handlers_job_is_not_lost_to_a_raising_hook(app, clock, q):
+    raising = app.add_hook(Raising())
+
+    @app.handler("aio")
+    async def aio(ctx, payload):
+        await asyncio.sleep(0)
+        return payload["i"]
+
+    ids = [app.enqueue("aio", {"i": i}, idempotency_key=f"aio{i}") for i in range(5)]
+    burst(app, clock)
+    assert [q.get(i).result for i in ids] == [0, 1, 2, 3, 4]
+    assert raising.calls == 5 * 3  # enqueue, start, success

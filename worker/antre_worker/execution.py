@@ -133,7 +133,8 @@ class Execution:
         self.durations.add(r.job.queue, r.job.type, "processing", duration_ms(r) or 0)
 
     def failed(self, r: Running, exc: Exception) -> Outcome:
-        r.error = exc  # for the hooks told of its retry or burial (hooked.py)
+        if self.app.hooks.on_retry or self.app.hooks.on_dead:  # they are told of it
+            r.error = exc  # (only then: it holds the handler's frames, and they hold ``r``)
         if r.closed or r.lease_lost or isinstance(exc, LeaseLost):
             return DropStale(f"failed after its lease was given up ({describe(exc)})")
         if isinstance(exc, JobTimeout) and self.stopping.is_set() and not r.soft_timed_out:
