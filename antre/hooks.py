@@ -39,7 +39,8 @@ on a loop of its own thread (awaited directly from ``aenqueue``), waited for up 
 held back without spending an attempt, handed back at shutdown or cancelled by an operator
 calls none of ``after_job`` / ``on_retry`` / ``on_dead``.
 
-Without a hook each call site costs one attribute test.
+Without a hook each call site costs one attribute test. The events are plain slotted
+dataclasses (read them; changing one changes nothing of the job).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ Returns = Awaitable[None] | None
 H = TypeVar("H", bound="Hook")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Enqueued:
     """A job as it was stored: its id (the existing job's for a ``unique`` one already
     pending) and what it was given."""
@@ -87,7 +88,7 @@ class Enqueued:
     flow_id: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class JobEvent:
     """One job in the worker. ``attempt`` is 1-based (the attempt that ran). For ``on_retry`` and
     ``on_dead``: ``error`` (the error's text), ``error_kind`` (``retryable``, ``permanent``,
@@ -124,7 +125,7 @@ class JobEvent:
         return self.job.idempotency_key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Tick:
     """A periodic schedule's tick, enqueued as the job ``job_id`` (the job's idempotency key is
     ``idempotency_key``)."""
@@ -232,7 +233,7 @@ class Hooks:
         for method in methods:
             try:
                 returned = method(event)
-                if inspect.isawaitable(returned):
+                if returned is not None and inspect.isawaitable(returned):
                     self._run_async(returned)
             except Exception as exc:
                 self.failed(method, exc)
@@ -242,7 +243,7 @@ class Hooks:
         for method in methods:
             try:
                 returned = method(event)
-                if inspect.isawaitable(returned):
+                if returned is not None and inspect.isawaitable(returned):
                     await asyncio.wait_for(_awaited(returned), self.timeout_s)
             except Exception as exc:
                 self.failed(method, exc)
