@@ -191,6 +191,7 @@ class CeleryTask(Generic[P, R]):
                                                           retry_backoff_max, retry_jitter)}
         self._signature = _signature_without_self(fn, bind)
         self.typed: Task[Any, Any] | None = None
+        self.antre: Antre | None = None  # the app it enqueues on (the last registered with)
 
     def __repr__(self) -> str:
         return f"<@task: {self.name}>"
@@ -214,7 +215,7 @@ class CeleryTask(Generic[P, R]):
         typed: Task[Any, Any] = Task(app, self.name, wrapper, key=None)
         app.handler(self.name, **self.options)(self._handler)
         app.tasks[self.name] = typed
-        self.typed = typed
+        self.typed, self.antre = typed, app
 
     def _typed(self) -> Task[Any, Any]:
         if self.typed is None:
@@ -224,7 +225,9 @@ class CeleryTask(Generic[P, R]):
 
     @property
     def app(self) -> Antre:
-        return self._typed().app
+        self._typed()
+        assert self.antre is not None  # set with typed
+        return self.antre
 
     # -- producing -----------------------------------------------------------------------
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> AsyncResult:
@@ -233,12 +236,12 @@ class CeleryTask(Generic[P, R]):
     def apply_async(self, args: Iterable[Any] | None = None, kwargs: dict[str, Any] | None = None,
                     **options: Any) -> AsyncResult:
         """Enqueue with Celery's options (``APPLY_OPTIONS``); others: ``UnsupportedOption``."""
-        typed = self._typed()
+        typed, app = self._typed(), self.app
         key = str(options.get("task_id") or f"{self.name}:{uuid.uuid4().hex}")
-        spec_options = _apply_options(options, typed.app)
+        spec_options = _apply_options(options, app)
         payload = typed.payload(*(args or ()), **(kwargs or {}))
-        job_id = typed.app.enqueue(self.name, payload, idempotency_key=key, **spec_options)
-        return AsyncResult(typed.app, job_id, key)
+        job_id = app.enqueue(self.name, payload, idempotency_key=key, **spec_options)
+        return AsyncResult(app, job_id, key)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature: in a chain it also gets the previous step's result, first."""
@@ -446,7 +449,7 @@ class Signature:
             headers[RESULT_HEADER] = f"{first}:{takes}"
         else:
             payload = typed.payload(*self.args, **self.kwargs)
-        return typed.app.spec(self.task.name, payload, headers=headers,
+        return self.task.app.spec(self.task.name, payload, headers=headers,
                               idempotency_key=f"{self.task.name}:{uuid.uuid4().hex}")
 
     def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:

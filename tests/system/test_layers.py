@@ -28,9 +28,10 @@ RANK = {  # a room of antre/ (a folder, a top-level module, "package": antre/__i
     "groups": 3,
     "observe": 4,
     "control": 5, "maintenance": 5,
-    "context": 6, "tasks": 6,
+    "context": 6, "tasks": 6, "hooks": 6,
     "app": 7,
-    "actions": 8, "package": 8,
+    "actions": 8, "package": 8, "integrations": 8, "compat": 8,
+    "testing": 9,
 }
 FORBIDDEN = {
     "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "django", "django_tasks", "fastapi", "starlette", "antre_django"},
