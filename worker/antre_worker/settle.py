@@ -263,7 +263,7 @@ class Settler:
         event = kind.event(outcome)
         self._count(r, outcome, kind, event)
         if self.hooks:
-            hooked.settled(self.hooks, r, outcome, event, duration_ms(r))
+            hooked.settled(self.hooks, r, outcome, kind, duration_ms(r))
         level = kind.level(outcome)
         if not log.isEnabledFor(level):
             return
