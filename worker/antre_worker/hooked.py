@@ -33,18 +33,18 @@ def settled(hooks: Hooks, r: Running, outcome: Outcome, kind: OutcomeKind[Any],
     told = kind.told(outcome)
     if told is None:
         return
-    methods = {"after_job": hooks.after_job, "on_retry": hooks.on_retry,
-               "on_dead": hooks.on_dead}[told.method]
-    if not methods:
-        return
     if told.method == "after_job":
-        event = JobEvent(r.job, r.job.attempt + 1, ran_ms, result=_result(told.result))
-    else:
+        if hooks.after_job:
+            hooks.emit(hooks.after_job, JobEvent(r.job, r.job.attempt + 1, ran_ms,
+                                                 result=_result(told.result)))
+        return
+    methods = hooks.on_retry if told.method == "on_retry" else hooks.on_dead
+    if methods:
         event = JobEvent(r.job, r.job.attempt + 1, ran_ms, error=told.error,
                          error_kind=told.kind, traceback=told.traceback, exception=r.error,
                          delay_ms=told.delay_ms,
                          signature=told.signature or group_signature(told.kind, told.error))
-    hooks.emit(methods, event)
+        hooks.emit(methods, event)
 
 
 def _result(result: Any) -> Any:

@@ -69,7 +69,7 @@ class OutcomeKind(Generic[OutcomeT]):
     told: Callable[[OutcomeT], Told | None] = lambda _o: None  # what the hooks are told
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Told:
     """What the app's lifecycle hooks are told of an outcome (hooked.py): the hook method
     (``after_job``, ``on_retry`` or ``on_dead``), a success's result, a failure's error, error
