@@ -37,13 +37,14 @@ from antre.errors import InvalidJob
 from antre.limits.admission import LimitPolicy
 from antre.engine.keys import valid_name
 from antre.engine.locks import Lock, Locks, held_lock
-from antre.maintenance.periodic import Schedule, Scheduler, make_schedule
+from antre.maintenance.periodic import Schedule, Scheduler, TickResult, make_schedule
 from antre.engine.queue import Queue
 from antre.maintenance.retention import RetentionPolicy, policy_from_env
 from antre.engine.retry import RetryPolicy
 from antre.engine import aio
 from antre.engine import partitions as partitions_mod
 from antre.engine.scripts import Scripts
+from antre.hooks import H, Enqueued, Hooks, Tick
 from antre.observe.tracing import enqueue_span, inject_traceparent, recording
 from antre.tasks import P, R, Task, TaskFn
 
@@ -214,6 +215,7 @@ class Antre:
         self.downstreams: dict[str, LimitPolicy] = {}
         self.schedules: dict[str, Schedule] = {}
         self.retention_policies: dict[str, RetentionPolicy] = {}  # per queue; else from env
+        self.hooks = Hooks()  # lifecycle hooks (antre.hooks): add_hook(...)
         if redis_client is not None and not redis_client.get_encoder().decode_responses:
             raise ValueError("Antre needs a Redis client that decodes replies to str: build it "
                              "with decode_responses=True (e.g. redis.Redis.from_url(url, "
@@ -259,6 +261,32 @@ class Antre:
         """Alert thresholds: ``alerts=`` given to the app, else ``ANTRE_ALERT_*`` from the
         environment (read when needed, like the URLs)."""
         return self._alerts or AlertConfig.from_env()
+
+    # -- hooks (antre/hooks.py) ---------------------------------------------------------------
+    def add_hook(self, hook: H) -> H:
+        """Tell ``hook`` (an ``antre.hooks.Hook``) what happens to this app's jobs: enqueues,
+        a handler's start and end, retries, dead jobs and periodic ticks. Its errors are logged,
+        never passed on to a job. Returns ``hook``."""
+        return self.hooks.add(hook)
+
+    def _enqueued_event(self, q: Queue, spec: JobSpec, job_id: str, flow_id: str = "") -> Enqueued:
+        return Enqueued(job_id, spec.job_type, q.name, spec.idempotency_key, spec.payload,
+                        spec.lock_key, spec.delay_s, spec.group, flow_id)
+
+    def _enqueued(self, q: Queue, specs: list[JobSpec], ids: list[str]) -> None:
+        for spec, job_id in zip(specs, ids):
+            self.hooks.emit(self.hooks.on_enqueue, self._enqueued_event(q, spec, job_id))
+
+    def _flow_stored(self, q: Queue, flow_id: str, specs: list[JobSpec]) -> None:
+        """A flow's jobs, stored whole: one ``on_enqueue`` each."""
+        for spec in specs:
+            self.hooks.emit(self.hooks.on_enqueue,
+                            self._enqueued_event(q, spec, spec.job_id or "", flow_id))
+
+    def _ticked(self, schedule: Schedule, tick: TickResult) -> None:
+        queue = schedule.queue or self.default_queue
+        self.hooks.emit(self.hooks.on_tick, Tick(schedule, tick.tick_ms, tick.job_id, queue,
+                                                 tick.idempotency_key))
 
     # -- connections -------------------------------------------------------------------------
     @property
@@ -528,7 +556,8 @@ class Antre:
 
     def scheduler(self) -> Scheduler:
         return Scheduler(self.redis, self.resolved_schedules(), clock=self.clock,
-                         scripts=self.scripts, default_queue=self.default_queue)
+                         scripts=self.scripts, default_queue=self.default_queue,
+                         on_tick=self._ticked if self.hooks.on_tick else None)
 
     # -- retention (antre/maintenance/retention.py) -----------------------------------------------------
     def retention(self, queue: str, **limits: int) -> RetentionPolicy:
@@ -608,26 +637,33 @@ class Antre:
         return q if p == 0 else parts.queue(p)
 
     def _store(self, q: Queue, spec: JobSpec, session: Any) -> str:
-        if session is not None:
-            return self.outbox_add(session, q, spec)
-        return q.enqueue_one(spec)
+        job_id = self.outbox_add(session, q, spec) if session is not None \
+            else q.enqueue_one(spec)
+        if self.hooks.on_enqueue:
+            self._enqueued(q, [spec], [job_id])
+        return job_id
 
     def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
         """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips (a partitioned
         queue's batch split per partition, one script call per partition's chunk)."""
         parts = self.partitions_of(queue or self.default_queue).split(jobs)
         if len(parts) == 1:
-            return parts[0][0].enqueue_many(jobs)
-        ids: list[str] = [""] * len(jobs)
+            ids = parts[0][0].enqueue_many(jobs)
+            if self.hooks.on_enqueue:
+                self._enqueued(parts[0][0], jobs, ids)
+            return ids
+        ids = [""] * len(jobs)
         for q, idx in parts:
             for i, job_id in zip(idx, q.enqueue_many([jobs[i] for i in idx])):
                 ids[i] = job_id
+            if self.hooks.on_enqueue:
+                self._enqueued(q, [jobs[i] for i in idx], [ids[i] for i in idx])
         return ids
 
     # -- flows (antre/flows/): chains, groups, chords, batches --------------------------------
     @property
     def flows(self) -> FlowProducer:
-        return FlowProducer(self)
+        return FlowProducer(self, on_stored=self._flow_stored if self.hooks.on_enqueue else None)
 
     def chain(self, *steps: Step) -> Chain:
         """Each step after the previous one, given its result (``ctx.previous_result``);
@@ -722,7 +758,12 @@ class Antre:
 
     async def _asend(self, q: Queue, specs: list[JobSpec]) -> list[str]:
         ids, calls = q.enqueue_calls(specs)
-        return q.stored_ids(ids, await aio.send(self.aredis, calls))
+        stored = q.stored_ids(ids, await aio.send(self.aredis, calls))
+        if self.hooks.on_enqueue:
+            for spec, job_id in zip(specs, stored):
+                await self.hooks.aemit(self.hooks.on_enqueue,
+                                       self._enqueued_event(q, spec, job_id))
+        return stored
 
     async def aresult(self, idempotency_key: str, timeout: float | None = None) -> ResultStatus:
         """``result`` from a coroutine, off the event loop (it reads SQL and Redis). With

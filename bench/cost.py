@@ -51,8 +51,8 @@ from bench.lib import progress  # noqa: E402
 
 APP = "bench.apps.cost:app"
 ROWS = ("small", "none", "bury", "retry")
-LINKS = {"antre": "antre", "antre_worker": "worker", "antre_cli": "antre_cli",
-         "antre_web": "webapp", "antre_demo": "antre_demo"}
+LINKS = {"antre": "antre", "antre_worker": "worker/antre_worker", "antre_cli": "antre_cli",
+         "antre_web": "webapp/antre_web", "antre_demo": "antre_demo"}
 
 FILL = r"""
 import sys, uuid

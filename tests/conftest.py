@@ -43,6 +43,9 @@ from antre.stores.sql import make_engine, migrate
 from antre_demo import make_app, setup
 from helpers import START_MS
 
+# the users' test helpers (antre.testing): their fixtures antre_server and antre_app
+pytest_plugins = ["antre.testing"]
+
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -17,7 +17,7 @@ from redis.commands.core import Script
 
 from antre.engine.envelope import Job
 from antre.engine.keys import QueueKeys
-from antre.engine.retry import error_signature
+from antre.engine.retry import group_signature
 from antre.engine.scripts import Batch, Pinned
 
 FAIL_CHUNK = 100  # jobs per fail_many.lua call (each carries a traceback of up to 8,000 chars)
@@ -48,7 +48,7 @@ def failure_args(f: Failure, now: int) -> list[Any]:
             int(f.spend_attempt)]
     if f.op == "retry":
         return head + [now + max(0, int(f.delay_ms)), "retried", int(f.keep_turn)]
-    sig = f.signature or f"{f.kind}: {error_signature(f.error or f.reason)}"
+    sig = f.signature or group_signature(f.kind, f.error or f.reason)
     return head + [f.reason, sig, ""]
 
 

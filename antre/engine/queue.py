@@ -24,7 +24,7 @@ from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_S
                        new_values, pack_chunk, pack_new, pack_standard, rate_field)
 from antre.errors import InvalidJob, LeaseLost
 from antre.engine.failing import Failure, fail_many
-from antre.engine.retry import error_signature
+from antre.engine.retry import error_signature, group_signature
 from antre.engine import tracebacks
 from antre.engine.scripts import (Batch, Call, Scripts, direct, direct_ok, script_and_command,
                                   script_raw)
@@ -572,7 +572,7 @@ class Queue:
              note: Note = None) -> str:
         """in-flight → dead. Returns the error group id."""
         k = self.keys
-        sig = signature or f"{kind}: {error_signature(error or reason)}"
+        sig = signature or group_signature(kind, error or reason)
         reply = self.scripts.bury(
             keys=[k.job(job.id), k.inflight, k.dead, k.stats, k.error_groups, k.timeline(job.id)],
             args=[job.id, job.epoch, self.clock(), reason, error or reason, kind, traceback, sig,

@@ -151,6 +151,12 @@ _NUM = re.compile(r"\d+(?:\.\d+)?")
 _SPACE = re.compile(r"\s+")
 
 
+def group_signature(kind: str, message: str) -> str:
+    """The signature of a dead job's error group (the dashboard's): ``'<kind>: <normalised
+    message>'``; the group's id is the first 12 hex characters of its SHA-1."""
+    return f"{kind}: {error_signature(message)}"
+
+
 def error_signature(message: str) -> str:
     """Normalise an error message into a group signature: ids, quoted values and numbers become
     placeholders so 'order 42 timed out' and 'order 43 timed out' group together."""

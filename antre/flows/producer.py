@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import redis
 
@@ -52,8 +52,13 @@ class App(Protocol):
 
 
 class FlowProducer(Starter):
-    def __init__(self, app: App) -> None:
+    """``on_stored(queue, flow_id, specs)``: told of each flow's jobs once they are stored (the
+    app's ``on_enqueue`` hooks)."""
+
+    def __init__(self, app: App,
+                 on_stored: Callable[[Queue, str, list[JobSpec]], None] | None = None) -> None:
         self.app = app
+        self.on_stored = on_stored
 
     # -- compositions --------------------------------------------------------------------
     def chain(self, *steps: Step) -> Chain:
@@ -77,6 +82,8 @@ class FlowProducer(Starter):
         meta = self._meta(q, flow_id, compiled.kind, options.policy, options.description)
         meta["exits"] = json.dumps([ids[i] for i in compiled.exits])
         store.store_new(q, flow_id, members, meta)
+        if self.on_stored is not None:
+            self.on_stored(q, flow_id, [m.spec for m in members])
         return Flow(q, flow_id)
 
     # -- batches -------------------------------------------------------------------------

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
@@ -193,6 +194,16 @@ def tick_key(name: str, tick_ms: int) -> str:
     return f"periodic:{name}:{stamp.strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
+_TICK_KEY = re.compile(r"periodic:(.+):\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def schedule_of(idempotency_key: str) -> str | None:
+    """The schedule whose tick has this idempotency key (``tick_key``'s inverse); None for
+    any other key (a manual run's too)."""
+    match = _TICK_KEY.fullmatch(idempotency_key)
+    return match.group(1) if match else None
+
+
 # -- Redis: the scheduler (a worker duty) and the operators' view ----------------------------
 @dataclass(frozen=True)
 class TickResult:
@@ -201,6 +212,10 @@ class TickResult:
     job_id: str
     outcome: str  # stored | tick (already enqueued) | paused | dup | recent | exists
 
+    @property
+    def idempotency_key(self) -> str:
+        return tick_key(self.schedule, self.tick_ms)
+
 
 class Scheduler:
     """Enqueues due ticks. Many may run at once (every worker pool runs one as a duty, behind
@@ -208,12 +223,14 @@ class Scheduler:
 
     def __init__(self, client: "redis.Redis", schedules: list[Schedule], *,
                  clock: Clock = system_ms, scripts: Scripts | None = None,
-                 default_queue: str = "default") -> None:
+                 default_queue: str = "default",
+                 on_tick: Callable[[Schedule, TickResult], None] | None = None) -> None:
         self.redis = client
         self.schedules = list(schedules)
         self.clock = clock
         self.scripts = scripts or Scripts(client)
         self.default_queue = default_queue
+        self.on_tick = on_tick  # told of each tick this scheduler stored (the app's hooks)
 
     def queue(self, schedule: Schedule) -> Queue:
         return Queue(self.redis, schedule.queue or self.default_queue, clock=self.clock,
@@ -253,8 +270,14 @@ class Scheduler:
             return []
         q = self.queue(schedule)
         built = [tick_fields(q, schedule, tick, now) for tick in ticks]
-        return [TickResult(schedule.name, tick, job_id, outcome)
-                for tick, (job_id, outcome) in zip(ticks, q.store(built, now))]
+        out = [TickResult(schedule.name, tick, job_id, outcome)
+               for tick, (job_id, outcome) in zip(ticks, q.store(built, now))]
+        on_tick = self.on_tick
+        if on_tick is not None:
+            for result in out:
+                if result.outcome == "stored":
+                    on_tick(schedule, result)
+        return out
 
 
 def tick_fields(q: Queue, schedule: Schedule, tick_ms: int, now: int) -> Encoded:

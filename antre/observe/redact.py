@@ -6,7 +6,9 @@ parameter whose name looks like a secret (``password``, ``pass``, ``pwd``, ``sec
 ``token``, ``key`` and names containing them, such as ``api_key`` or ``auth_token``).
 ``scrub`` takes any text (an exception message from redis-py or SQLAlchemy, say), redacts
 every URL in it, and blanks each secret of the ``urls`` given wherever it appears, quoted or
-not (SQLAlchemy prints the password of a failed connection in its own words).
+not (SQLAlchemy prints the password of a failed connection in its own words). ``redact_value``
+takes a job's payload (any JSON value) for what is sent out of Antre (an error tracker): the
+value of every secret-looking field blanked, URLs in text redacted.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["MASK", "redact_url", "scrub", "secrets_of"]
+__all__ = ["MASK", "redact_url", "redact_value", "scrub", "secrets_of"]
 
 MASK = "***"
 _SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|credential|signature", re.I)
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
 _MIN_SECRET_CHARS = 3  # shorter "secrets" would blank ordinary text
+_MAX_DEPTH = 20  # redact_value: deeper than this, a value is blanked whole
 
 
 def _redact_netloc(netloc: str) -> str:
@@ -90,3 +93,20 @@ def scrub(text: object, *urls: str) -> str:
             for secret in secrets_of(url):
                 out = out.replace(secret, MASK)
     return out
+
+
+def redact_value(value: object, _depth: int = 0) -> object:
+    """A copy of ``value`` (a JSON value: dicts, lists, text, numbers) fit to send out: each
+    field whose name looks like a secret (as a query parameter's, ``_SECRET_PARAM``: ``password``,
+    ``api_key``, ``token``, ...) blanked, every URL in text redacted (``redact_url``), and
+    anything nested past ``_MAX_DEPTH`` blanked."""
+    if _depth > _MAX_DEPTH:
+        return MASK
+    if isinstance(value, dict):
+        return {k: MASK if _SECRET_PARAM.search(str(k)) else redact_value(v, _depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v, _depth + 1) for v in value]
+    if isinstance(value, str):
+        return scrub(value) if "://" in value else value
+    return value

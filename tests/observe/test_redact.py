@@ -76,3 +76,18 @@ def test_a_failed_alert_webhook_never_logs_its_token(r, clock, caplog, antre_log
         engine.check()
     assert "alert webhook failed" in caplog.text and "token=***" in caplog.text
     assert "tok-secret-77" not in caplog.text
+
+
+def test_a_payload_is_redacted_field_by_field():
+    from antre.observe.redact import redact_value
+    payload = {"order": 7, "api_key": "sk-live-123", "customer": {"Password": "hunter22",
+                                                                 "email": "a@example.org"},
+               "hooks": ["https://u:pw@hooks.example.org/x?token=abc", 3], "note": None}
+    assert redact_value(payload) == {
+        "order": 7, "api_key": "***", "customer": {"Password": "***", "email": "a@example.org"},
+        "hooks": ["https://u:***@hooks.example.org/x?token=***", 3], "note": None}
+    assert payload["api_key"] == "sk-live-123"  # a copy: the payload itself is untouched
+    deep: list = []
+    for _ in range(30):
+        deep = [deep]
+    assert "***" in repr(redact_value(deep))

@@ -5,6 +5,8 @@
   (``RANK``, drawn in docs/ARCHITECTURE.md), and a room imports only rooms of a lower rank;
 - ``antre/`` imports neither flask nor apscheduler, nor the worker, the dashboard or the CLI;
 - ``antre_worker`` and ``antre_web`` never import each other (nor the CLI);
+- ``antre.testing`` (the users' test helpers) stands above the worker: it runs jobs with the
+  worker's own code, so it may import ``antre_worker``, never the dashboard or the CLI;
 - framework integrations live in their own packages (``antre_django/``): ``antre/`` imports no
   web framework, and an integration uses the core (``antre``), never the worker, the
   dashboard or the CLI.
@@ -26,15 +28,17 @@ RANK = {  # a room of antre/ (a folder, a top-level module, "package": antre/__i
     "groups": 3,
     "observe": 4,
     "control": 5, "maintenance": 5,
-    "context": 6, "tasks": 6,
+    "context": 6, "tasks": 6, "hooks": 6,
     "app": 7,
-    "actions": 8, "package": 8,
+    "actions": 8, "package": 8, "integrations": 8, "compat": 8,
+    "testing": 9,
 }
 FORBIDDEN = {
     "antre": {"flask", "apscheduler", "antre_web", "antre_worker", "antre_cli", "django", "django_tasks", "fastapi", "starlette", "antre_django"},
     "antre_worker": {"antre_web", "flask", "antre_cli"},
     "antre_web": {"antre_worker", "apscheduler", "antre_cli"},
     "antre_django": {"antre_web", "antre_worker", "antre_cli", "flask"},
+    "antre.testing": {"flask", "apscheduler", "antre_web", "antre_cli", "django", "fastapi"},
 }
 
 
@@ -66,8 +70,15 @@ def imports_of(path: Path, package: str) -> list[tuple[int, str]]:
     return found
 
 
+def floor_of(module: str) -> str:
+    """``antre_worker.runner`` -> ``antre_worker``; ``antre.testing`` is a floor of its own."""
+    if module == "antre.testing" or module.startswith("antre.testing."):
+        return "antre.testing"
+    return module.split(".")[0]
+
+
 def violations(module: str, imported: list[tuple[int, str]]) -> list[str]:
-    floor = module.split(".")[0]
+    floor = floor_of(module)
     bad: list[str] = []
     for line, target in imported:
         top = target.split(".")[0]
@@ -124,6 +135,8 @@ def test_the_rooms_are_where_the_picture_says() -> None:
     ("antre_django.jobs", "antre_worker.runner"),       # integrations: the core only
     ("antre_worker.runner", "antre_web.services"),              # the floors never meet
     ("antre_web.api", "antre_worker.pool"),
+    ("antre.app", "antre_worker.runner"),                 # only the test helpers may
+    ("antre.testing", "antre_web.services"),
 ])
 def test_the_checker_catches_a_wrong_import(module: str, target: str) -> None:
     assert violations(module, [(1, target)])
@@ -132,6 +145,7 @@ def test_the_checker_catches_a_wrong_import(module: str, target: str) -> None:
 def test_the_checker_passes_an_allowed_import() -> None:
     assert not violations("antre.control.pause", [(1, "antre.observe.readmodels"),
                                                   (2, "antre.engine.keys"), (3, "redis")])
+    assert not violations("antre.testing", [(1, "antre_worker.runner"), (2, "antre.app")])
     assert not violations("antre_worker.runner", [(1, "antre.app"), (2, "apscheduler")])
     assert not violations("antre.app", [(1, "antre.tasks"), (2, "antre.embedded")])
     assert not violations("antre", [(1, "antre.app"), (2, "antre.context")])

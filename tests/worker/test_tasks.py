@@ -12,6 +12,7 @@ import pytest
 from helpers import burst
 
 from antre import InvalidJob, Task
+from antre.testing import assert_enqueued, drain, record
 
 
 @dataclass
@@ -41,14 +42,16 @@ def register(app):
 
 def test_a_task_enqueues_its_own_arguments_and_the_worker_runs_them(app, clock, q):
     send_email, _, _ = register(app)
+    record(app)  # antre.testing: what the app enqueues, for assert_enqueued
     assert isinstance(send_email, Task) and "send_email" in app.handlers
     job_id = send_email.enqueue("a@example.org", subject="welcome")
     assert q.get(job_id).payload == {"to": "a@example.org", "subject": "welcome"}
-    assert q.get(job_id).idempotency_key == "email:a@example.org:welcome"
+    assert_enqueued(app, type="send_email", payload={"to": "a@example.org"}, count=1,
+                    idempotency_key="email:a@example.org:welcome")
     other = send_email.using(idempotency_key="email:42", delay_s=0).enqueue(
         to="b@example.org", subject="hi", urgent=True)
-    _, counts = burst(app, clock)
-    assert counts["succeeded"] == 2
+    done = drain(app)
+    assert sorted(e.job_id for e in done.succeeded) == sorted([job_id, other])
     assert app.job(job_id).result == {"to": "a@example.org", "subject": "welcome",
                                       "urgent": False, "attempt": 1}
     assert app.job(other).result["urgent"] is True
@@ -83,12 +86,13 @@ def test_a_model_payload_is_rebuilt_in_the_worker_and_a_misfit_goes_to_the_dlq(a
     assert q.get(good).payload == {"order_id": 1, "amount_cents": 250, "currency": "EUR"}
     # a payload written before the model changed (or by the string API) no longer fits
     bad = app.enqueue("bill", {"order_id": 2, "cents": 9}, idempotency_key="bill:2")
-    burst(app, clock)
+    done = drain(app)
     assert app.job(good).result == 500
     dead = app.job(bad)
     assert dead.state == "dead"
     assert "payload does not fit Invoice: unknown field 'cents'" in (dead.reason + dead.last_error)
     assert dead.attempts == 1  # permanent: not retried
+    assert [(e.job_id, e.error_kind, e.attempt) for e in done.dead] == [(bad, "permanent", 1)]
 
 
 def test_an_async_task_runs_on_the_loop(app, clock):

@@ -35,6 +35,7 @@ from antre.observe.metrics import DurationBuffer
 from antre.engine.retry import describe
 from antre.observe.tracing import run_in_execution_span
 
+from . import hooked
 from .failures import cancelled, failure_outcome
 from .held import Running
 from .leases import Leases, quietly
@@ -65,23 +66,20 @@ class Execution:
     def run(self, r: Running) -> Outcome:
         """Step: run the handler (its timeouts are the heartbeat's, leases.py)."""
         assert r.spec is not None  # set by the envelope step
-        r.ctx = self._context(r)
-        r.started_ms, r.started_mono = self.clock(), time.monotonic()
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
+        ctx = self._start(r)
         try:
-            result = run_in_execution_span(r.job, r.spec.fn, r.ctx, r.job.payload)
+            result = run_in_execution_span(r.job, r.spec.fn, ctx, r.job.payload)
         except Exception as exc:
             _last_progress(r)
             self._measure(r)
             _report_flow(r, exc)
-            _rollback(r.ctx.opened_db)
+            _rollback(ctx.opened_db)
             return cancelled(r) if r.cancel is not None else self.failed(r, exc)
         _last_progress(r)
         self._measure(r)
         _report_flow(r, None)
         if r.cancel is not None:  # cancelled while it ran: nothing of the run commits
-            _rollback(r.ctx.opened_db)
+            _rollback(ctx.opened_db)
             return cancelled(r)
         return self.complete(r, result)
 
@@ -90,11 +88,7 @@ class Execution:
         """Step, for an ``async def`` handler: its coroutine, to run on the worker's loop;
         ``end`` turns how it ended into the outcome ``run`` would have returned."""
         assert r.spec is not None  # set by the envelope step
-        r.ctx = self._context(r)
-        r.started_ms, r.started_mono = self.clock(), time.monotonic()
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
-        coro: Coroutine[Any, Any, Any] = r.spec.fn(r.ctx, r.job.payload)
+        coro: Coroutine[Any, Any, Any] = r.spec.fn(self._start(r), r.job.payload)
         return coro
 
     def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
@@ -112,6 +106,17 @@ class Execution:
         _rollback(r.ctx.opened_db if r.ctx else None)
         return self.failed(r, failure)
 
+    def _start(self, r: Running) -> JobContext:
+        """The handler's context (``r.ctx``), its start noted, the app's ``before_job`` hooks
+        told."""
+        r.ctx = ctx = self._context(r)
+        if self.app.hooks.before_job:
+            hooked.started(self.app.hooks, r)
+        r.started_ms, r.started_mono = self.clock(), time.monotonic()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("started job %s", r.job.id, extra=job_fields(r.job, "started"))
+        return ctx
+
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
         r.reporter = Reporter(r)
@@ -128,6 +133,8 @@ class Execution:
         self.durations.add(r.job.queue, r.job.type, "processing", duration_ms(r) or 0)
 
     def failed(self, r: Running, exc: Exception) -> Outcome:
+        if self.app.hooks.on_retry or self.app.hooks.on_dead:  # they are told of it
+            r.error = exc  # (only then: it holds the handler's frames, and they hold ``r``)
         if r.closed or r.lease_lost or isinstance(exc, LeaseLost):
             return DropStale(f"failed after its lease was given up ({describe(exc)})")
         if isinstance(exc, JobTimeout) and self.stopping.is_set() and not r.soft_timed_out:

@@ -55,6 +55,7 @@ class Running:
     # its prefetched batch and not used yet (pipeline.py)
     ahead_claim: Begin | None = None
     reporter: "Reporter | None" = None  # its ctx.progress (progress.py), made with its ctx
+    error: BaseException | None = None  # what its handler raised, for the hooks (hooked.py)
 
     def __init__(self, job: Job, queue: Queue) -> None:
         self.job = job

@@ -14,8 +14,9 @@ class AppLoadError(ValueError):
 
 
 def load_app(path: str) -> Antre:
-    """``pkg.module:attr`` (``attr`` defaults to ``app``). The current directory is importable,
-    as it is for ``python -m``."""
+    """``pkg.module:attr`` (``attr`` defaults to ``app``): an ``Antre``, or an object holding one
+    as ``.antre`` (a Celery-style app). The current directory is importable, as it is for
+    ``python -m``."""
     module_name, _, attr = path.partition(":")
     attr = attr or "app"
     if not module_name:
@@ -30,6 +31,8 @@ def load_app(path: str) -> Antre:
     obj = getattr(module, attr, None)
     if obj is None:
         raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}")
+    if not isinstance(obj, Antre) and isinstance(getattr(obj, "antre", None), Antre):
+        obj = obj.antre  # a Celery-style app (antre.compat.celery.Celery) holds its Antre
     if not isinstance(obj, Antre):
         raise AppLoadError(f"{path!r} is a {type(obj).__name__}, not an antre.Antre")
     return obj

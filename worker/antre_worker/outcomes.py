@@ -49,7 +49,8 @@ class OutcomeKind(Generic[OutcomeT]):
     ``counts``: further counts of this process; ``ends_latency``: the job's end-to-end latency
     ends here; ``failed_run``: a failed run on the performance page. ``snooze_reason``: why it
     is held back ('' when not), for its span and the snooze cap; ``releases_lock``: the
-    business lock's release may ride in the transition's round trip."""
+    business lock's release may ride in the transition's round trip; ``told``: what the app's
+    lifecycle hooks are told of it (None: nothing)."""
 
     path: Callable[[OutcomeT], Path]
     transition: Callable[[Running, OutcomeT, Note], bool]
@@ -65,6 +66,22 @@ class OutcomeKind(Generic[OutcomeT]):
     ends_latency: bool
     failed_run: bool
     releases_lock: bool
+    told: Callable[[OutcomeT], Told | None] = lambda _o: None  # what the hooks are told
+
+
+@dataclass(slots=True)
+class Told:
+    """What the app's lifecycle hooks are told of an outcome (hooked.py): the hook method
+    (``after_job``, ``on_retry`` or ``on_dead``), a success's result, a failure's error, error
+    kind, traceback, retry delay and error group signature ('': the kind's and error's)."""
+
+    method: str
+    result: Any = None
+    error: str = ""
+    kind: str = ""
+    traceback: str = ""
+    delay_ms: int = 0
+    signature: str = ""
 
 
 KINDS: dict[type[Any], OutcomeKind[Any]] = {}
@@ -165,7 +182,8 @@ declare(Ack, OutcomeKind[Ack](
     event=lambda o: "deduplicated" if o.deduplicated else "succeeded",
     level=_info, error_kind=_blank, note=_blank, details=_no_details, timeline=_ack_timeline,
     counts=_const(("processed",)), snooze_reason=_blank,
-    ends_latency=True, failed_run=False, releases_lock=True))
+    ends_latency=True, failed_run=False, releases_lock=True,
+    told=lambda o: None if o.deduplicated else Told("after_job", result=o.result)))
 
 
 # -- failure --------------------------------------------------------------------------------
@@ -199,7 +217,9 @@ declare(Retry, OutcomeKind[Retry](
     event=_const("retried"), level=_warning, error_kind=lambda o: o.kind,
     note=lambda o: f": {o.error}", details=lambda o: {"delay_ms": o.delay_ms},
     timeline=_no_timeline, counts=_const(("failed",)), snooze_reason=_blank,
-    ends_latency=False, failed_run=True, releases_lock=False))
+    ends_latency=False, failed_run=True, releases_lock=False,
+    told=lambda o: Told("on_retry", error=o.error, kind=o.kind, traceback=o.traceback,
+                        delay_ms=o.delay_ms)))
 
 
 @dataclass(frozen=True)
@@ -229,7 +249,9 @@ declare(Bury, OutcomeKind[Bury](
     event=_const("buried"), level=_warning, error_kind=lambda o: o.kind,
     note=lambda o: f": {o.reason}", details=_no_details, timeline=_no_timeline,
     counts=_const(("failed",)), snooze_reason=_blank,
-    ends_latency=True, failed_run=True, releases_lock=False))
+    ends_latency=True, failed_run=True, releases_lock=False,
+    told=lambda o: Told("on_dead", error=o.error or o.reason, kind=o.kind,
+                        traceback=o.traceback)))
 
 
 # -- not now --------------------------------------------------------------------------------
@@ -342,10 +364,15 @@ class Expired:
         return (f"expired: {self.age_ms / 1000:.1f}s old when reserved, over its max_age_s "
                 f"of {self.max_age_s:g}s; it did not run")
 
+    @property
+    def signature(self) -> str:
+        """Its error group's signature (one group for every expired job)."""
+        return "expired: older than its max_age_s"
+
 
 def _expire(r: Running, o: Expired, note: Note) -> bool:
     r.queue.bury(r.job, reason=o.reason, kind="expired", spend_attempt=False,
-                 signature="expired: older than its max_age_s", note=note)
+                 signature=o.signature, note=note)
     return False
 
 
@@ -354,7 +381,8 @@ declare(Expired, OutcomeKind[Expired](
     event=_const("max_age"),  # not 'expired': that is a lease expiry in logs and metrics
     level=_warning, error_kind=_const("expired"), note=lambda o: f": {o.reason}",
     details=_no_details, timeline=_no_timeline, counts=_no_counts, snooze_reason=_blank,
-    ends_latency=True, failed_run=False, releases_lock=False))
+    ends_latency=True, failed_run=False, releases_lock=False,
+    told=lambda o: Told("on_dead", error=o.reason, kind="expired", signature=o.signature)))
 
 
 @dataclass(frozen=True)
@@ -370,10 +398,15 @@ class SnoozeCap:
         return (f"held back {self.snoozes} times without running (last: {self.last.reason}), "
                 f"over its cap of {self.cap}; look at what holds it, then replay")
 
+    @property
+    def signature(self) -> str:
+        """Its error group's signature (one group per reason it was held back)."""
+        return f"snooze_cap: {self.last.reason}"
+
 
 def _cap(r: Running, o: SnoozeCap, note: Note) -> bool:
     r.queue.bury(r.job, reason=o.reason, kind="snooze_cap", spend_attempt=False,
-                 signature=f"snooze_cap: {o.last.reason}", note=note)
+                 signature=o.signature, note=note)
     return False
 
 
@@ -382,7 +415,8 @@ declare(SnoozeCap, OutcomeKind[SnoozeCap](
     event=_const("snooze_capped"), level=_warning, error_kind=_const("snooze_cap"),
     note=lambda o: f": {o.reason}", details=_no_details, timeline=_no_timeline,
     counts=_no_counts, snooze_reason=_blank,
-    ends_latency=True, failed_run=False, releases_lock=False))
+    ends_latency=True, failed_run=False, releases_lock=False,
+    told=lambda o: Told("on_dead", error=o.reason, kind="snooze_cap", signature=o.signature)))
 
 
 Outcome = Ack | Retry | Snooze | Bury | HandBack | DropStale | Cancelled | Expired | SnoozeCap

@@ -151,7 +151,8 @@ class WorkerProcess:
     def _assemble(self, hard_grace_s: float) -> None:
         """The rooms: settling, leases, the handler's execution, the per-job pipeline."""
         self.locks = locks = Locks(self.app.redis, clock=self.clock, scripts=self.app.scripts)
-        self.settler = Settler(self.health, self.clock, self.counts, self.durations)
+        self.settler = Settler(self.health, self.clock, self.counts, self.durations,
+                               self.app.hooks)
         self.leases = Leases(self.app, locks, self.clock, self.settler,
                              hard_grace_s=hard_grace_s, on_abandon=self._abandoned)
         execution = Execution(self.app, locks, self.leases, self.clock, self.durations,

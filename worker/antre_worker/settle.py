@@ -27,10 +27,12 @@ from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
 from antre.engine.failing import Failure
 from antre.errors import LeaseLost
+from antre.hooks import Hooks
 from antre.observe.logs import job_fields, job_line, succeeded_line
 from antre.observe.metrics import DurationBuffer
 from antre.observe.perf import record_run
 
+from . import hooked
 from .health import REDIS_DOWN, RedisHealth
 from .held import Running
 from .outcomes import (Ack, Cancelled, Completion, DropStale, HandBack, Outcome, OutcomeKind,
@@ -43,11 +45,12 @@ class Settler:
     """Applies outcomes; counts them in ``counts`` and their latency in ``durations``."""
 
     def __init__(self, health: RedisHealth, clock: Clock, counts: Counter[str],
-                 durations: DurationBuffer) -> None:
+                 durations: DurationBuffer, hooks: Hooks | None = None) -> None:
         self.health = health
         self.clock = clock
         self.counts = counts
         self.durations = durations
+        self.hooks = hooks if hooks is not None else Hooks()  # the app's hooks (hooked.py)
         self._local = threading.local()  # per runner thread: acks waiting for their batch
 
     # -- batching ----------------------------------------------------------------------------
@@ -259,6 +262,8 @@ class Settler:
         kind = kind_of(outcome)
         event = kind.event(outcome)
         self._count(r, outcome, kind, event)
+        if self.hooks:
+            hooked.settled(self.hooks, r, outcome, kind, duration_ms(r))
         level = kind.level(outcome)
         if not log.isEnabledFor(level):
             return
