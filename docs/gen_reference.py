@@ -266,17 +266,16 @@ EVENT = re.compile(r"^[a-z][a-z0-9_]*$")
 
 def _event_names(node: ast.AST) -> Iterator[str]:
     """The event names ``node`` logs with: a literal ``{"event": "name"}``, a
-    ``job_fields(job, "name", ...)``, or a string ``event_of`` (a job's outcome) returns."""
+    ``job_fields(job, "name", ...)``, or a string an outcome's declaration gives as its
+    ``event=`` (``OutcomeKind(event=...)``)."""
     yield from (name for name in _literal_events(node) if EVENT.match(name))
 
 
 def _literal_events(node: ast.AST) -> Iterator[str]:
-    if isinstance(node, ast.FunctionDef) and node.name == "event_of":
-        for ret in ast.walk(node):
-            if isinstance(ret, ast.Return) and ret.value is not None:
-                for c in ast.walk(ret.value):
-                    if isinstance(c, ast.Constant) and isinstance(c.value, str):
-                        yield c.value
+    if isinstance(node, ast.keyword) and node.arg == "event":  # OutcomeKind(event=...)
+        for c in ast.walk(node.value):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                yield c.value
     if isinstance(node, ast.Dict):
         for k, v in zip(node.keys, node.values):
             if isinstance(k, ast.Constant) and k.value == "event" \
