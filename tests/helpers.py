@@ -68,23 +68,29 @@ def burst(app: Antre, clock: ManualClock, **kw: Any) -> tuple[WorkerProcess, Any
     return w, w.run_burst()
 
 
-def run_async(coro: Any) -> Any:
-    """``asyncio.run(coro)`` on a thread of its own: the browser tests' Playwright (sync API)
-    leaves an event loop running on the main thread, where ``asyncio.run`` refuses to start."""
+def on_own_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` on a thread of its own, its result or its exception handed back: code that starts
+    an event loop (``asyncio.run``) runs there as in a script, whatever loop the test process
+    has running on its main thread."""
     out: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            out["value"] = asyncio.run(coro)
+            out["value"] = fn()
         except BaseException as exc:  # re-raised on the caller's thread
             out["error"] = exc
 
-    thread = threading.Thread(target=target, name="run_async")
+    thread = threading.Thread(target=target, name="on_own_thread")
     thread.start()
     thread.join()
     if "error" in out:
         raise out["error"]
     return out["value"]
+
+
+def run_async(coro: Any) -> Any:
+    """``asyncio.run(coro)`` on a thread of its own (``on_own_thread``)."""
+    return on_own_thread(lambda: asyncio.run(coro))
 
 
 def spawn(redis_url: str, args: list[str], log_path: Path) -> subprocess.Popen[bytes]:

@@ -220,8 +220,11 @@ def stack(chromium_path, browser_redis, tmp_path_factory) -> Iterator[Stack]:
             client.engine.dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chromium(chromium_path) -> Iterator[Any]:
+    """One Chromium for the browser tests, stopped when they end: Playwright's sync API keeps an
+    event loop running on the main thread while it is started, where ``asyncio.run`` (the
+    hooks, the docs' examples, the async worker) refuses to start."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -12,7 +12,7 @@ import pytest
 
 from antre import Permanent, Retryable
 from antre.hooks import Enqueued, Hook, Hooks, JobEvent, Tick
-from helpers import burst
+from helpers import burst, run_async
 
 BACKOFF_MS = 3_600_000  # past any retry's backoff
 
@@ -159,7 +159,7 @@ def test_async_methods_run_from_the_worker_and_from_aenqueue(app, clock):
     async def produce() -> str:
         return await app.aenqueue("ok", {}, idempotency_key="ok:2")
 
-    second = asyncio.run(produce())
+    second = run_async(produce())  # a fresh event loop, as a web request's
     burst(app, clock)
     assert told[:2] == [("on_enqueue", first), ("on_enqueue", second)]
     assert sorted(told[2:]) == sorted([("after_job", first), ("after_job", second)])

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from antre.observe.readmodels import ReadModels
+from helpers import on_own_thread
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
@@ -158,11 +159,16 @@ def test_blocks_marked_not_to_run_say_why_and_stay_few() -> None:
 
 
 def _run(code: str, namespace: dict[str, Any], where: str) -> None:
-    """``code`` in ``namespace``; a block with a top-level ``await`` runs on an event loop."""
+    """``code`` in ``namespace`` on a thread of its own, as a reader's script runs (no event loop
+    of the test process's around it); a block with a top-level ``await`` runs on an event loop."""
     compiled = compile(code, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(compiled, namespace)  # noqa: S307 - the documentation's own examples
-    if inspect.iscoroutine(result):
-        asyncio.run(result)
+
+    def block() -> None:
+        result = eval(compiled, namespace)  # noqa: S307 - the documentation's own examples
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
+
+    on_own_thread(block)
 
 
 @pytest.fixture
