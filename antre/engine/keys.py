@@ -130,6 +130,13 @@ class QueueKeys:
         return f"{self.tag}:wake"
 
     @property
+    def beats(self) -> str:
+        """ZSET worker id -> its last heartbeat ms: every worker process serving this partition
+        writes it on each heartbeat and removes it at a graceful stop; the rescuer returns the
+        leases of a process whose beat is older than the pause tolerance (rescue.lua)."""
+        return f"{self.tag}:beats"
+
+    @property
     def scheduled(self) -> str:  # ZSET score = visible_at ms
         return f"{self.tag}:scheduled"
 
@@ -469,6 +476,13 @@ def lock_contention_scratch() -> str:
 def maintenance_lock(name: str) -> str:
     """STRING token: one pass of a pool duty (sweeper, sampler, ...) cluster-wide per tick."""
     return f"{PREFIX}:{{maint}}:{name}"
+
+
+def rescuer_watch() -> str:
+    """HASH {last, since}: when the rescuer last reached Redis, and since when without a gap
+    longer than the pause tolerance (antre/maintenance/rescue.py: no process is judged lost
+    before the rescuer has watched for a whole tolerance)."""
+    return f"{PREFIX}:{{maint}}:rescuer:watch"
 
 
 def alerts() -> str:

@@ -89,6 +89,16 @@ class SweepResult:
     outcomes: dict[str, str]
 
 
+@dataclass(frozen=True)
+class RescueResult:
+    """What ``Queue.rescue`` did with a lost process's leases: ``outcomes`` job id -> 'ready',
+    'dead' (poison) or how a cancel request ended it."""
+    worker_id: str
+    returned: int
+    buried: int
+    outcomes: dict[str, str]
+
+
 Encoded = tuple[tuple[str, ...], list[str]]  # a new job's field names and values
 
 
@@ -639,6 +649,28 @@ class Queue:
             args=[k.job_prefix, self.clock(), limit, k.dead_type_prefix, k.dead_group_prefix])
         outcomes = dict(zip(reply[2::2], reply[3::2]))
         return SweepResult(int(reply[0]), int(reply[1]), outcomes)
+
+    def silent(self, cutoff_ms: int, limit: int = 100) -> list[tuple[str, int]]:
+        """The worker processes serving this partition whose last heartbeat is older than
+        ``cutoff_ms``: (worker id, beat ms), oldest first, at most ``limit``."""
+        got = self.redis.zrangebyscore(self.keys.beats, "-inf", f"({cutoff_ms}", start=0,
+                                       num=limit, withscores=True)
+        return [(str(w), int(score)) for w, score in got]
+
+    def rescue(self, worker_id: str, cutoff_ms: int) -> RescueResult | None:
+        """Every lease ``worker_id`` holds in this partition returned at once (``rescue.lua``),
+        if its last heartbeat is still older than ``cutoff_ms``; None when it beat since (or
+        has no beat: it stopped, or another rescuer was first)."""
+        k = self.keys
+        reply = self.scripts.rescue(
+            keys=[k.beats, k.inflight, k.ready, k.dead, k.stats, k.error_groups, k.cancels,
+                  k.wake],
+            args=[k.job_prefix, self.clock(), worker_id, cutoff_ms, k.dead_type_prefix,
+                  k.dead_group_prefix])
+        if int(reply[0]) < 0:
+            return None
+        return RescueResult(worker_id, int(reply[0]), int(reply[1]),
+                            dict(zip(reply[2::2], reply[3::2])))
 
     # ``actor`` (an operator's name) and ``note`` (e.g. the bulk task) go on the timeline
     def replay(self, job_id: str, actor: str = "", note: Note = None, task: str = "") -> bool:

@@ -57,6 +57,8 @@ NAMES = (
     "handover",
     # a queue's published partition count, only ever grown (antre/engine/partitions.py)
     "partitions_grow",
+    # the leases of a worker process that stopped beating, returned at once (antre/maintenance/rescue.py)
+    "rescue",
     # flow control (antre/limits/admission.py)
     "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
     "breaker_failure", "breaker_release",
@@ -338,6 +340,7 @@ class Scripts:
     extend_lease: redis.commands.core.Script
     promote_due: redis.commands.core.Script
     sweep_expired: redis.commands.core.Script
+    rescue: redis.commands.core.Script
     replay: redis.commands.core.Script
     replay_edited: redis.commands.core.Script
     discard: redis.commands.core.Script

@@ -1,4 +1,4 @@
-"""The pool's scheduled duties on APScheduler: sweeper, sampler, bulk replays, idempotency
+"""The pool's scheduled duties on APScheduler: sweeper, rescuer, sampler, bulk replays, idempotency
 pruner, outbox relay, alerts, periodic jobs, retention. Started in the supervisor process only.
 (Due scheduled jobs are promoted by the worker processes themselves,
 ``WorkerProcess.promote_due``: see docs/ARCHITECTURE.md.)
@@ -32,6 +32,7 @@ from antre.control.pause import Pauses
 from antre.clock import Clock
 from antre.observe.memory import MemoryPolicy, memory_policy
 from antre.observe.readmodels import ReadModels
+from antre.maintenance.rescue import Rescuer
 from antre.maintenance.retention import Retention, SqlRetention
 from antre.groups.control import GroupControl
 from antre.limits.gates import Gates
@@ -82,6 +83,17 @@ def _sweep(d: Duties) -> Any:
     if res["requeued"] or res["buried"]:
         log.info("sweeper: %d expired leases requeued, %d poison jobs buried", res["requeued"],
                  res["buried"], extra={"event": "expired"})
+    return res
+
+
+def _rescue(d: Duties) -> Any:
+    """The leases of worker processes that stopped beating, returned at once
+    (``antre.maintenance.rescue``; the lease-expiry sweep stays the backstop)."""
+    res = d.rescuer.run()
+    for r in res.results:
+        log.warning("rescuer: worker %s lost (no heartbeat for over %gs): %d of its jobs "
+                    "returned, %d buried", r.worker_id, d.rescuer.tolerance_s, r.returned,
+                    r.buried, extra={"event": "worker_lost", "worker_id": r.worker_id})
     return res
 
 
@@ -216,6 +228,7 @@ def _eviction(d: Duties) -> Any:
 
 DUTIES = (
     Duty("sweeper", 1.0, _sweep),
+    Duty("rescuer", 1.0, _rescue),
     Duty("sampler", 10.0, _sample),
     Duty("bulk_replays", 1.0, _bulk),
     Duty("idempotency_pruner", 3600.0, _prune),
@@ -239,6 +252,8 @@ class Duties:
         self.failures = 0
         self.redis_down = False  # the last duty found Redis unreachable
         self.eviction = EvictionWatch(app.redis)
+        # ANTRE_WORKER_PAUSE_TOLERANCE_S is read here: a bad value stops the pool at its start
+        self.rescuer = Rescuer(app.redis, clock=clock or app.clock, scripts=app.scripts)
 
     def start(self) -> None:
         self.scheduler = BackgroundScheduler(

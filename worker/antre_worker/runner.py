@@ -557,10 +557,26 @@ class WorkerProcess:
 
     def heartbeat_once(self) -> None:
         """Enforce timeouts, extend every held lease, report to the registry."""
+        self._presence()  # first: a slow lease round must not make the process look lost
         with self._lock:
             held = list(self._running.values())
         self.leases.beat(held)
         self._beat()
+
+    def _presence(self) -> None:
+        """This process's heartbeat in every partition it serves (``QueueKeys.beats``, one
+        round trip): the rescuer returns the leases of a process whose beat is older than the
+        pause tolerance (antre/maintenance/rescue.py). A stopped process removes it (what it
+        held is handed back), so the rescuer leaves it alone."""
+        gone = self._info.state == "stopped"
+        now = self.clock()
+        pipe = self.app.redis.pipeline(transaction=False)
+        for q in self.queues:
+            if gone:
+                pipe.zrem(q.keys.beats, self.worker_id)
+            else:
+                pipe.zadd(q.keys.beats, {self.worker_id: now})
+        pipe.execute()
 
     def _beat(self) -> None:
         info = self._info
@@ -605,6 +621,7 @@ class WorkerProcess:
 
     def _beat_quietly(self) -> None:
         try:
+            self._presence()
             self._beat()
         except REDIS_DOWN as exc:
             self.health.failed(exc)

@@ -1,0 +1,136 @@
+"""The rescuer: the leases of a worker process that stopped beating, returned at once.
+
+Every worker process writes its heartbeat into each queue partition it serves
+(``keys.QueueKeys.beats``, refreshed by its heartbeat loop every ``--heartbeat`` second, removed
+at a graceful stop). A process killed with ``kill -9`` (or whose host died) stops beating long
+before its leases' deadlines: the rescuer finds a beat older than the pause tolerance
+(``ANTRE_WORKER_PAUSE_TOLERANCE_S``) and returns all that process's leases in one script call
+per partition (``rescue.lua``: one delivery spent, as at a lease's expiry; the lease epoch
+bumped, so a process that was only paused, SIGSTOP or a long GC pause, finds its leases gone
+when it wakes and drops what it finishes, as after an expired lease). The lease-expiry sweep
+(``Queue.sweep``) stays the backstop: for a process that beats but holds a lease it no longer
+renews, for records the rescuer leaves alone, and with the rescuer turned off (0).
+
+The trade-off (docs/explanation/guarantees.md): a lower tolerance brings a killed process's
+jobs back sooner; a process paused longer than the tolerance (less its heartbeat interval) is
+taken for lost and its jobs run a second time (at least once: its own ack is refused, its SQL
+completion fenced out). The default, 3.5 s with the default 1 s heartbeat and the 1 s duty,
+returns a killed process's jobs within about 4.5 s and takes a pause of up to about 2.5 s.
+
+A rescuer that could not reach Redis (an outage: no process could beat either) judges nobody
+until it has watched a whole tolerance again (``keys.rescuer_watch``, shared by every pool), so
+the end of an outage never reads as every process lost.
+
+The pool's ``rescuer`` duty (``antre_worker.duties``) runs ``Rescuer.run`` every second, once
+cluster-wide; nothing here schedules itself.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import cast
+
+import redis
+
+from antre.clock import Clock, system_ms
+from antre.engine import keys, partitions
+from antre.engine.queue import RescueResult
+from antre.engine.scripts import Scripts
+from antre.observe.readmodels import ReadModels
+
+TOLERANCE_ENV = "ANTRE_WORKER_PAUSE_TOLERANCE_S"
+DEFAULT_TOLERANCE_S = 3.5
+MIN_TOLERANCE_S = 1.0
+MAX_TOLERANCE_S = 3600.0
+#: the one line of the setting's documentation (docs/reference/settings.md)
+TOLERANCE_DOC = ("How long a worker process may go without a heartbeat before the rescuer "
+                 "takes it for lost and returns its leases (seconds, 1 to 3600, or 0: off, "
+                 "leases return at their deadline only); default 3.5. Lower: a killed "
+                 "worker's jobs run again sooner; a process paused longer (less its heartbeat "
+                 "interval) has its jobs run a second time.")
+
+
+def pause_tolerance_s(environ: dict[str, str] | None = None) -> float:
+    """``ANTRE_WORKER_PAUSE_TOLERANCE_S`` (default 3.5; 0: the rescuer is off). Raises
+    ``ValueError`` saying what is allowed for anything else."""
+    raw = (os.environ if environ is None else environ).get(TOLERANCE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TOLERANCE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value == 0 or MIN_TOLERANCE_S <= value <= MAX_TOLERANCE_S:
+        return value
+    raise ValueError(f"{TOLERANCE_ENV}={raw!r}: give a number of seconds from "
+                     f"{MIN_TOLERANCE_S:g} to {MAX_TOLERANCE_S:g} (0 turns the rescuer off; "
+                     f"default {DEFAULT_TOLERANCE_S:g})")
+
+
+@dataclass
+class RescuePass:
+    """One pass: the processes found lost and what was done with their leases."""
+    watching: bool = True  # False: the rescuer had a gap (an outage) and only watched
+    lost: list[str] = field(default_factory=list)  # worker ids, one entry per process
+    results: list[RescueResult] = field(default_factory=list)  # one per partition rescued
+
+    @property
+    def returned(self) -> int:
+        return sum(r.returned for r in self.results)
+
+    @property
+    def buried(self) -> int:
+        return sum(r.buried for r in self.results)
+
+
+class Rescuer:
+    """Finds the worker processes whose heartbeat is older than ``tolerance_s`` in every
+    queue's partitions and returns their leases (``Queue.rescue``)."""
+
+    def __init__(self, client: "redis.Redis", *, clock: Clock = system_ms,
+                 scripts: Scripts | None = None, tolerance_s: float | None = None) -> None:
+        self.redis = client
+        self.clock = clock
+        self.scripts = scripts
+        self.tolerance_s = pause_tolerance_s() if tolerance_s is None else tolerance_s
+
+    @property
+    def tolerance_ms(self) -> int:
+        return int(self.tolerance_s * 1000)
+
+    def watch(self, now_ms: int) -> bool:
+        """Note that the rescuer reaches Redis now; True once it has done so without a gap
+        longer than the tolerance for a whole tolerance (``keys.rescuer_watch``)."""
+        key = keys.rescuer_watch()
+        last, since = cast(list[str | None], self.redis.hmget(key, ["last", "since"]))
+        start = now_ms
+        if last is not None and since is not None:
+            try:
+                if 0 <= now_ms - int(last) <= self.tolerance_ms:
+                    start = int(since)
+            except ValueError:
+                pass
+        self.redis.hset(key, mapping={"last": now_ms, "since": start})
+        return now_ms - start >= self.tolerance_ms
+
+    def run(self) -> RescuePass:
+        out = RescuePass()
+        if self.tolerance_s <= 0:
+            return out
+        now = self.clock()
+        if not self.watch(now):
+            out.watching = False
+            return out
+        cutoff = now - self.tolerance_ms
+        for name in ReadModels(self.redis).queue_names():
+            for q in partitions.all_queues(self.redis, name, clock=self.clock,
+                                           scripts=self.scripts):
+                for worker_id, _ in q.silent(cutoff):
+                    res = q.rescue(worker_id, cutoff)
+                    if res is None:
+                        continue
+                    if worker_id not in out.lost:
+                        out.lost.append(worker_id)
+                    out.results.append(res)
+        return out
