@@ -1,0 +1,188 @@
+"""``bench/rescue.py``: how soon a killed worker's job runs again, and how many jobs run twice
+under SIGSTOP pauses, with the lease only (``ANTRE_WORKER_PAUSE_TOLERANCE_S=0``: the rescuer
+off, as before it existed) and with the rescuer on its defaults, side by side.
+
+    .venv/bin/python bench/rescue.py                      # 3 kills each, pauses 0.5..5 s x 2
+    .venv/bin/python bench/rescue.py --kills 5 --pauses 1,2 --pause-trials 3
+
+Two pools (``antre_worker worker bench.apps.rescue:app --processes 2 --threads 1``, the
+defaults otherwise: 1 s heartbeat, 30 s lease), each on its own embedded Redis, one per
+setting; the trials alternate between them (paired, interleaved). A kill trial: a ``hold`` job
+starts, its process gets kill -9, the figure is the time from the kill to the job's second
+start (the other process takes it). A pause trial: the job's process is stopped (SIGSTOP)
+for P seconds mid-job and continued; a duplicate run is a second start of the job. Writes
+bench/results/rescue.json and bench/results/rescue.md (with the CPU model and the load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import redis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from antre.embedded import EmbeddedRedis  # noqa: E402
+from antre.engine.queue import Queue  # noqa: E402
+from antre.observe.finder import Finder  # noqa: E402
+from bench.lib import antre_bench as ab  # noqa: E402
+from bench.lib import faults  # noqa: E402
+
+STARTED = "bench:rescue:started"
+SETTINGS = {"lease only (before)": "0", "rescuer, defaults (after)": None}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+class Side:
+    """One pool on its own Redis, with one setting of the tolerance."""
+
+    def __init__(self, name: str, tolerance: str | None, out_dir: str) -> None:
+        self.name = name
+        self.server = EmbeddedRedis(tcp=True).start()
+        self.r = redis.Redis.from_url(self.server.url, decode_responses=True)
+        self.q = Queue(self.r, "default")
+        env = ab._env(self.server.url, ANTRE_LOG_LEVEL="WARNING")
+        env.pop("ANTRE_WORKER_PAUSE_TOLERANCE_S", None)
+        if tolerance is not None:
+            env["ANTRE_WORKER_PAUSE_TOLERANCE_S"] = tolerance
+        slug = "lease" if tolerance == "0" else "rescuer"
+        self.log = open(os.path.join(out_dir, f"rescue-{slug}.log"), "wb")  # noqa: SIM115
+        self.pool = subprocess.Popen(
+            [sys.executable, "-m", "antre_worker", "worker", "bench.apps.rescue:app",
+             "--processes", "2", "--threads", "1"], cwd=ROOT, env=env, stdout=self.log,
+            stderr=self.log, start_new_session=True)
+
+    def ready(self, timeout: float = 60) -> None:
+        """Both children up for a second and beating."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(faults.children(self.pool.pid, 1.0)) == 2 and \
+                    self.r.zcard(self.q.keys.beats) >= 2:
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"{self.name}: the pool's two processes did not come up")
+
+    def starts(self, job_id: str) -> list[dict[str, Any]]:
+        return [s for s in map(json.loads, self.r.lrange(STARTED, 0, -1)) if s["id"] == job_id]
+
+    def wait_start(self, job_id: str, n: int, timeout: float = 90) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.starts(job_id)
+            if len(got) >= n:
+                return got[n - 1]
+            time.sleep(0.005)
+        raise SystemExit(f"{self.name}: job {job_id} did not start {n} times in {timeout}s")
+
+    def wait_done(self, job_id: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.q.get(job_id).state == "done":
+                return
+            time.sleep(0.02)
+        raise SystemExit(f"{self.name}: job {job_id} not done in {timeout}s")
+
+    def by(self, job_id: str) -> list[str]:
+        return [f"{e.actor}: {e.details.get('reason', e.details.get('outcome', ''))}"
+                for e in Finder(self.r).timeline("default", job_id).events if e.kind == "swept"]
+
+    def kill_trial(self) -> dict[str, Any]:
+        self.ready()
+        job_id = self.q.enqueue("hold", {"first_s": 120, "again_s": 0.05},
+                                idempotency_key=os.urandom(8).hex())
+        first = self.wait_start(job_id, 1)
+        time.sleep(0.5)
+        t_kill = time.time()
+        os.kill(first["pid"], signal.SIGKILL)
+        second = self.wait_start(job_id, 2)
+        self.wait_done(job_id)
+        return {"rerun_s": round(second["t"] - t_kill, 3), "swept": self.by(job_id)}
+
+    def pause_trial(self, pause_s: float) -> dict[str, Any]:
+        self.ready()
+        job_id = self.q.enqueue("hold", {"first_s": pause_s + 2, "again_s": pause_s + 2},
+                                idempotency_key=os.urandom(8).hex())
+        first = self.wait_start(job_id, 1)
+        time.sleep(0.3)
+        os.kill(first["pid"], signal.SIGSTOP)
+        time.sleep(pause_s)
+        os.kill(first["pid"], signal.SIGCONT)
+        self.wait_done(job_id)
+        time.sleep(0.5)  # a duplicate's own start, if any, is in by now
+        return {"pause_s": pause_s, "runs": len(self.starts(job_id)), "swept": self.by(job_id)}
+
+    def close(self) -> None:
+        ab.stop([self.pool])
+        self.server.stop()
+        self.log.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--kills", type=int, default=3)
+    p.add_argument("--pauses", default="0.5,1,1.5,2,3,5")
+    p.add_argument("--pause-trials", type=int, default=2)
+    a = p.parse_args()
+    pauses = [float(x) for x in a.pauses.split(",") if x]
+    out_dir = os.path.join(ab.HERE, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    before = {"cpu": cpu_model(), "load_before": load()}
+    sides = {name: Side(name, tol, out_dir) for name, tol in SETTINGS.items()}
+    kills: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
+    paused: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
+    try:
+        for side in sides.values():
+            side.ready()
+        for i in range(a.kills):
+            for name, side in sides.items():
+                kills[name].append(side.kill_trial())
+                ab.log(f"kill {i + 1}, {name}: {kills[name][-1]}")
+        for pause_s in pauses:
+            for _ in range(a.pause_trials):
+                for name, side in sides.items():
+                    paused[name].append(side.pause_trial(pause_s))
+                    ab.log(f"pause {pause_s}s, {name}: {paused[name][-1]}")
+    finally:
+        for side in sides.values():
+            side.close()
+    result = {**before, "load_after": load(), "command": " ".join(["bench/rescue.py", *sys.argv[1:]]),
+              "kills": kills, "pauses": paused,
+              "summary": {name: {
+                  "rerun_s_median": statistics.median(t["rerun_s"] for t in kills[name]),
+                  "rerun_s_max": max(t["rerun_s"] for t in kills[name]),
+                  "duplicates_by_pause": {str(ps): sum(t["runs"] - 1 for t in paused[name]
+                                                       if t["pause_s"] == ps) for ps in pauses},
+              } for name in sides}}
+    results = os.path.join(ROOT, "bench", "results")
+    with open(os.path.join(results, "rescue.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
