@@ -94,6 +94,7 @@ class RescueResult:
     """What ``Queue.rescue`` did with a lost process's leases: ``outcomes`` job id -> 'ready',
     'dead' (poison) or how a cancel request ended it."""
     worker_id: str
+    queue: str
     returned: int
     buried: int
     outcomes: dict[str, str]
@@ -669,7 +670,7 @@ class Queue:
                   k.dead_group_prefix])
         if int(reply[0]) < 0:
             return None
-        return RescueResult(worker_id, int(reply[0]), int(reply[1]),
+        return RescueResult(worker_id, self.name, int(reply[0]), int(reply[1]),
                             dict(zip(reply[2::2], reply[3::2])))
 
     # ``actor`` (an operator's name) and ``note`` (e.g. the bulk task) go on the timeline

@@ -88,7 +88,7 @@ class Rescuer:
     """Finds the worker processes whose heartbeat is older than ``tolerance_s`` in every
     queue's partitions and returns their leases (``Queue.rescue``)."""
 
-    def __init__(self, client: "redis.Redis", *, clock: Clock = system_ms,
+    def __init__(self, client: redis.Redis, *, clock: Clock = system_ms,
                  scripts: Scripts | None = None, tolerance_s: float | None = None) -> None:
         self.redis = client
         self.clock = clock

@@ -182,3 +182,19 @@ def test_the_pooled_and_the_cluster_path_read_the_reply_undecoded_too(r, clock):
     r.hset(q.keys.job(ids[0]), "payload", b"\xff")
     got = {j.id: j for j in q.reserve("w1", count=5)}
     assert "not valid UTF-8" in got[ids[0]].payload_error and got[ids[1]].payload == {"i": 1}
+
+
+def test_rescue_leaves_a_broken_in_flight_record_to_the_sweeper_and_returns_the_rest(q, r,
+                                                                                     clock):
+    ids = fill(q, 4)
+    q.reserve("w-lost", count=10)
+    r.zadd(q.keys.beats, {"w-lost": clock()})
+    corrupt(r, q, ids[1], "string")
+    r.delete(q.keys.job(ids[2]))
+    clock.advance(10_000)
+    result = q.rescue("w-lost", clock() - 5_000)
+    assert result is not None and result.outcomes == {ids[0]: "ready", ids[3]: "ready"}
+    assert q.where(ids[1]) == ["inflight"] and q.where(ids[2]) == ["inflight"]
+    clock.advance(60_000)
+    assert q.sweep().outcomes == {ids[1]: "corrupt"}  # the backstop deals with them
+    assert q.where(ids[2]) == [] and len(q.quarantined()) == 1

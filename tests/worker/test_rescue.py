@@ -10,6 +10,7 @@ import threading
 
 import pytest
 import redis
+from antre_worker.duties import Duties
 from helpers import burst, make_worker, spawn, wait_for
 from sqlalchemy import text
 
@@ -19,7 +20,6 @@ from antre.engine import keys
 from antre.errors import LeaseLost
 from antre.maintenance.rescue import Rescuer, pause_tolerance_s
 from antre.observe.finder import Finder
-from antre_worker.duties import Duties
 
 
 def rescue_after(rescuer: Rescuer, clock: ManualClock, seconds: int, *beating) -> list:

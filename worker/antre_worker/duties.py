@@ -90,10 +90,12 @@ def _rescue(d: Duties) -> Any:
     """The leases of worker processes that stopped beating, returned at once
     (``antre.maintenance.rescue``; the lease-expiry sweep stays the backstop)."""
     res = d.rescuer.run()
-    for r in res.results:
-        log.warning("rescuer: worker %s lost (no heartbeat for over %gs): %d of its jobs "
-                    "returned, %d buried", r.worker_id, d.rescuer.tolerance_s, r.returned,
-                    r.buried, extra={"event": "worker_lost", "worker_id": r.worker_id})
+    for r in res.results:  # (a process lost while it held nothing is only noted)
+        log.log(logging.WARNING if r.returned or r.buried else logging.INFO,
+                "rescuer: worker %s lost (no heartbeat for over %gs) in %s: %d of its jobs "
+                "returned, %d buried", r.worker_id, d.rescuer.tolerance_s, r.queue, r.returned,
+                r.buried, extra={"event": "worker_lost", "worker_id": r.worker_id,
+                                 "queue": r.queue})
     return res
 
 

@@ -65,6 +65,12 @@ class Supervisor:
         self.restarts = 0
         self.slots = [Slot(i) for i in range(processes)]
         self.duties = Duties(self.app) if scheduler else None
+        if self.duties is not None and 0 < self.duties.rescuer.tolerance_s < heartbeat_s * 2:
+            log.warning("--heartbeat %g against ANTRE_WORKER_PAUSE_TOLERANCE_S=%g: the rescuer "
+                        "may take a live process for lost and run its jobs again; beat at "
+                        "most every %gs or raise the tolerance", heartbeat_s,
+                        self.duties.rescuer.tolerance_s, self.duties.rescuer.tolerance_s / 2,
+                        extra={"event": "bad_config"})
         self.eviction = self.duties.eviction if self.duties else EvictionWatch(self.app.redis)
         self.health = RedisHealth(self.app.redis_url)
         self.registry = WorkerRegistry(self.app.redis)
