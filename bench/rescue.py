@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from antre.embedded import EmbeddedRedis
-from antre.engine.queue import Queue
+from antre.engine.queue import JobSpec, Queue
 from antre.observe.finder import Finder
 from bench.lib import antre_bench as ab
 from bench.lib import faults
@@ -141,11 +141,38 @@ class Side:
         self.log.close()
 
 
+def scan_cost(n: int, lost: int = 10) -> dict[str, Any]:
+    """The rescue script's cost with ``n`` jobs in flight of which ``lost`` are the lost
+    process's (it looks at every in-flight job's owner): the server's time for the call."""
+    server = EmbeddedRedis(tcp=True).start()
+    try:
+        r = redis.Redis.from_url(server.url, decode_responses=True)
+        q = Queue(r, "default")
+        q.enqueue_many(JobSpec("hold", {}, f"s{i}") for i in range(n))
+        q.reserve("w-lost", lost)
+        while q.reserve("w-live", 1000):
+            pass
+        r.zadd(q.keys.beats, {"w-lost": 0})
+        r.config_resetstat()
+        t0 = time.perf_counter()
+        res = q.rescue("w-lost", 1)
+        wall_ms = (time.perf_counter() - t0) * 1000
+        stats = r.info("commandstats")
+        calls = {k: v for k, v in stats.items() if k.startswith(("cmdstat_fcall", "cmdstat_evalsha"))}
+        usec = sum(v["usec"] for v in calls.values())
+        return {"in_flight": n, "lost_jobs": lost, "returned": res.returned if res else None,
+                "server_ms": round(usec / 1000, 2), "round_trip_ms": round(wall_ms, 2)}
+    finally:
+        server.stop()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kills", type=int, default=3)
     p.add_argument("--pauses", default="0.5,1,1.5,2,3,5")
     p.add_argument("--pause-trials", type=int, default=2)
+    p.add_argument("--scan", default="1000,10000,100000",
+                   help="in-flight counts to time one rescue call at")
     a = p.parse_args()
     pauses = [float(x) for x in a.pauses.split(",") if x]
     out_dir = os.path.join(ab.HERE, "out")
@@ -169,7 +196,10 @@ def main() -> int:
     finally:
         for side in sides.values():
             side.close()
-    result = {**before, "load_after": load(), "command": " ".join(["bench/rescue.py", *sys.argv[1:]]),
+    scans = [scan_cost(int(n)) for n in a.scan.split(",") if n]
+    for row in scans:
+        ab.log(f"rescue call: {row}")
+    result = {**before, "scan": scans, "load_after": load(), "command": " ".join(["bench/rescue.py", *sys.argv[1:]]),
               "kills": kills, "pauses": paused,
               "summary": {name: {
                   "rerun_s_median": statistics.median(t["rerun_s"] for t in kills[name]),

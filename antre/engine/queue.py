@@ -658,20 +658,29 @@ class Queue:
                                        num=limit, withscores=True)
         return [(str(w), int(score)) for w, score in got]
 
-    def rescue(self, worker_id: str, cutoff_ms: int) -> RescueResult | None:
-        """Every lease ``worker_id`` holds in this partition returned at once (``rescue.lua``),
-        if its last heartbeat is still older than ``cutoff_ms``; None when it beat since (or
-        has no beat: it stopped, or another rescuer was first)."""
+    def rescue(self, worker_ids: Sequence[str], cutoff_ms: int) -> list[RescueResult]:
+        """Every lease each of ``worker_ids`` holds in this partition returned at once (one
+        ``rescue.lua`` call, one walk of the in-flight jobs), for each whose last heartbeat is
+        still older than ``cutoff_ms``: one result per process found lost (none for one that
+        beat since, or has no beat: it stopped, or another rescuer was first)."""
+        if not worker_ids:
+            return []
         k = self.keys
         reply = self.scripts.rescue(
             keys=[k.beats, k.inflight, k.ready, k.dead, k.stats, k.error_groups, k.cancels,
                   k.wake],
-            args=[k.job_prefix, self.clock(), worker_id, cutoff_ms, k.dead_type_prefix,
-                  k.dead_group_prefix])
-        if int(reply[0]) < 0:
-            return None
-        return RescueResult(worker_id, self.name, int(reply[0]), int(reply[1]),
-                            dict(zip(reply[2::2], reply[3::2])))
+            args=[k.job_prefix, self.clock(), cutoff_ms, k.dead_type_prefix,
+                  k.dead_group_prefix, *worker_ids])
+        n = int(reply[2])
+        lost = [str(w) for w in reply[3:3 + n]]
+        outcomes: dict[str, dict[str, str]] = {w: {} for w in lost}
+        rows = reply[3 + n:]
+        for job_id, outcome, worker in zip(rows[0::3], rows[1::3], rows[2::3]):
+            outcomes[str(worker)][str(job_id)] = str(outcome)
+        return [RescueResult(w, self.name,
+                             sum(1 for o in outcomes[w].values() if o == "ready"),
+                             sum(1 for o in outcomes[w].values() if o != "ready"), outcomes[w])
+                for w in lost]
 
     # ``actor`` (an operator's name) and ``note`` (e.g. the bulk task) go on the timeline
     def replay(self, job_id: str, actor: str = "", note: Note = None, task: str = "") -> bool:

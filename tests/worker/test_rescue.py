@@ -79,6 +79,24 @@ def test_the_rescuer_returns_exactly_the_lost_process_leases_and_not_a_live_ones
     assert all(j.deliveries == 2 and j.epoch == 3 for j in again)
 
 
+def test_processes_lost_together_are_rescued_in_one_call_and_one_that_beat_since_is_not(
+        app, clock):
+    q = app.queue()
+    for i in range(6):
+        q.enqueue("ping", {"i": i}, idempotency_key=f"t{i}")
+    held = {w: q.reserve(w, 2) for w in ("w-a", "w-b", "w-c")}
+    app.redis.zadd(q.keys.beats, {"w-a": clock(), "w-b": clock(), "w-c": clock()})
+    clock.advance(5_000)
+    app.redis.zadd(q.keys.beats, {"w-c": clock()})  # w-c beat after the caller read
+    got = q.rescue(["w-a", "w-b", "w-c", "w-a"], clock() - 3_000)
+    assert {r.worker_id: sorted(r.outcomes) for r in got} == {
+        w: sorted(j.id for j in held[w]) for w in ("w-a", "w-b")}
+    assert all(r.returned == 2 and r.buried == 0 for r in got)
+    assert all(q.where(j.id) == ["inflight"] for j in held["w-c"])
+    assert q.rescue(["w-a"], clock() - 3_000) == []  # its beat is gone: nothing twice
+    assert app.redis.zrange(q.keys.beats, 0, -1) == ["w-c"]
+
+
 def test_a_returned_job_counts_a_delivery_so_a_poison_job_ends_in_the_dlq(app, clock):
     q = app.queue()
     job_id = q.enqueue("ping", {}, idempotency_key="poison", max_deliveries=2)

@@ -8,31 +8,42 @@
 -- refused (LOST) and its SQL completion fenced out by the next delivery's newer epoch.
 -- KEYS[1] beats (ZSET worker id -> last beat ms)   KEYS[2] inflight   KEYS[3] ready
 -- KEYS[4] dead   KEYS[5] stats   KEYS[6] errgroups   KEYS[7] cancels   KEYS[8] wake
--- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] worker id   ARGV[4] cutoff ms: a beat at or
--- after it means the process is alive (it beat since the caller read), and nothing changes
--- ARGV[5] dead-by-type prefix   ARGV[6] dead-by-group prefix
--- The process's beat is removed (its jobs are all returned: a later beat of a process that
--- was only paused writes it again). Every in-flight job of the partition is looked at (its
--- 'worker_id'); a record that is not a hash, or missing, is left in flight for the sweeper
--- (sweep_expired.lua deals with it at its deadline), so no job ends in no list.
+-- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] cutoff ms: a process whose beat is at or after
+-- it is alive (it beat since the caller read) and keeps its jobs
+-- ARGV[4] dead-by-type prefix   ARGV[5] dead-by-group prefix   ARGV[6 ..] the worker ids the
+-- caller found silent (several processes lost together, as a host or a pool dies, cost one
+-- walk of the in-flight jobs)
+-- Each lost process's beat is removed (its jobs are all returned: a later beat of a process
+-- that was only paused writes it again). Every in-flight job of the partition is looked at
+-- once (its 'worker_id'); a record that is not a hash, or missing, is left in flight for the
+-- sweeper (sweep_expired.lua deals with it at its deadline), so no job ends in no list.
 -- Each returned job gets a 'swept' event by the 'rescuer' saying "worker <id> lost (no
 -- heartbeat for N s)", the same as its error (kind 'worker_lost'); stats 'expired' and 'lost'.
--- Returns: {returned count, buried count, id, outcome, ...}, or {-1} when the process beat
--- at or after the cutoff (or has no beat: it stopped, or another rescuer was first).
-local prefix, now, worker, cutoff = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local beat = tonumber(redis.call('ZSCORE', KEYS[1], worker))
-if not beat or beat >= cutoff then return {-1} end
-redis.call('ZREM', KEYS[1], worker)
-local silent = string.format('%.1f', math.max(0, now - beat) / 1000)
-local msg = 'worker ' .. worker .. ' lost (no heartbeat for ' .. silent .. ' s)'
-local dlq = {KEYS[4], KEYS[5], KEYS[6], ARGV[5], ARGV[6]}
+-- Returns: {returned count, buried count, number of processes lost, their ids ..., then
+-- id, outcome, worker id for each job}. A process that beat at or after the cutoff, or has no
+-- beat (it stopped, or another rescuer was first), is not among them.
+local prefix, now, cutoff = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local msgs, lost = {}, {}
+for i = 6, #ARGV do
+  local worker = ARGV[i]
+  local beat = tonumber(redis.call('ZSCORE', KEYS[1], worker))
+  if beat and beat < cutoff and not msgs[worker] then
+    redis.call('ZREM', KEYS[1], worker)
+    msgs[worker] = 'worker ' .. worker .. ' lost (no heartbeat for ' ..
+                   string.format('%.1f', math.max(0, now - beat) / 1000) .. ' s)'
+    lost[#lost + 1] = worker
+  end
+end
+local out = {0, 0, #lost}
+for _, w in ipairs(lost) do out[#out + 1] = w end
+if #lost == 0 then return out end
+local dlq = {KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5]}
 local returned, buried = 0, 0
-local out = {0, 0}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   local key = prefix .. id
-  local owner = redis.pcall('HGET', key, 'worker_id')
-  if type(owner) == 'string' and owner == worker and not bad_id(id)
-     and redis.call('HGET', key, 'state') == 'inflight' then
+  local worker = redis.pcall('HGET', key, 'worker_id')
+  local msg = type(worker) == 'string' and msgs[worker]
+  if msg and not bad_id(id) and redis.call('HGET', key, 'state') == 'inflight' then
     redis.call('ZREM', KEYS[2], id)
     local tl = tl_key(prefix, id)
     tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_lib.lua)
@@ -43,8 +54,8 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
     if req then
       tl_add(tl, now, 'swept', 'rescuer', {worker = worker, delivery = deliveries,
                                            outcome = 'cancelled', reason = msg})
-      out[#out + 1] = id
-      out[#out + 1] = cancel_end(key, id, now, req, 'rescuer', dlq, KEYS[7], tl, nil, nil)
+      local ended = cancel_end(key, id, now, req, 'rescuer', dlq, KEYS[7], tl, nil, nil)
+      out[#out + 1], out[#out + 2], out[#out + 3] = id, ended, worker
       buried = buried + 1
     else
       gate_leave(prefix, id, now, nil)  -- its limit slots pass on
@@ -59,17 +70,15 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
         local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker ' ..
                        'died or hung each time (poison job; limit ' .. maxd .. ' deliveries)'
         bury_job(key, id, now, reason, 'poison: worker died or hung on every delivery',
-                 KEYS[4], KEYS[5], KEYS[6], ARGV[5], ARGV[6])
+                 KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5])
         tl_add(tl, now, 'buried', 'rescuer', {reason = reason, kind = 'poison'})
         buried = buried + 1
-        out[#out + 1] = id
-        out[#out + 1] = 'dead'
+        out[#out + 1], out[#out + 2], out[#out + 3] = id, 'dead', worker
       else
         redis.call('HSET', key, 'state', 'ready')
         redis.call('RPUSH', KEYS[3], id)  -- the oldest end: the next reserve takes it
         returned = returned + 1
-        out[#out + 1] = id
-        out[#out + 1] = 'ready'
+        out[#out + 1], out[#out + 2], out[#out + 3] = id, 'ready', worker
       end
     end
   end
