@@ -654,11 +654,11 @@ class Queue:
     def silent(self, cutoff_ms: int, limit: int = 100) -> list[tuple[str, int]]:
         """The worker processes serving this partition whose last heartbeat is older than
         ``cutoff_ms``: (worker id, beat ms), oldest first, at most ``limit``."""
-        got = self.redis.zrangebyscore(self.keys.beats, "-inf", f"({cutoff_ms}", start=0,
-                                       num=limit, withscores=True)
+        got = cast(list[tuple[str, float]], self.redis.zrangebyscore(
+            self.keys.beats, "-inf", f"({cutoff_ms}", start=0, num=limit, withscores=True))
         return [(str(w), int(score)) for w, score in got]
 
-    def rescue(self, worker_ids: Sequence[str], cutoff_ms: int) -> list[RescueResult]:
+    def rescue(self, worker_ids: list[str], cutoff_ms: int) -> list[RescueResult]:
         """Every lease each of ``worker_ids`` holds in this partition returned at once (one
         ``rescue.lua`` call, one walk of the in-flight jobs), for each whose last heartbeat is
         still older than ``cutoff_ms``: one result per process found lost (none for one that
