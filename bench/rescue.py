@@ -177,7 +177,8 @@ def main() -> int:
     pauses = [float(x) for x in a.pauses.split(",") if x]
     out_dir = os.path.join(ab.HERE, "out")
     os.makedirs(out_dir, exist_ok=True)
-    before = {"cpu": cpu_model(), "load_before": load()}
+    before = {"cpu": cpu_model(), "load_before": load(),
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     sides = {name: Side(name, tol, out_dir) for name, tol in SETTINGS.items()}
     kills: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
     paused: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
@@ -210,8 +211,51 @@ def main() -> int:
     results = os.path.join(ROOT, "bench", "results")
     with open(os.path.join(results, "rescue.json"), "w") as f:
         json.dump(result, f, indent=1)
+    with open(os.path.join(results, "rescue.md"), "w") as f:
+        f.write(markdown(result))
     print(json.dumps(result["summary"], indent=1))
     return 0
+
+
+def markdown(res: dict[str, Any]) -> str:
+    names = list(res["summary"])
+    pauses = list(res["summary"][names[0]]["duplicates_by_pause"])
+    lines = [
+        "# Recovery after kill -9: the rescuer against the lease alone", "",
+        f"`{res['command']}` (`.venv/bin/python bench/rescue.py`), {res['when']}.", "",
+        (f"CPU: {res['cpu']}. Load before: `{res['load_before']}`; after: "
+         f"`{res['load_after']}`."), "",
+        ("Two pools (`antre_worker worker bench.apps.rescue:app --processes 2 --threads 1`, "
+         "otherwise as shipped: 1 s heartbeat, 30 s lease, the duties on), each on its own "
+         "embedded Redis: one with `ANTRE_WORKER_PAUSE_TOLERANCE_S=0` (the rescuer off: the "
+         "lease alone, as before it existed), one with the default (3.5 s). Trials alternate "
+         "between them."), "",
+        "## kill -9 mid-job to the job's second start", "",
+        "| setting | each trial (s) | median (s) | max (s) | returned by |", "|---|---|---|---|---|"]
+    for n in names:
+        ts = [t["rerun_s"] for t in res["kills"][n]]
+        by = sorted({s.split(":")[0] for t in res["kills"][n] for s in t["swept"]})
+        lines.append(f"| {n} | {', '.join(f'{t:.2f}' for t in ts)} | "
+                     f"{res['summary'][n]['rerun_s_median']:.2f} | "
+                     f"{res['summary'][n]['rerun_s_max']:.2f} | {', '.join(by)} |")
+    reps = len(res["pauses"][names[0]]) // max(1, len(pauses))
+    lines += ["", (f"## Duplicate runs under a SIGSTOP of the job's process mid-job "
+                   f"({reps} trials per pause)"), "",
+              "| setting | " + " | ".join(f"{p} s" for p in pauses) + " |",
+              "|---|" + "---|" * len(pauses)]
+    for n in names:
+        d = res["summary"][n]["duplicates_by_pause"]
+        lines.append(f"| {n} | " + " | ".join(str(d[p]) for p in pauses) + " |")
+    lines += ["", ("A duplicate run is a second start of the job: the paused process was "
+                   "taken for lost and its job ran elsewhere; when it woke its ack was refused "
+                   "(lease epoch bumped: `lease_lost` in its log) and the job is done once."), "",
+              "## One rescue call's cost (every in-flight job of the partition is looked at)",
+              "", "| in flight | lost jobs | Redis time of the call (ms) | round trip (ms) |",
+              "|---|---|---|---|"]
+    for row in res["scan"]:
+        lines.append(f"| {row['in_flight']:,} | {row['lost_jobs']} | {row['server_ms']} | "
+                     f"{row['round_trip_ms']} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ taken for lost and its jobs run a second time (at least once: its own ack is ref
 completion fenced out). The default, 3.5 s with the default 1 s heartbeat and the 1 s duty,
 returns a killed process's jobs within about 4.5 s and takes a pause of up to about 2.5 s.
 
-A rescuer that could not reach Redis (an outage: no process could beat either) judges nobody
-until it has watched a whole tolerance again (``keys.rescuer_watch``, shared by every pool), so
+A rescuer that could not reach Redis for more than ``GAP_S`` (an outage: no process could beat
+either) judges nobody until it has watched a whole tolerance again (``keys.rescuer_watch``, shared by every pool), so
 the end of an outage never reads as every process lost.
 
 The pool's ``rescuer`` duty (``antre_worker.duties``) runs ``Rescuer.run`` every second, once
@@ -43,6 +43,7 @@ TOLERANCE_ENV = "ANTRE_WORKER_PAUSE_TOLERANCE_S"
 DEFAULT_TOLERANCE_S = 3.5
 MIN_TOLERANCE_S = 1.0
 MAX_TOLERANCE_S = 3600.0
+GAP_S = 2.0  # two ticks of the 1 s duty missed: the rescuer lost sight of Redis; it watches anew
 #: the one line of the setting's documentation (docs/reference/settings.md)
 TOLERANCE_DOC = ("How long a worker process may go without a heartbeat before the rescuer "
                  "takes it for lost and returns its leases (seconds, 1 to 3600, or 0: off, "
@@ -89,25 +90,29 @@ class Rescuer:
     queue's partitions and returns their leases (``Queue.rescue``)."""
 
     def __init__(self, client: redis.Redis, *, clock: Clock = system_ms,
-                 scripts: Scripts | None = None, tolerance_s: float | None = None) -> None:
+                 scripts: Scripts | None = None, tolerance_s: float | None = None,
+                 gap_s: float = GAP_S) -> None:
         self.redis = client
         self.clock = clock
         self.scripts = scripts
         self.tolerance_s = pause_tolerance_s() if tolerance_s is None else tolerance_s
+        self.gap_s = gap_s
 
     @property
     def tolerance_ms(self) -> int:
         return int(self.tolerance_s * 1000)
 
     def watch(self, now_ms: int) -> bool:
-        """Note that the rescuer reaches Redis now; True once it has done so without a gap
-        longer than the tolerance for a whole tolerance (``keys.rescuer_watch``)."""
+        """Note that the rescuer reaches Redis now; True once it has done so for a whole
+        tolerance without a gap longer than ``gap_s`` (``keys.rescuer_watch``: shared by the
+        pools, whichever runs the tick). A gap means Redis was unreachable (or every pool
+        stalled): the processes could not beat either, so their beats say nothing yet."""
         key = keys.rescuer_watch()
         last, since = cast(list[str | None], self.redis.hmget(key, ["last", "since"]))
         start = now_ms
         if last is not None and since is not None:
             try:
-                if 0 <= now_ms - int(last) <= self.tolerance_ms:
+                if 0 <= now_ms - int(last) <= min(self.gap_s * 1000, self.tolerance_ms):
                     start = int(since)
             except ValueError:
                 pass

@@ -127,6 +127,26 @@ def test_the_rescuer_judges_nobody_until_it_watched_a_whole_tolerance(app, clock
     assert q.where(job.id) == ["inflight"]
 
 
+def test_a_gap_shorter_than_the_tolerance_but_longer_than_two_ticks_also_resets_the_watch(
+        app, clock):
+    """Redis away for 3.4 s: a process that beat half a second before the rescuer's last
+    tick is 3.9 s silent when Redis is back, past the tolerance, though it is alive."""
+    q = app.queue()
+    q.enqueue("ping", {}, idempotency_key="g3")
+    w = make_worker(app, clock, worker_id="w-blip")
+    rescuer = Rescuer(app.redis, clock=clock, scripts=app.scripts, tolerance_s=3.5)
+    w.heartbeat_once()
+    [job] = q.reserve("w-blip", 1)
+    rescue_after(rescuer, clock, 5, w)  # watching, the process beating
+    clock.advance(500)
+    w.heartbeat_once()  # its last beat before the outage
+    clock.advance(500)
+    assert rescuer.run().watching  # the rescuer's last tick before it
+    clock.advance(3_400)  # Redis back; the rescuer's tick comes first
+    assert not rescuer.run().watching
+    assert q.where(job.id) == ["inflight"]
+
+
 def test_a_gracefully_stopped_worker_removes_its_heartbeat(app, clock):
     @app.handler("ping")
     def ping(ctx, payload):
