@@ -480,8 +480,8 @@ def maintenance_lock(name: str) -> str:
 
 def rescuer_watch() -> str:
     """HASH {last, since}: when the rescuer last reached Redis, and since when without a gap
-    longer than the pause tolerance (antre/maintenance/rescue.py: no process is judged lost
-    before the rescuer has watched for a whole tolerance)."""
+    (antre/maintenance/rescue.py, ``GAP_S``): no process is judged lost before the rescuer
+    has watched for a whole pause tolerance."""
     return f"{PREFIX}:{{maint}}:rescuer:watch"
 
 

@@ -15,7 +15,8 @@ The trade-off (docs/explanation/guarantees.md): a lower tolerance brings a kille
 jobs back sooner; a process paused longer than the tolerance (less its heartbeat interval) is
 taken for lost and its jobs run a second time (at least once: its own ack is refused, its SQL
 completion fenced out). The default, 3.5 s with the default 1 s heartbeat and the 1 s duty,
-returns a killed process's jobs within about 4.5 s and takes a pause of up to about 2.5 s.
+returns a killed process's jobs within about 4.5 s (3.5 s measured: bench/results/rescue.md)
+and never takes a pause of up to 2.5 s for a loss (one of more than 3.5 s always).
 
 A rescuer that could not reach Redis for more than ``GAP_S`` (an outage: no process could beat
 either) judges nobody until it has watched a whole tolerance again (``keys.rescuer_watch``, shared by every pool), so
@@ -48,8 +49,8 @@ GAP_S = 2.0  # two ticks of the 1 s duty missed: the rescuer lost sight of Redis
 TOLERANCE_DOC = ("How long a worker process may go without a heartbeat before the rescuer "
                  "takes it for lost and returns its leases (seconds, 1 to 3600, or 0: off, "
                  "leases return at their deadline only); default 3.5. Lower: a killed "
-                 "worker's jobs run again sooner; a process paused longer (less its heartbeat "
-                 "interval) has its jobs run a second time.")
+                 "worker's jobs run again sooner; a process frozen for longer (less its heartbeat "
+                 "interval) may have its jobs run a second time.")
 
 
 def pause_tolerance_s(environ: dict[str, str] | None = None) -> float:
