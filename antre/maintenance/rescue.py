@@ -16,7 +16,7 @@ jobs back sooner; a process paused longer than the tolerance (less its heartbeat
 taken for lost and its jobs run a second time (at least once: its own ack is refused, its SQL
 completion fenced out). The default, 3.5 s with the default 1 s heartbeat and the 1 s duty,
 returns a killed process's jobs within about 4.5 s (3.5 s measured: bench/results/rescue.md)
-and never takes a pause of up to 2.5 s for a loss (one of more than 3.5 s always).
+and never takes a pause of up to 2.5 s for a loss (one of more than 4.5 s always).
 
 A rescuer that could not reach Redis for more than ``GAP_S`` (an outage: no process could beat
 either) judges nobody until it has watched a whole tolerance again (``keys.rescuer_watch``, shared by every pool), so
