@@ -89,6 +89,9 @@ class SweepResult:
     outcomes: dict[str, str]
 
 
+RESCUE_WALK = 2_000  # in-flight jobs one rescue call looks at, at most (~5 ms of Redis)
+
+
 @dataclass(frozen=True)
 class RescueResult:
     """What ``Queue.rescue`` did with a lost process's leases: ``outcomes`` job id -> 'ready',
@@ -658,29 +661,41 @@ class Queue:
             self.keys.beats, "-inf", f"({cutoff_ms}", start=0, num=limit, withscores=True))
         return [(str(w), int(score)) for w, score in got]
 
-    def rescue(self, worker_ids: list[str], cutoff_ms: int) -> list[RescueResult]:
-        """Every lease each of ``worker_ids`` holds in this partition returned at once (one
-        ``rescue.lua`` call, one walk of the in-flight jobs), for each whose last heartbeat is
+    def rescue(self, silent: list[tuple[str, int]], cutoff_ms: int, *,
+               walk: int = RESCUE_WALK) -> list[RescueResult]:
+        """Every lease each process of ``silent`` (worker id, the beat ms the caller saw)
+        holds in this partition returned (``rescue.lua``), for each whose last heartbeat is
         still older than ``cutoff_ms``: one result per process found lost (none for one that
-        beat since, or has no beat: it stopped, or another rescuer was first)."""
-        if not worker_ids:
+        beat since, or has no beat: it stopped, or another rescuer was first). One call walks
+        the in-flight jobs once for all of them; past ``walk`` in-flight jobs the walk goes on
+        in further calls (a bound on each call's time: ~2 µs per job), for those found lost."""
+        if not silent:
             return []
         k = self.keys
-        reply = self.scripts.rescue(
-            keys=[k.beats, k.inflight, k.ready, k.dead, k.stats, k.error_groups, k.cancels,
-                  k.wake],
-            args=[k.job_prefix, self.clock(), cutoff_ms, k.dead_type_prefix,
-                  k.dead_group_prefix, *worker_ids])
-        n = int(reply[2])
-        lost = [str(w) for w in reply[3:3 + n]]
-        outcomes: dict[str, dict[str, str]] = {w: {} for w in lost}
-        rows = reply[3 + n:]
-        for job_id, outcome, worker in zip(rows[0::3], rows[1::3], rows[2::3]):
-            outcomes[str(worker)][str(job_id)] = str(outcome)
-        return [RescueResult(w, self.name,
-                             sum(1 for o in outcomes[w].values() if o == "ready"),
-                             sum(1 for o in outcomes[w].values() if o != "ready"), outcomes[w])
-                for w in lost]
+        script_keys = [k.beats, k.inflight, k.ready, k.dead, k.stats, k.error_groups,
+                       k.cancels, k.wake]
+        outcomes: dict[str, dict[str, str]] = {}
+        seen = dict(silent)
+        at, left, judged = "-inf", 0, "0"
+        while True:
+            reply = self.scripts.rescue(
+                keys=script_keys,
+                args=[k.job_prefix, self.clock(), cutoff_ms, k.dead_type_prefix,
+                      k.dead_group_prefix, walk, at, left, judged,
+                      *[x for w, beat in silent for x in (w, beat)]])
+            n = int(reply[4])
+            for w in reply[5:5 + n]:
+                outcomes.setdefault(str(w), {})
+            rows = reply[5 + n:]
+            for job_id, outcome, worker in zip(rows[0::3], rows[1::3], rows[2::3]):
+                outcomes[str(worker)][str(job_id)] = str(outcome)
+            if not reply[2] or not n:
+                break
+            at, left, judged = str(reply[2]), int(reply[3]), "1"
+            silent = [(str(w), seen[str(w)]) for w in reply[5:5 + n]]
+        return [RescueResult(w, self.name, sum(1 for o in got.values() if o == "ready"),
+                             sum(1 for o in got.values() if o != "ready"), got)
+                for w, got in outcomes.items()]
 
     # ``actor`` (an operator's name) and ``note`` (e.g. the bulk task) go on the timeline
     def replay(self, job_id: str, actor: str = "", note: Note = None, task: str = "") -> bool:

@@ -5,7 +5,8 @@ Every worker process writes its heartbeat into each queue partition it serves
 at a graceful stop). A process killed with ``kill -9`` (or whose host died) stops beating long
 before its leases' deadlines: the rescuer finds a beat older than the pause tolerance
 (``ANTRE_WORKER_PAUSE_TOLERANCE_S``) and returns all that process's leases in one script call
-per partition for all the processes found lost there (``rescue.lua``: one delivery spent, as at a lease's expiry; the lease epoch
+per partition for all the processes found lost there (more calls, each
+looking at ``RESCUE_WALK`` in-flight jobs at most, in a partition holding more: ``rescue.lua``: one delivery spent, as at a lease's expiry; the lease epoch
 bumped, so a process that was only paused, SIGSTOP or a long GC pause, finds its leases gone
 when it wakes and drops what it finishes, as after an expired lease). The lease-expiry sweep
 (``Queue.sweep``) stays the backstop: for a process that beats but holds a lease it no longer
@@ -132,8 +133,7 @@ class Rescuer:
         for name in ReadModels(self.redis).queue_names():
             for q in partitions.all_queues(self.redis, name, clock=self.clock,
                                            scripts=self.scripts):
-                silent = [worker_id for worker_id, _ in q.silent(cutoff)]
-                for res in q.rescue(silent, cutoff):
+                for res in q.rescue(q.silent(cutoff), cutoff):
                     if res.worker_id not in out.lost:
                         out.lost.append(res.worker_id)
                     out.results.append(res)

@@ -192,7 +192,7 @@ def test_rescue_leaves_a_broken_in_flight_record_to_the_sweeper_and_returns_the_
     corrupt(r, q, ids[1], "string")
     r.delete(q.keys.job(ids[2]))
     clock.advance(10_000)
-    [result] = q.rescue(["w-lost"], clock() - 5_000)
+    [result] = q.rescue([("w-lost", clock() - 10_000)], clock() - 5_000)
     assert result.outcomes == {ids[0]: "ready", ids[3]: "ready"}
     assert q.where(ids[1]) == ["inflight"] and q.where(ids[2]) == ["inflight"]
     clock.advance(60_000)

@@ -88,13 +88,34 @@ def test_processes_lost_together_are_rescued_in_one_call_and_one_that_beat_since
     app.redis.zadd(q.keys.beats, {"w-a": clock(), "w-b": clock(), "w-c": clock()})
     clock.advance(5_000)
     app.redis.zadd(q.keys.beats, {"w-c": clock()})  # w-c beat after the caller read
-    got = q.rescue(["w-a", "w-b", "w-c", "w-a"], clock() - 3_000)
+    got = q.rescue([(w, clock() - 5_000) for w in ("w-a", "w-b", "w-c", "w-a")],
+                  clock() - 3_000)
     assert {r.worker_id: sorted(r.outcomes) for r in got} == {
         w: sorted(j.id for j in held[w]) for w in ("w-a", "w-b")}
     assert all(r.returned == 2 and r.buried == 0 for r in got)
     assert all(q.where(j.id) == ["inflight"] for j in held["w-c"])
-    assert q.rescue(["w-a"], clock() - 3_000) == []  # its beat is gone: nothing twice
+    # its beat is gone: nothing twice
+    assert q.rescue([("w-a", clock() - 5_000)], clock() - 3_000) == []
     assert app.redis.zrange(q.keys.beats, 0, -1) == ["w-c"]
+
+
+@pytest.mark.parametrize("walk", [1, 2, 3, 7, 100])
+def test_a_walk_over_several_calls_returns_every_lost_lease_and_no_other(app, clock, walk):
+    """Jobs reserved together share their deadline: the walk goes on past ties."""
+    q = app.queue()
+    for i in range(20):
+        q.enqueue("ping", {"i": i}, idempotency_key=f"walk{i}")
+    held: dict[str, list[str]] = {"w-x": [], "w-y": [], "w-live": []}
+    for n, w in enumerate(["w-x", "w-live", "w-y", "w-live", "w-x", "w-x", "w-live", "w-y"]):
+        held[w] += [j.id for j in q.reserve(w, 1 + n % 3)]
+        clock.advance(n % 2)  # some batches at the same ms, some not
+    app.redis.zadd(q.keys.beats, {"w-x": clock(), "w-y": clock(), "w-live": clock() + 5_000})
+    clock.advance(5_000)
+    got = q.rescue(q.silent(clock() - 3_000), clock() - 3_000, walk=walk)
+    assert {r.worker_id: sorted(r.outcomes) for r in got} == {
+        "w-x": sorted(held["w-x"]), "w-y": sorted(held["w-y"])}
+    assert all(q.where(i) == ["ready"] for w in ("w-x", "w-y") for i in held[w])
+    assert all(q.where(i) == ["inflight"] for i in held["w-live"])
 
 
 def test_a_returned_job_counts_a_delivery_so_a_poison_job_ends_in_the_dlq(app, clock):

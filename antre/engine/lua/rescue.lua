@@ -10,40 +10,58 @@
 -- KEYS[4] dead   KEYS[5] stats   KEYS[6] errgroups   KEYS[7] cancels   KEYS[8] wake
 -- ARGV[1] job_prefix   ARGV[2] now_ms   ARGV[3] cutoff ms: a process whose beat is at or after
 -- it is alive (it beat since the caller read) and keeps its jobs
--- ARGV[4] dead-by-type prefix   ARGV[5] dead-by-group prefix   ARGV[6 ..] the worker ids the
--- caller found silent (several processes lost together, as a host or a pool dies, cost one
--- walk of the in-flight jobs)
--- Each lost process's beat is removed (its jobs are all returned: a later beat of a process
--- that was only paused writes it again). Every in-flight job of the partition is looked at
--- once (its 'worker_id'); a record that is not a hash, or missing, is left in flight for the
--- sweeper (sweep_expired.lua deals with it at its deadline), so no job ends in no list.
+-- ARGV[4] dead-by-type prefix   ARGV[5] dead-by-group prefix
+-- ARGV[6] how many in-flight entries to look at, at most (a bound on the call's time)
+-- ARGV[7] where to start in the in-flight jobs: a deadline ('-inf': from the first) and
+-- ARGV[8] how many jobs at exactly that deadline an earlier call looked at and left
+-- ARGV[9] '1': the processes were found lost by an earlier call of the same pass (their beats
+-- are gone; one that beat again since has woken up and keeps the rest), '0': judge them here
+-- ARGV[10 ..] pairs: a worker id the caller found silent, the beat ms it saw (several
+-- processes lost together, as a host or a pool dies, cost one walk of the in-flight jobs)
+-- Each lost process's beat is removed (a later beat of a process that was only paused writes
+-- it again). The in-flight jobs are looked at in deadline order (their 'worker_id'); a record
+-- that is not a hash, or missing, is left in flight for the sweeper (sweep_expired.lua deals
+-- with it at its deadline), so no job ends in no list. A partition with more in-flight jobs
+-- than ARGV[6] takes several calls, each going on where the last one stopped.
 -- Each returned job gets a 'swept' event by the 'rescuer' saying "worker <id> lost (no
 -- heartbeat for N s)", the same as its error (kind 'worker_lost'); stats 'expired' and 'lost'.
--- Returns: {returned count, buried count, number of processes lost, their ids ..., then
--- id, outcome, worker id for each job}. A process that beat at or after the cutoff, or has no
--- beat (it stopped, or another rescuer was first), is not among them.
+-- Returns: {returned count, buried count, next deadline ('' when the walk is done), next
+-- count at it, number of processes lost, their ids ..., then id, outcome, worker id for each
+-- job}. A process that beat at or after the cutoff, or has no beat and was not judged before
+-- (it stopped, or another rescuer was first), is not among them.
 local prefix, now, cutoff = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local limit, judged = tonumber(ARGV[6]), ARGV[9] == '1'
 local msgs, lost = {}, {}
-for i = 6, #ARGV do
-  local worker = ARGV[i]
+for i = 10, #ARGV - 1, 2 do
+  local worker, seen = ARGV[i], tonumber(ARGV[i + 1]) or now
   local beat = tonumber(redis.call('ZSCORE', KEYS[1], worker))
-  if beat and beat < cutoff and not msgs[worker] then
-    redis.call('ZREM', KEYS[1], worker)
+  if not msgs[worker] and ((beat and beat < cutoff) or (not beat and judged)) then
+    if beat then redis.call('ZREM', KEYS[1], worker) end
     msgs[worker] = 'worker ' .. worker .. ' lost (no heartbeat for ' ..
-                   string.format('%.1f', math.max(0, now - beat) / 1000) .. ' s)'
+                   string.format('%.1f', math.max(0, now - (beat or seen)) / 1000) .. ' s)'
     lost[#lost + 1] = worker
   end
 end
-local out = {0, 0, #lost}
+local out = {0, 0, '', 0, #lost}
 for _, w in ipairs(lost) do out[#out + 1] = w end
 if #lost == 0 then return out end
 local dlq = {KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5]}
 local returned, buried = 0, 0
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+local from, skip = ARGV[7], tonumber(ARGV[8]) or 0
+local entries = redis.call('ZRANGEBYSCORE', KEYS[2], from, '+inf', 'WITHSCORES', 'LIMIT', skip,
+                           limit)
+-- where the next call goes on: the last deadline looked at, and how many jobs at it stay
+local at = from
+local left_at = from ~= '-inf' and skip or 0
+for i = 1, #entries, 2 do
+  local id, score = entries[i], entries[i + 1]
+  if score ~= at then at, left_at = score, 0 end
   local key = prefix .. id
   local worker = redis.pcall('HGET', key, 'worker_id')
   local msg = type(worker) == 'string' and msgs[worker]
-  if msg and not bad_id(id) and redis.call('HGET', key, 'state') == 'inflight' then
+  if not (msg and not bad_id(id) and redis.call('HGET', key, 'state') == 'inflight') then
+    left_at = left_at + 1
+  else
     redis.call('ZREM', KEYS[2], id)
     local tl = tl_key(prefix, id)
     tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_lib.lua)
@@ -85,4 +103,5 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
 end
 wake(KEYS[8], returned)
 out[1], out[2] = returned, buried
+if #entries >= 2 * limit then out[3], out[4] = at, left_at end
 return out
