@@ -5,9 +5,9 @@ Every worker process writes its heartbeat into each queue partition it serves
 at a graceful stop). A process killed with ``kill -9`` (or whose host died) stops beating long
 before its leases' deadlines: the rescuer finds a beat older than the pause tolerance
 (``ANTRE_WORKER_PAUSE_TOLERANCE_S``) and returns all that process's leases in one script call
-per partition for all the processes found lost there (more calls, each
-looking at ``RESCUE_WALK`` in-flight jobs at most, in a partition holding more: ``rescue.lua``: one delivery spent, as at a lease's expiry; the lease epoch
-bumped, so a process that was only paused, SIGSTOP or a long GC pause, finds its leases gone
+per partition, with every other process found lost there in the same pass (``rescue.lua``; a
+partition holding more than ``queue.RESCUE_WALK`` jobs in flight takes a call per that many):
+one delivery spent, as at a lease's expiry; the lease epoch bumped, so a process that was only paused, SIGSTOP or a long GC pause, finds its leases gone
 when it wakes and drops what it finishes, as after an expired lease). The lease-expiry sweep
 (``Queue.sweep``) stays the backstop: for a process that beats but holds a lease it no longer
 renews, for records the rescuer leaves alone, and with the rescuer turned off (0).
