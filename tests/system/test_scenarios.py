@@ -25,6 +25,8 @@ import sqlalchemy as sa
 from helpers import wait_for
 
 from antre.clock import ManualClock, system_ms
+from antre.maintenance.rescue import Rescuer
+from antre.observe.finder import Finder
 from antre_demo import Traffic, faults, report
 from antre_demo import tables as t
 from antre_demo.handlers import FakeEmailProvider, email_key, email_payload
@@ -434,6 +436,58 @@ def test_stale_worker_paused_by_sigstop_cannot_commit(app, clock, redis_url, db_
     assert count(app, t.emails_sent) == 1
     job = app.queue("emails").get(job_id)
     assert job.state == "done" and job.epoch == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_a_worker_paused_past_the_tolerance_is_rescued_and_cannot_commit_when_it_wakes(
+        app, clock, redis_url, db_url, tmp_path):
+    """The same pause, found by the rescuer (no heartbeat) long before the lease's deadline:
+    the job runs again at once and commits once; the paused worker wakes, runs the handler, and
+    its completion is refused by the newer epoch; its writes roll back."""
+    key = email_key("welcome", 8, "signup")
+    job_id = app.enqueue("send_email", email_payload("welcome", 8, "signup"),
+                         idempotency_key=key)
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    child = spawn_child("pause", redis_url, db_url, "emails", str(ready), str(go))
+    try:
+        wait_for(lambda: ready.exists() or child.poll() is not None, 30.0, "child handler",
+                 poll_s=0.02)
+        assert child.poll() is None, child.communicate()
+        os.kill(child.pid, signal.SIGSTOP)
+        wait_for(lambda: _proc_state(child.pid) == "T", 30.0, "child stopped", poll_s=0.02)
+
+        clock.now_ms = system_ms()  # the rescuer's clock from now on, the lease 30 s away
+        rescuer = Rescuer(app.redis, clock=clock, scripts=app.scripts, tolerance_s=3.5)
+        found = []
+        for _ in range(6):
+            clock.advance(1_000)
+            found += rescuer.run().lost
+        assert len(found) == 1 and app.queue("emails").where(job_id) == ["ready"]
+        runs = counting(app, "send_email")
+        totals = drain(app, clock, ["emails"])
+        assert runs["runs"] == 1 and totals["succeeded"] == 1
+        assert count(app, t.emails_sent) == 1
+        record = app.idempotency.lookup(key)
+        assert record.status == "completed" and record.fence == 3
+
+        go.touch()
+        os.kill(child.pid, signal.SIGCONT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    counts = child_counts(out)
+    assert counts.get("lease_lost") == 1, (counts, err)
+    assert "succeeded" not in counts
+    assert count(app, t.emails_sent) == 1  # the woken run sent, and was rolled back
+    job = app.queue("emails").get(job_id)
+    assert job.state == "done" and job.epoch == 3
+    [swept] = [e for e in Finder(app.redis, clock).timeline("emails", job_id).events
+               if e.kind == "swept"]
+    assert swept.actor == "rescuer" and f"worker {found[0]} lost" in swept.details["reason"]
 
 
 def test_stale_worker_in_process_two_threads_injected_clock(app, clock):
