@@ -2,6 +2,8 @@
 
 - ``periodic``: periodic schedules (``Schedules``: cron and interval ticks, catch-up, pause);
 - ``retention``: what is kept and for how long (finished jobs, timelines, the DLQ, SQL records).
+- ``rescue``: the leases of a worker process that stopped beating, returned before their
+  deadlines (``Rescuer``, ``ANTRE_WORKER_PAUSE_TOLERANCE_S``).
 
 The worker pool's duties (``antre_worker.duties``) run these on APScheduler; nothing here
 schedules itself.
