@@ -60,31 +60,36 @@ def load() -> str:
 class Side:
     """One pool on its own Redis, with one setting of the tolerance."""
 
-    def __init__(self, name: str, tolerance: str | None, out_dir: str) -> None:
+    def __init__(self, name: str, tolerance: str | None, out_dir: str,
+                 processes: int = 2) -> None:
         self.name = name
+        self.processes = processes
         self.server = EmbeddedRedis(tcp=True).start()
         self.r = redis.Redis.from_url(self.server.url, decode_responses=True)
         self.q = Queue(self.r, "default")
-        env = ab._env(self.server.url, ANTRE_LOG_LEVEL="WARNING")
-        env.pop("ANTRE_WORKER_PAUSE_TOLERANCE_S", None)
+        self.env = ab._env(self.server.url, ANTRE_LOG_LEVEL="WARNING")
+        self.env.pop("ANTRE_WORKER_PAUSE_TOLERANCE_S", None)
         if tolerance is not None:
-            env["ANTRE_WORKER_PAUSE_TOLERANCE_S"] = tolerance
+            self.env["ANTRE_WORKER_PAUSE_TOLERANCE_S"] = tolerance
         slug = "lease" if tolerance == "0" else "rescuer"
-        self.log = open(os.path.join(out_dir, f"rescue-{slug}.log"), "wb")  # noqa: SIM115
+        self.log = open(os.path.join(out_dir, f"rescue-{slug}.log"), "ab")  # noqa: SIM115
+        self.start_pool()
+
+    def start_pool(self) -> None:
         self.pool = subprocess.Popen(
             [sys.executable, "-m", "antre_worker", "worker", "bench.apps.rescue:app",
-             "--processes", "2", "--threads", "1"], cwd=ROOT, env=env, stdout=self.log,
-            stderr=self.log, start_new_session=True)
+             "--processes", str(self.processes), "--threads", "1"], cwd=ROOT, env=self.env,
+            stdout=self.log, stderr=self.log, start_new_session=True)
 
-    def ready(self, timeout: float = 60) -> None:
-        """Both children up for a second and beating."""
+    def ready(self, timeout: float = 60, processes: int = 2) -> None:
+        """The pool's children up for a second and beating."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if len(faults.children(self.pool.pid, 1.0)) == 2 and \
-                    self.r.zcard(self.q.keys.beats) >= 2:
+            if len(faults.children(self.pool.pid, 1.0)) == processes and \
+                    self.r.zcard(self.q.keys.beats) >= processes:
                 return
             time.sleep(0.1)
-        raise SystemExit(f"{self.name}: the pool's two processes did not come up")
+        raise SystemExit(f"{self.name}: the pool's processes did not come up")
 
     def starts(self, job_id: str) -> list[dict[str, Any]]:
         return [s for s in map(json.loads, self.r.lrange(STARTED, 0, -1)) if s["id"] == job_id]
@@ -169,6 +174,34 @@ def scan_cost(n: int, lost: int = 10) -> dict[str, Any]:
         server.stop()
 
 
+def whole_pool(reps: int, out_dir: str) -> list[dict[str, Any]]:
+    """The whole pool killed (``os.killpg``: supervisor, its duties and its worker) mid-job and
+    a fresh pool started at once, for each setting in turn: the rescuer that would have
+    returned the job died with the pool, and the new pool's watches a whole tolerance before it
+    judges anyone (its view of Redis had a gap)."""
+    out = []
+    for _ in range(reps):
+        for name, tolerance in SETTINGS.items():
+            side = Side(name, tolerance, out_dir, processes=1)
+            try:
+                side.ready(processes=1)
+                job_id = side.q.enqueue("hold", {"first_s": 120, "again_s": 0.05},
+                                        idempotency_key=os.urandom(8).hex())
+                side.wait_start(job_id, 1)
+                time.sleep(0.5)
+                t_kill = time.time()
+                os.killpg(side.pool.pid, signal.SIGKILL)
+                side.pool.wait(10)
+                side.start_pool()
+                second = side.wait_start(job_id, 2)
+                out.append({"setting": name, "rerun_s": round(second["t"] - t_kill, 3),
+                            "swept": side.by(job_id)})
+                ab.log(f"whole pool killed, {name}: {out[-1]}")
+            finally:
+                side.close()
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kills", type=int, default=3)
@@ -176,22 +209,25 @@ def main() -> int:
     p.add_argument("--pause-trials", type=int, default=2)
     p.add_argument("--scan", default="1000,10000,100000",
                    help="in-flight counts to time one rescue call at")
+    p.add_argument("--whole-pool", type=int, default=2,
+                   help="trials per setting with the whole pool killed and a fresh one started")
     p.add_argument("--scan-only", action="store_true",
                    help="only time the rescue call; the trials' figures are kept from "
                         "bench/results/rescue.json")
     a = p.parse_args()
     results = os.path.join(ROOT, "bench", "results")
+    out_dir = os.path.join(ab.HERE, "out")
+    os.makedirs(out_dir, exist_ok=True)
     if a.scan_only:
         with open(os.path.join(results, "rescue.json")) as f:
             kept = json.load(f)
         kept["scan"] = [scan_cost(int(n)) for n in a.scan.split(",") if n]
+        kept["whole_pool"] = whole_pool(a.whole_pool, out_dir)
         kept["scan_command"] = " ".join(["bench/rescue.py", *sys.argv[1:]])
         kept["scan_load"] = load()
         write(results, kept)
         return 0
     pauses = [float(x) for x in a.pauses.split(",") if x]
-    out_dir = os.path.join(ab.HERE, "out")
-    os.makedirs(out_dir, exist_ok=True)
     before = {"cpu": cpu_model(), "load_before": load(),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     sides = {name: Side(name, tol, out_dir) for name, tol in SETTINGS.items()}
@@ -213,9 +249,10 @@ def main() -> int:
         for side in sides.values():
             side.close()
     scans = [scan_cost(int(n)) for n in a.scan.split(",") if n]
+    pools = whole_pool(a.whole_pool, out_dir)
     for row in scans:
         ab.log(f"rescue call: {row}")
-    result = {**before, "scan": scans, "load_after": load(), "command": " ".join(["bench/rescue.py", *sys.argv[1:]]),
+    result = {**before, "scan": scans, "whole_pool": pools, "load_after": load(), "command": " ".join(["bench/rescue.py", *sys.argv[1:]]),
               "kills": kills, "pauses": paused,
               "summary": {name: {
                   "rerun_s_median": statistics.median(t["rerun_s"] for t in kills[name]),
@@ -275,8 +312,18 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {row['in_flight']:,} | {row['lost_jobs']} | {row.get('calls', 1)} | "
                      f"{row['server_ms']} | {row.get('per_call_ms', row['server_ms'])} | "
                      f"{row.get('wall_ms', row.get('round_trip_ms'))} |")
+    if res.get("whole_pool"):
+        lines += ["", ("## The whole pool killed mid-job (supervisor, duties and its one "
+                       "worker: `killpg`), a fresh pool started at once"), "",
+                  "| setting | kill to the job's second start (s) | returned by |", "|---|---|---|"]
+        for row in res["whole_pool"]:
+            by = ", ".join(sorted({x.split(":")[0] for x in row["swept"]}))
+            lines.append(f"| {row['setting']} | {row['rerun_s']:.2f} | {by} |")
+        lines += ["", ("The rescuer died with the pool; the new pool's rescuer, whose view of "
+                       "Redis had a gap, watches for a whole tolerance before it judges anyone.")]
     if "scan_command" in res:
-        lines += ["", f"Timed by `{res['scan_command']}`, load `{res['scan_load']}`."]
+        lines += ["", (f"The last two tables: `{res['scan_command']}` (the trials above kept "
+                       f"from the full run), load `{res['scan_load']}`.")]
     return "\n".join(lines) + "\n"
 
 
