@@ -131,6 +131,26 @@ def test_a_returned_job_counts_a_delivery_so_a_poison_job_ends_in_the_dlq(app, c
     assert [e.details["outcome"] for e in swept(app, clock, job_id)] == ["ready", "dead"]
 
 
+def test_a_lost_process_job_with_a_cancel_request_ends_cancelled_not_ready(app, clock):
+    from antre.control.cancel import Cancels
+
+    q = app.queue()
+    to_dlq = q.enqueue("ping", {}, idempotency_key="c-dlq")
+    to_bin = q.enqueue("ping", {}, idempotency_key="c-bin")
+    assert len(q.reserve("w-gone", 2)) == 2
+    cancels = Cancels(app.redis, clock)
+    cancels.request("default", to_dlq, "alice", "dlq", "wrong tenant")
+    cancels.request("default", to_bin, "bob", "discard", "duplicate")
+    app.redis.zadd(q.keys.beats, {"w-gone": clock()})
+    clock.advance(5_000)
+    [res] = q.rescue(q.silent(clock() - 3_000), clock() - 3_000)
+    assert res.returned == 0 and res.buried == 2
+    assert q.where(to_dlq) == ["dead"] and q.where(to_bin) == []
+    assert "cancelled by alice" in q.get(to_dlq).reason
+    assert [e.kind for e in Finder(app.redis, clock).timeline("default", to_dlq).events][-2:] \
+        == ["swept", "cancelled"]
+
+
 def test_the_rescuer_judges_nobody_until_it_watched_a_whole_tolerance(app, clock):
     """After a gap (a Redis outage: nobody could beat), every beat is old: not a loss."""
     q = app.queue()
