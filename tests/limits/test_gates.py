@@ -63,6 +63,20 @@ def test_retry_bury_and_sweep_each_free_the_slot(q, r, clock):
     assert q.get(ids[3]).state == "waiting"
 
 
+def test_a_rescue_of_a_lost_worker_frees_its_slot(q, r, clock):
+    gated(r, clock, conc=1)
+    ids = fill(q, 2)
+    (a,) = q.reserve("w-lost", count=10)
+    r.zadd(q.keys.beats, {"w-lost": clock()})
+    clock.advance(5_000)  # its worker stopped beating, long before the lease's end
+    assert [x.worker_id for x in q.rescue(q.silent(clock() - 3_000), clock() - 3_000)] == \
+        ["w-lost"]
+    got = q.reserve("w", count=10)
+    assert [j.id for j in got] == [a.id] and got[0].deliveries == 2
+    assert r.smembers(q.keys.gate_held("type:t")) == {a.id}
+    assert q.get(ids[1]).state == "waiting"
+
+
 def test_other_types_run_past_a_full_gate(q, r, clock):
     gated(r, clock, conc=1)
     fill(q, 3)
