@@ -157,6 +157,15 @@ class Locks:
             self.redis.hdel(keys.locks_since(), key)
         return ok
 
+    def release_lost(self, key: str, worker_id: str) -> bool:
+        """Release the lock on ``key`` if ``worker_id`` holds it (its token's owner part): the
+        rescuer frees the locks of a process taken for lost, whose jobs run again elsewhere. A
+        holder that was only paused finds it gone; its SQL under it is refused by the fence."""
+        token = cast("str | None", self.redis.get(keys.lock(key)))
+        if not token or token.rsplit(":", 1)[0] != worker_id:
+            return False
+        return self.release_token(key, token)  # (compare-and-delete: a new holder keeps it)
+
     def count_conflict(self, key: str) -> None:
         """One script in the {locks} slot: the key's total, the hour's timeline and the key's
         count in this minute's bucket (``contention`` reads the buckets)."""

@@ -101,6 +101,7 @@ class RescueResult:
     returned: int
     buried: int
     outcomes: dict[str, str]
+    lock_keys: frozenset[str] = frozenset()  # the returned jobs' business keys
 
 
 Encoded = tuple[tuple[str, ...], list[str]]  # a new job's field names and values
@@ -675,6 +676,7 @@ class Queue:
         script_keys = [k.beats, k.inflight, k.ready, k.dead, k.stats, k.error_groups,
                        k.cancels, k.wake]
         outcomes: dict[str, dict[str, str]] = {}
+        locked: dict[str, set[str]] = {}
         seen = dict(silent)
         at, left, judged = "-inf", 0, "0"
         while True:
@@ -687,14 +689,18 @@ class Queue:
             for w in reply[5:5 + n]:
                 outcomes.setdefault(str(w), {})
             rows = reply[5 + n:]
-            for job_id, outcome, worker in zip(rows[0::3], rows[1::3], rows[2::3]):
+            for job_id, outcome, worker, lock_key in zip(rows[0::4], rows[1::4], rows[2::4],
+                                                         rows[3::4]):
                 outcomes[str(worker)][str(job_id)] = str(outcome)
+                if lock_key:
+                    locked.setdefault(str(worker), set()).add(str(lock_key))
             if not reply[2] or not n:
                 break
             at, left, judged = str(reply[2]), int(reply[3]), "1"
             silent = [(str(w), seen[str(w)]) for w in reply[5:5 + n]]
         return [RescueResult(w, self.name, sum(1 for o in got.values() if o == "ready"),
-                             sum(1 for o in got.values() if o != "ready"), got)
+                             sum(1 for o in got.values() if o != "ready"), got,
+                             frozenset(locked.get(w, ())))
                 for w, got in outcomes.items()]
 
     # ``actor`` (an operator's name) and ``note`` (e.g. the bulk task) go on the timeline

@@ -8,7 +8,9 @@ before its leases' deadlines: the rescuer finds a beat older than the pause tole
 per partition, with every other process found lost there in the same pass (``rescue.lua``; a
 partition holding more than ``queue.RESCUE_WALK`` jobs in flight takes a call per that many):
 one delivery spent, as at a lease's expiry; the lease epoch bumped, so a process that was only paused, SIGSTOP or a long GC pause, finds its leases gone
-when it wakes and drops what it finishes, as after an expired lease). The lease-expiry sweep
+when it wakes and drops what it finishes, as after an expired lease), then the business locks
+it held on those jobs' keys released (``Locks.release_lost``: the rerun need not wait out their
+TTL; the fence refuses a paused holder's SQL). The lease-expiry sweep
 (``Queue.sweep``) stays the backstop: for a process that beats but holds a lease it no longer
 renews, for records the rescuer leaves alone, and with the rescuer turned off (0).
 
@@ -37,6 +39,7 @@ import redis
 
 from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
+from antre.engine.locks import Locks
 from antre.engine.queue import RescueResult
 from antre.engine.scripts import Scripts
 from antre.observe.readmodels import ReadModels
@@ -77,6 +80,7 @@ class RescuePass:
     watching: bool = True  # False: the rescuer had a gap (an outage) and only watched
     lost: list[str] = field(default_factory=list)  # worker ids, one entry per process
     results: list[RescueResult] = field(default_factory=list)  # one per partition rescued
+    locks_released: int = 0  # business locks the lost processes held on their jobs' keys
 
     @property
     def returned(self) -> int:
@@ -130,6 +134,7 @@ class Rescuer:
             out.watching = False
             return out
         cutoff = now - self.tolerance_ms
+        locks = Locks(self.redis, clock=self.clock, scripts=self.scripts)
         for name in ReadModels(self.redis).queue_names():
             for q in partitions.all_queues(self.redis, name, clock=self.clock,
                                            scripts=self.scripts):
@@ -137,4 +142,6 @@ class Rescuer:
                     if res.worker_id not in out.lost:
                         out.lost.append(res.worker_id)
                     out.results.append(res)
+                    for key in sorted(res.lock_keys):  # else the next run waits out its TTL
+                        out.locks_released += locks.release_lost(key, res.worker_id)
         return out

@@ -151,6 +151,27 @@ def test_a_lost_process_job_with_a_cancel_request_ends_cancelled_not_ready(app, 
         == ["swept", "cancelled"]
 
 
+def test_the_lost_process_business_locks_are_released_and_no_one_elses(app, clock):
+    from antre.engine.locks import Locks
+
+    q = app.queue()
+    mine = q.enqueue("ping", {}, idempotency_key="l1", lock_key="acct:1")
+    theirs = q.enqueue("ping", {}, idempotency_key="l2", lock_key="acct:2")
+    locks = Locks(app.redis, clock=clock, scripts=app.scripts)
+    [a] = q.reserve("w-lost", 1)
+    [b] = q.reserve("w-lost", 1)
+    assert {a.id, b.id} == {mine, theirs}
+    locks.acquire("acct:1", 30_000, owner="w-lost")
+    held = locks.acquire("acct:2", 30_000, owner="w-live")  # (taken over meanwhile)
+    rescuer = Rescuer(app.redis, clock=clock, scripts=app.scripts, tolerance_s=2)
+    app.redis.zadd(q.keys.beats, {"w-lost": clock()})
+    [found] = [p for p in rescue_after(rescuer, clock, 4) if p.lost]
+    assert found.locks_released == 1
+    assert app.redis.get(keys.lock("acct:1")) is None  # the rerun need not wait out its TTL
+    assert app.redis.get(keys.lock("acct:2")) == held.token
+    assert len(q.reserve("w-next", 2)) == 2
+
+
 def test_the_rescuer_judges_nobody_until_it_watched_a_whole_tolerance(app, clock):
     """After a gap (a Redis outage: nobody could beat), every beat is old: not a loss."""
     q = app.queue()

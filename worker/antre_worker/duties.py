@@ -90,6 +90,9 @@ def _rescue(d: Duties) -> Any:
     """The leases of worker processes that stopped beating, returned at once
     (``antre.maintenance.rescue``; the lease-expiry sweep stays the backstop)."""
     res = d.rescuer.run()
+    if res.locks_released:
+        log.info("rescuer: %d business locks of lost workers released", res.locks_released,
+                 extra={"event": "worker_lost"})
     for r in res.results:  # (a process lost while it held nothing is only noted)
         log.log(logging.WARNING if r.returned or r.buried else logging.INFO,
                 "rescuer: worker %s lost (no heartbeat for over %gs) in %s: %d of its jobs "

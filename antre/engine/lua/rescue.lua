@@ -26,8 +26,9 @@
 -- Each returned job gets a 'swept' event by the 'rescuer' saying "worker <id> lost (no
 -- heartbeat for N s)", the same as its error (kind 'worker_lost'); stats 'expired' and 'lost'.
 -- Returns: {returned count, buried count, next deadline ('' when the walk is done), next
--- count at it, number of processes lost, their ids ..., then id, outcome, worker id for each
--- job}. A process that beat at or after the cutoff, or has no beat and was not judged before
+-- count at it, number of processes lost, their ids ..., then id, outcome, worker id and
+-- lock_key ('' for none) for each job: the business lock the lost process may still hold
+-- lives in another slot, and the caller releases it if the process holds it (Locks.release_lost)}. A process that beat at or after the cutoff, or has no beat and was not judged before
 -- (it stopped, or another rescuer was first), is not among them.
 local prefix, now, cutoff = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local limit, judged = tonumber(ARGV[6]), ARGV[9] == '1'
@@ -68,12 +69,13 @@ for i = 1, #entries, 2 do
     local epoch = string.format('%d', num_field(key, 'epoch', 0) + 1)
     redis.call('HSET', key, 'epoch', epoch, 'tlf', epoch, 'deadline', 0)
     local deliveries = num_field(key, 'deliveries', 0)
+    local lkey = redis.call('HGET', key, 'lock_key') or ''  -- its lock: the caller's to free
     local req = cancel_of(redis.call('HGET', key, 'cancel'))
     if req then
       tl_add(tl, now, 'swept', 'rescuer', {worker = worker, delivery = deliveries,
                                            outcome = 'cancelled', reason = msg})
       local ended = cancel_end(key, id, now, req, 'rescuer', dlq, KEYS[7], tl, nil, nil)
-      out[#out + 1], out[#out + 2], out[#out + 3] = id, ended, worker
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, ended, worker, lkey
       buried = buried + 1
     else
       gate_leave(prefix, id, now, nil)  -- its limit slots pass on
@@ -91,12 +93,12 @@ for i = 1, #entries, 2 do
                  KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5])
         tl_add(tl, now, 'buried', 'rescuer', {reason = reason, kind = 'poison'})
         buried = buried + 1
-        out[#out + 1], out[#out + 2], out[#out + 3] = id, 'dead', worker
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, 'dead', worker, lkey
       else
         redis.call('HSET', key, 'state', 'ready')
         redis.call('RPUSH', KEYS[3], id)  -- the oldest end: the next reserve takes it
         returned = returned + 1
-        out[#out + 1], out[#out + 2], out[#out + 3] = id, 'ready', worker
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, 'ready', worker, lkey
       end
     end
   end
