@@ -115,10 +115,13 @@ class Side:
         return [f"{e.actor}: {e.details.get('reason', e.details.get('outcome', ''))}"
                 for e in Finder(self.r).timeline("default", job_id).events if e.kind == "swept"]
 
-    def kill_trial(self) -> dict[str, Any]:
+    def kill_trial(self, lock: bool = False) -> dict[str, Any]:
+        """``lock``: the job has a lock_key (its business lock, 30 s TTL, held by the killed
+        process)."""
         self.ready()
         job_id = self.q.enqueue("hold", {"first_s": 120, "again_s": 0.05},
-                                idempotency_key=os.urandom(8).hex())
+                                idempotency_key=os.urandom(8).hex(),
+                                lock_key=f"acct:{os.urandom(4).hex()}" if lock else None)
         first = self.wait_start(job_id, 1)
         time.sleep(0.5)
         t_kill = time.time()
@@ -232,6 +235,7 @@ def main() -> int:
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     sides = {name: Side(name, tol, out_dir) for name, tol in SETTINGS.items()}
     kills: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
+    locked: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
     paused: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
     try:
         for side in sides.values():
@@ -240,6 +244,9 @@ def main() -> int:
             for name, side in sides.items():
                 kills[name].append(side.kill_trial())
                 ab.log(f"kill {i + 1}, {name}: {kills[name][-1]}")
+            for name, side in sides.items():
+                locked[name].append(side.kill_trial(lock=True))
+                ab.log(f"kill {i + 1} (lock_key), {name}: {locked[name][-1]}")
         for pause_s in pauses:
             for _ in range(a.pause_trials):
                 for name, side in sides.items():
@@ -253,10 +260,12 @@ def main() -> int:
     for row in scans:
         ab.log(f"rescue call: {row}")
     result = {**before, "scan": scans, "whole_pool": pools, "load_after": load(), "command": " ".join(["bench/rescue.py", *sys.argv[1:]]),
-              "kills": kills, "pauses": paused,
+              "kills": kills, "kills_lock_key": locked, "pauses": paused,
               "summary": {name: {
                   "rerun_s_median": statistics.median(t["rerun_s"] for t in kills[name]),
                   "rerun_s_max": max(t["rerun_s"] for t in kills[name]),
+                  "lock_key_rerun_s_median": statistics.median(t["rerun_s"]
+                                                               for t in locked[name]),
                   "duplicates_by_pause": {str(ps): sum(t["runs"] - 1 for t in paused[name]
                                                        if t["pause_s"] == ps) for ps in pauses},
               } for name in sides}}
@@ -286,13 +295,18 @@ def markdown(res: dict[str, Any]) -> str:
          "lease alone, as before it existed), one with the default (3.5 s). Trials alternate "
          "between them."), "",
         "## kill -9 mid-job to the job's second start", "",
-        "| setting | each trial (s) | median (s) | max (s) | returned by |", "|---|---|---|---|---|"]
-    for n in names:
-        ts = [t["rerun_s"] for t in res["kills"][n]]
-        by = sorted({s.split(":")[0] for t in res["kills"][n] for s in t["swept"]})
-        lines.append(f"| {n} | {', '.join(f'{t:.2f}' for t in ts)} | "
-                     f"{res['summary'][n]['rerun_s_median']:.2f} | "
-                     f"{res['summary'][n]['rerun_s_max']:.2f} | {', '.join(by)} |")
+        "| setting | job | each trial (s) | median (s) | max (s) | returned by |",
+        "|---|---|---|---|---|---|"]
+    for what, field_name in (("plain", "kills"), ("with a lock_key (30 s lock TTL)",
+                                                  "kills_lock_key")):
+        for n in names:
+            rows = res.get(field_name, {}).get(n) or []
+            if not rows:
+                continue
+            ts = [t["rerun_s"] for t in rows]
+            by = sorted({s.split(":")[0] for t in rows for s in t["swept"]})
+            lines.append(f"| {n} | {what} | {', '.join(f'{t:.2f}' for t in ts)} | "
+                         f"{statistics.median(ts):.2f} | {max(ts):.2f} | {', '.join(by)} |")
     reps = len(res["pauses"][names[0]]) // max(1, len(pauses))
     lines += ["", (f"## Duplicate runs under a SIGSTOP of the job's process mid-job "
                    f"({reps} trials per pause)"), "",
