@@ -1,18 +1,19 @@
 """The rescuer: the leases of a worker process that stopped beating, returned at once.
 
 Every worker process writes its heartbeat into each queue partition it serves
-(``keys.QueueKeys.beats``, refreshed by its heartbeat loop every ``--heartbeat`` second, removed
-at a graceful stop). A process killed with ``kill -9`` (or whose host died) stops beating long
-before its leases' deadlines: the rescuer finds a beat older than the pause tolerance
-(``ANTRE_WORKER_PAUSE_TOLERANCE_S``) and returns all that process's leases in one script call
-per partition, with every other process found lost there in the same pass (``rescue.lua``; a
-partition holding more than ``queue.RESCUE_WALK`` jobs in flight takes a call per that many):
-one delivery spent, as at a lease's expiry; the lease epoch bumped, so a process that was only paused, SIGSTOP or a long GC pause, finds its leases gone
-when it wakes and drops what it finishes, as after an expired lease), then the business locks
-it held on those jobs' keys released (``Locks.release_lost``: the rerun need not wait out their
-TTL; the fence refuses a paused holder's SQL). The lease-expiry sweep
-(``Queue.sweep``) stays the backstop: for a process that beats but holds a lease it no longer
-renews, for records the rescuer leaves alone, and with the rescuer turned off (0).
+(``keys.QueueKeys.beats``, first thing in each round of its heartbeat loop, every second by
+default; removed at a graceful stop). A process killed with ``kill -9`` (or whose host died)
+stops beating long before its leases' deadlines: the rescuer finds a beat older than the pause
+tolerance (``ANTRE_WORKER_PAUSE_TOLERANCE_S``) and returns all that process's leases in one
+script call per partition, with every other process found lost there in the same pass
+(``rescue.lua``; a partition holding more than ``queue.RESCUE_WALK`` jobs in flight takes a
+call per that many). Each job spends one delivery, as at a lease's expiry, and its lease epoch
+is bumped: a process that was only paused (SIGSTOP, a long GC pause) finds its leases gone when
+it wakes and drops what it finishes, as after an expired lease. Then the business locks it
+held on those jobs' keys are released (``Locks.release_lost``: the rerun need not wait out
+their TTL; the fence refuses a paused holder's SQL). The lease-expiry sweep (``Queue.sweep``)
+stays the backstop: for a process that beats but holds a lease it no longer renews, for records
+the rescuer leaves alone, and with the rescuer turned off (0).
 
 The trade-off (docs/explanation/guarantees.md): a lower tolerance brings a killed process's
 jobs back sooner; a process paused longer than the tolerance (less its heartbeat interval) is
@@ -22,8 +23,8 @@ returns a killed process's jobs within about 4.5 s (3.5 s measured: bench/result
 and never takes a pause of up to 2.5 s for a loss (one of more than 4.5 s always).
 
 A rescuer that could not reach Redis for more than ``GAP_S`` (an outage: no process could beat
-either) judges nobody until it has watched a whole tolerance again (``keys.rescuer_watch``, shared by every pool), so
-the end of an outage never reads as every process lost.
+either) judges nobody until it has watched a whole tolerance again (``keys.rescuer_watch``,
+shared by every pool), so the end of an outage never reads as every process lost.
 
 The pool's ``rescuer`` duty (``antre_worker.duties``) runs ``Rescuer.run`` every second, once
 cluster-wide; nothing here schedules itself.
@@ -100,7 +101,7 @@ class Rescuer:
                  gap_s: float = GAP_S) -> None:
         self.redis = client
         self.clock = clock
-        self.scripts = scripts
+        self.scripts = scripts or Scripts(client)
         self.tolerance_s = pause_tolerance_s() if tolerance_s is None else tolerance_s
         self.gap_s = gap_s
 

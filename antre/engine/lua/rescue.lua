@@ -27,9 +27,10 @@
 -- heartbeat for N s)", the same as its error (kind 'worker_lost'); stats 'expired' and 'lost'.
 -- Returns: {returned count, buried count, next deadline ('' when the walk is done), next
 -- count at it, number of processes lost, their ids ..., then id, outcome, worker id and
--- lock_key ('' for none) for each job: the business lock the lost process may still hold
--- lives in another slot, and the caller releases it if the process holds it (Locks.release_lost)}. A process that beat at or after the cutoff, or has no beat and was not judged before
--- (it stopped, or another rescuer was first), is not among them.
+-- lock_key ('' for none) for each job}. The business lock a lost process may still hold on a
+-- job's key lives in another slot: the caller releases it (Locks.release_lost). A process that
+-- beat at or after the cutoff, or has no beat and was not judged before (it stopped, or
+-- another rescuer was first), is not among them.
 local prefix, now, cutoff = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local limit, judged = tonumber(ARGV[6]), ARGV[9] == '1'
 local msgs, lost = {}, {}
