@@ -1,0 +1,52 @@
+"""The settings room: every ``ANTRE_*`` setting, declared once (``declared.py``), read here
+(``reader.py``: environment, then the ``ANTRE_CONFIG`` file, then the default; a bad value is
+a ``SettingError``). ``from antre import settings; settings.REDIS_URL.get()``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .declared import *  # noqa: F401,F403 - the declarations are this room's surface
+from .declared import ALL, ALERTS, ESSENTIAL
+from .reader import CONFIG, DEFAULT, ENVIRONMENT, MASK, Setting, SettingError, masked_url
+
+@dataclass(frozen=True)
+class Effective:
+    """One setting as ``antre config`` shows it."""
+
+    name: str
+    value: Any  # the value (None: unset); a secret's is MASK when set
+    shown: str  # as text, masked
+    source: str  # default, environment, or the file's path
+    secret: bool
+
+
+def check(env: Mapping[str, str] | None = None) -> None:
+    """Read every setting once: the first bad value is a ``SettingError`` (the CLI's start)."""
+    for setting in ALL.values():
+        setting.read(env)
+
+
+def effective(env: Mapping[str, str] | None = None) -> list[Effective]:
+    """Every setting's effective value and where it came from (``SettingError`` on a bad
+    one)."""
+    out = []
+    for setting in ALL.values():
+        value, source = setting.read(env)
+        shown = setting.show(value)
+        if setting.secret and value:
+            value = MASK
+        elif setting.kind == "url" and isinstance(value, str):
+            value = masked_url(value)
+        out.append(Effective(setting.name, value, shown, source, setting.secret))
+    return out
+
+
+def preset(setting: Setting[Any], value: str) -> None:
+    """Give ``setting`` this value for this process and its children, unless the environment
+    or the file sets it (``antre demo``'s defaults)."""
+    if not setting.given():
+        os.environ[setting.name] = value
