@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import redis
 
-from antre import Antre, Progress, ResultUnavailable, __version__
+from antre import Antre, Progress, ResultUnavailable, SettingError, __version__, settings
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
@@ -367,12 +367,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The ``antre`` command; a setting the command refuses (at start, every one is read once)
+    is one line on stderr and exit code 2."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except SettingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     if argv and argv[0] in ("worker", "sweep"):
+        settings.check()
         args = argparse.Namespace(command=argv[0])
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
+    settings.check()
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
                 "demo": cmd_demo, "schedules": cmd_schedules, "find": cmd_find,
                 "result": cmd_result, **actions.HANDLERS}

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .declared import *  # noqa: F401,F403 - the declarations are this room's surface
-from .declared import ALL, ALERTS, ESSENTIAL
-from .reader import CONFIG, DEFAULT, ENVIRONMENT, MASK, Setting, SettingError, masked_url
+from .declared import ALL as ALL, ALERTS as ALERTS, ESSENTIAL as ESSENTIAL
+from .reader import (CONFIG as CONFIG, DEFAULT as DEFAULT, ENVIRONMENT as ENVIRONMENT, MASK,
+                     Setting as Setting, SettingError as SettingError, masked_url)
 
 @dataclass(frozen=True)
 class Effective:

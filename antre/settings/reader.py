@@ -8,7 +8,7 @@ whether it is secret and one line of doc. Its value comes from, first found:
    case (``redis_url = "redis://..."``);
 3. the default.
 
-An empty value (``ANTRE_X=``, ``x = ""``) counts as unset, except for a setting declared
+An empty value (an empty variable, ``x = ""`` in the file) counts as unset, except for a setting declared
 ``empty=True`` (where ``""`` means "none", as ``ANTRE_ACCESS_LOG=``). Every read is made at
 call time (a test's ``monkeypatch.setenv`` is seen at once); the file is parsed again only
 when it changed. A value that the setting does not accept is refused (``SettingError``), never
@@ -39,6 +39,7 @@ CONFIG = "ANTRE_CONFIG"  # the file's path: from the environment only
 KINDS = ("str", "int", "float", "flag", "choice", "url", "path")
 TRUE = ("1", "true", "yes")
 FALSE = ("0", "false", "no")
+OFF = ("off", "none", "false")  # a rule turned off (the docs say off)
 MASK = "***"
 DEFAULT = "default"
 ENVIRONMENT = "environment"
@@ -167,7 +168,7 @@ def _bounds(s: Setting[Any]) -> str:
 
 def _parse(s: Setting[Any], raw: object) -> Any:
     text = raw.strip() if isinstance(raw, str) else None
-    if s.off and text is not None and text.lower() == "off":
+    if s.off and text is not None and text.lower() in OFF:
         return None
     if s.kind == "flag":
         if isinstance(raw, bool):

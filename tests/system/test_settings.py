@@ -178,3 +178,79 @@ def test_the_partition_bound_is_the_engines():
     assert settings.PARTITIONS.max == keys.MAX_PARTITIONS
 
 
+# -- every reader goes through the room -----------------------------------------------------
+def product_files() -> list[Path]:
+    return [p for root in PRODUCT for p in sorted((REPO / root).rglob("*"))
+            if p.is_file() and p.suffix in (".py", ".lua", ".html", ".js")
+            and "__pycache__" not in p.parts]
+
+
+def env_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """``os.environ.get("ANTRE_...")``, ``os.environ[...]``, ``os.getenv(...)``, ``... in
+    os.environ``, and any read of the environment with a name that is neither a literal nor a
+    module's string constant (it could be one): line and what was read."""
+    def is_environ(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
+            (isinstance(node, ast.Name) and node.id == "environ")
+
+    constants = {t.id: n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                 and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                 for t in n.targets if isinstance(t, ast.Name)}
+
+    def name_of(node: ast.AST) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in constants:
+            return constants[node.id]
+        return "<not a literal>"
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr == "get" and is_environ(f.value):
+                found.append((node.lineno, name_of(node.args[0])))
+            elif (isinstance(f, ast.Attribute) and f.attr == "getenv") or \
+                    (isinstance(f, ast.Name) and f.id == "getenv"):
+                found.append((node.lineno, name_of(node.args[0])))
+        elif isinstance(node, ast.Subscript) and is_environ(node.value) \
+                and isinstance(node.ctx, ast.Load):
+            found.append((node.lineno, name_of(node.slice)))
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 \
+                and isinstance(node.ops[0], (ast.In, ast.NotIn)) and is_environ(node.comparators[0]):
+            found.append((node.lineno, name_of(node.left)))
+    return [(line, name) for line, name in found
+            if name.startswith("ANTRE_") or name == "<not a literal>"]
+
+
+def test_no_product_file_reads_an_antre_variable_but_the_settings_room():
+    found = {}
+    for path in product_files():
+        if path.suffix != ".py" or ROOM in path.parents:
+            continue
+        if reads := env_reads(ast.parse(path.read_text(), str(path))):
+            found[str(path.relative_to(REPO))] = reads
+    assert not found, f"read these through antre.settings (antre/settings/declared.py): {found}"
+
+
+def test_the_reader_finder_finds_each_way_of_reading():
+    tree = ast.parse('import os\na = os.environ.get("ANTRE_A")\nb = os.getenv("ANTRE_B")\n'
+                     'c = os.environ["ANTRE_C"]\nd = "ANTRE_D" in os.environ\n'
+                     'e = os.environ.get(name)\nf = os.environ.get("HOME")\n'
+                     'os.environ["ANTRE_G"] = "1"\nH = "ANTRE_H"\nh = H in os.environ\n')
+    assert env_reads(tree) == [(2, "ANTRE_A"), (3, "ANTRE_B"), (4, "ANTRE_C"), (5, "ANTRE_D"),
+                               (6, "<not a literal>"), (10, "ANTRE_H")]
+
+
+def test_every_antre_name_the_product_spells_is_declared():
+    spelled: dict[str, set[str]] = {}
+    for path in product_files():
+        text = path.read_text()
+        for name in re.findall(r"\bANTRE_[A-Z0-9_]*[A-Z0-9]\b", text):
+            spelled.setdefault(name, set()).add(str(path.relative_to(REPO)))
+        for built in re.findall(r"\bANTRE_[A-Z0-9_]*\{", text):  # a name built: f"ANTRE_{x}"
+            spelled.setdefault(built + "...}", set()).add(str(path.relative_to(REPO)))
+    unknown = {n: sorted(p) for n, p in spelled.items()
+               if n not in settings.ALL and n not in CONFIG_KEYS}
+    assert not unknown, f"declare these in antre/settings/declared.py: {unknown}"
+    assert "ANTRE_REDIS_URL" in spelled  # the finder finds names
