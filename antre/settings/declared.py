@@ -19,11 +19,13 @@ DAY_S = 86_400
 # -- the settings ---------------------------------------------------------------------------
 # connections and the file
 REDIS_URL = url("ANTRE_REDIS_URL", "redis://127.0.0.1:6379/0",
-                "The Redis of the queues (`antre demo` starts a private one when unset).",
-                schemes=("redis", "rediss", "unix"))
+                "The Redis of the queues (a Redis Cluster: `redis+cluster://host:port`; "
+                "`antre demo` starts a private one when unset).",
+                schemes=("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"))
 DATABASE_URL = url("ANTRE_DATABASE_URL", None,
-                   "SQLAlchemy URL of the database (idempotency, outbox, users, audit); "
-                   "unset: no database (the dashboard then uses `antre.db` here).")
+                   "The database of idempotency records, outbox, users and audit log "
+                   "(`sqlite:///...` or `postgresql+psycopg://...`; `antre demo`: SQLite in "
+                   "its data folder).")
 CONFIG_FILE = path(CONFIG, "A TOML file of settings (`redis_url = \"...\"`): the environment "
                    "wins over it, it wins over the defaults.")
 REDIS_FUNCTIONS = flag("ANTRE_REDIS_FUNCTIONS", True,
@@ -71,9 +73,10 @@ CODE_VERSION = text("ANTRE_CODE_VERSION", "", "The deployed code's version (e.g.
                     "a worker reports (unset: a digest of its handlers).")
 
 # logs
-LOG_FORMAT = choice("ANTRE_LOG_FORMAT", "json", ("json", "text"), "The log lines' format.")
+LOG_FORMAT = choice("ANTRE_LOG_FORMAT", "json", ("json", "text"), "The log lines: JSON, or "
+                    "readable text (`antre demo`: text).")
 LOG_LEVEL = choice("ANTRE_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
-                   "The `antre` logger's level (any case).")
+                   "The `antre` logger's level, in any case (`antre demo`: WARNING).")
 LOG_FLUSH_MS = integer("ANTRE_LOG_FLUSH_MS", 200, "The longest a buffered INFO line waits "
                        "before it is written (0: each line at once).", min=0,
                        unit="milliseconds")
@@ -119,8 +122,9 @@ ALERTS: dict[str, Setting[Any]] = {  # AlertConfig's fields
 }
 
 # the dashboard
-SECRET_KEY = text("ANTRE_SECRET_KEY", None, "Signs the dashboard's sessions: at least 32 "
-                  "random bytes, the same for every dashboard process.", secret=True)
+SECRET_KEY = text("ANTRE_SECRET_KEY", None, "Signs the dashboard's sessions (required by "
+                  "`antre web`): at least 32 random bytes, the same for every dashboard "
+                  "process.", secret=True)
 SECURE_COOKIES = flag("ANTRE_SECURE_COOKIES", False,
                       "Send the session cookie over HTTPS only.")
 SESSION_HOURS = number("ANTRE_SESSION_HOURS", 12.0, "A session's absolute lifetime from its "

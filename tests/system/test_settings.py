@@ -20,6 +20,8 @@ PRODUCT = ("antre", "worker", "webapp", "antre_cli", "antre_django", "antre_demo
 ROOM = REPO / "antre" / "settings"
 # Flask config keys of create_app(config=...) holding objects, not settings of the environment
 CONFIG_KEYS = {"ANTRE_APP", "ANTRE_CLOCK"}
+REDIS_TAKES = ("a URL (redis:// or rediss:// or unix:// or redis+cluster:// or "
+               "rediss+cluster://...)")
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -75,8 +77,8 @@ def test_the_process_environment_is_read_at_call_time(monkeypatch):
     (settings.SECURE_COOKIES, "maybe", "a flag: 1, true, yes or 0, false, no"),
     (settings.LOG_FORMAT, "xml", "one of json, text"),
     (settings.LOG_LEVEL, "loud", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
-    (settings.REDIS_URL, "localhost:6379", "a URL (redis:// or rediss:// or unix://...)"),
-    (settings.REDIS_URL, "http://x/", "a URL (redis:// or rediss:// or unix://...)"),
+    (settings.REDIS_URL, "localhost:6379", REDIS_TAKES),
+    (settings.REDIS_URL, "http://x/", REDIS_TAKES),
     (settings.DATABASE_URL, "antre.db", "a URL (scheme://...)"),
 ])
 def test_a_bad_value_is_refused_naming_the_setting_the_value_and_what_it_takes(setting, raw,
