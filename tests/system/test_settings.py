@@ -256,3 +256,33 @@ def test_every_antre_name_the_product_spells_is_declared():
                if n not in settings.ALL and n not in CONFIG_KEYS}
     assert not unknown, f"declare these in antre/settings/declared.py: {unknown}"
     assert "ANTRE_REDIS_URL" in spelled  # the finder finds names
+
+
+# -- the generated docs ---------------------------------------------------------------------
+def _generator():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gen_reference",
+                                                  REPO / "docs" / "gen_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_settings_reference_is_made_from_the_declarations():
+    page = (REPO / "docs" / "reference" / "settings.md").read_text()
+    assert page == _generator().settings_page(), \
+        "docs/reference/settings.md is not what the declarations make: run python docs/gen_reference.py"
+    for setting in settings.ALL.values():
+        assert f"| `{setting.name}` |" in page
+
+
+def test_the_readme_configuration_block_is_made_from_the_declarations():
+    readme = (REPO / "README.md").read_text()
+    gen = _generator()
+    assert readme == gen.readme_with_block(readme), \
+        "README.md's settings block is not what the declarations make: run python docs/gen_reference.py"
+    block = readme[readme.index(gen.README_START):readme.index(gen.README_END)]
+    assert len(block.splitlines()) <= 60
+    assert all(f"`{s.name}`" in block for s in settings.ESSENTIAL)
+    assert "(docs/reference/settings.md)" in block
