@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .declared import *  # noqa: F401,F403 - the declarations are this room's surface
+# the declarations are this room's surface: settings.REDIS_URL, ...
+from .declared import *
 from .declared import ALL as ALL, ALERTS as ALERTS, ESSENTIAL as ESSENTIAL
 from .reader import (CONFIG as CONFIG, DEFAULT as DEFAULT, ENVIRONMENT as ENVIRONMENT, MASK,
                      Setting as Setting, SettingError as SettingError, masked_url)

@@ -18,7 +18,8 @@ SECRET = "s3cret-session-key-" + "x" * 20
 def antre(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ANTRE_")}
     return subprocess.run([sys.executable, "-m", "antre_cli", *args], capture_output=True,
-                          text=True, timeout=60, env={**clean, **env}, stdin=subprocess.DEVNULL)
+                          text=True, timeout=60, env={**clean, **env}, stdin=subprocess.DEVNULL,
+                          check=False)
 
 
 def test_config_lists_every_setting_with_its_value_and_where_it_came_from(redis_url, tmp_path):

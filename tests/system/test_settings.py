@@ -99,6 +99,26 @@ def test_a_bad_value_in_the_file_names_the_file(tmp_path):
         settings.PARTITIONS.get({"ANTRE_CONFIG": path})
 
 
+def test_a_value_of_the_wrong_toml_type_is_refused(tmp_path):
+    path = write(tmp_path, "code_version = 3\ntrace_url = true\n")
+    with pytest.raises(SettingError, match="ANTRE_CODE_VERSION=3 .* takes a text"):
+        settings.CODE_VERSION.get({"ANTRE_CONFIG": path})
+    with pytest.raises(SettingError, match="ANTRE_TRACE_URL='true' .* takes a text"):
+        settings.TRACE_URL.get({"ANTRE_CONFIG": path})
+
+
+def test_a_preset_gives_way_to_the_environment_and_the_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTRE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("ANTRE_CONFIG", write(tmp_path, 'log_format = "json"\n'))
+    settings.preset(settings.LOG_FORMAT, "text")
+    assert "ANTRE_LOG_FORMAT" not in __import__("os").environ
+    assert settings.LOG_FORMAT.read()[0] == "json"
+    monkeypatch.delenv("ANTRE_CONFIG")
+    settings.preset(settings.LOG_FORMAT, "text")
+    assert settings.LOG_FORMAT.read() == ("text", "environment")
+    monkeypatch.delenv("ANTRE_LOG_FORMAT")
+
+
 @pytest.mark.parametrize("text,says", [
     ("redis_ulr = 'redis://x'\n", "'redis_ulr' is not one"),
     ("[redis]\nurl = 'x'\n", "'redis' is not one"),
@@ -210,9 +230,7 @@ def env_reads(tree: ast.AST) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args:
             f = node.func
-            if isinstance(f, ast.Attribute) and f.attr == "get" and is_environ(f.value):
-                found.append((node.lineno, name_of(node.args[0])))
-            elif (isinstance(f, ast.Attribute) and f.attr == "getenv") or \
+            if isinstance(f, ast.Attribute) and f.attr == "get" and is_environ(f.value) or (isinstance(f, ast.Attribute) and f.attr == "getenv") or \
                     (isinstance(f, ast.Name) and f.id == "getenv"):
                 found.append((node.lineno, name_of(node.args[0])))
         elif isinstance(node, ast.Subscript) and is_environ(node.value) \
