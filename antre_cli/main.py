@@ -269,12 +269,15 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"file": settings.CONFIG_FILE.get(),
                           "settings": [{"name": e.name, "value": e.value, "source": e.source,
-                                        "secret": e.secret} for e in rows]}, indent=2))
+                                        "secret": e.secret} for e in rows],
+                          "unknown": settings.unknown()}, indent=2))
         return 0
     width = max(len(e.name) for e in rows)
     shown = max(len(e.shown) for e in rows if len(e.shown) <= 40)
     for e in rows:
         print(f"{e.name:<{width}}  {e.shown:<{shown}}  {e.source}")
+    for name in settings.unknown():
+        print(f"warning: {name} is set but is no setting of Antre (a typo?)", file=sys.stderr)
     return 0
 
 

@@ -358,7 +358,9 @@ def settings_page() -> str:
         "setting is read.", "",
         "`antre config` prints every setting's effective value and where it came from "
         "(`default`, `environment` or the file's path); `--json` as one document. Secrets "
-        "and the passwords of URLs are shown as `***`.", "",
+        "and the passwords of URLs are shown as `***`. An `ANTRE_*` variable of the "
+        "environment that is no setting (a typo: `ANTRE_REDIS_ULR`) is named in a warning "
+        "there; nothing refuses it.", "",
         *table(("setting", "kind", "default", "bounds or choices", "what"), rows), ""])
 
 

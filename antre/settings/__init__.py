@@ -47,6 +47,13 @@ def effective(env: Mapping[str, str] | None = None) -> list[Effective]:
     return out
 
 
+def unknown(env: Mapping[str, str] | None = None) -> list[str]:
+    """The ``ANTRE_*`` variables of the environment that are no setting (a typo, or a tool's
+    own: ``antre config`` lists them, nothing refuses them)."""
+    env = os.environ if env is None else env
+    return sorted(name for name in env if name.startswith("ANTRE_") and name not in ALL)
+
+
 def preset(setting: Setting[Any], value: str) -> None:
     """Give ``setting`` this value for this process and its children, unless the environment
     or the file sets it (``antre demo``'s defaults)."""

@@ -38,6 +38,16 @@ def test_config_lists_every_setting_with_its_value_and_where_it_came_from(redis_
     assert lines["ANTRE_SECRET_KEY"][1:] == ["***", "environment"]
     assert lines["ANTRE_DATABASE_URL"][1] == "postgresql+psycopg://u:***@db/antre"
     assert SECRET not in done.stdout and "pw@" not in done.stdout
+    assert done.stderr == ""
+
+
+def test_config_names_an_antre_variable_that_is_no_setting(redis_url):
+    done = antre("config", env={"ANTRE_REDIS_URL": redis_url, "ANTRE_REDIS_ULR": "redis://x"})
+    assert done.returncode == 0
+    assert done.stderr == "warning: ANTRE_REDIS_ULR is set but is no setting of Antre (a typo?)\n"
+    done = antre("config", "--json", env={"ANTRE_REDIS_URL": redis_url,
+                                          "ANTRE_REDIS_ULR": "redis://x"})
+    assert json.loads(done.stdout)["unknown"] == ["ANTRE_REDIS_ULR"]
 
 
 def test_config_json_is_one_document(redis_url, tmp_path):
