@@ -100,7 +100,9 @@ def test_a_bad_value_in_the_file_names_the_file(tmp_path):
 
 
 def test_a_value_of_the_wrong_toml_type_is_refused(tmp_path):
-    path = write(tmp_path, "code_version = 3\ntrace_url = true\n")
+    path = write(tmp_path, "code_version = 3\ntrace_url = true\nredis_server = 5\n")
+    with pytest.raises(SettingError, match="ANTRE_REDIS_SERVER=5 .* takes a file path"):
+        settings.REDIS_SERVER.get({"ANTRE_CONFIG": path})
     with pytest.raises(SettingError, match="ANTRE_CODE_VERSION=3 .* takes a text"):
         settings.CODE_VERSION.get({"ANTRE_CONFIG": path})
     with pytest.raises(SettingError, match="ANTRE_TRACE_URL='true' .* takes a text"):
