@@ -1,5 +1,5 @@
 """``bench/rescue.py``: how soon a killed worker's job runs again, and how many jobs run twice
-under SIGSTOP pauses, with the lease only (``ANTRE_WORKER_PAUSE_TOLERANCE_S=0``: the rescuer
+under SIGSTOP pauses, with the lease only (``ANTRE_WORKER_PAUSE_TOLERANCE_S=off``: the rescuer
 off, as before it existed) and with the rescuer on its defaults, side by side.
 
     .venv/bin/python bench/rescue.py                      # 3 kills each, pauses 0.5..5 s x 2
@@ -39,7 +39,7 @@ from bench.lib import antre_bench as ab
 from bench.lib import faults
 
 STARTED = "bench:rescue:started"
-SETTINGS = {"lease only (before)": "0", "rescuer, defaults (after)": None}
+SETTINGS = {"lease only (before)": "off", "rescuer, defaults (after)": None}
 
 
 def cpu_model() -> str:
@@ -71,7 +71,7 @@ class Side:
         self.env.pop("ANTRE_WORKER_PAUSE_TOLERANCE_S", None)
         if tolerance is not None:
             self.env["ANTRE_WORKER_PAUSE_TOLERANCE_S"] = tolerance
-        slug = "lease" if tolerance == "0" else "rescuer"
+        slug = "lease" if tolerance == "off" else "rescuer"
         self.log = open(os.path.join(out_dir, f"rescue-{slug}.log"), "ab")  # noqa: SIM115
         self.start_pool()
 
@@ -291,7 +291,7 @@ def markdown(res: dict[str, Any]) -> str:
          f"`{res['load_after']}`."), "",
         ("Two pools (`antre_worker worker bench.apps.rescue:app --processes 2 --threads 1`, "
          "otherwise as shipped: 1 s heartbeat, 30 s lease, the duties on), each on its own "
-         "embedded Redis: one with `ANTRE_WORKER_PAUSE_TOLERANCE_S=0` (the rescuer off: the "
+         "embedded Redis: one with `ANTRE_WORKER_PAUSE_TOLERANCE_S=off` (the rescuer off: the "
          "lease alone, as before it existed), one with the default (3.5 s). Trials alternate "
          "between them."), "",
         "## kill -9 mid-job to the job's second start", "",

@@ -13,7 +13,7 @@ it wakes and drops what it finishes, as after an expired lease. Then the busines
 held on those jobs' keys are released (``Locks.release_lost``: the rerun need not wait out
 their TTL; the fence refuses a paused holder's SQL). The lease-expiry sweep (``Queue.sweep``)
 stays the backstop: for a process that beats but holds a lease it no longer renews, for records
-the rescuer leaves alone, and with the rescuer turned off (0).
+the rescuer leaves alone, and with the rescuer turned off (``off``).
 
 The trade-off (docs/explanation/guarantees.md): a lower tolerance brings a killed process's
 jobs back sooner; a process paused longer than the tolerance (less its heartbeat interval) is
@@ -32,12 +32,13 @@ cluster-wide; nothing here schedules itself.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
 import redis
 
+import antre.settings as settings
 from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
 from antre.engine.locks import Locks
@@ -45,34 +46,15 @@ from antre.engine.queue import RescueResult
 from antre.engine.scripts import Scripts
 from antre.observe.readmodels import ReadModels
 
-TOLERANCE_ENV = "ANTRE_WORKER_PAUSE_TOLERANCE_S"
-DEFAULT_TOLERANCE_S = 3.5
-MIN_TOLERANCE_S = 1.0
-MAX_TOLERANCE_S = 3600.0
 GAP_S = 2.0  # two ticks of the 1 s duty missed: the rescuer lost sight of Redis; it watches anew
-#: the one line of the setting's documentation (docs/reference/settings.md)
-TOLERANCE_DOC = ("How long a worker process may go without a heartbeat before the rescuer "
-                 "takes it for lost and returns its leases (seconds, 1 to 3600, or 0: off, "
-                 "leases return at their deadline only); default 3.5. Lower: a killed "
-                 "worker's jobs run again sooner; a process frozen for longer (less its heartbeat "
-                 "interval) may have its jobs run a second time.")
 
 
-def pause_tolerance_s(environ: dict[str, str] | None = None) -> float:
-    """``ANTRE_WORKER_PAUSE_TOLERANCE_S`` (default 3.5; 0: the rescuer is off). Raises
-    ``ValueError`` saying what is allowed for anything else."""
-    raw = (os.environ if environ is None else environ).get(TOLERANCE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TOLERANCE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value == 0 or MIN_TOLERANCE_S <= value <= MAX_TOLERANCE_S:
-        return value
-    raise ValueError(f"{TOLERANCE_ENV}={raw!r}: give a number of seconds from "
-                     f"{MIN_TOLERANCE_S:g} to {MAX_TOLERANCE_S:g} (0 turns the rescuer off; "
-                     f"default {DEFAULT_TOLERANCE_S:g})")
+def pause_tolerance_s(environ: Mapping[str, str] | None = None) -> float:
+    """``ANTRE_WORKER_PAUSE_TOLERANCE_S`` (``settings.WORKER_PAUSE_TOLERANCE_S``: default 3.5,
+    1 to 3600 seconds; ``off``: 0, the rescuer does nothing). A bad value is a
+    ``SettingError`` saying what the setting takes."""
+    value = settings.WORKER_PAUSE_TOLERANCE_S.get(environ)
+    return 0.0 if value is None else float(value)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from antre.engine import keys
 from antre.errors import LeaseLost
 from antre.maintenance.rescue import Rescuer, pause_tolerance_s
 from antre.observe.finder import Finder
+from antre.settings import SettingError
 
 
 def rescue_after(rescuer: Rescuer, clock: ManualClock, seconds: int, *beating) -> list:
@@ -225,20 +226,22 @@ def test_a_gracefully_stopped_worker_removes_its_heartbeat(app, clock):
 
 
 def test_the_pause_tolerance_setting_is_checked():
+    name = "ANTRE_WORKER_PAUSE_TOLERANCE_S"
     assert pause_tolerance_s({}) == 3.5
-    assert pause_tolerance_s({"ANTRE_WORKER_PAUSE_TOLERANCE_S": "0"}) == 0
-    assert pause_tolerance_s({"ANTRE_WORKER_PAUSE_TOLERANCE_S": "10"}) == 10
-    for bad in ("0.5", "-1", "soon", "99999"):
-        with pytest.raises(ValueError, match="ANTRE_WORKER_PAUSE_TOLERANCE_S"):
-            pause_tolerance_s({"ANTRE_WORKER_PAUSE_TOLERANCE_S": bad})
+    assert pause_tolerance_s({name: "off"}) == 0
+    assert pause_tolerance_s({name: "10"}) == 10
+    for bad in ("0", "0.5", "-1", "soon", "99999"):
+        with pytest.raises(SettingError, match=name):
+            pause_tolerance_s({name: bad})
 
 
-def test_the_rescuer_is_off_at_zero(app, clock):
+def test_the_rescuer_does_nothing_when_off(app, clock, monkeypatch):
+    monkeypatch.setenv("ANTRE_WORKER_PAUSE_TOLERANCE_S", "off")
     q = app.queue()
     q.enqueue("ping", {}, idempotency_key="z")
     make_worker(app, clock, worker_id="w-off").heartbeat_once()
     [job] = q.reserve("w-off", 1)
-    rescue_after(Rescuer(app.redis, clock=clock, scripts=app.scripts, tolerance_s=0), clock, 10)
+    rescue_after(Rescuer(app.redis, clock=clock, scripts=app.scripts), clock, 10)
     assert q.where(job.id) == ["inflight"]
 
 
