@@ -37,6 +37,7 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, ResponseError,
                               TimeoutError)
 
+from antre.engine import keys, states
 from antre.engine.envelope import PLAIN_FIELDS, RESERVE_FIELDS
 
 _hiredis_pack: Any
@@ -278,10 +279,19 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     # reserve's fields, as the client reads them (envelope.from_row): one list for both sides
     text = text.replace("--[[RESERVE_FIELDS]]", ", ".join(f"'{n}'" for n in RESERVE_FIELDS))
     text = text.replace("--[[PLAIN_FIELDS]]", ", ".join(f"'{n}'" for n in PLAIN_FIELDS))
+    text = text.replace("--[[KEYS]]", _lua_table(keys.lua_keys()))
+    tables = states.lua_tables()
+    text = text.replace("--[[JOB_STATES]]", _lua_table(tables["S"]))
+    text = text.replace("--[[FLOW_STATES]]", _lua_table(tables["FS"]))
     header, parts = _lib_parts(text)
     names = {n for n, _ in parts}
     refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}
     return header, parts, refs
+
+
+def _lua_table(names: dict[str, str]) -> str:
+    """The fields of a Lua table of names (``ready = 'ready', turns = 'kturn'``)."""
+    return ", ".join(f"{name} = '{value}'" for name, value in names.items())
 
 
 FUNCTIONS_ENV = "ANTRE_REDIS_FUNCTIONS"  # "0": every script goes as EVALSHA (as before Functions)

@@ -103,7 +103,7 @@ local function store(key, id, values)
   -- one HSET: every field and the state; then the job's place (ready list or schedule)
   local visible_at = tonumber(values[3])
   local later = visible_at > now
-  local state = later and 'scheduled' or 'ready'
+  local state = later and S.scheduled or S.ready
   local lk = lock_at > 0 and values[lock_at] or ''
   local g = group_at > 0 and values[group_at] or ''
   if pos then
@@ -150,7 +150,7 @@ local function store(key, id, values)
     local due = num_field(key, 'visible_at', visible_at)
     if due > visible_at then
       visible_at, later = due, true
-      redis.call('HSET', key, 'state', 'scheduled')
+      redis.call('HSET', key, 'state', S.scheduled)
     end
   end
   if not types[values[2]] then
@@ -162,7 +162,7 @@ local function store(key, id, values)
     indexed[#indexed + 1] = id
   end
   if waits then
-    tl_add(tl_key(prefix, id), now, 'waiting', 'producer',
+    tl_add(tl_key(prefix, id), now, S.waiting, 'producer',
            {lock_key = lk, group = g, on = redis.call('HGET', key, 'waits_on')})
   elseif later then
     redis.call('ZADD', KEYS[2], visible_at, id)

@@ -30,16 +30,16 @@ if v[10] == '' and at_defaults(v[12], v[13], v[14], v[15]) then
   -- the defaults, the lock key (always empty here), a trace made from the id and visible_at
   -- (its created_at: a job sent here is visible at once): not stored, as enqueue.lua
   redis.call('HSET', v[1] .. id, 'type', v[3], 'idem_key', v[6], 'payload', v[7],
-             'max_attempts', v[8], 'created_at', v[9], 'state', 'ready')
+             'max_attempts', v[8], 'created_at', v[9], 'state', S.ready)
 elseif at_defaults(v[12], v[13], v[14], v[15]) then
   redis.call('HSET', v[1] .. id, 'type', v[3], 'visible_at', v[4],
              'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
-             'trace_id', v[10], 'state', 'ready')
+             'trace_id', v[10], 'state', S.ready)
 else
   redis.call('HSET', v[1] .. id, 'type', v[3], 'visible_at', v[4],
              'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
              'trace_id', v[10], 'lock_key', v[11], 'headers', v[12], 'timeout_s', v[13],
-             'vt_ms', v[14], 'max_deliveries', v[15], 'state', 'ready')
+             'vt_ms', v[14], 'max_deliveries', v[15], 'state', S.ready)
 end
 redis.call('LPUSH', KEYS[1], id)
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)

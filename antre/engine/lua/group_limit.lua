@@ -21,8 +21,8 @@ else
 end
 -- a job of the group names its own slots and rate: one holding a slot, else the oldest waiting
 local tag = tag_of(prefix)
-local one = redis.call('SRANDMEMBER', tag .. 'gheld:' .. g) or
-            redis.call('LINDEX', tag .. 'gline:' .. g, -1) or ''
+local one = redis.call('SRANDMEMBER', tag .. K.group_held .. g) or
+            redis.call('LINDEX', tag .. K.group_line .. g, -1) or ''
 rate_regive(prefix, g, now)
 local limit = group_limit(prefix, one, g, now)
 group_fill(prefix, g, now, limit)

@@ -44,10 +44,10 @@ local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at m
 -- when none does (the usual queue), their sizes only when one does
 local tag = string.sub(prefix, 1, -5)
 local npaused, ngates, ngover = 0, 0, 0
-if redis.call('EXISTS', KEYS[4], tag .. 'lactive', tag .. 'glimits') > 0 then
+if redis.call('EXISTS', KEYS[4], tag .. K.gate_active, tag .. K.group_limits) > 0 then
   npaused = redis.call('HLEN', KEYS[4])
-  ngates = redis.call('HLEN', tag .. 'lactive')
-  ngover = redis.call('HLEN', tag .. 'glimits')
+  ngates = redis.call('HLEN', tag .. K.gate_active)
+  ngover = redis.call('HLEN', tag .. K.group_limits)
 end
 if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
 local function paused_type(id)
@@ -143,7 +143,7 @@ for _, id in ipairs(ids) do
     -- a plain job, the default layout: its first lease (epoch and delivery 1, the default 30 s
     -- lease); its row is the plain fields, the id and reserved_at, the client knows the rest
     -- (the written fields: envelope.from_row)
-    redis.call('HSET', key, 'epoch', '1', 'deliveries', '1', 'state', 'inflight',
+    redis.call('HSET', key, 'epoch', '1', 'deliveries', '1', 'state', S.inflight,
                'deadline', plain_deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = plain_deadline
     deadlines[#deadlines + 1] = id
@@ -180,7 +180,7 @@ for _, id in ipairs(ids) do
     -- delivery's routine events" in _lib.lua); a job delivered before first writes out the
     -- last delivery's, when nothing else did (its fields are overwritten now)
     if old then tl_pending(key, tl_key(prefix, id), nil) end
-    redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
+    redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', S.inflight,
                'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
@@ -199,7 +199,7 @@ for _, id in ipairs(ids) do
     end
     if p_epoch then row[p_epoch] = epoch end
     if p_deliveries then row[p_deliveries] = delivery end
-    if p_state then row[p_state] = 'inflight' end
+    if p_state then row[p_state] = S.inflight end
     if p_deadline then row[p_deadline] = deadline end
     if p_reserved_at then row[p_reserved_at] = now_s end
     if p_worker then row[p_worker] = worker end

@@ -53,7 +53,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'deadline', 0)
     redis.call('HINCRBY', KEYS[4], 'expired', 1)
     tl_add(tl, now, 'swept', 'sweeper', {worker = f[1] or '', delivery = deliveries,
-                                         outcome = deliveries >= maxd and 'dead' or 'ready'})
+                                         outcome = deliveries >= maxd and S.dead or S.ready})
     if deliveries >= maxd then
       local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker died or ' ..
                      'hung each time (poison job; limit ' .. maxd .. ' deliveries)'
@@ -62,13 +62,13 @@ for _, id in ipairs(ids) do
       tl_add(tl, now, 'buried', 'sweeper', {reason = reason, kind = 'poison'})
       buried = buried + 1
       out[#out + 1] = id
-      out[#out + 1] = 'dead'
+      out[#out + 1] = S.dead
     else
-      redis.call('HSET', key, 'state', 'ready')
+      redis.call('HSET', key, 'state', S.ready)
       redis.call('RPUSH', KEYS[2], id)
       requeued = requeued + 1
       out[#out + 1] = id
-      out[#out + 1] = 'ready'
+      out[#out + 1] = S.ready
     end
   end
 end
