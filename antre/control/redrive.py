@@ -33,6 +33,7 @@ from antre.engine import keys, partitions
 from antre.engine.envelope import MAX_GROUP_CONCURRENCY, JobSpec
 from antre.engine.queue import Queue
 from antre.groups.read import GROUP_TARGET
+from antre.engine import states
 
 DEFAULT_STOP_PCT = 20.0
 DEFAULT_MIN_SAMPLE = 20
@@ -132,7 +133,7 @@ def move_dead(src: Queue, dst: Queue, job_id: str, task_id: str, actor: str,
     """Replay dead ``job_id`` of ``src`` into ``dst`` (see the module's docstring); False when
     it is not dead there (replayed or discarded meanwhile) or cannot be stored in ``dst``."""
     job = src.get(job_id)
-    if job is None or job.state != "dead" or job.payload_error:
+    if job is None or job.state != states.DEAD or job.payload_error:
         return False
     slots = _slots(src.redis.hget(src.keys.job(job_id), "gconc")) if job.group else None
     spec = JobSpec(job.type, job.payload, job.idempotency_key, job.lock_key or None, 0.0,

@@ -137,6 +137,49 @@ class Tagged:
     flow_results = ":res"
     flow_failed = ":failed"
     flow_wake = ":wake"
+    quarantine = "quarantine"
+    stats = "stats"
+
+
+@dataclass(frozen=True)
+class Record:
+    """A kind of record the scripts keep beside the job hashes: its key's name in ``Tagged``,
+    its Redis type, what it holds, and the fields a hash of the kind always has. A script
+    reads one only through ``guard`` (``lua/_guard.lua``): a record of another type or
+    without those fields (written by hand, by another program, by a bug) is reported in the
+    queue's quarantine with what it was and removed, and the script goes on as for a record
+    that is not there (``tests/engine/test_damaged_records.py`` damages each one)."""
+
+    name: str
+    redis_type: str
+    doc: str
+    fields: tuple[str, ...] = ()
+
+
+RECORDS: tuple[Record, ...] = (
+    Record("turns", "hash", "lock key -> the id of the job whose turn it is (its head)"),
+    Record("line", "list", "a lock key's waiting ids, behind its head"),
+    Record("waiting", "zset", "every job in state waiting -> when it joined its line"),
+    Record("group_held", "set", "the ids holding one of a group's slots"),
+    Record("group_line", "list", "a group's waiting ids"),
+    Record("group_slots", "zset", "group -> slots held (the Groups page's index)"),
+    Record("group_waiting", "zset", "group -> jobs in its line (the Groups page's index)"),
+    Record("group_rate", "zset", "a group's starts under its rate"),
+    Record("group_limits", "hash", "group -> an operator's override of its slots and rate"),
+    Record("gate_active", "hash", "job type -> its gates with a limit"),
+    Record("gate_held", "set", "the ids in flight holding a gate's slot"),
+    Record("gate_line", "list", "a gate's waiting ids"),
+    Record("gate_starts", "zset", "a gate's starts under its rate"),
+    Record("flow", "hash", "a flow's state and counters", ("state", "total", "pending")),
+    Record("flow_results", "hash", "a flow's settled members -> their results"),
+    Record("flow_failed", "set", "a flow's dead members not settled"),
+    Record("flow_jobs", "list", "a flow's job ids"),
+)
+
+
+def lua_records() -> dict[str, str]:
+    """Each record kind's Redis type, as ``TYPE`` names it: the scripts' table ``R``."""
+    return {r.name: r.redis_type for r in RECORDS}
 
 
 def lua_keys() -> dict[str, str]:

@@ -18,6 +18,7 @@ from redis.commands.core import Script
 from antre.engine import keys
 from antre.engine import progress as progress_codec
 from antre.clock import Clock, system_ms
+from antre.engine import states
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, ROW_ID, TRACEPARENT, Job, JobSpec, checked_payload,
                        encode_new, encode_payload, from_fields, from_raw_row, new_entropy,
@@ -713,7 +714,8 @@ class Queue:
         if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None
                                     for t in parked_types):
             found[0] = "parked"  # held because its job type is paused: still a ready job
-        names = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
+        names = (states.READY, states.SCHEDULED, states.INFLIGHT, states.DONE, states.DEAD,
+                 states.WAITING, states.HELD)
         return [name for name, hit in zip(names, found) if hit is not None]
 
     def quarantined(self, limit: int = 100) -> list[dict[str, Any]]:

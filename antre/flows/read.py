@@ -12,14 +12,14 @@ from typing import Any, cast
 
 import redis
 
-from antre.engine import keys, partitions
+from antre.engine import keys, partitions, states
 from antre.engine import progress as progress_codec
 from antre.engine.progress import Progress
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 
-FLOW_STATES = ("running", "waiting", "failed", "succeeded", "cancelled")
-FINAL_STATES = frozenset(("succeeded", "failed", "cancelled"))
+FLOW_STATES = states.FLOW_STATES
+FINAL_STATES = states.FINAL_FLOW_STATES
 _ROW_FIELDS = ("kind", "state", "description", "policy", "total", "done", "failed", "pending",
                "created_at", "finished_at", "open", "failed_job", "failed_reason",
                "cancelled_by", "cancel_reason", "given_up_at", "given_up_by")

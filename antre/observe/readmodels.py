@@ -22,6 +22,7 @@ from antre.limits.admission import BreakerState, RateLimiterState, SemaphoreStat
 from antre.engine.locks import LockContention
 from antre.engine import tracebacks
 from antre.observe.memory import MemoryPolicy
+from antre.engine import states
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
@@ -456,7 +457,7 @@ class ReadModels:
         return self._zpage(queue, lambda k: k.waiting, offset, limit, reverse=False)
 
     def _gate_turn(self, k: keys.QueueKeys, job: Job) -> "Turn":
-        if job.state != "waiting":  # scheduled for the start the gate's rate gave it
+        if job.state != states.WAITING:  # scheduled for the start the gate's rate gave it
             return Turn(job.lock_key, "", 0, 0, gate=job.gate)
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(k.gate_line(job.gate))
@@ -474,7 +475,7 @@ class ReadModels:
             return self._gate_turn(k, job)
         if job.waits_for_rate and job.group:  # scheduled for its group's rate (no read)
             return Turn(job.lock_key, "", 0, 0, job.group, 0, job.group_rate)
-        if job.state == "waiting" and job.waits_on == "group" and job.group:
+        if job.state == states.WAITING and job.waits_on == "group" and job.group:
             pipe = self.redis.pipeline(transaction=False)
             pipe.llen(k.group_line(job.group))
             pipe.lpos(k.group_line(job.group), job.id)

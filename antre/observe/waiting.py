@@ -36,6 +36,7 @@ from antre.engine import keys
 from antre.engine.queue import Queue
 from antre.errors import ResultUnavailable
 from antre.observe.finder import Finder, ResultStatus, check_timeout
+from antre.engine import states
 
 SLICE_S = 300.0  # the longest single blocking pop (its reply is awaited this + 5 s)
 FIRST_RETRY_S = 0.05  # a key not in Redis yet, or Redis away: read again after this...
@@ -157,7 +158,7 @@ class ResultWaiter:
         if status.source != "redis":
             return status, LATER
         q = self.queue(status.queue, keys.id_partition(status.job_id))  # its partition
-        if q.wait_start(status.job_id) not in ("done", "dead", ""):
+        if q.wait_start(status.job_id) not in (states.DONE, states.DEAD, ""):
             left = deadline - self.monotonic()
             if left <= 0:
                 return status, AGAIN
@@ -192,7 +193,7 @@ class ResultWaiter:
         if status.source != "redis":
             return status, LATER
         q = self.queue(status.queue, keys.id_partition(status.job_id))  # its partition
-        if await asyncio.to_thread(q.wait_start, status.job_id) not in ("done", "dead", ""):
+        if await asyncio.to_thread(q.wait_start, status.job_id) not in (states.DONE, states.DEAD, ""):
             left = deadline - self.monotonic()
             if left <= 0:
                 return status, AGAIN

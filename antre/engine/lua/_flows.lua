@@ -107,6 +107,10 @@ local function flow_acked(job_key, id, now, result, fid)
   -- a job of flow ``fid`` completed (the caller holds its lease): settle it once
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
+  if not guard_flow(tag_of(prefix), fk, now) then  -- (its flow was damaged: it goes on alone)
+    flow_release(prefix, id, now, redis.call('HGET', job_key, 'fkids'))
+    return
+  end
   local f = redis.call('HMGET', fk, 'state', 'rmax')
   if not f[1] or f[1] == FS.cancelled then return end
   local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
@@ -148,6 +152,10 @@ local function flow_dead(job_key, id, now, reason, fid)
   if type(fid) ~= 'string' or fid == '' then return end
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
+  if not guard_flow(tag_of(prefix), fk, now) then  -- (its flow was damaged: it goes on alone)
+    flow_release(prefix, id, now, redis.pcall('HGET', job_key, 'fkids'))
+    return
+  end
   local f = redis.call('HMGET', fk, 'state', 'policy', 'given_up_at')
   if not f[1] or f[1] == FS.cancelled then return end
   local j = redis.call('HMGET', job_key, 'fhook', 'fkids')

@@ -81,6 +81,7 @@ local function gate_take(prefix, id, now)
   local tag = tag_of(prefix)
   local gates = redis.call('HGET', tag .. K.gate_active, t)
   if not gates then return nil end
+  guard_gates(tag, gates, now)
   local take, rated, at, why = {}, {}, now, nil
   for gate in string.gmatch(gates, '%S+') do
     local n, rn, rw = gate_limits(tag, gate, now)
@@ -142,6 +143,7 @@ local function gate_leave(prefix, id, now, gates)
   if not gates or gates == '' then return end
   redis.call('HDEL', prefix .. id, 'lgates')
   local tag = tag_of(prefix)
+  guard_gates(tag, gates, now)
   for gate in string.gmatch(gates, '%S+') do
     redis.call('SREM', tag .. K.gate_held .. gate, id)
     gate_fill(prefix, gate, now)

@@ -199,6 +199,7 @@ local function group_join(job_prefix, id, g, now)
   -- when it now waits at the end of the group's line. A slot whose job is gone (removed by
   -- hand) is found and freed, one per call.
   local tag = tag_of(job_prefix)
+  guard_group(tag, g, now)
   local held, line = tag .. K.group_held .. g, tag .. K.group_line .. g
   if redis.call('SISMEMBER', held, id) == 1 then return true end
   local limit = group_limit(job_prefix, id, g, now)
@@ -225,8 +226,11 @@ local function group_leave(job_prefix, id, g, now)
   -- group's oldest waiting job takes it
   if not g or g == '' then return end
   local tag = tag_of(job_prefix)
-  if redis.call('SREM', tag .. K.group_held .. g, id) == 0 then return end
-  if tonumber(redis.call('ZINCRBY', tag .. K.group_slots, -1, g)) <= 0 then
+  -- (slots lost with a damaged record: guard_group false; the line fills them again)
+  local sound = guard_group(tag, g, now)
+  local left = redis.call('SREM', tag .. K.group_held .. g, id) == 1
+  if not left and sound then return end
+  if left and tonumber(redis.call('ZINCRBY', tag .. K.group_slots, -1, g)) <= 0 then
     redis.call('ZREM', tag .. K.group_slots, g)
   end
   rate_started(job_prefix, id, g, now)

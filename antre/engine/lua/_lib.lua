@@ -7,12 +7,17 @@
 local K = {--[[KEYS]]}
 local S = {--[[JOB_STATES]]}
 local FS = {--[[FLOW_STATES]]}
+-- the records kept beside the job hashes (keys.RECORDS): kind -> its Redis type, and the
+-- fields a hash of a kind always has (read through guard, _guard.lua)
+local R = {--[[RECORDS]]}
+local RF = {--[[RECORD_FIELDS]]}
 
 -- Its parts, each a file of its own, in the order they are defined (a part names only
 -- those before it):
 
 -- #include _base.lua
 -- #include _timeline.lua
+-- #include _guard.lua
 -- #include _waiters.lua
 -- #include _lines.lua
 -- #include _gates.lua

@@ -34,8 +34,10 @@ local function pop_waiting(job_prefix, line, group)
     if group and tonumber(redis.call('ZINCRBY', tag .. K.group_waiting, -1, group)) <= 0 then
       redis.call('ZREM', tag .. K.group_waiting, group)
     end
-    if redis.call('ZREM', tag .. K.waiting, nxt) == 1 then
-      redis.call('HDEL', job_prefix .. nxt, 'waits_on')
+    -- (not in the index: purged, unless the index itself was lost and its record still waits)
+    if redis.call('ZREM', tag .. K.waiting, nxt) == 1 or
+        redis.pcall('HGET', job_prefix .. nxt, 'state') == S.waiting then
+      redis.pcall('HDEL', job_prefix .. nxt, 'waits_on')
       return nxt
     end
   end

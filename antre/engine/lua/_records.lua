@@ -1,4 +1,4 @@
--- Records that are not job hashes: bad ids, the quarantine, a record that is not a hash.
+-- Job records that are not hashes: each becomes a dead job saying what was there.
 -- Part of the scripts' shared library (_lib.lua lists the parts in order).
 
 -- == Records that are not job hashes ================================================
@@ -11,25 +11,6 @@
 -- * a record that is not a hash (a string, list, set, zset, stream) becomes a dead job saying
 --   so: the old value is replaced by a hash (type '(unknown)', its field 'corrupt' keeps a
 --   printable preview of what was there) buried with the reason, in the DLQ like any other.
-local QUARANTINE_CAP = 1000
-
-local function bad_id(id)
-  -- true for an id a client cannot decode: bytes outside ASCII
-  return string.find(id, '[\128-\255]') ~= nil
-end
-
-local function printable(raw)
-  local out = string.gsub(raw, '[^\32-\126]', '?')
-  return out
-end
-
-local function quarantine(qkey, stats, now, id, why)
-  local hex = string.gsub(id, '.', function(c) return string.format('%02x', string.byte(c)) end)
-  redis.call('LPUSH', qkey, cjson.encode({t = now, id = printable(id), id_hex = hex, why = why}))
-  redis.call('LTRIM', qkey, 0, QUARANTINE_CAP - 1)
-  redis.call('HINCRBY', stats, 'quarantined', 1)
-end
-
 local function bury_not_hash(prefix, id, now, actor, dlq)
   -- the record of ``id`` is not a hash (already taken out of its list): a dead job that says
   -- so. dlq: {dead, stats, errgroups, dead-by-type prefix, dead-by-group prefix}

@@ -16,9 +16,12 @@ local function turn_pass(job_prefix, id, lk, now)
   -- it for a slot); an empty line frees the key. Returns the new head's id, or nil.
   if not lk or lk == '' then return nil end
   local tag = tag_of(job_prefix)
-  local turns = tag .. K.turns
-  if redis.call('HGET', turns, lk) ~= id then return nil end
-  local nxt = pop_waiting(job_prefix, tag .. K.line .. lk, nil)
+  guard_turn(tag, lk, now)
+  local turns, line = tag .. K.turns, tag .. K.line .. lk
+  local head = redis.call('HGET', turns, lk)
+  -- (a key whose head is gone, its record removed by hand or as damaged, passes the turn too)
+  if head ~= id and not (not head and redis.call('LLEN', line) > 0) then return nil end
+  local nxt = pop_waiting(job_prefix, line, nil)
   if not nxt then
     redis.call('HDEL', turns, lk)
     return nil
@@ -38,7 +41,8 @@ end
 local function is_head(job_prefix, id)
   -- whether the job a key names as its head still is one: ready, scheduled, in flight, or
   -- waiting for its group's slot
-  local f = redis.call('HMGET', job_prefix .. id, 'state', 'waits_on')
+  local f = redis.pcall('HMGET', job_prefix .. id, 'state', 'waits_on')
+  if f.err then return false end  -- (not a hash: no head)
   return HEAD_STATES[f[1] or ''] or (f[1] == S.waiting and (f[2] == 'group' or f[2] == 'limit'))
 end
 
@@ -48,6 +52,7 @@ local function turn_join(job_prefix, id, lk, now)
   -- head that is no head any more (its record lost or removed by hand) is passed over first,
   -- so a key is never stuck behind it.
   local tag = tag_of(job_prefix)
+  guard_turn(tag, lk, now)
   local turns = tag .. K.turns
   local head = redis.call('HGET', turns, lk)
   if head and head ~= id and not is_head(job_prefix, head) then
@@ -79,4 +84,42 @@ local function turn_end(job_key, id, now, row)
   gate_leave(prefix, id, now, f[3])
   group_leave(prefix, id, f[2], now)
   if f[1] and f[1] ~= '' then turn_pass(prefix, id, f[1], now) end
+end
+
+local MEND_SAMPLE = 20  -- waiting jobs a sweep looks at (a random sample: each is seen in time)
+
+local function waiting_mend(job_prefix, now)
+  -- the sweep's look at a sample of the waiting jobs: one whose line is gone (removed by hand,
+  -- or as damaged: guard) would wait for ever, so it joins again (its key, its group; a gate's
+  -- goes back to ready, where reserve takes its gate again). Returns how many joined again.
+  local tag = tag_of(job_prefix)
+  if not guard(tag, tag .. K.waiting, 'waiting', now) then return 0 end
+  local mended = 0
+  for _, id in ipairs(redis.call('ZRANDMEMBER', tag .. K.waiting, MEND_SAMPLE)) do
+    local f = redis.pcall('HMGET', job_prefix .. id, 'state', 'waits_on', 'lock_key', 'fgroup', 'gate')
+    if f.err or f[1] ~= S.waiting then
+      if f.err or not f[1] then redis.call('ZREM', tag .. K.waiting, id) end  -- (no job: gone)
+    else
+      local line = (f[2] == 'lock' and f[3] and tag .. K.line .. f[3])
+                   or (f[2] == 'group' and f[4] and tag .. K.group_line .. f[4])
+                   or (f[2] == 'limit' and f[5] and tag .. K.gate_line .. f[5]) or nil
+      if line and redis.call('EXISTS', line) == 0 then
+        redis.call('ZREM', tag .. K.waiting, id)
+        redis.call('HDEL', job_prefix .. id, 'waits_on')
+        mended = mended + 1
+        if f[2] == 'limit' then
+          place(job_prefix, id, now, true)
+        elseif f[2] == 'group' then
+          if tonumber(redis.call('ZINCRBY', tag .. K.group_waiting, -1, f[4])) <= 0 then
+            redis.call('ZREM', tag .. K.group_waiting, f[4])
+          end
+          if group_join(job_prefix, id, f[4], now) then place(job_prefix, id, now, true) end
+        elseif admit(job_prefix, id, f[3], f[4] or '', now) then
+          place(job_prefix, id, now, true)
+        end
+      end
+    end
+  end
+  if mended > 0 then redis.call('HINCRBY', tag .. K.stats, 'waiting_mended', mended) end
+  return mended
 end
