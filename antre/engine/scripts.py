@@ -250,10 +250,9 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     text = text.replace("--[[RESERVE_FIELDS]]", ", ".join(f"'{n}'" for n in RESERVE_FIELDS))
     text = text.replace("--[[PLAIN_FIELDS]]", ", ".join(f"'{n}'" for n in PLAIN_FIELDS))
     text = text.replace("--[[KEYS]]", _lua_table(keys.lua_keys()))
-    text = text.replace("--[[RECORDS]]", _lua_table(keys.lua_records()))
-    text = text.replace("--[[RECORD_FIELDS]]", ", ".join(
-        f"{r.name} = {{{', '.join(repr(f) for f in r.fields)}}}" for r in keys.RECORDS
-        if r.fields))
+    text = text.replace("--[[RECORDS]]", ", ".join(
+        f"{r.name} = {{name = '{r.name}', type = '{r.redis_type}', fields = "
+        f"{{{', '.join(repr(f) for f in r.fields)}}}}}" for r in keys.RECORDS))
     tables = states.lua_tables()
     text = text.replace("--[[JOB_STATES]]", _lua_table(tables["S"]))
     text = text.replace("--[[FLOW_STATES]]", _lua_table(tables["FS"]))

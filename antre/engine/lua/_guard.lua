@@ -27,9 +27,9 @@ end
 
 
 -- Records beside the job hashes (a lock key's turn and line, a group's slots and line, a
--- gate's, a flow's: keys.RECORDS, the table R) are read through guard(tag, key, kind, now)
+-- gate's, a flow's: keys.RECORDS, the table R) are read through guard(tag, key, R.<kind>, now)
 -- before a helper touches one. A record of another Redis type, or a hash without the fields
--- its kind always has (RF), is reported in the quarantine with what it was and removed; the
+-- its kind always has, is reported in the quarantine with what it was and removed; the
 -- script then goes on as for a record that is not there, so no script that walks several jobs
 -- stops half-way on it, and what waited on it moves on (a turn with no head passes, a slot
 -- nobody holds is free, a flow's member with no flow settles alone). Returns true for a sound
@@ -42,20 +42,21 @@ local function record_preview(key, t)
 end
 
 local function guard(tag, key, kind, now)
+  -- ``kind``: its entry of R (R.turns)
   local t = redis.call('TYPE', key)['ok']
   if t == 'none' then return true end
   local why
-  if t ~= R[kind] then
-    why = 'a ' .. t .. ', not a ' .. R[kind]
-  elseif RF[kind] then
-    local f = redis.call('HMGET', key, unpack(RF[kind]))
-    for i, name in ipairs(RF[kind]) do
+  if t ~= kind.type then
+    why = 'a ' .. t .. ', not a ' .. kind.type
+  elseif #kind.fields > 0 then
+    local f = redis.call('HMGET', key, unpack(kind.fields))
+    for i, name in ipairs(kind.fields) do
       if not f[i] then why = 'a hash without its field ' .. name break end
     end
   end
   if not why then return true end
   local qkey = tag .. K.quarantine
-  redis.call('LPUSH', qkey, cjson.encode({t = now or 0, record = kind, key = printable(key),
+  redis.call('LPUSH', qkey, cjson.encode({t = now or 0, record = kind.name, key = printable(key),
                                           type = t, why = why,
                                           preview = record_preview(key, t)}))
   redis.call('LTRIM', qkey, 0, QUARANTINE_CAP - 1)
@@ -66,39 +67,39 @@ end
 
 local function guard_turn(tag, lk, now)
   -- a lock key's records: its head, its line, the index of waiting jobs
-  guard(tag, tag .. K.turns, 'turns', now)
-  guard(tag, tag .. K.line .. lk, 'line', now)
-  guard(tag, tag .. K.waiting, 'waiting', now)
+  guard(tag, tag .. K.turns, R.turns, now)
+  guard(tag, tag .. K.line .. lk, R.line, now)
+  guard(tag, tag .. K.waiting, R.waiting, now)
 end
 
 local function guard_group(tag, g, now)
   -- a group's records: its slots, its line, its rate's starts, the Groups page's indexes,
   -- the operators' overrides, the index of waiting jobs; false when its slots were removed
-  local sound = guard(tag, tag .. K.group_held .. g, 'group_held', now)
-  guard(tag, tag .. K.group_line .. g, 'group_line', now)
-  guard(tag, tag .. K.group_rate .. g, 'group_rate', now)
-  guard(tag, tag .. K.group_slots, 'group_slots', now)
-  guard(tag, tag .. K.group_waiting, 'group_waiting', now)
-  guard(tag, tag .. K.group_limits, 'group_limits', now)
-  guard(tag, tag .. K.waiting, 'waiting', now)
+  local sound = guard(tag, tag .. K.group_held .. g, R.group_held, now)
+  guard(tag, tag .. K.group_line .. g, R.group_line, now)
+  guard(tag, tag .. K.group_rate .. g, R.group_rate, now)
+  guard(tag, tag .. K.group_slots, R.group_slots, now)
+  guard(tag, tag .. K.group_waiting, R.group_waiting, now)
+  guard(tag, tag .. K.group_limits, R.group_limits, now)
+  guard(tag, tag .. K.waiting, R.waiting, now)
   return sound
 end
 
 local function guard_gates(tag, gates, now)
   -- the records of each gate named in ``gates`` (space-separated)
   if not gates or gates == '' then return end
-  guard(tag, tag .. K.waiting, 'waiting', now)
+  guard(tag, tag .. K.waiting, R.waiting, now)
   for gate in string.gmatch(gates, '%S+') do
-    guard(tag, tag .. K.gate_held .. gate, 'gate_held', now)
-    guard(tag, tag .. K.gate_line .. gate, 'gate_line', now)
-    guard(tag, tag .. K.gate_starts .. gate, 'gate_starts', now)
+    guard(tag, tag .. K.gate_held .. gate, R.gate_held, now)
+    guard(tag, tag .. K.gate_line .. gate, R.gate_line, now)
+    guard(tag, tag .. K.gate_starts .. gate, R.gate_starts, now)
   end
 end
 
 local function guard_flow(tag, fk, now)
   -- a flow's records (``fk``: its hash): false when its hash was removed (the flow is gone)
-  guard(tag, fk .. K.flow_results, 'flow_results', now)
-  guard(tag, fk .. K.flow_failed, 'flow_failed', now)
-  guard(tag, fk .. K.flow_jobs, 'flow_jobs', now)
-  return guard(tag, fk, 'flow', now)
+  guard(tag, fk .. K.flow_results, R.flow_results, now)
+  guard(tag, fk .. K.flow_failed, R.flow_failed, now)
+  guard(tag, fk .. K.flow_jobs, R.flow_jobs, now)
+  return guard(tag, fk, R.flow, now)
 end

@@ -7,10 +7,9 @@
 local K = {--[[KEYS]]}
 local S = {--[[JOB_STATES]]}
 local FS = {--[[FLOW_STATES]]}
--- the records kept beside the job hashes (keys.RECORDS): kind -> its Redis type, and the
--- fields a hash of a kind always has (read through guard, _guard.lua)
+-- the records kept beside the job hashes (keys.RECORDS): each kind's name, Redis type and the
+-- fields a hash of the kind always has (read through guard, _guard.lua: R.turns)
 local R = {--[[RECORDS]]}
-local RF = {--[[RECORD_FIELDS]]}
 
 -- Its parts, each a file of its own, in the order they are defined (a part names only
 -- those before it):

@@ -93,7 +93,7 @@ local function waiting_mend(job_prefix, now)
   -- or as damaged: guard) would wait for ever, so it joins again (its key, its group; a gate's
   -- goes back to ready, where reserve takes its gate again). Returns how many joined again.
   local tag = tag_of(job_prefix)
-  if not guard(tag, tag .. K.waiting, 'waiting', now) then return 0 end
+  if not guard(tag, tag .. K.waiting, R.waiting, now) then return 0 end
   local mended = 0
   for _, id in ipairs(redis.call('ZRANDMEMBER', tag .. K.waiting, MEND_SAMPLE)) do
     local f = redis.pcall('HMGET', job_prefix .. id, 'state', 'waits_on', 'lock_key', 'fgroup', 'gate')

@@ -45,8 +45,8 @@ local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at m
 local tag = string.sub(prefix, 1, -5)
 local npaused, ngates, ngover = 0, 0, 0
 if redis.call('EXISTS', KEYS[4], tag .. K.gate_active, tag .. K.group_limits) > 0 then
-  guard(tag, tag .. K.gate_active, 'gate_active', now)
-  guard(tag, tag .. K.group_limits, 'group_limits', now)
+  guard(tag, tag .. K.gate_active, R.gate_active, now)
+  guard(tag, tag .. K.group_limits, R.group_limits, now)
   npaused = redis.call('HLEN', KEYS[4])
   ngates = redis.call('HLEN', tag .. K.gate_active)
   ngover = redis.call('HLEN', tag .. K.group_limits)
