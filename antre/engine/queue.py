@@ -720,8 +720,9 @@ class Queue:
 
     def quarantined(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest entries of the queue's quarantine: ids too broken to be dead jobs (not
-        ASCII, or their record missing), each ``{t, id, id_hex, why}`` (see
-        "Records that are not job hashes" in lua/_lib.lua); ``quarantine_count`` counts them."""
+        ASCII, or their record missing), each ``{t, id, id_hex, why}``, and damaged records
+        beside the jobs (``keys.RECORDS``), each ``{t, record, key, type, why, preview}``
+        (lua/_guard.lua); ``quarantine_count`` counts them."""
         raw = cast(list[str], self.redis.lrange(self.keys.quarantine, 0, limit - 1))
         return [json.loads(entry) for entry in raw]
 
