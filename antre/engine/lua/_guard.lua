@@ -103,3 +103,20 @@ local function guard_flow(tag, fk, now)
   guard(tag, fk .. K.flow_jobs, R.flow_jobs, now)
   return guard(tag, fk, R.flow, now)
 end
+
+local function wrong_type(checks)
+  -- ``checks``: {key, type, key, type, ...} (a nil key is passed over). An error reply naming
+  -- the first key that holds another type, before the caller writes anything (a call that
+  -- failed half-way would leave what it stored in no index), else nil
+  for i = 1, #checks, 2 do
+    local key = checks[i]
+    if key then
+      local t = redis.call('TYPE', key)['ok']
+      if t ~= 'none' and t ~= checks[i + 1] then
+        return redis.error_reply('WRONGTYPE ' .. printable(key) .. ' is a ' .. t .. ', not a ' ..
+                                 checks[i + 1] .. ': nothing was stored')
+      end
+    end
+  end
+  return nil
+end

@@ -44,6 +44,10 @@ local idem_at = pos and (pos.idem_key or 0) or 5
 local lock_at = pos and (pos.lock_key or 0) or 10
 local group_at = pos and (pos.fgroup or 0) or 0  -- a group (fair shares): a named field
 local idem_index = idem_index_key(prefix)
+-- a key of another type would fail the call after jobs were stored (in no index): refused first
+local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'set',
+                            KEYS[5], 'list', idem_index, 'hash', KEYS[6] or false, 'set'})
+if refused then return refused end
 local out = {}
 local stored = 0
 local readied = {}   -- ids for the ready list: one LPUSH per call (same order as one by one)
@@ -51,7 +55,7 @@ local indexed = {}   -- idempotency key, id, ...: one HSET of the index per call
 local types = {}     -- job types stored by this call (a list, and a set of them): one SADD
 
 -- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
-local pending = {ready = true, scheduled = true, inflight = true, waiting = true}
+local pending = {[S.ready] = true, [S.scheduled] = true, [S.inflight] = true, [S.waiting] = true}
 
 local function unique_guard(ukey)
   local held = redis.pcall('GET', ukey)
