@@ -112,7 +112,11 @@ local function flow_acked(job_key, id, now, result, fid)
     return
   end
   local f = redis.call('HMGET', fk, 'state', 'rmax')
-  if not f[1] or f[1] == FS.cancelled then return end
+  if not f[1] then  -- its flow's record is gone (removed as damaged): it goes on alone
+    flow_release(prefix, id, now, redis.call('HGET', job_key, 'fkids'))
+    return
+  end
+  if f[1] == FS.cancelled then return end
   local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
   if j[1] and j[1] ~= '' then return end  -- a batch's callback: not a member
   if result == '' then result = 'null' end
@@ -157,7 +161,11 @@ local function flow_dead(job_key, id, now, reason, fid)
     return
   end
   local f = redis.call('HMGET', fk, 'state', 'policy', 'given_up_at')
-  if not f[1] or f[1] == FS.cancelled then return end
+  if not f[1] then  -- its flow's record is gone (removed as damaged): it goes on alone
+    flow_release(prefix, id, now, redis.pcall('HGET', job_key, 'fkids'))
+    return
+  end
+  if f[1] == FS.cancelled then return end
   local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
   if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. K.flow_results, id) == 1 then return end
   if f[2] == 'ignore' or f[2] == 'batch' or (f[3] and f[3] ~= '') then

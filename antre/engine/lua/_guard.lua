@@ -61,6 +61,7 @@ local function guard(tag, key, kind, now)
                                           preview = record_preview(key, t)}))
   redis.call('LTRIM', qkey, 0, QUARANTINE_CAP - 1)
   redis.call('HINCRBY', tag .. K.stats, 'records_quarantined', 1)
+  redis.call('HINCRBY', tag .. K.stats, 'abandoned', 1)  -- (the alert abandoned_records)
   redis.call('DEL', key)
   return false
 end

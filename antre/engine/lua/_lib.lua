@@ -28,4 +28,5 @@ local R = {--[[RECORDS]]}
 -- #include _completion.lua
 -- #include _records.lua
 -- #include _failure.lua
+-- #include _abandoned.lua
 -- #include _reserve.lua

@@ -10,8 +10,8 @@
 -- A record that is not a hash goes to the DLQ (outcome 'corrupt'), an id that is not ASCII or
 -- whose record is missing to the quarantine (no outcome returned), each alone (_records.lua,
 -- _guard.lua).
--- Then a sample of the waiting jobs is looked at: one whose line is gone joins again
--- (waiting_mend in _turns.lua).
+-- Then a sample of the waiting jobs, heads, group slots and held flow jobs is looked at:
+-- what waits on a record that vanished moves on (mend_abandoned, _abandoned.lua).
 -- Returns: {requeued count, buried count, id, outcome, id, outcome, ...}
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 1, 'LIMIT', 0, tonumber(ARGV[3]))
@@ -75,5 +75,5 @@ for _, id in ipairs(ids) do
   end
 end
 out[1], out[2] = requeued, buried
-waiting_mend(prefix, now)  -- a waiting job whose line is gone joins again
+mend_abandoned(prefix, now)  -- what waits on a vanished record moves on (_abandoned.lua)
 return out
