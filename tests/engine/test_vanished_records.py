@@ -52,3 +52,30 @@ def test_a_vanished_job_that_others_wait_on_is_passed_over(app, clock, on):
         flow = app.flows.flow(q.redis.hget(q.keys.job(case.waiter), "flow") or "") \
             if q.redis.exists(q.keys.job(case.waiter)) else None
         assert flow is None
+
+
+def test_a_vanished_head_is_an_incident_listed_by_status_and_find(
+        app, clock, r, monkeypatch, redis_url, capsys):
+    from antre.observe.alerts import AlertConfig, AlertEngine
+    from antre_cli.main import main
+
+    monkeypatch.setenv("ANTRE_REDIS_URL", redis_url)
+    case = SCENARIOS["turns"](app)
+    q = case.q
+    rule = [x for x in AlertConfig().rules() if x.name == "abandoned_records"]
+    engine = AlertEngine(r, clock, rule)
+    assert engine.check() == []
+    jobs = q.reserve("w1", count=50)
+    r.delete(q.keys.job(case.victim))
+    q.ack_many([(j, None) for j in jobs if j.id != case.victim])
+    clock.advance(60_000)
+    q.sweep()  # the head's lease ended; its record is gone: the turn passes
+    assert q.where(case.waiter) == ["ready"]
+    clock.advance(1_000)
+    [event] = engine.check()
+    assert (event.rule, event.queue, event.status) == ("abandoned_records", q.name, "firing")
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "abandoned records:" in out and case.victim in out
+    assert main(["find", case.victim]) == 0
+    assert "its turn passed" in capsys.readouterr().out
