@@ -20,13 +20,13 @@
 -- the unique_for window), sched + tick (a periodic tick: the schedule's state hash and the tick
 -- time ms; tick 0 is a manual run, recorded as the schedule's last run without checking or
 -- moving its last tick).
--- A job with a lock_key joins its key (turn_join in _lib.lua, issue 23): the first of a key
+-- A job with a lock_key joins its key (turn_join in _turns.lua): the first of a key
 -- takes the turn and is placed as above; while the key has a head, a new job waits in state
 -- 'waiting' at the end of the key's line (a delayed one too: it keeps its place in the
 -- enqueue order, and is scheduled for its visible_at when its turn comes). A job with a group
 -- (named field 'fgroup', its slots 'gconc') then asks it for a slot (group_join), or waits in
 -- the group's line. A group with a rate (field 'grate', group_rate) may give the job a later
--- start when it takes its slot (rate_start in _lib.lua): it is stored scheduled for then.
+-- start when it takes its slot (rate_start in _groups.lua): it is stored scheduled for then.
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
 -- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
@@ -54,7 +54,7 @@ local readied = {}   -- ids for the ready list: one LPUSH per call (same order a
 local indexed = {}   -- idempotency key, id, ...: one HSET of the index per call
 local types = {}     -- job types stored by this call (a list, and a set of them): one SADD
 
--- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
+-- producer guards: unique jobs and periodic ticks (only when pos is set) ---------
 local pending = {[S.ready] = true, [S.scheduled] = true, [S.inflight] = true, [S.waiting] = true}
 
 local function unique_guard(ukey)
@@ -120,10 +120,10 @@ local function store(key, id, values)
     fields[2 * n + 2] = state
     redis.call('HSET', key, unpack(fields))
   else  -- the standard fields, written out (no table to build and unpack); not the queue's
-    -- name (v[4]): the key's tag says it, and every reader is given it (issue 29)
+    -- name (v[4]): the key's tag says it, and every reader is given it
     local v = values
     if not v[10] or v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then
-      -- no lock key, JobSpec's defaults (at_defaults in _lib.lua): none of these fields is
+      -- no lock key, JobSpec's defaults (at_defaults in _base.lua): none of these fields is
       -- stored; nor, for a job visible at once whose trace is made from its id (v[9] '':
       -- envelope.job_traceparent), that trace or its visible_at (its created_at: every reader
       -- reads an absent one so). Each field less is a shorter walk for every later read and

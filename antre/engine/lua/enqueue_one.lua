@@ -1,5 +1,5 @@
 -- enqueue_one: a single new job made ready now, the common case of app.enqueue, in the least
--- server time (issue 14: the single enqueue). Same outcome as enqueue.lua for such a job
+-- server time (the single enqueue). Same outcome as enqueue.lua for such a job
 -- (tests/test_core_lua.py compares the two): the type and queue indexes (see KEYS[5],
 -- KEYS[6]), the idempotency-key index, one HSET of the standard fields and the state, the
 -- ready list, the 'enqueued' counter and one wake token. The client sends here only a job

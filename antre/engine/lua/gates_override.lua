@@ -1,7 +1,7 @@
 -- gates_override: an operator's override of one job type's or downstream's limits in this queue
--- (issue 23 item 4), or its end.
+--, or its end.
 -- KEYS[1] overrides (HASH gate -> '<slots>|<until ms>|<n>/<window ms>', read by reserve:
--- gate_limits in _lib.lua)   KEYS[2] override records (HASH gate -> JSON {slots, rate, by,
+-- gate_limits in _gates.lua)   KEYS[2] override records (HASH gate -> JSON {slots, rate, by,
 -- reason, at, until_ms}, for the Limits page)
 -- ARGV[1] job_prefix   ARGV[2] gate ('type:<t>' or 'ds:<name>')   ARGV[3] the override's value
 -- ('' clears it)   ARGV[4] the record's JSON   ARGV[5] now_ms

@@ -1,4 +1,4 @@
--- group_limit: an operator's override of one group's slots and/or rate (issue 23, live
+-- group_limit: an operator's override of one group's slots and/or rate (live
 -- control), or its end.
 -- KEYS[1] overrides (HASH group -> '<slots>|<until ms>|<n>/<window ms>', either limit '' when
 -- not overridden; read by every script that gives a slot or a start: group_override in

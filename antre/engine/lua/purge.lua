@@ -20,7 +20,7 @@
 local prefix, mode, dry = ARGV[1], ARGV[2], ARGV[3] == '1'
 local flt = cjson.decode(ARGV[4])
 
--- A purged job that held its lock_key's turn passes it (turn_end, issue 23); the zset source
+-- A purged job that held its lock_key's turn passes it (turn_end); the zset source
 -- may be the waiting jobs' index, whose ids then go stale in their key's line (stepped over).
 local now = nil
 local function gone(id)
@@ -29,9 +29,9 @@ local function gone(id)
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   turn_end(prefix .. id, id, now)
-  local waiters = redis.pcall('HGET', prefix .. id, 'waiters')  -- producers waiting (issue 26)
+  local waiters = redis.pcall('HGET', prefix .. id, 'waiters')  -- producers waiting
   if type(waiters) == 'string' then result_wake(prefix, id, waiters) end
-  flow_gone(prefix .. id, id, now, 'purged', KEYS[2])  -- a member of a flow: gone (issue 26)
+  flow_gone(prefix .. id, id, now, 'purged', KEYS[2])  -- a member of a flow: gone
   forget_job(prefix, id)  -- the hash, its timeline, its idempotency-index entry
 end
 

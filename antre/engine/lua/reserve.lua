@@ -23,14 +23,14 @@
 -- whose id is not UTF-8 is reserved like any other (no check here: the hot path stays as it
 -- was); the client finds it when it decodes the reply and quarantines it (quarantine.lua).
 -- Paused (incident controls): with '*' in KEYS[4] nothing is reserved. A job whose type (or
--- group: 'group=<name>' in KEYS[4], its parked list ARGV[5] .. 'group=<name>', issue 23) is
+-- group: 'group=<name>' in KEYS[4], its parked list ARGV[5] .. 'group=<name>') is
 -- paused is moved, untouched (no epoch, delivery or attempt spent), to its type's parked list,
 -- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
 -- the type puts the parked list back at the oldest end of ready (unpark.lua). Ids starting with
 -- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
--- Limit gates (issue 23): a job of a type with declared limits ('<tag>:lactive') whose gate's
+-- Limit gates: a job of a type with declared limits ('<tag>:lactive') whose gate's
 -- rate gives it a later start waits in scheduled for it; one whose gate's slots are all in
--- flight waits in the gate's line (gate_take in _lib.lua; stats 'limit_held' counts both). A
+-- flight waits in the gate's line (gate_take in _gates.lua; stats 'limit_held' counts both). A
 -- ready job of a group whose slots an operator lowered below those its jobs hold gives its
 -- slot back and waits at the front of the group's line (group_over; counted there too).
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -54,7 +54,7 @@ end
 if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
 local function paused_type(id)
   -- the job's type when that type is paused, else 'group=<its group>' when its group is
-  -- paused (issue 23: '=' is in no job type), else nil
+  -- paused ('=' is in no job type), else nil
   if npaused == 0 then return nil end
   local f = redis.pcall('HMGET', prefix .. id, 'type', 'fgroup')  -- (not a hash: dealt with below)
   if f.err then return nil end
@@ -65,11 +65,11 @@ local function paused_type(id)
   return nil
 end
 local ids, parked, tombs, held = {}, 0, 0, 0
--- limit gates (issue 23 item 3; "Limit gates" in _lib.lua): a job of a type with declared limits
+-- limit gates ("Limit gates" in _lib.lua): a job of a type with declared limits
 -- that its gate holds back is moved to the gate's line or to scheduled, untouched
 -- (ngates: the types with declared limits, above)
 -- a group's slots lowered by an operator hold here: a ready job over them gives its slot back
--- and waits at the front of its group's line (group_over in _lib.lua; while any group has one:
+-- and waits at the front of its group's line (group_over in _groups.lua; while any group has one:
 -- ngover, above)
 local back = {}
 while #ids < count and parked + tombs + held < SKIP_MAX do

@@ -48,7 +48,7 @@ for _, id in ipairs(done) do
   forget_job(prefix, id)
 end
 
--- finished flows (issue 26): a succeeded or cancelled flow's records (the flow, its jobs'
+-- finished flows: a succeeded or cancelled flow's records (the flow, its jobs'
 -- list, results, failed set, wake list) go once it finished longer ago than done jobs are
 -- kept; its jobs go by their own retention (done, dead). A failed or waiting flow is kept as
 -- long as a dead job (below).

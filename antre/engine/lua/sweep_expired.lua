@@ -45,7 +45,7 @@ for _, id in ipairs(ids) do
                                'sweeper', dlq, KEYS[7], tl, nil, nil)
     buried = buried + 1
   else
-    gate_leave(prefix, id, now, nil)  -- its limit slots pass on (issue 23)
+    gate_leave(prefix, id, now, nil)  -- its limit slots pass on
     local deliveries, maxd = num_field(key, 'deliveries', 0), num_field(key, 'max_deliveries', 10)
     local f = redis.call('HMGET', key, 'worker_id')
     local msg = 'lease expired on worker ' .. (f[1] or '?') .. ' (delivery ' .. deliveries .. ')'
