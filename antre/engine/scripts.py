@@ -291,9 +291,10 @@ def library() -> tuple[str, str]:
     out = [f"#!lua name={name}\n", top, "\n"]
     for script, body in bodies:
         # allow-cross-slot-keys: what a script without flags may do (EVALSHA), kept as it was
+        # guard_reset: the records a call found sound are looked at again in the next one
         out.append(f"redis.register_function{{function_name='{name}_{script}', "
                    f"flags={{'allow-cross-slot-keys'}}, callback=function(KEYS, ARGV)\n"
-                   f"{body}\nend}}\n")
+                   f"guard_reset()\n{body}\nend}}\n")
     return name, "".join(out)
 
 

@@ -41,8 +41,20 @@ local function record_preview(key, t)
   return size and (t .. ' of ' .. redis.call(size, key)) or t
 end
 
+-- A key found sound is not looked at again in the same call (nothing but the script itself
+-- writes meanwhile, and it writes each record as its type): ``guarded``, emptied at the start
+-- of each call (guard_reset: the library's functions call it first; a script sent as EVALSHA
+-- makes the table anew anyway).
+local guarded = {}
+
+local function guard_reset()
+  guarded = {}
+end
+
 local function guard(tag, key, kind, now)
   -- ``kind``: its entry of R (R.turns)
+  if guarded[key] then return true end
+  guarded[key] = true  -- (sound, or about to be removed: absent is sound)
   local t = redis.call('TYPE', key)['ok']
   if t == 'none' then return true end
   local why
