@@ -18,6 +18,7 @@ import re
 from binascii import crc_hqx
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 PREFIX = "antre"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")  # \Z: "$" would let a final newline by
@@ -175,6 +176,20 @@ RECORDS: tuple[Record, ...] = (
     Record("flow_failed", "set", "a flow's dead members not settled"),
     Record("flow_jobs", "list", "a flow's job ids"),
 )
+
+
+def sound(replies: list[Any], defaults: tuple[Any, ...]) -> list[Any]:
+    """A pipeline's replies (``execute(raise_on_error=False)``) with each refused one (a record
+    of another type: WRONGTYPE) read as its default (``defaults``, one per reply, repeated):
+    a reader's page goes on past one damaged record; any other error is raised."""
+    out = []
+    for i, reply in enumerate(replies):
+        if isinstance(reply, Exception):
+            if "WRONGTYPE" not in str(reply):
+                raise reply
+            reply = defaults[i % len(defaults)]
+        out.append(reply)
+    return out
 
 
 def lua_records() -> dict[str, str]:

@@ -316,7 +316,12 @@ class FlowReader:
         pages = (self._batch_pages(k, flow_id, hooks, offset) if kind == "batch"
                  else _pages(list(_ids(exits))[offset:]))
         for ids in pages:
-            raw = cast(list[str | None], self.redis.hmget(k.flow_results(flow_id), ids))
+            try:
+                raw = cast(list[str | None], self.redis.hmget(k.flow_results(flow_id), ids))
+            except redis.ResponseError as exc:  # its results' record is not a hash: none
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raw = [None] * len(ids)
             yield from (decode_result(r) for r in raw)
 
     def _batch_pages(self, k: keys.QueueKeys, flow_id: str, hooks: list[str | None],

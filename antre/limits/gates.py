@@ -257,8 +257,9 @@ class Gates:
             for pk in every:
                 pipe.scard(pk.gate_held(g))
                 pipe.llen(pk.gate_line(g))
-        replies = pipe.execute()
         n = len(every)
+        replies = keys.sound(pipe.execute(raise_on_error=False),
+                             ({},) * (2 * n) + ({},) + (0,) * (2 * n * len(gates)))
         slots, rates = _summed(replies[0:2 * n:2]), _summed_rates(replies[1:2 * n:2])
         records, per = replies[2 * n], replies[2 * n + 1:]
         # per gate: in flight, then waiting, each summed over the partitions

@@ -28,7 +28,7 @@ WRITE = {
     "hash": lambda r, key: r.hset(key, "x", "1"),
     "stream": lambda r, key: r.xadd(key, {"a": "1"}),
 }
-OPS = ("ack_many", "fail_many", "sweep", "reserve")
+OPS = ("ack_many", "fail_many", "sweep", "reserve", "listings")
 
 
 def damages() -> list[tuple[str, str]]:
@@ -127,6 +127,31 @@ def damage(r: redis.Redis, key: str, kind: str, how: str) -> None:
     WRITE[how](r, key)
 
 
+def listings(app: Antre, q: Queue, case: Case) -> None:
+    """Every read model that reads the records beside the jobs, on the damaged queue."""
+    from antre.flows import FlowReader
+    from antre.groups.read import Groups
+    from antre.limits.gates import Gates
+    from antre.observe.readmodels import ReadModels
+
+    reads = ReadModels(q.redis)
+    reads.overview()
+    for state in ("running", "failed", "waiting"):
+        FlowReader(q.redis).list_flows(q.name, state)
+    flow_id = q.redis.hget(q.keys.job(case.victim), "flow")
+    if flow_id:
+        FlowReader(q.redis).tree(q.name, flow_id)
+        FlowReader(q.redis).links(q.name, case.victim)
+        FlowReader(q.redis).results(q.name, flow_id)
+    Groups(q.redis).view(q.name)
+    Groups(q.redis).jobs(q.name, "g")
+    Gates(q.redis).limits(q.name)
+    reads.waiting(q.name)
+    job = q.get(case.waiter or case.victim)
+    if job is not None:
+        reads.turn(q.name, job)
+
+
 def states(q: Queue, ids: list[str]) -> list[str]:
     return [j.state if (j := q.get(i)) else "gone" for i in ids]
 
@@ -151,6 +176,9 @@ def test_a_damaged_record_is_dealt_with_alone(app, clock, kind, how, op):
     if op == "reserve":
         damage(r, case.key, kind, how)
         jobs = q.reserve("w1", count=50)
+    elif op == "listings":
+        jobs = q.reserve("w1", count=50)
+        damage(r, case.key, kind, how)
     else:
         jobs = q.reserve("w1", count=50)
         assert case.victim in [j.id for j in jobs]
@@ -173,12 +201,14 @@ def test_a_damaged_record_is_dealt_with_alone(app, clock, kind, how, op):
         swept = q.sweep()
         assert swept is not None
         assert set(states(q, case.mates)) <= {"ready", "dead"}
-    else:
+    elif op == "reserve":
         assert set(case.mates) <= reserved
+    else:  # what the pages, the API and the CLI read answers, the record marked or passed over
+        listings(app, q, case)
     settle_all(q, clock)
     report = [json.loads(e) for e in r.lrange(q.keys.quarantine, 0, -1)]
     found = [e for e in report if e.get("record") == kind]
-    if op != "reserve" or found:  # (a reserve may never touch it: the record is reached later)
+    if op not in ("reserve", "listings") or found:  # (reached later: by the settling)
         assert found, f"{kind} ({how}) was not reported: {report}"
         assert found[0]["type"] == ("hash" if how == "fields" else how)
         assert found[0]["why"]
