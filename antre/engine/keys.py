@@ -130,6 +130,7 @@ class Tagged:
     idem_index = "idem"
     result_wake = "rwake:"
     replay_watch = "rwatch"
+    error_groups = "errgroups"
     error_tracebacks = "errtb"
     flow = "flow:"
     flows_by_state = "flows:"
@@ -266,7 +267,7 @@ class QueueKeys:
 
     @property
     def error_groups(self) -> str:  # HASH group -> JSON {signature, count, first, last, sample}
-        return f"{self.tag}:errgroups"
+        return f"{self.tag}:{Tagged.error_groups}"
 
     @property
     def error_tracebacks(self) -> str:

@@ -113,7 +113,7 @@ end
 
 
 local function tag_of(job_prefix)
-  return string.sub(job_prefix, 1, -5)  -- '<tag>:job:' -> '<tag>:'
+  return string.sub(job_prefix, 1, -(#K.job + 1))  -- '<tag>:job:' -> '<tag>:'
 end
 
 local function prefix_of(job_key, id)

@@ -11,11 +11,11 @@
 local TL_CAP = 100
 
 local function tl_key(job_prefix, id)
-  return string.sub(job_prefix, 1, -5) .. K.timeline .. id
+  return tag_of(job_prefix) .. K.timeline .. id
 end
 
 local function idem_index_key(job_prefix)
-  return string.sub(job_prefix, 1, -5) .. K.idem_index
+  return tag_of(job_prefix) .. K.idem_index
 end
 
 

@@ -12,7 +12,7 @@ local RESULT_WAKE_MS = 60000
 local function result_wake(job_prefix, id, n)
   n = num_of(n, 0)
   if n <= 0 then return end
-  local wk = string.sub(job_prefix, 1, -5) .. K.result_wake .. id
+  local wk = tag_of(job_prefix) .. K.result_wake .. id
   local left = math.min(n, 100000)
   while left > 0 do
     local tokens = {}

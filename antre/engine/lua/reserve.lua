@@ -42,7 +42,7 @@ end
 local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at most
 -- the three controls below are hashes that exist only while they hold something: one EXISTS
 -- when none does (the usual queue), their sizes only when one does
-local tag = string.sub(prefix, 1, -5)
+local tag = tag_of(prefix)
 local npaused, ngates, ngover = 0, 0, 0
 if redis.call('EXISTS', KEYS[4], tag .. K.gate_active, tag .. K.group_limits) > 0 then
   guard(tag, tag .. K.gate_active, R.gate_active, now)

@@ -116,7 +116,7 @@ local groups = 0
 for group in pairs(touched) do
   if redis.call('ZCARD', ARGV[8] .. group) == 0 and redis.call('HDEL', KEYS[4], group) == 1 then
     groups = groups + 1
-    redis.pcall('HDEL', string.sub(KEYS[4], 1, -10) .. K.error_tracebacks, group)  -- its shared traceback
+    redis.pcall('HDEL', string.sub(KEYS[4], 1, -(#K.error_groups + 1)) .. K.error_tracebacks, group)  -- its shared traceback
   end
 end
 return {dropped, #done, groups, flows + looked}
