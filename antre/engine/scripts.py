@@ -876,9 +876,15 @@ def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
                              raw)
     if fast_pack:  # str (UTF-8), bytes and int arguments only: what the hot paths send
         conn.send_packed_command([b"".join([_hiredis_pack(c) for c in commands])])
-    else:
-        conn.send_packed_command(conn.pack_commands(commands))
+    else:  # a client of another encoding: Antre's values travel as UTF-8 all the same
+        conn.send_packed_command(conn.pack_commands([_utf8_words(c) for c in commands]))
     return [_reply(conn, raw) for _ in calls]  # read every reply: the connection stays in step
+
+
+def _utf8_words(command: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``command`` with its ``str`` words as UTF-8 bytes, whatever the client's encoding (redis-py
+    8.2 encodes ``str`` with it; earlier releases sent UTF-8)."""
+    return tuple(w.encode() if isinstance(w, str) else w for w in command)
 
 
 def _command(call: Call) -> tuple[Any, ...]:
