@@ -315,12 +315,12 @@ class Lua:
             raise TypeError(f"Scripts.{name} declares {self.file}: the name is the file's")
 
     @overload
-    def __get__(self, obj: None, owner: type) -> "Lua": ...
+    def __get__(self, obj: None, owner: type) -> Lua: ...
 
     @overload
-    def __get__(self, obj: object, owner: type) -> "NamedScript": ...
+    def __get__(self, obj: object, owner: type) -> NamedScript: ...
 
-    def __get__(self, obj: object, owner: type) -> "Lua | NamedScript":
+    def __get__(self, obj: object, owner: type) -> Lua | NamedScript:
         if obj is None:
             return self
         raise AttributeError(self.name)  # not reached: Scripts() sets each on the instance

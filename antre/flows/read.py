@@ -94,7 +94,7 @@ class FlowRow:
         return 1.0 if self.total <= 0 else (self.total - self.pending) / self.total
 
     @classmethod
-    def unreadable(cls, flow_id: str, queue: str, state: str, why: str) -> "FlowRow":
+    def unreadable(cls, flow_id: str, queue: str, state: str, why: str) -> FlowRow:
         """A flow whose record is not a hash (written by hand, by another program): a row
         that says so, so its listing goes on."""
         return cls(flow_id, queue, "", state, f"(its record cannot be read: {why})", "fail",

@@ -58,16 +58,16 @@ def test_no_script_spells_a_declared_key_name(name):
             literal = m.group(1)
             near = code[max(0, m.start() - 4):m.start()] + code[m.end():m.end() + 4]
             joined = ".." in near
-            if literal == value and (value not in STATE_WORDS or joined):
-                spelled.append((file, literal))
-            elif ":" in value and literal.startswith(value) and joined:  # 'flows:running'
+            whole = literal == value and (value not in STATE_WORDS or joined)
+            prefixed = ":" in value and literal.startswith(value) and joined  # 'flows:running'
+            if whole or prefixed:
                 spelled.append((file, literal))
     assert spelled == [], f"K.{name} ('{value}') is spelled in the scripts: {spelled}"
 
 
 def test_the_scripts_table_of_keys_is_the_declaration():
     _, code = scripts.library()
-    table = re.search(r"^local K = \{(.*)\}$", code, re.M)
+    table = re.search(r"^local K = \{(.*)\}$", code, re.MULTILINE)
     assert table is not None
     assert dict(re.findall(r"(\w+) = '([^']*)'", table.group(1))) == lua_keys()
 
@@ -111,7 +111,7 @@ def test_each_part_of_the_library_names_only_definitions_before_it():
 
 def test_every_part_the_library_lists_exists_and_says_what_it_holds():
     text = LUA.joinpath("_lib.lua").read_text()
-    parts = re.findall(r"^-- #include (_[a-z_]+\.lua)$", text, re.M)
+    parts = re.findall(r"^-- #include (_[a-z_]+\.lua)$", text, re.MULTILINE)
     assert len(parts) >= 10
     files = sorted(p.name for p in LUA.iterdir()
                    if p.name.startswith("_") and p.name.endswith(".lua") and p.name != "_lib.lua")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_damaged_records import SCENARIOS, settle_all, states
 
 from antre.engine import keys
-from test_damaged_records import SCENARIOS, settle_all, states
 
 KINDS = {"lock": "turns", "group": "group_held", "gate": "gate_held", "flow": "flow"}
 

@@ -22,7 +22,7 @@ OTHER_STATES = {
     "worker/antre_worker/duties.py": "a bulk task's state (bulk.STATES), which the duty follows",
 }
 # the names under which code holds a job's state (or a purge's source, which is one)
-HOLDERS = re.compile(r"(^|_)(state|states|source|sources|order)$", re.I)
+HOLDERS = re.compile(r"(^|_)(state|states|source|sources|order)$", re.IGNORECASE)
 
 
 def _names(node: ast.AST) -> set[str]:
