@@ -17,7 +17,7 @@
 -- flow), 'CLOSED:<state>' (add: the batch is closed) with nothing stored.
 local prefix, now, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fk = KEYS[7]
-local fid = string.sub(fk, #tag_of(prefix) + 6)  -- '<tag>:flow:<id>'
+local fid = string.sub(fk, #tag_of(prefix) + #K.flow + 1)  -- '<tag>:flow:<id>'
 
 -- every check first ----------------------------------------------------------------------
 if mode == 'new' then

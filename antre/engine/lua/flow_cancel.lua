@@ -17,7 +17,9 @@
 -- 'FINISHED:<state>' / 'GONE' with nothing changed.
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local fk, start, count = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
-local fid = string.sub(fk, #tag_of(prefix) + 6)
+local fid = string.sub(fk, #tag_of(prefix) + #K.flow + 1)
+-- (a damaged record of the flow is quarantined: guard; a flow whose hash it was is gone)
+if not guard_flow(tag_of(prefix), fk, now) then return 'GONE' end
 local state = redis.call('HGET', fk, 'state')
 if not state then return 'GONE' end
 local req = cancel_of(ARGV[3]) or {}

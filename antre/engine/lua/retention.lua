@@ -96,6 +96,7 @@ while budget_left() > 0 do
   if not fid then break end
   local list = flow_key(prefix, fid) .. K.flow_jobs
   local want = budget_left()
+  guard(tag, list, R.flow_jobs, now)  -- (damaged: quarantined, and the walk of it is over)
   local ids = redis.call('LPOP', list, want)
   if type(ids) ~= 'table' then ids = {} end
   for _, id in ipairs(ids) do
