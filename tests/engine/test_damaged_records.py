@@ -219,3 +219,32 @@ def test_a_damaged_record_is_dealt_with_alone(app, clock, kind, how, op):
     assert all(s in ("done", "dead") for s in ends), dict(zip([*case.mates, case.victim], ends))
     held = op == "fail_many" and kind.startswith("flow") and kind != "flow"
     assert states(q, [case.waiter]) == (["held"] if held else ["done"])
+
+
+@pytest.mark.parametrize("kind,how", damages())
+def test_maintenance_goes_past_a_damaged_record(app, clock, kind, how):
+    """The retention's pass, a flow's cancel and an operator's purge of the waiter: none fails
+    on the damaged record, and the retention still forgets the done jobs."""
+    from antre.control.purge import PurgeError, Purger
+    from antre.maintenance.retention import Retention, RetentionPolicy
+
+    case = SCENARIOS[kind](app)
+    q = case.q
+    jobs = q.reserve("w1", count=50)
+    damage(q.redis, case.key, kind, how)
+    q.ack_many([(j, None) for j in jobs if j.id != case.victim])
+    flow_id = q.redis.hget(q.keys.job(case.victim), "flow")
+    if flow_id:
+        from antre.flows import FlowError
+        try:
+            app.flow(flow_id).cancel("alice", "damaged")
+        except FlowError as exc:  # its own record was the damaged one: quarantined, gone
+            assert kind == "flow" and "no flow" in str(exc)
+    else:
+        try:
+            Purger(q.redis, clock).delete(q.name, case.waiter)
+        except PurgeError:
+            pass  # (not waiting any more: it was placed when the record was dealt with)
+    clock.advance(10 * 86_400_000)
+    Retention(q.redis, clock=clock).run(q.name, RetentionPolicy(1, 1, 1))
+    assert states(q, case.mates) == ["gone"] * len(case.mates)

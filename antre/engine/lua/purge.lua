@@ -65,6 +65,14 @@ local function forget_dead(id)
   redis.call('ZREM', ARGV[8] .. (f[2] or ''), id)
 end
 
+-- a source that is not of its type: the waiting jobs' index is a record beside the jobs
+-- (guard: quarantined), any other is left to its readers; nothing in it is purged
+if KEYS[1] == tag_of(prefix) .. K.waiting then guard(tag_of(prefix), KEYS[1], R.waiting) end
+local source_type = redis.call('TYPE', KEYS[1])['ok']
+if source_type ~= 'none' and source_type ~= (mode == 'zset' and 'zset' or 'list') then
+  return {0, 0, '', ''}
+end
+
 if mode == 'zset' then
   local ids = cjson.decode(ARGV[5])
   local matched = 0
