@@ -1,4 +1,4 @@
-"""An enqueue refused by a queue key of another type (WRONGTYPE) stores nothing: no job
+"""An enqueue (or an operator's override) refused by a key of another type (WRONGTYPE) stores nothing: no job
 record is left in no index, on the single path (enqueue_one.lua) and the batch one
 (enqueue.lua)."""
 
@@ -40,3 +40,18 @@ def test_an_enqueue_refused_by_a_key_of_another_type_stores_no_job(r, clock, nam
         else:
             q.enqueue("t", {}, idempotency_key="k1", delay_s=5)
     assert job_records(r, q) == []
+
+
+@pytest.mark.parametrize("which", ["group_limits", "group_overrides"])
+def test_a_group_override_refused_by_a_record_of_another_type_writes_nothing(r, clock, which):
+    """group_limit.lua checks the operators' records before it writes either one."""
+    from antre.groups.control import GroupControl
+
+    q = Queue(r, "jobs", clock=clock)
+    q.enqueue("t", {}, idempotency_key="k1", group="g")
+    other = "group_overrides" if which == "group_limits" else "group_limits"
+    r.set(getattr(q.keys, which), "x")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE .* nothing was stored"):
+        GroupControl(r, clock).set_slots("jobs", "g", 3, "alice", "test")
+    assert not r.exists(getattr(q.keys, other))
+    assert r.get(getattr(q.keys, which)) == "x"

@@ -172,6 +172,7 @@ local function gate_regate(prefix, now)
     end
   end
   for gate in pairs(seen) do
+    guard_gates(tag, gate, now)
     local before = redis.call('LLEN', tag .. K.gate_line .. gate)
     gate_fill(prefix, gate, now)
     moved = moved + before - redis.call('LLEN', tag .. K.gate_line .. gate)

@@ -102,6 +102,9 @@ local function guard_gates(tag, gates, now)
   -- the records of each gate named in ``gates`` (space-separated)
   if not gates or gates == '' then return end
   guard(tag, tag .. K.waiting, R.waiting, now)
+  guard(tag, tag .. K.gate_slots, R.gate_slots, now)
+  guard(tag, tag .. K.gate_rates, R.gate_rates, now)
+  guard(tag, tag .. K.gate_overrides, R.gate_overrides, now)
   for gate in string.gmatch(gates, '%S+') do
     guard(tag, tag .. K.gate_held .. gate, R.gate_held, now)
     guard(tag, tag .. K.gate_line .. gate, R.gate_line, now)

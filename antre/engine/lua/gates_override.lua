@@ -8,6 +8,10 @@
 -- A raise (or a clear) starts the gate's waiting jobs at once (gate_regate, at most 100 per
 -- gate per call; the rest as jobs end). Returns: how many it started.
 local prefix, gate, now = ARGV[1], ARGV[2], tonumber(ARGV[5])
+-- the overrides' records of another type: refused with nothing written (KEYS[1] through guard)
+local refused = wrong_type({KEYS[2], 'hash'})
+if refused then return refused end
+guard(tag_of(prefix), KEYS[1], R.gate_overrides, now)
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], gate)
   redis.call('HDEL', KEYS[2], gate)

@@ -12,6 +12,11 @@
 -- most 100 per call; the rest as its jobs end or at the next call).
 -- Returns: the slots in force now (after a clear: those of the group's jobs).
 local prefix, g, now = ARGV[1], ARGV[2], tonumber(ARGV[5])
+-- the operators' records of another type: refused with nothing written; the group's own
+-- records are read through guard
+local refused = wrong_type({KEYS[1], 'hash', KEYS[2], 'hash'})
+if refused then return refused end
+guard_group(tag_of(prefix), g, now)
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], g)
   redis.call('HDEL', KEYS[2], g)
