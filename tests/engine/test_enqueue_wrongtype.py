@@ -1,6 +1,6 @@
-"""An enqueue (or an operator's override) refused by a key of another type (WRONGTYPE) stores nothing: no job
-record is left in no index, on the single path (enqueue_one.lua) and the batch one
-(enqueue.lua)."""
+"""An enqueue (or an operator's override) refused by a key of another type (WRONGTYPE)
+stores nothing: no job record is left in no index, on the single path (enqueue_one.lua) and
+the batch one (enqueue.lua)."""
 
 from __future__ import annotations
 
