@@ -319,7 +319,7 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
 
 
 def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
-    """The latest failure's traceback: its entry's in ``errors`` (append_error in _lib.lua
+    """The latest failure's traceback: its entry's in ``errors`` (append_error in _base.lua
     keeps no second copy; an older record without entries has its field)."""
     if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
         tb = errors[-1].get("traceback")
@@ -701,7 +701,7 @@ def pack_chunk(jobs: Sequence[Sequence[str]]) -> bytes:
 
 # NEW_FIELDS' last five values when they are empty or JobSpec's defaults (no lock key, no
 # headers, a 30 s timeout and lease, 10 deliveries): enqueue.lua stores none of them
-# (_lib.lua's at_defaults)
+# (_base.lua's at_defaults)
 _DEFAULT_TAIL = ["", "{}", "30.0", "30000", "10"]
 _PLAIN_VALUES = len(NEW_FIELDS) - len(_DEFAULT_TAIL)
 
@@ -726,7 +726,7 @@ def pack_standard(jobs: Sequence[list[str]]) -> bytes:
 # hash holds nothing else is reserved "plain": its row stops after the id and reserved_at
 # (PLAIN_ROW values; the client makes the lease's other values and reads the rest as absent)
 # and its ack skips the lookups of what such a job cannot have ("What reserve returns per
-# job" in _lib.lua).
+# job" in _reserve.lua).
 PLAIN_FIELDS = ("type", "idem_key", "payload", "max_attempts", "visible_at", "created_at")
 RESERVE_FIELDS = (*PLAIN_FIELDS, "id",
                   "epoch", "deliveries", "state", "deadline", "reserved_at", "worker_id",

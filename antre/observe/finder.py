@@ -31,7 +31,7 @@ CHUNK = 500  # ids read per Redis command of a payload search
 SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cursor
 MAX_HITS = 100  # hits returned by one step
 STUCK_SCAN = 1_000  # in-flight jobs sorted worst first (by running or silent time)
-TIMELINE_CAP = 100  # antre/engine/lua/_lib.lua TL_CAP
+TIMELINE_CAP = 100  # antre/engine/lua/_timeline.lua TL_CAP
 SEARCH_ORDER = (states.READY, states.WAITING, states.HELD, states.SCHEDULED, states.INFLIGHT,
                 states.DEAD, states.DONE)
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
@@ -312,8 +312,8 @@ def _event(raw: str) -> TimelineEvent:
                          max(1, _int(ev.get("n")) or 1), _int(ev.get("l")) or first)
 
 
-# A delivery's routine events are kept in the job's hash, not written to its timeline (issue
-# 29; "A delivery's routine events" in antre/engine/lua/_lib.lua): its 'reserved' event until
+# A delivery's routine events are kept in the job's hash, not written to its timeline
+# ("A delivery's routine events" in antre/engine/lua/_timeline.lua): its 'reserved' event until
 # something else happens to the job (that writes it out first, and 'tlf' names its epoch), and
 # a plain completion by the job's worker for good. These are the fields they are made from.
 _KEPT = ("epoch", "tlf", "reserved_at", "worker_id", "deliveries", "vt_ms", "finished_at",

@@ -490,7 +490,7 @@ class ReadModels:
             length, index, held, newest = keys.sound(pipe.execute(raise_on_error=False),
                                                      (0, None, 0, []))
             place = int(length) - int(index) if index is not None else 0
-            # its group at its rate: a start ahead (rate_start in lua/_lib.lua)
+            # its group at its rate: a start ahead (rate_start in lua/_groups.lua)
             rate = (job.group_rate if job.group_rate and newest
                     and int(newest[0][1]) > self.clock() else "")
             return Turn(job.lock_key, "", place, int(length), job.group, int(held), rate)

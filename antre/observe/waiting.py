@@ -6,7 +6,7 @@ record first, so a key completed in SQL whose Redis job was trimmed answers at o
 not yet ended gets one more waiter counted on it (``result_wait.lua``, which reads its state in
 the same script); then one blocking pop on the job's wake list (``keys.result_wake``) for the
 time left. The script that ends the job (ack, deduplicated ack, bury, a cancel's end, a purge:
-``result_wake`` in ``lua/_lib.lua``) pushes one token per waiter, so every waiter wakes; the
+``result_wake`` in ``lua/_waiters.lua``) pushes one token per waiter, so every waiter wakes; the
 status is read again and returned. A wait of any length costs the same few commands (one
 blocking pop per ``SLICE_S``).
 

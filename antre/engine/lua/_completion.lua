@@ -2,7 +2,7 @@
 -- Part of the scripts' shared library (_lib.lua lists the parts in order).
 
 -- == Completing jobs (ack.lua, one job; ack_many.lua, a worker's batch) =========================
--- A job reserved plain ("What reserve returns per job" below; the client says so, with the
+-- A job reserved plain ("What reserve returns per job" in _reserve.lua; the client says so, with the
 -- job's created_at as the reserve returned it) has none of the fields a completion acts on but
 -- 'waiters' (a producer may start waiting at any time): a plain completion of such a job reads
 -- three fields, not eleven (a field a hash does not hold is a walk of all it holds).
