@@ -61,12 +61,12 @@ for i = 1, #entries, 2 do
   local key = prefix .. id
   local worker = redis.pcall('HGET', key, 'worker_id')
   local msg = type(worker) == 'string' and msgs[worker]
-  if not (msg and not bad_id(id) and redis.call('HGET', key, 'state') == 'inflight') then
+  if not (msg and not bad_id(id) and redis.call('HGET', key, 'state') == S.inflight) then
     left_at = left_at + 1
   else
     redis.call('ZREM', KEYS[2], id)
     local tl = tl_key(prefix, id)
-    tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_lib.lua)
+    tl_pending(key, tl, nil)  -- the delivery's 'reserved' event first (_timeline.lua)
     local epoch = string.format('%d', num_field(key, 'epoch', 0) + 1)
     redis.call('HSET', key, 'epoch', epoch, 'tlf', epoch, 'deadline', 0)
     local deliveries = num_field(key, 'deliveries', 0)
@@ -85,7 +85,7 @@ for i = 1, #entries, 2 do
       redis.call('HINCRBY', KEYS[5], 'expired', 1)
       redis.call('HINCRBY', KEYS[5], 'lost', 1)
       tl_add(tl, now, 'swept', 'rescuer', {worker = worker, delivery = deliveries,
-                                           outcome = deliveries >= maxd and 'dead' or 'ready',
+                                           outcome = deliveries >= maxd and S.dead or S.ready,
                                            reason = msg})
       if deliveries >= maxd then
         local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker ' ..
@@ -94,12 +94,12 @@ for i = 1, #entries, 2 do
                  KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5])
         tl_add(tl, now, 'buried', 'rescuer', {reason = reason, kind = 'poison'})
         buried = buried + 1
-        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, 'dead', worker, lkey
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, S.dead, worker, lkey
       else
-        redis.call('HSET', key, 'state', 'ready')
+        redis.call('HSET', key, 'state', S.ready)
         redis.call('RPUSH', KEYS[3], id)  -- the oldest end: the next reserve takes it
         returned = returned + 1
-        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, 'ready', worker, lkey
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, S.ready, worker, lkey
       end
     end
   end
