@@ -65,6 +65,8 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response as BaseResponse
 
 from antre.actions import Actor, record
+from antre.stores.audit import AuditUnwritable
+from antre.stores.sql import unreachable
 from antre.stores.logins import LoginThrottle
 from antre.stores.users import UserInfo, normalise_name, role_at_least
 
@@ -388,19 +390,37 @@ def client_addr() -> str:
 
 def audit(action: str, target: str | None, outcome: str, reason: str | None = None,
           detail: dict[str, Any] | None = None, user: CurrentUser | None = None) -> None:
-    """One audit entry for the current request. A database outage is logged, never raised
-    here: refusals must still be answered."""
+    """One audit entry for the current request's refusal (a change is recorded before it runs,
+    by ``antre.actions.perform``). A database failure is logged, never raised here: refusals
+    must still be answered."""
     who = user or current_user()
     svc = services.get()
     try:
         who_acted = Actor(who.name if who else "(anonymous)", who.role if who else None,
                           "dashboard", client_addr())
         record(svc.audit, who_acted, action, target, reason or None, outcome, detail)
-        svc.outages.ok("database")
+        database_seen(None)
     except SQLAlchemyError as exc:
-        svc.outages.failed("database")
+        database_seen(exc)
         services.log.error("audit write failed (%s): %s %s %s", services.scrubbed(exc), action,
                            target, outcome)
+
+
+def database_seen(error: BaseException | None) -> None:
+    """The database answered (``error`` None) or failed: the outage banner is set only when it
+    could not be reached, and cleared by its next answer."""
+    svc = services.get()
+    if isinstance(error, AuditUnwritable):
+        error = error.cause
+    if error is None:
+        svc.outages.ok("database")
+    elif unreachable(error):
+        svc.outages.failed("database")
+
+
+def audit_seen(error: AuditUnwritable | None) -> None:
+    """``antre.actions.perform``'s report on the audit entry it wrote first."""
+    database_seen(error)
 
 
 class AnonymousRefusals:
