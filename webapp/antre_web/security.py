@@ -549,7 +549,7 @@ def end_session() -> None:
         try:
             services.get().users.end_session(str(sid), expires_ms)
         except SQLAlchemyError as exc:
-            services.get().outages.failed("database")
+            database_seen(exc)
             log.error("logout could not be recorded (%s): the cookie stays valid until it "
                       "expires or the user logs out everywhere", exc)
     session.clear()
@@ -571,9 +571,9 @@ def _session_user() -> CurrentUser | None:
     svc = services.get()
     try:
         info = svc.users.for_session(uid, str(session.get("sid") or ""))
-        svc.outages.ok("database")
+        database_seen(None)
     except SQLAlchemyError as exc:
-        svc.outages.failed("database")
+        database_seen(exc)
         raise DatabaseDown(str(exc)) from exc
     if info is None or not _session_valid(info):
         session.clear()
@@ -640,8 +640,14 @@ def _who() -> CurrentUser | None:
         try:
             user = _basic_user()
         except SQLAlchemyError as exc:
-            services.get().outages.failed("database")
-            raise DatabaseDown(str(exc)) from exc
+            database_seen(exc)
+            if unreachable(exc):
+                raise DatabaseDown(str(exc)) from exc
+            log.warning("credentials the user database cannot look up (%s)",
+                        services.scrubbed(exc))
+            user = None  # a name the database refuses (a NUL, say) is nobody's
+        else:
+            database_seen(None)  # the user database answered: any outage is over
         if user is None:
             abort(refuse(401, "wrong user name or password", "login"))
         return user
