@@ -161,8 +161,13 @@ def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any]) -> A
     argparse's); a value not of its kind is ``BadInput``."""
     args: Args = {name: str(path[name]) for name in action.path_params}
     args.update(parse_params(action.params, body))
-    args["reason"] = str(body.get("reason") or "").strip()[:MAX_REASON_CHARS]
+    reason = _LONE_SURROGATE.sub("\ufffd", str(body.get("reason") or ""))
+    args["reason"] = reason.strip()[:MAX_REASON_CHARS]
     return args
+
+
+# a UTF-16 surrogate with no pair: a JSON body's "\ud800" decodes to one; it is no text
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def parse_params(params: tuple[Param, ...], body: Mapping[str, Any]) -> Args:
@@ -184,7 +189,7 @@ def _convert(p: Param, raw: Any) -> Any:
     if p.kind is float:
         try:
             value = float(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a huge JSON integer
             value = math.nan
         if isinstance(raw, bool) or not math.isfinite(value):
             raise BadInput(f"{p.name} must be a finite number")
@@ -192,7 +197,11 @@ def _convert(p: Param, raw: Any) -> Any:
     if p.kind is not str:
         raise TypeError(f"parameter {p.name}: kind {p.kind.__name__} is not one of str, int, "
                         "float")
-    return str(raw).strip() if p.strip else str(raw)
+    text = str(raw)
+    if _LONE_SURROGATE.search(text):
+        raise BadInput(f"{p.name} holds a lone UTF-16 surrogate (such as \\ud800), which is "
+                       "not text; nothing was changed")
+    return text.strip() if p.strip else text
 
 
 class Ops:

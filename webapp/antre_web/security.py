@@ -626,7 +626,9 @@ def _write_refused(user: CurrentUser | None) -> Response | None:
 
 def _csrf_ok(sent: str) -> bool:
     expected = session.get("csrf") or ""
-    return bool(expected) and hmac.compare_digest(str(sent), str(expected))
+    # bytes: compare_digest refuses a str that is not ASCII (a token nobody issued)
+    return bool(expected) and hmac.compare_digest(
+        str(sent).encode("utf-8", "surrogatepass"), str(expected).encode("utf-8", "surrogatepass"))
 
 
 def _who() -> CurrentUser | None:
