@@ -28,6 +28,8 @@ OUTSIDE_BY_DESIGN_ROUTES = {
     "auth.logout": AUTHENTICATION,
     # ends your own sessions and logs you out (it runs the table's users.logout_everywhere)
     "auth.logout_everywhere": AUTHENTICATION,
+    # the edited replay's dry run changes nothing; a POST so the payload is in no URL
+    "edit.dry_run": "a read: it changes nothing (a POST, so the payload stays out of URLs)",
 }
 READ, PROCESS = "a read: it changes nothing", "a process, not a change"
 # re-sealing needs the key ring, which is the CLI process's own (ANTRE_PAYLOAD_KEYS), not the
