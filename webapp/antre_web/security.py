@@ -637,6 +637,7 @@ def _who() -> CurrentUser | None:
     host = delegated.of()
     if host is not None and not (scripted and creds is not None and creds.type == "basic"):
         found = delegated.host_user(host)  # the host's user (HTTP Basic: Antre's own)
+        delegated.own_session(None if found is None else found[0])
         return None if found is None else CurrentUser(found[0], found[1], delegated.VIA)
     if scripted:
         try:
