@@ -13,12 +13,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from antre_web import create_app
 from argon2 import PasswordHasher
 from webtools import PASSWORD, TEST_SECRET_KEY, basic
 
 from antre.clock import ManualClock, system_ms
 from antre.embedded import free_port
-from antre_web import create_app
 
 
 class Link:
