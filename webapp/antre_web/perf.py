@@ -14,7 +14,7 @@ from flask.typing import ResponseReturnValue
 from antre.engine.keys import valid_name
 from antre.observe import perf
 
-from . import services
+from . import api, services
 from .common import arg_int, check_queue, render
 from .overview import TICK_FORMATS, _markers
 from .security import requires
@@ -76,6 +76,11 @@ def type_page(job_type: str) -> str:
                   labels=LABELS, fmt=perf.fmt_ms,
                   buckets=[_bucket_label(b) for b in perf.BUCKET_NAMES],
                   charts=charts(page), as_of=page.as_of)
+
+
+api.DOCS["perf.types_api"] = {"query": {"window": "string", "queue": "string",
+                                          "offset": "integer", "limit": "integer"},
+                               "body": {}, "required": ()}
 
 
 @bp.get("/api/types")
