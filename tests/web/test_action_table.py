@@ -40,6 +40,7 @@ OUTSIDE_BY_DESIGN_COMMANDS = {
     "status": READ, "find": READ, "result": READ, "tasks": READ, "dlq list": READ,
     "dlq show": READ, "schedules list": READ, "group list": READ, "group show": READ,
     "user list": READ, "flow list": READ, "flow show": READ, "keys rotate": KEY_RING,
+    "config": READ,
 }
 # Entries without a command: the CLI's actor is an OS user (cli:NAME), not a dashboard one.
 NO_COMMAND_BY_DESIGN = {
