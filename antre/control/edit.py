@@ -27,7 +27,7 @@ from antre.errors import InvalidJob
 from antre.stores.idempotency import IdempotencyStore, Record
 
 MAX_KEY = 200
-_KEY_RE = re.compile(r"[A-Za-z0-9_.: \-]{1,%d}" % MAX_KEY)
+_KEY_RE = re.compile(rf"[A-Za-z0-9_.: \-]{{1,{MAX_KEY}}}")
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,8 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from antre.actions import Actor, record
 from antre.stores.audit import AuditUnwritable
-from antre.stores.sql import unreachable
 from antre.stores.logins import LoginThrottle
+from antre.stores.sql import unreachable
 from antre.stores.users import UserInfo, normalise_name, role_at_least
 
 from . import delegated, services
