@@ -59,3 +59,13 @@ def test_a_lone_surrogate_in_the_current_password_is_a_refusal(web):
                   content_type="application/json", headers=basic("viewer"))
     assert resp.status_code in (400, 403), resp.get_data(as_text=True)
     assert web.svc.users.verify("viewer", PASSWORD) is not None
+
+
+def test_an_escaped_lone_surrogate_inside_an_edited_payload_is_a_refusal(web):
+    job_id = web.dead_job()
+    resp = web.app.test_client().post(
+        f"/api/queues/default/jobs/{job_id}/replay-edited",
+        json={"payload": '{"to": "\\ud800"}', "reason": "r"}, headers=basic("operator"))
+    assert resp.status_code == 400, resp.get_data(as_text=True)
+    assert "surrogate" in resp.get_json()["message"]
+    assert web.q.where(job_id) == ["dead"]
