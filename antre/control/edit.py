@@ -25,6 +25,7 @@ from antre.engine.envelope import Job, encode_payload
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 from antre.stores.idempotency import IdempotencyStore, Record
+from antre.engine import states
 
 MAX_KEY = 200
 _KEY_RE = re.compile(rf"[A-Za-z0-9_.: \-]{{1,{MAX_KEY}}}")
@@ -94,7 +95,7 @@ def plan(queue: str, job: Job, text: str, new_key: str, record: Record | None,
     new_key = new_key.strip()
     edited, bad_json = parse(text)
     problems = [p for p in (bad_json, _key_problem(new_key, job)) if p]
-    if job.state != "dead":
+    if job.state != states.DEAD:
         problems.append(f"job {job.id} is {job.state}, not in the dead-letter queue")
     if not bad_json:
         try:
