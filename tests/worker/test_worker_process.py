@@ -93,6 +93,7 @@ def test_poison_job_that_kills_its_worker_ends_in_the_dlq(app, r, tmp_path, proc
     registry = WorkerRegistry(app.redis)
     wait_for(lambda: any(w.kind == "supervisor" and w.restarts >= 3 for w in registry.list()),
              what="the supervisor to count restarts")
+    assert registry.restart_counts()[("killed", "")] >= 3  # by cause: no handler named
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(15) == 0
 

@@ -233,7 +233,7 @@ class Supervisor:
 def restart_cause(code: int) -> str:
     """Why a child that exited with ``code`` is restarted (``registry.RESTART_CAUSES``)."""
     if code == EXIT_RECYCLE:
-        return "hard_timeout"  # or cancel_ignored: the child recorded which
+        return "retired"  # the child recorded why (hard_timeout or cancel_ignored)
     if code < 0:
         return "killed"
     return "redis_unreachable" if code == EXIT_REDIS_GONE else "crashed"
