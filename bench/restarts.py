@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +63,8 @@ def segment(tree: str, seconds: float, seed: int) -> dict[str, object]:
             pool.wait(60)
         except subprocess.TimeoutExpired:
             pool.kill()
-        text = open(log_path, encoding="utf-8", errors="replace").read()
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
         exits = Counter(EXIT_LINE.findall(text))
         stats: Counter[str] = Counter()
         for q in ("emails", "stock", "webhooks", "integrations", "batch"):
@@ -82,13 +82,10 @@ def segment(tree: str, seconds: float, seed: int) -> dict[str, object]:
             if h[0] == "slow_report" and h[1]:
                 deliveries.append(int(h[1]))
         by_cause: dict[str, int] = {}
-        try:
-            from antre.observe.registry import WorkerRegistry
-            if hasattr(WorkerRegistry, "restart_counts"):
-                by_cause = {f"{c}|{t}": n for (c, t), n in
-                            WorkerRegistry(app.redis).restart_counts().items()}
-        except Exception:  # noqa: BLE001
-            pass
+        from antre.observe.registry import WorkerRegistry
+        if hasattr(WorkerRegistry, "restart_counts"):  # (this checkout's registry reads them)
+            by_cause = {f"{c}|{t}": n for (c, t), n in
+                        WorkerRegistry(app.redis).restart_counts().items()}
         server.stop()
         return {"restarts": sum(exits.values()), "exits": dict(exits),
                 "handed_back": stats.get("handed_back", 0), "expired": stats.get("expired", 0),
