@@ -470,3 +470,38 @@ def test_many_threads_process_everything_once(app, clock, q, r):
     _, counts = burst(app, clock, threads=4, prefetch=2)
     assert counts["processed"] == 40 and r.get("test:count") == "40"
     assert all(q.where(i) == ["done"] for i in ids)
+
+
+def test_the_jobs_a_stuck_handlers_batch_ran_before_it_are_acked_when_it_is_abandoned(
+        app, clock, q):
+    started, release = threading.Event(), threading.Event()
+
+    @app.handler("quick")
+    def quick(ctx, payload):
+        return "fine"
+
+    @app.handler("hang", timeout_s=2)
+    def hang(ctx, payload):
+        started.set()
+        release.wait(10)  # in C: only the process's retirement ends it
+        return "too late"
+
+    fine = app.enqueue("quick", {}, idempotency_key="qk:2")
+    stuck = app.enqueue("hang", {}, idempotency_key="h:2")
+    w = make_worker(app, clock)
+    batch = w._hold(q, q.reserve(w.worker_id, count=2))  # one runner's prefetched batch
+    assert [r.job.id for r in batch] == [fine, stuck]
+    t = threading.Thread(target=w._work, args=(batch, 2))
+    t.start()
+    try:
+        assert started.wait(5)
+        assert q.get(fine).state == "inflight"  # its ack waits for the batch's end
+        for _ in range(3):  # soft timeout, hard timeout (interrupt), the interrupt's grace
+            clock.advance(2_000)
+            w.heartbeat_once()
+        assert wait_for(lambda: q.get(fine).state == "done")  # sent for the stuck thread
+        assert t.is_alive() and q.get(stuck).state == "scheduled"
+    finally:
+        release.set()
+        t.join(10)
+    assert q.stats()["acked"] == 1 and q.get(fine).deliveries == 1

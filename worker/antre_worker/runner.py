@@ -116,6 +116,7 @@ class WorkerProcess:
         self._stop_requested = False
         self._stuck: set[int] = set()  # runner threads of handlers abandoned
         self._stuck_tasks = 0  # async jobs abandoned
+        self._flushers: list[threading.Thread] = []  # sending the stuck threads' batches
         self._runners: list[threading.Thread] = []
         self._async_done = threading.Event()
         self.aio = _async_jobs(app, concurrency, self.counts)
@@ -283,15 +284,31 @@ class WorkerProcess:
             self._stuck_tasks += 1  # an async job's task: its slot on the loop stays taken
         elif r.thread:
             self._stuck.add(r.thread)
+            # the jobs its batch ran before it, waiting for their batched ack: sent now (off
+            # the heartbeat: completions may commit to SQL)
+            flusher = threading.Thread(target=self._flush_abandoned, args=(r.thread,),
+                                       daemon=True, name="antre-abandoned-batch")
+            self._flushers.append(flusher)
+            flusher.start()
         self.exit_code = EXIT_RECYCLE
         if self.retired_for is None:
             self.retired_for = (cause, r.job.type)
             self._record_retirement(cause, r.job)
         self._retiring.set()
 
+    def _flush_abandoned(self, thread: int) -> None:
+        try:
+            self.settler.flush_abandoned(thread)
+        except Exception:
+            log.exception("could not settle the batch of an abandoned handler; its jobs' "
+                          "leases will expire and they will be delivered again",
+                          extra={"event": "error"})
+
     def _retired(self) -> bool:
-        """Whether a retiring process is done: every runner thread ended or stuck, and no
-        async job still running."""
+        """Whether a retiring process is done: every runner thread ended or stuck (the
+        batches of the stuck ones sent), and no async job still running."""
+        if any(t.is_alive() for t in self._flushers):
+            return False
         if any(t.is_alive() and t.ident not in self._stuck for t in self._runners):
             return False
         return self.aio is None or self.aio.free() + self._stuck_tasks >= self.aio.concurrency
