@@ -181,10 +181,10 @@ class Leases:
         spec = r.spec or self.app.handlers.get(r.job.type)
         self.settler.settle(r, failure_outcome(r, spec.retry if spec else None, exc))
         r.closed = True
+        self.on_abandon(r, "hard_timeout")
         log.error("hard timeout: job %s abandoned (%s); this process retires once its other "
                   "jobs are done", r.job.id, why,
                   extra=job_fields(r.job, "expired", duration_ms=ran_ms, error_kind="timeout"))
-        self.on_abandon(r, "hard_timeout")
 
     # -- an operator's cancel request -----------------------------------------------------------
     def _note_cancels(self, held: list[Running], now: int) -> None:
