@@ -37,6 +37,7 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, ResponseError,
                               TimeoutError)
 
+import antre.settings as settings
 from antre.engine.envelope import PLAIN_FIELDS, RESERVE_FIELDS
 
 _hiredis_pack: Any
@@ -125,7 +126,7 @@ class Library:
 
     def __init__(self, client: Any) -> None:
         self.name, self.code = library()
-        self.functions = (os.environ.get(FUNCTIONS_ENV, "1").strip() != "0"
+        self.functions = (settings.REDIS_FUNCTIONS.get()
                           and not isinstance(client, RedisCluster))
 
     def load(self, client: Any, script: Script, why: Any = None) -> None:
@@ -284,7 +285,7 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     return header, parts, refs
 
 
-FUNCTIONS_ENV = "ANTRE_REDIS_FUNCTIONS"  # "0": every script goes as EVALSHA (as before Functions)
+FUNCTIONS_ENV = settings.REDIS_FUNCTIONS.name  # off: every script goes as EVALSHA (as before Functions)
 
 
 @lru_cache(maxsize=None)
@@ -830,9 +831,15 @@ def _write_read(conn: Any, calls: Sequence[Call], fast_pack: bool = False,
                              raw)
     if fast_pack:  # str (UTF-8), bytes and int arguments only: what the hot paths send
         conn.send_packed_command([b"".join([_hiredis_pack(c) for c in commands])])
-    else:
-        conn.send_packed_command(conn.pack_commands(commands))
+    else:  # a client of another encoding: Antre's values travel as UTF-8 all the same
+        conn.send_packed_command(conn.pack_commands([_utf8_words(c) for c in commands]))
     return [_reply(conn, raw) for _ in calls]  # read every reply: the connection stays in step
+
+
+def _utf8_words(command: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``command`` with its ``str`` words as UTF-8 bytes, whatever the client's encoding (redis-py
+    8.2 encodes ``str`` with it; earlier releases sent UTF-8)."""
+    return tuple(w.encode() if isinstance(w, str) else w for w in command)
 
 
 def _command(call: Call) -> tuple[Any, ...]:
