@@ -36,7 +36,8 @@ if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
 if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 -- a token for an idle worker blocked on the wake list; the list is capped at 64 as wake() does
-if redis.call('LPUSH', KEYS[3], '1') > 64 then redis.call('LTRIM', KEYS[3], 0, 63) end
+-- (looked at first: a full list, as when every worker is busy, costs one read and no write)
+if redis.call('LLEN', KEYS[3]) < 64 then redis.call('LPUSH', KEYS[3], '1') end
 redis.call('LPUSH', KEYS[1], id)
 -- the job last: every write before it can fail on a key of another type, none after it
 if v[10] == '' and at_defaults(v[12], v[13], v[14], v[15]) then
