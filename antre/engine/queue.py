@@ -243,29 +243,36 @@ class Queue:
         return self.enqueue_one(spec)
 
     def enqueue_one(self, spec: JobSpec) -> str:
-        """``enqueue_many([spec])`` in one round trip, on the leanest path: one EVALSHA on the
-        thread's own connection (``scripts.Pinned``); elsewhere ``scripts.script_and_command``
-        (the script and the queue-index SADD written together). A job made ready now with an
-        id made here (the common case) goes to ``enqueue_one.lua``, which does only what such
-        a job needs (and adds the job's type and queue to their indexes for the first job of a
-        type, then once every ``INDEX_EVERY_MS``); a delayed job, a unique one or one with the
-        caller's id goes to ``enqueue.lua``."""
+        """``enqueue_many([spec])`` in one round trip, on the leanest path: one script call on
+        the thread's own connection (``scripts.Pinned``), else on the client's. A job made
+        ready now with an id made here (the common case) goes to ``enqueue_one.lua``, which
+        does only what such a job needs (and adds the job's type and queue to their indexes
+        for the first job of a type, then once every ``INDEX_EVERY_MS``; on a cluster, where
+        the queues index is in another slot, that SADD is sent beside the script,
+        ``scripts.script_and_command``); a delayed job, a unique one or one with the caller's
+        id goes to ``enqueue.lua`` (the queue index's SADD beside it, but on the thread's own
+        connection, where the script adds it)."""
         if spec.unique or spec.group is not None:  # its reply may name another job; a
             return self.enqueue_many([spec])[0]      # group is a named field (enqueue.lua)
         now = self.clock()
         values, script, script_keys, args = self._one_call(spec, now)
         if script is self.scripts.enqueue:
-            indexed = self._indexed_keys
-        else:
-            indexed = self._one_indexed_keys
-            if self._pinned is not None and not self._index_due(spec.job_type, now):
-                indexed = self._one_keys
+            if self._pinned is not None:
+                self._pinned.call([(script, self._indexed_keys, args)])
+            else:
+                script_and_command(self.redis, script, script_keys, args, self._index_command)
+            return values[0]
+        due = self._index_due(spec.job_type, now)
         if self._pinned is not None:
-            self._pinned.call([(script, indexed, args)])
-            if indexed is self._one_indexed_keys:
-                self._indexed_types.add(spec.job_type)
-        else:
+            self._pinned.call([(script, self._one_indexed_keys if due else self._one_keys, args)])
+        elif not due:  # the script alone, without the indexes
+            script(keys=self._one_keys, args=args)
+        elif self.cluster:  # the queues index is in another slot: its SADD on its own
             script_and_command(self.redis, script, script_keys, args, self._index_command)
+        else:
+            script(keys=self._one_indexed_keys, args=args)
+        if due:
+            self._indexed_types.add(spec.job_type)
         return values[0]
 
     def _one_call(self, spec: JobSpec, now: int) -> tuple[list[str], Script, list[str],
