@@ -111,6 +111,10 @@ def server_cost(before: tuple[float, dict[str, tuple[int, int]]],
             "server_cpu_us": (after[0] - before[0]) / n * 1e6}
 
 
+# the marker's own client connecting (not a side's command)
+HANDSHAKE = ("ECHO", "HELLO", "CLIENT")
+
+
 def commands_sent(url: str, proc: subprocess.Popen, n: int) -> tuple[float, dict[str, int]]:
     """The commands a side's client sends per job (``MONITOR`` over one block of ``n``, not
     timed: a script's own commands, shown as 'lua', are not counted), by name."""
@@ -124,7 +128,7 @@ def commands_sent(url: str, proc: subprocess.Popen, n: int) -> tuple[float, dict
                 command = line["command"]
                 if command == "ECHO enqueue-paired-end":
                     break
-                if line.get("client_type") != "lua" and not command.startswith("ECHO"):
+                if line.get("client_type") != "lua" and not command.startswith(HANDSHAKE):
                     name = command.split(" ", 1)[0].upper()
                     seen[name] = seen.get(name, 0) + 1
             done.set()
