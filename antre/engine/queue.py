@@ -297,13 +297,20 @@ class Queue:
         """What ``enqueue_one`` / ``enqueue_many`` send, as calls an asynchronous client sends
         itself (``antre.engine.aio``): the jobs' ids and the script calls, then the queue
         index's SADD. Every spec is checked first (``InvalidJob`` before anything is made).
-        With one spec that is not unique, its lean single-job call; else ``enqueue.lua`` per
-        chunk (a unique job's reply may name the job holding its key: see ``stored_ids``)."""
+        With one spec that is not unique, its lean single-job call (``enqueue_one.lua`` alone,
+        the indexes in it when due, as ``enqueue_one`` sends it; off a cluster); else
+        ``enqueue.lua`` per chunk (a unique job's reply may name the job holding its key: see
+        ``stored_ids``)."""
         now = self.clock()
         index: Call = (None, self._index_command, ())
         if len(specs) == 1 and not specs[0].unique and specs[0].group is None:
             values, script, script_keys, args = self._one_call(specs[0], now)
-            return [values[0]], [(script, script_keys, args), index]
+            if script is self.scripts.enqueue or self.cluster:
+                return [values[0]], [(script, script_keys, args), index]
+            if self._index_due(specs[0].job_type, now):  # (counted as indexed once sent)
+                self._indexed_types.add(specs[0].job_type)
+                return [values[0]], [(script, self._one_indexed_keys, args)]
+            return [values[0]], [(script, self._one_keys, args)]
         ids, made = self._encoder(specs, now)
         calls: list[Call] = [(self.scripts.enqueue, self._enqueue_keys,
                               self._run_args(names, part, now))
@@ -312,8 +319,9 @@ class Queue:
 
     @staticmethod
     def stored_ids(ids: Sequence[str], replies: Sequence[Any]) -> list[str]:
-        """Each job's id from ``enqueue_calls``' replies (the last one is the index's): a
-        unique job whose key was held gives the id of the job holding it."""
+        """Each job's id from ``enqueue_calls``' replies (the last one is the index's, but for
+        the lean single-job call alone): a unique job whose key was held gives the id of the
+        job holding it."""
         per_job = [r for reply in replies[:-1] for r in (reply if isinstance(reply, list)
                                                           else [reply])]
         if len(per_job) != len(ids):  # the lean single-job script answers with the id
