@@ -527,6 +527,17 @@ def worker_starts() -> str:
     return f"{PREFIX}:{{workers}}:starts"
 
 
+def worker_restarts() -> str:
+    """ZSET JSON {id, host, cause, type, timeout_s, t} -> ms: worker processes restarted in the
+    last 7 days (at most 1,000) and why, for the incident view."""
+    return f"{PREFIX}:{{workers}}:restarts"
+
+
+def worker_restart_counts() -> str:
+    """HASH '<cause>|<job type>' -> worker processes restarted for it, ever (the metric)."""
+    return f"{PREFIX}:{{workers}}:restart_counts"
+
+
 def worker(worker_id: str) -> str:
     """HASH of one worker's heartbeat record."""
     return f"{PREFIX}:{{workers}}:w:{worker_id}"

@@ -61,6 +61,7 @@ METRIC_NAMES = (
     "antre_lock_conflict_count_total", "antre_lock_conflicts_last_hour",
     "antre_ack_latency_seconds", "antre_job_latency_seconds",
     "antre_processing_duration_seconds", "antre_workers_live", "antre_worker_restarts_total",
+    "antre_worker_restarts_by_cause_total",
     "antre_circuit_breaker_state", "antre_circuit_breaker_opens_total",
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
     "antre_paused", "antre_paused_seconds", "antre_parked_jobs",
@@ -379,6 +380,12 @@ class AntreCollector:
         misses = CounterMetricFamily("antre_completed_cache_misses", "Lookups of a live worker "
                                      "process's completed-key cache that found nothing fresh",
                                      labels=["worker", "host"])
+        causes = CounterMetricFamily("antre_worker_restarts_by_cause", "Worker processes "
+                                     "restarted, by cause (hard_timeout, cancel_ignored: a "
+                                     "handler it could not stop, of job type; killed, "
+                                     "redis_unreachable, crashed)", labels=["cause", "type"])
+        for (cause, job_type), n in sorted(registry.restart_counts().items()):
+            causes.add_metric([cause, job_type], n)
         for info in registry.list():
             if info.kind == "supervisor":
                 restarts.add_metric([info.id, info.host], info.restarts)
@@ -389,7 +396,7 @@ class AntreCollector:
             if alive and info.cache_hits + info.cache_misses:
                 hits.add_metric([info.id, info.host], info.cache_hits)
                 misses.add_metric([info.id, info.host], info.cache_misses)
-        yield from (live, restarts, lag, hits, misses)
+        yield from (live, restarts, causes, lag, hits, misses)
 
     def _flow(self) -> Iterator[Metric]:
         flow = Limits(self.redis, self.clock)
