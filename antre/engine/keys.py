@@ -318,6 +318,12 @@ class QueueKeys:
         itself."""
         return f"{self.tag}:perf:{resolution}:{slot}"
 
+    def perf_rank(self, resolution: str, slot: int) -> str:
+        """ZSET job type -> runs in the slot ``perf(resolution, slot)`` (written with it, the
+        same expiry): the performance index ranks the types of a window by their runs from
+        these, one ZUNION per queue, and reads the figures of the types it shows only."""
+        return f"{self.tag}:perfrank:{resolution}:{slot}"
+
     # -- incident controls (pause, parked jobs, purge) -------------------------------------
     @property
     def paused(self) -> str:  # HASH '*' (whole queue) or job type -> JSON {by, at, reason}

@@ -118,8 +118,10 @@ class DurationBuffer:
         # worker adds two durations per job)
         self._fields: dict[tuple[str, str, str, str], tuple[tuple[str, str], ...]] = {}
         # other tallies kept in memory by their owners (perf.record_run), each drained into
-        # the flush: ``drain()`` -> ([((key, field), by)], {key: ttl ms})
+        # the flush: ``drain()`` -> ([((key, field), by)], {key: ttl ms},
+        # [((zset key, member), by)])
         self.sources: dict[str, Any] = {}
+        self._ranks: dict[tuple[str, str], int] = {}  # (ZSET key, member) -> by (ZINCRBY)
 
     def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
         ms = max(0, int(ms))
@@ -156,17 +158,22 @@ class DurationBuffer:
         with self._lock:
             counts, self._counts = self._counts, {}
             ttls, self._ttls = self._ttls, {}
+            ranks, self._ranks = self._ranks, {}
         for source in list(self.sources.values()):
-            incs, more = source.drain()
+            incs, more, ranked = source.drain()
             for pair, by in incs:
                 counts[pair] = counts.get(pair, 0) + by
+            for pair, by in ranked:
+                ranks[pair] = ranks.get(pair, 0) + by
             ttls.update(more)
-        if not counts:
+        if not counts and not ranks:
             return 0
         try:
             pipe = client.pipeline(transaction=False)
             for (key, name), by in counts.items():
                 pipe.hincrby(key, name, by)
+            for (key, member), by in ranks.items():
+                pipe.zincrby(key, by, member)
             for key, ttl in ttls.items():
                 pipe.pexpire(key, ttl)
             pipe.execute()
@@ -174,6 +181,8 @@ class DurationBuffer:
             with self._lock:
                 for k, by in counts.items():
                     self._counts[k] = self._counts.get(k, 0) + by
+                for k, by in ranks.items():
+                    self._ranks[k] = self._ranks.get(k, 0) + by
                 for key, ttl in ttls.items():
                     self._ttls.setdefault(key, ttl)
             raise

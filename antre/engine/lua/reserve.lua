@@ -126,7 +126,11 @@ local e_vt, e_ep, e_cancel, e_dl = L.e_vt, L.e_ep, L.e_cancel, L.e_dl
 local p_id = L.p_id
 -- >>> a group's share of a batch
 local SPREAD = 8  -- a group's slots are spread over at least this many batches (runners)
-local grouped = redis.call('EXISTS', tag .. K.group_slots) == 1  -- (a ready grouped job holds a slot)
+local grouped = nil  -- whether a group holds slots (a ready grouped job holds one): looked at
+local function any_group()  -- once, at the first job that is not plain (a plain job has no group)
+  if grouped == nil then grouped = redis.call('EXISTS', tag .. K.group_slots) == 1 end
+  return grouped
+end
 local shares, later = {}, {}
 local function over_share(key, id)
   -- whether this call took its share of ``id``'s group already (``id`` is left ready: later)
@@ -185,7 +189,7 @@ for _, id in ipairs(ids) do
   elseif KEYS[10] and cancel and cancel ~= '' then
     cancel_end(key, id, now, cancel_of(cancel), worker, dlq, KEYS[10],
                tl_key(prefix, id), nil, nil)
-  elseif grouped and over_share(key, id) then  -- (left ready for the next call: later)
+  elseif any_group() and over_share(key, id) then  -- (left ready for the next call: later)
   else
     local vt = x and num_of(x[e_vt], 30000) or 30000
     if vt <= 0 or vt > 604800000 then vt = 30000 end
