@@ -21,6 +21,7 @@ from antre.engine.progress import Progress, decode as decode_progress
 from antre.limits.admission import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
 from antre.engine import tracebacks
+from antre.observe.joblog import LogLine, decode as decode_job_log
 from antre.observe.memory import MemoryPolicy
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
@@ -630,6 +631,16 @@ class ReadModels:
         return tracebacks.resolve_job(self.redis, k.error_tracebacks,
                                       from_fields(fields, queue, job_id),
                                       fields.get("errors"))
+
+    def job_log(self, queue: str, job_id: str) -> list[LogLine]:
+        """The job's own log (what its handler logged, every delivery's), oldest first; [] when
+        it never logged. One GET."""
+        k = keys.of_job(queue, job_id)
+        try:
+            raw = self.redis.get(k.job_log(job_id))
+        except redis.ResponseError:  # (another type at the key: shown as no log)
+            return []
+        return decode_job_log(raw)
 
     def find_job(self, job_id: str) -> Job | None:
         """Look a job id up in every known queue (a few HGETALLs, no scan)."""

@@ -13,6 +13,7 @@ from antre import HandlerSpec, JobContext, Queue
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
 from antre.limits.admission import Admission
+from antre.observe.joblog import JobLog
 from antre.stores.idempotency import Begin, IdempotencyStore
 from antre.engine.locks import Lock
 
@@ -56,6 +57,7 @@ class Running:
     ahead_claim: Begin | None = None
     reporter: "Reporter | None" = None  # its ctx.progress (progress.py), made with its ctx
     error: BaseException | None = None  # what its handler raised, for the hooks (hooked.py)
+    own_log: JobLog | None = None  # its ctx's log (kept past give_back for a batched settle)
 
     def __init__(self, job: Job, queue: Queue) -> None:
         self.job = job

@@ -26,6 +26,7 @@ from antre.engine.envelope import Job
 from antre.limits.admission import Limits
 from antre.limits.gates import Declaration, Gates, plan
 from antre.engine.locks import Lock, Locks
+from antre.observe import joblog
 from antre.observe.logs import job_fields
 from antre.observe import otel_metrics
 from antre.observe.metrics import DurationBuffer
@@ -115,6 +116,7 @@ class WorkerProcess:
         self.aio = _async_jobs(app, concurrency, self.counts)
         self._completer: threading.Thread | None = None
         self._declared_at = -DECLARE_EVERY_MS
+        joblog.install()  # each job's own log (its handler's logging records)
         self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                                 supervisor=supervisor_id, queues=self.queue_names,
                                 threads=threads, kind="process",

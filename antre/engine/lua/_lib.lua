@@ -123,6 +123,10 @@ local function tl_key(job_prefix, id)
   return string.sub(job_prefix, 1, -5) .. 'tl:' .. id
 end
 
+local function jlog_key(job_prefix, id)  -- a job's own log (note_log, below)
+  return string.sub(job_prefix, 1, -5) .. 'jlog:' .. id
+end
+
 local function idem_index_key(job_prefix)
   return string.sub(job_prefix, 1, -5) .. 'idem'
 end
@@ -299,7 +303,7 @@ local function forget_job(job_prefix, id)
   local key = job_prefix .. id
   local ikey = redis.pcall('HGET', key, 'idem_key')  -- (not a hash: nothing indexed)
   if type(ikey) == 'string' then unindex_key(idem_index_key(job_prefix), ikey, id) end
-  redis.call('DEL', key, tl_key(job_prefix, id))
+  redis.call('DEL', key, tl_key(job_prefix, id), jlog_key(job_prefix, id))
 end
 
 local function actor_of(job_key, given, row)
@@ -326,6 +330,28 @@ end
 
 local function prefix_of(job_key, id)
   return string.sub(job_key, 1, #job_key - #id)
+end
+
+-- == A job's own log ================================================================================
+-- The lines a handler logged while it ran (antre/observe/joblog.py) come with its settle, after
+-- the worker's note past a NUL (JSON text holds none): note_log, called by each settling
+-- function once the lease is known to be the caller's, appends them to the job's log key
+-- (STRING '<tag>:jlog:<id>', keys.QueueKeys.job_log: JSON lines, oldest first) and gives back
+-- the note alone. Past JLOG_KEEP bytes the key keeps this delivery's lines only. A handler
+-- that logged nothing sends no NUL: one string.find, no key. forget_job deletes the key.
+local JLOG_KEEP = 98304  -- joblog.KEEP_BYTES
+
+
+local function note_log(job_key, id, note)
+  if not note or note == '' then return note end
+  local i = string.find(note, '\0', 1, true)
+  if not i then return note end
+  local k, lines = jlog_key(prefix_of(job_key, id), id), string.sub(note, i + 1)
+  local n = redis.pcall('APPEND', k, lines)
+  if type(n) ~= 'number' or n > JLOG_KEEP then  -- (another type, or too long: this one alone)
+    redis.pcall('SET', k, lines)
+  end
+  return string.sub(note, 1, i - 1)
 end
 
 -- Groups (fair shares): a job with a group ('fgroup') holds one of its group's slots while it
@@ -959,7 +985,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
     local df = redis.call('HMGET', job_key, 'idem_key', 'waiters')
     if df[1] then unindex_key(idem_index_key(prefix_of(job_key, id)), df[1], id) end
     result_wake(prefix_of(job_key, id), id, df[2])
-    redis.call('DEL', job_key)
+    redis.call('DEL', job_key, jlog_key(prefix_of(job_key, id), id))
     redis.pcall('PEXPIRE', tl, CANCEL_TL_KEEP_MS)
     redis.call('HINCRBY', dlq[2], 'discarded', 1)
     return 'discarded'
@@ -1001,6 +1027,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor, plain
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= 'inflight' then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
+  note = note_log(key, id, note)
   if not kept then
     tl_pending(key, tl, nil)
     if not actor or actor == '' then actor = f[5] or '' end
@@ -1108,6 +1135,7 @@ local function retry_job(k, id, epoch, now, visible_at, a)
   -- or 'LOST:<why>' with nothing changed.
   local row, lost = leased_row(k[1], epoch, RETRY_ROW)
   if not row then return lost end
+  a[7] = note_log(k[1], id, a[7])
   redis.call('ZREM', k[2], id)
   gate_leave(prefix_of(k[1], id), id, now, row.lgates or '')  -- its limit slots pass on
   local w = {}
@@ -1229,6 +1257,7 @@ local function bury_failed(k, id, epoch, now, a, call)
   -- nothing changed.
   local row, lost = leased_row(k[1], epoch, BURY_ROW)
   if not row then return lost end
+  a[9] = note_log(k[1], id, a[9])
   redis.call('ZREM', k[2], id)
   local w = {'deadline', 0}
   tl_pending(k[1], k[6], row, w)  -- the delivery's 'reserved' event first (its 'tlf': in w)
