@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 from antre import Antre, Queue
+from antre import __version__ as antre_version
 from antre.clock import Clock
 from antre.engine.envelope import Job
 from antre.limits.admission import Limits
@@ -583,9 +584,11 @@ class WorkerProcess:
         self.health.ok()
 
     def _record_start(self) -> None:
-        """This process's start and code version, for the performance page's deploy markers."""
+        """This process's start, package and code version, for the performance page's deploy
+        markers and the timeline of change."""
         try:
-            self.registry.record_start(self.worker_id, self._info.host, code_version(self.app))
+            self.registry.record_start(self.worker_id, self._info.host, code_version(self.app),
+                                       package=antre_version, queues=self.queue_names)
         except REDIS_DOWN as exc:
             self.health.failed(exc)
 
