@@ -21,7 +21,6 @@ has one. A **flow** drains its members to go at the rate its members settled sin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -30,37 +29,14 @@ from antre.clock import Clock, system_ms
 from antre.flows.read import FlowRow
 from antre.groups.read import GroupRow
 from antre.engine.envelope import parse_rate
-from antre.observe.readmodels import QueueInfo
+from antre.observe.readmodels import Drain, QueueInfo, ReadModels
 from antre.observe.registry import WorkerRegistry
 from antre.observe.sampling import series
 
 RECENT_MS = 10 * 60_000  # the recent completion rate: over the last 10 minutes of samples
 WINDOWS = 5  # its spread: the rate over each fifth of that span
 COMPLETED = ("acked", "deduplicated", "buried")  # counters of jobs gone for good
-MORE_WORKERS = (1, 2, 4)  # the "with N more workers" the pages show
-
-
-@dataclass(frozen=True)
-class Drain:
-    """A backlog's time to drain (s) at ``rate`` (jobs/s); ``low_s`` / ``high_s`` its range
-    (``high_s`` None: at the slowest recent window it would not drain); ``seconds`` None when
-    nothing completed lately (no estimate). ``workers``: the live worker processes serving it;
-    ``more``: (N more workers, the estimate with them) for each of ``MORE_WORKERS``."""
-
-    backlog: int
-    rate: float
-    seconds: float | None
-    low_s: float | None
-    high_s: float | None
-    workers: int = 0
-    more: tuple[tuple[int, float], ...] = ()
-    basis: str = ""  # how the rate was found, in words
-
-    def with_workers(self, n: int) -> float | None:
-        """The estimate with ``n`` more workers (linear in the workers; None without one)."""
-        if self.seconds is None or self.workers <= 0:
-            return None
-        return self.seconds * self.workers / (self.workers + n)
+MORE_WORKERS = (1, 2, 4)  # the "with N more workers" the pages show (Drain.more)
 
 
 def _done(sample: dict[str, Any]) -> int:
@@ -92,19 +68,19 @@ def rates(samples: list[dict[str, Any]], windows: int = WINDOWS) -> tuple[float,
 
 
 def estimate(backlog: int, rate: float, spread: list[float], workers: int = 0,
-             basis: str = "") -> Drain:
+             basis: str = "", sampled: bool = True) -> Drain:
     """``backlog`` at ``rate`` (jobs/s), its range from the window rates ``spread``."""
     if backlog <= 0:
         return Drain(0, rate, 0.0, 0.0, 0.0, workers, tuple((n, 0.0) for n in MORE_WORKERS)
-                     if workers else (), basis)
+                     if workers else (), basis, sampled)
     if rate <= 0:
-        return Drain(backlog, 0.0, None, None, None, workers, (), basis)
+        return Drain(backlog, 0.0, None, None, None, workers, (), basis, sampled)
     seconds = backlog / rate
     fastest, slowest = (max(spread), min(spread)) if spread else (rate, rate)
     low = backlog / max(fastest, rate)
     high = backlog / min(slowest, rate) if min(slowest, rate) > 0 else None
     more = tuple((n, seconds * workers / (workers + n)) for n in MORE_WORKERS) if workers else ()
-    return Drain(backlog, rate, seconds, low, high, workers, more, basis)
+    return Drain(backlog, rate, seconds, low, high, workers, more, basis, sampled)
 
 
 def backlog_of(info: QueueInfo) -> int:
@@ -134,9 +110,11 @@ class DrainModel:
 
     def queue(self, info: QueueInfo) -> Drain:
         now = self.clock()
-        whole, spread = rates(series(self.redis, info.name, now - self.recent_ms, now))
+        samples = series(self.redis, info.name, now - self.recent_ms, now)
+        whole, spread = rates(samples)
         return estimate(backlog_of(info), whole, spread, self.workers_of(info.name),
-                        f"{len(spread)} windows of the last {self.recent_ms // 60_000} min")
+                        f"{len(spread)} windows of the last {self.recent_ms // 60_000} min",
+                        len(samples) >= 2)
 
     def group(self, info: QueueInfo, queue_drain: Drain, row: GroupRow) -> Drain:
         """``row``'s waiting jobs and those holding its slots at its share of the queue's
@@ -150,7 +128,7 @@ class DrainModel:
             try:
                 count, window_ms = parse_rate(row.rate)
                 cap = count * 1000 / window_ms
-            except (ValueError, TypeError):
+            except ValueError:  # (InvalidJob: a rate the page shows as given)
                 cap = 0.0
             if cap and (rate <= 0 or cap < rate):
                 rate, basis = cap, f"its rate {row.rate}"
@@ -165,6 +143,12 @@ class DrainModel:
             else:
                 spread.append(0.0)
         return estimate(backlog, rate, spread, queue_drain.workers, basis)
+
+    def groups(self, queue: str, rows: list[GroupRow]) -> dict[str, Drain]:
+        """Each group's of ``rows`` (the Groups page's), with one read of the queue's."""
+        info = ReadModels(self.redis, self.clock).queue_info(queue)
+        whole = self.queue(info)
+        return {r.name: self.group(info, whole, r) for r in rows}
 
     def flow(self, row: FlowRow) -> Drain:
         """A flow's members to go at the rate its members settled since it began."""

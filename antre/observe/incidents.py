@@ -35,7 +35,8 @@ SEVERITY = {"no_live_worker": "critical", "dlq_growth": "critical",
             "oldest_ready_age": "major", "retry_storm": "major", "fence_refusals": "major",
             "lost_locks": "major", "breaker_open": "major", "stuck_leases": "critical",
             "lock_conflict_spike": "minor", "duplicate_delivery_spike": "minor",
-            "paused_too_long": "minor", "paused": "minor", "lock_hot_spot": "minor"}
+            "paused_too_long": "minor", "paused": "minor", "lock_hot_spot": "minor",
+            "drain_too_long": "major"}
 TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growing",
           "lease_expiration_spike": "Leases expiring", "outbox_backlog_age": "Outbox lagging",
           "oldest_ready_age": "Ready jobs waiting", "retry_storm": "Retry storm",
@@ -43,7 +44,8 @@ TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growin
           "breaker_open": "Circuit breaker open", "lock_conflict_spike": "Lock conflicts",
           "duplicate_delivery_spike": "Duplicate deliveries",
           "paused_too_long": "Paused too long", "paused": "Paused",
-          "lock_hot_spot": "Lock hot spot", "stuck_leases": "Leases past their deadline"}
+          "lock_hot_spot": "Lock hot spot", "stuck_leases": "Leases past their deadline",
+          "drain_too_long": "Slow to drain"}
 STUCK_GRACE_MS = 30_000  # a lease this far past its deadline has not been swept: no sweeper
 HOT_LOCK_5M = 20  # conflicts on one key in 5 minutes that make it a hot spot
 TOP_GROUPS = 3
@@ -118,7 +120,7 @@ def _alert_remedy(alert: Alert, groups: tuple[ErrorGroup, ...]) -> Remedy:
         return Remedy("Release the hot lock", "/locks/")
     if alert.rule == "retry_storm":
         return Remedy("See the retries", f"/scheduled/?queue={q}")
-    if alert.rule in ("no_live_worker", "oldest_ready_age"):
+    if alert.rule in ("no_live_worker", "oldest_ready_age", "drain_too_long"):
         return Remedy("See the workers", "/workers/")
     if alert.rule == "paused_too_long":
         return Remedy("Resume it", f"/?queue={q}")

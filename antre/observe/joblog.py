@@ -1,8 +1,8 @@
 """A job's own log: the lines its handler wrote while it ran (``ctx.log(...)`` and the standard
 ``logging`` records emitted on the handler's thread or task), kept with the job.
 
-``JobLog`` collects one delivery's lines, bounded (``MAX_LINES`` lines, ``MAX_BYTES`` bytes of
-text, each line cut at ``MAX_LINE_CHARS``; what is left out is counted and said by one last
+``JobLog`` collects one delivery's lines, bounded (``ANTRE_JOB_LOG_LINES`` lines, 200 by
+default, and ``ANTRE_JOB_LOG_BYTES`` bytes of text, 32 KiB, each line cut at ``MAX_LINE_CHARS``; what is left out is counted and said by one last
 marker line) and redacted as they come (``antre.observe.redact.scrub``'s rule: every URL's
 password and secret-looking query values blanked, and ``name=value`` pairs whose name looks like
 a secret). The worker sends them with the job's settle, in the same Lua call: ``JobLog.encode``'s text
@@ -30,13 +30,14 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import antre.settings as settings
 from antre.observe.redact import MASK, scrub
 
 __all__ = ["CaptureHandler", "JobLog", "LogLine", "MAX_BYTES", "MAX_LINES", "MAX_LINE_CHARS",
            "KEEP_BYTES", "LOG_NOTE", "capturing", "decode", "install", "redact_line"]
 
-MAX_LINES = 200  # lines kept of one delivery
-MAX_BYTES = 32 * 1024  # bytes of text kept of one delivery (each line's JSON)
+MAX_LINES = settings.JOB_LOG_LINES.default  # lines kept of one delivery (ANTRE_JOB_LOG_LINES)
+MAX_BYTES = settings.JOB_LOG_BYTES.default  # bytes kept of one delivery (each line's JSON)
 MAX_LINE_CHARS = 2000  # a longer line is cut, ending with "…"
 KEEP_BYTES = 96 * 1024  # a job's log over all its deliveries: past this, older deliveries go
 
@@ -71,10 +72,14 @@ class JobLog:
     """One delivery's lines, bounded and redacted as they are added (thread-safe enough: a
     list append per line under the GIL; the worker reads it once the handler ended)."""
 
-    __slots__ = ("attempt", "clock", "lines", "size", "dropped", "dropped_bytes")
+    __slots__ = ("attempt", "clock", "lines", "size", "dropped", "dropped_bytes", "max_lines",
+                 "max_bytes")
 
-    def __init__(self, attempt: int, clock: Callable[[], int]) -> None:
+    def __init__(self, attempt: int, clock: Callable[[], int], max_lines: int = MAX_LINES,
+                 max_bytes: int = MAX_BYTES) -> None:
         self.attempt = attempt
+        self.max_lines = max_lines  # (the worker passes ANTRE_JOB_LOG_LINES / _BYTES)
+        self.max_bytes = max_bytes
         self.clock = clock  # ms (antre.clock.Clock)
         self.lines: list[str] = []  # each line's JSON
         self.size = 0
@@ -92,7 +97,7 @@ class JobLog:
             row["n"] = logger
         line = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
         size = len(line.encode("utf-8", "replace")) + 1
-        if len(self.lines) >= MAX_LINES or self.size + size > MAX_BYTES:
+        if len(self.lines) >= self.max_lines or self.size + size > self.max_bytes:
             self.dropped += 1
             self.dropped_bytes += size
             return
@@ -112,7 +117,8 @@ class JobLog:
             lines.append(json.dumps(
                 {"t": int(self.clock()), "l": "WARNING", "a": self.attempt,
                  "m": f"… {self.dropped} more line(s) ({self.dropped_bytes} bytes) not kept: "
-                      f"a delivery keeps at most {MAX_LINES} lines and {MAX_BYTES} bytes",
+                      f"a delivery keeps at most {self.max_lines} lines and "
+                      f"{self.max_bytes} bytes",
                  "x": 1}, separators=(",", ":")))
         return "\n".join(lines) + "\n"
 

@@ -279,6 +279,31 @@ class QueueRates:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """A backlog's time to drain (s) at ``rate`` (jobs/s); ``low_s`` / ``high_s`` its range
+    (``high_s`` None: at the slowest recent window it would not drain); ``seconds`` None when
+    nothing completed lately (no estimate). ``workers``: the live worker processes serving it;
+    ``more``: (N more workers, the estimate with them) for each of
+    ``drain.MORE_WORKERS``. Made by ``antre.observe.drain.DrainModel``."""
+
+    backlog: int
+    rate: float
+    seconds: float | None
+    low_s: float | None
+    high_s: float | None
+    workers: int = 0
+    more: tuple[tuple[int, float], ...] = ()
+    basis: str = ""  # how the rate was found, in words
+    sampled: bool = True  # False: too few samples to say (a queue just seen)
+
+    def with_workers(self, n: int) -> float | None:
+        """The estimate with ``n`` more workers (linear in the workers; None without one)."""
+        if self.seconds is None or self.workers <= 0:
+            return None
+        return self.seconds * self.workers / (self.workers + n)
+
+
+@dataclass(frozen=True)
 class StatusSummary:
     """What the overview page, ``GET /api/overview`` and ``antre status`` show: depth per
     queue, rates, flow control, lock conflicts (all keys: last 5 minutes / hour / ever) and
@@ -296,6 +321,7 @@ class StatusSummary:
     oldest_ready_ms: int
     as_of: int
     memory: MemoryPolicy | None = None  # Redis's eviction policy (None: not read)
+    drains: dict[str, Drain] = field(default_factory=dict)  # each queue's time to drain
 
 
 def _int(v: Any) -> int:

@@ -83,3 +83,21 @@ def test_the_drain_metric_is_the_estimate(app, q, clock):
     assert drain.seconds == (100 - sum(PACE)) / (sum(PACE) / (len(PACE) * STEP_MS / 1000))
     low = found[("antre_queue_drain_range_seconds", (("bound", "low"), ("queue", "default")))]
     assert low == drain.low_s < drain.seconds
+
+
+def test_a_backlog_slower_to_drain_than_the_threshold_is_an_incident(app, q, clock):
+    from antre.observe.alerts import AlertConfig, AlertEngine
+    from antre.observe.incidents import incident_view
+
+    q.enqueue_many([app.spec("import", {"n": i}, idempotency_key=f"a:{i}") for i in range(400)])
+    sampling.take(app.redis, clock)
+    for n in PACE:
+        _step(app, q, clock, n)  # 50 in 2.5 min: 350 to go, about 17 min
+    rules = AlertConfig(drain_s=3600).rules()
+    AlertEngine(app.redis, clock, rules=rules).check()
+    assert "drain_too_long|default" not in {i.id for i in incident_view(app.redis, clock).open}
+    AlertEngine(app.redis, clock, rules=AlertConfig(drain_s=600).rules()).check()
+    (inc,) = [i for i in incident_view(app.redis, clock).open if i.id == "drain_too_long|default"]
+    assert inc.title == "Slow to drain" and inc.threshold == 600
+    assert "350 jobs to drain" in inc.message and inc.value == 1050.0
+    assert "+1 worker: " in inc.message  # what one more worker would make of it

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimited
+from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimited, settings
 from antre.clock import Clock
 from antre.stores.fencing import FenceRejected
 from antre.stores.idempotency import Completed, IdempotencyStore
@@ -63,6 +63,8 @@ class Execution:
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
         self.batching = batching  # this thread's acks wait for their batch (Settler.batching)
+        # a job's own log: lines and bytes kept per delivery (read once, at start)
+        self.log_bounds = (settings.JOB_LOG_LINES.get(), settings.JOB_LOG_BYTES.get())
 
     def run(self, r: Running) -> Outcome:
         """Step: run the handler (its timeouts are the heartbeat's, leases.py)."""
@@ -122,7 +124,7 @@ class Execution:
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
         r.reporter = Reporter(r)
-        r.own_log = joblog.JobLog(job.attempt + 1, self.clock)
+        r.own_log = joblog.JobLog(job.attempt + 1, self.clock, *self.log_bounds)
         return JobContext(job=job, worker_id=self.worker_id,
                           _db_factory=self.app.session_factory,
                           fence=lock.fence if lock else job.epoch, lock=lock,
