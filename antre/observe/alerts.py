@@ -45,7 +45,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import field as dc_field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -90,7 +91,7 @@ class Snapshot:
     points: dict[str, list[list[Any]]]  # queue -> [[ms, {counter: value}], ...] oldest first
     outbox_age_s: float | None = None  # the oldest unsent outbox row; None: none, or no SQL
     # queue -> its time to drain (drain.py), read when a rule asks (``DrainTooLong``)
-    drains: dict[str, Drain] = field(default_factory=dict)
+    drains: dict[str, Drain] = dc_field(default_factory=dict)
 
     def increase(self, queue: str, counter: str, window_ms: int) -> int:
         """How much ``counter`` of ``queue`` grew over the last ``window_ms`` (a lower bound
