@@ -2,17 +2,17 @@
 ``logging`` records emitted on the handler's thread or task), kept with the job.
 
 ``JobLog`` collects one delivery's lines, bounded (``ANTRE_JOB_LOG_LINES`` lines, 200 by
-default, and ``ANTRE_JOB_LOG_BYTES`` bytes of text, 32 KiB, each line cut at ``MAX_LINE_CHARS``; what is left out is counted and said by one last
-marker line) and redacted as they come (``antre.observe.redact.scrub``'s rule: every URL's
-password and secret-looking query values blanked, and ``name=value`` pairs whose name looks like
-a secret). The worker sends them with the job's settle, in the same Lua call: ``JobLog.encode``'s text
-goes in the settle's timeline note under ``LOG_NOTE``; ``Queue`` sends it after the note's JSON,
-past a NUL (which JSON text never holds, ``engine.queue.LOG_SEP``), and the
-settling script (``note_log`` in ``lua/_lib.lua``) writes them to the job's log key
-(``keys.QueueKeys.job_log``, a STRING of JSON lines), appended to the lines of the job's earlier
-deliveries while the whole stays under ``KEEP_BYTES``. A handler that logs nothing sends
-nothing and the job has no log key. The key goes with the job (``forget_job``: retention,
-purge, the done-trim; a discard).
+default, and ``ANTRE_JOB_LOG_BYTES`` bytes, 32 KiB; each line cut at ``MAX_LINE_CHARS``; what
+is left out is counted and said by one last marker line) and redacted as they come (every
+URL's password and secret-looking query values blanked, ``antre.observe.redact.scrub``, and
+``name=value`` pairs whose name looks like a secret). The worker sends them with the job's
+settle, in the same Lua call: ``JobLog.encode``'s text goes in the settle's timeline note
+under ``LOG_NOTE``; ``Queue`` sends it after the note's JSON, past a NUL (which JSON text never
+holds: ``engine.queue.LOG_SEP``), and the settling script (``note_log`` in ``lua/_lib.lua``)
+appends it to the job's log key (``keys.QueueKeys.job_log``, a STRING of JSON lines), after
+the lines of the job's earlier deliveries while the whole stays under ``KEEP_BYTES`` (else
+this delivery's alone). A handler that logs nothing sends nothing and the job has no log key.
+The key goes with the job (``forget_job``: retention, purge, the done-trim; a discard).
 
 ``capturing(log)`` makes ``log`` the current job's log (a context variable: each thread, and
 each asyncio task, has its own); ``CaptureHandler``, installed once on the root logger by

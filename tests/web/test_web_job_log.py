@@ -123,3 +123,29 @@ def test_an_async_handler_logs_into_its_own_job_only(web):
     for n, job_id in enumerate(ids):
         assert [line.text for line in web.svc.reads.job_log("default", job_id)] == [
             f"fetching {n}", f"fetched {n}"]
+
+
+def test_the_log_of_an_encrypted_job_is_for_admins_only(web, monkeypatch):
+    import base64
+    import os
+
+    import antre
+
+    ring = "v1:" + base64.b64encode(os.urandom(32)).decode()
+    monkeypatch.setenv("ANTRE_PAYLOAD_KEYS", ring)
+    app = antre.Antre(redis_url=web.producer.redis_url, clock=web.clock, payload_keys=ring,
+                      encrypt=True)
+
+    @app.handler("charge")
+    def charge(ctx, payload):
+        ctx.log("charging card %s", payload["card"])
+
+    job_id = app.enqueue("charge", {"card": "4111-secret"}, idempotency_key="c:1")
+    burst(app, web.clock)
+    viewer = web.client("viewer")
+    page = viewer.get(f"/jobs/default/{job_id}").get_data(as_text=True)
+    assert "4111-secret" not in page and "1 line(s) hidden: the job&#39;s payload is encrypted" in page
+    api = viewer.get(f"/api/queues/default/jobs/{job_id}").get_json()
+    assert api["log"] == [] and api["log_hidden"]
+    admin = web.client("admin").get(f"/api/queues/default/jobs/{job_id}").get_json()
+    assert [line["text"] for line in admin["log"]] == ["charging card 4111-secret"]
