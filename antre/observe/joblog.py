@@ -157,21 +157,39 @@ def current() -> JobLog | None:
     return _CURRENT.get()
 
 
+def enter(log: JobLog | None) -> contextvars.Token[JobLog | None]:
+    """``capturing`` without the context manager, for the worker's hot path: ``leave`` with
+    the token."""
+    return _CURRENT.set(log)
+
+
+def leave(token: contextvars.Token[JobLog | None]) -> None:
+    _CURRENT.reset(token)
+
+
 class CaptureHandler(logging.Handler):
     """Adds each record emitted while a job's log is current to it (not the worker's own
-    ``antre`` records)."""
+    ``antre`` records). ``handle`` is the whole of it: no lock, no filter, one context-variable
+    read for a record emitted outside a job (the worker's own lines, one per job)."""
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def handle(self, record: logging.LogRecord) -> bool:
         log = _CURRENT.get()
-        if log is None or record.name == "antre" or record.name.startswith("antre."):
-            return
+        if log is None:
+            return False
+        name = record.name
+        if name == "antre" or name.startswith("antre."):
+            return False
         try:
             text = record.getMessage()
         except Exception:  # a bad format: the raw message, never a lost job
             text = str(record.msg)
         if record.exc_info and record.exc_info[1] is not None:
             text = f"{text}: {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
-        log.add(record.levelno, text, record.name)
+        log.add(record.levelno, text, name)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.handle(record)
 
 
 _INSTALLED: list[CaptureHandler] = []

@@ -71,8 +71,11 @@ class Execution:
         assert r.spec is not None  # set by the envelope step
         ctx = self._start(r)
         try:
-            with joblog.capturing(ctx.own_log):
+            token = joblog.enter(r.own_log)  # its handler's logging records: its own log
+            try:
                 result = run_in_execution_span(r.job, r.spec.fn, ctx, r.job.payload)
+            finally:
+                joblog.leave(token)
         except Exception as exc:
             _last_progress(r)
             self._measure(r)
