@@ -10,9 +10,9 @@ local id = ARGV[1]
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'type', 'group')
 if f.err then
   if not redis.call('ZSCORE', KEYS[2], id) then return 0 end
-  f = {'dead', nil, nil}
+  f = {S.dead, nil, nil}
 end
-if f[1] ~= 'dead' then return 0 end
+if f[1] ~= S.dead then return 0 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[2] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[3] .. (f[3] or ''), id)
@@ -28,6 +28,6 @@ end
 -- a member of a flow it held (policy fail / wait): the flow is given up (_flows.lua flow_gone)
 flow_gone(KEYS[1], id, tonumber(ARGV[4]), 'discarded by ' .. ((ARGV[5] or '') ~= '' and ARGV[5] or '?'),
           KEYS[3])
-redis.call('DEL', KEYS[1], jlog_key(string.sub(KEYS[1], 1, #KEYS[1] - #id), id))  -- its own log
+redis.call('DEL', KEYS[1], jlog_key(prefix_of(KEYS[1], id), id))  -- and its own log
 redis.call('HINCRBY', KEYS[3], 'discarded', 1)
 return 1
