@@ -48,7 +48,7 @@ DISCARDED_TIMELINE_MS = 7 * 86_400_000  # a discarded job's timeline stays this 
 Note = dict[str, Any] | None  # a transition's details from the caller, on the job's timeline
 # a settle's note field "log" (the job's own log, antre/observe/joblog.py) is not on the
 # timeline: it is sent after the note's JSON past LOG_SEP, and the settling script writes it to
-# the job's log key (lua/_lib.lua note_log)
+# the job's log key (lua/_timeline.lua note_log)
 LOG_SEP = "\0"
 
 

@@ -8,7 +8,7 @@ URL's password and secret-looking query values blanked, ``antre.observe.redact.s
 ``name=value`` pairs whose name looks like a secret). The worker sends them with the job's
 settle, in the same Lua call: ``JobLog.encode``'s text goes in the settle's timeline note
 under ``LOG_NOTE``; ``Queue`` sends it after the note's JSON, past a NUL (which JSON text never
-holds: ``engine.queue.LOG_SEP``), and the settling script (``note_log`` in ``lua/_lib.lua``)
+holds: ``engine.queue.LOG_SEP``), and the settling script (``note_log`` in ``lua/_timeline.lua``)
 appends it to the job's log key (``keys.QueueKeys.job_log``, a STRING of JSON lines), after
 the lines of the job's earlier deliveries while the whole stays under ``KEEP_BYTES`` (else
 this delivery's alone). A handler that logs nothing sends nothing and the job has no log key.
