@@ -51,7 +51,11 @@ def test_the_incident_card_names_the_group_limit_and_the_new_version_first(
     page.goto("/incident/")
     card = page.locator(f"article[data-incident='paused|default/group={paused_group}']")
     expect(card).to_be_visible(timeout=JOB_TIMEOUT_MS)
+    summary = card.locator("details.changed summary")
+    expect(summary).to_contain_text(f"group {paused_group} limited to 1 slots")  # the first
+    summary.click()
     changes = card.locator("li.change")
+    expect(changes.nth(0)).to_be_visible()
     expect(changes.nth(0)).to_contain_text(f"group {paused_group} limited to 1 slots")
     expect(changes.nth(0)).to_contain_text("<b>protect</b> the db")  # shown as text
     expect(changes.nth(0)).to_contain_text("touches its group")

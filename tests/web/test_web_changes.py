@@ -89,3 +89,13 @@ def test_a_pause_is_a_change_of_its_job_type(web):
     (pause,) = [c for c in got["changes"] if c["kind"] == "pause"]
     assert (pause["queue"], pause["job_type"], pause["by"]) == ("default", "import", "dave")
     assert "db upgrade" in pause["text"]
+
+
+def test_the_incident_page_lists_the_last_hours_changes_newest_first(web, monkeypatch):
+    planted(web, monkeypatch)
+    page = web.client("viewer").get("/incident/").get_data(as_text=True)
+    recent = page[page.index('id="recent-changes"'):]
+    kinds = [part.split('"', 1)[0] for part in recent.split('data-change="')[1:]]
+    assert set(kinds[:2]) == {"group_limit", "deploy"} and kinds[2:] == ["worker_start",
+                                                                          "group_limit"]
+    assert "v1 first seen" not in recent  # two hours ago

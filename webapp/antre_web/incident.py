@@ -24,6 +24,7 @@ from .security import current_user, requires
 
 bp = Blueprint("incident", __name__)
 HOUR_MS = 3_600_000
+RECENT_SHOWN = 50  # of the last hour's changes, newest first (all of them: GET /api/changes)
 
 
 def view(with_changes: bool = False) -> IncidentView:
@@ -52,8 +53,10 @@ def _thresholds() -> list[dict[str, Any]]:
 @requires("viewer")
 def index() -> str:
     iv = view(with_changes=True)
+    svc = services.get()
+    recent = ChangeLog(svc.redis, svc.clock, svc.audit).between(iv.as_of - HOUR_MS, iv.as_of)
     return render("incident.html", "_incident.html", iv=iv, as_of=iv.as_of, silences=SILENCES,
-                  thresholds=_thresholds())
+                  thresholds=_thresholds(), recent=recent[::-1][:RECENT_SHOWN])
 
 
 @bp.get("/api/incidents")
