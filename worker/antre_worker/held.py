@@ -57,12 +57,18 @@ class Running:
     ahead_claim: Begin | None = None
     reporter: "Reporter | None" = None  # its ctx.progress (progress.py), made with its ctx
     error: BaseException | None = None  # what its handler raised, for the hooks (hooked.py)
+    # its hard timeout (interrupt.py): whether its sync handler runs now (in its thread
+    # ``thread``), when the heartbeat raised ``HardTimeout`` into it, and the error it becomes
+    in_handler: bool = False
+    interrupted_ms: int = 0
+    interrupt_error: str = ""
     own_log: JobLog | None = None  # its ctx's log (kept past give_back for a batched settle)
 
     def __init__(self, job: Job, queue: Queue) -> None:
         self.job = job
         self.queue = queue
         self.settle_lock = threading.Lock()
+        self.handler_guard = threading.Lock()  # orders a hard timeout's interrupt (interrupt.py)
 
     def __repr__(self) -> str:
         return f"Running(job={self.job.id!r}, queue={self.queue.name!r}, closed={self.closed})"

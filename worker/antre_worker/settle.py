@@ -53,13 +53,20 @@ class Settler:
         self.durations = durations
         self.hooks = hooks if hooks is not None else Hooks()  # the app's hooks (hooked.py)
         self._local = threading.local()  # per runner thread: acks waiting for their batch
+        # the same lists by thread: a batch whose thread is stuck in a handler is sent by
+        # another (flush_abandoned)
+        self._open: dict[int, tuple[list[tuple[Running, Ack]], list[tuple[Running, Outcome]]]] = {}
 
     # -- batching ----------------------------------------------------------------------------
     def begin_batch(self, batched: bool) -> None:
         """From now on this thread's plain acks wait for ``flush_acks`` (when ``batched``)."""
-        self._local.acks = [] if batched else None
-        self._local.fails = [] if batched else None  # retries and burials, sent together
+        acks: list[tuple[Running, Ack]] | None = [] if batched else None
+        fails: list[tuple[Running, Outcome]] | None = [] if batched else None
+        self._local.acks = acks
+        self._local.fails = fails  # retries and burials, sent together
         self._local.completing = None  # the keys of the waiting acks' completions
+        if acks is not None and fails is not None:  # (found by flush_abandoned)
+            self._open[threading.get_ident()] = (acks, fails)
 
     def batching(self) -> bool:
         return getattr(self._local, "acks", None) is not None
@@ -74,17 +81,36 @@ class Settler:
         """Retry and bury the failures of a prefetched batch in one round trip, then ack its
         successes in one more (also when the failures could not be settled: those come back
         through their leases)."""
+        self._open.pop(threading.get_ident(), None)
         fails: list[tuple[Running, Outcome]] = getattr(self._local, "fails", None) or []
         self._local.fails = None
         try:
             if fails:
                 self._fail_together(fails)
         finally:
-            self._flush_successes()
+            pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
+            self._local.acks = self._local.completing = None
+            self._send_successes(pending)
 
-    def _flush_successes(self) -> None:
-        pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
-        self._local.acks = self._local.completing = None
+    def flush_abandoned(self, thread: int) -> None:
+        """What the batch of ``thread`` holds waiting (the acks and failures of the jobs it ran
+        before the handler it is stuck in), sent from this thread: its jobs are not delivered
+        again because one handler of their batch never returns. Taken out of the batch, so the
+        thread sends nothing of it twice if it ever returns."""
+        held = self._open.pop(thread, None)
+        if held is None:
+            return
+        acks, fails = held
+        pending, failing = list(acks), list(fails)
+        acks.clear()
+        fails.clear()
+        try:
+            if failing:
+                self._fail_together(failing)
+        finally:
+            self._send_successes(pending)
+
+    def _send_successes(self, pending: list[tuple[Running, Ack]]) -> None:
         if any(ack.completion is not None for _, ack in pending):
             pending = self._complete(pending)
         by_queue: dict[str, list[tuple[Running, Ack]]] = {}
@@ -101,8 +127,10 @@ class Settler:
         if (not acks or len(acks) != 1 or acks[0][0] is not r or acks[0][1].completion
                 is not None or getattr(self._local, "fails", None)):
             return None
-        self._local.acks, self._local.completing = [], None
-        return cast(Ack, acks[0][1])
+        ack = cast(Ack, acks[0][1])
+        acks.clear()  # (in place: flush_abandoned holds the same list)
+        self._local.completing = None
+        return ack
 
     def put_back(self, r: Running, ack: Ack) -> None:
         """``take_ack``'s ack, back in the batch (it is acked with it after all)."""
