@@ -46,11 +46,18 @@ ACK_CHUNK = 200  # jobs per ack_many.lua call
 ENQUEUE_CHUNK = 100  # jobs per enqueue.lua call of enqueue_many / store
 DISCARDED_TIMELINE_MS = 7 * 86_400_000  # a discarded job's timeline stays this long
 Note = dict[str, Any] | None  # a transition's details from the caller, on the job's timeline
+# a settle's note field "log" (the job's own log, antre/observe/joblog.py) is not on the
+# timeline: it is sent after the note's JSON past LOG_SEP, and the settling script writes it to
+# the job's log key (lua/_timeline.lua note_log)
+LOG_SEP = "\0"
 
 
 def _note(note: Note) -> str:
     if not note:
         return ""
+    if "log" in note:
+        rest = {k: v for k, v in note.items() if k != "log"}
+        return f"{_note(rest)}{LOG_SEP}{note['log']}" if note["log"] else _note(rest)
     if len(note) == 1 and type(note.get("ran_ms")) is int:  # a plain job's ack: no encoder
         return '{"ran_ms":%d}' % note["ran_ms"]
     return json.dumps(note, default=str, separators=(",", ":"))

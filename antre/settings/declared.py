@@ -69,6 +69,12 @@ AUDIT_RETENTION_S = integer("ANTRE_AUDIT_RETENTION_S", 365 * DAY_S,
 BURST_REDIS_WAIT_S = number("ANTRE_BURST_REDIS_WAIT_S", 30.0,
                             "`--burst` gives up (exit 4) after Redis was unreachable this long.",
                             min=0, unit="seconds")
+JOB_LOG_LINES = integer("ANTRE_JOB_LOG_LINES", 200, "Lines of a job's own log (`ctx.log`, its "
+                        "handler's logging records) kept per delivery; then one marker line.",
+                        min=0, max=10_000)
+JOB_LOG_BYTES = integer("ANTRE_JOB_LOG_BYTES", 32 * 1024, "Bytes of a job's own log kept per "
+                        "delivery (a job keeps 96 KiB over all its deliveries).", min=1024,
+                        max=64 * 1024, unit="bytes")
 CODE_VERSION = text("ANTRE_CODE_VERSION", "", "The deployed code's version (e.g. the commit) "
                     "a worker reports (unset: a digest of its handlers).")
 
@@ -115,6 +121,8 @@ ALERT_PAUSED_MAX_MIN = threshold("ANTRE_ALERT_PAUSED_MAX_MIN", 30,
 ALERT_ABANDONED_MAX = threshold("ANTRE_ALERT_ABANDONED_MAX", 0,
                                 "Alert on more damaged or vanished records the scripts moved "
                                 "past in the window.")
+ALERT_DRAIN_S = threshold("ANTRE_ALERT_DRAIN_S", 3600, "Alert when a queue's backlog would "
+                          "take longer to drain at its recent completion rate.", "seconds")
 ALERTS: dict[str, Setting[Any]] = {  # AlertConfig's fields
     "window_s": ALERT_WINDOW_S, "dlq_growth_max": ALERT_DLQ_GROWTH_MAX,
     "oldest_ready_s": ALERT_OLDEST_READY_S, "lease_expirations_max": ALERT_LEASE_EXPIRATIONS_MAX,
@@ -123,6 +131,7 @@ ALERTS: dict[str, Setting[Any]] = {  # AlertConfig's fields
     "outbox_age_s": ALERT_OUTBOX_AGE_S, "fence_refusals_max": ALERT_FENCE_REFUSALS_MAX,
     "lost_locks_max": ALERT_LOST_LOCKS_MAX, "paused_max_min": ALERT_PAUSED_MAX_MIN,
     "abandoned_max": ALERT_ABANDONED_MAX,
+    "drain_s": ALERT_DRAIN_S,
 }
 
 # the dashboard
