@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
@@ -9,7 +10,9 @@ from antre.stores.versioned import versioned_update
 from antre.engine.envelope import Job
 from antre.engine.progress import checked as checked_progress
 from antre.errors import JobTimeout
+from antre.observe.joblog import JobLog
 
+_job_log = logging.getLogger("antre.job")
 _MAKING = threading.Lock()  # guards the first making of a context's ``cancelled``
 
 
@@ -35,7 +38,8 @@ class JobContext:
                  _extend: Callable[[float], int] | None = None,
                  _checkpoint: Callable[[Any], None] | None = None,
                  _progress: Callable[[float, str], None] | None = None,
-                 _flow_inputs: Callable[[], list[Any]] | None = None) -> None:
+                 _flow_inputs: Callable[[], list[Any]] | None = None,
+                 _log: JobLog | None = None) -> None:
         self.job = job
         self.worker_id = worker_id
         self._db_factory = _db_factory
@@ -51,6 +55,7 @@ class JobContext:
         self.flow_id: str = job.flow
         self._flow_inputs = _flow_inputs
         self._flow_results: list[Any] | None = None
+        self._log = _log
 
     @property
     def flow_results(self) -> list[Any]:
@@ -129,6 +134,23 @@ class JobContext:
         self.last_progress = value
         if self._progress is not None:
             self._progress(*value)
+
+    def log(self, message: str, *args: Any, level: int = logging.INFO) -> None:
+        """Add a line to the job's own log (``message % args`` when args are given), shown on
+        its job page and in the API, kept and retired with the job; it also goes to the
+        process's log (logger ``antre.job``). The standard ``logging`` records the handler
+        emits while it runs are kept there too. A delivery keeps at most
+        ``antre.observe.joblog.MAX_LINES`` lines and ``MAX_BYTES`` bytes (then a line says how
+        many were left out); secrets in URLs and ``password=...`` pairs are blanked."""
+        text = message % args if args else str(message)
+        if self._log is not None:
+            self._log.add(level, text)
+        _job_log.log(level, "job %s: %s", self.job.id, text)
+
+    @property
+    def own_log(self) -> JobLog | None:
+        """The lines this delivery logged so far (for the worker)."""
+        return self._log
 
     def checkpoint(self, state: Any = None) -> None:
         """Persist progress (when ``state`` is given) and raise ``JobTimeout`` if cancelled."""

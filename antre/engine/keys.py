@@ -127,6 +127,7 @@ class Tagged:
     gate_line = "lline:"
     gate_starts = "lstart:"
     timeline = "tl:"
+    job_log = "jlog:"
     idem_index = "idem"
     result_wake = "rwake:"
     replay_watch = "rwatch"
@@ -444,14 +445,25 @@ class QueueKeys:
         return f"{self.tag}:{Tagged.gate_starts}{gate}"
 
     # -- finder and job timelines ------------------------------------------------------------
-    # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_turns.lua,
-    # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
+    # The Lua scripts that get only ``job_prefix`` derive these three from it
+    # (antre/engine/lua/_turns.lua ``tl_key`` / ``idem_index_key``, _timeline.lua ``jlog_key``:
+    # the prefix without its trailing 'job:').
     @property
     def timeline_prefix(self) -> str:  # LIST per job: its events as JSON, oldest first, capped
         return f"{self.tag}:{Tagged.timeline}"
 
     def timeline(self, job_id: str) -> str:
         return f"{self.timeline_prefix}{job_id}"
+
+    @property
+    def job_log_prefix(self) -> str:  # STRING per job: its handler's log lines (JSON lines)
+        return f"{self.tag}:{Tagged.job_log}"
+
+    def job_log(self, job_id: str) -> str:
+        """STRING: the job's own log, JSON lines oldest first (antre/observe/joblog.py),
+        written by its settle (lua/_timeline.lua ``note_log``), deleted with the job
+        (``forget_job``); absent when its handler never logged."""
+        return f"{self.job_log_prefix}{job_id}"
 
     @property
     def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it

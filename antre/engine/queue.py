@@ -46,11 +46,18 @@ ACK_CHUNK = 200  # jobs per ack_many.lua call
 ENQUEUE_CHUNK = 100  # jobs per enqueue.lua call of enqueue_many / store
 DISCARDED_TIMELINE_MS = 7 * 86_400_000  # a discarded job's timeline stays this long
 Note = dict[str, Any] | None  # a transition's details from the caller, on the job's timeline
+# a settle's note field "log" (the job's own log, antre/observe/joblog.py) is not on the
+# timeline: it is sent after the note's JSON past LOG_SEP, and the settling script writes it to
+# the job's log key (lua/_timeline.lua note_log)
+LOG_SEP = "\0"
 
 
 def _note(note: Note) -> str:
     if not note:
         return ""
+    if "log" in note:
+        rest = {k: v for k, v in note.items() if k != "log"}
+        return f"{_note(rest)}{LOG_SEP}{note['log']}" if note["log"] else _note(rest)
     if len(note) == 1 and type(note.get("ran_ms")) is int:  # a plain job's ack: no encoder
         return '{"ran_ms":%d}' % note["ran_ms"]
     return json.dumps(note, default=str, separators=(",", ":"))
@@ -258,29 +265,36 @@ class Queue:
         return self.enqueue_one(spec)
 
     def enqueue_one(self, spec: JobSpec) -> str:
-        """``enqueue_many([spec])`` in one round trip, on the leanest path: one EVALSHA on the
-        thread's own connection (``scripts.Pinned``); elsewhere ``scripts.script_and_command``
-        (the script and the queue-index SADD written together). A job made ready now with an
-        id made here (the common case) goes to ``enqueue_one.lua``, which does only what such
-        a job needs (and adds the job's type and queue to their indexes for the first job of a
-        type, then once every ``INDEX_EVERY_MS``); a delayed job, a unique one or one with the
-        caller's id goes to ``enqueue.lua``."""
+        """``enqueue_many([spec])`` in one round trip, on the leanest path: one script call on
+        the thread's own connection (``scripts.Pinned``), else on the client's. A job made
+        ready now with an id made here (the common case) goes to ``enqueue_one.lua``, which
+        does only what such a job needs (and adds the job's type and queue to their indexes
+        for the first job of a type, then once every ``INDEX_EVERY_MS``; on a cluster, where
+        the queues index is in another slot, that SADD is sent beside the script,
+        ``scripts.script_and_command``); a delayed job, a unique one or one with the caller's
+        id goes to ``enqueue.lua`` (the queue index's SADD beside it, but on the thread's own
+        connection, where the script adds it)."""
         if spec.unique or spec.group is not None:  # its reply may name another job; a
             return self.enqueue_many([spec])[0]      # group is a named field (enqueue.lua)
         now = self.clock()
         values, script, script_keys, args = self._one_call(spec, now)
         if script is self.scripts.enqueue:
-            indexed = self._indexed_keys
-        else:
-            indexed = self._one_indexed_keys
-            if self._pinned is not None and not self._index_due(spec.job_type, now):
-                indexed = self._one_keys
+            if self._pinned is not None:
+                self._pinned.call([(script, self._indexed_keys, args)])
+            else:
+                script_and_command(self.redis, script, script_keys, args, self._index_command)
+            return values[0]
+        due = self._index_due(spec.job_type, now)
         if self._pinned is not None:
-            self._pinned.call([(script, indexed, args)])
-            if indexed is self._one_indexed_keys:
-                self._indexed_types.add(spec.job_type)
-        else:
+            self._pinned.call([(script, self._one_indexed_keys if due else self._one_keys, args)])
+        elif not due:  # the script alone, without the indexes
+            script(keys=self._one_keys, args=args)
+        elif self.cluster:  # the queues index is in another slot: its SADD on its own
             script_and_command(self.redis, script, script_keys, args, self._index_command)
+        else:
+            script(keys=self._one_indexed_keys, args=args)
+        if due:
+            self._indexed_types.add(spec.job_type)
         return values[0]
 
     def _one_call(self, spec: JobSpec, now: int) -> tuple[list[str], Script, list[str],
@@ -305,13 +319,20 @@ class Queue:
         """What ``enqueue_one`` / ``enqueue_many`` send, as calls an asynchronous client sends
         itself (``antre.engine.aio``): the jobs' ids and the script calls, then the queue
         index's SADD. Every spec is checked first (``InvalidJob`` before anything is made).
-        With one spec that is not unique, its lean single-job call; else ``enqueue.lua`` per
-        chunk (a unique job's reply may name the job holding its key: see ``stored_ids``)."""
+        With one spec that is not unique, its lean single-job call (``enqueue_one.lua`` alone,
+        the indexes in it when due, as ``enqueue_one`` sends it; off a cluster); else
+        ``enqueue.lua`` per chunk (a unique job's reply may name the job holding its key: see
+        ``stored_ids``)."""
         now = self.clock()
         index: Call = (None, self._index_command, ())
         if len(specs) == 1 and not specs[0].unique and specs[0].group is None:
             values, script, script_keys, args = self._one_call(specs[0], now)
-            return [values[0]], [(script, script_keys, args), index]
+            if script is self.scripts.enqueue or self.cluster:
+                return [values[0]], [(script, script_keys, args), index]
+            if self._index_due(specs[0].job_type, now):  # (counted as indexed once sent)
+                self._indexed_types.add(specs[0].job_type)
+                return [values[0]], [(script, self._one_indexed_keys, args)]
+            return [values[0]], [(script, self._one_keys, args)]
         ids, made = self._encoder(specs, now)
         calls: list[Call] = [(self.scripts.enqueue, self._enqueue_keys,
                               self._run_args(names, part, now))
@@ -320,8 +341,9 @@ class Queue:
 
     @staticmethod
     def stored_ids(ids: Sequence[str], replies: Sequence[Any]) -> list[str]:
-        """Each job's id from ``enqueue_calls``' replies (the last one is the index's): a
-        unique job whose key was held gives the id of the job holding it."""
+        """Each job's id from ``enqueue_calls``' replies (the last one is the index's, but for
+        the lean single-job call alone): a unique job whose key was held gives the id of the
+        job holding it."""
         per_job = [r for reply in replies[:-1] for r in (reply if isinstance(reply, list)
                                                           else [reply])]
         if len(per_job) != len(ids):  # the lean single-job script answers with the id

@@ -46,6 +46,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import field as dc_field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -55,6 +56,7 @@ import redis
 import antre.settings as settings
 from antre.engine import keys
 from antre.clock import Clock, system_ms
+from antre.observe.drain import Drain, DrainModel
 from antre.observe.readmodels import QueueInfo, ReadModels
 from antre.observe.redact import scrub
 from antre.observe.registry import WorkerRegistry
@@ -88,6 +90,8 @@ class Snapshot:
     live_workers: int
     points: dict[str, list[list[Any]]]  # queue -> [[ms, {counter: value}], ...] oldest first
     outbox_age_s: float | None = None  # the oldest unsent outbox row; None: none, or no SQL
+    # queue -> its time to drain (drain.py), read when a rule asks (``DrainTooLong``)
+    drains: dict[str, Drain] = dc_field(default_factory=dict)
 
     def increase(self, queue: str, counter: str, window_ms: int) -> int:
         """How much ``counter`` of ``queue`` grew over the last ``window_ms`` (a lower bound
@@ -250,6 +254,36 @@ class PausedTooLong:
         return out
 
 
+@dataclass(frozen=True)
+class DrainTooLong:
+    """A queue's backlog would take longer than ``max_s`` to drain at its recent completion
+    rate (``drain.DrainModel``; a backlog with nothing completed lately counts as too long
+    once it has been sampled for a while)."""
+
+    max_s: float = 3600.0
+    name: str = "drain_too_long"
+    window_ms: int = 0
+
+    def evaluate(self, snap: Snapshot) -> list[Reading]:
+        out = []
+        for queue, d in snap.drains.items():
+            if queue not in snap.queues:
+                continue
+            seconds = d.seconds
+            stalled = seconds is None and d.backlog > 0 and d.sampled
+            firing = (seconds is not None and seconds > self.max_s) or stalled
+            more = "; ".join(f"+{n} worker{'s' if n > 1 else ''}: {_span(s)}"
+                             for n, s in d.more[:2])
+            text = ("nothing completed lately" if seconds is None
+                    else f"about {_span(seconds)} at {d.rate:.3g} jobs/s")
+            out.append(Reading(
+                self.name, queue, firing, 0.0 if seconds is None else round(seconds, 1),
+                self.max_s,
+                f"queue {queue}: {d.backlog} jobs to drain, {text} (threshold "
+                f"{_span(self.max_s)}){'; ' + more if more else ''}", f"/?queue={quote(queue)}"))
+        return out
+
+
 Threshold = float | None  # None: the rule is off
 
 
@@ -272,6 +306,7 @@ class AlertConfig:
     lost_locks_max: Threshold = settings.ALERT_LOST_LOCKS_MAX.default
     paused_max_min: Threshold = settings.ALERT_PAUSED_MAX_MIN.default
     abandoned_max: Threshold = settings.ALERT_ABANDONED_MAX.default  # damaged or vanished
+    drain_s: Threshold = settings.ALERT_DRAIN_S.default
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "AlertConfig":
@@ -300,6 +335,7 @@ class AlertConfig:
             (self.lost_locks_max, lambda t: lost_lock_spike(int(t), w)),
             (self.paused_max_min, lambda t: PausedTooLong(t)),
             (self.abandoned_max, lambda t: abandoned_records(int(t), w)),
+            (self.drain_s, lambda t: DrainTooLong(t)),
         ]
         return [make(float(t)) for t, make in candidates if t is not None]
 
@@ -443,7 +479,8 @@ PER_QUEUE = {"dlq_growth_max": "dlq_growth", "oldest_ready_s": "oldest_ready_age
              "lock_conflicts_max": "lock_conflict_spike", "retries_per_min": "retry_storm",
              "duplicates_max": "duplicate_delivery_spike",
              "fence_refusals_max": "fence_refusals", "lost_locks_max": "lost_locks",
-             "paused_max_min": "paused_too_long", "abandoned_max": "abandoned_records"}
+             "paused_max_min": "paused_too_long", "abandoned_max": "abandoned_records",
+             "drain_s": "drain_too_long"}
 
 
 def with_threshold(rule: Rule, value: float) -> Rule:
@@ -454,6 +491,8 @@ def with_threshold(rule: Rule, value: float) -> Rule:
         return replace(rule, max_age_s=value)
     if isinstance(rule, PausedTooLong):
         return replace(rule, max_min=value)
+    if isinstance(rule, DrainTooLong):
+        return replace(rule, max_s=value)
     raise ValueError(f"rule {rule.name} has no per-queue threshold")
 
 
@@ -688,7 +727,11 @@ class AlertEngine:
             raw[name] = json.dumps(kept[-MAX_POINTS:], separators=(",", ":"))
         if infos:
             self.redis.hset(keys.alert_points(), mapping={n: raw[n] for n in infos})
-        return Snapshot(now, infos, live, points, self._outbox_age())
+        drains: dict[str, Drain] = {}
+        if any(isinstance(rule, DrainTooLong) for rule in self.rules):
+            model = DrainModel(self.redis, self.clock)
+            drains = {name: model.queue(info) for name, info in infos.items()}
+        return Snapshot(now, infos, live, points, self._outbox_age(), drains)
 
     def _outbox_age(self) -> float | None:
         """Measured by the caller (SQL); kept in Redis for ``/metrics`` as a signal."""

@@ -8,14 +8,15 @@ timeout, ...), an open circuit breaker, a paused queue or job type, a lock hot
 spot (a key whose jobs found it held many times in the last 5 minutes), or leases stuck past
 their deadline (their worker died or hung and no sweeper hands them back). Each has a severity,
 its evidence (for the DLQ: the top error groups with counts and first/last seen) and the one
-action that usually helps. Acknowledged and silenced incidents (``alerts.AlertQuiet``) are
-listed apart and not counted.
+action that usually helps; on its page and in its API also what changed in the minutes before
+its onset (``changes.py``), ranked by what it touched. Acknowledged and silenced incidents
+(``alerts.AlertQuiet``) are listed apart and not counted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 from urllib.parse import quote
 
 import redis
@@ -24,7 +25,9 @@ from antre.clock import Clock, system_ms
 from antre.engine import keys, partitions
 from antre.engine.locks import Locks
 from antre.limits.admission import Limits
+from antre.groups.read import GROUP_TARGET
 from antre.observe.alerts import ALL_QUEUES, Alert, AlertEngine, AlertQuiet, Quiet
+from antre.observe.changes import WINDOW_MS, Change, ChangeLog, Ranked, rank
 from antre.observe.readmodels import ErrorGroup, PauseInfo, ReadModels, pause_infos
 from antre.observe.registry import WorkerRegistry
 
@@ -35,7 +38,7 @@ SEVERITY = {"no_live_worker": "critical", "dlq_growth": "critical",
             "lost_locks": "major", "breaker_open": "major", "stuck_leases": "critical",
             "lock_conflict_spike": "minor", "duplicate_delivery_spike": "minor",
             "paused_too_long": "minor", "paused": "minor", "lock_hot_spot": "minor",
-            "worker_restarts": "major"}
+            "worker_restarts": "major", "drain_too_long": "major"}
 TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growing",
           "lease_expiration_spike": "Leases expiring", "outbox_backlog_age": "Outbox lagging",
           "oldest_ready_age": "Ready jobs waiting", "retry_storm": "Retry storm",
@@ -44,11 +47,15 @@ TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growin
           "duplicate_delivery_spike": "Duplicate deliveries",
           "paused_too_long": "Paused too long", "paused": "Paused",
           "lock_hot_spot": "Lock hot spot", "stuck_leases": "Leases past their deadline",
-          "worker_restarts": "Worker processes restarting"}
+          "worker_restarts": "Worker processes restarting", "drain_too_long": "Slow to drain"}
 STUCK_GRACE_MS = 30_000  # a lease this far past its deadline has not been swept: no sweeper
 HOT_LOCK_5M = 20  # conflicts on one key in 5 minutes that make it a hot spot
 RESTARTS_WINDOW_MS = 15 * 60_000  # worker restarts of this long ago are an open incident
 TOP_GROUPS = 3
+CHANGES_SHOWN = 8  # of what changed before an incident
+
+if TYPE_CHECKING:
+    from antre.stores.audit import AuditLog
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,10 @@ class Incident:
     remedy: Remedy
     groups: tuple[ErrorGroup, ...] = ()
     quiet: Quiet | None = None
+    job_type: str = ""  # the job type it is about ('' none or several)
+    group: str = ""  # the group it is about
+    # what changed in the minutes before its onset, ranked by what it touched (changes.py)
+    changes: tuple[Ranked, ...] = ()
 
     @property
     def rank(self) -> tuple[int, float, int]:
@@ -112,7 +123,7 @@ def _alert_remedy(alert: Alert, groups: tuple[ErrorGroup, ...]) -> Remedy:
         return Remedy("Release the hot lock", "/locks/")
     if alert.rule == "retry_storm":
         return Remedy("See the retries", f"/scheduled/?queue={q}")
-    if alert.rule in ("no_live_worker", "oldest_ready_age"):
+    if alert.rule in ("no_live_worker", "oldest_ready_age", "drain_too_long"):
         return Remedy("See the workers", "/workers/")
     if alert.rule == "paused_too_long":
         return Remedy("Resume it", f"/?queue={q}")
@@ -130,11 +141,14 @@ def _from_alert(alert: Alert, reads: ReadModels) -> Incident:
 
 def _from_pause(p: PauseInfo) -> Incident:
     fields = (("type", p.job_type),) if p.job_type else ()
-    what = f"job type {p.job_type} in queue {p.queue}" if p.job_type else f"queue {p.queue}"
+    target = p.job_type or ""
+    group = target[len(GROUP_TARGET):] if target.startswith(GROUP_TARGET) else ""
+    what = (f"group {group} in queue {p.queue}" if group else
+            f"job type {p.job_type} in queue {p.queue}" if p.job_type else f"queue {p.queue}")
     return Incident(f"paused|{p.target}", "paused", "minor", p.queue, "Paused",
                     f"{what} paused by {p.by}: {p.reason}", p.at_ms, 0, 0,
                     Remedy("Resume", f"/queues/{quote(p.queue)}/resume", "post", fields,
-                           "operator"))
+                           "operator"), job_type="" if group else target, group=group)
 
 
 def _pauses(client: "redis.Redis", queues: list[str]) -> list[PauseInfo]:
@@ -237,14 +251,19 @@ def _restarts(client: "redis.Redis", now: int) -> list[Incident]:
     return out
 
 
-def incident_view(client: "redis.Redis", clock: Clock = system_ms) -> IncidentView:
-    """Every open problem, ranked, with its evidence and action; the quiet ones apart."""
+def incident_view(client: "redis.Redis", clock: Clock = system_ms,
+                  audit: "AuditLog | None" = None, with_changes: bool = False) -> IncidentView:
+    """Every open problem, ranked, with its evidence and action, and (``with_changes``) what
+    changed in the minutes before it (``changes.ChangeLog``; operators' actions too when
+    ``audit`` is given); the quiet ones apart."""
     now = clock()
     reads = ReadModels(client, clock)
     found = [_from_alert(a, reads) for a in AlertEngine(client, clock).active()]
     names = reads.queue_names()
     found += [_from_pause(p) for p in _pauses(client, names)] + _stuck(client, names, now)
     found += _breakers(client, clock) + _hot_locks(client, clock, now) + _restarts(client, now)
+    if with_changes:
+        found = _with_changes(found, ChangeLog(client, clock, audit))
     quiet = AlertQuiet(client, clock).all()
     open_, hushed = [], []
     for inc in found:
@@ -258,8 +277,26 @@ def incident_view(client: "redis.Redis", clock: Clock = system_ms) -> IncidentVi
 
 
 def _with_quiet(inc: Incident, q: Quiet) -> Incident:
-    return Incident(inc.id, inc.kind, inc.severity, inc.queue, inc.title, inc.message,
-                    inc.since, inc.value, inc.threshold, inc.remedy, inc.groups, q)
+    return replace(inc, quiet=q)
+
+
+def _with_changes(found: list[Incident], log: ChangeLog) -> list[Incident]:
+    """Each incident with the changes of the ``WINDOW_MS`` before its onset, ranked (one
+    read of the timeline for all of them)."""
+    if not found:
+        return found
+    first = min(inc.since for inc in found)
+    every = log.between(first - WINDOW_MS, max(inc.since for inc in found))
+    return [replace(inc, changes=tuple(rank(
+        [c for c in every if inc.since - WINDOW_MS <= c.t <= inc.since and not _is(inc, c)],
+        inc.since, inc.queue, inc.job_type, inc.group)[:CHANGES_SHOWN])) for inc in found]
+
+
+def _is(inc: Incident, change: Change) -> bool:
+    """Whether ``change`` is the incident itself (a pause is both)."""
+    return (inc.kind == "paused" and change.kind == "pause"
+            and (change.queue, change.job_type, change.group)
+            == (inc.queue, inc.job_type, inc.group))
 
 
 __all__ = ["Incident", "IncidentView", "Remedy", "incident_view", "SEVERITIES"]

@@ -40,6 +40,7 @@ from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.limits.admission import Limits
 from antre.groups.read import Groups
+from antre.observe.drain import DrainModel
 from antre.observe.readmodels import ReadModels
 from antre.observe.registry import WorkerRegistry
 
@@ -73,6 +74,8 @@ METRIC_NAMES = (
     # per-key turns and fair-share groups: bounded (top TOP_GROUPS groups)
     "antre_waiting_jobs", "antre_lock_keys_held", "antre_groups_waiting", "antre_groups_paused",
     "antre_group_waiting_jobs",
+    # time to drain at the recent completion rate (drain.py): for autoscaling
+    "antre_queue_drain_seconds", "antre_queue_drain_range_seconds",
 )
 TOP_GROUPS = 10  # the groups with most waiting jobs get a series of their own
 
@@ -239,6 +242,29 @@ class AntreCollector:
         yield from self._turns()
         yield from self._workers()
         yield from self._flow()
+        yield from self._drain()
+
+    def _drain(self) -> Iterator[Metric]:
+        """Each queue's time to drain its backlog at the completion rate of the last 10
+        minutes (``drain.DrainModel``; +Inf: a backlog and nothing completed lately), and the
+        range from that rate's spread (high +Inf: a recent window completed nothing)."""
+        reads = ReadModels(self.redis, self.clock)
+        model = DrainModel(self.redis, self.clock)
+        expected = GaugeMetricFamily(
+            "antre_queue_drain_seconds", "Seconds to drain the backlog (ready, waiting, in "
+            "flight) at the completion rate of the last 10 minutes (+Inf: nothing completed)",
+            labels=["queue"])
+        bounds = GaugeMetricFamily(
+            "antre_queue_drain_range_seconds", "The range of antre_queue_drain_seconds from "
+            "the spread of the completion rate over the last 10 minutes' windows",
+            labels=["queue", "bound"])
+        inf = float("inf")
+        for name in reads.queue_names():
+            d = model.queue(reads.queue_info(name))
+            expected.add_metric([name], inf if d.seconds is None else d.seconds)
+            bounds.add_metric([name, "low"], inf if d.low_s is None else d.low_s)
+            bounds.add_metric([name, "high"], inf if d.high_s is None else d.high_s)
+        yield from (expected, bounds)
 
     def _queues(self) -> Iterator[Metric]:
         reads = ReadModels(self.redis, self.clock)

@@ -21,6 +21,7 @@ from antre.engine.progress import Progress, decode as decode_progress
 from antre.limits.admission import BreakerState, RateLimiterState, SemaphoreState
 from antre.engine.locks import LockContention
 from antre.engine import tracebacks
+from antre.observe.joblog import LogLine, decode as decode_job_log
 from antre.observe.memory import MemoryPolicy
 from antre.engine import states
 
@@ -279,6 +280,31 @@ class QueueRates:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """A backlog's time to drain (s) at ``rate`` (jobs/s); ``low_s`` / ``high_s`` its range
+    (``high_s`` None: at the slowest recent window it would not drain); ``seconds`` None when
+    nothing completed lately (no estimate). ``workers``: the live worker processes serving it;
+    ``more``: (N more workers, the estimate with them) for each of
+    ``drain.MORE_WORKERS``. Made by ``antre.observe.drain.DrainModel``."""
+
+    backlog: int
+    rate: float
+    seconds: float | None
+    low_s: float | None
+    high_s: float | None
+    workers: int = 0
+    more: tuple[tuple[int, float], ...] = ()
+    basis: str = ""  # how the rate was found, in words
+    sampled: bool = True  # False: too few samples to say (a queue just seen)
+
+    def with_workers(self, n: int) -> float | None:
+        """The estimate with ``n`` more workers (linear in the workers; None without one)."""
+        if self.seconds is None or self.workers <= 0:
+            return None
+        return self.seconds * self.workers / (self.workers + n)
+
+
+@dataclass(frozen=True)
 class StatusSummary:
     """What the overview page, ``GET /api/overview`` and ``antre status`` show: depth per
     queue, rates, flow control, lock conflicts (all keys: last 5 minutes / hour / ever) and
@@ -296,6 +322,7 @@ class StatusSummary:
     oldest_ready_ms: int
     as_of: int
     memory: MemoryPolicy | None = None  # Redis's eviction policy (None: not read)
+    drains: dict[str, Drain] = field(default_factory=dict)  # each queue's time to drain
 
 
 def _int(v: Any) -> int:
@@ -638,6 +665,16 @@ class ReadModels:
         return tracebacks.resolve_job(self.redis, k.error_tracebacks,
                                       from_fields(fields, queue, job_id),
                                       fields.get("errors"))
+
+    def job_log(self, queue: str, job_id: str) -> list[LogLine]:
+        """The job's own log (what its handler logged, every delivery's), oldest first; [] when
+        it never logged. One GET."""
+        k = keys.of_job(queue, job_id)
+        try:
+            raw = self.redis.get(k.job_log(job_id))
+        except redis.ResponseError:  # (another type at the key: shown as no log)
+            return []
+        return decode_job_log(raw)
 
     def find_job(self, job_id: str) -> Job | None:
         """Look a job id up in every known queue (a few HGETALLs, no scan)."""

@@ -99,12 +99,19 @@ class WorkerRegistry:
     def live_count(self, stale_after_ms: int = STALE_AFTER_MS) -> int:
         return len(self.live(stale_after_ms))
 
-    def record_start(self, worker_id: str, host: str, version: str) -> None:
-        """A worker process started running ``version`` of the code (the performance page's
-        deploy markers): kept 7 days, at most ``STARTS_KEPT``, in one pipeline."""
+    def record_start(self, worker_id: str, host: str, version: str, *, package: str = "",
+                     queues: "builtins.list[str] | None" = None) -> None:
+        """A worker process started running ``version`` of the code (``ANTRE_CODE_VERSION``
+        or its handlers' digest) on ``package`` (Antre's version), serving ``queues`` (the
+        performance page's deploy markers, the timeline of change: antre/observe/changes.py):
+        kept 7 days, at most ``STARTS_KEPT``, in one pipeline."""
         now = self.clock()
-        member = json.dumps({"id": worker_id, "host": host, "version": version, "t": now},
-                            sort_keys=True)
+        record: dict[str, Any] = {"id": worker_id, "host": host, "version": version, "t": now}
+        if package:
+            record["package"] = package
+        if queues:
+            record["queues"] = list(queues)
+        member = json.dumps(record, sort_keys=True)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(keys.worker_starts(), {member: now})
         pipe.zremrangebyscore(keys.worker_starts(), "-inf", now - STARTS_KEEP_MS)
@@ -112,7 +119,8 @@ class WorkerRegistry:
         pipe.execute()
 
     def starts(self, since_ms: int) -> "builtins.list[dict[str, Any]]":
-        """The recorded starts since ``since_ms``, oldest first (each {id, host, version, t})."""
+        """The recorded starts since ``since_ms``, oldest first (each {id, host, version, t},
+        and package, queues when the worker said)."""
         out = []
         for raw in cast(list[str], self.redis.zrangebyscore(keys.worker_starts(), since_ms,
                                                             "+inf")):

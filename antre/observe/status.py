@@ -11,6 +11,7 @@ from antre.clock import Clock, system_ms
 from antre.limits.admission import Limits
 from antre.engine.locks import Locks
 from antre.observe.readmodels import QueueRates, ReadModels, StatusSummary
+from antre.observe.drain import DrainModel
 from antre.observe.memory import memory_policy
 from antre.observe.registry import WorkerInfo, WorkerRegistry, live_of
 
@@ -45,6 +46,7 @@ def status_summary(client: "redis.Redis", clock: Clock = system_ms, *,
     now = overview.as_of
     locks = locks or Locks(client, clock=clock)
     flow = Limits(client, clock)
+    drain = DrainModel(client, clock)
     return StatusSummary(
         overview=overview,
         rates={q.name: queue_rates(client, q.name, now) for q in overview.queues},
@@ -57,7 +59,8 @@ def status_summary(client: "redis.Redis", clock: Clock = system_ms, *,
         live_workers=len(live_of(workers, now) if workers is not None
                          else WorkerRegistry(client, clock=clock).live()),
         oldest_ready_ms=max((q.oldest_ready_age_ms for q in overview.queues), default=0),
-        as_of=now, memory=memory_policy(client))
+        as_of=now, memory=memory_policy(client),
+        drains={q.name: drain.queue(q) for q in overview.queues})
 
 
 __all__ = ["status_summary", "queue_rates", "rate_per_min", "RATE_WINDOW_MS"]

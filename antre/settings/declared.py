@@ -76,6 +76,12 @@ WORKER_PAUSE_TOLERANCE_S: Setting[float | None] = Setting(
     "worker's jobs run again sooner; a process frozen longer (GC, SIGSTOP, a starved VM; less "
     "its 1 s heartbeat) may have its jobs run twice, fenced.", min=1, max=3600,
     unit="seconds", off=True)
+JOB_LOG_LINES = integer("ANTRE_JOB_LOG_LINES", 200, "Lines of a job's own log (`ctx.log`, its "
+                        "handler's logging records) kept per delivery; then one marker line.",
+                        min=0, max=10_000)
+JOB_LOG_BYTES = integer("ANTRE_JOB_LOG_BYTES", 32 * 1024, "Bytes of a job's own log kept per "
+                        "delivery (a job keeps 96 KiB over all its deliveries).", min=1024,
+                        max=64 * 1024, unit="bytes")
 CODE_VERSION = text("ANTRE_CODE_VERSION", "", "The deployed code's version (e.g. the commit) "
                     "a worker reports (unset: a digest of its handlers).")
 
@@ -122,6 +128,8 @@ ALERT_PAUSED_MAX_MIN = threshold("ANTRE_ALERT_PAUSED_MAX_MIN", 30,
 ALERT_ABANDONED_MAX = threshold("ANTRE_ALERT_ABANDONED_MAX", 0,
                                 "Alert on more damaged or vanished records the scripts moved "
                                 "past in the window.")
+ALERT_DRAIN_S = threshold("ANTRE_ALERT_DRAIN_S", 3600, "Alert when a queue's backlog would "
+                          "take longer to drain at its recent completion rate.", "seconds")
 ALERTS: dict[str, Setting[Any]] = {  # AlertConfig's fields
     "window_s": ALERT_WINDOW_S, "dlq_growth_max": ALERT_DLQ_GROWTH_MAX,
     "oldest_ready_s": ALERT_OLDEST_READY_S, "lease_expirations_max": ALERT_LEASE_EXPIRATIONS_MAX,
@@ -130,6 +138,7 @@ ALERTS: dict[str, Setting[Any]] = {  # AlertConfig's fields
     "outbox_age_s": ALERT_OUTBOX_AGE_S, "fence_refusals_max": ALERT_FENCE_REFUSALS_MAX,
     "lost_locks_max": ALERT_LOST_LOCKS_MAX, "paused_max_min": ALERT_PAUSED_MAX_MIN,
     "abandoned_max": ALERT_ABANDONED_MAX,
+    "drain_s": ALERT_DRAIN_S,
 }
 
 # the dashboard

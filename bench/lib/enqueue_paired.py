@@ -23,6 +23,8 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 import redis
@@ -85,24 +87,85 @@ def side_peer(url: str, name: str) -> tuple[str, str, str, dict[str, str]]:
     return pb.venv_python(peer["venv"]), peer["module"], os.path.join(ROOT, "bench", "peers"), env
 
 
+# the server's own figures around a block (the bench's INFO calls themselves not counted)
+SCRIPTED = ("cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval")
+
+
+def server_snap(client: redis.Redis) -> tuple[float, dict[str, tuple[int, int]]]:
+    """The Redis server's CPU s (user + sys) and its ``INFO commandstats`` (calls, usec)."""
+    cpu = client.info("cpu")
+    stats = {k: (int(v["calls"]), int(v["usec"])) for k, v in client.info("commandstats").items()
+             if not k.startswith(("cmdstat_info", "cmdstat_flushall"))}
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), stats
+
+
+def server_cost(before: tuple[float, dict[str, tuple[int, int]]],
+                after: tuple[float, dict[str, tuple[int, int]]], n: int) -> dict[str, float]:
+    """Per job between two ``server_snap``: commands run (a script's own ``redis.call`` each
+    count: commandstats counts them), script µs (the FCALL / EVALSHA usec, its nested commands
+    included), the server's CPU µs."""
+    delta = {k: (c - before[1].get(k, (0, 0))[0], u - before[1].get(k, (0, 0))[1])
+             for k, (c, u) in after[1].items()}
+    return {"cmds_run": sum(c for c, _ in delta.values()) / n,
+            "script_us": sum(delta.get(k, (0, 0))[1] for k in SCRIPTED) / n,
+            "server_cpu_us": (after[0] - before[0]) / n * 1e6}
+
+
+# the marker's own client connecting (not a side's command)
+HANDSHAKE = ("ECHO", "HELLO", "CLIENT")
+
+
+def commands_sent(url: str, proc: subprocess.Popen, n: int) -> tuple[float, dict[str, int]]:
+    """The commands a side's client sends per job (``MONITOR`` over one block of ``n``, not
+    timed: a script's own commands, shown as 'lua', are not counted), by name."""
+    client = redis.Redis.from_url(url)
+    seen: dict[str, int] = {}
+    with client.monitor() as monitor:
+        done = threading.Event()
+
+        def count() -> None:
+            for line in monitor.listen():
+                command = line["command"]
+                if command == "ECHO enqueue-paired-end":
+                    break
+                if line.get("client_type") != "lua" and not command.startswith(HANDSHAKE):
+                    name = command.split(" ", 1)[0].upper()
+                    seen[name] = seen.get(name, 0) + 1
+            done.set()
+
+        reader = threading.Thread(target=count, daemon=True)
+        reader.start()
+        time.sleep(0.2)  # (MONITOR is on before the block starts)
+        block(proc, n)
+        redis.Redis.from_url(url).echo("enqueue-paired-end")
+        done.wait(60)
+    client.close()
+    return sum(seen.values()) / n, seen
+
+
 def paired(url: str, sides: dict[str, tuple[str, str, str, dict[str, str]]], blocks: int,
            size: int, base: str | None = None) -> dict[str, dict[str, Any]]:
     """Blocks of ``size`` single enqueues, the sides taking turns each round; per side the
-    median jobs/s and producer CPU µs/job over its blocks and, beside ``base``, the quartiles
-    of its rate over ``base``'s in the same round."""
+    median jobs/s and producer CPU µs/job over its blocks, the server's figures per job
+    (``server_cost``) and, beside ``base``, the quartiles of its rate over ``base``'s in the
+    same round."""
     client = redis.Redis.from_url(url)
     procs: dict[str, subprocess.Popen] = {}
     rates: dict[str, list[float]] = {name: [] for name in sides}
     cpus: dict[str, list[float]] = {name: [] for name in sides}
+    server: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
     names = list(sides)
     try:
         for name, (python, module, cwd, env) in sides.items():
             procs[name] = start(python, module, cwd, env)
+        sent = {name: commands_sent(url, procs[name], size) for name in names}
         for b in range(blocks):
             if b % 10 == 0:
                 client.flushall()  # the server's data stays small, as in a fresh run
             for name in names[b % len(names):] + names[:b % len(names)]:
+                snap = server_snap(client)
                 rate, cpu = block(procs[name], size)
+                server[name].append(server_cost(snap, server_snap(client), size))
                 rates[name].append(rate)
                 cpus[name].append(cpu)
     finally:
@@ -118,6 +181,9 @@ def paired(url: str, sides: dict[str, tuple[str, str, str, dict[str, str]]], blo
                              "enqueue_cpu_us": round(statistics.median(cpus[name]), 1),
                              "blocks": blocks, "block_size": size,
                              "quartiles_per_s": [round(x) for x in quartiles(rates[name])]}
+        r["cmds_sent"], r["sent"] = sent[name]
+        for field in ("cmds_run", "script_us", "server_cpu_us"):
+            r[field] = round(statistics.median(b[field] for b in server[name]), 2)
         if base is not None and name != base:
             ratio = [a / h for a, h in zip(rates[name], rates[base])]
             r["ratio_to_" + base] = [round(x, 3) for x in quartiles(ratio)]
@@ -148,6 +214,8 @@ def main() -> int:
         print(f"  {name:24} {r['enqueue_per_s']:7,} /s {r['enqueue_cpu_us']:7.1f} µs   x{q1:.3f} "
               f"x{med:.3f} x{q3:.3f}   ahead in {r.get('rounds_ahead_of_' + base, '-')}"
               f"/{args.blocks}")
+        print(f"  {'':24} server per job: {r['cmds_sent']:.2f} commands sent, {r['cmds_run']:.2f} "
+              f"run, script {r['script_us']:.1f} µs, CPU {r['server_cpu_us']:.1f} µs")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -15,12 +15,15 @@ test can tell what really happened.
 - ``stubborn_report``: a sync handler that runs ``seconds`` s ignoring ``ctx.cancelled`` (a
   cancel abandons it after its 3 s grace).
 - ``echo``: the start-up probe.
+- ``diary``: logs three lines (two with ``ctx.log``, one a ``logging`` warning with markup in
+  it), for the job page's log.
 - ``nightly_digest``: a periodic schedule (once a year, so it only runs when asked to: the
   Schedules page's "Run now").
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from antre import Antre, Permanent, Retryable
@@ -99,6 +102,14 @@ def stubborn_report(ctx, payload):
 def echo(ctx, payload):
     _mark("done", str(payload["ref"]))
     return payload
+
+
+@app.handler("diary")
+def diary(ctx, payload):
+    ctx.log("opened the ledger for %s", payload["ref"])
+    logging.getLogger("browser.diary").warning("<em>two</em> entries look odd")
+    ctx.log("closed the ledger")
+    _mark("done", str(payload["ref"]))
 
 
 @app.periodic("0 3 1 1 *", "nightly_digest", payload={"ref": "digest"})

@@ -25,20 +25,27 @@ async def _closing(app: Antre, coro):
         await app.aredis.aclose()
 
 
-def test_aenqueue_stores_the_job_as_enqueue_does_in_one_script_call(app, r):
+def test_aenqueue_stores_the_job_as_enqueue_does_in_one_script_call(app, r, clock):
     async def go():
         await app.aenqueue("email", {"to": "warm"}, idempotency_key="e:0")  # loads the script
         r.config_resetstat()
-        return await app.aenqueue("email", {"to": "a"}, idempotency_key="e:1")
-    job_id = run(_closing(app, go()))
+        one = await app.aenqueue("email", {"to": "a"}, idempotency_key="e:1")
+        alone = calls(r, "fcall"), calls(r, "sadd")
+        r.delete(queues_index())
+        clock.advance(1000)
+        two = await app.aenqueue("email", {"to": "b"}, idempotency_key="e:2")
+        return one, alone, two
+    job_id, alone, second = run(_closing(app, go()))
     k = QueueKeys("default")
     assert r.hget(k.job(job_id), "state") == "ready"
-    assert r.lrange(k.ready, 0, -1)[0] == job_id
+    assert r.lrange(k.ready, 0, -1)[1] == job_id
+    # the script alone: the queue and type indexes were written a moment ago
+    assert alone == (1, 0)
+    # a second later, the script writes them again (its own SADDs), still the only command
+    assert calls(r, "fcall") == 2 and calls(r, "sadd") == 2
     assert r.sismember(queues_index(), "default")
-    # one script call; the queue index (SADD in the same pipeline) and the type index (the
-    # script's own SADD) are the only other commands
-    assert calls(r, "fcall") == 1 and calls(r, "sadd") == 2
     assert app.queue().get(job_id).payload == {"to": "a"}
+    assert app.queue().get(second).payload == {"to": "b"}
 
 
 def test_a_delayed_and_a_unique_job_take_the_full_script(app, r, clock):

@@ -125,6 +125,43 @@ def test_enqueue_one_lua_leaves_what_enqueue_lua_leaves(q, r, clock, before, opt
     assert len(outcomes[1][q.keys.wake][1]) == min(before + 1, 64)
 
 
+@pytest.mark.parametrize("key_used_before", [False, True])
+def test_enqueue_one_lua_sent_again_changes_nothing(q, r, clock, key_used_before):
+    """The same call sent twice (a reply lost): the second finds its job and changes nothing,
+    whether the idempotency key was new or carried by an earlier job."""
+    if key_used_before:
+        q.enqueue("t", {}, idempotency_key="key-1")
+    values = encode_new(JobSpec("t", {"v": 1}, "key-1"), q.name, clock())
+    call = {"keys": q._one_indexed_keys, "args": [q.keys.job_prefix, *values]}
+    assert q.scripts.enqueue_one(**call) == 1
+    first = _everything(r)
+    assert q.scripts.enqueue_one(**call) == 0
+    assert _everything(r) == first
+    assert r.hget(q.keys.idem_index, "key-1") == values[0]  # the newest job of the key
+    assert r.lrange(q.keys.ready, 0, -1).count(values[0]) == 1
+
+
+def test_enqueue_one_lua_with_a_key_used_before_indexes_the_newest_job(q, r, clock):
+    """A second job with an idempotency key already indexed is stored like the first, and the
+    index names it (the newest job of the key), as enqueue.lua does."""
+    first = q.enqueue("t", {"n": 1}, idempotency_key="key-1")
+    values = encode_new(JobSpec("t", {"n": 2}, "key-1"), q.name, clock())
+    outcomes = []
+    for script, args in ((q.scripts.enqueue, [q.keys.job_prefix, clock(), "", pack_new(values)]),
+                         (q.scripts.enqueue_one, [q.keys.job_prefix, *values])):
+        for key in r.keys("*"):  # back to the first job alone
+            if key not in (q.keys.job(first), q.keys.idem_index):
+                r.delete(key)
+        r.delete(q.keys.job(values[0]))
+        r.hset(q.keys.idem_index, "key-1", first)
+        keys_ = q._indexed_keys if script is q.scripts.enqueue else q._one_indexed_keys
+        assert script(keys=keys_, args=args) in ([1], 1)
+        outcomes.append(_everything(r))
+    assert outcomes[0] == outcomes[1]
+    assert r.hget(q.keys.idem_index, "key-1") == values[0]
+    assert q.get(first).payload == {"n": 1} and q.get(values[0]).payload == {"n": 2}
+
+
 def test_enqueue_one_lua_refuses_a_job_with_a_lock_key(q, r, clock):
     """A lock_key job may have to wait behind its key's head: only enqueue.lua
     knows how; the lean script refuses one, leaving nothing behind."""

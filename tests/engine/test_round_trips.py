@@ -139,10 +139,25 @@ def test_a_single_enqueue_is_one_command_with_the_queue_indexed(q, r, monkeypatc
     assert keys.queues_index().encode() in commands[0]
     stats = calls(r)
     assert stats["fcall"] == 1 and stats["sadd"] == 2  # the index and the type, in the script
-    assert stats["exists"] == 1  # the guard against a retried send (see test_pinned)
+    # a new idempotency key: its index entry, written first, is the guard against a retried
+    # send (see test_pinned), and the job is not looked for
+    assert stats["hsetnx"] == 1 and "exists" not in stats
     assert not [name for name in stats if name.startswith(("script|", "function|"))]
     assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
     assert r.smembers(q.keys.types) == {"w", "t"}
+
+
+def test_a_single_enqueue_runs_five_commands_inside_its_script_once_indexed(q, r):
+    """Past the first job of its type, with every worker busy (the wake list full): the
+    idempotency-key index, the counter, the wake list looked at (full: no token), the ready
+    list and the job's hash; nothing else."""
+    for i in range(70):  # no worker takes their tokens: the wake list is full
+        q.enqueue("t", {}, idempotency_key=f"w{i}")
+    r.config_resetstat()
+    q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    ran = {k: n for k, n in calls(r).items() if k not in ("scripts", "config|resetstat")}
+    assert ran == {"fcall": 1, "hsetnx": 1, "hincrby": 1, "llen": 1, "lpush": 1, "hset": 1}
+    assert r.llen(q.keys.wake) == 64 and r.llen(q.keys.ready) == 71
 
 
 def test_a_single_enqueue_indexes_a_type_once_a_second(q, r):
@@ -242,17 +257,25 @@ def test_enqueue_many_looks_up_the_ids_a_caller_gave(q, r):
     assert int(r.hget(q.keys.stats, "enqueued")) == 2 and r.llen(q.keys.ready) == 2
 
 
-def test_without_the_pinned_path_the_index_is_sent_beside_the_script(r):
+def test_without_the_pinned_path_a_single_enqueue_is_the_script_alone(r):
     """The pooled path (clients ``Pinned`` does not serve: a client-side-caching pool) sends
-    the script with 5 keys and the queue-index SADD beside it, in one write."""
-    q = Queue(r, "jobs", clock=ManualClock())
+    the script alone: with the queue and type indexes (in the script) for the first job of a
+    type, then once a second, as the pinned path does."""
+    clock = ManualClock()
+    q = Queue(r, "jobs", clock=clock)
     q._pinned = None
     q.enqueue("t", {}, idempotency_key="warm")
+    r.delete(keys.queues_index(), q.keys.types)
     r.config_resetstat()
-    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")
+    job_id = q.enqueue("t", {"n": 1}, idempotency_key="k1")  # indexed a moment ago
     stats = calls(r)
-    assert stats["fcall"] == 1 and stats["sadd"] == 2
-    assert q.where(job_id) == ["ready"] and r.smembers(keys.queues_index()) == {"jobs"}
+    assert stats["fcall"] == 1 and "sadd" not in stats
+    assert q.where(job_id) == ["ready"] and not r.exists(keys.queues_index(), q.keys.types)
+    clock.advance(1000)
+    q.enqueue("t", {"n": 2}, idempotency_key="k2")
+    stats = calls(r)
+    assert stats["fcall"] == 2 and stats["sadd"] == 2  # the index and the type, in the script
+    assert r.smembers(keys.queues_index()) == {"jobs"} and r.smembers(q.keys.types) == {"t"}
     ids = q.enqueue_many([JobSpec("t", {}, f"m{i}") for i in range(3)])
     assert [q.where(i) for i in ids] == [["ready"]] * 3
 

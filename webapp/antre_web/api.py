@@ -22,7 +22,7 @@ from antre.flows import FlowReader
 from antre.observe.finder import Finder
 from antre.stores.sql import ROLES
 
-from .sealed import shown
+from .sealed import shown, shown_log
 from . import actions, services
 from .common import arg_int, audit_filter, check_queue, dead_filter, job_or_404, page_args
 from .control import dead_tally, purge_filter, purge_tally
@@ -167,13 +167,16 @@ def error_groups(queue: str) -> Response:
 @bp.get("/queues/<queue>/jobs/<job_id>")
 @requires("viewer")
 def job(queue: str, job_id: str) -> Response:
-    """One job with payload, errors of every attempt and its idempotency record."""
+    """One job with payload, errors of every attempt, its idempotency record and its own log
+    (``log``: what its handler logged, oldest first: at_ms, level, text, attempt, logger)."""
     svc = services.get()
     found = job_or_404(queue, job_id)
     record = svc.idempotency.lookup(found.idempotency_key) if found.idempotency_key else None
     turn = svc.reads.turn(queue, found)
     links = FlowReader(svc.redis).links(queue, found.id)  # its flow, parents, children
+    own_log, log_hidden = shown_log(found, svc.reads.job_log(queue, found.id))
     return jsonify({"job": _plain(shown(found)), "idempotency": record.to_dict() if record else None,
+                    "log": [_plain(line) for line in own_log], "log_hidden": log_hidden or None,
                     "flow": _plain(links) if links else None,
                     "turn": None if turn is None else {**_plain(turn), "text": turn.describe()},
                     "idempotent_handler": svc.idempotent(found.type), "as_of": svc.clock()})

@@ -20,7 +20,7 @@ from antre.flows import FlowReader
 from antre.observe.readmodels import Page
 from antre.engine import states
 
-from .sealed import shown
+from .sealed import shown, shown_log
 from . import services
 from .common import arg_int, check_queue, page_args, render
 from .security import database_seen, requires
@@ -169,7 +169,9 @@ def job_page(queue: str, job_id: str) -> str:
                       as_of=svc.clock())
     record, idem_error = _idempotency(found.idempotency_key)
     schema, schema_note = svc.task_schema(found.type)
+    own_log, log_hidden = shown_log(found, svc.reads.job_log(queue, found.id))
     return render("job.html", "_job.html", queue=queue, job=shown(found), record=record,
+                  own_log=own_log, log_hidden=log_hidden,
                   schema=schema, schema_note=schema_note,
                   turn=svc.reads.turn(queue, found),
                   flow=FlowReader(svc.redis).links(queue, found.id),

@@ -11,6 +11,7 @@ from typing import Any
 
 from flask import Blueprint, abort, redirect, request, url_for
 
+from antre.observe.drain import DrainModel
 from antre.actions.table import by_name
 from antre.engine.keys import valid_job_id
 from antre.flows import FLOW_STATES, FlowReader
@@ -86,4 +87,5 @@ def flow(queue: str, flow_id: str) -> str:
     dead = sum(1 for j in tree.jobs if j.state == states.DEAD)
     return render("flow.html", "_flow.html", queue=queue, tree=tree, row=tree.flow,
                   levels=levels(tree.jobs), dead_on_page=dead, cancel=CANCEL_ENTRY,
-                  as_of=svc.clock())
+                  drain=None if tree.flow.finished else DrainModel(svc.redis, svc.clock)
+                  .flow(tree.flow), as_of=svc.clock())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, request
 
+from antre.observe.drain import DrainModel
 from antre.engine.keys import valid_name
 
 from . import services
@@ -34,8 +35,9 @@ def index() -> str:
         searched = True
         found = svc.group_reads.find(queue, search) if valid_name(search) else None
     view = svc.group_reads.view(queue)
+    drains = DrainModel(svc.redis, svc.clock).groups(queue, view.by_waiting + view.by_slots)
     return render("groups.html", "_groups.html", queue=queue, view=view, search=search,
-                  found=found, searched=searched, as_of=view.as_of,
+                  found=found, searched=searched, as_of=view.as_of, drains=drains,
                   queues=svc.reads.queue_names(), limits=svc.gates.limits(queue))
 
 

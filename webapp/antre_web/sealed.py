@@ -7,6 +7,7 @@ import dataclasses
 
 from antre.engine.cipher import CannotOpen, is_sealed
 from antre.engine.envelope import Job, decode_stored
+from antre.observe.joblog import LogLine
 
 from . import services
 from .security import current_user
@@ -33,3 +34,14 @@ def shown(job: Job) -> Job:
     except CannotOpen as exc:
         return dataclasses.replace(job, payload=HIDDEN, payload_error=str(exc))
     return dataclasses.replace(job, payload=payload, payload_error=error)
+
+
+def shown_log(job: Job, lines: list[LogLine]) -> tuple[list[LogLine], str]:
+    """The job's own log as the current user may see it, and why not: a handler of a job
+    whose payload is encrypted may have logged from it, so only an admin reads its log."""
+    if not lines or not is_sealed(job.payload):
+        return lines, ""
+    user = current_user()
+    if user is None or not user.can(SEES_PLAINTEXT):
+        return [], f"{len(lines)} line(s) hidden: the job's payload is encrypted"
+    return lines, ""

@@ -26,6 +26,8 @@ from collections.abc import Callable, Coroutine, Generator
 from contextlib import AbstractContextManager
 from typing import Any
 
+from antre.observe import joblog
+
 log = logging.getLogger("antre.worker")
 
 LAG_PROBE_S = 0.1  # how often the loop's lag is measured
@@ -227,13 +229,14 @@ class AsyncJobs:
 
     def _create_tasks(self, jobs: list[AsyncStart]) -> None:
         for job_id, job_type, held, coro, span in jobs:
-            task = self.loop.loop.create_task(self._run(job_type, coro, span))
+            task = self.loop.loop.create_task(self._run(job_type, coro, span, held))
             self._tasks[job_id] = task
             task.add_done_callback(functools.partial(self._ended_task, job_id, held, coro))
 
     async def _run(self, job_type: str, coro: Coroutine[Any, Any, Any],
-                   span: AbstractContextManager[Any]) -> Any:
-        with span:  # only the handler's own steps are timed, not the span's set-up
+                   span: AbstractContextManager[Any], held: Any = None) -> Any:
+        # the job's own log is current in its task alone
+        with span, joblog.capturing(getattr(held, "own_log", None)):  # only the handler's own steps are timed, not the span's set-up
             return await Timed(coro, job_type, self.block_warn_s, self.on_block)
 
     def _ended_task(self, job_id: str, held: Any, coro: Coroutine[Any, Any, Any],

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimited
+from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimited, settings
 from antre.clock import Clock
 from antre.stores.fencing import FenceRejected
 from antre.stores.idempotency import Completed, IdempotencyStore
@@ -30,6 +30,7 @@ from antre.engine.locks import Locks
 from antre.engine.queue import ResultJSON, encode_result
 from antre.flows.read import inputs as flow_inputs
 from antre.flows.store import result_max
+from antre.observe import joblog
 from antre.observe.logs import job_fields
 from antre.observe.metrics import DurationBuffer
 from antre.engine.retry import describe
@@ -63,13 +64,19 @@ class Execution:
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
         self.batching = batching  # this thread's acks wait for their batch (Settler.batching)
+        # a job's own log: lines and bytes kept per delivery (read once, at start)
+        self.log_bounds = (settings.JOB_LOG_LINES.get(), settings.JOB_LOG_BYTES.get())
 
     def run(self, r: Running) -> Outcome:
         """Step: run the handler (its timeouts are the heartbeat's, leases.py)."""
         assert r.spec is not None  # set by the envelope step
         ctx = self._start(r)
         try:
-            result = _call(r, ctx)
+            token = joblog.enter(r.own_log)  # its handler's logging records: its own log
+            try:
+                result = _call(r, ctx)
+            finally:
+                joblog.leave(token)
         except Exception as exc:
             _last_progress(r)
             self._measure(r)
@@ -90,7 +97,7 @@ class Execution:
         ``end`` turns how it ended into the outcome ``run`` would have returned."""
         assert r.spec is not None  # set by the envelope step
         coro: Coroutine[Any, Any, Any] = r.spec.fn(self._start(r), r.job.payload)
-        return coro
+        return coro  # (its task runs with the job's log current: aio.py)
 
     def end(self, r: Running, result: Any, exc: BaseException | None) -> Outcome:
         _last_progress(r)
@@ -121,6 +128,7 @@ class Execution:
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
         r.reporter = Reporter(r)
+        r.own_log = joblog.JobLog(job.attempt + 1, self.clock, *self.log_bounds)
         return JobContext(job=job, worker_id=self.worker_id,
                           _db_factory=self.app.session_factory,
                           fence=lock.fence if lock else job.epoch, lock=lock,
@@ -128,7 +136,8 @@ class Execution:
                           _extend=lambda seconds: self.leases.extend_by(r, seconds),
                           _checkpoint=lambda state: r.queue.checkpoint(job, state),
                           _progress=r.reporter.report,
-                          _flow_inputs=lambda: flow_inputs(r.queue, job.id))
+                          _flow_inputs=lambda: flow_inputs(r.queue, job.id),
+                          _log=r.own_log)
 
     def _measure(self, r: Running) -> None:
         self.durations.add(r.job.queue, r.job.type, "processing", duration_ms(r) or 0)

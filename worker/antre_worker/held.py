@@ -13,6 +13,7 @@ from antre import HandlerSpec, JobContext, Queue
 from antre.control.cancel import CancelRequest
 from antre.engine.envelope import Job
 from antre.limits.admission import Admission
+from antre.observe.joblog import JobLog
 from antre.stores.idempotency import Begin, IdempotencyStore
 from antre.engine.locks import Lock
 
@@ -61,6 +62,7 @@ class Running:
     in_handler: bool = False
     interrupted_ms: int = 0
     interrupt_error: str = ""
+    own_log: JobLog | None = None  # its ctx's log (kept past give_back for a batched settle)
 
     def __init__(self, job: Job, queue: Queue) -> None:
         self.job = job

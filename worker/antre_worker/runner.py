@@ -23,11 +23,13 @@ from typing import Any
 import redis
 
 from antre import Antre, Queue, settings
+from antre import __version__ as antre_version
 from antre.clock import Clock
 from antre.engine.envelope import Job
 from antre.limits.admission import Limits
 from antre.limits.gates import Declaration, Gates, plan
 from antre.engine.locks import Lock, Locks
+from antre.observe import joblog
 from antre.observe.logs import job_fields
 from antre.observe import otel_metrics
 from antre.observe.metrics import DurationBuffer
@@ -122,6 +124,7 @@ class WorkerProcess:
         self.aio = _async_jobs(app, concurrency, self.counts)
         self._completer: threading.Thread | None = None
         self._declared_at = -DECLARE_EVERY_MS
+        joblog.install()  # each job's own log (its handler's logging records)
         self._info = WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
                                 supervisor=supervisor_id, queues=self.queue_names,
                                 threads=threads, kind="process",
@@ -649,9 +652,11 @@ class WorkerProcess:
         self.health.ok()
 
     def _record_start(self) -> None:
-        """This process's start and code version, for the performance page's deploy markers."""
+        """This process's start, package and code version, for the performance page's deploy
+        markers and the timeline of change."""
         try:
-            self.registry.record_start(self.worker_id, self._info.host, code_version(self.app))
+            self.registry.record_start(self.worker_id, self._info.host, code_version(self.app),
+                                       package=antre_version, queues=self.queue_names)
         except REDIS_DOWN as exc:
             self.health.failed(exc)
 

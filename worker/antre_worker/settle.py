@@ -28,6 +28,7 @@ from antre.engine.envelope import Job
 from antre.engine.failing import Failure
 from antre.errors import LeaseLost
 from antre.hooks import Hooks
+from antre.observe.joblog import LOG_NOTE
 from antre.observe.logs import job_fields, job_line, succeeded_line
 from antre.observe.metrics import DurationBuffer
 from antre.observe.perf import record_run
@@ -352,6 +353,9 @@ def timeline_note(r: Running, outcome: Outcome) -> dict[str, Any] | None:
     if ran is not None:
         note["ran_ms"] = ran
     note.update(kind_of(outcome).timeline(r, outcome))
+    own = r.own_log
+    if own:  # the handler's own log, written by the same script (queue.LOG_SEP)
+        note[LOG_NOTE] = own.encode()
     return note or None
 
 

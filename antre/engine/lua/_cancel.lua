@@ -38,7 +38,7 @@ local function cancel_end(job_key, id, now, req, actor, dlq, cancels, tl, reason
     local df = redis.call('HMGET', job_key, 'idem_key', 'waiters')
     if df[1] then unindex_key(idem_index_key(prefix_of(job_key, id)), df[1], id) end
     result_wake(prefix_of(job_key, id), id, df[2])
-    redis.call('DEL', job_key)
+    redis.call('DEL', job_key, jlog_key(prefix_of(job_key, id), id))
     redis.pcall('PEXPIRE', tl, CANCEL_TL_KEEP_MS)
     redis.call('HINCRBY', dlq[2], 'discarded', 1)
     return 'discarded'

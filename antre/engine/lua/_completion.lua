@@ -29,6 +29,7 @@ local function ack_job(key, tl, id, epoch, now, result, kind, note, actor, plain
   if not f[1] then return 'LOST:job does not exist' end
   if f[1] ~= S.inflight then return 'LOST:job is ' .. f[1] end
   if f[2] ~= epoch then return 'LOST:lease epoch is ' .. tostring(f[2]) .. ', not ' .. epoch end
+  note = note_log(key, id, note)
   if not kept then
     tl_pending(key, tl, nil)
     if not actor or actor == '' then actor = f[5] or '' end

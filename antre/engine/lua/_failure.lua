@@ -19,6 +19,7 @@ local function retry_job(k, id, epoch, now, visible_at, a)
   -- or 'LOST:<why>' with nothing changed.
   local row, lost = leased_row(k[1], epoch, RETRY_ROW)
   if not row then return lost end
+  a[7] = note_log(k[1], id, a[7])
   redis.call('ZREM', k[2], id)
   gate_leave(prefix_of(k[1], id), id, now, row.lgates or '')  -- its limit slots pass on
   local w = {}
@@ -140,6 +141,7 @@ local function bury_failed(k, id, epoch, now, a, call)
   -- nothing changed.
   local row, lost = leased_row(k[1], epoch, BURY_ROW)
   if not row then return lost end
+  a[9] = note_log(k[1], id, a[9])
   redis.call('ZREM', k[2], id)
   local w = {'deadline', 0}
   tl_pending(k[1], k[6], row, w)  -- the delivery's 'reserved' event first (its 'tlf': in w)

@@ -14,6 +14,10 @@ local function tl_key(job_prefix, id)
   return tag_of(job_prefix) .. K.timeline .. id
 end
 
+local function jlog_key(job_prefix, id)  -- a job's own log (note_log, below)
+  return tag_of(job_prefix) .. K.job_log .. id
+end
+
 local function idem_index_key(job_prefix)
   return tag_of(job_prefix) .. K.idem_index
 end
@@ -160,5 +164,26 @@ local function forget_job(job_prefix, id)
   local key = job_prefix .. id
   local ikey = redis.pcall('HGET', key, 'idem_key')  -- (not a hash: nothing indexed)
   if type(ikey) == 'string' then unindex_key(idem_index_key(job_prefix), ikey, id) end
-  redis.call('DEL', key, tl_key(job_prefix, id))
+  redis.call('DEL', key, tl_key(job_prefix, id), jlog_key(job_prefix, id))
+end
+
+-- == A job's own log ==============================================================================
+-- The lines a handler logged while it ran (antre/observe/joblog.py) come with its settle, after
+-- the worker's note past a NUL (JSON text holds none): note_log, called by each settling
+-- function once the lease is known to be the caller's, appends them to the job's log key
+-- (STRING '<tag>:jlog:<id>', keys.QueueKeys.job_log: JSON lines, oldest first) and gives back
+-- the note alone. Past JLOG_KEEP bytes the key keeps this delivery's lines only. A handler
+-- that logged nothing sends no NUL: one string.find, no key. forget_job deletes the key.
+local JLOG_KEEP = 98304  -- joblog.KEEP_BYTES
+
+local function note_log(job_key, id, note)
+  if not note or note == '' then return note end
+  local i = string.find(note, '\0', 1, true)
+  if not i then return note end
+  local k, lines = jlog_key(prefix_of(job_key, id), id), string.sub(note, i + 1)
+  local n = redis.pcall('APPEND', k, lines)
+  if type(n) ~= 'number' or n > JLOG_KEEP then  -- (another type, or too long: this one alone)
+    redis.pcall('SET', k, lines)
+  end
+  return string.sub(note, 1, i - 1)
 end

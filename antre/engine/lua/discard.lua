@@ -28,6 +28,6 @@ end
 -- a member of a flow it held (policy fail / wait): the flow is given up (_flows.lua flow_gone)
 flow_gone(KEYS[1], id, tonumber(ARGV[4]), 'discarded by ' .. ((ARGV[5] or '') ~= '' and ARGV[5] or '?'),
           KEYS[3])
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], jlog_key(prefix_of(KEYS[1], id), id))  -- and its own log
 redis.call('HINCRBY', KEYS[3], 'discarded', 1)
 return 1

@@ -10,6 +10,11 @@
 -- already only when this very call is sent again (the client's retry after a connection lost
 -- before the reply): then nothing is changed and 0 is returned, so the job is not made ready
 -- twice (a second copy of its id in the ready list would be reserved again while in flight).
+-- That call wrote the idempotency-key index before anything else, and the index keeps the key
+-- while its job exists: the job is looked for only when the key is in the index already (an
+-- idempotency key used before, or this call sent again), so a new key costs no lookup. (A resend
+-- finds its job unseen only if, between the two sends, another job took the key and was then
+-- removed: the job is then made ready again, a second delivery as at-least-once allows.)
 -- KEYS[1] ready (LIST)   KEYS[2] stats (HASH)   KEYS[3] wake (LIST)
 -- KEYS[4] idempotency-key index (HASH, keys.QueueKeys.idem_index)
 -- KEYS[5], KEYS[6] (optional) the queue's types (SET) and the queues index (SET): the job's type
@@ -21,15 +26,18 @@
 local v = ARGV
 local id = v[2]
 if v[11] ~= '' then return redis.error_reply('ERR enqueue_one: a job with a lock_key goes to enqueue.lua') end
-if redis.call('EXISTS', v[1] .. id) == 1 then return 0 end
+if redis.call('HSETNX', KEYS[4], v[6], id) == 0 then  -- the key is indexed already
+  if redis.call('EXISTS', v[1] .. id) == 1 then return 0 end  -- this call sent again
+  redis.call('HSET', KEYS[4], v[6], id)  -- the newest job of the key
+end
 -- the indexes first, the job's record last: a key of another type fails the call before the
 -- job is written (no record in no index)
 if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
 if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
-redis.call('HSET', KEYS[4], v[6], id)
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 -- a token for an idle worker blocked on the wake list; the list is capped at 64 as wake() does
-if redis.call('LPUSH', KEYS[3], '1') > 64 then redis.call('LTRIM', KEYS[3], 0, 63) end
+-- (looked at first: a full list, as when every worker is busy, costs one read and no write)
+if redis.call('LLEN', KEYS[3]) < 64 then redis.call('LPUSH', KEYS[3], '1') end
 redis.call('LPUSH', KEYS[1], id)
 -- the job last: every write before it can fail on a key of another type, none after it
 if v[10] == '' and at_defaults(v[12], v[13], v[14], v[15]) then
