@@ -56,6 +56,10 @@ class Running:
     ahead_claim: Begin | None = None
     reporter: "Reporter | None" = None  # its ctx.progress (progress.py), made with its ctx
     error: BaseException | None = None  # what its handler raised, for the hooks (hooked.py)
+    # its ctx.db writes in a SAVEPOINT of its batch's shared transaction (transaction.py): the
+    # savepoint while open (None once released or rolled back), and that transaction
+    savepoint: Any = None
+    tx: Any = None
 
     def __init__(self, job: Job, queue: Queue) -> None:
         self.job = job

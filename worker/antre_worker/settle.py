@@ -9,7 +9,9 @@ acks wait and go together in one round trip (``flush_acks``): each is still its 
 script, and a lease lost meanwhile is refused and logged while nothing else changes. Their
 idempotency completions, when waiting (``Ack.completion``), are committed first, in one
 transaction: a job whose lock was found lost at its release, or whose completion could not be
-committed, is snoozed instead of acked.
+committed, is snoozed instead of acked. The successes that wrote through ``ctx.db`` wait for
+their batch's shared transaction (transaction.py) the same way: acked once it committed, all
+snoozed if it did not.
 
 At the default INFO level the outcome's line is the only line of an ordinary job.
 """
@@ -84,6 +86,8 @@ class Settler:
     def _flush_successes(self) -> None:
         pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
         self._local.acks = self._local.completing = None
+        if any(ack.transaction is not None for _, ack in pending):
+            pending = self._committed(pending)
         if any(ack.completion is not None for _, ack in pending):
             pending = self._complete(pending)
         by_queue: dict[str, list[tuple[Running, Ack]]] = {}
@@ -119,6 +123,29 @@ class Settler:
         else:
             self.lease_lost(r.job, LeaseLost(f"job {r.job.id}: {status[5:]}; nothing was "
                                              "changed"))
+
+    def _committed(self, pending: list[tuple[Running, Ack]]) -> list[tuple[Running, Ack]]:
+        """The acks whose effects wait in their batch's shared transaction (transaction.py):
+        committed by now (committed here if not), they may be acked; if it did not commit,
+        every one of its jobs goes back unacked (snoozed, no attempt spent: nothing of their
+        runs counts), a job whose lock was lost as ``lock_lost``."""
+        out: list[tuple[Running, Ack]] = []
+        for r, ack in pending:
+            tx = ack.transaction
+            if tx is None:
+                out.append((r, ack))
+                continue
+            tx.finish()
+            if tx.error is None:
+                out.append((r, ack))
+            elif r.lock_fence is not None and any(
+                    lock.lost and lock.key == r.job.lock_key for lock in tx.released_locks):
+                self._settle_closed(r, lock_lost(r.job.lock_key))
+            else:
+                self._settle_closed(r, Snooze(
+                    jitter_ms(200, 1000), "batch_commit_failed", level=logging.ERROR,
+                    note=f"its batch's transaction did not commit: {tx.error}"))
+        return out
 
     def _complete(self, pending: list[tuple[Running, Ack]]) -> list[tuple[Running, Ack]]:
         """Record the batch's waiting idempotency completions in one commit (per store); return
