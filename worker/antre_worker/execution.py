@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -29,7 +29,8 @@ from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimit
 from antre.clock import Clock
 from antre.stores.fencing import FenceRejected
 from antre.stores.idempotency import Completed, IdempotencyStore
-from antre.engine.locks import Locks
+from antre.engine.locks import Lock, Locks
+from antre.engine.scripts import Call, direct, direct_ok
 from antre.engine.queue import ResultJSON, encode_result
 from antre.flows.read import inputs as flow_inputs
 from antre.flows.store import result_max
@@ -125,15 +126,25 @@ class Execution:
         if tx is None:
             factory = self.app.session_factory
             assert factory is not None
-            tx = self._local.tx = BatchTransaction(factory, self._release_lock, self.clock,
+            tx = self._local.tx = BatchTransaction(factory, self._release_locks, self.clock,
                                                    self.window_ms, self.alone)
         return tx.savepoint(r)
 
-    def _release_lock(self, lock: Any) -> None:
+    def _release_locks(self, locks: list[Lock]) -> None:
+        """The transaction's locks, released in one round trip after its commit (one at a
+        time on a cluster); a lock not released expires by its TTL."""
+        calls = [self.locks.release_call(lock) for lock in locks]
         try:
-            self.locks.release(lock)
+            if direct_ok(self.locks.redis) and all(c is not None for c in calls):
+                for lock, held in zip(locks, direct(self.locks.redis, cast(list[Call], calls))):
+                    if not int(held):
+                        lock.lost = True
+                return
+            for lock in locks:
+                self.locks.release(lock)
         except redis.RedisError:
-            lock.lost = True  # it expires by its TTL
+            for lock in locks:
+                lock.lost = True
 
     def undo(self, r: Running) -> None:
         """Nothing of the run commits: its savepoint, or its own transaction, rolled back."""

@@ -5,7 +5,8 @@ its own (``begin_nested``): its handler's writes, its lock's fence check and its
 completion go there (execution.py). A failure rolls back only that savepoint (the job retries
 or is buried as it would alone); a success releases it into the batch's transaction, which
 commits once: when the batch ends, or as soon as a job ends ``ANTRE_DB_COMMIT_WINDOW_MS``
-(default 5 ms) or more after the transaction's first write, whichever comes first. Only then
+(default 5 ms) or more after the first job's effects joined it, whichever comes first: a
+job's commit waits at most that window plus the run of the job in progress when it passes. Only then
 are its jobs acked (settle.py); a commit that fails sends every one of them back unacked
 (snoozed, no attempt spent), to run again with one committed effect each (and each alone in
 this process, so a job whose effect cannot commit does not hold back the others again).
@@ -71,7 +72,8 @@ class Alone:
 class BatchTransaction:
     """The shared transaction of one runner thread's batch (see the module docstring)."""
 
-    def __init__(self, session_factory: Callable[[], Any], release: Callable[[Lock], None],
+    def __init__(self, session_factory: Callable[[], Any],
+                 release: Callable[[list[Lock]], None],
                  clock: Callable[[], int], window_ms: int, alone: Alone) -> None:
         self._factory = session_factory
         self._release = release
@@ -94,7 +96,6 @@ class BatchTransaction:
         """The shared session, with a savepoint begun for ``r`` (``ctx.db`` on first use)."""
         if self.session is None:
             self.session = session = self._factory()
-            self.opened_ms = self._clock()
             raw = session.connection().connection.dbapi_connection
             if session.bind.dialect.name == "sqlite" and not raw.in_transaction:
                 # pysqlite begins a transaction only before a write, so the first savepoint
@@ -110,6 +111,8 @@ class BatchTransaction:
         """``r``'s effects, fence and completion join the transaction (RELEASE SAVEPOINT)."""
         sp, r.savepoint = r.savepoint, None
         sp.commit()
+        if not self.members:
+            self.opened_ms = self._clock()  # the window starts with the first effect kept
         self.members.append(r)
         self.member_ids.add(r.job.id)
         if r.job.idempotency_key:
@@ -132,8 +135,8 @@ class BatchTransaction:
                           "back", extra={"event": "error"})
 
     def due(self) -> bool:
-        """Whether the window since its first write has passed (commit now)."""
-        return self.session is not None and self._clock() - self.opened_ms >= self.window_ms
+        """Whether the window since its first kept effect has passed (commit now)."""
+        return bool(self.members) and self._clock() - self.opened_ms >= self.window_ms
 
     def finish(self) -> None:
         """Commit (or, with nothing to commit, a member found lost or a broken savepoint, roll
@@ -172,5 +175,5 @@ class BatchTransaction:
                 pass
             locks, self.locks = self.locks, []
             self.released_locks = locks
-            for lock in locks:
-                self._release(lock)
+            if locks:
+                self._release(locks)
