@@ -219,7 +219,7 @@ def test_a_job_whose_lease_was_lost_after_its_savepoint_rolls_the_batch_back(app
     ran, held = [], []
 
     @app.handler("w")
-    def w(ctx, payload):
+    def handler(ctx, payload):
         ran.append(payload["n"])
         ctx.db.execute(text("INSERT INTO effects (k, n) VALUES (:k, :n)"),
                        {"k": ctx.job.idempotency_key, "n": payload["n"]})
