@@ -277,7 +277,9 @@ class Execution:
         first write: committed now."""
         tx: BatchTransaction = r.tx
         try:
-            self._fence_and_complete(r, db, result)
+            # on the session's connection: the same transaction, without the ORM's work per
+            # statement (the handler's pending objects are flushed as the savepoint is released)
+            self._fence_and_complete(r, db.connection(), result)
             tx.release(r)
         except Exception as exc:
             tx.rollback(r)

@@ -5,7 +5,7 @@ its own (``begin_nested``): its handler's writes, its lock's fence check and its
 completion go there (execution.py). A failure rolls back only that savepoint (the job retries
 or is buried as it would alone); a success releases it into the batch's transaction, which
 commits once: when the batch ends, or as soon as a job ends ``ANTRE_DB_COMMIT_WINDOW_MS``
-(default 5 ms) or more after the first job's effects joined it, whichever comes first: a
+(default 10 ms) or more after the first job's effects joined it, whichever comes first: a
 job's commit waits at most that window plus the run of the job in progress when it passes. Only then
 are its jobs acked (settle.py); a commit that fails sends every one of them back unacked
 (snoozed, no attempt spent), to run again with one committed effect each (and each alone in
@@ -32,13 +32,13 @@ from .held import Running
 
 log = logging.getLogger("antre.worker")
 
-COMMIT_WINDOW_MS = 5
+COMMIT_WINDOW_MS = 10
 ALONE_MAX = 10_000  # job ids remembered to run in a transaction of their own
 
 
 def commit_window_ms() -> int:
     """``ANTRE_DB_COMMIT_WINDOW_MS``: the longest a job's released savepoint waits for its
-    batch's commit (ms, default 5); 0 commits every job in its own transaction."""
+    batch's commit (ms, default 10); 0 commits every job in its own transaction."""
     raw = os.environ.get("ANTRE_DB_COMMIT_WINDOW_MS", "").strip()
     if not raw:
         return COMMIT_WINDOW_MS
