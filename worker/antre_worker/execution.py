@@ -126,9 +126,25 @@ class Execution:
         if tx is None:
             factory = self.app.session_factory
             assert factory is not None
-            tx = self._local.tx = BatchTransaction(factory, self._release_locks, self.clock,
+            tx = self._local.tx = BatchTransaction(factory, self._release_locks, self._renew_locks, self.clock,
                                                    self.window_ms, self.alone)
         return tx.savepoint(r)
+
+    def _renew_locks(self, locks: list[Lock]) -> None:
+        """Compare-and-expire the transaction's locks in one round trip (one at a time on a
+        cluster): a lock no longer ours is marked lost, and nothing of the batch commits."""
+        try:
+            if direct_ok(self.locks.redis):
+                calls = [self.locks.renew_call(lock) for lock in locks]
+                for lock, ok in zip(locks, direct(self.locks.redis, calls)):
+                    if not int(ok):
+                        lock.lost = True
+                return
+            for lock in locks:
+                self.locks.renew(lock)
+        except redis.RedisError:
+            for lock in locks:
+                lock.lost = True  # not known to be held: nothing commits
 
     def _release_locks(self, locks: list[Lock]) -> None:
         """The transaction's locks, released in one round trip after its commit (one at a
@@ -256,7 +272,10 @@ class Execution:
         if db is None and r.store is not None and self.batching() and not r.lock_checked_at_ack:
             # (a hand-over's job commits here, under a renewed lock, and is acked plainly)
             return self._deferred(r, r.store, result)
-        lock_lost = self._lock_lost(r, db is None and r.store is None and r.lock_checked_at_ack)
+        # (a job in its batch's transaction: its lock is renewed with the others' before the
+        # commit, transaction.py)
+        lock_lost = self._lock_lost(r, (db is None and r.store is None and r.lock_checked_at_ack)
+                                    or r.savepoint is not None)
         if lock_lost is not None:
             self.undo(r)
             return lock_lost
