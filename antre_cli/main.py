@@ -1,4 +1,4 @@
-"""``antre``: demo, worker, web, sweep, status, dlq, find, schedules, user; the incident
+"""``antre``: demo, worker, web, sweep, status, dlq, find, schedules, user, config; the incident
 controls and every other dashboard action are in ``actions`` (pause, resume, job, purge,
 bulk-replay, tasks, task, lock, breaker)."""
 
@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import redis
 
-from antre import Antre, Progress, ResultUnavailable, __version__
+from antre import Antre, Progress, ResultUnavailable, SettingError, __version__, settings
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
@@ -262,6 +262,25 @@ def cmd_user(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- config ---------------------------------------------------------------------------------
+def cmd_config(args: argparse.Namespace) -> int:
+    """Every setting's effective value (secrets masked) and where it came from."""
+    rows = settings.effective()
+    if args.json:
+        print(json.dumps({"file": settings.CONFIG_FILE.get(),
+                          "settings": [{"name": e.name, "value": e.value, "source": e.source,
+                                        "secret": e.secret} for e in rows],
+                          "unknown": settings.unknown()}, indent=2))
+        return 0
+    width = max(len(e.name) for e in rows)
+    shown = max(len(e.shown) for e in rows if len(e.shown) <= 40)
+    for e in rows:
+        print(f"{e.name:<{width}}  {e.shown:<{shown}}  {e.source}")
+    for name in settings.unknown():
+        print(f"warning: {name} is set but is no setting of Antre (a typo?)", file=sys.stderr)
+    return 0
+
+
 # -- worker, sweep, web, demo ---------------------------------------------------------------
 def cmd_worker(args: argparse.Namespace, rest: list[str]) -> int:
     return int(worker_main([args.command, *rest]) or 0)
@@ -357,6 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="wait up to SECONDS for the job to end (woken by its end, not by "
                          "polling); exit 3 if it is still pending then")
 
+    c = sub.add_parser("config", help="every ANTRE_* setting: its effective value (secrets "
+                                      "masked) and where it came from (default, environment "
+                                      "or the ANTRE_CONFIG file)")
+    c.add_argument("--json", action="store_true", help="one JSON document")
+
     u = sub.add_parser("user", help="dashboard users")
     u.add_argument("--app", default=None, help="pkg.module:app (default: from environment)")
     usub = u.add_subparsers(dest="user_cmd", required=True)
@@ -367,15 +391,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The ``antre`` command; a setting the command refuses (at start, every one is read once)
+    is one line on stderr and exit code 2."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except SettingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     if argv and argv[0] in ("worker", "sweep"):
+        settings.check()
         args = argparse.Namespace(command=argv[0])
         return cmd_worker(args, argv[1:])
     args = parser.parse_args(argv)
+    settings.check()
     handlers = {"status": cmd_status, "dlq": cmd_dlq, "user": cmd_user, "web": cmd_web,
                 "demo": cmd_demo, "schedules": cmd_schedules, "find": cmd_find,
-                "result": cmd_result, **actions.HANDLERS}
+                "result": cmd_result, "config": cmd_config, **actions.HANDLERS}
     if actions.table_command(args) is not None:  # an entry of antre.actions.TABLE
         return actions.cmd_action(args)
     if actions.table_selection(args) is not None:  # one over many ids (antre dlq replay)

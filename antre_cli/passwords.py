@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import secrets
 import sys
 from typing import Any
 
+from antre import settings
 from antre.stores.users import MIN_PASSWORD_LENGTH
 
 PASSWORD_FLAG_WARNING = ("warning: --password puts the password in the process list and the "
@@ -42,7 +42,7 @@ def _given(values: dict[str, Any], name: str) -> str | None:
         if getpass.getpass("again: ") != first:
             raise ValueError("the two passwords differ; nothing was changed")
         return first
-    return os.environ.get("ANTRE_PASSWORD") or None
+    return settings.PASSWORD.get()
 
 
 def fill(values: dict[str, Any], name: str) -> str:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Callable
 
 from gunicorn.app.base import BaseApplication
 
-from antre import Antre
+from antre import Antre, settings
 from antre_web import create_app
 from antre_web.security import InsecureConfig, check_secret_key
 from antre_worker.loader import load_app
@@ -40,7 +39,7 @@ def make_factory(app_path: str | None) -> Callable[[], Any]:
 def bootstrap_admin(app_path: str | None) -> str | None:
     """First start with no user at all: create ``admin`` with ``ANTRE_ADMIN_PASSWORD`` (when
     set), so a fresh deployment can be logged into. Returns the name created, if any."""
-    password = os.environ.get("ANTRE_ADMIN_PASSWORD")
+    password = settings.ADMIN_PASSWORD.get()
     if not password:
         return None
     app = load_app(app_path) if app_path else Antre()
@@ -67,7 +66,7 @@ def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
           workers: int = 2) -> int:
     # every gunicorn worker builds its own app: they share the key from the environment
     try:
-        check_secret_key(os.environ.get("ANTRE_SECRET_KEY"))
+        check_secret_key(settings.SECRET_KEY.get())
         check_user_database(app_path)
         created = bootstrap_admin(app_path)
     except (InsecureConfig, ValueError) as exc:
@@ -82,7 +81,7 @@ def serve(app_path: str | None, *, host: str = "127.0.0.1", port: int = 8000,
         "threads": 4,
         "timeout": 60,
         "graceful_timeout": 10,
-        "accesslog": os.environ.get("ANTRE_ACCESS_LOG", "-") or None,
+        "accesslog": settings.ACCESS_LOG.get() or None,
         "control_socket_disable": True,
     }
     _Gunicorn(make_factory(app_path), options).run()

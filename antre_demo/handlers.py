@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from antre import Antre, LimitPolicy, Permanent, RateLimited, Retryable
+from antre import Antre, LimitPolicy, Permanent, RateLimited, Retryable, settings
 
 from . import tables as t
 
@@ -35,18 +35,18 @@ class Faults:
     """How often the injected faults fire. Change ``faults.<name>`` at run time, or set the
     environment variables (read at import) for worker processes."""
 
-    email_timeout_rate: float = float(os.environ.get("ANTRE_DEMO_EMAIL_FAULT_RATE", "0.15"))
-    flaky_rate: float = float(os.environ.get("ANTRE_DEMO_FLAKY_RATE", "0.5"))
-    rate_limit_rate: float = float(os.environ.get("ANTRE_DEMO_RATE_LIMIT_RATE", "0.4"))
+    email_timeout_rate: float = settings.DEMO_EMAIL_FAULT_RATE.get()
+    flaky_rate: float = settings.DEMO_FLAKY_RATE.get()
+    rate_limit_rate: float = settings.DEMO_RATE_LIMIT_RATE.get()
     # an order's stock hold finds the SKU out of stock (its chord fails)
-    stock_out_rate: float = float(os.environ.get("ANTRE_DEMO_STOCK_OUT_RATE", "0.1"))
+    stock_out_rate: float = settings.DEMO_STOCK_OUT_RATE.get()
     # a row of the nightly import's batch has a bad SKU (it dies; the report counts it)
-    bad_row_rate: float = float(os.environ.get("ANTRE_DEMO_BAD_ROW_RATE", "0.03"))
-    seed: str = os.environ.get("ANTRE_DEMO_SEED", "antre-demo")
+    bad_row_rate: float = settings.DEMO_BAD_ROW_RATE.get()
+    seed: str = settings.DEMO_SEED.get()
     # the email provider's limits and outages (``antre demo`` turns them on; tests keep them off)
-    email_rate_per_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_RATE", "0"))
-    email_outage_every_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_OUTAGE_EVERY_S", "0"))
-    email_outage_s: float = float(os.environ.get("ANTRE_DEMO_EMAIL_OUTAGE_S", "40"))
+    email_rate_per_s: float = settings.DEMO_EMAIL_RATE.get()
+    email_outage_every_s: float = settings.DEMO_EMAIL_OUTAGE_EVERY_S.get()
+    email_outage_s: float = settings.DEMO_EMAIL_OUTAGE_S.get()
 
     def email_provider_down(self, now_ms: int) -> bool:
         """True inside the provider's scheduled outage window (wall clock, every N seconds)."""

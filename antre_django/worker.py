@@ -9,13 +9,14 @@ function (``antre_django.jobs``).
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 import django
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
+
+from antre import settings
 
 from .compat import task_backends
 from .jobs import DjangoAntre
@@ -31,7 +32,7 @@ def make_app(alias: str | None = None, **kwargs: Any) -> DjangoAntre:
 
     if not apps.ready:
         django.setup()
-    alias = alias or os.environ.get("ANTRE_DJANGO_BACKEND") or "default"
+    alias = alias or settings.DJANGO_BACKEND.get()
     backend = task_backends[alias]
     if not isinstance(backend, AntreBackend):
         raise ImproperlyConfigured(

@@ -12,7 +12,10 @@ what they list, so a page cannot drift from it:
   (``antre.observe.alerts.AlertConfig``), and the Prometheus rules of
   ``deploy/prometheus/antre-rules.yml``;
 - ``docs/reference/logs.md``: the fields of a log line (``antre.observe.logs.FIELD_HELP``) and
-  every ``event`` name the code logs with.
+  every ``event`` name the code logs with;
+- ``docs/reference/settings.md``: every ``ANTRE_*`` setting (``antre/settings/declared.py``),
+  and the README's configuration table between its ``settings:start`` / ``settings:end``
+  markers (``antre.settings.ESSENTIAL``).
 
     python docs/gen_reference.py          # write the pages
     python docs/gen_reference.py --check  # exit 1, naming them, when a page is not current
@@ -214,6 +217,7 @@ def _prometheus_rules() -> list[tuple[str, ...]]:
 
 
 def alerts_page() -> str:
+    from antre import settings
     from antre.observe.alerts import AlertConfig
     rows = []
     for f in dataclasses.fields(AlertConfig):
@@ -221,7 +225,7 @@ def alerts_page() -> str:
             continue
         rule = _rule_of(f.name)
         default = getattr(AlertConfig(), f.name)
-        rows.append((f"`{rule.name}`", f"`ANTRE_ALERT_{f.name.upper()}`",
+        rows.append((f"`{rule.name}`", f"`{settings.ALERTS[f.name].name}`",
                      "on" if f.name == "no_live_worker" else f"{default:g}", _watches(rule),
                      f"`{getattr(rule, 'page', '/')}`"))
     return "\n".join([
@@ -310,8 +314,75 @@ def logs_page() -> str:
         *table(("event", "logged by"), events), ""])
 
 
+# -- settings ----------------------------------------------------------------------------------
+README = ROOT / "README.md"
+README_START, README_END = "<!-- settings:start -->", "<!-- settings:end -->"
+
+
+def _default_of(setting: Any) -> str:
+    if setting.default is None:
+        return "unset"
+    if setting.default == "":
+        return "empty"
+    return f"`{setting.show(setting.default)}`"
+
+
+def _kind_of(setting: Any) -> str:
+    kind = {"str": "text", "int": "whole number", "float": "number"}.get(setting.kind,
+                                                                        setting.kind)
+    return kind + (f" ({setting.unit})" if setting.unit else "") + \
+        (", secret" if setting.secret else "")
+
+
+def settings_page() -> str:
+    from antre import settings
+    rows = [(f"`{s.name}`", _kind_of(s), _default_of(s), s.bounds(), s.doc)
+            for s in settings.ALL.values()]
+    return "\n".join([
+        HEADER.format(source="antre/settings/declared.py") + "# Settings", "",
+        "Every setting is an `ANTRE_*` environment variable, declared once in "
+        "`antre/settings/declared.py`. Each value comes from, first found:", "",
+        "1. the process environment (`ANTRE_REDIS_URL=redis://...`);",
+        "2. the TOML file named by `ANTRE_CONFIG`, its keys the names without `ANTRE_`, in "
+        "lower case (`redis_url = \"redis://...\"`, `partitions = 4`, "
+        "`secure_cookies = true`);",
+        "3. the default.", "",
+        "An empty variable counts as unset (except `ANTRE_ACCESS_LOG`, where empty means no "
+        "access log). A flag takes `1`, `true`, `yes` or `0`, `false`, `no`, in any case (in "
+        "the file also TOML's `true` / `false`); an alert threshold also takes `off`. A value "
+        "a setting does not take (not a number, out of its bounds, not one of its choices, a "
+        "key of the file that is no setting) is refused, never clamped nor replaced by the "
+        "default: the `antre` command reads every setting at start and stops with one line "
+        "naming the setting, the value, where it came from and what it takes (exit code 2). "
+        "A library use (`Antre()`, `create_app()`) raises `antre.SettingError` where the "
+        "setting is read.", "",
+        "`antre config` prints every setting's effective value and where it came from "
+        "(`default`, `environment` or the file's path); `--json` as one document. Secrets "
+        "and the passwords of URLs are shown as `***`. An `ANTRE_*` variable of the "
+        "environment that is no setting (a typo: `ANTRE_REDIS_ULR`) is named in a warning "
+        "there; nothing refuses it.", "",
+        *table(("setting", "kind", "default", "bounds or choices", "what"), rows), ""])
+
+
+def readme_block() -> str:
+    """The README's configuration table (between its settings markers): the few settings a
+    newcomer sets."""
+    from antre import settings
+    rows = [(f"`{s.name}`", _default_of(s), s.doc) for s in settings.ESSENTIAL]
+    return "\n".join([README_START, *table(("variable", "default", "what"), rows),
+                      "", f"All {len(settings.ALL)} settings, their bounds and choices: "
+                      "[Settings](docs/reference/settings.md).", README_END])
+
+
+def readme_with_block(text: str) -> str:
+    """``text`` (the README) with its settings block made from the declarations."""
+    start, end = text.index(README_START), text.index(README_END) + len(README_END)
+    return text[:start] + readme_block() + text[end:]
+
+
 PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_page, "metrics.md": metrics_page,
-                                        "alerts.md": alerts_page, "logs.md": logs_page}
+                                        "alerts.md": alerts_page, "logs.md": logs_page,
+                                        "settings.md": settings_page}
 
 
 def main(argv: list[str]) -> int:
@@ -323,6 +394,12 @@ def main(argv: list[str]) -> int:
                 stale.append(str(path.relative_to(ROOT)))
         else:
             path.write_text(text)
+    readme = readme_with_block(README.read_text())
+    if "--check" in argv:
+        if README.read_text() != readme:
+            stale.append("README.md (its settings block)")
+    else:
+        README.write_text(readme)
     if stale:
         print(f"not current: {', '.join(stale)}; run: python docs/gen_reference.py",
               file=sys.stderr)

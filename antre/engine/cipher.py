@@ -17,10 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import antre.settings as settings
 from antre.errors import InvalidJob
 
 SEALED_KEY = "$enc"
-KEYS_SETTING = "ANTRE_PAYLOAD_KEYS"
+KEYS_SETTING = settings.PAYLOAD_KEYS.name
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _VERSION = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
@@ -76,7 +77,7 @@ def parse_ring(text: str) -> dict[str, bytes]:
 
 def ring_from_env(environ: Mapping[str, str] | None = None) -> dict[str, bytes]:
     """The key ring from ``ANTRE_PAYLOAD_KEYS`` ({} when unset)."""
-    text = (os.environ if environ is None else environ).get(KEYS_SETTING, "")
+    text = settings.PAYLOAD_KEYS.get(environ)
     return parse_ring(text) if text.strip() else {}
 
 

@@ -19,11 +19,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import orjson
 
+import antre.settings as settings
 from antre.errors import InvalidJob
 from antre.engine.keys import valid_job_id, valid_name
 from antre.engine.progress import Progress, decode as decode_progress
 
-DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
+DEFAULT_MAX_PAYLOAD_BYTES = settings.MAX_PAYLOAD_BYTES.default
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 

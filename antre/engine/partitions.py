@@ -18,7 +18,6 @@ its own id (no suffix) in partition 0; round robin otherwise.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import zlib
 from collections.abc import Callable, Sequence
@@ -43,18 +42,6 @@ def checked_count(n: Any, what: str = "partitions") -> int:
         raise InvalidJob(f"{what} must be a whole number from 1 to {keys.MAX_PARTITIONS}, "
                          f"not {n!r}")
     return n
-
-
-def env_count() -> int:
-    """``ANTRE_PARTITIONS`` (default 1)."""
-    raw = os.environ.get("ANTRE_PARTITIONS", "").strip()
-    if not raw:
-        return 1
-    try:
-        return checked_count(int(raw), "ANTRE_PARTITIONS")
-    except ValueError:
-        raise InvalidJob(f"ANTRE_PARTITIONS must be a whole number from 1 to "
-                         f"{keys.MAX_PARTITIONS}, not {raw!r}") from None
 
 
 def published(client: "redis.Redis", queue: str) -> int:

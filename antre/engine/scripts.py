@@ -37,6 +37,7 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, ResponseError,
                               TimeoutError)
 
+import antre.settings as settings
 from antre.engine.envelope import PLAIN_FIELDS, RESERVE_FIELDS
 
 _hiredis_pack: Any
@@ -125,7 +126,7 @@ class Library:
 
     def __init__(self, client: Any) -> None:
         self.name, self.code = library()
-        self.functions = (os.environ.get(FUNCTIONS_ENV, "1").strip() != "0"
+        self.functions = (settings.REDIS_FUNCTIONS.get()
                           and not isinstance(client, RedisCluster))
 
     def load(self, client: Any, script: Script, why: Any = None) -> None:
@@ -284,7 +285,7 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     return header, parts, refs
 
 
-FUNCTIONS_ENV = "ANTRE_REDIS_FUNCTIONS"  # "0": every script goes as EVALSHA (as before Functions)
+FUNCTIONS_ENV = settings.REDIS_FUNCTIONS.name  # off: every script goes as EVALSHA (as before Functions)
 
 
 @lru_cache(maxsize=None)

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import orjson
 
+import antre.settings as settings
 from antre.engine import keys
 from antre.engine.envelope import JobSpec, new_job_id
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 from antre.flows.compose import Node
 
-RESULT_MAX = 64 * 1024  # a member's result kept for its dependents, at most (bytes)
+RESULT_MAX = settings.FLOW_RESULT_MAX.default  # a member's result kept for its dependents
 MAX_FLOW_JOBS = 10_000  # jobs per enqueue call (a batch takes more, a call at a time)
 CANCEL_CHUNK = 500  # jobs per flow_cancel.lua call
 _ids_json = json.JSONEncoder(separators=(",", ":")).encode
@@ -29,11 +29,7 @@ _ids_json = json.JSONEncoder(separators=(",", ":")).encode
 def result_max() -> int:
     """``ANTRE_FLOW_RESULT_MAX`` (bytes), default 64 KiB: a member whose result is larger goes
     to the DLQ with that reason instead of being stored (the worker checks it)."""
-    raw = os.environ.get("ANTRE_FLOW_RESULT_MAX")
-    try:
-        return max(1, int(raw)) if raw else RESULT_MAX
-    except ValueError:
-        return RESULT_MAX
+    return settings.FLOW_RESULT_MAX.get()
 
 
 class FlowError(ValueError):

@@ -16,12 +16,12 @@ Defaults (environment, or ``Antre.retention(queue, ...)`` per queue):
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import redis
 
+import antre.settings as settings
 from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.errors import InvalidJob
@@ -35,9 +35,9 @@ MAX_CHUNKS = 200  # per queue per pass: at most 100,000 jobs dropped, the rest n
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    dead_max_jobs: int = 100_000
-    dead_max_age_s: int = 30 * DAY_S
-    done_max_age_s: int = 3_600
+    dead_max_jobs: int = settings.DEAD_MAX_JOBS.default
+    dead_max_age_s: int = settings.DEAD_MAX_AGE_S.default
+    done_max_age_s: int = settings.DONE_RETENTION_S.default
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -60,35 +60,26 @@ def _age(seconds: int) -> str:
 
 
 def policy_from_env(environ: Any = None) -> RetentionPolicy:
-    env = os.environ if environ is None else environ
-    defaults = RetentionPolicy()
-    try:
-        return RetentionPolicy(
-            dead_max_jobs=int(env.get("ANTRE_DEAD_MAX_JOBS") or defaults.dead_max_jobs),
-            dead_max_age_s=int(env.get("ANTRE_DEAD_MAX_AGE_S") or defaults.dead_max_age_s),
-            done_max_age_s=int(env.get("ANTRE_DONE_RETENTION_S") or defaults.done_max_age_s))
-    except ValueError as exc:
-        raise InvalidJob(f"retention settings in the environment: {exc}; use whole numbers "
-                         "(ANTRE_DEAD_MAX_JOBS, ANTRE_DEAD_MAX_AGE_S, ANTRE_DONE_RETENTION_S)"
-                         ) from None
+    """The ``ANTRE_DEAD_MAX_JOBS``, ``ANTRE_DEAD_MAX_AGE_S`` and ``ANTRE_DONE_RETENTION_S``
+    settings (``environ``: the process environment unless given); ``SettingError`` on a bad
+    one."""
+    return RetentionPolicy(dead_max_jobs=settings.DEAD_MAX_JOBS.get(environ),
+                           dead_max_age_s=settings.DEAD_MAX_AGE_S.get(environ),
+                           done_max_age_s=settings.DONE_RETENTION_S.get(environ))
 
 
 @dataclass(frozen=True)
 class SqlRetention:
     """How long sent outbox rows and audit entries are kept (the retention duty prunes)."""
 
-    outbox_sent_s: int = 7 * DAY_S
-    audit_s: int = 365 * DAY_S
+    outbox_sent_s: int = settings.OUTBOX_SENT_RETENTION_S.default
+    audit_s: int = settings.AUDIT_RETENTION_S.default
 
     @classmethod
     def from_env(cls, environ: Any = None) -> "SqlRetention":
-        env = os.environ if environ is None else environ
-        try:
-            return cls(int(env.get("ANTRE_OUTBOX_SENT_RETENTION_S") or cls.outbox_sent_s),
-                       int(env.get("ANTRE_AUDIT_RETENTION_S") or cls.audit_s))
-        except ValueError as exc:
-            raise InvalidJob(f"ANTRE_OUTBOX_SENT_RETENTION_S / ANTRE_AUDIT_RETENTION_S: {exc}; "
-                             "use whole numbers of seconds") from None
+        """The ``ANTRE_OUTBOX_SENT_RETENTION_S`` and ``ANTRE_AUDIT_RETENTION_S`` settings."""
+        return cls(settings.OUTBOX_SENT_RETENTION_S.get(environ),
+                   settings.AUDIT_RETENTION_S.get(environ))
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import threading
 import time
 import urllib.error
@@ -53,6 +52,7 @@ from urllib.parse import quote, urlsplit
 
 import redis
 
+import antre.settings as settings
 from antre.engine import keys
 from antre.clock import Clock, system_ms
 from antre.observe.readmodels import QueueInfo, ReadModels
@@ -249,35 +249,33 @@ Threshold = float | None  # None: the rule is off
 
 @dataclass(frozen=True)
 class AlertConfig:
-    """Every alert threshold; ``from_env`` reads ``ANTRE_ALERT_<FIELD>`` (upper case) for each
-    field, e.g. ``ANTRE_ALERT_RETRIES_PER_MIN=120``; ``off`` turns a rule off."""
+    """Every alert threshold; ``from_env`` reads the setting of each field
+    (``settings.ALERTS``), e.g. ``ANTRE_ALERT_RETRIES_PER_MIN=120``; ``off`` turns a rule off."""
 
-    window_s: float = 300.0  # the window of every 'N in the window' rule
-    dlq_growth_max: Threshold = 10
-    oldest_ready_s: Threshold = 300
-    lease_expirations_max: Threshold = 20
-    lock_conflicts_max: Threshold = 100
-    no_live_worker: Threshold = 1  # any value but off: on
-    retries_per_min: Threshold = 60
-    duplicates_max: Threshold = 50
-    outbox_age_s: Threshold = 60
-    fence_refusals_max: Threshold = 5
-    lost_locks_max: Threshold = 5
-    paused_max_min: Threshold = 30
+    # the defaults are the settings' (antre/settings/declared.py)
+    window_s: float = settings.ALERT_WINDOW_S.default  # of every 'N in the window' rule
+    dlq_growth_max: Threshold = settings.ALERT_DLQ_GROWTH_MAX.default
+    oldest_ready_s: Threshold = settings.ALERT_OLDEST_READY_S.default
+    lease_expirations_max: Threshold = settings.ALERT_LEASE_EXPIRATIONS_MAX.default
+    lock_conflicts_max: Threshold = settings.ALERT_LOCK_CONFLICTS_MAX.default
+    no_live_worker: Threshold = settings.ALERT_NO_LIVE_WORKER.default  # any value but off: on
+    retries_per_min: Threshold = settings.ALERT_RETRIES_PER_MIN.default
+    duplicates_max: Threshold = settings.ALERT_DUPLICATES_MAX.default
+    outbox_age_s: Threshold = settings.ALERT_OUTBOX_AGE_S.default
+    fence_refusals_max: Threshold = settings.ALERT_FENCE_REFUSALS_MAX.default
+    lost_locks_max: Threshold = settings.ALERT_LOST_LOCKS_MAX.default
+    paused_max_min: Threshold = settings.ALERT_PAUSED_MAX_MIN.default
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "AlertConfig":
-        """Defaults, then ``ANTRE_ALERT_*`` from ``env`` (the process environment), then
-        ``overrides`` (keyword arguments win). Raises ``ValueError`` naming a bad value."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(f"ANTRE_ALERT_{f.name.upper()}")
-            if raw is not None and raw.strip() != "":
-                values[f.name] = _threshold(f"ANTRE_ALERT_{f.name.upper()}", raw)
-        config = replace(cls(), **values, **overrides)
+        """The ``ANTRE_ALERT_*`` settings (``settings.ALERTS``: the environment, else the
+        ``ANTRE_CONFIG`` file, else the defaults; ``env``: the process environment unless
+        given), then ``overrides`` (keyword arguments win). Raises ``SettingError`` (a
+        ``ValueError``) naming a bad value."""
+        values: dict[str, Any] = {f.name: settings.ALERTS[f.name].get(env) for f in fields(cls)}
+        config = replace(cls(), **{**values, **overrides})
         if config.window_s is None or float(config.window_s) <= 0:
-            raise ValueError("ANTRE_ALERT_WINDOW_S must be a positive number of seconds")
+            raise ValueError("window_s must be a positive number of seconds")
         return config
 
     def rules(self) -> list[Rule]:
@@ -299,6 +297,7 @@ class AlertConfig:
 
 
 def _threshold(name: str, raw: str) -> Threshold:
+    """An admin's per-queue threshold (``AlertThresholds``): a number from 0 up, or off."""
     if raw.strip().lower() in ("off", "none", "false"):
         return None
     try:

@@ -31,6 +31,7 @@ from typing import IO, Any, Callable
 
 import orjson
 
+import antre.settings as settings
 from antre.engine.envelope import Job
 from antre.observe.redact import redact_url
 
@@ -281,7 +282,7 @@ _pid = [os.getpid()]  # this process's id, kept (a system call per job line othe
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
-FLUSH_MS = 200  # the longest a buffered INFO line waits (ANTRE_LOG_FLUSH_MS)
+FLUSH_MS = settings.LOG_FLUSH_MS.default  # the longest a buffered INFO line waits
 BUFFER_BYTES = 64 * 1024  # a buffer this big is written at once
 PIPE_BUF = 4096  # POSIX: a pipe write this small is atomic (counted in characters here)
 
@@ -403,9 +404,9 @@ def configure(fmt: str | None = None, level: str | int | None = None,
     returns it. Without ``stream`` (stderr) lines are buffered up to ``flush_ms``
     (``ANTRE_LOG_FLUSH_MS``, default 200; 0: each line written at once); to a given ``stream``
     each line is written at once unless ``flush_ms`` says otherwise."""
-    fmt = (fmt or os.environ.get("ANTRE_LOG_FORMAT") or "json").lower()
+    fmt = (fmt or settings.LOG_FORMAT.get()).lower()
     if flush_ms is None:
-        flush_ms = _env_flush_ms() if stream is None else 0
+        flush_ms = settings.LOG_FLUSH_MS.get() if stream is None else 0
     handler = BufferedHandler(stream, interval_s=flush_ms / 1000)
     handler.setFormatter(formatter(fmt))
     target = logging.getLogger(logger)
@@ -415,7 +416,7 @@ def configure(fmt: str | None = None, level: str | int | None = None,
         except Exception:
             pass
     target.handlers[:] = [handler]
-    lvl = level or os.environ.get("ANTRE_LOG_LEVEL") or "INFO"
+    lvl = level or settings.LOG_LEVEL.get()
     target.setLevel(lvl.upper() if isinstance(lvl, str) else lvl)
     target.propagate = False
     if logger == "antre":
@@ -435,14 +436,6 @@ def _route_third_party(handler: logging.Handler) -> None:
         lib.handlers[:] = [handler]
         lib.setLevel(logging.WARNING)
         lib.propagate = False
-
-
-def _env_flush_ms() -> int:
-    raw = os.environ.get("ANTRE_LOG_FLUSH_MS", "")
-    try:
-        return max(0, int(raw)) if raw.strip() else FLUSH_MS
-    except ValueError:
-        return FLUSH_MS
 
 
 def safe_url(url: str) -> str:

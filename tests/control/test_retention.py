@@ -12,6 +12,7 @@ from antre import Antre, InvalidJob
 from antre.clock import ManualClock
 from antre.engine.queue import Queue
 from antre.observe.readmodels import ReadModels
+from antre.settings import SettingError
 from antre.maintenance.retention import Retention, RetentionPolicy, policy_from_env
 from antre_worker.duties import Duties
 
@@ -106,7 +107,8 @@ def test_policy_is_described_and_checked():
     with pytest.raises(InvalidJob, match="dead_max_jobs must be a whole number"):
         RetentionPolicy(dead_max_jobs=0)
     assert policy_from_env({"ANTRE_DEAD_MAX_JOBS": "7"}).dead_max_jobs == 7
-    with pytest.raises(InvalidJob, match="use whole numbers"):
+    with pytest.raises(SettingError, match="ANTRE_DEAD_MAX_AGE_S='a week' .* takes a whole "
+                                           "number from 1 up"):
         policy_from_env({"ANTRE_DEAD_MAX_AGE_S": "a week"})
 
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import START_MS, burst, make_worker, run_async, wait_for
 from redis.cluster import RedisCluster
 
-from antre import Antre, InvalidJob
+from antre import Antre, InvalidJob, SettingError
 from antre.clock import ManualClock, system_ms
 from antre.control.bulk import BulkReplays
 from antre.control.pause import Pauses
@@ -87,7 +87,8 @@ def test_bad_counts_are_refused_saying_what_to_pass(redis_url, monkeypatch):
         with pytest.raises(InvalidJob, match="whole number from 1 to"):
             Antre(redis_url=redis_url, partitions=bad)
     monkeypatch.setenv("ANTRE_PARTITIONS", "lots")
-    with pytest.raises(InvalidJob, match="ANTRE_PARTITIONS must be a whole number"):
+    with pytest.raises(SettingError, match="ANTRE_PARTITIONS='lots' .* takes a whole number "
+                                           "from 1 to 256"):
         Antre(redis_url=redis_url)
     monkeypatch.setenv("ANTRE_PARTITIONS", "4")
     assert Antre(redis_url=redis_url).default_partitions == 4

@@ -120,7 +120,7 @@ def _generator() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["cli.md", "metrics.md", "alerts.md", "logs.md"])
+@pytest.mark.parametrize("name", ["cli.md", "metrics.md", "alerts.md", "logs.md", "settings.md"])
 def test_the_generated_reference_pages_are_current(name: str) -> None:
     gen = _generator()
     made = gen.PAGES[name]()

@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 RANK = {  # a room of antre/ (a folder, a top-level module, "package": antre/__init__.py)
-    "clock": 0, "errors": 0, "embedded": 0,
+    "clock": 0, "errors": 0, "embedded": 1, "settings": 0,
     "engine": 1,
     "limits": 2, "stores": 2, "flows": 2,
     "groups": 3,

@@ -24,6 +24,7 @@ from flask import Flask, Request
 from flask.globals import request as flask_request
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
+from antre import settings
 from antre.observe import otel_metrics
 
 from .delegated import HostAuth, HostUser, UserOf
@@ -90,14 +91,13 @@ def create_app(config: dict[str, Any] | None = None, auth: HostAuth | None = Non
     app = Flask(__name__, template_folder=asset_dir("templates"),
                 static_folder=asset_dir("static"), static_url_path="/static")
     app.config.update(
-        SECRET_KEY=os.environ.get("ANTRE_SECRET_KEY") or None,
+        SECRET_KEY=settings.SECRET_KEY.get(),
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=os.environ.get("ANTRE_SECURE_COOKIES", "") == "1",
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=float(os.environ.get("ANTRE_SESSION_HOURS")
-                                                         or 12)),
-        ANTRE_TRUSTED_PROXIES=int(os.environ.get("ANTRE_TRUSTED_PROXIES") or 0),
-        TRUSTED_HOSTS=trusted_hosts(os.environ.get("ANTRE_TRUSTED_HOSTS", "")),
+        SESSION_COOKIE_SECURE=settings.SECURE_COOKIES.get(),
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=settings.SESSION_HOURS.get()),
+        ANTRE_TRUSTED_PROXIES=settings.TRUSTED_PROXIES.get(),
+        TRUSTED_HOSTS=trusted_hosts(settings.TRUSTED_HOSTS.get()),
         MAX_CONTENT_LENGTH=1024 * 1024,
         JSON_SORT_KEYS=False,
     )

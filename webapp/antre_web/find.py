@@ -4,7 +4,6 @@ timeline (``/jobs/<queue>/<id>``) and paged lists of every state (``/browse/<que
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -13,6 +12,7 @@ from flask import Blueprint, abort, redirect, request, url_for
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
+from antre import settings
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Finder, Located, SearchStep
 from antre.engine.keys import valid_name
@@ -136,7 +136,7 @@ def ts_ms(ms: Any) -> str:
 def trace_link(traceparent: str) -> str:
     """``ANTRE_TRACE_URL`` with ``{trace_id}`` filled in (the 32-hex trace id of the W3C
     traceparent), e.g. ``http://jaeger:16686/trace/{trace_id}``; '' when not configured."""
-    template = os.environ.get("ANTRE_TRACE_URL", "")
+    template = settings.TRACE_URL.get()
     parts = traceparent.split("-")
     if not template or len(parts) != 4:
         return ""

@@ -20,6 +20,7 @@ from redis.retry import Retry
 
 import antre
 import antre.stores.sql
+from antre import settings
 from antre.stores.audit import AuditLog
 from antre.control.bulk import BulkReplays
 from antre.control.cancel import Cancels
@@ -169,9 +170,9 @@ def build(config: dict[str, Any]) -> Services:
     clock: Clock = config.get("ANTRE_CLOCK") or system_ms
     app: antre.Antre | None = config.get("ANTRE_APP")
     redis_url = config.get("ANTRE_REDIS_URL") or (app.redis_url if app else None) or \
-        os.environ.get("ANTRE_REDIS_URL") or "redis://127.0.0.1:6379/0"
+        settings.REDIS_URL.get()
     db_url = config.get("ANTRE_DATABASE_URL") or (app.database_url if app else None) or \
-        os.environ.get("ANTRE_DATABASE_URL") or f"sqlite:///{os.path.abspath('antre.db')}"
+        settings.DATABASE_URL.get() or f"sqlite:///{os.path.abspath('antre.db')}"
     if app is None:
         app = antre.Antre(redis_url=redis_url, database_url=db_url, clock=clock,
                           redis_client=dashboard_redis(redis_url))

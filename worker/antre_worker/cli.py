@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from antre import SettingError, settings
 from antre.observe.logs import configure as configure_logging
 
 from .duties import sweep_once
@@ -46,6 +47,11 @@ def build_parser(prog: str = "antre") -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        settings.check()  # every setting read once: a bad one stops here, said in one line
+    except SettingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     configure_logging()
     try:
         app = load_app(args.app_path)

@@ -22,6 +22,7 @@ import redis
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
+from antre import settings
 from antre import Antre
 from antre.engine import keys, partitions
 from antre.observe import sampling
@@ -163,9 +164,9 @@ def _alerts(d: Duties) -> Any:
     """Alert rules; a firing or resolved alert is POSTed to ANTRE_ALERT_WEBHOOK once, signed
     with ANTRE_ALERT_WEBHOOK_SECRET when set."""
     engine = AlertEngine(d.app.redis, d.clock or d.app.clock, rules=d.app.alert_config.rules(),
-                         webhook_url=os.environ.get("ANTRE_ALERT_WEBHOOK") or None,
-                         dashboard_url=os.environ.get("ANTRE_DASHBOARD_URL", ""),
-                         webhook_secret=os.environ.get("ANTRE_ALERT_WEBHOOK_SECRET") or None,
+                         webhook_url=settings.ALERT_WEBHOOK.get(),
+                         dashboard_url=settings.DASHBOARD_URL.get(),
+                         webhook_secret=settings.ALERT_WEBHOOK_SECRET.get(),
                          outbox_age_s=_outbox_age(d))
     events = engine.check()
     for event in events:

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from antre import Antre, Queue
+from antre import Antre, Queue, settings
 from antre.clock import Clock
 from antre.engine.envelope import Job
 from antre.limits.admission import Limits
@@ -53,7 +53,7 @@ DEFAULT_CONCURRENCY = 100  # async jobs at once per process when the app has asy
 ASYNC_BATCH = 64  # a runner with async slots free reserves up to this many at once
 ASYNC_MIN_BATCH = 16  # ... and waits until at least this many are free
 DECLARE_EVERY_MS = 10_000  # how often a process writes its queues' flow gates again
-BURST_REDIS_WAIT_S = 30.0  # --burst gives up after Redis was unreachable this long
+BURST_REDIS_WAIT_S = settings.BURST_REDIS_WAIT_S.default  # --burst gives up after this outage
 
 
 def default_worker_id() -> str:
@@ -94,7 +94,7 @@ class WorkerProcess:
         self.heartbeat_s = heartbeat_s
         self.stop_grace_s = stop_grace_s
         self.burst_redis_wait_s = (burst_redis_wait_s if burst_redis_wait_s is not None
-                                   else _env_s("ANTRE_BURST_REDIS_WAIT_S", BURST_REDIS_WAIT_S))
+                                   else settings.BURST_REDIS_WAIT_S.get())
         self.exit_code = 0
         self.counts: Counter[str] = Counter()
         # written to Redis on each heartbeat; also OpenTelemetry histograms when configured
@@ -613,7 +613,7 @@ class WorkerProcess:
 def code_version(app: Antre) -> str:
     """``ANTRE_CODE_VERSION`` when set (e.g. the deployed commit), else a digest of the
     handlers' names and compiled code: a deploy that changes a handler reads as a new version."""
-    given = os.environ.get("ANTRE_CODE_VERSION", "").strip()
+    given = settings.CODE_VERSION.get().strip()
     if given:
         return given[:100]
     digest = hashlib.sha1()
@@ -621,16 +621,6 @@ def code_version(app: Antre) -> str:
         code = getattr(app.handlers[name].fn, "__code__", None)
         digest.update(name.encode() + b"\0" + (code.co_code if code is not None else b""))
     return "code " + digest.hexdigest()[:10]
-
-
-def _env_s(name: str, default_s: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else default_s
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %g", name, raw, default_s,
-                    extra={"event": "bad_config"})
-        return default_s
 
 
 def async_concurrency(app: Antre, concurrency: int | None) -> int:

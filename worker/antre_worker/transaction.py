@@ -21,11 +21,11 @@ whole transaction back (its savepoint cannot be undone alone once released).
 from __future__ import annotations
 
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from antre import settings
 from antre.engine.locks import Lock
 from antre.errors import LeaseLost
 
@@ -33,24 +33,13 @@ from .held import Running
 
 log = logging.getLogger("antre.worker")
 
-COMMIT_WINDOW_MS = 10
 ALONE_MAX = 10_000  # job ids remembered to run in a transaction of their own
 
 
 def commit_window_ms() -> int:
     """``ANTRE_DB_COMMIT_WINDOW_MS``: the longest a job's released savepoint waits for its
     batch's commit (ms, default 10); 0 commits every job in its own transaction."""
-    raw = os.environ.get("ANTRE_DB_COMMIT_WINDOW_MS", "").strip()
-    if not raw:
-        return COMMIT_WINDOW_MS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"ANTRE_DB_COMMIT_WINDOW_MS must be a whole number of milliseconds "
-                         f"(0 or more), not {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"ANTRE_DB_COMMIT_WINDOW_MS must be 0 or more, not {value}")
-    return value
+    return settings.DB_COMMIT_WINDOW_MS.get()
 
 
 class Alone:

@@ -12,13 +12,13 @@ the connection's current schema (on PostgreSQL the first entry of its ``search_p
 
 from __future__ import annotations
 
-import os
 from logging.config import fileConfig
 from typing import Any
 
 from alembic import context
 from sqlalchemy import Connection
 
+import antre.settings as settings
 from antre.stores.sql import VERSION_TABLE, Base, make_engine
 
 config = context.config
@@ -35,7 +35,7 @@ def _url() -> str:
     x = context.get_x_argument(as_dictionary=True)
     url = (
         x.get("url")
-        or os.environ.get("ANTRE_DATABASE_URL")
+        or settings.DATABASE_URL.get()
         or config.get_main_option("sqlalchemy.url")
     )
     if not url:
