@@ -219,6 +219,30 @@ def test_a_job_whose_lock_was_lost_mid_batch_cannot_commit(app, clock):
     assert effects(app) == [(f"k{i}", i) for i in range(3)]
 
 
+def test_a_lock_found_lost_before_its_savepoint_is_released_fails_that_job_alone(app, clock):
+    ran = []
+
+    @app.handler("w")
+    def w(ctx, payload):
+        ran.append(payload["n"])
+        ctx.db.execute(text("INSERT INTO effects (k, n) VALUES (:k, :n)"),
+                       {"k": ctx.job.idempotency_key, "n": payload["n"]})
+        if payload["n"] == 1 and len(ran) == 2:
+            # taken by another holder, and the heartbeat's renewal found it gone
+            app.locks.release_token(ctx.lock.key, ctx.lock.token)
+            app.locks.acquire(ctx.lock.key, 30_000, owner="elsewhere")
+            ctx.lock.lost = True
+        return payload["n"]
+
+    ids = enqueue(app, 3, lock=True)
+    work(make_worker(app, clock), 3)
+    q = app.queue()
+    assert q.get(ids[1]).state == "scheduled" and q.stats()["lock_lost"] == 1
+    assert effects(app) == [("k0", 0), ("k2", 2)]  # its savepoint alone rolled back
+    assert q.get(ids[0]).state == q.get(ids[2]).state == "done"
+    assert app.idempotency.lookup("k1").status == "processing"
+
+
 def test_a_job_whose_lease_was_lost_after_its_savepoint_rolls_the_batch_back(app, clock):
     ran, held = [], []
 
