@@ -126,7 +126,8 @@ class Execution:
         if tx is None:
             factory = self.app.session_factory
             assert factory is not None
-            tx = self._local.tx = BatchTransaction(factory, self._release_locks, self._renew_locks, self.clock,
+            tx = self._local.tx = BatchTransaction(factory, self._release_locks,
+                                                   self._renew_locks, self.clock,
                                                    self.window_ms, self.alone)
         return tx.savepoint(r)
 

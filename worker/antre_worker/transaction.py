@@ -5,17 +5,18 @@ its own (``begin_nested``): its handler's writes, its lock's fence check and its
 completion go there (execution.py). A failure rolls back only that savepoint (the job retries
 or is buried as it would alone); a success releases it into the batch's transaction, which
 commits once: when the batch ends, or as soon as a job ends ``ANTRE_DB_COMMIT_WINDOW_MS``
-(default 10 ms) or more after the first job's effects joined it, whichever comes first: a
-job's commit waits at most that window plus the run of the job in progress when it passes. Only then
-are its jobs acked (settle.py); a commit that fails sends every one of them back unacked
-(snoozed, no attempt spent), to run again with one committed effect each (and each alone in
-this process, so a job whose effect cannot commit does not hold back the others again).
+(default 10 ms) or more after the first job's effects joined it, whichever comes first. A
+job's commit waits at most that window plus the run of the job in progress when it passes.
+Only then are its jobs acked (settle.py); a commit that fails sends every one of them back
+unacked (snoozed, no attempt spent), to run again with one committed effect each (and each
+alone in this process, so a job whose effect cannot commit does not hold back the others).
 
 The business locks of its jobs are held until the commit (a next holder must see the
 effects), renewed together in one round trip right before it (instead of one renewal per job
-as its savepoint is released), and released right after; a job of the same lock key later in the batch commits the
-transaction first. A member whose lock or lease was found lost before the commit rolls the
-whole transaction back (its savepoint cannot be undone alone once released).
+as its savepoint is released), and released right after; a job of the same lock key later in
+the batch commits the transaction first. A member whose lock or lease was found lost before
+the commit rolls the whole transaction back (its savepoint cannot be undone alone once
+released).
 """
 
 from __future__ import annotations
