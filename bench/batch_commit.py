@@ -6,7 +6,8 @@ measured in the same run; PostgreSQL commits per job counted on a database of th
 
     .venv/bin/python bench/batch_commit.py [--jobs 5000] [--reps 2] [--pgbench-s 5]
 
-Writes bench/results/batch-commit.json and .md.
+Writes bench/results/batch-commit.json and .md (bench/results/batch-commit-notes.md, written
+by hand, appended).
 """
 
 from __future__ import annotations
@@ -176,6 +177,10 @@ def render(res: dict[str, Any]) -> str:
                      f"{statistics.median(g['commits_per_job'] for g in got)} | "
                      f"{statistics.median(g.get('worker_cpu_us_per_job') or 0 for g in got):.0f}"
                      " |")
+    notes = os.path.join(HERE, "results", "batch-commit-notes.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            lines += ["", f.read().rstrip()]
     return "\n".join(lines) + "\n"
 
 
