@@ -301,3 +301,18 @@ def test_a_window_of_zero_commits_each_job_alone(app, clock, monkeypatch):
     enqueue(app, 3)
     work(make_worker(app, clock), 3)
     assert seen == [0, 1, 2]
+
+
+@pytest.mark.parametrize("lock", [False, True])
+def test_four_runner_threads_of_writers_commit_each_effect_once(app, clock, lock):
+    ran = []
+    writer(app, ran, fail={7})
+    n = 120
+    ids = enqueue(app, n, lock)
+    counts = make_worker(app, clock, threads=4).run_burst()
+    q = app.queue()
+    states = [q.get(i).state for i in ids]
+    assert states.count("done") == n - 1 and states[7] == "dead"
+    assert effects(app) == sorted((f"k{i}", i) for i in range(n) if i != 7)
+    assert counts["succeeded"] == n - 1
+    assert app.locks.held() == []
