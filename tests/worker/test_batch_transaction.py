@@ -316,3 +316,30 @@ def test_four_runner_threads_of_writers_commit_each_effect_once(app, clock, lock
     assert effects(app) == sorted((f"k{i}", i) for i in range(n) if i != 7)
     assert counts["succeeded"] == n - 1
     assert app.locks.held() == []
+
+
+@pytest.mark.postgres
+def test_a_job_whose_effect_never_commits_runs_alone_next_and_fails_by_itself(redis_url, pg_url,
+                                                                          clock):
+    app = Antre(redis_url=redis_url, database_url=pg_url, clock=clock)
+    with app.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (k VARCHAR(100) PRIMARY KEY, n INTEGER, "
+                          "CONSTRAINT one_n UNIQUE (n) DEFERRABLE INITIALLY DEFERRED)"))
+        conn.execute(text("INSERT INTO effects (k, n) VALUES ('before', 100)"))
+
+    @app.handler("w", max_attempts=1)
+    def w(ctx, payload):
+        ctx.db.execute(text("INSERT INTO effects (k, n) VALUES (:k, :n)"),
+                       {"k": ctx.job.idempotency_key,
+                        "n": 100 if payload["n"] == 1 else payload["n"]})  # refused at commit
+        return payload["n"]
+
+    ids = enqueue(app, 3)
+    worker = make_worker(app, clock)
+    work(worker, 3)
+    q = app.queue()
+    assert [q.get(i).state for i in ids] == ["scheduled"] * 3
+    clock.advance(2_000)
+    worker.run_burst()  # the same process: each of them now commits on its own
+    assert [q.get(i).state for i in ids] == ["done", "dead", "done"]
+    assert effects(app) == [("before", 100), ("k0", 0), ("k2", 2)]
