@@ -340,6 +340,7 @@ def test_a_job_whose_effect_never_commits_runs_alone_next_and_fails_by_itself(re
     q = app.queue()
     assert [q.get(i).state for i in ids] == ["scheduled"] * 3
     clock.advance(2_000)
-    worker.run_burst()  # the same process: each of them now commits on its own
+    assert q.promote() == 3
+    work(worker, 3)  # the same process, a batch of three again: each commits on its own
     assert [q.get(i).state for i in ids] == ["done", "dead", "done"]
     assert effects(app) == [("before", 100), ("k0", 0), ("k2", 2)]
