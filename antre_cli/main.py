@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import redis
 
 from antre import Antre, Progress, ResultUnavailable, SettingError, __version__, settings
+from antre.engine import partitions
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
@@ -78,6 +79,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         for p in q.paused:  # incident controls
             print(f"  paused: {p.job_type or 'whole queue'} by {p.by} at {_ts(p.at_ms)} UTC: "
                   f"{p.reason}")
+        if q.stats.get("abandoned"):  # damaged or vanished records the scripts dealt with
+            print(f"  abandoned records: {q.stats['abandoned']}; the newest:")
+            for entry in _quarantined(app, q.name, limit=3):
+                print(f"    {_quarantine_line(entry)}")
     hits, lookups = cache_totals([w for w in workers if w.alive(now)])
     cache = f"; completed-key cache: {hits / lookups:.0%} of {lookups} lookups hit" \
         if lookups else ""
@@ -90,6 +95,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     if summary.memory is not None:
         print(_memory_line(summary.memory))
     return 0
+
+
+def _quarantined(app: Antre, queue: str, limit: int = 1000) -> list[dict[str, object]]:
+    """The newest quarantine entries of every partition of ``queue`` (each with its queue):
+    ids too broken to be jobs, damaged records, what vanished records left waiting."""
+    out = [dict(entry, queue=queue) for q in partitions.all_queues(app.redis, queue)
+           for entry in q.quarantined(limit)]
+    return sorted(out, key=lambda e: -int(str(e.get("t") or 0)))[:limit]
+
+
+def _quarantine_line(entry: dict[str, object]) -> str:
+    what = entry.get("record") or "job id"
+    where = entry.get("key") or entry.get("id") or ""
+    when = _ts(int(str(entry.get("t") or 0)))
+    return f"{when} UTC {entry.get('queue')}: {what} {where}: {entry.get('why')}"
 
 
 def _memory_line(mem: MemoryPolicy) -> str:
@@ -196,6 +216,12 @@ def cmd_find(args: argparse.Namespace) -> int:
         found = app.finder.resolve(text)
         if found is not None:
             return _print_job(app, found, args.json)
+        listed = [e for q in app.finder.queue_names() for e in _quarantined(app, q)
+                  if e.get("id") == text]
+        if listed and "=" not in text:  # a vanished or undecodable job: what was found
+            for entry in listed:
+                print(f"{text}: no job record; in the quarantine: {_quarantine_line(entry)}")
+            return 0
         if "=" not in text:
             print(f"error: no job has the id or idempotency key {text!r}; to search payloads "
                   "give field=value, e.g. antre find order_id=1234", file=sys.stderr)

@@ -39,6 +39,7 @@ from typing_extensions import ParamSpec
 from antre import HandlerSpec
 from antre.engine import keys
 from antre.engine.envelope import Job
+from antre.engine import states
 
 from .compat import (BaseTaskBackend, InvalidTask, SUCCESSFUL, Task, TaskError, TaskResult,
                      TaskResultDoesNotExist, TaskResultStatus, make_result, task_enqueued)
@@ -51,9 +52,9 @@ OPTION_NAMES = {"REDIS_URL", "DATABASE_URL", "JOB_OPTIONS", "TASK_OPTIONS"}
 JOB_OPTION_NAMES = {f.name for f in dataclasses.fields(HandlerSpec)} - RESERVED_OPTIONS
 
 # Antre job state -> Django status: a job waiting for a retry (scheduled) is ready again
-STATUS = {"ready": TaskResultStatus.READY, "scheduled": TaskResultStatus.READY,
-          "inflight": TaskResultStatus.RUNNING, "done": SUCCESSFUL,
-          "dead": TaskResultStatus.FAILED}
+STATUS = {states.READY: TaskResultStatus.READY, states.SCHEDULED: TaskResultStatus.READY,
+          states.INFLIGHT: TaskResultStatus.RUNNING, states.DONE: SUCCESSFUL,
+          states.DEAD: TaskResultStatus.FAILED}
 
 _APPS: dict[tuple[str | None, str | None, tuple[str, ...]], DjangoAntre] = {}
 _APPS_LOCK = threading.Lock()
@@ -114,7 +115,7 @@ def task_errors(job: Job) -> list[TaskError]:
                                                             str(e.get("error", ""))),
                         traceback=str(e.get("traceback") or e.get("error") or ""))
               for e in job.errors]
-    if job.state == "dead" and not errors:
+    if job.state == states.DEAD and not errors:
         errors.append(TaskError(exception_class_path="antre.errors.Permanent",
                                 traceback=job.reason))
     return errors
@@ -245,9 +246,9 @@ class AntreBackend(BaseTaskBackend):
             args = list(job.payload.get("args", []))
             kwargs = dict(job.payload.get("kwargs", {}))
         workers = [str(e.get("worker", "")) for e in job.errors]
-        if job.state in ("inflight", "done") and job.worker_id:
+        if job.state in (states.INFLIGHT, states.DONE) and job.worker_id:
             workers.append(job.worker_id)
-        finished = job.state in ("done", "dead")
+        finished = job.state in (states.DONE, states.DEAD)
         result = make_result(task=task, id=job.id, status=status,
                              enqueued_at=_when(job.created_at),
                              started_at=_when(job.reserved_at),
@@ -255,6 +256,6 @@ class AntreBackend(BaseTaskBackend):
                              last_attempted_at=_when(job.reserved_at), args=args,
                              kwargs=kwargs, backend=self.alias, errors=task_errors(job),
                              worker_ids=workers)
-        if job.state == "done":
+        if job.state == states.DONE:
             object.__setattr__(result, "_return_value", job.result)
         return result

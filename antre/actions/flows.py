@@ -10,6 +10,7 @@ from __future__ import annotations
 from antre.errors import InvalidJob
 from antre.flows import FlowError
 from antre.flows.read import FlowReader
+from antre.engine import states
 
 from .base import CANCEL_TO_PARAM, Action, Actor, Args, Html, Ops, Param, Result, _note
 
@@ -47,7 +48,7 @@ def dead_members(ops: Ops, queue: str, flow_id: str) -> list[str] | None:
         tree = reader.tree(queue, flow_id, offset, PAGE)
         if tree is None:
             return None if offset == 0 else dead
-        dead += [j.id for j in tree.jobs if j.state == "dead"]
+        dead += [j.id for j in tree.jobs if j.state == states.DEAD]
         offset += PAGE
         if offset >= tree.total_jobs:
             break

@@ -10,6 +10,7 @@ from typing import Any
 from antre.control.pause import PauseError
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter
 from antre.observe.readmodels import PauseInfo
+from antre.engine import states
 
 from .base import (MAX_BULK, Action, Actor, Args, confirmed, Html, Ops, Param, Result,
                    _how_to_confirm)
@@ -174,7 +175,7 @@ ENTRIES: list[Action] = [
            Html("/purge/<queue>/start", "control.purge_start", "control.purge_page",
                 follow_next=False, back_args=_purge_page_args),
            ("purge",), purge_start, _purge_target,
-           (Param("source", help="ready, scheduled, waiting or dead", default="ready",
+           (Param("source", help="ready, scheduled, waiting or dead", default=states.READY,
                   choices=SOURCES),
             Param("type", help="only this job type"),
             Param("group", help="error group (dead only)"),

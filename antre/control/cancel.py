@@ -22,6 +22,7 @@ from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.envelope import CANCEL_TO
 from antre.engine.scripts import Scripts
+from antre.engine import states
 
 MAX_REASON = 2000
 
@@ -107,7 +108,7 @@ class Cancels:
         for job_id in ids:
             pipe.hget(k.job(job_id), "state")
         stale = [i for i, state in zip(ids, pipe.execute())
-                 if state not in ("inflight", "ready", "scheduled", "waiting")]
+                 if state not in (states.INFLIGHT, states.READY, states.SCHEDULED, states.WAITING)]
         if stale:
             self.redis.hdel(k.cancels, *stale)
         return len(stale)

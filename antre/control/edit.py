@@ -25,6 +25,7 @@ from antre.engine.keys import valid_name
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 from antre.stores.idempotency import IdempotencyStore, Record
+from antre.engine import states
 
 MAX_KEY = 200
 
@@ -92,7 +93,7 @@ def plan(queue: str, job: Job, text: str, new_key: str, record: Record | None,
     new_key = new_key.strip()
     edited, bad_json = parse(text)
     problems = [p for p in (bad_json, _key_problem(new_key, job)) if p]
-    if job.state != "dead":
+    if job.state != states.DEAD:
         problems.append(f"job {job.id} is {job.state}, not in the dead-letter queue")
     if not bad_json:
         try:

@@ -27,8 +27,9 @@ import redis
 from antre.engine import keys, partitions
 from antre.clock import Clock, system_ms
 from antre.engine.scripts import Scripts
+from antre.engine import states
 
-SOURCES = ("ready", "scheduled", "waiting", "dead")
+SOURCES = (states.READY, states.SCHEDULED, states.WAITING, states.DEAD)
 CHUNK = 100  # ids per purge.lua call: ~0.5 ms of Redis time each (bench/experiments/incident.md)
 COUNT_CHUNKS = 40  # chunks one bounded count walks (4,000 jobs, ~20 ms of Redis time)
 COUNT_BUDGET_MS = 100  # and it stops after this long, whichever comes first
@@ -45,7 +46,7 @@ class PurgeFilter:
     """Which jobs of one source: type, error group (dead only), created more than
     ``older_than_s`` ago, a top-level payload ``field`` equal to ``value`` (as text)."""
 
-    source: str = "ready"
+    source: str = states.READY
     job_type: str | None = None
     group: str | None = None
     older_than_s: float | None = None
@@ -59,7 +60,7 @@ class PurgeFilter:
             v = getattr(self, name)
             if v is not None and not keys.valid_name(v):
                 raise PurgeError(f"bad {name} {v!r}: use 1-100 of A-Z a-z 0-9 _ . : -")
-        if self.group and self.source != "dead":
+        if self.group and self.source != states.DEAD:
             raise PurgeError("an error group filter only applies to the dead-letter queue")
         if self.older_than_s is not None and not 0 <= float(self.older_than_s) <= 366 * 86400:
             raise PurgeError("older_than_s must be from 0 to 31622400 seconds")
@@ -81,7 +82,7 @@ class PurgeFilter:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PurgeFilter":
-        return cls(str(data.get("source") or "ready"), data.get("job_type"), data.get("group"),
+        return cls(str(data.get("source") or states.READY), data.get("job_type"), data.get("group"),
                    data.get("older_than_s"), data.get("field"), data.get("value"))
 
     def lua(self, now_ms: int) -> str:
@@ -156,16 +157,16 @@ class Purger:
         ``PurgeError`` when it is none of them (running, dead, done or gone)."""
         k = keys.of_job(queue, job_id)
         state = str(self.redis.hget(k.job(job_id), "state") or "")
-        if state == "scheduled" and self._zset_delete(k, k.scheduled, job_id):
-            return "scheduled"
-        if state == "waiting" and self._zset_delete(k, k.waiting, job_id):
-            return "waiting"
-        if state == "ready" and self._list_delete(k, job_id):
-            return "ready"
-        if state == "held":
+        if state == states.SCHEDULED and self._zset_delete(k, k.scheduled, job_id):
+            return states.SCHEDULED
+        if state == states.WAITING and self._zset_delete(k, k.waiting, job_id):
+            return states.WAITING
+        if state == states.READY and self._list_delete(k, job_id):
+            return states.READY
+        if state == states.HELD:
             self._may_delete_held(k, job_id)
             if self._zset_delete(k, k.held, job_id):
-                return "held"
+                return states.HELD
         raise PurgeError(f"job {job_id} is not ready, scheduled, waiting or held in {queue} "
                          f"(it is {state or 'gone'}); nothing was changed")
 
@@ -244,7 +245,7 @@ class Purger:
             return Chunk(0, 0, None)
         k = keys.QueueKeys(queue, p)
         inner = {name: v for name, v in cursor.items() if name != "p"}
-        if flt.source == "ready":
+        if flt.source == states.READY:
             chunk = self._list_step(k, flt, inner, size, dry)
         else:
             chunk = self._zset_step(k, flt, inner, size, dry)
@@ -276,14 +277,14 @@ class Purger:
 
     def _zset_step(self, k: keys.QueueKeys, flt: PurgeFilter, cursor: dict[str, Any],
                    size: int, dry: bool) -> Chunk:
-        source = {"scheduled": k.scheduled, "waiting": k.waiting}.get(flt.source, k.dead)
+        source = {states.SCHEDULED: k.scheduled, states.WAITING: k.waiting}.get(flt.source, k.dead)
         index = source
-        if flt.source == "dead" and flt.group:
+        if flt.source == states.DEAD and flt.group:
             index = k.dead_by_group(flt.group)
-        elif flt.source == "dead" and flt.job_type:
+        elif flt.source == states.DEAD and flt.job_type:
             index = k.dead_by_type(flt.job_type)
         ids = self._candidates(index, cursor, size)
-        prefixes = [k.dead_type_prefix, k.dead_group_prefix] if flt.source == "dead" else ["", ""]
+        prefixes = [k.dead_type_prefix, k.dead_group_prefix] if flt.source == states.DEAD else ["", ""]
         looked, matched, kept, _ = self.scripts.purge(
             keys=[source, k.stats, k.tombstones],
             args=[k.job_prefix, "zset", int(dry), flt.lua(self.clock()), json.dumps(ids), size,

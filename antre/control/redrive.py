@@ -4,7 +4,7 @@ replay of a dead job into another queue.
 Watching costs the scripts nothing per job beyond the jobs a task replayed: ``replay.lua``
 keeps the task's id on each job it replays (field ``rtask``), and when such a job fails again
 ``retry.lua`` / ``bury_job`` bump the task's counters in the queue's ``replay_watch`` HASH
-(``redrive_failed`` in ``lua/_lib.lua``): ``failed`` once per job (its first failure since
+(``redrive_failed`` in ``lua/_burial.lua``): ``failed`` once per job (its first failure since
 the replay), ``died`` per death, ``same`` when it died in the error group it came from,
 ``last`` the group it died in. ``BulkReplays.step`` reads them (one HMGET) before each step and
 pauses the task, saying why on its progress row, once more than ``stop_pct`` percent of at
@@ -33,11 +33,12 @@ from antre.engine import keys, partitions
 from antre.engine.envelope import MAX_GROUP_CONCURRENCY, JobSpec
 from antre.engine.queue import Queue
 from antre.groups.read import GROUP_TARGET
+from antre.engine import states
 
 DEFAULT_STOP_PCT = 20.0
 DEFAULT_MIN_SAMPLE = 20
 FIELDS = ("failed", "died", "same", "last")
-DEFAULT_GROUP_SLOTS = 128  # a group naming no group_concurrency (GROUP_WINDOW in lua/_lib.lua)
+DEFAULT_GROUP_SLOTS = 128  # a group naming no group_concurrency (GROUP_WINDOW in lua/_groups.lua)
 TARGET_NOTE = ("jobs of a fair-share group keep their group, its slots (group_concurrency) and "
                "its rate in queue {target}; an operator's override or pause of a group in "
                "queue {queue} does not follow them")
@@ -132,7 +133,7 @@ def move_dead(src: Queue, dst: Queue, job_id: str, task_id: str, actor: str,
     """Replay dead ``job_id`` of ``src`` into ``dst`` (see the module's docstring); False when
     it is not dead there (replayed or discarded meanwhile) or cannot be stored in ``dst``."""
     job = src.get(job_id)
-    if job is None or job.state != "dead" or job.payload_error:
+    if job is None or job.state != states.DEAD or job.payload_error:
         return False
     slots = _slots(src.redis.hget(src.keys.job(job_id), "gconc")) if job.group else None
     spec = JobSpec(job.type, job.payload, job.idempotency_key, job.lock_key or None, 0.0,

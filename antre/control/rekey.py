@@ -18,9 +18,10 @@ from antre.engine import keys
 from antre.engine.cipher import CannotOpen, PayloadCipher, is_sealed
 from antre.engine.envelope import decode_stored
 from antre.engine.scripts import Scripts
+from antre.engine import states
 
 PAGE = 500
-SOURCES = ("ready", "scheduled", "dead")
+SOURCES = (states.READY, states.SCHEDULED, states.DEAD)
 
 
 @dataclass
@@ -48,7 +49,7 @@ def rotate(client: "redis.Redis", scripts: Scripts, cipher: PayloadCipher | None
     for partition in range(partitions):
         k = keys.QueueKeys(queue, partition)
         for source in SOURCES:
-            for ids in _pages(client, getattr(k, source), source == "ready"):
+            for ids in _pages(client, getattr(k, source), source == states.READY):
                 _reseal_page(client, scripts, cipher, queue, k, ids, done)
     return done
 

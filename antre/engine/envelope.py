@@ -23,6 +23,7 @@ import antre.settings as settings
 from antre.errors import InvalidJob
 from antre.engine.keys import valid_job_id, valid_name
 from antre.engine.progress import Progress, decode as decode_progress
+from antre.engine import states
 
 DEFAULT_MAX_PAYLOAD_BYTES = settings.MAX_PAYLOAD_BYTES.default
 MAX_SECONDS = 366 * 86_400  # the longest delay or timeout a job may carry
@@ -30,7 +31,7 @@ TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z"
 
 # waiting: behind the head of its lock_key in its queue, made ready when its turn comes;
 # held: a job of a flow whose parents have not all settled, placed when they have
-STATES = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
+STATES = states.JOB_STATES
 # where a cancelled job goes (a job's cancel, a flow's cancel): the DLQ with the reason, or gone
 CANCEL_TO = ("dlq", "discard")
 
@@ -211,7 +212,7 @@ class Job:
     epoch: int = 0
     deliveries: int = 0
     max_deliveries: int = 10
-    state: str = "ready"
+    state: str = states.READY
     deadline: int = 0
     reserved_at: int = 0
     worker_id: str = ""
@@ -247,7 +248,7 @@ class Job:
     @property
     def waits_for_rate(self) -> bool:
         """Scheduled only because its group's rate gives it a later start."""
-        return (self.state == "scheduled" and self.rate_due > 0
+        return (self.state == states.SCHEDULED and self.rate_due > 0
                 and self.rate_due == self.visible_at)
 
     @property
@@ -318,7 +319,7 @@ def _json(text: str | None, default: Any) -> tuple[Any, str]:
 
 
 def _last_traceback(errors: Any, fields: Mapping[str, str]) -> str:
-    """The latest failure's traceback: its entry's in ``errors`` (append_error in _lib.lua
+    """The latest failure's traceback: its entry's in ``errors`` (append_error in _base.lua
     keeps no second copy; an older record without entries has its field)."""
     if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
         tb = errors[-1].get("traceback")
@@ -375,7 +376,7 @@ def from_fields(fields: Mapping[str, str], queue: str = "", job_id: str = "") ->
         epoch=_int(fields, "epoch"),
         deliveries=_int(fields, "deliveries"),
         max_deliveries=_int(fields, "max_deliveries", 10),
-        state=fields.get("state", "ready"),
+        state=fields.get("state", states.READY),
         deadline=_int(fields, "deadline"),
         reserved_at=_int(fields, "reserved_at"),
         worker_id=fields.get("worker_id", ""),
@@ -700,7 +701,7 @@ def pack_chunk(jobs: Sequence[Sequence[str]]) -> bytes:
 
 # NEW_FIELDS' last five values when they are empty or JobSpec's defaults (no lock key, no
 # headers, a 30 s timeout and lease, 10 deliveries): enqueue.lua stores none of them
-# (_lib.lua's at_defaults)
+# (_base.lua's at_defaults)
 _DEFAULT_TAIL = ["", "{}", "30.0", "30000", "10"]
 _PLAIN_VALUES = len(NEW_FIELDS) - len(_DEFAULT_TAIL)
 
@@ -725,7 +726,7 @@ def pack_standard(jobs: Sequence[list[str]]) -> bytes:
 # hash holds nothing else is reserved "plain": its row stops after the id and reserved_at
 # (PLAIN_ROW values; the client makes the lease's other values and reads the rest as absent)
 # and its ack skips the lookups of what such a job cannot have ("What reserve returns per
-# job" in _lib.lua).
+# job" in _reserve.lua).
 PLAIN_FIELDS = ("type", "idem_key", "payload", "max_attempts", "visible_at", "created_at")
 RESERVE_FIELDS = (*PLAIN_FIELDS, "id",
                   "epoch", "deliveries", "state", "deadline", "reserved_at", "worker_id",
@@ -789,7 +790,7 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
         if job is not None:
             return job
         at = row[PLAIN_ROW - 1]  # (a damaged value: the careful way, below)
-        row = (*row[:PLAIN_ROW - 1], "1", "1", "inflight",
+        row = (*row[:PLAIN_ROW - 1], "1", "1", states.INFLIGHT,
                str(int(at) + FIRST_LEASE_MS) if at and at.isdigit() else None, at, worker_id,
                *_ROW_PAD)
     elif len(row) == _WRITTEN_ROW:  # a job reserved plain: no optional field
@@ -830,7 +831,7 @@ def from_row(row: Sequence[str | None], queue: str = "", worker_id: str = "") ->
         lock_key=lock_key or "", headers=headers if isinstance(headers, dict) else {},
         timeout_s=timeout_s, visibility_timeout_ms=n_vt_ms, epoch=n_epoch,
         deliveries=n_deliveries, max_deliveries=n_max_deliveries,
-        state=state if state is not None else "ready", deadline=n_deadline,
+        state=state if state is not None else states.READY, deadline=n_deadline,
         reserved_at=n_reserved_at, worker_id=row_worker or "", checkpoint=checkpoint,
         first_failed_at=n_first_failed_at, replayed_at=n_replayed_at,
         payload_error=payload_error, snoozes=n_snoozes, cancel=cancel or "", errors=[]))
@@ -868,7 +869,7 @@ def _first_lease(row: Sequence[str | None], queue: str, worker_id: str) -> Job |
         id=id_ or "", type=type_ or "", queue=queue, idempotency_key=idem_key or "",
         payload=payload, max_attempts=n_max_attempts, visible_at=n_visible_at,
         created_at=n_created_at, trace_id=job_traceparent(id_ or ""), headers={}, epoch=1,
-        deliveries=1, state="inflight", deadline=n_at + FIRST_LEASE_MS, reserved_at=n_at,
+        deliveries=1, state=states.INFLIGHT, deadline=n_at + FIRST_LEASE_MS, reserved_at=n_at,
         worker_id=worker_id, payload_error=payload_error, errors=[], _plain=True))
 
 

@@ -18,6 +18,7 @@ import re
 from binascii import crc_hqx
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 PREFIX = "antre"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")  # \Z: "$" would let a final newline by
@@ -94,6 +95,118 @@ def valid_job_id(job_id: str) -> bool:
             and int(tail) < MAX_PARTITIONS)
 
 
+class Tagged:
+    """What follows a queue partition's tag (``antre:{queue}:``) in the name of each key a
+    script derives from a job prefix or a flow's key: the one spelling of each. ``QueueKeys``
+    builds those keys from these, and the scripts read them as the Lua table ``K``
+    (``K.turns`` is ``'kturn'``: ``lua_keys``, written into the library by
+    ``antre/engine/scripts.py``), so no script spells a key (``tests/engine/test_lua_keys.py``).
+    A name ending with ':' is followed by what it is per (a lock key, a group, a gate, a job or
+    flow id); ``flow_*`` names starting with ':' follow a flow's own key."""
+
+    ready = "ready"
+    wake = "wake"
+    scheduled = "scheduled"
+    waiting = "waiting"
+    held = "held"
+    job = "job:"
+    turns = "kturn"
+    line = "kline:"
+    group_held = "gheld:"
+    group_line = "gline:"
+    group_rate = "grate:"
+    group_waiting = "gwait"
+    group_slots = "gslots"
+    group_limits = "glimits"
+    gate_candidates = "lcand"
+    gate_slots = "lconc"
+    gate_rates = "lrate"
+    gate_active = "lactive"
+    gate_overrides = "lover"
+    gate_held = "lheld:"
+    gate_line = "lline:"
+    gate_starts = "lstart:"
+    timeline = "tl:"
+    idem_index = "idem"
+    result_wake = "rwake:"
+    replay_watch = "rwatch"
+    error_groups = "errgroups"
+    error_tracebacks = "errtb"
+    flow = "flow:"
+    flows_by_state = "flows:"
+    flow_trims = "flowtrim"
+    flow_jobs = ":jobs"
+    flow_results = ":res"
+    flow_failed = ":failed"
+    flow_wake = ":wake"
+    quarantine = "quarantine"
+    stats = "stats"
+
+
+@dataclass(frozen=True)
+class Record:
+    """A kind of record the scripts keep beside the job hashes: its key's name in ``Tagged``,
+    its Redis type, what it holds, and the fields a hash of the kind always has. A script
+    reads one only through ``guard`` (``lua/_guard.lua``): a record of another type or
+    without those fields (written by hand, by another program, by a bug) is reported in the
+    queue's quarantine with what it was and removed, and the script goes on as for a record
+    that is not there (``tests/engine/test_damaged_records.py`` damages each one)."""
+
+    name: str
+    redis_type: str
+    doc: str
+    fields: tuple[str, ...] = ()
+
+
+RECORDS: tuple[Record, ...] = (
+    Record("turns", "hash", "lock key -> the id of the job whose turn it is (its head)"),
+    Record("line", "list", "a lock key's waiting ids, behind its head"),
+    Record("waiting", "zset", "every job in state waiting -> when it joined its line"),
+    Record("group_held", "set", "the ids holding one of a group's slots"),
+    Record("group_line", "list", "a group's waiting ids"),
+    Record("group_slots", "zset", "group -> slots held (the Groups page's index)"),
+    Record("group_waiting", "zset", "group -> jobs in its line (the Groups page's index)"),
+    Record("group_rate", "zset", "a group's starts under its rate"),
+    Record("group_limits", "hash", "group -> an operator's override of its slots and rate"),
+    Record("gate_active", "hash", "job type -> its gates with a limit"),
+    Record("gate_slots", "hash", "gate -> its declared slots"),
+    Record("gate_rates", "hash", "gate -> its declared rate"),
+    Record("gate_overrides", "hash", "gate -> an operator's override of its slots and rate"),
+    Record("gate_held", "set", "the ids in flight holding a gate's slot"),
+    Record("gate_line", "list", "a gate's waiting ids"),
+    Record("gate_starts", "zset", "a gate's starts under its rate"),
+    Record("flow", "hash", "a flow's state and counters", ("state", "total", "pending")),
+    Record("flow_results", "hash", "a flow's settled members -> their results"),
+    Record("flow_failed", "set", "a flow's dead members not settled"),
+    Record("flow_jobs", "list", "a flow's job ids"),
+)
+
+
+def sound(replies: list[Any], defaults: tuple[Any, ...]) -> list[Any]:
+    """A pipeline's replies (``execute(raise_on_error=False)``) with each refused one (a record
+    of another type: WRONGTYPE) read as its default (``defaults``, one per reply, repeated):
+    a reader's page goes on past one damaged record; any other error is raised."""
+    out = []
+    for i, reply in enumerate(replies):
+        if isinstance(reply, Exception):
+            if "WRONGTYPE" not in str(reply):
+                raise reply
+            reply = defaults[i % len(defaults)]
+        out.append(reply)
+    return out
+
+
+def lua_records() -> dict[str, str]:
+    """Each record kind's Redis type, as ``TYPE`` names it: the scripts' table ``R``."""
+    return {r.name: r.redis_type for r in RECORDS}
+
+
+def lua_keys() -> dict[str, str]:
+    """``Tagged``'s names and values: the scripts' table ``K``."""
+    return {name: value for name, value in vars(Tagged).items()
+            if not name.startswith("_") and isinstance(value, str)}
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """The keys of one queue's partition (0 unless given). ``job_prefix`` + job id is a job's
@@ -116,22 +229,22 @@ class QueueKeys:
 
     @property
     def job_prefix(self) -> str:
-        return f"{self.tag}:job:"
+        return f"{self.tag}:{Tagged.job}"
 
     def job(self, job_id: str) -> str:
         return f"{self.job_prefix}{job_id}"
 
     @property
     def ready(self) -> str:  # LIST, LPUSH newest, RPOP oldest
-        return f"{self.tag}:ready"
+        return f"{self.tag}:{Tagged.ready}"
 
     @property
     def wake(self) -> str:  # LIST of wake-up tokens: idle workers BLPOP it (capped at 64)
-        return f"{self.tag}:wake"
+        return f"{self.tag}:{Tagged.wake}"
 
     @property
     def scheduled(self) -> str:  # ZSET score = visible_at ms
-        return f"{self.tag}:scheduled"
+        return f"{self.tag}:{Tagged.scheduled}"
 
     @property
     def inflight(self) -> str:  # ZSET score = lease deadline ms
@@ -157,14 +270,14 @@ class QueueKeys:
 
     @property
     def error_groups(self) -> str:  # HASH group -> JSON {signature, count, first, last, sample}
-        return f"{self.tag}:errgroups"
+        return f"{self.tag}:{Tagged.error_groups}"
 
     @property
     def error_tracebacks(self) -> str:
         """HASH group -> the traceback's head (all but its last line) that the group's dead
-        jobs share: each keeps its last line and 'tb_group' (tb_share in lua/_lib.lua, issue
-        29); scripts derive it from the job prefix ('<tag>:errtb')."""
-        return f"{self.tag}:errtb"
+        jobs share: each keeps its last line and 'tb_group' (tb_share in
+        lua/_failure.lua); scripts derive it from the job prefix ('<tag>:errtb')."""
+        return f"{self.tag}:{Tagged.error_tracebacks}"
 
     @property
     def done(self) -> str:  # ZSET score = finished ms (kept a while for the UI)
@@ -189,8 +302,8 @@ class QueueKeys:
     @property
     def replay_watch(self) -> str:
         """HASH '<task id>|failed|died|same|last' -> n (last: an error group): what the jobs a
-        paced bulk replay put here did since (redrive_failed in lua/_lib.lua)."""
-        return f"{self.tag}:rwatch"
+        paced bulk replay put here did since (redrive_failed in lua/_burial.lua)."""
+        return f"{self.tag}:{Tagged.replay_watch}"
 
     @property
     def durations(self) -> str:  # HASH '<kind>|<job type>|<bucket ms|inf|sum|count>' -> n
@@ -234,15 +347,15 @@ class QueueKeys:
         return f"{self.tag}:quarantine"
 
     # -- per-key turns: jobs sharing a lock_key run one at a time, in order -----------------
-    # The scripts given only ``job_prefix`` derive these from it (antre/engine/lua/_lib.lua
+    # The scripts given only ``job_prefix`` derive these from it (antre/engine/lua/_turns.lua,
     # ``turns_key`` / ``line_key`` / ``waiting_key``).
     @property
     def turns(self) -> str:  # HASH lock_key -> id of the job whose turn it is (the key's head)
-        return f"{self.tag}:kturn"
+        return f"{self.tag}:{Tagged.turns}"
 
     @property
     def line_prefix(self) -> str:  # LIST per lock_key: jobs waiting behind the head
-        return f"{self.tag}:kline:"
+        return f"{self.tag}:{Tagged.line}"
 
     def line(self, lock_key: str) -> str:
         """LIST of the ids waiting behind ``lock_key``'s head, LPUSH newest, RPOP oldest (an id
@@ -251,92 +364,92 @@ class QueueKeys:
 
     @property
     def waiting(self) -> str:  # ZSET score = joined the line ms: the jobs in state 'waiting'
-        return f"{self.tag}:waiting"
+        return f"{self.tag}:{Tagged.waiting}"
 
     # fair-share groups: derived in the scripts from ``job_prefix`` as well
     def group_held(self, group: str) -> str:  # SET of the ids holding one of the group's slots
-        return f"{self.tag}:gheld:{group}"
+        return f"{self.tag}:{Tagged.group_held}{group}"
 
     def group_line(self, group: str) -> str:  # LIST: the group's waiting jobs, LPUSH newest
-        return f"{self.tag}:gline:{group}"
+        return f"{self.tag}:{Tagged.group_line}{group}"
 
     def group_rate(self, group: str) -> str:
         """ZSET job id -> its start (ms) under the group's rate n/window: those of the last
-        window and those ahead (rate_start in lua/_lib.lua); it expires a window after the
+        window and those ahead (rate_start in lua/_groups.lua); it expires a window after the
         newest."""
-        return f"{self.tag}:grate:{group}"
+        return f"{self.tag}:{Tagged.group_rate}{group}"
 
     @property
     def group_waiting(self) -> str:  # ZSET group -> jobs in its line (the Groups page's index)
-        return f"{self.tag}:gwait"
+        return f"{self.tag}:{Tagged.group_waiting}"
 
     @property
     def group_slots(self) -> str:  # ZSET group -> slots held (ready, scheduled or in flight)
-        return f"{self.tag}:gslots"
+        return f"{self.tag}:{Tagged.group_slots}"
 
     @property
     def group_limits(self) -> str:  # HASH group -> '<slots>|<until ms>': operators' overrides
-        return f"{self.tag}:glimits"
+        return f"{self.tag}:{Tagged.group_limits}"
 
     @property
     def group_overrides(self) -> str:  # HASH group -> JSON {slots, by, reason, at, until_ms}
         return f"{self.tag}:goverrides"
 
-    # flow limits held at reserve ("Limit gates" in lua/_lib.lua); a gate is
+    # flow limits held at reserve (lua/_gates.lua); a gate is
     # 'type:<job type>' or 'ds:<downstream>'. The scripts derive these from ``job_prefix``.
     @property
     def gate_candidates(self) -> str:  # HASH job type -> its gates, as its worker declared
-        return f"{self.tag}:lcand"
+        return f"{self.tag}:{Tagged.gate_candidates}"
 
     @property
     def gate_slots(self) -> str:  # HASH gate -> slots (declared concurrency)
-        return f"{self.tag}:lconc"
+        return f"{self.tag}:{Tagged.gate_slots}"
 
     @property
     def gate_rates(self) -> str:  # HASH gate -> '<n>/<window ms>' (declared rate)
-        return f"{self.tag}:lrate"
+        return f"{self.tag}:{Tagged.gate_rates}"
 
     @property
     def gate_active(self) -> str:  # HASH job type -> its gates with a limit (reserve reads it)
-        return f"{self.tag}:lactive"
+        return f"{self.tag}:{Tagged.gate_active}"
 
     @property
     def gate_overrides(self) -> str:  # HASH gate -> '<slots>|<until ms>|<n>/<window ms>'
-        return f"{self.tag}:lover"
+        return f"{self.tag}:{Tagged.gate_overrides}"
 
     @property
     def gate_override_records(self) -> str:  # HASH gate -> JSON {slots, rate, by, reason, ...}
         return f"{self.tag}:loverrec"
 
     def gate_held(self, gate: str) -> str:  # SET of the ids in flight holding a gate's slot
-        return f"{self.tag}:lheld:{gate}"
+        return f"{self.tag}:{Tagged.gate_held}{gate}"
 
     def gate_line(self, gate: str) -> str:  # LIST: the gate's waiting jobs, LPUSH newest
-        return f"{self.tag}:lline:{gate}"
+        return f"{self.tag}:{Tagged.gate_line}{gate}"
 
     def gate_starts(self, gate: str) -> str:  # ZSET id -> its start under the gate's rate
-        return f"{self.tag}:lstart:{gate}"
+        return f"{self.tag}:{Tagged.gate_starts}{gate}"
 
     # -- finder and job timelines ------------------------------------------------------------
-    # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_lib.lua
+    # The Lua scripts that get only ``job_prefix`` derive these two from it (antre/engine/lua/_turns.lua,
     # ``tl_key`` / ``idem_index_key``: the prefix without its trailing 'job:').
     @property
     def timeline_prefix(self) -> str:  # LIST per job: its events as JSON, oldest first, capped
-        return f"{self.tag}:tl:"
+        return f"{self.tag}:{Tagged.timeline}"
 
     def timeline(self, job_id: str) -> str:
         return f"{self.timeline_prefix}{job_id}"
 
     @property
     def idem_index(self) -> str:  # HASH idempotency key -> id of the newest job carrying it
-        return f"{self.tag}:idem"
+        return f"{self.tag}:{Tagged.idem_index}"
 
     def result_wake(self, job_id: str) -> str:
         """LIST of wake tokens for producers waiting on the job's end (``app.result(key)
         .wait()``): the script that ends a job whose field 'waiters' is set pushes that many
-        and expires the list shortly after (``_lib.lua`` ``result_wake``; derived there from
+        and expires the list shortly after (``_waiters.lua`` ``result_wake``; derived there from
         the job prefix as ``<tag>:rwake:<id>``)."""
-        return f"{self.tag}:rwake:{job_id}"
+        return f"{self.tag}:{Tagged.result_wake}{job_id}"
 
     # -- producer side: unique jobs, periodic schedules, retention --------------------------
     @property
@@ -349,42 +462,42 @@ class QueueKeys:
         return f"{self.unique_prefix}{idempotency_key}"
 
     # -- flows: chains, groups, chords and batches; see lua/_flows.lua -----------------
-    # The scripts derive these from ``job_prefix`` and the flow id (``flow_key`` in _lib.lua:
+    # The scripts derive these from ``job_prefix`` and the flow id (``flow_key`` in _flows.lua:
     # '<tag>:flow:<id>' and its suffixes), so all of a flow sits in its queue's slot.
     @property
     def held(self) -> str:  # ZSET score = enqueued ms: jobs in state 'held' (parents unfinished)
-        return f"{self.tag}:held"
+        return f"{self.tag}:{Tagged.held}"
 
     def flow(self, flow_id: str) -> str:
         """HASH: a flow's state, counters (total, done, failed, pending), policy, times."""
-        return f"{self.tag}:flow:{flow_id}"
+        return f"{self.tag}:{Tagged.flow}{flow_id}"
 
     def flow_jobs(self, flow_id: str) -> str:  # LIST: the flow's job ids, in the order made
-        return f"{self.tag}:flow:{flow_id}:jobs"
+        return f"{self.tag}:{Tagged.flow}{flow_id}{Tagged.flow_jobs}"
 
     def flow_results(self, flow_id: str) -> str:
         """HASH job id -> its result JSON once settled ('!' + JSON {job_id, error}: a failure
         the flow ignored); an id in it is settled (the exactly-once guard)."""
-        return f"{self.tag}:flow:{flow_id}:res"
+        return f"{self.tag}:{Tagged.flow}{flow_id}{Tagged.flow_results}"
 
     def flow_failed(self, flow_id: str) -> str:  # SET: dead children not settled (fail, wait)
-        return f"{self.tag}:flow:{flow_id}:failed"
+        return f"{self.tag}:{Tagged.flow}{flow_id}{Tagged.flow_failed}"
 
     def flow_wake(self, flow_id: str) -> str:  # LIST: one token once the flow has finished
-        return f"{self.tag}:flow:{flow_id}:wake"
+        return f"{self.tag}:{Tagged.flow}{flow_id}{Tagged.flow_wake}"
 
     def flows_by_state(self, state: str) -> str:
         """ZSET flow id -> created ms (finished_at ms for a finished state, since when it
         waits for 'waiting'): the flows in ``state`` (running, waiting, failed, succeeded,
         cancelled)."""
-        return f"{self.tag}:flows:{state}"
+        return f"{self.tag}:{Tagged.flows_by_state}{state}"
 
     @property
     def flow_trims(self) -> str:
         """LIST of ids of failed / waiting flows past their retention whose records are gone
         and whose jobs' lists the retention is still walking, dropping their held jobs
         (``retention.lua``; derived there from the tag as ``<tag>:flowtrim``)."""
-        return f"{self.tag}:flowtrim"
+        return f"{self.tag}:{Tagged.flow_trims}"
 
     def schedule(self, name: str) -> str:
         """HASH: a periodic schedule's state (last_tick, last_job, last_enqueued_at, paused,

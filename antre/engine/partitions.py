@@ -18,12 +18,14 @@ its own id (no suffix) in partition 0; round robin otherwise.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
+from redis.exceptions import ResponseError
 
 from antre.clock import Clock, system_ms
 from antre.engine import keys
@@ -44,21 +46,59 @@ def checked_count(n: Any, what: str = "partitions") -> int:
     return n
 
 
-def published(client: "redis.Redis", queue: str) -> int:
-    """The queue's published partition count (1 when none was published)."""
-    raw = client.get(keys.QueueKeys(queue).partition_count)
+log = logging.getLogger("antre.partitions")
+_REFUSED: set[tuple[str, str]] = set()  # (queue, what was found) already logged
+
+
+def refused(queue: str, found: str, fallback: int) -> int:
+    """A published count that is no count (``found``: what is there) is refused: logged once
+    per queue and value as an error saying so, and ``fallback`` used instead."""
+    if (queue, found) not in _REFUSED:
+        if len(_REFUSED) > 1000:
+            _REFUSED.clear()
+        _REFUSED.add((queue, found))
+        log.error("the published partition count of queue %r (%s) is %s, not a whole number "
+                  "from 1 to %d: it is ignored, %d partition(s) are used; set it right with "
+                  "SET %s <n>", queue, keys.QueueKeys(queue).partition_count, found,
+                  keys.MAX_PARTITIONS, fallback, keys.QueueKeys(queue).partition_count)
+    return fallback
+
+
+def parse_count(raw: Any) -> int | None:
+    """A stored partition count as a number, or None when it is none (not digits, out of
+    1..MAX_PARTITIONS)."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    if not isinstance(text, str) or not text.isdigit() or not text.isascii():
+        return None
+    n = int(text)
+    return n if 1 <= n <= keys.MAX_PARTITIONS else None
+
+
+def published(client: "redis.Redis", queue: str, fallback: int = 1) -> int:
+    """The queue's published partition count (1 when none was published; ``fallback``, with
+    an error logged, when what is stored is no count: garbage, out of range, not a string)."""
     try:
-        return max(1, min(int(raw), keys.MAX_PARTITIONS)) if raw else 1
-    except ValueError:
+        raw = client.get(keys.QueueKeys(queue).partition_count)
+    except ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):
+            raise
+        return refused(queue, "not a string", fallback)
+    if raw is None:
         return 1
+    n = parse_count(raw)
+    return n if n is not None else refused(queue, repr(raw)[:40], fallback)
 
 
 def grow(client: "redis.Redis", queue: str, n: int, script: NamedScript | None = None) -> int:
     """Publish ``n`` partitions for ``queue`` unless more are published; returns the count in
-    force. Shrinking is refused by design: a smaller ``n`` changes nothing."""
+    force. Shrinking is refused by design: a smaller ``n`` changes nothing. A published value
+    that is no count is left as it is (refused: ``n`` is used)."""
     checked_count(n)
     script = script or NamedScript(client, "partitions_grow")
-    return int(script(keys=[keys.QueueKeys(queue).partition_count], args=[n]))
+    reply = script(keys=[keys.QueueKeys(queue).partition_count], args=[n, keys.MAX_PARTITIONS])
+    if isinstance(reply, list):  # ['BAD', what was found]
+        return refused(queue, str(reply[1]), n)
+    return int(reply)
 
 
 def spread_key(spec: JobSpec) -> str | None:

@@ -18,6 +18,7 @@ from redis.commands.core import Script
 from antre.engine import keys
 from antre.engine import progress as progress_codec
 from antre.clock import Clock, system_ms
+from antre.engine import states
 from antre.engine.envelope import (DEFAULT_MAX_PAYLOAD_BYTES, ENTROPY_HEX, MAX_SECONDS, NEW_FIELDS,
                        RESERVE_FIELDS, ROW_ID, TRACEPARENT, Job, JobSpec, checked_payload,
                        encode_new, encode_payload, from_fields, from_raw_row, new_entropy,
@@ -713,13 +714,15 @@ class Queue:
         if found[0] is None and any(self.redis.lpos(k.parked(t), job_id) is not None
                                     for t in parked_types):
             found[0] = "parked"  # held because its job type is paused: still a ready job
-        names = ("ready", "scheduled", "inflight", "done", "dead", "waiting", "held")
+        names = (states.READY, states.SCHEDULED, states.INFLIGHT, states.DONE, states.DEAD,
+                 states.WAITING, states.HELD)
         return [name for name, hit in zip(names, found) if hit is not None]
 
     def quarantined(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest entries of the queue's quarantine: ids too broken to be dead jobs (not
-        ASCII, or their record missing), each ``{t, id, id_hex, why}`` (see
-        "Records that are not job hashes" in lua/_lib.lua); ``quarantine_count`` counts them."""
+        ASCII, or their record missing), each ``{t, id, id_hex, why}``, and damaged records
+        beside the jobs (``keys.RECORDS``), each ``{t, record, key, type, why, preview}``
+        (lua/_guard.lua); ``quarantine_count`` counts them."""
         raw = cast(list[str], self.redis.lrange(self.keys.quarantine, 0, limit - 1))
         return [json.loads(entry) for entry in raw]
 

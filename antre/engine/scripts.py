@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from itertools import chain
 from importlib import resources
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import redis
 from redis.client import NEVER_DECODE
@@ -38,6 +38,7 @@ from redis.exceptions import (ConnectionError, InvalidResponse, NoScriptError, R
                               TimeoutError)
 
 import antre.settings as settings
+from antre.engine import keys, states
 from antre.engine.envelope import PLAIN_FIELDS, RESERVE_FIELDS
 
 _hiredis_pack: Any
@@ -48,36 +49,6 @@ try:
 except ImportError:  # pragma: no cover - without hiredis, redis-py packs and reads
     _hiredis_pack = _HiredisReader = None
 
-NAMES = (
-    "enqueue", "enqueue_one", "reserve", "ack", "ack_many", "retry", "bury", "fail_many", "extend_lease",
-    "promote_due", "sweep_expired", "replay", "replay_edited", "discard", "run_now", "lock_acquire", "lock_release",
-    "lock_renew", "lock_fence_raise", "lock_conflict", "lock_contention", "checkpoint",
-    # encrypted payloads re-sealed under the newest key version (antre/control/rekey.py)
-    "reseal",
-    # a locked job's ack with its key's hand-over to the next head (Queue.handover)
-    "handover",
-    # a queue's published partition count, only ever grown (antre/engine/partitions.py)
-    "partitions_grow",
-    # flow control (antre/limits/admission.py)
-    "sem_acquire", "sem_release", "rate_take", "breaker_allow", "breaker_success",
-    "breaker_failure", "breaker_release",
-    # login throttling (antre/stores/logins.py)
-    "failure_add", "login_try",
-    # incident controls (antre/control/pause.py, antre/control/purge.py)
-    "pause_set", "unpark", "purge", "cancel_request", "cancel_finish",
-    # retention (antre/maintenance/retention.py)
-    "retention",
-    # records too broken to be dead jobs
-    "quarantine",
-    # live control of fair-share groups (antre/groups/control.py)
-    "group_limit",
-    # flow limits held at reserve, and their overrides (antre/limits/gates.py)
-    "gates_declare", "gates_override",
-    # producers waiting for a result, handlers' progress (antre/observe/waiting.py)
-    "result_wait", "progress",
-    # flows: chains, groups, chords, batches (antre/flows/)
-    "enqueue_flow", "flow_inputs", "flow_close", "flow_cancel",
-)
 
 
 class ScriptSpans:
@@ -279,10 +250,22 @@ def _lib() -> tuple[str, list[tuple[str, str]], dict[str, set[str]]]:
     # reserve's fields, as the client reads them (envelope.from_row): one list for both sides
     text = text.replace("--[[RESERVE_FIELDS]]", ", ".join(f"'{n}'" for n in RESERVE_FIELDS))
     text = text.replace("--[[PLAIN_FIELDS]]", ", ".join(f"'{n}'" for n in PLAIN_FIELDS))
+    text = text.replace("--[[KEYS]]", _lua_table(keys.lua_keys()))
+    text = text.replace("--[[RECORDS]]", ", ".join(
+        f"{r.name} = {{name = '{r.name}', type = '{r.redis_type}', fields = "
+        f"{{{', '.join(repr(f) for f in r.fields)}}}}}" for r in keys.RECORDS))
+    tables = states.lua_tables()
+    text = text.replace("--[[JOB_STATES]]", _lua_table(tables["S"]))
+    text = text.replace("--[[FLOW_STATES]]", _lua_table(tables["FS"]))
     header, parts = _lib_parts(text)
     names = {n for n, _ in parts}
     refs = {n: (set(_WORD.findall(text)) & names) - {n} for n, text in parts}
     return header, parts, refs
+
+
+def _lua_table(names: dict[str, str]) -> str:
+    """The fields of a Lua table of names (``ready = 'ready', turns = 'kturn'``)."""
+    return ", ".join(f"{name} = '{value}'" for name, value in names.items())
 
 
 FUNCTIONS_ENV = settings.REDIS_FUNCTIONS.name  # off: every script goes as EVALSHA (as before Functions)
@@ -309,74 +292,137 @@ def library() -> tuple[str, str]:
     out = [f"#!lua name={name}\n", top, "\n"]
     for script, body in bodies:
         # allow-cross-slot-keys: what a script without flags may do (EVALSHA), kept as it was
+        # guard_reset: the records a call found sound are looked at again in the next one
         out.append(f"redis.register_function{{function_name='{name}_{script}', "
                    f"flags={{'allow-cross-slot-keys'}}, callback=function(KEYS, ARGV)\n"
-                   f"{body}\nend}}\n")
+                   f"guard_reset()\n{body}\nend}}\n")
     return name, "".join(out)
+
+
+class Lua:
+    """One script of ``antre/engine/lua/``, declared as an attribute of ``Scripts`` with its
+    file beside it (``reserve = Lua("reserve.lua")``: "go to definition" on
+    ``scripts.reserve`` lands on the line naming the file). An instance of ``Scripts`` holds the
+    registered script (a ``NamedScript``) under the same name; ``NAMES`` is made from these
+    declarations, in their order (``tests/engine/test_functions.py``: names, files and
+    attributes agree)."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.name = file.removesuffix(".lua")
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self.name:
+            raise TypeError(f"Scripts.{name} declares {self.file}: the name is the file's")
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Lua: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> NamedScript: ...
+
+    def __get__(self, obj: object, owner: type) -> Lua | NamedScript:
+        if obj is None:
+            return self
+        raise AttributeError(self.name)  # not reached: Scripts() sets each on the instance
+
+    def source(self) -> str:
+        """The file's text."""
+        return resources.files("antre.engine.lua").joinpath(self.file).read_text()
 
 
 class Scripts:
     """The registered scripts of one Redis client (redis-py re-loads them after NOSCRIPT),
     and the client's per-thread connections for the producer's hot path (``pinned``; None on
-    clients ``Pinned`` does not serve)."""
+    clients ``Pinned`` does not serve). Each script is declared once, below, by its file."""
 
     def __init__(self, client: "redis.Redis") -> None:
         self.library = Library(client)
-        for name in NAMES:
+        for name in NAMES:  # on the instance, read from there without the descriptor
             setattr(self, name, NamedScript(client, name, self.library))
         self.pinned = Pinned.of(client)
 
     pinned: "Pinned | None"
 
-    enqueue: redis.commands.core.Script
-    enqueue_one: redis.commands.core.Script
-    reserve: redis.commands.core.Script
-    ack: redis.commands.core.Script
-    ack_many: redis.commands.core.Script
-    retry: redis.commands.core.Script
-    bury: redis.commands.core.Script
-    fail_many: redis.commands.core.Script
-    extend_lease: redis.commands.core.Script
-    promote_due: redis.commands.core.Script
-    sweep_expired: redis.commands.core.Script
-    replay: redis.commands.core.Script
-    replay_edited: redis.commands.core.Script
-    discard: redis.commands.core.Script
-    run_now: redis.commands.core.Script
-    lock_acquire: redis.commands.core.Script
-    lock_release: redis.commands.core.Script
-    lock_renew: redis.commands.core.Script
-    lock_fence_raise: redis.commands.core.Script
-    lock_conflict: redis.commands.core.Script
-    lock_contention: redis.commands.core.Script
-    checkpoint: redis.commands.core.Script
-    reseal: redis.commands.core.Script
-    handover: redis.commands.core.Script
-    sem_acquire: redis.commands.core.Script
-    sem_release: redis.commands.core.Script
-    rate_take: redis.commands.core.Script
-    breaker_allow: redis.commands.core.Script
-    breaker_success: redis.commands.core.Script
-    breaker_failure: redis.commands.core.Script
-    breaker_release: redis.commands.core.Script
-    failure_add: redis.commands.core.Script
-    login_try: redis.commands.core.Script
-    pause_set: redis.commands.core.Script
-    unpark: redis.commands.core.Script
-    purge: redis.commands.core.Script
-    cancel_request: redis.commands.core.Script
-    cancel_finish: redis.commands.core.Script
-    retention: redis.commands.core.Script
-    quarantine: redis.commands.core.Script
-    group_limit: redis.commands.core.Script
-    gates_declare: redis.commands.core.Script
-    gates_override: redis.commands.core.Script
-    result_wait: redis.commands.core.Script
-    progress: redis.commands.core.Script
-    enqueue_flow: redis.commands.core.Script
-    flow_inputs: redis.commands.core.Script
-    flow_close: redis.commands.core.Script
-    flow_cancel: redis.commands.core.Script
+    enqueue = Lua("enqueue.lua")
+    enqueue_one = Lua("enqueue_one.lua")
+    reserve = Lua("reserve.lua")
+    ack = Lua("ack.lua")
+    ack_many = Lua("ack_many.lua")
+    retry = Lua("retry.lua")
+    bury = Lua("bury.lua")
+    fail_many = Lua("fail_many.lua")
+    extend_lease = Lua("extend_lease.lua")
+    promote_due = Lua("promote_due.lua")
+    sweep_expired = Lua("sweep_expired.lua")
+    replay = Lua("replay.lua")
+    replay_edited = Lua("replay_edited.lua")
+    discard = Lua("discard.lua")
+    run_now = Lua("run_now.lua")
+    lock_acquire = Lua("lock_acquire.lua")
+    lock_release = Lua("lock_release.lua")
+    lock_renew = Lua("lock_renew.lua")
+    lock_fence_raise = Lua("lock_fence_raise.lua")
+    lock_conflict = Lua("lock_conflict.lua")
+    lock_contention = Lua("lock_contention.lua")
+    checkpoint = Lua("checkpoint.lua")
+
+    # encrypted payloads re-sealed under the newest key version (antre/control/rekey.py)
+    reseal = Lua("reseal.lua")
+
+    # a locked job's ack with its key's hand-over to the next head (Queue.handover)
+    handover = Lua("handover.lua")
+
+    # a queue's published partition count, only ever grown (antre/engine/partitions.py)
+    partitions_grow = Lua("partitions_grow.lua")
+
+    # flow control (antre/limits/admission.py)
+    sem_acquire = Lua("sem_acquire.lua")
+    sem_release = Lua("sem_release.lua")
+    rate_take = Lua("rate_take.lua")
+    breaker_allow = Lua("breaker_allow.lua")
+    breaker_success = Lua("breaker_success.lua")
+    breaker_failure = Lua("breaker_failure.lua")
+    breaker_release = Lua("breaker_release.lua")
+
+    # login throttling (antre/stores/logins.py)
+    failure_add = Lua("failure_add.lua")
+    login_try = Lua("login_try.lua")
+
+    # incident controls (antre/control/pause.py, antre/control/purge.py)
+    pause_set = Lua("pause_set.lua")
+    unpark = Lua("unpark.lua")
+    purge = Lua("purge.lua")
+    cancel_request = Lua("cancel_request.lua")
+    cancel_finish = Lua("cancel_finish.lua")
+
+    # retention (antre/maintenance/retention.py)
+    retention = Lua("retention.lua")
+
+    # records too broken to be dead jobs
+    quarantine = Lua("quarantine.lua")
+
+    # live control of fair-share groups (antre/groups/control.py)
+    group_limit = Lua("group_limit.lua")
+
+    # flow limits held at reserve, and their overrides (antre/limits/gates.py)
+    gates_declare = Lua("gates_declare.lua")
+    gates_override = Lua("gates_override.lua")
+
+    # producers waiting for a result, handlers' progress (antre/observe/waiting.py)
+    result_wait = Lua("result_wait.lua")
+    progress = Lua("progress.lua")
+
+    # flows: chains, groups, chords, batches (antre/flows/)
+    enqueue_flow = Lua("enqueue_flow.lua")
+    flow_inputs = Lua("flow_inputs.lua")
+    flow_close = Lua("flow_close.lua")
+    flow_cancel = Lua("flow_cancel.lua")
+
+
+# every script's name, in the order declared (the order of the library's functions)
+NAMES: tuple[str, ...] = tuple(name for name, value in vars(Scripts).items()
+                               if isinstance(value, Lua))
 
 
 class Batch:

@@ -1,7 +1,7 @@
 """A dead job's traceback as its readers show it. A burial keeps the traceback's head
 (every line but the last) once per error group, in ``keys.QueueKeys.error_tracebacks``; the job
 keeps its last line (the exception and its message) and ``tb_group``, in its ``errors`` entry
-and in its ``buried`` event (``tb_share`` in antre/engine/lua/_lib.lua). ``resolve`` puts the
+and in its ``buried`` event (``tb_share`` in antre/engine/lua/_failure.lua). ``resolve`` puts the
 two together (``Queue.get``, ``ReadModels.job``, ``Finder.timeline``); an entry without
 ``tb_group`` (any job stored before, or whose head differed from its group's) is left as it
 is."""

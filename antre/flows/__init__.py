@@ -2,7 +2,7 @@
 once. This room owns the compositions and their compilation into a DAG (``compose.py``, pure),
 storing a flow and changing it (``store.py``: one script call each; the scripts are
 ``enqueue_flow.lua``, ``flow_inputs.lua``, ``flow_close.lua``, ``flow_cancel.lua`` and
-``lua/_flows.lua``, included in ``_lib.lua``, where a member settles inside its ack or bury),
+``lua/_flows.lua``, one of the parts ``_lib.lua`` lists, where a member settles inside its ack or bury),
 the producer's handles (``handle.py``: ``Flow``, ``Batch``), the app's side (``producer.py``)
 and the read model (``read.py``). It imports the engine only (its rank is that of scheduling
 and stores).

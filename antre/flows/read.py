@@ -12,14 +12,14 @@ from typing import Any, cast
 
 import redis
 
-from antre.engine import keys, partitions
+from antre.engine import keys, partitions, states
 from antre.engine import progress as progress_codec
 from antre.engine.progress import Progress
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 
-FLOW_STATES = ("running", "waiting", "failed", "succeeded", "cancelled")
-FINAL_STATES = frozenset(("succeeded", "failed", "cancelled"))
+FLOW_STATES = states.FLOW_STATES
+FINAL_STATES = states.FINAL_FLOW_STATES
 _ROW_FIELDS = ("kind", "state", "description", "policy", "total", "done", "failed", "pending",
                "created_at", "finished_at", "open", "failed_job", "failed_reason",
                "cancelled_by", "cancel_reason", "given_up_at", "given_up_by")
@@ -69,6 +69,7 @@ class FlowRow:
     # 'purged'); it stays failed, its held jobs were dropped, its other members settle as they end
     given_up_at: int = 0
     given_up_by: str = ""
+    damaged: str = ""  # why its record cannot be read ('' when it can): listed, marked
 
     @property
     def given_up(self) -> bool:
@@ -91,6 +92,13 @@ class FlowRow:
     def progress(self) -> float:
         """Settled members / members (1.0 for a flow of none)."""
         return 1.0 if self.total <= 0 else (self.total - self.pending) / self.total
+
+    @classmethod
+    def unreadable(cls, flow_id: str, queue: str, state: str, why: str) -> FlowRow:
+        """A flow whose record is not a hash (written by hand, by another program): a row
+        that says so, so its listing goes on."""
+        return cls(flow_id, queue, "", state, f"(its record cannot be read: {why})", "fail",
+                   0, 0, 0, 0, 0, 0, False, "", "", "", "", 0, "", why)
 
     @classmethod
     def of(cls, flow_id: str, queue: str, values: list[str | None]) -> "FlowRow":
@@ -224,15 +232,21 @@ class FlowReader:
         total = sum(int(n) for n in replies[1::2])
         for flow_id in ids:
             pipe.hmget(keys.of_job(queue, flow_id).flow(flow_id), _ROW_FIELDS)
-        rows = pipe.execute()
-        return FlowPage(state, [FlowRow.of(i, queue, r) for i, r in zip(ids, rows) if r[1]],
-                        int(total), offset, limit)
+        rows = [FlowRow.unreadable(i, queue, state, _why(r)) if isinstance(r, redis.ResponseError)
+                else FlowRow.of(i, queue, r) if r[1] else None
+                for i, r in zip(ids, pipe.execute(raise_on_error=False))]
+        return FlowPage(state, [r for r in rows if r is not None], int(total), offset, limit)
 
     def get(self, queue: str, flow_id: str) -> FlowRow | None:
         if not keys.valid_name(queue) or not keys.valid_job_id(flow_id):
             return None
-        values = cast(list[str | None],
-                      self.redis.hmget(keys.of_job(queue, flow_id).flow(flow_id), _ROW_FIELDS))
+        try:
+            values = cast(list[str | None], self.redis.hmget(
+                keys.of_job(queue, flow_id).flow(flow_id), _ROW_FIELDS))
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return FlowRow.unreadable(flow_id, queue, "", _why(exc))
         return FlowRow.of(flow_id, queue, values) if values[1] else None
 
     def tree(self, queue: str, flow_id: str, offset: int = 0,
@@ -245,10 +259,16 @@ class FlowReader:
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(k.flow_jobs(flow_id))
         pipe.lrange(k.flow_jobs(flow_id), offset, offset + limit - 1)
-        total, ids = pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
+        if any(isinstance(r, redis.ResponseError) for r in replies):
+            total, ids = 0, []  # its jobs' list is not a list: none listed
+        else:
+            total, ids = replies
         for job_id in ids:
             pipe.hmget(k.job(job_id), _JOB_FIELDS)
-        jobs = [_job(job_id, values) for job_id, values in zip(ids, pipe.execute())]
+        jobs = [_job(job_id, [None] * len(_JOB_FIELDS) if isinstance(values, redis.ResponseError)
+                     else values)
+                for job_id, values in zip(ids, pipe.execute(raise_on_error=False))]
         return FlowTree(row, jobs, int(total), offset, limit)
 
     def links(self, queue: str, job_id: str) -> FlowLinks | None:
@@ -259,7 +279,10 @@ class FlowReader:
             k.job(job_id), ("flow", "fpar", "fkids", "fhook")))
         if not flow_id:
             return None
-        state = cast(str | None, self.redis.hget(k.flow(flow_id), "state"))
+        try:
+            state = cast(str | None, self.redis.hget(k.flow(flow_id), "state"))
+        except redis.ResponseError:  # its flow's record is not a hash
+            state = None
         return FlowLinks(flow_id, queue, state or "", _ids(par), _ids(kids), hook or "")
 
     def results(self, queue: str, flow_id: str, offset: int = 0,
@@ -283,12 +306,22 @@ class FlowReader:
         ids from the batch's jobs' list (an LRANGE a page, its callbacks left out) or from
         its exits, then their results (one HMGET a page)."""
         k = keys.of_job(queue, flow_id)  # a flow and its jobs: in its partition
-        kind, exits, *hooks = cast(list[str | None], self.redis.hmget(
-            k.flow(flow_id), ("kind", "exits", "on_success", "on_complete")))
+        try:
+            kind, exits, *hooks = cast(list[str | None], self.redis.hmget(
+                k.flow(flow_id), ("kind", "exits", "on_success", "on_complete")))
+        except redis.ResponseError as exc:  # its record is not a hash: no results to read
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return
         pages = (self._batch_pages(k, flow_id, hooks, offset) if kind == "batch"
                  else _pages(list(_ids(exits))[offset:]))
         for ids in pages:
-            raw = cast(list[str | None], self.redis.hmget(k.flow_results(flow_id), ids))
+            try:
+                raw = cast(list[str | None], self.redis.hmget(k.flow_results(flow_id), ids))
+            except redis.ResponseError as exc:  # its results' record is not a hash: none
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raw = [None] * len(ids)
             yield from (decode_result(r) for r in raw)
 
     def _batch_pages(self, k: keys.QueueKeys, flow_id: str, hooks: list[str | None],
@@ -307,6 +340,11 @@ class FlowReader:
             if len(page) < RESULTS_PAGE:
                 return
             start += RESULTS_PAGE
+
+
+def _why(exc: BaseException) -> str:
+    """What a refused read of a record says, short (WRONGTYPE: not of its type)."""
+    return "not a hash" if "WRONGTYPE" in str(exc) else str(exc)[:100]
 
 
 def _pages(ids: list[str]) -> Iterator[list[str]]:

@@ -46,6 +46,7 @@ class GroupRow:
     # its jobs' group_rate (read off one of its jobs)
     rate_waiting: int = 0  # starts given in the future: its jobs scheduled for the rate
     next_start_ms: int = 0  # when the rate allows its next start (0: now, or no rate)
+    damaged: str = ""  # its records that are not of their type ('' none): read as empty
 
     def held_why(self, now_ms: int) -> str:
         """Why its waiting jobs wait: '' when they do not."""
@@ -99,7 +100,9 @@ class Groups:
             pipe.zcard(k.group_slots)
             pipe.hlen(k.turns)
             pipe.zcard(k.waiting)
-        replies = pipe.execute()
+        replies = [_sound(r, d) for r, d in zip(pipe.execute(raise_on_error=False),
+                                               _VIEW_DEFAULTS * len(every))]
+
         def top_of(at: int) -> list[Any]:
             pairs = [p for reply in replies[at::8] for p in reply]
             return sorted(pairs, key=lambda p: (-p[1], str(p[0])))[:top]
@@ -129,13 +132,14 @@ class Groups:
             pipe.lindex(k.group_line(n), -1)
             pipe.srandmember(k.group_held(n))
             pipe.zrevrange(k.group_rate(n), 0, RATE_READ - 1, withscores=True)
-        replies = pipe.execute()
+        raw = pipe.execute(raise_on_error=False)
+        replies = [_sound(r, d) for r, d in zip(raw, _ROW_DEFAULTS * len(names))]
         pipe = self.redis.pipeline(transaction=False)
         for i, k in enumerate(where):
             pipe.zscore(k.waiting, replies[i * 7 + 4] or "-")
             one = replies[i * 7 + 5] or replies[i * 7 + 4]  # a job holding a slot, or waiting
             pipe.hget(k.job(one or "-"), "grate")
-        second = pipe.execute()
+        second = [_sound(r, None) for r in pipe.execute(raise_on_error=False)]
         now = self.clock()
         out = []
         for i, n in enumerate(names):
@@ -145,8 +149,11 @@ class Groups:
             if record is not None and record.rate and record.active(now):
                 grate = _raw_rate(record.rate)
             rate, ahead, next_start = _rate(grate, starts, now)
+            bad = [what for what, r in zip(_ROW_READS, raw[i * 7:i * 7 + 7])
+                   if isinstance(r, redis.ResponseError)]
             out.append(GroupRow(n, int(float(waiting or 0)), int(held), bool(paused),
-                                record, int(float(joined or 0)), rate, ahead, next_start))
+                                record, int(float(joined or 0)), rate, ahead, next_start,
+                                ", ".join(dict.fromkeys(bad))))
         return out
 
     def find(self, queue: str, name: str) -> GroupRow | None:
@@ -164,16 +171,33 @@ class Groups:
         """A group's jobs in order: those holding a slot, then a page of its line, oldest
         first."""
         k = partitions.keys_of_key(self.redis, queue, name)
-        held = cast(list[str], sorted(self.redis.smembers(k.group_held(name))))[:limit]
-        line = cast(list[str], self.redis.lrange(k.group_line(name), -(offset + limit),
-                                                 -(offset + 1))) if limit else []
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.smembers(k.group_held(name))
+        pipe.lrange(k.group_line(name), -(offset + limit), -(offset + 1))
+        held_ids, line = (_sound(r, []) for r in pipe.execute(raise_on_error=False))
+        held = sorted(cast(list[str], held_ids))[:limit]
+        line = cast(list[str], line) if limit else []
         return self._jobs(k, held), self._jobs(k, list(reversed(line)))
 
     def _jobs(self, k: keys.QueueKeys, ids: list[str]) -> list[Job]:
         pipe = self.redis.pipeline(transaction=False)
         for i in ids:
             pipe.hgetall(k.job(i))
-        return [from_fields(f, k.queue, i) for i, f in zip(ids, pipe.execute()) if f]
+        return [from_fields(f, k.queue, i) for i, f in zip(ids, pipe.execute(raise_on_error=False))
+                if f and not isinstance(f, redis.ResponseError)]
+
+
+# what each read of a view / a row gives when its record is not of its type (WRONGTYPE: a
+# damaged record, read as empty; the row says which: GroupRow.damaged)
+_VIEW_DEFAULTS: tuple[Any, ...] = ([], [], [], 0, 0, 0, 0, 0)
+_ROW_DEFAULTS: tuple[Any, ...] = (None, 0, False, None, None, None, [])
+_ROW_READS = ("the Groups index", "its slots", "the pauses", "the overrides", "its line",
+              "its slots", "its rate's starts")
+
+
+def _sound(reply: Any, default: Any) -> Any:
+    """``reply``, or ``default`` for an error reply (a record of another type)."""
+    return default if isinstance(reply, redis.ResponseError) else reply
 
 
 def _override(raw: Any) -> GroupOverride | None:

@@ -1,6 +1,6 @@
 """Flow limits held at reserve: a job type's and a downstream's
 concurrency and rate as *gates* of the queue ('type:<job type>', 'ds:<downstream>'), which
-``reserve.lua`` applies before delivering a job ("Limit gates" in ``antre/engine/lua/_lib.lua``):
+``reserve.lua`` applies before delivering a job (``antre/engine/lua/_gates.lua``):
 a job over its gate's slots waits in the gate's line and is moved back to ready by the script
 that frees a slot (ack, retry, bury, sweep, cancel); one over its gate's rate waits in
 ``scheduled`` for its start. Nothing is delivered, snoozed or charged.
@@ -257,8 +257,9 @@ class Gates:
             for pk in every:
                 pipe.scard(pk.gate_held(g))
                 pipe.llen(pk.gate_line(g))
-        replies = pipe.execute()
         n = len(every)
+        replies = keys.sound(pipe.execute(raise_on_error=False),
+                             ({},) * (2 * n) + ({},) + (0,) * (2 * n * len(gates)))
         slots, rates = _summed(replies[0:2 * n:2]), _summed_rates(replies[1:2 * n:2])
         records, per = replies[2 * n], replies[2 * n + 1:]
         # per gate: in flight, then waiting, each summed over the partitions

@@ -201,6 +201,12 @@ def fence_refusal_spike(max_in_window: int = 5, window_s: float = 300.0) -> Coun
                         "/locks")
 
 
+def abandoned_records(max_in_window: int = 0, window_s: float = 300.0) -> CounterSpike:
+    return CounterSpike("abandoned_records", "abandoned", max_in_window, window_s,
+                        "damaged or vanished records the scripts moved past (antre status "
+                        "lists them)", "/")
+
+
 def lost_lock_spike(max_in_window: int = 5, window_s: float = 300.0) -> CounterSpike:
     return CounterSpike("lost_locks", "lock_lost", max_in_window, window_s,
                         "business locks lost while their job ran", "/locks")
@@ -265,6 +271,7 @@ class AlertConfig:
     fence_refusals_max: Threshold = settings.ALERT_FENCE_REFUSALS_MAX.default
     lost_locks_max: Threshold = settings.ALERT_LOST_LOCKS_MAX.default
     paused_max_min: Threshold = settings.ALERT_PAUSED_MAX_MIN.default
+    abandoned_max: Threshold = settings.ALERT_ABANDONED_MAX.default  # damaged or vanished
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "AlertConfig":
@@ -292,6 +299,7 @@ class AlertConfig:
             (self.fence_refusals_max, lambda t: fence_refusal_spike(int(t), w)),
             (self.lost_locks_max, lambda t: lost_lock_spike(int(t), w)),
             (self.paused_max_min, lambda t: PausedTooLong(t)),
+            (self.abandoned_max, lambda t: abandoned_records(int(t), w)),
         ]
         return [make(float(t)) for t, make in candidates if t is not None]
 
@@ -435,7 +443,7 @@ PER_QUEUE = {"dlq_growth_max": "dlq_growth", "oldest_ready_s": "oldest_ready_age
              "lock_conflicts_max": "lock_conflict_spike", "retries_per_min": "retry_storm",
              "duplicates_max": "duplicate_delivery_spike",
              "fence_refusals_max": "fence_refusals", "lost_locks_max": "lost_locks",
-             "paused_max_min": "paused_too_long"}
+             "paused_max_min": "paused_too_long", "abandoned_max": "abandoned_records"}
 
 
 def with_threshold(rule: Rule, value: float) -> Rule:

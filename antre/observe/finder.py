@@ -25,13 +25,15 @@ from antre.stores.idempotency import IdempotencyStore, Record
 from antre.stores.sql import datetime_to_ms
 from antre.engine import tracebacks
 from antre.observe.readmodels import Page, ReadModels
+from antre.engine import states
 
 CHUNK = 500  # ids read per Redis command of a payload search
 SEARCH_BUDGET_MS = 200  # one search step stops after this much time, with a cursor
 MAX_HITS = 100  # hits returned by one step
 STUCK_SCAN = 1_000  # in-flight jobs sorted worst first (by running or silent time)
-TIMELINE_CAP = 100  # antre/engine/lua/_lib.lua TL_CAP
-SEARCH_ORDER = ("ready", "waiting", "held", "scheduled", "inflight", "dead", "done")
+TIMELINE_CAP = 100  # antre/engine/lua/_timeline.lua TL_CAP
+SEARCH_ORDER = (states.READY, states.WAITING, states.HELD, states.SCHEDULED, states.INFLIGHT,
+                states.DEAD, states.DONE)
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
 
 
@@ -282,8 +284,9 @@ def _part(name: str) -> keys.QueueKeys:
 
 def state_key(k: keys.QueueKeys, state: str) -> str:
     """The index holding a queue's jobs in ``state`` (LIST for ready, ZSET for the others)."""
-    return {"ready": k.ready, "scheduled": k.scheduled, "inflight": k.inflight, "dead": k.dead,
-            "done": k.done, "waiting": k.waiting, "held": k.held}[state]
+    return {states.READY: k.ready, states.SCHEDULED: k.scheduled, states.INFLIGHT: k.inflight,
+            states.DEAD: k.dead, states.DONE: k.done, states.WAITING: k.waiting,
+            states.HELD: k.held}[state]
 
 
 def _int(v: Any) -> int:
@@ -309,8 +312,8 @@ def _event(raw: str) -> TimelineEvent:
                          max(1, _int(ev.get("n")) or 1), _int(ev.get("l")) or first)
 
 
-# A delivery's routine events are kept in the job's hash, not written to its timeline (issue
-# 29; "A delivery's routine events" in antre/engine/lua/_lib.lua): its 'reserved' event until
+# A delivery's routine events are kept in the job's hash, not written to its timeline
+# ("A delivery's routine events" in antre/engine/lua/_timeline.lua): its 'reserved' event until
 # something else happens to the job (that writes it out first, and 'tlf' names its epoch), and
 # a plain completion by the job's worker for good. These are the fields they are made from.
 _KEPT = ("epoch", "tlf", "reserved_at", "worker_id", "deliveries", "vt_ms", "finished_at",
@@ -347,7 +350,7 @@ def _kept_events(events: list[TimelineEvent], f: dict[str, Any],
             place -= 1
         out.insert(place, event)
     finished = _strict_int(f.get("finished_at"))
-    if (state == "done" and finished is not None
+    if (state == states.DONE and finished is not None
             and not any(e.kind in ("completed", "deduplicated") and e.at_ms == finished
                         for e in out)):
         result = (f.get("result") or "").encode()[:500].decode("utf-8", "replace")
@@ -484,7 +487,7 @@ class Finder:
         found = self.by_key(idempotency_key)
         if found is not None and found.state != "gone":
             job = self.job_status(found.job_id, found)
-            status = {"done": "completed", "dead": "failed"}.get(job.state, "pending")
+            status = {states.DONE: "completed", states.DEAD: "failed"}.get(job.state, "pending")
             if status == "failed" and job.error_kind == "cancelled":
                 status = "cancelled"
             return ResultStatus(idempotency_key, status, job.result, job.job_id, job.queue,
@@ -585,7 +588,7 @@ class Finder:
         pipe = self.redis.pipeline(transaction=False)
         for q, s in lists:
             key = state_key(_part(q), s)
-            if s == "ready":
+            if s == states.READY:
                 pipe.llen(key)
             else:
                 pipe.zcard(key)
@@ -593,7 +596,7 @@ class Finder:
 
     def _ids(self, queue: str, state: str, offset: int, count: int) -> list[str]:
         key = state_key(_part(queue), state)
-        if state == "ready":
+        if state == states.READY:
             return cast(list[str], self.redis.lrange(key, offset, offset + count - 1))
         return cast(list[str], self.redis.zrange(key, offset, offset + count - 1))
 

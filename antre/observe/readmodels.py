@@ -22,6 +22,7 @@ from antre.limits.admission import BreakerState, RateLimiterState, SemaphoreStat
 from antre.engine.locks import LockContention
 from antre.engine import tracebacks
 from antre.observe.memory import MemoryPolicy
+from antre.engine import states
 
 ROW_FIELDS = ("id", "type", "attempt", "max_attempts", "worker_id", "deadline", "reserved_at",
               "epoch", "lock_key", "last_error", "error_kind", "visible_at", "reason", "group",
@@ -349,7 +350,8 @@ class ReadModels:
         pipe.hlen(k.turns)
         pipe.zcard(k.held)
         (ready, scheduled, inflight, dead, done, tail, stats, paused, parked_types, marks,
-         waiting, keys_held, held) = pipe.execute()
+         waiting, keys_held, held) = keys.sound(pipe.execute(raise_on_error=False), (
+             0, 0, 0, 0, 0, [], {}, {}, set(), None, 0, 0, 0))
         oldest = next((i for i in reversed(tail) if not i.startswith("{")), None)
         now = self.clock()
         age = 0
@@ -416,13 +418,18 @@ class ReadModels:
         whole = (low, high) == ("-inf", "+inf")
         if len(every) == 1:
             zkey = index(every[0])
-            if reverse:
-                ids = cast(list[str],
-                           self.redis.zrevrangebyscore(zkey, high, low, start=offset, num=limit))
-            else:
-                ids = cast(list[str],
-                           self.redis.zrangebyscore(zkey, low, high, start=offset, num=limit))
-            total = self.redis.zcard(zkey) if whole else self.redis.zcount(zkey, low, high)
+            try:
+                if reverse:
+                    ids = cast(list[str], self.redis.zrevrangebyscore(zkey, high, low,
+                                                                      start=offset, num=limit))
+                else:
+                    ids = cast(list[str], self.redis.zrangebyscore(zkey, low, high,
+                                                                   start=offset, num=limit))
+                total = self.redis.zcard(zkey) if whole else self.redis.zcount(zkey, low, high)
+            except redis.ResponseError as exc:  # a damaged index: an empty page
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                ids, total = [], 0
             return Page(self._rows(queue, ids), int(total), offset, limit, self.clock())
         pipe = self.redis.pipeline(transaction=False)
         for k in every:
@@ -437,7 +444,7 @@ class ReadModels:
                 pipe.zcard(zkey)
             else:
                 pipe.zcount(zkey, low, high)
-        replies = pipe.execute()
+        replies = keys.sound(pipe.execute(raise_on_error=False), ([], 0))
         pairs = [pair for reply in replies[0::2] for pair in reply]
         pairs.sort(key=lambda p: (p[1], p[0]), reverse=reverse)
         ids = [m for m, _ in pairs[offset:offset + limit]]
@@ -456,13 +463,13 @@ class ReadModels:
         return self._zpage(queue, lambda k: k.waiting, offset, limit, reverse=False)
 
     def _gate_turn(self, k: keys.QueueKeys, job: Job) -> "Turn":
-        if job.state != "waiting":  # scheduled for the start the gate's rate gave it
+        if job.state != states.WAITING:  # scheduled for the start the gate's rate gave it
             return Turn(job.lock_key, "", 0, 0, gate=job.gate)
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(k.gate_line(job.gate))
         pipe.lpos(k.gate_line(job.gate), job.id)
         pipe.scard(k.gate_held(job.gate))
-        length, index, held = pipe.execute()
+        length, index, held = keys.sound(pipe.execute(raise_on_error=False), (0, None, 0))
         place = int(length) - int(index) if index is not None else 1
         return Turn(job.lock_key, "", place, int(length), slots_held=int(held), gate=job.gate)
 
@@ -474,15 +481,16 @@ class ReadModels:
             return self._gate_turn(k, job)
         if job.waits_for_rate and job.group:  # scheduled for its group's rate (no read)
             return Turn(job.lock_key, "", 0, 0, job.group, 0, job.group_rate)
-        if job.state == "waiting" and job.waits_on == "group" and job.group:
+        if job.state == states.WAITING and job.waits_on == "group" and job.group:
             pipe = self.redis.pipeline(transaction=False)
             pipe.llen(k.group_line(job.group))
             pipe.lpos(k.group_line(job.group), job.id)
             pipe.scard(k.group_held(job.group))
             pipe.zrevrange(k.group_rate(job.group), 0, 0, withscores=True)
-            length, index, held, newest = pipe.execute()
+            length, index, held, newest = keys.sound(pipe.execute(raise_on_error=False),
+                                                     (0, None, 0, []))
             place = int(length) - int(index) if index is not None else 0
-            # its group at its rate: a start ahead (rate_start in lua/_lib.lua)
+            # its group at its rate: a start ahead (rate_start in lua/_groups.lua)
             rate = (job.group_rate if job.group_rate and newest
                     and int(newest[0][1]) > self.clock() else "")
             return Turn(job.lock_key, "", place, int(length), job.group, int(held), rate)
@@ -492,7 +500,7 @@ class ReadModels:
         pipe.hget(k.turns, job.lock_key)
         pipe.llen(k.line(job.lock_key))
         pipe.lpos(k.line(job.lock_key), job.id)
-        head, length, index = pipe.execute()
+        head, length, index = keys.sound(pipe.execute(raise_on_error=False), (None, 0, None))
         if not head:
             return None
         place = int(length) - int(index) if index is not None and head != job.id else 0

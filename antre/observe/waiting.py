@@ -6,7 +6,7 @@ record first, so a key completed in SQL whose Redis job was trimmed answers at o
 not yet ended gets one more waiter counted on it (``result_wait.lua``, which reads its state in
 the same script); then one blocking pop on the job's wake list (``keys.result_wake``) for the
 time left. The script that ends the job (ack, deduplicated ack, bury, a cancel's end, a purge:
-``result_wake`` in ``lua/_lib.lua``) pushes one token per waiter, so every waiter wakes; the
+``result_wake`` in ``lua/_waiters.lua``) pushes one token per waiter, so every waiter wakes; the
 status is read again and returned. A wait of any length costs the same few commands (one
 blocking pop per ``SLICE_S``).
 
@@ -36,6 +36,7 @@ from antre.engine import keys
 from antre.engine.queue import Queue
 from antre.errors import ResultUnavailable
 from antre.observe.finder import Finder, ResultStatus, check_timeout
+from antre.engine import states
 
 SLICE_S = 300.0  # the longest single blocking pop (its reply is awaited this + 5 s)
 FIRST_RETRY_S = 0.05  # a key not in Redis yet, or Redis away: read again after this...
@@ -157,7 +158,7 @@ class ResultWaiter:
         if status.source != "redis":
             return status, LATER
         q = self.queue(status.queue, keys.id_partition(status.job_id))  # its partition
-        if q.wait_start(status.job_id) not in ("done", "dead", ""):
+        if q.wait_start(status.job_id) not in (states.DONE, states.DEAD, ""):
             left = deadline - self.monotonic()
             if left <= 0:
                 return status, AGAIN
@@ -192,7 +193,7 @@ class ResultWaiter:
         if status.source != "redis":
             return status, LATER
         q = self.queue(status.queue, keys.id_partition(status.job_id))  # its partition
-        if await asyncio.to_thread(q.wait_start, status.job_id) not in ("done", "dead", ""):
+        if await asyncio.to_thread(q.wait_start, status.job_id) not in (states.DONE, states.DEAD, ""):
             left = deadline - self.monotonic()
             if left <= 0:
                 return status, AGAIN

@@ -116,6 +116,9 @@ ALERT_LOST_LOCKS_MAX = threshold("ANTRE_ALERT_LOST_LOCKS_MAX", 5,
                                  "Alert on more lost locks in the window.")
 ALERT_PAUSED_MAX_MIN = threshold("ANTRE_ALERT_PAUSED_MAX_MIN", 30,
                                  "Alert when a queue or job type is paused longer.", "minutes")
+ALERT_ABANDONED_MAX = threshold("ANTRE_ALERT_ABANDONED_MAX", 0,
+                                "Alert on more damaged or vanished records the scripts moved "
+                                "past in the window.")
 ALERTS: dict[str, Setting[Any]] = {  # AlertConfig's fields
     "window_s": ALERT_WINDOW_S, "dlq_growth_max": ALERT_DLQ_GROWTH_MAX,
     "oldest_ready_s": ALERT_OLDEST_READY_S, "lease_expirations_max": ALERT_LEASE_EXPIRATIONS_MAX,
@@ -123,6 +126,7 @@ ALERTS: dict[str, Setting[Any]] = {  # AlertConfig's fields
     "retries_per_min": ALERT_RETRIES_PER_MIN, "duplicates_max": ALERT_DUPLICATES_MAX,
     "outbox_age_s": ALERT_OUTBOX_AGE_S, "fence_refusals_max": ALERT_FENCE_REFUSALS_MAX,
     "lost_locks_max": ALERT_LOST_LOCKS_MAX, "paused_max_min": ALERT_PAUSED_MAX_MIN,
+    "abandoned_max": ALERT_ABANDONED_MAX,
 }
 
 # the dashboard

@@ -81,7 +81,7 @@ def test_enqueue_scripts_standard_field_list_is_new_fields():
 def test_enqueue_one_scripts_field_list_is_new_fields():
     """enqueue_one.lua gets the standard fields' values as ARGV[2 ..], in NEW_FIELDS order."""
     src = resources.files("antre.engine.lua").joinpath("enqueue_one.lua").read_text()
-    hsets = re.findall(r"redis.call\('HSET', v\[1\] \.\. id, ('type'.*?)'state', 'ready'\)", src,
+    hsets = re.findall(r"redis.call\('HSET', v\[1\] \.\. id, ('type'.*?)'state', S.ready\)", src,
                        re.S)
     every = [(n, i + 2) for i, n in enumerate(NEW_FIELDS)]
     # (the first two without the DEFAULTED fields: the lock key is always empty here; the first
@@ -179,7 +179,7 @@ def test_the_defaults_enqueue_leaves_out_are_jobspecs_and_every_reader_reads_the
         "max_deliveries": "10"}
     lua = resources.files("antre.engine.lua")
     assert ("return headers == '{}' and timeout_s == '30.0' and vt_ms == '30000' and "
-            "max_deliveries == '10'") in lua.joinpath("_lib.lua").read_text()
+            "max_deliveries == '10'") in lua.joinpath("_base.lua").read_text()
     assert "if not v[10] or v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then" in \
         lua.joinpath("enqueue.lua").read_text()
     # and the client's chunk leaves them out (a job of nine values: envelope.pack_standard)

@@ -162,3 +162,25 @@ def test_a_cluster_client_calls_scripts_by_evalsha(redis_cluster):
         assert sorted(j.id for j in q.reserve("w1", count=2)) == sorted(ids)
     finally:
         rc.close()
+
+
+def test_the_script_names_files_and_attributes_agree(r):
+    """Each script is declared once, by its file (``Scripts.<name> = Lua("<name>.lua")``):
+    ``NAMES`` is those declarations, every script file of the package is one of them, and a
+    ``Scripts`` holds each as its registered script."""
+    from importlib import resources
+
+    from antre.engine.scripts import Lua, NamedScript, Scripts
+
+    files = sorted(p.name.removesuffix(".lua") for p in resources.files("antre.engine.lua").iterdir()
+                   if p.name.endswith(".lua") and not p.name.startswith("_"))
+    assert sorted(NAMES) == files and len(set(NAMES)) == len(NAMES)
+    scripts = Scripts(r)
+    for name in NAMES:
+        declared = vars(Scripts)[name]
+        assert isinstance(declared, Lua) and declared.file == f"{name}.lua"
+        held = getattr(scripts, name)
+        assert isinstance(held, NamedScript) and held.antre_name == name
+        assert held.script.endswith(declared.source())
+    with pytest.raises((TypeError, RuntimeError)):
+        type("Wrong", (), {"reserve": Lua("ack.lua")})

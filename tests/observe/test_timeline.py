@@ -43,8 +43,8 @@ def test_lua_derives_the_same_timeline_and_index_keys_as_keys_py(q):
     k = q.keys
     assert k.job_prefix[:-4] + "tl:" == k.timeline_prefix
     assert k.job_prefix[:-4] + "idem" == k.idem_index
-    lib = (ROOT / "antre/engine/lua/_lib.lua").read_text()
-    assert "string.sub(job_prefix, 1, -5) .. 'tl:'" in lib
+    lib = (ROOT / "antre/engine/lua/_timeline.lua").read_text()
+    assert "tag_of(job_prefix) .. K.timeline" in lib
     assert f"local TL_CAP = {TIMELINE_CAP}" in lib
 
 

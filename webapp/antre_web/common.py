@@ -33,6 +33,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.wrappers import Response as BaseResponse
 
 from antre.observe.alerts import AlertEngine
+from antre.engine import states
 from antre.engine.envelope import Job
 from antre.engine.keys import valid_name
 from antre.observe.readmodels import MAX_EPOCH_MS as MAX_EPOCH_MS, WINDOWS_MS as WINDOWS_MS
@@ -394,6 +395,7 @@ def install(app: Flask) -> None:
     app.jinja_env.filters["jobs"] = count_of
     app.jinja_env.filters["dur"] = fmt_dur
     app.jinja_env.filters["pretty_json"] = pretty_json
+    app.jinja_env.globals["S"] = states  # job and flow states: S.DEAD, S.FLOW_WAITING
     app.jinja_env.globals["outage_banners"] = outage_banners
     app.jinja_env.globals["alert_banners"] = alert_banners
     app.jinja_env.globals["clock"] = lambda: services.get().clock()

@@ -10,6 +10,7 @@ from flask import Blueprint, abort, request
 
 from antre.control.purge import SOURCES, PurgeError, PurgeFilter, Tally
 from antre.observe.readmodels import DeadFilter, PauseInfo
+from antre.engine import states
 
 from . import services
 from .common import is_htmx, queue_arg, render
@@ -34,7 +35,7 @@ def purge_filter(src: Any, check: bool = True) -> PurgeFilter:
     except ValueError:
         abort(400, "older_than_s must be a number of seconds")
     field = (src.get("field") or "").strip() or None
-    flt = PurgeFilter(source=src.get("source") or "ready", job_type=_type_arg(src),
+    flt = PurgeFilter(source=src.get("source") or states.READY, job_type=_type_arg(src),
                       group=(src.get("group") or "").strip() or None, older_than_s=older_s,
                       field=field, value=str(src.get("value", "")) if field else None)
     if not check:

@@ -18,6 +18,7 @@ from antre.observe.finder import BadQuery, Finder, Located, SearchStep
 from antre.engine.keys import valid_name
 from antre.flows import FlowReader
 from antre.observe.readmodels import Page
+from antre.engine import states
 
 from .sealed import shown
 from . import services
@@ -186,11 +187,12 @@ def job(queue: str, job_id: str) -> str:
 # -- browse every state -------------------------------------------------------------------------
 def browse_page(queue: str, state: str, job_type: str, offset: int, limit: int) -> Page:
     reads = services.get().reads
-    if state == "ready" and job_type:
+    if state == states.READY and job_type:
         return finder().ready_of_type(queue, job_type, offset, limit, BROWSE_SCAN)
-    pages = {"ready": reads.ready, "scheduled": reads.scheduled, "inflight": reads.inflight,
-             "done": reads.done, "waiting": reads.waiting}
-    if state == "dead":
+    pages = {states.READY: reads.ready, states.SCHEDULED: reads.scheduled,
+             states.INFLIGHT: reads.inflight, states.DONE: reads.done,
+             states.WAITING: reads.waiting}
+    if state == states.DEAD:
         return reads.dead(queue, offset=offset, limit=limit)
     return pages[state](queue, offset, limit)
 

@@ -15,6 +15,7 @@ from antre.actions.table import by_name
 from antre.engine.keys import valid_job_id
 from antre.flows import FLOW_STATES, FlowReader
 from antre.flows.layout import levels
+from antre.engine import states
 
 from . import services
 from .common import arg_int, check_queue, page_args, queue_arg, render
@@ -82,7 +83,7 @@ def flow(queue: str, flow_id: str) -> str:
     if tree is None:
         abort(404, f"no flow {flow_id} in queue {queue} (finished flows are kept as long as "
                    "the queue's done jobs)")
-    dead = sum(1 for j in tree.jobs if j.state == "dead")
+    dead = sum(1 for j in tree.jobs if j.state == states.DEAD)
     return render("flow.html", "_flow.html", queue=queue, tree=tree, row=tree.flow,
                   levels=levels(tree.jobs), dead_on_page=dead, cancel=CANCEL_ENTRY,
                   as_of=svc.clock())

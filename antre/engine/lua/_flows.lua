@@ -1,4 +1,4 @@
--- == Flows (issue 26) ===========================================================================
+-- Flows: chains, groups, chords and batches, the jobs of a flow held until their parents settle.
 -- A flow (chain, group, chord, batch: antre/flows/) is ordinary jobs of one queue linked as a
 -- DAG, all stored by one enqueue_flow.lua call. A job of a flow carries 'flow' (the flow's
 -- id), 'fpar' / 'fkids' (JSON arrays: its parents in input order, its dependents), 'fin' (how
@@ -25,26 +25,26 @@
 local FLOW_FINAL = {succeeded = true, failed = true, cancelled = true}
 
 local function flow_key(job_prefix, fid)
-  return tag_of(job_prefix) .. 'flow:' .. fid
+  return tag_of(job_prefix) .. K.flow .. fid
 end
 
 local function flow_move(job_prefix, fk, fid, to, now)
   -- the flow's state becomes ``to``, its index entry moved; a final state sets finished_at and
   -- the waiters' token, leaving one clears both
   local tag = tag_of(job_prefix)
-  local from = redis.call('HGET', fk, 'state') or 'running'
+  local from = redis.call('HGET', fk, 'state') or FS.running
   if from == to then return end
-  redis.call('ZREM', tag .. 'flows:' .. from, fid)
-  redis.call('DEL', fk .. ':wake')
+  redis.call('ZREM', tag .. K.flows_by_state .. from, fid)
+  redis.call('DEL', fk .. K.flow_wake)
   if FLOW_FINAL[to] then
     redis.call('HSET', fk, 'state', to, 'finished_at', now)
-    redis.call('ZADD', tag .. 'flows:' .. to, now, fid)
-    redis.call('RPUSH', fk .. ':wake', to)
+    redis.call('ZADD', tag .. K.flows_by_state .. to, now, fid)
+    redis.call('RPUSH', fk .. K.flow_wake, to)
   else
     redis.call('HSET', fk, 'state', to, 'finished_at', 0)
     -- (running: by when it was made; waiting: since when it waits, its retention's clock)
-    local score = to == 'waiting' and now or num_field(fk, 'created_at', now)
-    redis.call('ZADD', tag .. 'flows:' .. to, score, fid)
+    local score = to == FS.waiting and now or num_field(fk, 'created_at', now)
+    redis.call('ZADD', tag .. K.flows_by_state .. to, score, fid)
   end
 end
 
@@ -53,7 +53,7 @@ local function flow_place(job_prefix, id, now, after)
   -- lock_key's turn and its group's slot apply), with a 'released' event; its delay_s
   -- ('fdelay', ms) counts from now: due then, scheduled until
   local key = job_prefix .. id
-  if redis.call('ZREM', tag_of(job_prefix) .. 'held', id) == 0 then return end
+  if redis.call('ZREM', tag_of(job_prefix) .. K.held, id) == 0 then return end
   local f = redis.call('HMGET', key, 'lock_key', 'fgroup', 'fdelay')
   local delay = num_of(f[3], 0)
   redis.call('HDEL', key, 'fdeps', 'fdelay')
@@ -91,24 +91,32 @@ local function flow_check(job_prefix, fk, fid, now)
   -- all are settled, succeeded (a batch with dead members: failed), and a batch's callbacks
   -- run: on_complete, and on_success when no member is dead
   local f = redis.call('HMGET', fk, 'state', 'pending', 'failed', 'open', 'policy', 'given_up_at')
-  if f[1] == 'cancelled' or (f[6] and f[6] ~= '') then return end  -- (given up: failed for good)
+  if f[1] == FS.cancelled or (f[6] and f[6] ~= '') then return end  -- (given up: failed for good)
   local pending, failed, policy = num_of(f[2], 0), num_of(f[3], 0), f[5] or 'fail'
   if pending > 0 or f[4] == '1' then
     local stuck = failed > 0 and (policy == 'fail' or policy == 'wait')
-    flow_move(job_prefix, fk, fid, stuck and (policy == 'wait' and 'waiting' or 'failed') or 'running', now)
+    flow_move(job_prefix, fk, fid, stuck and (policy == 'wait' and FS.waiting or FS.failed) or FS.running, now)
     return
   end
   flow_hook(job_prefix, fk, 'on_complete', now)
   if failed == 0 then flow_hook(job_prefix, fk, 'on_success', now) end
-  flow_move(job_prefix, fk, fid, (failed > 0 and policy == 'batch') and 'failed' or 'succeeded', now)
+  flow_move(job_prefix, fk, fid, (failed > 0 and policy == 'batch') and FS.failed or FS.succeeded, now)
 end
 
 local function flow_acked(job_key, id, now, result, fid)
   -- a job of flow ``fid`` completed (the caller holds its lease): settle it once
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
+  if not guard_flow(tag_of(prefix), fk, now) then  -- (its flow was damaged: it goes on alone)
+    flow_release(prefix, id, now, redis.call('HGET', job_key, 'fkids'))
+    return
+  end
   local f = redis.call('HMGET', fk, 'state', 'rmax')
-  if not f[1] or f[1] == 'cancelled' then return end
+  if not f[1] then  -- its flow's record is gone (removed as damaged): it goes on alone
+    flow_release(prefix, id, now, redis.call('HGET', job_key, 'fkids'))
+    return
+  end
+  if f[1] == FS.cancelled then return end
   local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
   if j[1] and j[1] ~= '' then return end  -- a batch's callback: not a member
   if result == '' then result = 'null' end
@@ -117,7 +125,7 @@ local function flow_acked(job_key, id, now, result, fid)
     result = '!' .. cjson.encode({job_id = id, error = 'its result of ' .. #result ..
                                   ' bytes is over the limit of ' .. rmax .. ' (ANTRE_FLOW_RESULT_MAX)'})
   end
-  local res = fk .. ':res'
+  local res = fk .. K.flow_results
   if redis.call('HSETNX', res, id, result) == 0 then  -- settled already, or
     if string.sub(redis.call('HGET', res, id), 1, 1) ~= '!' then return end
     -- its failure was ignored (its dependents ran then), and now it succeeded
@@ -128,12 +136,12 @@ local function flow_acked(job_key, id, now, result, fid)
     return
   end
   redis.call('HINCRBY', fk, 'done', 1)
-  if redis.call('SREM', fk .. ':failed', id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
+  if redis.call('SREM', fk .. K.flow_failed, id) == 1 then redis.call('HINCRBY', fk, 'failed', -1) end
   local pending = redis.call('HINCRBY', fk, 'pending', -1)
   flow_release(prefix, id, now, j[2])
   -- a running flow with members left stays running (a dead member that holds it would have
   -- made it failed or waiting): the check is for the others
-  if pending > 0 and f[1] == 'running' then return end
+  if pending > 0 and f[1] == FS.running then return end
   flow_check(prefix, fk, fid, now)
 end
 
@@ -148,16 +156,24 @@ local function flow_dead(job_key, id, now, reason, fid)
   if type(fid) ~= 'string' or fid == '' then return end
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
+  if not guard_flow(tag_of(prefix), fk, now) then  -- (its flow was damaged: it goes on alone)
+    flow_release(prefix, id, now, redis.pcall('HGET', job_key, 'fkids'))
+    return
+  end
   local f = redis.call('HMGET', fk, 'state', 'policy', 'given_up_at')
-  if not f[1] or f[1] == 'cancelled' then return end
+  if not f[1] then  -- its flow's record is gone (removed as damaged): it goes on alone
+    flow_release(prefix, id, now, redis.pcall('HGET', job_key, 'fkids'))
+    return
+  end
+  if f[1] == FS.cancelled then return end
   local j = redis.call('HMGET', job_key, 'fhook', 'fkids')
-  if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. ':res', id) == 1 then return end
+  if (j[1] and j[1] ~= '') or redis.call('HEXISTS', fk .. K.flow_results, id) == 1 then return end
   if f[2] == 'ignore' or f[2] == 'batch' or (f[3] and f[3] ~= '') then
-    redis.call('HSET', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = reason}))
+    redis.call('HSET', fk .. K.flow_results, id, '!' .. cjson.encode({job_id = id, error = reason}))
     redis.call('HINCRBY', fk, 'failed', 1)
     redis.call('HINCRBY', fk, 'pending', -1)
     flow_release(prefix, id, now, j[2])
-  elseif redis.call('SADD', fk .. ':failed', id) == 1 then
+  elseif redis.call('SADD', fk .. K.flow_failed, id) == 1 then
     redis.call('HINCRBY', fk, 'failed', 1)
     redis.call('HSET', fk, 'failed_job', id, 'failed_reason', string.sub(reason, 1, 500))
   end
@@ -167,7 +183,7 @@ end
 
 local function flow_settle_failed(fk, id, err)
   -- a member settled as failed with ``err`` (once: an id in '<flow>:res' is settled)
-  if redis.call('HSETNX', fk .. ':res', id, '!' .. cjson.encode({job_id = id, error = err})) == 1 then
+  if redis.call('HSETNX', fk .. K.flow_results, id, '!' .. cjson.encode({job_id = id, error = err})) == 1 then
     redis.call('HINCRBY', fk, 'pending', -1)
     return true
   end
@@ -182,14 +198,14 @@ local function flow_give_up(prefix, fk, fid, id, now, reason, stats)
   -- failed; 'flow_held_dropped' in ``stats``); ready and running ones go on, and settle as
   -- under 'ignore'. One walk of the flow's jobs: a record that is not a hash is passed over.
   flow_settle_failed(fk, id, reason)
-  for _, other in ipairs(redis.call('SMEMBERS', fk .. ':failed')) do
+  for _, other in ipairs(redis.call('SMEMBERS', fk .. K.flow_failed)) do
     flow_settle_failed(fk, other, 'dead when its flow was given up')
   end
-  redis.call('DEL', fk .. ':failed')
-  local held, dropped = tag_of(prefix) .. 'held', 0
-  for _, jid in ipairs(redis.call('LRANGE', fk .. ':jobs', 0, -1)) do
+  redis.call('DEL', fk .. K.flow_failed)
+  local held, dropped = tag_of(prefix) .. K.held, 0
+  for _, jid in ipairs(redis.call('LRANGE', fk .. K.flow_jobs, 0, -1)) do
     local j = redis.pcall('HMGET', prefix .. jid, 'state', 'fhook', 'waiters')
-    if not j.err and j[1] == 'held' and redis.call('ZREM', held, jid) == 1 then
+    if not j.err and j[1] == S.held and redis.call('ZREM', held, jid) == 1 then
       if not (j[2] and j[2] ~= '') and flow_settle_failed(fk, jid, 'dropped with its flow: ' .. reason) then
         redis.call('HINCRBY', fk, 'failed', 1)
       end
@@ -203,7 +219,7 @@ local function flow_give_up(prefix, fk, fid, id, now, reason, stats)
   why = (not why.err) and ((why[1] and why[1] ~= '' and why[1]) or why[2]) or nil
   redis.call('HSET', fk, 'given_up_at', now, 'given_up_by', reason, 'failed_job', id,
              'failed_reason', string.sub((why and why ~= '') and why or reason, 1, 500))
-  flow_move(prefix, fk, fid, 'failed', now)
+  flow_move(prefix, fk, fid, FS.failed, now)
 end
 
 local function flow_gone(job_key, id, now, reason, stats)
@@ -214,8 +230,8 @@ local function flow_gone(job_key, id, now, reason, stats)
   if not fid then return end
   local prefix = prefix_of(job_key, id)
   local fk = flow_key(prefix, fid)
-  if redis.call('SISMEMBER', fk .. ':failed', id) == 1 and
-      redis.call('HGET', fk, 'state') ~= 'cancelled' then
+  if redis.call('SISMEMBER', fk .. K.flow_failed, id) == 1 and
+      redis.call('HGET', fk, 'state') ~= FS.cancelled then
     flow_give_up(prefix, fk, fid, id, now, reason, stats)
   end
 end

@@ -6,8 +6,8 @@
 -- KEYS[5] the job's timeline (LIST; optional)   ARGV[9] the caller's event details as JSON
 -- ('' none: the worker's run time, SQL fence)   ARGV[10] actor ('' = the job's worker)
 -- A unique job frees its idempotency key's index entry (field 'ukey'), or holds it as
--- 'done:<id>' for its unique_for window (field 'unique_ms'); see unique_release in _lib.lua.
--- A worker's batch of acks goes through ack_many.lua (the same per job: ack_job in _lib.lua).
+-- 'done:<id>' for its unique_for window (field 'unique_ms'); see unique_release in _base.lua.
+-- A worker's batch of acks goes through ack_many.lua (the same per job: ack_job in _completion.lua).
 -- Returns: 'OK', or 'LOST:<why>' with nothing changed.
 local id, now = ARGV[1], tonumber(ARGV[3])
 local kind = ARGV[8] == 'deduplicated' and 'deduplicated' or 'completed'

@@ -1,5 +1,5 @@
 -- ack_many: in-flight -> done for a worker's batch of finished jobs (Queue.ack_many), each only
--- for the holder of its current lease; the same per job as ack.lua (ack_job in _lib.lua:
+-- for the holder of its current lease; the same per job as ack.lua (ack_job in _completion.lua:
 -- the job's hash, its 'completed' timeline event, its unique key), with the batch's index
 -- moves, counters and done-trim in one command each.
 -- KEYS[1] inflight (ZSET)   KEYS[2] done (ZSET by finish time)   KEYS[3] stats (HASH)

@@ -9,7 +9,7 @@
 -- jobs" in _lib.lua): a hand-back, retry, snooze or lease expiry ends it as cancelled.
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return 'gone' end
-if state ~= 'inflight' then return state end
+if state ~= S.inflight then return state end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[1], 'cancel', ARGV[2])
 if KEYS[3] then

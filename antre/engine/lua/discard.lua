@@ -10,9 +10,9 @@ local id = ARGV[1]
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'type', 'group')
 if f.err then
   if not redis.call('ZSCORE', KEYS[2], id) then return 0 end
-  f = {'dead', nil, nil}
+  f = {S.dead, nil, nil}
 end
-if f[1] ~= 'dead' then return 0 end
+if f[1] ~= S.dead then return 0 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[2] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[3] .. (f[3] or ''), id)

@@ -20,13 +20,13 @@
 -- the unique_for window), sched + tick (a periodic tick: the schedule's state hash and the tick
 -- time ms; tick 0 is a manual run, recorded as the schedule's last run without checking or
 -- moving its last tick).
--- A job with a lock_key joins its key (turn_join in _lib.lua, issue 23): the first of a key
+-- A job with a lock_key joins its key (turn_join in _turns.lua): the first of a key
 -- takes the turn and is placed as above; while the key has a head, a new job waits in state
 -- 'waiting' at the end of the key's line (a delayed one too: it keeps its place in the
 -- enqueue order, and is scheduled for its visible_at when its turn comes). A job with a group
 -- (named field 'fgroup', its slots 'gconc') then asks it for a slot (group_join), or waits in
 -- the group's line. A group with a rate (field 'grate', group_rate) may give the job a later
--- start when it takes its slot (rate_start in _lib.lua): it is stored scheduled for then.
+-- start when it takes its slot (rate_start in _groups.lua): it is stored scheduled for then.
 -- Returns: array with 1 for each job stored, 0 for a job id that already existed (unchanged),
 -- or for a job not stored by a guard: 'dup:<id>' (a pending job holds its idempotency key),
 -- 'recent:<id>' (that key's job completed within unique_for), 'tick:<id>' (the schedule's tick
@@ -44,14 +44,18 @@ local idem_at = pos and (pos.idem_key or 0) or 5
 local lock_at = pos and (pos.lock_key or 0) or 10
 local group_at = pos and (pos.fgroup or 0) or 0  -- a group (fair shares): a named field
 local idem_index = idem_index_key(prefix)
+-- a key of another type would fail the call after jobs were stored (in no index): refused first
+local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'set',
+                            KEYS[5], 'list', idem_index, 'hash', KEYS[6] or false, 'set'})
+if refused then return refused end
 local out = {}
 local stored = 0
 local readied = {}   -- ids for the ready list: one LPUSH per call (same order as one by one)
 local indexed = {}   -- idempotency key, id, ...: one HSET of the index per call
 local types = {}     -- job types stored by this call (a list, and a set of them): one SADD
 
--- producer guards (issue 13): unique jobs and periodic ticks (only when pos is set) ---------
-local pending = {ready = true, scheduled = true, inflight = true, waiting = true}
+-- producer guards: unique jobs and periodic ticks (only when pos is set) ---------
+local pending = {[S.ready] = true, [S.scheduled] = true, [S.inflight] = true, [S.waiting] = true}
 
 local function unique_guard(ukey)
   local held = redis.pcall('GET', ukey)
@@ -103,7 +107,7 @@ local function store(key, id, values)
   -- one HSET: every field and the state; then the job's place (ready list or schedule)
   local visible_at = tonumber(values[3])
   local later = visible_at > now
-  local state = later and 'scheduled' or 'ready'
+  local state = later and S.scheduled or S.ready
   local lk = lock_at > 0 and values[lock_at] or ''
   local g = group_at > 0 and values[group_at] or ''
   if pos then
@@ -116,10 +120,10 @@ local function store(key, id, values)
     fields[2 * n + 2] = state
     redis.call('HSET', key, unpack(fields))
   else  -- the standard fields, written out (no table to build and unpack); not the queue's
-    -- name (v[4]): the key's tag says it, and every reader is given it (issue 29)
+    -- name (v[4]): the key's tag says it, and every reader is given it
     local v = values
     if not v[10] or v[10] == '' and at_defaults(v[11], v[12], v[13], v[14]) then
-      -- no lock key, JobSpec's defaults (at_defaults in _lib.lua): none of these fields is
+      -- no lock key, JobSpec's defaults (at_defaults in _base.lua): none of these fields is
       -- stored; nor, for a job visible at once whose trace is made from its id (v[9] '':
       -- envelope.job_traceparent), that trace or its visible_at (its created_at: every reader
       -- reads an absent one so). Each field less is a shorter walk for every later read and
@@ -150,7 +154,7 @@ local function store(key, id, values)
     local due = num_field(key, 'visible_at', visible_at)
     if due > visible_at then
       visible_at, later = due, true
-      redis.call('HSET', key, 'state', 'scheduled')
+      redis.call('HSET', key, 'state', S.scheduled)
     end
   end
   if not types[values[2]] then
@@ -162,7 +166,7 @@ local function store(key, id, values)
     indexed[#indexed + 1] = id
   end
   if waits then
-    tl_add(tl_key(prefix, id), now, 'waiting', 'producer',
+    tl_add(tl_key(prefix, id), now, S.waiting, 'producer',
            {lock_key = lk, group = g, on = redis.call('HGET', key, 'waits_on')})
   elseif later then
     redis.call('ZADD', KEYS[2], visible_at, id)

@@ -17,7 +17,7 @@
 -- flow), 'CLOSED:<state>' (add: the batch is closed) with nothing stored.
 local prefix, now, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fk = KEYS[7]
-local fid = string.sub(fk, #tag_of(prefix) + 6)  -- '<tag>:flow:<id>'
+local fid = string.sub(fk, #tag_of(prefix) + #K.flow + 1)  -- '<tag>:flow:<id>'
 
 -- every check first ----------------------------------------------------------------------
 if mode == 'new' then
@@ -25,7 +25,7 @@ if mode == 'new' then
 else
   local f = redis.call('HMGET', fk, 'state', 'open')
   if not f[1] then return 'GONE' end
-  if f[2] ~= '1' or f[1] == 'cancelled' then return 'CLOSED:' .. f[1] end
+  if f[2] ~= '1' or f[1] == FS.cancelled then return 'CLOSED:' .. f[1] end
 end
 local jobs = {}
 for a = 5, #ARGV do
@@ -43,7 +43,7 @@ for _, job in ipairs(jobs) do
   local id, key = f.id, prefix .. f.id
   local held = num_of(f.fdeps, 0) > 0 or (f.fhook or '') ~= ''
   pairs_[#pairs_ + 1] = 'state'
-  pairs_[#pairs_ + 1] = held and 'held' or 'ready'
+  pairs_[#pairs_ + 1] = held and S.held or S.ready
   redis.call('HSET', key, unpack(pairs_))
   ids[#ids + 1] = id
   if (f.fhook or '') == '' then members = members + 1 end
@@ -57,18 +57,18 @@ for _, job in ipairs(jobs) do
     local due = num_field(key, 'visible_at', now)
     if due > now then redis.call('HSET', key, 'fdelay', due - now) end
     redis.call('ZADD', KEYS[6], now, id)
-    tl_add(tl_key(prefix, id), now, 'held', 'producer', {flow = fid, parents = num_of(f.fdeps, 0)})
+    tl_add(tl_key(prefix, id), now, S.held, 'producer', {flow = fid, parents = num_of(f.fdeps, 0)})
   elseif admit(prefix, id, f.lock_key or '', f.fgroup or '', now) then
     local due = num_field(key, 'visible_at', now)
     if due > now then
-      redis.call('HSET', key, 'state', 'scheduled')
+      redis.call('HSET', key, 'state', S.scheduled)
       redis.call('ZADD', KEYS[2], due, id)
       tl_add(tl_key(prefix, id), now, 'enqueued', 'producer', {delay_ms = due - now, flow = fid})
     else
       readied[#readied + 1] = id
     end
   else
-    tl_add(tl_key(prefix, id), now, 'waiting', 'producer',
+    tl_add(tl_key(prefix, id), now, S.waiting, 'producer',
            {lock_key = f.lock_key or '', group = f.fgroup or '', on = redis.call('HGET', key, 'waits_on')})
   end
 end
@@ -81,14 +81,14 @@ if #ids > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', #ids) end
 
 if mode == 'new' then
   local meta = cjson.decode(ARGV[4])
-  local fields = {'state', 'running', 'total', members, 'pending', members, 'done', 0,
+  local fields = {'state', FS.running, 'total', members, 'pending', members, 'done', 0,
                   'failed', 0, 'created_at', now, 'finished_at', 0}
   for name, value in pairs(meta) do
     fields[#fields + 1] = name
     fields[#fields + 1] = tostring(value)
   end
   redis.call('HSET', fk, unpack(fields))
-  redis.call('ZADD', tag_of(prefix) .. 'flows:running', now, fid)
+  redis.call('ZADD', tag_of(prefix) .. K.flows_by_state .. FS.running, now, fid)
   if members == 0 and meta.open ~= '1' then flow_check(prefix, fk, fid, now) end
 else
   redis.call('HINCRBY', fk, 'total', members)

@@ -1,5 +1,5 @@
 -- enqueue_one: a single new job made ready now, the common case of app.enqueue, in the least
--- server time (issue 14: the single enqueue). Same outcome as enqueue.lua for such a job
+-- server time (the single enqueue). Same outcome as enqueue.lua for such a job
 -- (tests/test_core_lua.py compares the two): the type and queue indexes (see KEYS[5],
 -- KEYS[6]), the idempotency-key index, one HSET of the standard fields and the state, the
 -- ready list, the 'enqueued' counter and one wake token. The client sends here only a job
@@ -22,27 +22,29 @@ local v = ARGV
 local id = v[2]
 if v[11] ~= '' then return redis.error_reply('ERR enqueue_one: a job with a lock_key goes to enqueue.lua') end
 if redis.call('EXISTS', v[1] .. id) == 1 then return 0 end
--- the indexes first: a key of the wrong type fails the call before the job is written
+-- the indexes first, the job's record last: a key of another type fails the call before the
+-- job is written (no record in no index)
 if KEYS[5] then redis.call('SADD', KEYS[5], v[3]) end
 if KEYS[6] then redis.call('SADD', KEYS[6], v[5]) end
 redis.call('HSET', KEYS[4], v[6], id)
+redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
+-- a token for an idle worker blocked on the wake list; the list is capped at 64 as wake() does
+if redis.call('LPUSH', KEYS[3], '1') > 64 then redis.call('LTRIM', KEYS[3], 0, 63) end
+redis.call('LPUSH', KEYS[1], id)
+-- the job last: every write before it can fail on a key of another type, none after it
 if v[10] == '' and at_defaults(v[12], v[13], v[14], v[15]) then
   -- the defaults, the lock key (always empty here), a trace made from the id and visible_at
   -- (its created_at: a job sent here is visible at once): not stored, as enqueue.lua
   redis.call('HSET', v[1] .. id, 'type', v[3], 'idem_key', v[6], 'payload', v[7],
-             'max_attempts', v[8], 'created_at', v[9], 'state', 'ready')
+             'max_attempts', v[8], 'created_at', v[9], 'state', S.ready)
 elseif at_defaults(v[12], v[13], v[14], v[15]) then
   redis.call('HSET', v[1] .. id, 'type', v[3], 'visible_at', v[4],
              'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
-             'trace_id', v[10], 'state', 'ready')
+             'trace_id', v[10], 'state', S.ready)
 else
   redis.call('HSET', v[1] .. id, 'type', v[3], 'visible_at', v[4],
              'idem_key', v[6], 'payload', v[7], 'max_attempts', v[8], 'created_at', v[9],
              'trace_id', v[10], 'lock_key', v[11], 'headers', v[12], 'timeout_s', v[13],
-             'vt_ms', v[14], 'max_deliveries', v[15], 'state', 'ready')
+             'vt_ms', v[14], 'max_deliveries', v[15], 'state', S.ready)
 end
-redis.call('LPUSH', KEYS[1], id)
-redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
--- a token for an idle worker blocked on the wake list; the list is capped at 64 as wake() does
-if redis.call('LPUSH', KEYS[3], '1') > 64 then redis.call('LTRIM', KEYS[3], 0, 63) end
 return 1

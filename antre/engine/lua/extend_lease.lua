@@ -8,7 +8,7 @@
 -- KEYS[3] the job's timeline (optional)   ARGV[7] actor ('' = the job's worker)
 -- ARGV[8] the caller's event details as JSON (''). The job's 'extended_at' is set to now.
 -- A worker's extensions (heartbeat, handler) in a row are one 'extended' event with a count
--- and the first and last time (tl_coalesce in _lib.lua); an operator's each have their own.
+-- and the first and last time (tl_coalesce in _timeline.lua); an operator's each have their own.
 -- Returns: the new deadline as a string, or 'LOST:<why>'.
 local id, epoch, now, ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lost = lease_error(KEYS[1], epoch)

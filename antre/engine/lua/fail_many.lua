@@ -1,7 +1,7 @@
--- fail_many: a worker's batch of failed jobs (Queue.fail_many, issue 29): each retried
+-- fail_many: a worker's batch of failed jobs (Queue.fail_many): each retried
 -- (in-flight -> scheduled, or ended as cancelled when an operator asked) or buried (in-flight
 -- -> the DLQ), each only for the holder of its current lease, exactly as retry.lua / bury.lua
--- do it for one job (retry_job / bury_failed in _lib.lua: fences, cancel_end, per-key turns,
+-- do it for one job (retry_job / bury_failed in _failure.lua: fences, cancel_end, per-key turns,
 -- group slots, the error, traceback, error group and timeline event). One job whose record
 -- breaks a script part-way is dealt with alone (pcall): it stays in inflight (put back there
 -- if it was taken out) for the sweeper, its reply says why, and the others go on.

@@ -17,13 +17,15 @@
 -- 'FINISHED:<state>' / 'GONE' with nothing changed.
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local fk, start, count = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
-local fid = string.sub(fk, #tag_of(prefix) + 6)
+local fid = string.sub(fk, #tag_of(prefix) + #K.flow + 1)
+-- (a damaged record of the flow is quarantined: guard; a flow whose hash it was is gone)
+if not guard_flow(tag_of(prefix), fk, now) then return 'GONE' end
 local state = redis.call('HGET', fk, 'state')
 if not state then return 'GONE' end
 local req = cancel_of(ARGV[3]) or {}
 if start == 0 then
-  if state == 'succeeded' or state == 'cancelled' then return 'FINISHED:' .. state end
-  flow_move(prefix, fk, fid, 'cancelled', now)
+  if state == FS.succeeded or state == FS.cancelled then return 'FINISHED:' .. state end
+  flow_move(prefix, fk, fid, FS.cancelled, now)
   redis.call('HSET', fk, 'cancelled_by', tostring(req.by or '?'),
              'cancel_reason', tostring(req.reason or ''))
 end
@@ -41,7 +43,7 @@ for _, id in ipairs(ids) do
     cancel_end(key, id, now, req, tostring(req.by or '?'), dlq, KEYS[6], tl_key(prefix, id),
                reason, 'cancelled: cancelled with its flow by ' .. tostring(req.by or '?'))
     ended = ended + 1
-  elseif st == 'inflight' or st == 'ready' then
+  elseif st == S.inflight or st == S.ready then
     redis.call('HSET', KEYS[6], id, ARGV[3])
     redis.call('HSET', key, 'cancel', ARGV[3])
     tl_pending(key, tl_key(prefix, id), nil)  -- (_lib.lua: a delivery's routine events)

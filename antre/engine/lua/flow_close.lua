@@ -10,6 +10,6 @@ local state = redis.call('HGET', fk, 'state')
 if not state then return 'GONE' end
 if redis.call('HGET', fk, 'open') == '1' then
   redis.call('HSET', fk, 'open', '0', 'closed_at', now)
-  flow_check(prefix, fk, string.sub(fk, #tag_of(prefix) + 6), now)
+  flow_check(prefix, fk, string.sub(fk, #tag_of(prefix) + #K.flow + 1), now)
 end
 return redis.call('HGET', fk, 'state')

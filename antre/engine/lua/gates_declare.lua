@@ -1,5 +1,5 @@
 -- gates_declare: a worker declares the flow limits of the handlers it serves in this queue
--- (issue 23 item 3; "Limit gates" in _lib.lua), replacing the last declaration.
+-- ("Limit gates" in _lib.lua), replacing the last declaration.
 -- KEYS[1] candidates (HASH job type -> its gates 'type:<t>[ ds:<name>]')
 -- KEYS[2] slots (HASH gate -> n)   KEYS[3] rates (HASH gate -> '<n>/<window ms>')
 -- KEYS[4] active gates (HASH job type -> the gates with a limit; what reserve reads)

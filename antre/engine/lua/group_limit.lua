@@ -1,4 +1,4 @@
--- group_limit: an operator's override of one group's slots and/or rate (issue 23, live
+-- group_limit: an operator's override of one group's slots and/or rate (live
 -- control), or its end.
 -- KEYS[1] overrides (HASH group -> '<slots>|<until ms>|<n>/<window ms>', either limit '' when
 -- not overridden; read by every script that gives a slot or a start: group_override in
@@ -12,6 +12,11 @@
 -- most 100 per call; the rest as its jobs end or at the next call).
 -- Returns: the slots in force now (after a clear: those of the group's jobs).
 local prefix, g, now = ARGV[1], ARGV[2], tonumber(ARGV[5])
+-- the operators' records of another type: refused with nothing written; the group's own
+-- records are read through guard
+local refused = wrong_type({KEYS[1], 'hash', KEYS[2], 'hash'})
+if refused then return refused end
+guard_group(tag_of(prefix), g, now)
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], g)
   redis.call('HDEL', KEYS[2], g)
@@ -21,8 +26,8 @@ else
 end
 -- a job of the group names its own slots and rate: one holding a slot, else the oldest waiting
 local tag = tag_of(prefix)
-local one = redis.call('SRANDMEMBER', tag .. 'gheld:' .. g) or
-            redis.call('LINDEX', tag .. 'gline:' .. g, -1) or ''
+local one = redis.call('SRANDMEMBER', tag .. K.group_held .. g) or
+            redis.call('LINDEX', tag .. K.group_line .. g, -1) or ''
 rate_regive(prefix, g, now)
 local limit = group_limit(prefix, one, g, now)
 group_fill(prefix, g, now, limit)

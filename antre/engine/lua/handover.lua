@@ -1,6 +1,6 @@
 -- handover: a worker's end of a job that held its business lock on a Redis where the lock's
 -- keys and the queue's are one server's (not a cluster), in one transition with the hand-over
--- of the key to its next job (issue 23, the hot key): the lock is checked and released, the job
+-- of the key to its next job (the hot key): the lock is checked and released, the job
 -- acked (ack.lua's transition: ack_job passes the key's turn), and when the key's new head is
 -- now the job the next reserve takes (the oldest end of ready; nothing paused in the queue, no
 -- limit gate on its type, no cancel request, the same job type, so the same lock ttl) its lock

@@ -8,7 +8,7 @@ local prefix, now = ARGV[1], tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
-  redis.pcall('HSET', prefix .. id, 'state', 'ready')
+  redis.pcall('HSET', prefix .. id, 'state', S.ready)
   redis.call('LPUSH', KEYS[2], id)
   tl_add(tl_key(prefix, id), now, 'due', 'promoter', {})
 end

@@ -20,7 +20,7 @@
 local prefix, mode, dry = ARGV[1], ARGV[2], ARGV[3] == '1'
 local flt = cjson.decode(ARGV[4])
 
--- A purged job that held its lock_key's turn passes it (turn_end, issue 23); the zset source
+-- A purged job that held its lock_key's turn passes it (turn_end); the zset source
 -- may be the waiting jobs' index, whose ids then go stale in their key's line (stepped over).
 local now = nil
 local function gone(id)
@@ -29,9 +29,9 @@ local function gone(id)
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   turn_end(prefix .. id, id, now)
-  local waiters = redis.pcall('HGET', prefix .. id, 'waiters')  -- producers waiting (issue 26)
+  local waiters = redis.pcall('HGET', prefix .. id, 'waiters')  -- producers waiting
   if type(waiters) == 'string' then result_wake(prefix, id, waiters) end
-  flow_gone(prefix .. id, id, now, 'purged', KEYS[2])  -- a member of a flow: gone (issue 26)
+  flow_gone(prefix .. id, id, now, 'purged', KEYS[2])  -- a member of a flow: gone
   forget_job(prefix, id)  -- the hash, its timeline, its idempotency-index entry
 end
 
@@ -63,6 +63,14 @@ local function forget_dead(id)
   if f.err then f = {} end
   redis.call('ZREM', ARGV[7] .. ((f[1] and f[1] ~= '') and f[1] or '(unknown)'), id)
   redis.call('ZREM', ARGV[8] .. (f[2] or ''), id)
+end
+
+-- a source that is not of its type: the waiting jobs' index is a record beside the jobs
+-- (guard: quarantined), any other is left to its readers; nothing in it is purged
+if KEYS[1] == tag_of(prefix) .. K.waiting then guard(tag_of(prefix), KEYS[1], R.waiting) end
+local source_type = redis.call('TYPE', KEYS[1])['ok']
+if source_type ~= 'none' and source_type ~= (mode == 'zset' and 'zset' or 'list') then
+  return {0, 0, '', ''}
 end
 
 if mode == 'zset' then

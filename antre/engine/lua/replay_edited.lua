@@ -10,14 +10,14 @@
 -- cannot change (its uniqueness entry is the key). Nothing changes unless 1.
 local id, now = ARGV[1], tonumber(ARGV[2])
 local f = redis.call('HMGET', KEYS[1], 'state', 'type', 'group', 'ukey', 'idem_key')
-if f[1] ~= 'dead' then return 0 end
+if f[1] ~= S.dead then return 0 end
 local new_key = ARGV[8]
 if new_key ~= '' and f[4] and f[4] ~= '' then return -1 end
 tl_pending(KEYS[1], KEYS[5], nil)  -- (before deliveries are reset; _lib.lua)
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', ARGV[3] .. ((f[2] and f[2] ~= '') and f[2] or '(unknown)'), id)
 redis.call('ZREM', ARGV[4] .. (f[3] or ''), id)
-redis.call('HSET', KEYS[1], 'state', 'ready', 'attempt', 0, 'deliveries', 0, 'visible_at', now,
+redis.call('HSET', KEYS[1], 'state', S.ready, 'attempt', 0, 'deliveries', 0, 'visible_at', now,
            'reason', '', 'replayed_at', now, 'payload', ARGV[7],
            'rtask', '')
 if new_key ~= '' then

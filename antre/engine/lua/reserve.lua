@@ -23,14 +23,14 @@
 -- whose id is not UTF-8 is reserved like any other (no check here: the hot path stays as it
 -- was); the client finds it when it decodes the reply and quarantines it (quarantine.lua).
 -- Paused (incident controls): with '*' in KEYS[4] nothing is reserved. A job whose type (or
--- group: 'group=<name>' in KEYS[4], its parked list ARGV[5] .. 'group=<name>', issue 23) is
+-- group: 'group=<name>' in KEYS[4], its parked list ARGV[5] .. 'group=<name>') is
 -- paused is moved, untouched (no epoch, delivery or attempt spent), to its type's parked list,
 -- and further ready jobs are popped in its place (at most SKIP_MAX stepped over per call); resuming
 -- the type puts the parked list back at the oldest end of ready (unpark.lua). Ids starting with
 -- '{' are the marks purge.lua leaves in place of removed jobs: dropped here, and counted off.
--- Limit gates (issue 23): a job of a type with declared limits ('<tag>:lactive') whose gate's
+-- Limit gates: a job of a type with declared limits ('<tag>:lactive') whose gate's
 -- rate gives it a later start waits in scheduled for it; one whose gate's slots are all in
--- flight waits in the gate's line (gate_take in _lib.lua; stats 'limit_held' counts both). A
+-- flight waits in the gate's line (gate_take in _gates.lua; stats 'limit_held' counts both). A
 -- ready job of a group whose slots an operator lowered below those its jobs hold gives its
 -- slot back and waits at the front of the group's line (group_over; counted there too).
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -42,17 +42,19 @@ end
 local SKIP_MAX = 500  -- parked jobs and purge marks stepped over per call, at most
 -- the three controls below are hashes that exist only while they hold something: one EXISTS
 -- when none does (the usual queue), their sizes only when one does
-local tag = string.sub(prefix, 1, -5)
+local tag = tag_of(prefix)
 local npaused, ngates, ngover = 0, 0, 0
-if redis.call('EXISTS', KEYS[4], tag .. 'lactive', tag .. 'glimits') > 0 then
+if redis.call('EXISTS', KEYS[4], tag .. K.gate_active, tag .. K.group_limits) > 0 then
+  guard(tag, tag .. K.gate_active, R.gate_active, now)
+  guard(tag, tag .. K.group_limits, R.group_limits, now)
   npaused = redis.call('HLEN', KEYS[4])
-  ngates = redis.call('HLEN', tag .. 'lactive')
-  ngover = redis.call('HLEN', tag .. 'glimits')
+  ngates = redis.call('HLEN', tag .. K.gate_active)
+  ngover = redis.call('HLEN', tag .. K.group_limits)
 end
 if npaused > 0 and redis.call('HEXISTS', KEYS[4], '*') == 1 then return {} end
 local function paused_type(id)
   -- the job's type when that type is paused, else 'group=<its group>' when its group is
-  -- paused (issue 23: '=' is in no job type), else nil
+  -- paused ('=' is in no job type), else nil
   if npaused == 0 then return nil end
   local f = redis.pcall('HMGET', prefix .. id, 'type', 'fgroup')  -- (not a hash: dealt with below)
   if f.err then return nil end
@@ -63,11 +65,11 @@ local function paused_type(id)
   return nil
 end
 local ids, parked, tombs, held = {}, 0, 0, 0
--- limit gates (issue 23 item 3; "Limit gates" in _lib.lua): a job of a type with declared limits
+-- limit gates ("Limit gates" in _lib.lua): a job of a type with declared limits
 -- that its gate holds back is moved to the gate's line or to scheduled, untouched
 -- (ngates: the types with declared limits, above)
 -- a group's slots lowered by an operator hold here: a ready job over them gives its slot back
--- and waits at the front of its group's line (group_over in _lib.lua; while any group has one:
+-- and waits at the front of its group's line (group_over in _groups.lua; while any group has one:
 -- ngover, above)
 local back = {}
 while #ids < count and parked + tombs + held < SKIP_MAX do
@@ -143,7 +145,7 @@ for _, id in ipairs(ids) do
     -- a plain job, the default layout: its first lease (epoch and delivery 1, the default 30 s
     -- lease); its row is the plain fields, the id and reserved_at, the client knows the rest
     -- (the written fields: envelope.from_row)
-    redis.call('HSET', key, 'epoch', '1', 'deliveries', '1', 'state', 'inflight',
+    redis.call('HSET', key, 'epoch', '1', 'deliveries', '1', 'state', S.inflight,
                'deadline', plain_deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = plain_deadline
     deadlines[#deadlines + 1] = id
@@ -180,7 +182,7 @@ for _, id in ipairs(ids) do
     -- delivery's routine events" in _lib.lua); a job delivered before first writes out the
     -- last delivery's, when nothing else did (its fields are overwritten now)
     if old then tl_pending(key, tl_key(prefix, id), nil) end
-    redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', 'inflight',
+    redis.call('HSET', key, 'epoch', epoch, 'deliveries', delivery, 'state', S.inflight,
                'deadline', deadline, 'reserved_at', now_s, 'worker_id', worker)
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
@@ -199,7 +201,7 @@ for _, id in ipairs(ids) do
     end
     if p_epoch then row[p_epoch] = epoch end
     if p_deliveries then row[p_deliveries] = delivery end
-    if p_state then row[p_state] = 'inflight' end
+    if p_state then row[p_state] = S.inflight end
     if p_deadline then row[p_deadline] = deadline end
     if p_reserved_at then row[p_reserved_at] = now_s end
     if p_worker then row[p_worker] = worker end

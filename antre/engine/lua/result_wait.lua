@@ -7,5 +7,5 @@
 -- Returns: the job's state ('' when there is no job hash).
 local f = redis.pcall('HMGET', KEYS[1], 'state')
 if f.err or not f[1] then return '' end
-if f[1] ~= 'done' and f[1] ~= 'dead' then redis.call('HINCRBY', KEYS[1], 'waiters', 1) end
+if f[1] ~= S.done and f[1] ~= S.dead then redis.call('HINCRBY', KEYS[1], 'waiters', 1) end
 return f[1]

@@ -48,19 +48,19 @@ for _, id in ipairs(done) do
   forget_job(prefix, id)
 end
 
--- finished flows (issue 26): a succeeded or cancelled flow's records (the flow, its jobs'
+-- finished flows: a succeeded or cancelled flow's records (the flow, its jobs'
 -- list, results, failed set, wake list) go once it finished longer ago than done jobs are
 -- kept; its jobs go by their own retention (done, dead). A failed or waiting flow is kept as
 -- long as a dead job (below).
 local flows = 0
-for _, st in ipairs({'succeeded', 'cancelled'}) do
+for _, st in ipairs({FS.succeeded, FS.cancelled}) do
   local budget = limit - dropped - #done - flows
   if budget <= 0 then break end
-  local index = tag_of(prefix) .. 'flows:' .. st
+  local index = tag_of(prefix) .. K.flows_by_state .. st
   local old = redis.call('ZRANGEBYSCORE', index, '-inf', now - done_age, 'LIMIT', 0, budget)
   for _, fid in ipairs(old) do
     local fk = flow_key(prefix, fid)
-    redis.call('DEL', fk, fk .. ':jobs', fk .. ':res', fk .. ':failed', fk .. ':wake')
+    redis.call('DEL', fk, fk .. K.flow_jobs, fk .. K.flow_results, fk .. K.flow_failed, fk .. K.flow_wake)
   end
   if #old > 0 then redis.call('ZREM', index, unpack(old)) end
   flows = flows + #old
@@ -75,17 +75,17 @@ end
 -- the flow (its record, timeline and key index; counted as 'flow_held_dropped'), every other
 -- job stays where it is (ready, in flight, done, dead: its own retention applies).
 local tag = tag_of(prefix)
-local trims, held = tag .. 'flowtrim', tag .. 'held'
+local trims, held = tag .. K.flow_trims, tag .. K.held
 local looked, held_dropped = 0, 0
 local function budget_left() return limit - dropped - #done - flows - looked end
-for _, st in ipairs({'failed', 'waiting'}) do
+for _, st in ipairs({FS.failed, FS.waiting}) do
   local budget = budget_left()
   if budget <= 0 then break end
-  local index = tag .. 'flows:' .. st
+  local index = tag .. K.flows_by_state .. st
   local old = redis.call('ZRANGEBYSCORE', index, '-inf', now - max_age, 'LIMIT', 0, budget)
   for _, fid in ipairs(old) do
     local fk = flow_key(prefix, fid)
-    redis.call('DEL', fk, fk .. ':res', fk .. ':failed', fk .. ':wake')
+    redis.call('DEL', fk, fk .. K.flow_results, fk .. K.flow_failed, fk .. K.flow_wake)
     redis.call('RPUSH', trims, fid)
   end
   if #old > 0 then redis.call('ZREM', index, unpack(old)) end
@@ -94,13 +94,14 @@ end
 while budget_left() > 0 do
   local fid = redis.call('LINDEX', trims, 0)
   if not fid then break end
-  local list = flow_key(prefix, fid) .. ':jobs'
+  local list = flow_key(prefix, fid) .. K.flow_jobs
   local want = budget_left()
+  guard(tag, list, R.flow_jobs, now)  -- (damaged: quarantined, and the walk of it is over)
   local ids = redis.call('LPOP', list, want)
   if type(ids) ~= 'table' then ids = {} end
   for _, id in ipairs(ids) do
     local st = redis.pcall('HGET', prefix .. id, 'state')
-    if st == 'held' and redis.call('ZREM', held, id) == 1 then
+    if st == S.held and redis.call('ZREM', held, id) == 1 then
       forget_job(prefix, id)
       held_dropped = held_dropped + 1
     end
@@ -116,7 +117,7 @@ local groups = 0
 for group in pairs(touched) do
   if redis.call('ZCARD', ARGV[8] .. group) == 0 and redis.call('HDEL', KEYS[4], group) == 1 then
     groups = groups + 1
-    redis.pcall('HDEL', string.sub(KEYS[4], 1, -10) .. 'errtb', group)  -- its shared traceback
+    redis.pcall('HDEL', string.sub(KEYS[4], 1, -(#K.error_groups + 1)) .. K.error_tracebacks, group)  -- its shared traceback
   end
 end
 return {dropped, #done, groups, flows + looked}

@@ -11,12 +11,12 @@
 -- ARGV[13] count a snooze on the job ('snoozes', capped by the worker) 1|0 (absent: 0)
 -- ARGV[14] '0': the job gives up its key's turn (a handler with ordered=False): the next job
 -- waiting on its lock_key becomes the head, and this one waits at the end of the line (its
--- visible_at kept for when its turn comes). Absent or '1': a head keeps its turn (issue 23).
+-- visible_at kept for when its turn comes). Absent or '1': a head keeps its turn.
 -- KEYS[7] dead   KEYS[8] errgroups   KEYS[9] cancels   ARGV[15] dead-by-type prefix
--- ARGV[16] dead-by-group prefix (issue 25; with KEYS[6]): a job an operator cancelled is not put
+-- ARGV[16] dead-by-group prefix (with KEYS[6]): a job an operator cancelled is not put
 -- back: it ends as cancelled instead (to the DLQ or discarded, as requested; cancel_end).
 -- A retried job replayed by a paced bulk replay (field 'rtask') counts its first failure for
--- the task (redrive_failed in _lib.lua).
+-- the task (redrive_failed in _burial.lua).
 -- A worker's batch of failures goes through fail_many.lua (the same per job: retry_job).
 -- Returns: 'OK', 'CANCELLED' (ended as cancelled), or 'LOST:<why>' with nothing changed.
 return retry_job({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]},

@@ -5,7 +5,7 @@
 -- as JSON ('')
 -- Returns: 1 moved, 0 the job was not scheduled.
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'ready', 'visible_at', ARGV[2])
+redis.call('HSET', KEYS[1], 'state', S.ready, 'visible_at', ARGV[2])
 redis.call('RPUSH', KEYS[3], ARGV[1])
 if KEYS[4] then tl_add(KEYS[4], tonumber(ARGV[2]), 'run_now', ARGV[3] or '', {}, ARGV[4]) end
 return 1

@@ -8,8 +8,10 @@
 -- ARGV[5] dead-by-group prefix
 -- Each swept job gets a 'swept' event (and a 'buried' one when poison) by the 'sweeper'.
 -- A record that is not a hash goes to the DLQ (outcome 'corrupt'), an id that is not ASCII or
--- whose record is missing to the quarantine (no outcome returned), each alone (_lib.lua, "Records that
--- are not job hashes").
+-- whose record is missing to the quarantine (no outcome returned), each alone (_records.lua,
+-- _guard.lua).
+-- Then a sample of the waiting jobs, heads, group slots and held flow jobs is looked at:
+-- what waits on a record that vanished moves on (mend_abandoned, _abandoned.lua).
 -- Returns: {requeued count, buried count, id, outcome, id, outcome, ...}
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 1, 'LIMIT', 0, tonumber(ARGV[3]))
@@ -43,7 +45,7 @@ for _, id in ipairs(ids) do
                                'sweeper', dlq, KEYS[7], tl, nil, nil)
     buried = buried + 1
   else
-    gate_leave(prefix, id, now, nil)  -- its limit slots pass on (issue 23)
+    gate_leave(prefix, id, now, nil)  -- its limit slots pass on
     local deliveries, maxd = num_field(key, 'deliveries', 0), num_field(key, 'max_deliveries', 10)
     local f = redis.call('HMGET', key, 'worker_id')
     local msg = 'lease expired on worker ' .. (f[1] or '?') .. ' (delivery ' .. deliveries .. ')'
@@ -53,7 +55,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'deadline', 0)
     redis.call('HINCRBY', KEYS[4], 'expired', 1)
     tl_add(tl, now, 'swept', 'sweeper', {worker = f[1] or '', delivery = deliveries,
-                                         outcome = deliveries >= maxd and 'dead' or 'ready'})
+                                         outcome = deliveries >= maxd and S.dead or S.ready})
     if deliveries >= maxd then
       local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker died or ' ..
                      'hung each time (poison job; limit ' .. maxd .. ' deliveries)'
@@ -62,15 +64,16 @@ for _, id in ipairs(ids) do
       tl_add(tl, now, 'buried', 'sweeper', {reason = reason, kind = 'poison'})
       buried = buried + 1
       out[#out + 1] = id
-      out[#out + 1] = 'dead'
+      out[#out + 1] = S.dead
     else
-      redis.call('HSET', key, 'state', 'ready')
+      redis.call('HSET', key, 'state', S.ready)
       redis.call('RPUSH', KEYS[2], id)
       requeued = requeued + 1
       out[#out + 1] = id
-      out[#out + 1] = 'ready'
+      out[#out + 1] = S.ready
     end
   end
 end
 out[1], out[2] = requeued, buried
+mend_abandoned(prefix, now)  -- what waits on a vanished record moves on (_abandoned.lua)
 return out
