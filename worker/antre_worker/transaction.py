@@ -43,6 +43,10 @@ def commit_window_ms() -> int:
     return settings.DB_COMMIT_WINDOW_MS.get()
 
 
+def _kept(_name: str) -> None:
+    """A savepoint's release, left to the transaction's commit."""
+
+
 class Alone:
     """The jobs (by id) whose batch's commit failed: their next run in this process commits in
     a transaction of its own (bounded, oldest forgotten first)."""
@@ -73,6 +77,7 @@ class BatchTransaction:
         self.window_ms = window_ms
         self.alone = alone
         self.session: Any = None
+        self._conn: Any = None  # its connection, whose savepoints are never released
         self.opened_ms = 0
         self.members: list[Running] = []
         self.locks: list[Lock] = []
@@ -88,7 +93,13 @@ class BatchTransaction:
         """The shared session, with a savepoint begun for ``r`` (``ctx.db`` on first use)."""
         if self.session is None:
             self.session = session = self._factory()
-            raw = session.connection().connection.dbapi_connection
+            conn = session.connection()
+            # a job's savepoint is not released: the next job's nests inside it (a ROLLBACK TO
+            # still undoes only the newest), and the commit releases them all at once, one
+            # round trip a job fewer (this connection only, for this transaction)
+            conn._release_savepoint_impl = _kept
+            self._conn = conn
+            raw = conn.connection.dbapi_connection
             if session.bind.dialect.name == "sqlite" and not raw.in_transaction:
                 # pysqlite begins a transaction only before a write, so the first savepoint
                 # would open (and its release commit) one of its own; the write lock is taken
@@ -163,6 +174,8 @@ class BatchTransaction:
             except Exception:
                 pass  # the connection is gone: the pool replaces it
         finally:
+            if self._conn is not None:
+                self._conn.__dict__.pop("_release_savepoint_impl", None)
             try:
                 session.close()
             except Exception:
