@@ -174,7 +174,7 @@ def render(res: dict[str, Any]) -> str:
     for key, got in res["runs"].items():
         rates = [g.get("jobs_per_s") or 0 for g in got]
         lines.append(f"| {key} | {statistics.median(rates):,.0f} | {rates} | "
-                     f"{statistics.median(g['commits_per_job'] for g in got)} | "
+                     f"{round(statistics.median(g['commits_per_job'] for g in got), 3)} | "
                      f"{statistics.median(g.get('worker_cpu_us_per_job') or 0 for g in got):.0f}"
                      " |")
     notes = os.path.join(HERE, "results", "batch-commit-notes.md")
