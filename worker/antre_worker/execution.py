@@ -70,7 +70,6 @@ class Execution:
         self.window_ms = commit_window_ms()  # 0: each ctx.db writer commits on its own
         self.alone = Alone()  # jobs whose batch's commit failed: alone next time
         self._local = threading.local()  # per runner thread: its batch's shared transaction
-        self._dialect = ""
 
     # -- the batch's shared transaction (transaction.py) -------------------------------------
     def begin_batch(self, several: bool) -> None:
@@ -99,10 +98,13 @@ class Execution:
                                    or (bool(lock_key) and lock_key in tx.lock_keys))
 
     def before_own_write(self) -> None:
-        """SQLite lets one writer in at a time: this thread's statements outside its open
-        transaction (a claim, a failure's record) would wait for that transaction, held by
-        this very thread; it is committed first. (PostgreSQL needs nothing.)"""
-        if getattr(self._local, "tx", None) is not None and self._dialect == "sqlite":
+        """This thread's statements outside its open transaction (a claim, a failure's
+        record) go on another connection and may wait for a row another transaction holds;
+        its own transaction is committed first, so a thread never waits while it holds one
+        (two threads or processes would otherwise wait for each other's transaction, a cycle
+        the database cannot see; SQLite, one writer at a time, would wait for this thread's
+        own)."""
+        if getattr(self._local, "tx", None) is not None:
             self.finish_transaction()
 
     def _sharable(self) -> bool:
@@ -110,7 +112,6 @@ class Execution:
         if parts is None:
             return False
         engine = parts.kw.get("bind")
-        self._dialect = engine.dialect.name if engine is not None else ""
         # an in-memory SQLite database is one connection for every thread: no own transaction
         return engine is not None and type(engine.pool).__name__ != "StaticPool"
 
