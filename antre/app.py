@@ -25,7 +25,7 @@ from antre.stores.audit import AuditLog
 from antre.clock import Clock, system_ms
 from antre.engine.cipher import (KEYS_SETTING, PayloadCipher, encrypted_queues, parse_ring,
                                  ring_from_env)
-from antre.engine.envelope import JobSpec, check_group, new_job_id
+from antre.engine.envelope import JobSpec, check_group, checked_payload, new_job_id
 from antre.flows import Batch, Chain, Chord, Flow, FlowProducer, FlowRow, Parallel, Step
 from antre.stores.fencing import LockFences
 from antre.observe.finder import Finder, JobStatus, ResultStatus
@@ -635,9 +635,41 @@ class Antre:
         return job_id
 
     def enqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
-        """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips (a partitioned
-        queue's batch split per partition, one script call per partition's chunk)."""
-        parts = self.partitions_of(queue or self.default_queue).split(jobs)
+        """Enqueue prepared ``JobSpec``s (see ``spec``) in a few round trips; returns their
+        ids in order. Each goes to its handler's queue, as ``enqueue`` routes it (the default
+        queue for a type without a handler), or all to ``queue`` when it is given: the batch
+        is grouped by queue, then a partitioned queue's share split per partition, one script
+        call per chunk."""
+        by_queue = self._by_queue(jobs, queue)
+        if len(by_queue) == 1:
+            return self._enqueue_batch(next(iter(by_queue)), jobs)
+        ids = [""] * len(jobs)
+        for name, idx in by_queue.items():
+            for i, job_id in zip(idx, self._enqueue_batch(name, [jobs[i] for i in idx])):
+                ids[i] = job_id
+        return ids
+
+    def _by_queue(self, jobs: list[JobSpec], queue: str | None) -> dict[str, list[int]]:
+        """The specs' positions per queue they go to: ``queue``, else each one's handler's
+        (``enqueue``'s routing). Over several queues every spec is checked first, so one bad
+        spec stores none (each queue's batch checks its own before it sends)."""
+        if queue is not None:
+            return {queue: list(range(len(jobs)))}
+        by_queue: dict[str, list[int]] = {}
+        for i, spec in enumerate(jobs):
+            handler = self.handlers.get(spec.job_type)
+            by_queue.setdefault((handler.queue if handler else None) or self.default_queue,
+                                []).append(i)
+        if len(by_queue) > 1:
+            for name, idx in by_queue.items():
+                q = self.queue(name)
+                for i in idx:
+                    checked_payload(jobs[i], q.name, q.max_payload_bytes)
+        return by_queue
+
+    def _enqueue_batch(self, queue: str, jobs: list[JobSpec]) -> list[str]:
+        """``jobs`` into ``queue``, split per partition."""
+        parts = self.partitions_of(queue).split(jobs)
         if len(parts) == 1:
             ids = parts[0][0].enqueue_many(jobs)
             if self.hooks.on_enqueue:
@@ -726,10 +758,21 @@ class Antre:
         return (await self._asend(q, [spec]))[0]
 
     async def aenqueue_many(self, jobs: list[JobSpec], queue: str | None = None) -> list[str]:
-        """``enqueue_many`` from a coroutine: every spec checked first, then one round trip."""
+        """``enqueue_many`` from a coroutine (each spec to its handler's queue, or all to
+        ``queue``): every spec checked first, then one round trip per queue."""
         if not jobs:
             return []
-        name = queue or self.default_queue
+        by_queue = self._by_queue(jobs, queue)
+        if len(by_queue) == 1:
+            return await self._aenqueue_batch(next(iter(by_queue)), jobs)
+        ids: list[str] = [""] * len(jobs)
+        for name, idx in by_queue.items():
+            got = await self._aenqueue_batch(name, [jobs[i] for i in idx])
+            for i, job_id in zip(idx, got):
+                ids[i] = job_id
+        return ids
+
+    async def _aenqueue_batch(self, name: str, jobs: list[JobSpec]) -> list[str]:
         await self._afresh_partitions(name)
         parts = self.partitions_of(name).split(jobs)
         if len(parts) == 1:

@@ -5,10 +5,12 @@ breaker reset, schedules pause|resume|run, user role|disable|enable|delete|logou
 ...) is a subcommand made by ``add_table_parsers`` and run by ``cmd_action``; ``tasks`` and
 ``group list|show`` (reads) are written here.
 
-Each one changes Redis through the core (the same ``run`` the dashboard calls), writes an
-audit entry with the OS user as the actor (``cli:NAME``) and the outcome (ok,
-failed, refused), and answers bad input with a message on stderr and exit status 1 (2 when a
-service is missing). Changes need the database (``ANTRE_DATABASE_URL``): they are audited.
+Each one changes Redis through the core (the same ``run`` the dashboard calls) through the
+core's one runner (``antre.actions.perform``): the audit entry, with the OS user as the actor
+(``cli:NAME``), is written first, and the change is made only once it is; then its outcome (ok,
+failed, refused). Bad input gets a message on stderr and exit status 1; a missing service or an
+audit entry that cannot be written, exit status 2 and nothing done. Changes need the database
+(``ANTRE_DATABASE_URL``): they are audited.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ from antre.actions import (
     BadInput,
     Ops,
     Param,
+    AUDIT_UNWRITTEN_STATUS,
     Selection,
     SelectOp,
+    audited,
     each,
+    perform,
     parse,
     parse_params,
-    record,
 )
 from antre.control.bulk import BulkReplays
 from antre.control.pause import unknown_target
@@ -60,6 +64,7 @@ class Outcome:
     message: str
     refused: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
+    unwritten: bool = False  # its audit entry could not be written: nothing was done
 
 
 def operator() -> str:
@@ -83,7 +88,7 @@ def run_audited(app: Antre, action: str, target: str, reason: str,
         return 2
     out = _audited(app, action, target, reason, fn)
     print(out.message + (shown if out.ok else ""), file=sys.stdout if out.ok else sys.stderr)
-    return 0 if out.ok else 1
+    return 0 if out.ok else 2 if out.unwritten else 1
 
 
 NO_AUDIT = "error: changes are audited in the database: set ANTRE_DATABASE_URL"
@@ -91,17 +96,30 @@ NO_AUDIT = "error: changes are audited in the database: set ANTRE_DATABASE_URL"
 
 def _audited(app: Antre, action: str, target: str, reason: str,
              fn: Callable[[], Outcome]) -> Outcome:
-    """``fn``'s outcome (a Redis outage is one: nothing was done), written to the audit log."""
-    assert app.audit is not None  # the caller checked
-    try:
+    """``fn``'s outcome, recorded before it runs (``antre.actions.audited``): an audit entry
+    that cannot be written is an outcome (``unwritten``: nothing was done), and so is a Redis
+    outage (nothing was done)."""
+    said: list[Outcome] = []
+
+    def run() -> Result:
         out = fn()
+        said.append(out)
+        return Result(out.ok, out.message, 200 if out.ok else 400 if out.refused else 409,
+                      out.detail)
+    try:
+        result = audited(app.audit, operator_actor(), action, target, reason, run,
+                         describe=lambda exc: _redis_down(app, exc))
     except redis.RedisError as exc:
-        out = Outcome(False, f"Redis at {redact_url(app.redis_url)} is unreachable "
-                             f"({scrub(exc, app.redis_url)}); nothing was done")
-    status = "ok" if out.ok else ("refused" if out.refused else "failed")
-    record(app.audit, operator_actor(), action, target, reason, status,
-           {"message": out.message, **out.detail})
-    return out
+        return Outcome(False, _redis_down(app, exc))
+    if said:
+        return said[0]
+    return Outcome(False, f"error: {result.message}", True, result.detail,
+                   unwritten=result.status == AUDIT_UNWRITTEN_STATUS)
+
+
+def _redis_down(app: Antre, exc: Exception) -> str:
+    return (f"Redis at {redact_url(app.redis_url)} is unreachable "
+            f"({scrub(exc, app.redis_url)}); nothing was done")
 
 
 def _refuse(message: str, **detail: Any) -> Outcome:
@@ -293,12 +311,30 @@ def cmd_action(args: argparse.Namespace) -> int:
     if action.dry_run is not None and getattr(args, "dry_run", False):
         return _print_dry_run(action.dry_run(ops, values))
 
-    def run() -> Outcome:
-        result = action.run(ops, operator_actor(), values)
-        if result.ok and action.cli_line is not None:
-            result = Result(True, action.cli_line(values, result), result.status, result.detail)
-        return _outcome(result)
-    return run_audited(app, action.name, action.target(values), values["reason"], run, shown)
+    if app.audit is None:
+        print(NO_AUDIT, file=sys.stderr)
+        return 2
+    out = _performed(app, ops, action, values)
+    if out.ok and action.cli_line is not None:
+        out = Outcome(True, action.cli_line(values, Result(True, out.message, 200, out.detail)),
+                      detail=out.detail)
+    print(out.message + (shown if out.ok else ""), file=sys.stdout if out.ok else sys.stderr)
+    return 0 if out.ok else 2 if out.unwritten else 1
+
+
+def _performed(app: Antre, ops: Ops, action: Action, values: Args) -> Outcome:
+    """The table's entry run by the core's one runner (``antre.actions.perform``: recorded
+    before it runs, as ``cli:NAME``); a Redis outage is an outcome (nothing was done)."""
+    try:
+        result = perform(action, ops, operator_actor(), values, app.audit,
+                         describe=lambda exc: _redis_down(app, exc))
+    except redis.RedisError as exc:
+        return Outcome(False, _redis_down(app, exc))
+    if result.ok:
+        return Outcome(True, result.message, detail=result.detail)
+    out = _refuse(result.message, **result.detail)
+    out.unwritten = result.status == AUDIT_UNWRITTEN_STATUS
+    return out
 
 
 # -- selections: one entry over many job ids (``antre dlq replay ID... | --all``) -------------
@@ -352,14 +388,15 @@ def cmd_selection(args: argparse.Namespace) -> int:
 
     def one(job_id: str) -> Result:
         values = parse(action, {"queue": args.queue, "job_id": job_id}, vars(args))
-        out = _audited(app, action.name, action.target(values), values["reason"],
-                       lambda: _outcome(action.run(ops, operator_actor(), values)))
+        out = _performed(app, ops, action, values)
+        unwritten.append(out.unwritten)
         return Result(out.ok, out.message)
+    unwritten: list[bool] = []
     result = each(op.verb, ids, one)
     for problem in result.detail["problems"]:
         print(problem, file=sys.stderr)
     print(f"{op.cli[-1]}: {len(result.detail['done'])} of {len(ids)} jobs")
-    return 0 if result.ok else 1
+    return 0 if result.ok else 2 if any(unwritten) else 1
 
 
 def _selected_ids(sel: Selection, ops: Ops, args: argparse.Namespace) -> list[str]:
@@ -368,11 +405,6 @@ def _selected_ids(sel: Selection, ops: Ops, args: argparse.Namespace) -> list[st
         rows = sel.cli_rows
         ids += rows.ids(ops, {**parse_params(rows.params, vars(args)), "queue": args.queue})
     return list(dict.fromkeys(ids))
-
-
-def _outcome(result: Result) -> Outcome:
-    return Outcome(True, result.message, detail=result.detail) if result.ok else \
-        _refuse(result.message, **result.detail)
 
 
 def _add_tasks(sub: Any) -> None:

@@ -7,6 +7,8 @@ inversions, lock-busy snoozes per job, what is left in the DLQ and in every othe
 group A then 20 of group B; when B's last one finished, against A's drain time.
 ``python3 bench/perkey.py noop --jobs 20000 --groups 10000 --reps 3``: no-op throughput of one
 default burst worker, ungrouped and grouped, taking turns in one run.
+``python3 bench/perkey.py slots --jobs 2000 --trees OLD,.``: starts/s of one group of 4 slots
+(``--slots``), the worker's code of two checkouts taking turns.
 ``python3 bench/perkey.py reserve --jobs 100000``: Redis time per reserve (100) and per ack
 with 100,000 ungrouped jobs, 100,000 distinct groups, one group of 100,000, one lock_key.
 
@@ -53,9 +55,10 @@ def fill_hot(client: redis.Redis, n: int, key: str) -> None:
                         for i in range(start, min(n, start + 1000))])
 
 
-def burst(url: str, timeout_s: float) -> float:
-    """One default ``antre worker APP --burst`` of TREE's code."""
-    path = os.pathsep.join([code_path(TREE), os.path.join(ROOT, "bench", "apps")])
+def burst(url: str, timeout_s: float, tree: str = TREE, extra: tuple[str, ...] = ()) -> float:
+    """One default ``antre worker APP --burst`` (``extra``: more of its options) of ``tree``'s
+    code."""
+    path = os.pathsep.join([code_path(tree), os.path.join(ROOT, "bench", "apps")])
     env = dict(os.environ, BENCH_REDIS_URL=url, ANTRE_REDIS_URL=url, PYTHONPATH=path)
     env.pop("ANTRE_DATABASE_URL", None)
     log_path = os.path.join(ROOT, "bench", "out", "perkey-worker.log")
@@ -63,8 +66,8 @@ def burst(url: str, timeout_s: float) -> float:
     started = time.monotonic()
     with open(log_path, "wb") as log:
         # cwd: the tree (python -m puts it first on the path)
-        p = subprocess.run([sys.executable, "-m", "antre_cli", "worker", APP, "--burst"],
-                           cwd=TREE, env=env, stdout=log, stderr=log, timeout=timeout_s)
+        p = subprocess.run([sys.executable, "-m", "antre_cli", "worker", APP, "--burst",
+                            *extra], cwd=tree, env=env, stdout=log, stderr=log, timeout=timeout_s)
     took = time.monotonic() - started
     if p.returncode != 0:
         raise SystemExit(f"worker exited {p.returncode}; see {log_path}")
@@ -301,9 +304,40 @@ def rate(args: argparse.Namespace) -> dict[str, object]:
         server.stop()
 
 
+def slots(args: argparse.Namespace) -> dict[str, object]:
+    """``--jobs`` 2 ms jobs of one group with ``--slots`` slots (group_concurrency), drained by
+    one default burst worker (1 process x 4 runner threads, prefetch 16; ``--prefetch N`` as
+    well), the worker's code taking turns between ``--trees`` (comma-separated checkouts,
+    default this one): the group's starts per second (its jobs over the span from the first's
+    end to the last's)."""
+    server = EmbeddedRedis(tcp=True, appendonly=False).start()
+    trees = [os.path.abspath(t) for t in (args.trees.split(",") if args.trees else [TREE])]
+    extra = ("--prefetch", str(args.prefetch)) if args.prefetch else ()
+    rows: dict[str, list[float]] = {t: [] for t in trees}
+    try:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        for _ in range(args.reps):
+            for tree in trees:
+                client.flushall()
+                q = Queue(client, "default")
+                q.enqueue_many([JobSpec("hot", {"k": "A", "i": i}, f"a:{i}", group="A",
+                                        group_concurrency=args.slots)
+                                for i in range(args.jobs)])
+                burst(server.url, args.timeout, tree, extra)
+                ends = sorted(int(x.split(":")[1]) for x in client.lrange("perkey:order:A", 0, -1))
+                span = (ends[-1] - ends[0]) / 1000 if len(ends) > 1 else 0
+                rows[tree].append(round((len(ends) - 1) / span) if span else 0)
+        return {"case": f"starts/s of one group of {args.slots} slots, {args.jobs} jobs of 2 ms"
+                        + (f", --prefetch {args.prefetch}" if args.prefetch else ""),
+                "starts_per_s": rows,
+                "median": {t: statistics.median(v) for t, v in rows.items()}}
+    finally:
+        server.stop()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("case", choices=["hot", "noisy", "noop", "reserve", "rate"])
+    p.add_argument("case", choices=["hot", "noisy", "noop", "reserve", "rate", "slots"])
     p.add_argument("--jobs", type=int, default=3000)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--groups", type=int, default=10_000)
@@ -314,9 +348,12 @@ def main() -> None:
     p.add_argument("--worker-first", action="store_true",
                    help="rate: enqueue once the worker runs (else before it starts)")
 
+    p.add_argument("--slots", type=int, default=4, help="slots: the group's slots")
+    p.add_argument("--prefetch", type=int, default=0, help="slots: the worker's --prefetch")
+    p.add_argument("--trees", default="", help="slots: checkouts taking turns (default: this)")
     args = p.parse_args()
     case = {"hot": hot, "noisy": noisy, "noop": noop, "reserve": reserve_cost,
-            "rate": rate}[args.case]
+            "rate": rate, "slots": slots}[args.case]
     print(json.dumps(case(args), indent=1))
 
 

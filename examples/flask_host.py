@@ -50,7 +50,10 @@ def _password() -> str:
 
 
 def _local(target: str) -> str:
-    return target if target.startswith("/") and not target.startswith("//") else "/"
+    """``target`` when it is a path on this site, else ``/``: the dashboard's own check (no
+    scheme or host however a browser reads it; no whitespace, control character or backslash,
+    so ``/\t/evil.example``, which a browser reads as ``//evil.example``, is refused)."""
+    return target if antre_web.is_local_path(target) else "/"
 
 
 def create_host(config: dict[str, Any] | None = None) -> Flask:
@@ -69,7 +72,7 @@ def create_host(config: dict[str, Any] | None = None) -> Flask:
         nxt = _local(request.values.get("next") or "/")
         name = request.form.get("username", "")
         if request.method == "POST" and name in ROLES and hmac.compare_digest(
-                request.form.get("password", ""), _password()):
+                request.form.get("password", "").encode(), _password().encode()):
             session["host_user"] = name
             return redirect(nxt)
         error = "Wrong user or password." if request.method == "POST" else ""

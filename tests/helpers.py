@@ -61,6 +61,17 @@ def make_worker(app: Antre, clock: ManualClock, **kw: Any) -> WorkerProcess:
                          worker_id=kw.pop("worker_id", "w1"), clock=clock, **kw)
 
 
+def reserve_all(q: Any, count: int = 10) -> list[Any]:
+    """``q.reserve`` again and again (as several runners would) until a call gets nothing: one
+    call takes only its share of a group's slots (reserve.lua)."""
+    out: list[Any] = []
+    while True:
+        got = q.reserve("w", count=count)
+        if not got:
+            return out
+        out += got
+
+
 def burst(app: Antre, clock: ManualClock, **kw: Any) -> tuple[WorkerProcess, Any]:
     """``make_worker(app, clock, **kw)`` run in burst mode (until nothing is ready or in
     flight): the worker and its counts."""

@@ -6,7 +6,8 @@ route with the OpenAPI entry (``webapp/antre_web/table_routes.py``) and the ``an
 
 The package knows no Flask and no argparse; a surface parses its input into ``Args`` (with
 ``parse``), runs the action with ``Ops`` and the ``Actor`` who asked, and writes the audit
-entry with ``record``. Its modules:
+entry with ``perform`` (the one runner: the entry written first, the action run only once it
+is). Its modules:
 
 - ``base``: the declaration machinery (``Action``, ``Param``, ``Html``, ``Ops``, ``Result``,
   ``Actor``, ``parse``, ``record``) and the helpers several entries share;
@@ -25,12 +26,15 @@ module's ``ENTRIES`` joins ``TABLE`` in ``table``). Every name is importable fro
 from __future__ import annotations
 
 from .base import (
+    AUDIT_UNWRITTEN_STATUS,
     MAX_BULK,
     MAX_REASON_CHARS,
     PATH_HELP,
     Action,
     Actor,
     Args,
+    audit_unwritten,
+    audited,
     BadInput,
     confirmed,
     Html,
@@ -39,6 +43,7 @@ from .base import (
     Param,
     parse,
     parse_params,
+    perform,
     record,
     Result,
 )
@@ -113,14 +118,15 @@ from .table import (
 )
 
 __all__ = [
-    "Action", "Actor", "alert_threshold", "Args", "BadInput", "bulk_start", "by_name",
+    "Action", "Actor", "alert_threshold", "Args", "AUDIT_UNWRITTEN_STATUS", "audit_unwritten",
+    "audited", "BadInput", "bulk_start", "by_name",
     "cancel_job", "CliRows", "confirmed", "dead_filter", "DEAD_FILTER", "DEAD_ROWS", "delete_job",
     "discard", "discard_filtered", "discard_filtered_dry_run", "each", "edit_plan", "extend",
     "group_clear", "group_limit", "group_pause", "group_resume", "group_slots", "Html",
     "incident_ack",
     "incident_reopen", "incident_silence", "MAX_BULK", "MAX_EXTEND_S", "MAX_REASON_CHARS",
     "MAX_SELECTED", "Ops", "outcome_of", "Param", "parse", "parse_params", "password_change",
-    "password_reset", "PATH_HELP", "pause", "purge_dry_run", "purge_filter", "purge_start",
+    "password_reset", "PATH_HELP", "pause", "perform", "purge_dry_run", "purge_filter", "purge_start",
     "record", "release_lock", "replay", "replay_edited", "replay_edited_dry_run",
     "replay_filtered_now", "reset_breaker", "resolve_abandoned", "Result", "resume", "run_now",
     "schedule_pause", "schedule_resume", "schedule_run_now", "Selection", "SELECTIONS", "SelectOp",

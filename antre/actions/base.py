@@ -2,7 +2,9 @@
 its audit name, role, routes, CLI words, arguments and ``run``), ``Param`` and ``Html`` (its
 arguments and its dashboard form route), ``parse`` (a surface's input made ``Args``), ``Ops``
 (the core objects an action works with), ``Actor`` and ``Result`` (who acted and what came of
-it) and ``record`` (the one writer of an action's audit entry), with the helpers the entries of
+it), ``perform`` (the one runner of every action from every surface: its audit entry written
+first, the action run only when it was) and ``record`` (the writer of an audit entry of a
+refusal, which changes nothing), with the helpers the entries of
 several modules share (the confirmation of a change to many jobs, the answer to an override of
 slots and rate). It knows no Flask and no argparse, and no entry: those are in the modules
 beside it, by what they act on.
@@ -10,6 +12,7 @@ beside it, by what they act on.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -34,7 +37,8 @@ from antre.limits.gates import Gates, GateOverride
 from antre.groups.control import GroupControl
 from antre.groups.read import GroupOverride
 from antre.limits.admission import Limits
-from antre.stores.audit import AuditLog
+from antre.observe.redact import scrub
+from antre.stores.audit import AuditLog, AuditUnwritable
 from antre.stores.idempotency import IdempotencyStore
 from antre.stores.users import UserStore
 
@@ -157,8 +161,13 @@ def parse(action: Action, path: Mapping[str, Any], body: Mapping[str, Any]) -> A
     argparse's); a value not of its kind is ``BadInput``."""
     args: Args = {name: str(path[name]) for name in action.path_params}
     args.update(parse_params(action.params, body))
-    args["reason"] = str(body.get("reason") or "").strip()[:MAX_REASON_CHARS]
+    reason = _LONE_SURROGATE.sub("\ufffd", str(body.get("reason") or ""))
+    args["reason"] = reason.strip()[:MAX_REASON_CHARS]
     return args
+
+
+# a UTF-16 surrogate with no pair: a JSON body's "\ud800" decodes to one; it is no text
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def parse_params(params: tuple[Param, ...], body: Mapping[str, Any]) -> Args:
@@ -180,7 +189,7 @@ def _convert(p: Param, raw: Any) -> Any:
     if p.kind is float:
         try:
             value = float(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a huge JSON integer
             value = math.nan
         if isinstance(raw, bool) or not math.isfinite(value):
             raise BadInput(f"{p.name} must be a finite number")
@@ -188,7 +197,11 @@ def _convert(p: Param, raw: Any) -> Any:
     if p.kind is not str:
         raise TypeError(f"parameter {p.name}: kind {p.kind.__name__} is not one of str, int, "
                         "float")
-    return str(raw).strip() if p.strip else str(raw)
+    text = str(raw)
+    if _LONE_SURROGATE.search(text):
+        raise BadInput(f"{p.name} holds a lone UTF-16 surrogate (such as \\ud800), which is "
+                       "not text; nothing was changed")
+    return text.strip() if p.strip else text
 
 
 class Ops:
@@ -289,8 +302,78 @@ def outcome_of(result: Result, via: str) -> str:
 
 def record(log: AuditLog, who: Actor, action: str, target: str | None, reason: str | None,
            outcome: str, detail: dict[str, Any] | None) -> None:
-    """The one writer of an audit entry for an operator's change, from any surface."""
+    """The writer of an audit entry for a refusal, which changes nothing (a change is
+    ``perform``'s), from any surface. Raises ``AuditUnwritable``."""
     log.record(who.name, who.role, action, target, reason, outcome, detail, who.remote_addr)
+
+
+log = logging.getLogger("antre.actions")
+
+#: The status of a change refused because its audit entry could not be written.
+AUDIT_UNWRITTEN_STATUS = 503
+
+
+def audit_unwritten(why: object) -> Result:
+    """The answer to a change whose audit entry could not be written: nothing was done."""
+    return Result(False, f"the audit log could not be written ({why}), so nothing was "
+                         "changed: changes are made only once they are recorded; try again "
+                         "when the database is back", AUDIT_UNWRITTEN_STATUS,
+                  {"audit": "unwritten"})
+
+
+def perform(action: Action, ops: Ops, who: Actor, args: Args, audit: AuditLog | None,
+            seen: Callable[[AuditUnwritable | None], None] | None = None,
+            describe: Callable[[Exception], str] | None = None) -> Result:
+    """Run ``action`` for ``who``: the one runner of the table's entries, from the dashboard,
+    the JSON API and the CLI. The audit entry is written first (outcome ``started``); when it
+    cannot be, the action does not run and the answer is ``audit_unwritten`` (503). Then the
+    action runs and the entry gets its outcome and figures. ``seen``: told whether the
+    database took the entry (the dashboard's outage banner); ``describe``: the words of the
+    failed entry of an exception (``audited``)."""
+    # the CLI records the reason as typed (empty when none), the dashboard None for none
+    reason = args.get("reason") or ("" if who.via == "cli" else None)
+    return audited(audit, who, action.name, action.target(args), reason,
+                   lambda: action.run(ops, who, args), seen, describe)
+
+
+def audited(audit: AuditLog | None, who: Actor, action: str, target: str, reason: str | None,
+            fn: Callable[[], Result],
+            seen: Callable[[AuditUnwritable | None], None] | None = None,
+            describe: Callable[[Exception], str] | None = None) -> Result:
+    """``fn`` (a change named ``action`` on ``target``), recorded before it runs: ``perform``'s
+    way, for a change outside the table too. An exception from ``fn`` (Redis unreachable) is
+    recorded as failed, in the words of ``describe`` (else its type and scrubbed text), and
+    raised again."""
+    if audit is None:
+        return audit_unwritten("no database is configured (ANTRE_DATABASE_URL)")
+    try:
+        entry = audit.start(who.name, who.role, action, target, reason, who.remote_addr)
+    except AuditUnwritable as exc:
+        log.error("audit entry not written (%s): %s %s refused, nothing was changed",
+                  exc, action, target)
+        if seen is not None:
+            seen(exc)
+        return audit_unwritten(exc)
+    if seen is not None:
+        seen(None)
+    try:
+        result = fn()
+    except Exception as exc:
+        said = describe(exc) if describe is not None else f"{type(exc).__name__}: {scrub(exc)}"
+        _finish(audit, entry, action, target, "failed", {"message": said})
+        raise
+    _finish(audit, entry, action, target, outcome_of(result, who.via),
+            {"message": result.message, **result.detail})
+    return result
+
+
+def _finish(audit: AuditLog, entry: int, action: str, target: str, outcome: str,
+            detail: dict[str, Any]) -> None:
+    try:
+        audit.finish(entry, outcome, detail)
+    except AuditUnwritable as exc:  # the change ran: its entry says 'started'
+        log.error("audit entry %d (%s %s) keeps outcome 'started': its outcome %s could not "
+                  "be written (%s)", entry, action, target, outcome, exc)
 
 # -- shared by the entries ----------------------------------------------------------------------
 def _note(a: Args) -> dict[str, Any] | None:

@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from antre.engine.envelope import Job, encode_payload
-from antre.engine.keys import valid_name
 from antre.engine.queue import Queue
 from antre.errors import InvalidJob
 from antre.stores.idempotency import IdempotencyStore, Record
 from antre.engine import states
 
 MAX_KEY = 200
+_KEY_RE = re.compile(rf"[A-Za-z0-9_.: \-]{{1,{MAX_KEY}}}")
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,9 @@ def parse(text: str) -> tuple[Any, str]:
 def _key_problem(new_key: str, job: Job) -> str:
     if not new_key:
         return ""
-    if len(new_key) > MAX_KEY or not valid_name(new_key.replace(" ", "_")[:100]):
-        return f"the new idempotency key must be 1-{MAX_KEY} printable characters, no braces"
+    if not _KEY_RE.fullmatch(new_key):  # every character, not the first 100
+        return (f"the new idempotency key must be 1-{MAX_KEY} of A-Z a-z 0-9 _ . : - and "
+                "spaces")
     if new_key == job.idempotency_key:
         return "the new idempotency key is the job's own; leave it empty to keep it"
     return ""
@@ -105,6 +107,10 @@ def plan(queue: str, job: Job, text: str, new_key: str, record: Record | None,
             problems.append(f"{misfit}: the worker would bury it again")
     if new_key and unique:
         problems.append("a unique job keeps its idempotency key (its uniqueness is the key)")
+    if record is not None and record.status == "completed" and new_key:
+        problems.append(f"key {new_key} already completed the effect of job {record.job_id}: "
+                        "a replay under it would only return that job's stored result; give "
+                        "a key no job has used")
     if record is not None and record.status == "completed" and not new_key:
         problems.append(f"the effect of key {job.idempotency_key} already completed: a replay "
                         "would only return the stored result; give a new key to run it again")

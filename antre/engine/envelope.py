@@ -568,7 +568,9 @@ def check_group(group: Any, concurrency: Any, rate: Any = None) -> None:
 
 MAX_GROUP_RATE = 10_000  # starts per window (the script keeps the newest n starts)
 RATE_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_RATE = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]*)\s*([smhd])\s*$")
+# at most 12 digits each: int() of thousands of digits is refused (ValueError), and no bound
+# needs more
+_RATE = re.compile(r"^\s*([0-9]{1,12})\s*/\s*([0-9]{0,12})\s*([smhd])\s*$")
 
 
 def parse_rate(rate: Any) -> tuple[int, int]:
@@ -578,7 +580,8 @@ def parse_rate(rate: Any) -> tuple[int, int]:
     count = int(m.group(1)) if m else 0
     per = int(m.group(2) or 1) if m else 0
     if not m or not 1 <= count <= MAX_GROUP_RATE or not 1 <= per <= 1000:
-        raise InvalidJob(f"bad group_rate {rate!r}: pass how many of the group's jobs may start "
+        shown = repr(rate) if len(repr(rate)) <= 60 else repr(rate)[:57] + "..."
+        raise InvalidJob(f"bad group_rate {shown}: pass how many of the group's jobs may start "
                          f"per second, minute, hour or day as text, e.g. '10/s', '600/m', "
                          f"'1/h' or '5/10s' (1 to {MAX_GROUP_RATE} per window)")
     return count, per * RATE_UNITS[m.group(3)]

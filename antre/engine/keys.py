@@ -318,6 +318,12 @@ class QueueKeys:
         itself."""
         return f"{self.tag}:perf:{resolution}:{slot}"
 
+    def perf_rank(self, resolution: str, slot: int) -> str:
+        """ZSET job type -> runs in the slot ``perf(resolution, slot)`` (written with it, the
+        same expiry): the performance index ranks the types of a window by their runs from
+        these, one ZUNION per queue, and reads the figures of the types it shows only."""
+        return f"{self.tag}:perfrank:{resolution}:{slot}"
+
     # -- incident controls (pause, parked jobs, purge) -------------------------------------
     @property
     def paused(self) -> str:  # HASH '*' (whole queue) or job type -> JSON {by, at, reason}
@@ -525,6 +531,17 @@ def worker_starts() -> str:
     """ZSET JSON {id, host, version} -> start ms: worker processes started in the last 7 days
     (at most 1,000), the performance page's deploy markers."""
     return f"{PREFIX}:{{workers}}:starts"
+
+
+def worker_restarts() -> str:
+    """ZSET JSON {id, host, cause, type, timeout_s, t} -> ms: worker processes restarted in the
+    last 7 days (at most 1,000) and why, for the incident view."""
+    return f"{PREFIX}:{{workers}}:restarts"
+
+
+def worker_restart_counts() -> str:
+    """HASH '<cause>|<job type>' -> worker processes restarted for it, ever (the metric)."""
+    return f"{PREFIX}:{{workers}}:restart_counts"
 
 
 def worker(worker_id: str) -> str:

@@ -9,10 +9,12 @@ partitions than hold jobs). Processes re-read it every ``REFRESH_MS``, so worker
 a new partition at their next refresh.
 
 Producers place a job (``Partitions.route``): a job id that carries a partition's suffix goes
-back to that partition (the outbox relay, a replayed id); else by ``group`` when set, by
-``lock_key`` when set, by the idempotency key of a unique job (a stable crc32 of it, so a
-group's limits, a key's order and a unique key's check hold inside one partition); a job given
-its own id (no suffix) in partition 0; round robin otherwise.
+back to that partition (the outbox relay, a replayed id); else by ``lock_key`` when set, by
+``group`` when set, by the idempotency key of a unique job (a stable crc32 of it, so a key's
+order, a group's limits and a unique key's check hold inside one partition: the lock key first,
+so a key shared by jobs of several groups keeps its order; those jobs count against their
+group's limits in the key's partition); a job given its own id (no suffix) in partition 0;
+round robin otherwise.
 """
 
 from __future__ import annotations
@@ -102,12 +104,13 @@ def grow(client: "redis.Redis", queue: str, n: int, script: NamedScript | None =
 
 
 def spread_key(spec: JobSpec) -> str | None:
-    """What places a job in a partition: its group, else its lock_key, else a unique job's
+    """What places a job in a partition: its lock_key (every job of a key in one partition:
+    the key's order holds whatever group each job is of), else its group, else a unique job's
     idempotency key; None: round robin (partition 0 for a job given its own id)."""
-    if spec.group is not None:
-        return spec.group
     if spec.lock_key:
         return spec.lock_key
+    if spec.group is not None:
+        return spec.group
     if spec.unique:
         return spec.idempotency_key
     return None

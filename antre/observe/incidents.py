@@ -3,7 +3,8 @@
 
 An incident is a firing alert (``alerts.AlertEngine``: DLQ growth, lease expirations, lock
 conflicts, retry storms, fence refusals, lost locks, outbox lag, oldest ready, no live
-worker, paused too long), an open circuit breaker, a paused queue or job type, a lock hot
+worker, paused too long), worker processes restarted (by cause: a handler past its hard
+timeout, ...), an open circuit breaker, a paused queue or job type, a lock hot
 spot (a key whose jobs found it held many times in the last 5 minutes), or leases stuck past
 their deadline (their worker died or hung and no sweeper hands them back). Each has a severity,
 its evidence (for the DLQ: the top error groups with counts and first/last seen) and the one
@@ -25,6 +26,7 @@ from antre.engine.locks import Locks
 from antre.limits.admission import Limits
 from antre.observe.alerts import ALL_QUEUES, Alert, AlertEngine, AlertQuiet, Quiet
 from antre.observe.readmodels import ErrorGroup, PauseInfo, ReadModels, pause_infos
+from antre.observe.registry import WorkerRegistry
 
 SEVERITIES = ("critical", "major", "minor")
 SEVERITY = {"no_live_worker": "critical", "dlq_growth": "critical",
@@ -32,7 +34,8 @@ SEVERITY = {"no_live_worker": "critical", "dlq_growth": "critical",
             "oldest_ready_age": "major", "retry_storm": "major", "fence_refusals": "major",
             "lost_locks": "major", "breaker_open": "major", "stuck_leases": "critical",
             "lock_conflict_spike": "minor", "duplicate_delivery_spike": "minor",
-            "paused_too_long": "minor", "paused": "minor", "lock_hot_spot": "minor"}
+            "paused_too_long": "minor", "paused": "minor", "lock_hot_spot": "minor",
+            "worker_restarts": "major"}
 TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growing",
           "lease_expiration_spike": "Leases expiring", "outbox_backlog_age": "Outbox lagging",
           "oldest_ready_age": "Ready jobs waiting", "retry_storm": "Retry storm",
@@ -40,9 +43,11 @@ TITLES = {"no_live_worker": "No live worker", "dlq_growth": "Dead letters growin
           "breaker_open": "Circuit breaker open", "lock_conflict_spike": "Lock conflicts",
           "duplicate_delivery_spike": "Duplicate deliveries",
           "paused_too_long": "Paused too long", "paused": "Paused",
-          "lock_hot_spot": "Lock hot spot", "stuck_leases": "Leases past their deadline"}
+          "lock_hot_spot": "Lock hot spot", "stuck_leases": "Leases past their deadline",
+          "worker_restarts": "Worker processes restarting"}
 STUCK_GRACE_MS = 30_000  # a lease this far past its deadline has not been swept: no sweeper
 HOT_LOCK_5M = 20  # conflicts on one key in 5 minutes that make it a hot spot
+RESTARTS_WINDOW_MS = 15 * 60_000  # worker restarts of this long ago are an open incident
 TOP_GROUPS = 3
 
 
@@ -194,6 +199,44 @@ def _hot_locks(client: "redis.Redis", clock: Clock, now: int) -> list[Incident]:
             for c in Locks(client, clock=clock).contention(5) if c.last_5m >= HOT_LOCK_5M]
 
 
+# what restarted a worker process, and what to do about it (``registry.RESTART_CAUSES``)
+_RESTART_WHY = {
+    "hard_timeout": (("handler {type} exceeds its timeout of {timeout_s:g} s in a call that "
+                      "does not return to Python, so its process had to be restarted"),
+                     "raise timeout_s of {type} or fix the handler (give its calls a timeout)"),
+    "cancel_ignored": (("handler {type} ignored an operator's cancel past its grace, so its "
+                        "process had to be restarted"),
+                       "make {type} check ctx.cancelled, or raise its cancel_grace_s"),
+    "killed": ("worker processes were killed by a signal (out of memory?)",
+               "look at the host's kernel log and the worker's memory"),
+    "redis_unreachable": ("worker processes lost Redis and exited", "check Redis"),
+    "crashed": ("worker processes exited on an error", "look at the worker log"),
+}
+
+
+def _restarts(client: "redis.Redis", now: int) -> list[Incident]:
+    """Worker processes restarted in the last ``RESTARTS_WINDOW_MS``: one incident per cause
+    and job type, saying what to change."""
+    seen: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for rec in WorkerRegistry(client).restarts(now - RESTARTS_WINDOW_MS):
+        seen.setdefault((str(rec.get("cause", "")), str(rec.get("type", ""))), []).append(rec)
+    out = []
+    for (cause, job_type), recs in sorted(seen.items()):
+        why, fix = _RESTART_WHY.get(cause, _RESTART_WHY["crashed"])
+        timeout = recs[-1].get("timeout_s")
+        fields = {"type": job_type or "?",
+                  "timeout_s": float(timeout) if isinstance(timeout, (int, float)) else 0.0}
+        since = min(int(cast(int, r.get("t", now))) for r in recs)
+        fix_text = fix.format(**fields)
+        out.append(Incident(
+            f"worker_restarts|{cause}|{job_type}", "worker_restarts", "major", ALL_QUEUES,
+            TITLES["worker_restarts"],
+            f"{len(recs)} worker process restart{'s' if len(recs) != 1 else ''} in the last "
+            f"{RESTARTS_WINDOW_MS // 60_000} min ({cause}): {why.format(**fields)}; {fix_text}",
+            since, len(recs), 1, Remedy(fix_text[0].upper() + fix_text[1:], "/workers/")))
+    return out
+
+
 def incident_view(client: "redis.Redis", clock: Clock = system_ms) -> IncidentView:
     """Every open problem, ranked, with its evidence and action; the quiet ones apart."""
     now = clock()
@@ -201,7 +244,7 @@ def incident_view(client: "redis.Redis", clock: Clock = system_ms) -> IncidentVi
     found = [_from_alert(a, reads) for a in AlertEngine(client, clock).active()]
     names = reads.queue_names()
     found += [_from_pause(p) for p in _pauses(client, names)] + _stuck(client, names, now)
-    found += _breakers(client, clock) + _hot_locks(client, clock, now)
+    found += _breakers(client, clock) + _hot_locks(client, clock, now) + _restarts(client, now)
     quiet = AlertQuiet(client, clock).all()
     open_, hushed = [], []
     for inc in found:

@@ -61,6 +61,7 @@ METRIC_NAMES = (
     "antre_lock_conflict_count_total", "antre_lock_conflicts_last_hour",
     "antre_ack_latency_seconds", "antre_job_latency_seconds",
     "antre_processing_duration_seconds", "antre_workers_live", "antre_worker_restarts_total",
+    "antre_worker_restarts_by_cause_total",
     "antre_circuit_breaker_state", "antre_circuit_breaker_opens_total",
     "antre_semaphore_in_use", "antre_semaphore_limit", "antre_rate_limiter_tokens",
     "antre_paused", "antre_paused_seconds", "antre_parked_jobs",
@@ -117,8 +118,10 @@ class DurationBuffer:
         # worker adds two durations per job)
         self._fields: dict[tuple[str, str, str, str], tuple[tuple[str, str], ...]] = {}
         # other tallies kept in memory by their owners (perf.record_run), each drained into
-        # the flush: ``drain()`` -> ([((key, field), by)], {key: ttl ms})
+        # the flush: ``drain()`` -> ([((key, field), by)], {key: ttl ms},
+        # [((zset key, member), by)])
         self.sources: dict[str, Any] = {}
+        self._ranks: dict[tuple[str, str], int] = {}  # (ZSET key, member) -> by (ZINCRBY)
 
     def add(self, queue: str, job_type: str, kind: str, ms: int) -> None:
         ms = max(0, int(ms))
@@ -155,17 +158,22 @@ class DurationBuffer:
         with self._lock:
             counts, self._counts = self._counts, {}
             ttls, self._ttls = self._ttls, {}
+            ranks, self._ranks = self._ranks, {}
         for source in list(self.sources.values()):
-            incs, more = source.drain()
+            incs, more, ranked = source.drain()
             for pair, by in incs:
                 counts[pair] = counts.get(pair, 0) + by
+            for pair, by in ranked:
+                ranks[pair] = ranks.get(pair, 0) + by
             ttls.update(more)
-        if not counts:
+        if not counts and not ranks:
             return 0
         try:
             pipe = client.pipeline(transaction=False)
             for (key, name), by in counts.items():
                 pipe.hincrby(key, name, by)
+            for (key, member), by in ranks.items():
+                pipe.zincrby(key, by, member)
             for key, ttl in ttls.items():
                 pipe.pexpire(key, ttl)
             pipe.execute()
@@ -173,6 +181,8 @@ class DurationBuffer:
             with self._lock:
                 for k, by in counts.items():
                     self._counts[k] = self._counts.get(k, 0) + by
+                for k, by in ranks.items():
+                    self._ranks[k] = self._ranks.get(k, 0) + by
                 for key, ttl in ttls.items():
                     self._ttls.setdefault(key, ttl)
             raise
@@ -379,6 +389,12 @@ class AntreCollector:
         misses = CounterMetricFamily("antre_completed_cache_misses", "Lookups of a live worker "
                                      "process's completed-key cache that found nothing fresh",
                                      labels=["worker", "host"])
+        causes = CounterMetricFamily("antre_worker_restarts_by_cause", "Worker processes "
+                                     "restarted, by cause (hard_timeout, cancel_ignored: a "
+                                     "handler it could not stop, of job type; killed, "
+                                     "redis_unreachable, crashed)", labels=["cause", "type"])
+        for (cause, job_type), n in sorted(registry.restart_counts().items()):
+            causes.add_metric([cause, job_type], n)
         for info in registry.list():
             if info.kind == "supervisor":
                 restarts.add_metric([info.id, info.host], info.restarts)
@@ -389,7 +405,7 @@ class AntreCollector:
             if alive and info.cache_hits + info.cache_misses:
                 hits.add_metric([info.id, info.host], info.cache_hits)
                 misses.add_metric([info.id, info.host], info.cache_misses)
-        yield from (live, restarts, lag, hits, misses)
+        yield from (live, restarts, causes, lag, hits, misses)
 
     def _flow(self) -> Iterator[Metric]:
         flow = Limits(self.redis, self.clock)

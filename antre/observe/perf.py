@@ -104,10 +104,12 @@ class _Tally:
             row[5 + len(BUCKET_NAMES) + wb] += 1
             row[4] = now_ms  # the newest count's time: the slots' expiry counts from it
 
-    def drain(self) -> tuple[list[tuple[tuple[str, str], int]], dict[str, int]]:
+    def drain(self) -> tuple[list[tuple[tuple[str, str], int]], dict[str, int],
+                             list[tuple[tuple[str, str], int]]]:
         with self._lock:
             rows, self._rows = self._rows, {}
         incs: list[tuple[tuple[str, str], int]] = []
+        ranks: list[tuple[tuple[str, str], int]] = []
         ttls: dict[str, int] = {}
         for (queue, job_type, m, h), row in rows.items():
             qk, p, now = keys.QueueKeys(queue), job_type + "|", row[4]
@@ -117,10 +119,11 @@ class _Tally:
                 names += [p + "d|" + b, p + "w|" + b]
                 values += [row[5 + i], row[5 + len(BUCKET_NAMES) + i]]
             for res, slot in (("m", m), ("h", h), ("q", h // 6), ("d", h // 24)):
-                key = qk.perf(res, slot)
+                key, rank = qk.perf(res, slot), qk.perf_rank(res, slot)
                 incs += [((key, n), v) for n, v in zip(names, values) if v]
-                ttls[key] = max(1, slot * SLOT_MS[res] + KEEP_MS[res] - now)
-        return incs, ttls
+                ranks.append(((rank, job_type), row[0]))
+                ttls[key] = ttls[rank] = max(1, slot * SLOT_MS[res] + KEEP_MS[res] - now)
+        return incs, ttls, ranks
 
 
 def record_run(buffer: DurationBuffer, queue: str, job_type: str, now_ms: int,
@@ -255,6 +258,29 @@ class TypeRow:
     figures: Figures
 
 
+PAGE = 50  # types per page of the index
+PAGE_MAX = 500
+
+
+@dataclass(frozen=True)
+class TypesPage:
+    """One page of the index: its rows (busiest first), how many types ran in the window,
+    where the page starts and its size."""
+
+    rows: list[TypeRow]
+    total: int
+    offset: int
+    limit: int
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.offset + self.limit if self.offset + self.limit < self.total else None
+
+    @property
+    def previous_offset(self) -> int | None:
+        return max(0, self.offset - self.limit) if self.offset else None
+
+
 @dataclass(frozen=True)
 class Point:
     """One slot of a type's series: when it starts, its runs, failures and p95 duration."""
@@ -323,22 +349,77 @@ class Perf:
                     seen.append(k.queue)
         return out
 
-    def summary(self, window: str, queue: str | None = None) -> list[TypeRow]:
-        """Every type that ran in the window, busiest first: one HMGET of the type's fields
-        per slot of the window's ``cover``, queue and known type (the queues' ``types``
-        SETs), summed by column."""
+    def queues_of(self, job_type: str, queue: str | None = None) -> list[str]:
+        """The queues ``job_type`` was seen in (one SISMEMBER per queue partition)."""
+        names = [queue] if queue else sorted(cast(set[str], self.redis.smembers(
+            keys.queues_index())))
+        every = [k for name in names for k in partitions.all_keys(self.redis, name)]
+        pipe = self.redis.pipeline(transaction=False)
+        for k in every:
+            pipe.sismember(k.types, job_type)
+        return list(dict.fromkeys(k.queue for k, yes in zip(every, pipe.execute()) if yes))
+
+    def summary(self, window: str, queue: str | None = None, limit: int = PAGE_MAX,
+                offset: int = 0) -> list[TypeRow]:
+        """The busiest types of the window (``page``'s rows)."""
+        return self.page(window, queue, limit, offset).rows
+
+    def page(self, window: str, queue: str | None = None, limit: int = PAGE,
+             offset: int = 0) -> TypesPage:
+        """The types that ran in the window, busiest first, ``limit`` of them from
+        ``offset``: ranked by their runs from the slots' ``perf_rank`` ZSETs (one ZUNION per
+        queue over the window's ``cover``), then one HMGET of the type's fields per slot of
+        the cover for the types shown only. Its cost: O(queues x slots) commands for the
+        ranking (the server sums every type's runs in C) and O(types shown x slots) for the
+        figures, however many types exist."""
+        limit, offset = max(1, min(int(limit), PAGE_MAX)), max(0, int(offset))
         cov = self._cover(window, self.clock())
-        plan = [(t, q) for t, qs in sorted(self.queue_types(queue).items()) for q in qs]
+        names = [queue] if queue else sorted(cast(set[str], self.redis.smembers(
+            keys.queues_index())))
+        runs: dict[str, int] = {}
+        where: dict[str, list[str]] = {}
+        for name, ranked in zip(names, self._ranks(names, cov)):
+            for job_type, n in ranked:
+                if n > 0:
+                    runs[job_type] = runs.get(job_type, 0) + n
+                    where.setdefault(job_type, []).append(name)
+        order = sorted(runs, key=lambda t: (-runs[t], t))
+        shown = order[offset:offset + limit]
+        plan = [(t, q) for t in shown for q in sorted(where[t])]
         sums: dict[str, _Sums] = {}
         seen: dict[str, list[str]] = {}
-        for (job_type, name), replies in zip(plan, self._read(plan, cov)):
+        for (job_type, name), replies in zip(plan, self._read(plan, cov) if plan else []):
             totals = _column_sums(replies)
             if totals and totals[0]:
                 sums.setdefault(job_type, _Sums()).add_values(totals)
                 seen.setdefault(job_type, []).append(name)
-        rows = [TypeRow(t, tuple(sorted(seen[t])), x.figures()) for t, x in sums.items()]
+        rows = [TypeRow(t, tuple(sorted(seen[t])), sums[t].figures()) for t in shown
+                if t in sums]
         rows.sort(key=lambda r: (-r.figures.runs, r.job_type))
-        return rows
+        return TypesPage(rows, len(order), offset, limit)
+
+    def _ranks(self, names: list[str], slots: list[tuple[str, int]]
+               ) -> list[list[tuple[str, int]]]:
+        """Per queue of ``names``, every type's runs over ``slots`` (type, runs): its
+        ``perf_rank`` ZSETs summed by one ZUNION; a coarse slot whose ZSET does not exist is
+        summed from its hours'. Two pipelines."""
+        coarse = [s for s in slots if s[0] in COARSE]
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            qk = keys.QueueKeys(name)
+            for res, slot in coarse:
+                pipe.exists(qk.perf_rank(res, slot))
+        there = iter(pipe.execute())
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            qk = keys.QueueKeys(name)
+            found = {s: bool(next(there)) for s in coarse}
+            ranked = [qk.perf_rank(res, slot) for res, slot in slots
+                      if res not in COARSE or found[(res, slot)]]
+            ranked += [qk.perf_rank("h", h) for s in coarse if not found[s]
+                       for h in hours_of(*s)]
+            pipe.zunion(ranked, withscores=True)
+        return [[(str(t), int(n)) for t, n in reply] for reply in pipe.execute()]
 
     def _cover(self, window: str, now: int) -> list[tuple[str, int]]:
         """The slots a window's figures read: its 5-minute slots, or the ``cover`` of its
@@ -374,20 +455,28 @@ class Perf:
     def _read_hours(self, plan: list[tuple[str, str]], slots: list[tuple[str, int]],
                     missing: set[tuple[str, tuple[str, int]]], out: list[list[Any]]) -> None:
         """Replace the replies of the ``missing`` coarse slots in ``out`` with the column
-        sums of their hours."""
+        sums of their hours: those that exist (nothing ran in the others), probed once per
+        queue, so a type costs one HMGET per hour that holds data, not per hour of the slot."""
+        probes = sorted({(name, h) for name, s in missing for h in hours_of(*s[0:2])})
+        pipe = self.redis.pipeline(transaction=False)
+        for name, h in probes:
+            pipe.exists(keys.QueueKeys(name).perf("h", h))
+        held = {p for p, there in zip(probes, pipe.execute()) if there}
         pipe = self.redis.pipeline(transaction=False)
         todo: list[tuple[int, int, int]] = []
         for i, (job_type, name) in enumerate(plan):
             fields, qk = type_fields(job_type), keys.QueueKeys(name)
             for j, s in enumerate(slots):
                 if (name, s) in missing:
-                    hours = hours_of(*s)
+                    hours = [h for h in hours_of(*s) if (name, h) in held]
                     for h in hours:
                         pipe.hmget(qk.perf("h", h), fields)
                     todo.append((i, j, len(hours)))
         more = iter(pipe.execute())
+        width = len(type_fields(""))
         for i, j, count in todo:
-            out[i][j] = _column_sums([next(more) for _ in range(count)])
+            out[i][j] = _column_sums([next(more) for _ in range(count)]) if count else \
+                [None] * width
 
     def type_perf(self, job_type: str, window: str, queue: str | None = None,
                   audit_markers: list[Marker] | None = None) -> TypePerf:
@@ -395,7 +484,7 @@ class Perf:
         the selected window's series per slot, and the deploys in it. The selected window
         reads its every slot (its series); the others their ``cover``."""
         now = self.clock()
-        queues = tuple(sorted(q for q in self.queue_types(queue).get(job_type, [])))
+        queues = tuple(sorted(self.queues_of(job_type, queue)))
         res, slots = self._slots(window, now)
         covers = {w: ([(res, s) for s in slots] if w == window else self._cover(w, now))
                   for w in WINDOWS}

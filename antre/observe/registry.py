@@ -16,6 +16,9 @@ from antre.clock import Clock, system_ms
 STALE_AFTER_MS = 30_000
 STARTS_KEEP_MS = 7 * 86_400_000
 STARTS_KEPT = 1000
+# why a worker process exits to be restarted: a handler it could not stop past its hard
+# timeout, or past an operator's cancel; and what its supervisor alone sees
+RESTART_CAUSES = ("hard_timeout", "cancel_ignored", "killed", "redis_unreachable", "crashed")
 
 
 @dataclass
@@ -112,6 +115,47 @@ class WorkerRegistry:
         """The recorded starts since ``since_ms``, oldest first (each {id, host, version, t})."""
         out = []
         for raw in cast(list[str], self.redis.zrangebyscore(keys.worker_starts(), since_ms,
+                                                            "+inf")):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+        return out
+
+    def record_restart(self, worker_id: str, host: str, cause: str, *, job_type: str = "",
+                       timeout_s: float = 0.0) -> None:
+        """A worker process exits to be restarted, and why (``RESTART_CAUSES``; ``job_type``:
+        the handler that caused it): counted for ever by cause and type, and kept 7 days (at
+        most ``STARTS_KEPT``) for the incident view, in one pipeline."""
+        now = self.clock()
+        member = json.dumps({"id": worker_id, "host": host, "cause": cause, "type": job_type,
+                             "timeout_s": timeout_s, "t": now}, sort_keys=True)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hincrby(keys.worker_restart_counts(), f"{cause}|{job_type}", 1)
+        pipe.zadd(keys.worker_restarts(), {member: now})
+        pipe.zremrangebyscore(keys.worker_restarts(), "-inf", now - STARTS_KEEP_MS)
+        pipe.zremrangebyrank(keys.worker_restarts(), 0, -STARTS_KEPT - 1)
+        pipe.execute()
+
+    def restart_counts(self) -> dict[tuple[str, str], int]:
+        """(cause, job type) -> worker processes restarted for it (``record_restart``)."""
+        raw = cast(dict[str, str], self.redis.hgetall(keys.worker_restart_counts()))
+        out: dict[tuple[str, str], int] = {}
+        for field_, n in raw.items():
+            cause, _, job_type = field_.partition("|")
+            try:
+                out[(cause, job_type)] = int(n)
+            except ValueError:
+                continue
+        return out
+
+    def restarts(self, since_ms: int) -> "builtins.list[dict[str, Any]]":
+        """The recorded restarts since ``since_ms``, oldest first (each {id, host, cause, type,
+        timeout_s, t})."""
+        out = []
+        for raw in cast(list[str], self.redis.zrangebyscore(keys.worker_restarts(), since_ms,
                                                             "+inf")):
             try:
                 value = json.loads(raw)

@@ -1,6 +1,10 @@
 """The audit log: every change made from the dashboard, CLI or API - who, what, why, when, outcome.
 
-Every field is cut to a bounded size when recorded (``LIMITS``; a ``detail`` whose JSON is
+An operator's change writes its entry first (``start``: outcome ``started``) and its outcome
+after (``finish``), so no change runs unrecorded: an entry that cannot be written
+(``AuditUnwritable``) stops the change. What is stored is made storable first (``storable``: a
+NUL or a lone surrogate, which PostgreSQL or SQLite refuse, becomes U+FFFD; a value JSON cannot
+hold becomes its text), so odd input is still audited. Every field is cut to a bounded size when recorded (``LIMITS``; a ``detail`` whose JSON is
 longer than ``MAX_DETAIL_CHARS`` is replaced by its truncated text), so no request can store
 more than a few kilobytes. The exports are generators: rows are read in batches and written as
 they come, never all held in memory.
@@ -12,18 +16,21 @@ import builtins
 import csv
 import io
 import json
+import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVarTuple, cast
 
 from sqlalchemy import Select, Table, func, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from antre.clock import system_ms
-from antre.stores.sql import AUDIT_OUTCOMES, AuditEntry, ms_to_datetime
+from antre.stores.sql import AUDIT_OUTCOMES, AuditEntry, ms_to_datetime, unreachable
 
-__all__ = ["CSV_COLUMNS", "AuditLog", "AuditRow"]
+__all__ = ["CSV_COLUMNS", "AuditLog", "AuditRow", "AuditUnwritable", "storable"]
 
 _T = cast(Table, AuditEntry.__table__)  # declarative __table__ is typed as FromClause
 _C = _T.c
@@ -74,7 +81,40 @@ EXPORT_BATCH = 500
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
+class AuditUnwritable(SQLAlchemyError):
+    """An audit entry could not be written (``cause``); ``unreachable``: because the database
+    cannot be reached (else it refused the statement). The change it was for is not made. A
+    store error like the others (callers catching ``SQLAlchemyError`` catch it)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        self.unreachable = unreachable(cause)
+        super().__init__("the database is unreachable" if self.unreachable
+                         else f"the database refused the entry ({type(cause).__name__})")
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL, a surrogate with no pair
+
+
+def storable(value: Any, _depth: int = 0) -> Any:
+    """``value`` as every database stores it: in text (keys too) a NUL or a lone surrogate
+    becomes U+FFFD, a float that is not finite and anything JSON cannot hold become their
+    text, nesting past 20 levels its text."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if _depth < 20 and isinstance(value, dict):
+        return {storable(str(k)): storable(v, _depth + 1) for k, v in value.items()}
+    if _depth < 20 and isinstance(value, (list, tuple)):
+        return [storable(v, _depth + 1) for v in value]
+    return storable(str(value))
+
+
 def _cut(value: str | None, limit: int) -> str | None:
+    value = None if value is None else _UNSTORABLE.sub("\ufffd", value)
     if value is None or len(value) <= limit:
         return value
     return value[: limit - 1] + "…"
@@ -83,6 +123,7 @@ def _cut(value: str | None, limit: int) -> str | None:
 def _bounded_detail(detail: dict[str, Any] | None) -> dict[str, Any] | None:
     if detail is None:
         return None
+    detail = storable(detail)
     text = json.dumps(detail, ensure_ascii=False, default=str)
     if len(text) <= MAX_DETAIL_CHARS:
         return detail
@@ -92,10 +133,11 @@ def _bounded_detail(detail: dict[str, Any] | None) -> dict[str, Any] | None:
 def _csv_safe(value: str) -> str:
     """Neutralise spreadsheet formula injection (OWASP): a cell whose first character, or first
     character after leading blanks and control characters, is = + - @ TAB CR LF gets a leading
-    apostrophe. The export also quotes every cell, so a ``;`` or ``,`` inside a value never
+    apostrophe (U+FFFD, a stored NUL, counts as a control character). The export also quotes every cell, so a ``;`` or ``,`` inside a value never
     starts a new cell in a spreadsheet that splits on it. The JSON export keeps values
     verbatim."""
-    first = value.lstrip("".join(chr(c) for c in range(0x21)) + "\x7f\u00a0")[:1]
+    # U+FFFD: what a stored NUL became (``storable``)
+    first = value.lstrip("".join(chr(c) for c in range(0x21)) + "\x7f\u00a0\ufffd")[:1]
     if value[:1] in _FORMULA_START or first in _FORMULA_START:
         return "'" + value
     return value
@@ -130,9 +172,36 @@ class AuditLog:
         detail: dict[str, Any] | None = None,
         remote_addr: str | None = None,
     ) -> int:
-        """Append one entry (its own transaction, committed at once); returns its id."""
+        """Append one entry (its own transaction, committed at once); returns its id. Raises
+        ``AuditUnwritable`` when the database does not take it."""
         if outcome not in AUDIT_OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(AUDIT_OUTCOMES)}, not {outcome!r}")
+        try:
+            return self._insert(user, role, action, target, reason, outcome, detail, remote_addr)
+        except Exception as exc:  # whatever it was, no entry: say so
+            raise AuditUnwritable(exc) from exc
+
+    def start(self, user: str, role: str | None, action: str, target: str | None,
+              reason: str | None, remote_addr: str | None = None) -> int:
+        """The entry of a change about to run (outcome ``started``); its id for ``finish``.
+        ``AuditUnwritable``: the change must not run."""
+        return self.record(user, role, action, target, reason, "started", None, remote_addr)
+
+    def finish(self, entry_id: int, outcome: str, detail: dict[str, Any] | None) -> None:
+        """The outcome and figures of the change ``start`` recorded. ``AuditUnwritable``: the
+        entry keeps saying ``started``."""
+        if outcome not in AUDIT_OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(AUDIT_OUTCOMES)}, not {outcome!r}")
+        try:
+            with self._sf() as s, s.begin():
+                s.execute(_T.update().where(_C.id == entry_id).values(
+                    outcome=outcome, detail=_bounded_detail(detail)))
+        except Exception as exc:  # whatever it was, the outcome is not written
+            raise AuditUnwritable(exc) from exc
+
+    def _insert(self, user: str, role: str | None, action: str, target: str | None,
+                reason: str | None, outcome: str, detail: dict[str, Any] | None,
+                remote_addr: str | None) -> int:
         with self._sf() as s, s.begin():
             return int(
                 s.execute(

@@ -66,6 +66,7 @@ __all__ = [
     "migrate",
     "ms_to_datetime",
     "session_factory",
+    "unreachable",
     "unstorable",
 ]
 
@@ -81,9 +82,20 @@ def unstorable(error: BaseException) -> bool:
     return isinstance(error, (ValueError, TypeError)) and not isinstance(error, exc.SQLAlchemyError)
 
 
+def unreachable(error: BaseException) -> bool:
+    """Whether a store's ``error`` says the database cannot be reached (a connection refused or
+    lost, a pool or lock timeout), as opposed to a refusal of the statement or its values (a
+    NUL in a PostgreSQL text, a constraint, a trigger): only the first is an outage."""
+    if getattr(error, "connection_invalidated", False):
+        return True
+    return isinstance(error, (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError,
+                              exc.TimeoutError))
+
+
 IDEMPOTENCY_STATUSES = ("processing", "completed", "failed")
 ROLES = ("viewer", "operator", "admin")
-AUDIT_OUTCOMES = ("ok", "refused", "failed")
+#: ``started``: written before the change runs; the change's outcome replaces it
+AUDIT_OUTCOMES = ("started", "ok", "refused", "failed")
 
 #: Alembic's version table for Antre's own schema. Not the default ``alembic_version``, so that
 #: an application keeping its own Alembic history in the same database/schema does not clash.
@@ -281,7 +293,7 @@ class AuditEntry(Base):
     remote_addr: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
-        CheckConstraint("outcome IN ('ok', 'refused', 'failed')", name="outcome"),
+        CheckConstraint("outcome IN ('started', 'ok', 'refused', 'failed')", name="outcome"),
         Index("ix_antre_audit_at", "at"),
         Index("ix_antre_audit_action", "action"),
         Index("ix_antre_audit_user", "user"),

@@ -3,6 +3,7 @@ another process can see it."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -50,9 +51,35 @@ def suicide(ctx, payload):
 
 @app.handler("hang_forever")
 def hang_forever(ctx, payload):
-    """Ignores ``ctx.cancelled``: only a hard timeout (and a recycled process) ends it."""
+    """Ignores ``ctx.cancelled`` in a call that does not return to Python (a ``time.sleep``):
+    only a hard timeout and its process's retirement end it."""
     _mark(ctx, "started")
     time.sleep(120)
+
+
+@app.handler("spin_forever")
+def spin_forever(ctx, payload):
+    """Ignores ``ctx.cancelled`` while it runs Python code: its hard timeout interrupts it."""
+    _mark(ctx, "started")
+    while True:
+        time.sleep(0.01)
+
+
+@app.handler("hang_in_c")
+def hang_in_c(ctx, payload):
+    """Ignores ``ctx.cancelled`` inside a C call that never returns (libc's ``pause``)."""
+    _mark(ctx, "started")
+    ctypes.CDLL(None).pause()
+
+
+@app.handler("until_flag")
+def until_flag(ctx, payload):
+    """Runs until the test sets the Redis key ``test:flag``, then completes."""
+    _mark(ctx, "started")
+    while not app.redis.exists("test:flag"):
+        time.sleep(0.02)
+    _mark(ctx, "done")
+    return "finished"
 
 
 @app.handler("ignores_cancel_long", cancel_grace_s=600)

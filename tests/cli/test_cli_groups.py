@@ -8,6 +8,7 @@ import getpass
 import json
 
 import pytest
+from helpers import reserve_all
 
 from antre import Antre
 from antre.engine.queue import JobSpec
@@ -43,7 +44,7 @@ def test_list_show_slots_pause_resume_are_audited(env, capsys):
     assert main(["group", "show", "billing", "tenant:7"]) == 0
     assert "paused" in capsys.readouterr().out
     assert main(["group", "resume", "billing", "tenant:7", "--reason", "fixed"]) == 0
-    assert len(q.reserve("w", 5)) == 3
+    assert len(reserve_all(q, 5)) == 3
     assert main(["group", "clear", "billing", "tenant:7", "--reason", "done"]) == 0
     actions = [(e.action, e.user, e.outcome) for e in env.audit.list()]
     for action in ("group.slots", "group.pause", "group.resume"):

@@ -189,7 +189,7 @@ def test_replay_to_another_queue_keeps_the_group_and_its_limit(r):
     dst.enqueue("t", {}, idempotency_key="makes-slow-known")
     ids = [src.enqueue("t", {"i": i}, idempotency_key=f"g{i}", group="tenant:7",
                        group_concurrency=2, group_rate="50/s") for i in range(5)]
-    for _ in range(3):  # two at a time: the group's limit in its own queue
+    for _ in range(5):  # two at a time (each call one): the group's limit in its own queue
         for job in src.reserve("w", 5):
             src.bury(job, reason="permanent", error="boom")
     assert ReadModels(r, clock).count_dead("default") == 5

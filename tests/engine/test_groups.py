@@ -25,12 +25,28 @@ def test_a_group_holds_at_most_its_slots_the_rest_wait_in_order(q):
     ids = group_jobs(q, "tenant:7", 5, conc=2)
     assert states(q, ids) == ["ready", "ready", "waiting", "waiting", "waiting"]
     assert q.get(ids[2]).waits_on == "group" and q.get(ids[2]).group == "tenant:7"
-    jobs = q.reserve("w", count=10)
+    first = q.reserve("w", count=10)  # one call takes its share of the slots: one of two
+    assert [j.id for j in first] == ids[:1] and states(q, ids)[1] == "ready"
+    jobs = first + q.reserve("w", count=10)  # the next runner's call takes the other
     assert [j.id for j in jobs] == ids[:2]
     q.ack(jobs[0])
     assert states(q, ids)[2:] == ["ready", "waiting", "waiting"]
     q.bury(jobs[1], reason="bad")
     assert states(q, ids)[3:] == ["ready", "waiting"]
+
+
+def test_one_reserve_takes_an_eighth_of_a_groups_slots_and_leaves_the_rest_next_in_line(q):
+    small = group_jobs(q, "small", 4, conc=4)
+    big = group_jobs(q, "big", 20, conc=16)
+    plain = q.enqueue_many([JobSpec("t", {"i": i}, f"plain:{i}") for i in range(3)])
+    q.redis.delete(q.keys.wake)
+    got = [j.id for j in q.reserve("w", count=30)]
+    # one of the 4-slot group, ceil(16 / 8) = 2 of the 16-slot one, every ungrouped job
+    assert got == small[:1] + big[:2] + plain
+    assert states(q, small[1:] + big[2:16]) == ["ready"] * 17
+    assert q.get(small[1]).deliveries == 0 and q.redis.llen(q.keys.wake) > 0  # runners woken
+    nxt = [j.id for j in q.reserve("w", count=30)]
+    assert nxt == small[1:2] + big[2:4]  # the ones left, oldest first
 
 
 def test_the_default_is_128_slots(q):

@@ -341,3 +341,15 @@ def test_aenqueue_spreads_and_reads_the_count_off_the_loop(redis_url, clock):
     assert sorted(keys.id_partition(i) for i in one) == [0, 1, 2]
     assert sorted(keys.id_partition(i) for i in many) == [0, 0, 1, 1, 2, 2]
     assert ReadModels(app.redis, clock).queue_info("default").ready == 9
+
+
+def test_a_lock_key_shared_by_several_groups_keeps_its_order(url, clock):
+    app = make_app(url, clock)
+    ids = [app.enqueue("ok", {"k": "acct:1", "i": i}, idempotency_key=f"s{i}",
+                       lock_key="acct:1", group=f"tenant{i % 5}") for i in range(20)]
+    assert len({keys.id_partition(j) for j in ids}) == 1  # the key's partition, every group
+    others = [app.enqueue("ok", {"i": 100 + i}, idempotency_key=f"o{i}", group=f"tenant{i}")
+              for i in range(5)]
+    assert len({keys.id_partition(j) for j in others}) > 1  # groups without a key still spread
+    burst(app, clock, threads=3)
+    assert [i for k, i in app.seen if k == "acct:1"] == list(range(20))

@@ -275,3 +275,13 @@ def test_the_worker_imports_no_module_outside_the_installed_apps(on_antre, clock
     assert "this" not in _sys.modules  # importing it prints the Zen of Python: a side effect
     assert resolve_task("this.s") is None
     assert "this" not in _sys.modules
+
+
+def test_reading_a_result_back_imports_no_module_outside_the_installed_apps(on_antre):
+    """``get_result`` of a job whose type names a module of no installed app: not imported (no
+    side effect of importing it runs), and the job is no Django task's."""
+    job_id = backend().antre.queue("default").enqueue("this.s", {"args": []},
+                                                      idempotency_key="zen")
+    with pytest.raises(TaskResultDoesNotExist, match="not a Django task"):
+        backend().get_result(job_id)
+    assert "this" not in sys.modules  # importing it prints the Zen of Python

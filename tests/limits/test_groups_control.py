@@ -6,6 +6,7 @@ why a group is held, the paused ones, and a group's jobs in order."""
 from __future__ import annotations
 
 import pytest
+from helpers import reserve_all
 
 from antre.control.pause import Pauses
 from antre.groups.control import GroupControl, GroupError
@@ -29,7 +30,7 @@ def test_a_raised_limit_starts_waiting_jobs_at_once_and_clearing_restores_it(q, 
     assert over.slots == 3 and over.until_ms == 0
     assert states(q, ids) == ["ready", "ready", "ready", "waiting"]
     assert ctl.clear_slots("jobs", "tenant:7") == 1
-    jobs = q.reserve("w", count=10)
+    jobs = reserve_all(q)
     q.ack_many([(j, None) for j in jobs])
     # back to its own single slot: three ended, one job takes the one slot
     assert states(q, ids)[3] == "ready"
@@ -103,14 +104,14 @@ def test_a_rate_override_replaces_the_jobs_rate_and_its_start_ahead_is_given_aga
     assert states(q, ids) == ["ready"] * 4
     row = Groups(r, clock).find("jobs", "tenant:7")
     assert row.rate == "10/s" and row.override.rate == "10/s" and row.rate_waiting == 0
-    assert len(q.reserve("w", count=10)) == 4
+    assert len(reserve_all(q)) == 4
 
 
 def test_a_group_without_a_rate_is_given_one_and_clearing_lifts_it(q, r, clock):
     ids = rated(q, "noisy", 5, conc=2)
     ctl = GroupControl(r, clock)
     ctl.set_override("jobs", "noisy", "ops", "slow them down", rate="1/s")
-    q.ack_many([(j, None) for j in q.reserve("w", count=10)])
+    q.ack_many([(j, None) for j in reserve_all(q)])
     # two started just now (counted when they end): the next start is a second ahead, and the
     # rest wait in line behind it
     assert states(q, ids)[2:] == ["scheduled", "waiting", "waiting"]
@@ -159,7 +160,7 @@ def test_lowered_slots_hold_at_the_next_reserve(q, r, clock):
     assert states(q, ids) == ["ready"] * 5 + ["waiting"]
     ctl = GroupControl(r, clock)
     ctl.set_slots("jobs", "tenant:5", 2, "ops", "their API is slow")
-    got = q.reserve("w", count=10)
+    got = reserve_all(q)
     assert [j.id for j in got] == ids[3:5]
     assert states(q, ids[:3]) == ["waiting"] * 3
     assert q.get(ids[0]).deliveries == 0 and r.scard(q.keys.group_held("tenant:5")) == 2

@@ -103,6 +103,9 @@ def test_workers_breakers_and_limits(r, clock):
     reg = WorkerRegistry(r, clock)
     reg.beat(WorkerInfo(id="sup1", host="h1", kind="supervisor", restarts=3))
     reg.beat(WorkerInfo(id="p1", host="h1"))
+    reg.record_restart("p0", "h1", "hard_timeout", job_type="report", timeout_s=90)
+    reg.record_restart("p2", "h1", "hard_timeout", job_type="report", timeout_s=90)
+    reg.record_restart("sup1/0", "h1", "killed")
     cb = CircuitBreaker(r, "downstream:smtp", 1, 60, 30, clock)
     cb.record_failure()
     flow = Limits(r, clock)
@@ -111,6 +114,8 @@ def test_workers_breakers_and_limits(r, clock):
     s = scrape(r, clock)
     assert val(s, "antre_workers_live") == 1  # worker processes: a supervisor runs no jobs
     assert val(s, "antre_worker_restarts_total", supervisor="sup1", host="h1") == 3
+    assert val(s, "antre_worker_restarts_by_cause_total", cause="hard_timeout", type="report") == 2
+    assert val(s, "antre_worker_restarts_by_cause_total", cause="killed", type="") == 1
     assert val(s, "antre_circuit_breaker_state", name="downstream:smtp") == 2
     assert val(s, "antre_circuit_breaker_opens_total", name="downstream:smtp") == 1
     assert val(s, "antre_semaphore_in_use", name="type:send") == 1

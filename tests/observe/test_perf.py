@@ -133,3 +133,49 @@ def test_a_real_worker_counts_runs_failures_and_a_deploy(redis_url, clock):
     assert 1_000 < page.selected.wait.p50 <= 2_500  # the (1000, 2500] bucket
     assert [m.kind for m in page.markers] == ["deploy"]
     assert page.markers[0].text.startswith("workers on code ")
+
+
+def _calls(r) -> int:
+    return sum(v["calls"] for k, v in r.info("commandstats").items() if k != "cmdstat_info")
+
+
+def _many(r, at_ms: int, count: int, start: int = 0) -> None:
+    buf = DurationBuffer()
+    for i in range(start, start + count):
+        perf.record_run(buf, "default", f"t{i:05d}", at_ms, 8, 1, False)
+        for _ in range(i % 7):
+            perf.record_run(buf, "default", f"t{i:05d}", at_ms, 8, 1, False)
+    buf.flush(r)
+    r.sadd(keys.queues_index(), "default")
+    r.sadd(keys.QueueKeys("default").types, *[f"t{i:05d}" for i in range(start, start + count)])
+
+
+@pytest.mark.parametrize("window", ["1h", "24h", "7d"])
+def test_the_index_reads_as_many_commands_for_ten_types_shown_of_400_as_of_40(r, clock,
+                                                                            window):
+    now = clock()
+    _many(r, now - 10 * 60_000, 40)
+    p = perf.Perf(r, clock)
+    before = _calls(r)
+    small = p.page(window, limit=10)
+    few = _calls(r) - before
+    _many(r, now - 10 * 60_000, 360, start=40)
+    before = _calls(r)
+    big = p.page(window, limit=10)
+    many = _calls(r) - before
+    assert few == many  # the cost is the types shown, not the types that exist
+    assert (small.total, big.total, len(big.rows)) == (40, 400, 10)
+    runs = [row.figures.runs for row in big.rows]
+    assert runs == sorted(runs, reverse=True) and runs[0] == 7  # the busiest first
+
+
+def test_the_index_pages_through_every_type_busiest_first(r, clock):
+    _many(r, clock() - 10 * 60_000, 30)
+    p = perf.Perf(r, clock)
+    seen, offset = [], 0
+    while offset is not None:
+        page = p.page("1h", limit=7, offset=offset)
+        seen += [(row.figures.runs, row.job_type) for row in page.rows]
+        offset = page.next_offset
+    assert len(seen) == 30 and len(set(seen)) == 30
+    assert seen == sorted(seen, key=lambda x: (-x[0], x[1]))

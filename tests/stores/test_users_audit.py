@@ -10,7 +10,7 @@ import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import select
 
-from antre.stores.audit import CSV_COLUMNS, AuditLog
+from antre.stores.audit import CSV_COLUMNS, AuditLog, AuditUnwritable
 from antre.stores.sql import User, make_engine, migrate, session_factory
 from antre.stores.users import UnknownUser, UserExists, UserStore, role_at_least
 
@@ -175,3 +175,35 @@ def test_export_json(audit, clock):
     assert data[0]["detail"] == {"before": 2, "after": 0}
     assert set(data[0]) == set(CSV_COLUMNS)
     assert audit.export_json(action="dlq.discard")[0]["user"] == "bob"
+
+
+def test_an_audit_log_of_the_previous_schema_takes_started_entries_after_migrating(db_url,
+                                                                                    clock):
+    from sqlalchemy import text
+    eng = make_engine(db_url)
+    try:
+        migrate(eng, "0003")
+        log = AuditLog(session_factory(eng), clock=clock)
+        log.record("alice", "operator", "queue.pause", "default", "why", "ok")
+        with pytest.raises(AuditUnwritable):  # the old check knows no "started"
+            log.start("alice", "operator", "queue.resume", "default", None)
+        migrate(eng)
+        entry = log.start("alice", "operator", "queue.resume", "default", None)
+        assert log.list()[0].outcome == "started"
+        log.finish(entry, "ok", {"message": "resumed"})
+        assert [(e.action, e.outcome) for e in log.list()] == [
+            ("queue.resume", "ok"), ("queue.pause", "ok")]
+        with eng.connect() as c:
+            assert c.execute(text("SELECT version_num FROM antre_alembic_version")).scalar() \
+                == "0004"
+    finally:
+        eng.dispose()
+
+
+def test_odd_text_is_stored_as_every_database_can(sf, clock):
+    log = AuditLog(sf, clock=clock)
+    log.record("al\x00ice", "operator", "queue.pause", "q/\ud800", "nul\x00 and \udfff", "ok",
+               {"k\x00": ["\ud83d", float("nan")], "n": 1})
+    (e,) = log.list()
+    assert (e.user, e.target, e.reason) == ("al\ufffdice", "q/\ufffd", "nul\ufffd and \ufffd")
+    assert e.detail == {"k\ufffd": ["\ufffd", "nan"], "n": 1}

@@ -28,6 +28,8 @@ OUTSIDE_BY_DESIGN_ROUTES = {
     "auth.logout": AUTHENTICATION,
     # ends your own sessions and logs you out (it runs the table's users.logout_everywhere)
     "auth.logout_everywhere": AUTHENTICATION,
+    # the edited replay's dry run changes nothing; a POST so the payload is in no URL
+    "edit.dry_run": "a read: it changes nothing (a POST, so the payload stays out of URLs)",
 }
 READ, PROCESS = "a read: it changes nothing", "a process, not a change"
 # re-sealing needs the key ring, which is the CLI process's own (ANTRE_PAYLOAD_KEYS), not the
@@ -38,6 +40,7 @@ OUTSIDE_BY_DESIGN_COMMANDS = {
     "status": READ, "find": READ, "result": READ, "tasks": READ, "dlq list": READ,
     "dlq show": READ, "schedules list": READ, "group list": READ, "group show": READ,
     "user list": READ, "flow list": READ, "flow show": READ, "keys rotate": KEY_RING,
+    "config": READ,
 }
 # Entries without a command: the CLI's actor is an OS user (cli:NAME), not a dashboard one.
 NO_COMMAND_BY_DESIGN = {
@@ -188,7 +191,8 @@ def test_a_toy_entry_gets_an_html_route(toy_web):
     assert post(c, "/toy/default/j2/touch", {"times": "many"}).status_code == 400
     assert post(c, "/toy/default/j2/touch", {"times": "1"}, csrf=False).status_code in (400, 403)
     assert TOUCHED == [("operator", "j2", "red")]
-    assert [e.outcome for e in toy_web.audit("toy.touch")] == ["refused", "ok"]
+    # newest first: "many" (bad input, 400), "0" (refused by the entry), "3"
+    assert [e.outcome for e in toy_web.audit("toy.touch")] == ["refused", "refused", "ok"]
     with toy_web.app.test_request_context():
         from flask import url_for
         assert url_for("control.toy_touch", queue="q", job_id="j") == "/toy/q/j/touch"

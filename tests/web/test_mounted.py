@@ -178,3 +178,35 @@ def test_any_wsgi_host_through_wsgi_mount(redis_url, sqlite_url):
     c.set_cookie("hostid", "dana-ok")
     page = c.get("/ops/antre/workers/").get_data(as_text=True)
     assert "dana" in page and 'href="/ops/antre/users/"' in page  # admin: the Users page
+
+
+def test_the_csrf_token_is_made_anew_when_the_hosts_user_changes(hosted):
+    host, web = hosted
+    job_id = web.dead_job()
+    c = host_login(host, "alice")
+    alices = csrf(c)
+    c.get("/logout")
+    resp = c.post("/login", data={"username": "root", "password": "letmein", "next": "/antre/"})
+    assert resp.status_code == 302
+    stale = c.post(f"/antre/dlq/default/{job_id}/replay",
+                   data={"reason": "alice's page", "csrf_token": alices})
+    assert stale.status_code == 400 and web.svc.reads.count_dead("default") == 1
+    roots = csrf(c)
+    assert roots != alices
+    resp = c.post(f"/antre/dlq/default/{job_id}/replay",
+                  data={"reason": "root's page", "csrf_token": roots})
+    assert resp.status_code == 303 and web.svc.reads.count_dead("default") == 0
+
+
+@pytest.mark.parametrize("nxt", ["/\t/evil.example", "/\n/evil.example", "/\\evil.example",
+                                 "//evil.example", "https://evil.example/", "/ /evil.example"])
+def test_the_example_hosts_login_sends_only_to_its_own_paths(hosted, nxt):
+    host, _ = hosted
+    resp = host.test_client().post("/login", data={"username": "alice", "password": "letmein",
+                                                   "next": nxt})
+    assert resp.status_code == 302 and resp.headers["Location"] == "/"
+    ok = host.test_client().post("/login", data={"username": "alice", "password": "letmein",
+                                                 "next": "/antre/dlq/?queue=default"})
+    assert ok.headers["Location"] == "/antre/dlq/?queue=default"
+    wrong = host.test_client().post("/login", data={"username": "alice", "password": "lëtmein"})
+    assert wrong.status_code == 200 and "Wrong user or password" in wrong.get_data(as_text=True)

@@ -25,13 +25,13 @@ def test_dry_run_shows_the_diff_and_the_record_and_changes_nothing(web):
     op = web.client("operator")
     form = op.get(f"/jobs/default/{job_id}/edit").get_data(as_text=True)
     assert "&#34;to&#34;: &#34;a@x&#34;" in form  # the payload, pretty, escaped
-    page = op.get(f"/jobs/default/{job_id}/edit", query_string={
+    page = post(op, f"/jobs/default/{job_id}/edit", {
         "payload": json.dumps({"to": "b@x", "n": 1})}).get_data(as_text=True)
     assert '<span class="del">-  &#34;to&#34;: &#34;a@x&#34;</span>' in page
     assert '<span class="add">+  &#34;to&#34;: &#34;b@x&#34;</span>' in page
     assert "Idempotency record of edit:1" in page
     assert web.q.get(job_id).state == "dead" and web.q.get(job_id).payload["to"] == "a@x"
-    bad = op.get(f"/jobs/default/{job_id}/edit", query_string={"payload": "{nope"})
+    bad = post(op, f"/jobs/default/{job_id}/edit", {"payload": "{nope"})
     assert "the payload is not JSON" in bad.get_data(as_text=True)
     assert "Replay with this payload</button>" not in bad.get_data(as_text=True)
     assert "Replay with this payload</button>" in page  # offered for what was dry-run
@@ -109,9 +109,49 @@ def test_a_failed_key_is_reset_so_the_edited_payload_is_not_a_mismatch(web):
     assert svc.fail("edit:failed", 1, "bad address", True, job_id=job_id)
     assert svc.lookup("edit:failed").status == "failed"
     op = web.client("operator")
-    dry = op.get(f"/jobs/default/{job_id}/edit", query_string={
+    dry = post(op, f"/jobs/default/{job_id}/edit", {
         "payload": json.dumps({"to": "b@x", "n": 1})}).get_data(as_text=True)
     assert "the failed record is reset first" in dry
     assert _edit(op, job_id, {"to": "b@x", "n": 1}, reason="fixed").status_code == 303
     assert svc.lookup("edit:failed") is None  # the next delivery claims it afresh
     assert web.audit("dlq.replay_edited")[0].detail["reset_failed_key"] is True
+
+
+def test_the_dry_run_is_a_post_and_the_payload_is_in_no_url(web):
+    job_id = _dead(web, key="edit:post")
+    op = web.client("operator")
+    form = op.get(f"/jobs/default/{job_id}/edit").get_data(as_text=True)
+    assert 'form method="post" action="/jobs/default/' + job_id + '/edit"' in form
+    ignored = op.get(f"/jobs/default/{job_id}/edit", query_string={"payload": '{"to": "z"}'})
+    assert "section class=\"dry-run-result\"" not in ignored.get_data(as_text=True)
+    assert post(op, f"/jobs/default/{job_id}/edit", {"payload": "{}"},
+                csrf=False).status_code == 400  # a POST: the CSRF token is asked for
+
+
+def test_every_character_of_a_new_key_is_checked(web):
+    job_id = _dead(web, key="edit:chars")
+    op = web.client("operator")
+    for bad in ("k" * 150 + "{x}", "k" * 120 + "é", "a{b}", "k" * 201):
+        resp = _edit(op, job_id, {"to": "b@x", "n": 1}, reason="r", new_key=bad)
+        assert resp.status_code == 303
+        assert web.q.get(job_id).state == "dead", bad
+        assert "the new idempotency key must be" in web.audit("dlq.replay_edited")[0].detail[
+            "message"]
+
+
+def test_a_new_key_another_job_completed_is_refused(web):
+    from antre.stores.idempotency import fingerprint
+    svc = web.svc.idempotency
+    done = _dead(web, key="edit:other")
+    svc.begin("edit:other", fingerprint("email", {}), "email", done, 1, "w1",
+              web.clock() + 30_000)
+    svc.complete(None, "edit:other", 1, {"sent": True}, job_id=done)
+    job_id = _dead(web, key="edit:mine")
+    op = web.client("operator")
+    dry = post(op, f"/jobs/default/{job_id}/edit", {"payload": json.dumps({"to": "b@x"}),
+                                                    "new_key": "edit:other"})
+    assert f"key edit:other already completed the effect of job {done}" in dry.get_data(
+        as_text=True)
+    resp = _edit(op, job_id, {"to": "b@x", "n": 1}, reason="resend", new_key="edit:other")
+    assert resp.status_code == 303 and web.q.get(job_id).state == "dead"
+    assert web.audit("dlq.replay_edited")[0].outcome == "refused"

@@ -185,3 +185,17 @@ def test_a_lease_stuck_past_its_deadline_is_a_critical_incident(web):
     assert 'data-incident="stuck_leases|default"' in page
     assert "1 in-flight jobs of queue default are past their lease deadline" in page
     assert "/inflight/?queue=default&amp;sort=deadline" in page
+
+
+def test_worker_restarts_after_a_hard_timeout_name_the_handler_and_what_to_change(web):
+    from antre.observe.registry import WorkerRegistry
+    reg = WorkerRegistry(web.producer.redis, web.clock)
+    for n in range(2):
+        reg.record_restart(f"h:{n}", "h", "hard_timeout", job_type="nightly_report", timeout_s=90)
+    page = web.client("viewer").get("/incident/").get_data(as_text=True)
+    assert 'data-incident="worker_restarts|hard_timeout|nightly_report"' in page
+    assert "Worker processes restarting" in page
+    assert "handler nightly_report exceeds its timeout of 90 s" in page
+    assert "Raise timeout_s of nightly_report or fix the handler" in page
+    data = web.client("viewer").get("/api/incidents").get_json()
+    assert any(i["kind"] == "worker_restarts" for i in data["open"])

@@ -74,8 +74,24 @@ def test_bad_and_unknown_types_and_escaping(web):
     r = web.producer.redis
     slot = perf.slot_of("h", web.clock())
     r.hset(keys.QueueKeys("default").perf("h", slot), "<b>x</b>|runs", 3)
+    r.zadd(keys.QueueKeys("default").perf_rank("h", slot), {"<b>x</b>": 3})
     r.sadd(keys.queues_index(), "default")
     r.sadd(keys.QueueKeys("default").types, "<b>x</b>")
     page = c.get("/types/").get_data(as_text=True)
     assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
     assert c.get("/types/?window=bogus").status_code == 200  # an unknown window: 24 h
+
+
+def test_the_index_shows_a_page_of_the_busiest_types_with_links_to_the_next(web):
+    for i in range(60):
+        write(web, f"job{i:02d}", [(8, 1, False)] * (1 + i % 5))
+    c = web.client("viewer")
+    got = c.get("/api/types?window=1h&limit=25", headers=basic("viewer")).get_json()
+    assert (got["total"], got["offset"], got["limit"], len(got["types"])) == (60, 0, 25, 25)
+    assert got["types"][0]["runs"] == 5
+    rest = c.get("/api/types?window=1h&limit=25&offset=50", headers=basic("viewer")).get_json()
+    assert len(rest["types"]) == 10 and rest["types"][-1]["runs"] == 1
+    page = c.get("/types/?window=1h").get_data(as_text=True)
+    assert "Types 1–50 of 60, busiest first." in page and 'rel="next"' in page
+    assert page.count('data-type="') == 50
+    assert c.get("/types/?limit=abc").status_code == 400

@@ -118,7 +118,7 @@ def _edit(c, job_id, payload, **extra):
 def test_the_edited_replay_is_refused_when_the_payload_does_not_fit_the_task(typed):
     c = typed.client("operator")
     bill = typed.dead_job("bill", {"order_id": 1, "amount_cents": 5}, key="bill:1")
-    dry = c.get(f"/jobs/default/{bill}/edit", query_string={
+    dry = post(c, f"/jobs/default/{bill}/edit", {
         "payload": json.dumps({"order_id": 1, "amount": 5})}).get_data(as_text=True)
     assert "payload does not fit Invoice: unknown field &#39;amount&#39;" in dry
     assert "the worker would bury it again" in dry

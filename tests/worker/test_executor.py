@@ -232,13 +232,114 @@ def test_heartbeat_extends_leases_and_registers_the_worker(app, clock, q):
     assert info.state == "stopped" and info.processed == 1 and info.current == []
 
 
-def test_hard_timeout_retries_as_timeout_and_recycles(app, clock, q):
+def test_hard_timeout_interrupts_the_handler_and_the_process_carries_on(app, clock, q):
+    started, seen, release = threading.Event(), [], threading.Event()
+
+    @app.handler("spin", timeout_s=2)
+    def spin(ctx, payload):
+        started.set()
+        try:
+            while not release.is_set():  # ignores ctx.cancelled, runs Python code
+                time.sleep(0.005)
+        except BaseException as exc:
+            seen.append(type(exc).__name__)
+            raise
+        return "too late"
+
+    @app.handler("echo")
+    def echo(ctx, payload):
+        return payload
+
+    job_id = app.enqueue("spin", {}, idempotency_key="sp:1")
+    w = make_worker(app, clock)
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        assert started.wait(5)
+        clock.advance(2_000)
+        w.heartbeat_once()  # soft timeout: ctx.cancelled
+        assert q.get(job_id).state == "inflight" and not seen
+        clock.advance(2_000)
+        w.heartbeat_once()  # hard timeout (2 s + grace min(5, 2) s): raised into its thread
+        assert wait_for(lambda: w.counts["retried"] == 1)  # (counted once it is settled)
+        job = q.get(job_id)
+        assert job.state == "scheduled" and job.attempt == 1 and job.error_kind == "timeout"
+        assert seen == ["HardTimeout"]
+        assert "hard timeout after 4 s (its timeout is 2 s)" in job.last_error
+        assert not w.stopping and w.exit_code == 0
+        other = app.enqueue("echo", {"n": 1}, idempotency_key="e:1")  # still serving
+        assert wait_for(lambda: q.get(other).state == "done")
+    finally:
+        release.set()
+        w.stop()
+        t.join(10)
+    assert w.exit_code == 0 and "dropped" not in w.counts
+
+
+def test_an_interrupt_racing_the_handlers_return_never_escapes_into_the_worker(app, q):
+    """Interrupts raised at every moment of a handler's short run (as the heartbeat does,
+    under the guard): each run comes out as its result or as a JobTimeout, never as an
+    exception raised into the worker's code after the handler returned."""
+    from collections import Counter
+
+    from antre import JobTimeout
+    from antre_worker.held import Running
+    from antre_worker.interrupt import raise_in
+    from antre_worker import execution
+
+    @app.handler("quick")
+    def quick(ctx, payload):
+        for _ in range(2000):
+            pass
+        return "done"
+
+    app.enqueue("quick", {}, idempotency_key="qk:1")
+    job, me = q.reserve("w", count=1)[0], threading.get_ident()
+    box: dict[str, Running | None] = {"r": None}
+    stop = threading.Event()
+
+    def heartbeat():
+        while not stop.is_set():
+            r = box["r"]
+            if r is not None:
+                with r.handler_guard:
+                    if r.in_handler and not r.interrupted_ms and raise_in(me):
+                        r.interrupted_ms = 1
+            time.sleep(0)
+
+    import sys
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the threads take turns at every moment
+    t = threading.Thread(target=heartbeat)
+    t.start()
+    seen: Counter[str] = Counter()
+    try:
+        for _ in range(500):
+            r = Running(job, q)
+            r.spec = app.handlers["quick"]
+            box["r"] = r
+            try:
+                seen[execution._call(r, None)] += 1
+            except JobTimeout:
+                seen["timeout"] += 1
+            box["r"] = None
+            assert not r.in_handler
+            for _ in range(200):  # bytecodes of the worker's own: nothing may be raised here
+                pass
+    finally:
+        stop.set()
+        t.join(5)
+        sys.setswitchinterval(switch)
+    assert seen["timeout"] > 0 and seen["done"] > 0 and sum(seen.values()) == 500
+
+
+def test_a_handler_stuck_where_it_cannot_be_interrupted_retires_the_process(app, clock, q):
     started, release = threading.Event(), threading.Event()
 
     @app.handler("hang", timeout_s=2)
     def hang(ctx, payload):
         started.set()
-        release.wait(10)
+        release.wait(10)  # a lock's wait in C: the interrupt waits for it to return
         return "too late"
 
     job_id = app.enqueue("hang", {}, idempotency_key="h:1")
@@ -250,14 +351,18 @@ def test_hard_timeout_retries_as_timeout_and_recycles(app, clock, q):
         assert started.wait(5)
         clock.advance(2_000)
         w.heartbeat_once()  # soft timeout: ctx.cancelled
+        clock.advance(2_000)
+        w.heartbeat_once()  # hard timeout: interrupted, but the thread is in C
         assert q.get(job_id).state == "inflight"
         clock.advance(2_000)
-        w.heartbeat_once()  # hard timeout (timeout 2 s + grace min(5, 2) s)
+        w.heartbeat_once()  # the interrupt's grace is over: abandoned, the process retires
         t.join(5)
         assert not t.is_alive() and out["code"] == EXIT_RECYCLE
         job = q.get(job_id)
         assert job.state == "scheduled" and job.attempt == 1 and job.error_kind == "timeout"
-        assert "JobTimeout" in job.last_error
+        assert "did not return to Python" in job.last_error and "JobTimeout" in job.last_error
+        assert w.retired_for == ("hard_timeout", "hang")
+        assert WorkerRegistry(app.redis, clock).restart_counts() == {("hard_timeout", "hang"): 1}
     finally:
         release.set()
     assert wait_for(lambda: w.counts["dropped"] == 1)  # the abandoned handler returned
@@ -366,3 +471,38 @@ def test_many_threads_process_everything_once(app, clock, q, r):
     _, counts = burst(app, clock, threads=4, prefetch=2)
     assert counts["processed"] == 40 and r.get("test:count") == "40"
     assert all(q.where(i) == ["done"] for i in ids)
+
+
+def test_the_jobs_a_stuck_handlers_batch_ran_before_it_are_acked_when_it_is_abandoned(
+        app, clock, q):
+    started, release = threading.Event(), threading.Event()
+
+    @app.handler("quick")
+    def quick(ctx, payload):
+        return "fine"
+
+    @app.handler("hang", timeout_s=2)
+    def hang(ctx, payload):
+        started.set()
+        release.wait(10)  # in C: only the process's retirement ends it
+        return "too late"
+
+    fine = app.enqueue("quick", {}, idempotency_key="qk:2")
+    stuck = app.enqueue("hang", {}, idempotency_key="h:2")
+    w = make_worker(app, clock)
+    batch = w._hold(q, q.reserve(w.worker_id, count=2))  # one runner's prefetched batch
+    assert [r.job.id for r in batch] == [fine, stuck]
+    t = threading.Thread(target=w._work, args=(batch, 2))
+    t.start()
+    try:
+        assert started.wait(5)
+        assert q.get(fine).state == "inflight"  # its ack waits for the batch's end
+        for _ in range(3):  # soft timeout, hard timeout (interrupt), the interrupt's grace
+            clock.advance(2_000)
+            w.heartbeat_once()
+        assert wait_for(lambda: q.get(fine).state == "done")  # sent for the stuck thread
+        assert t.is_alive() and q.get(stuck).state == "scheduled"
+    finally:
+        release.set()
+        t.join(10)
+    assert q.stats()["acked"] == 1 and q.get(fine).deliveries == 1

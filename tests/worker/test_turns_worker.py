@@ -130,3 +130,38 @@ def test_a_groups_rate_through_a_real_worker_starts_its_jobs_per_window_only(app
         job = q.get(job_id)
         assert (job.state, job.deliveries, job.attempt, job.snoozes) == ("done", 1, 0, 0)
     assert q.stats().get("snoozed", 0) == 0 and q.stats().get("retried", 0) == 0
+
+
+@pytest.mark.parametrize("lowered", [False, True], ids=["its_own_slots", "an_operators_override"])
+def test_a_group_with_four_slots_runs_four_jobs_at_once_on_four_runners(app, clock, q, lowered):
+    """One runner's batch takes its share of a group's slots, not all of them: the group's four
+    ready jobs go to four runners and run together (each waits until four run, or gives up)."""
+    import threading
+
+    from antre.groups.control import GroupControl
+
+    cond, running, peak = threading.Condition(), [0], [0]
+
+    @app.handler("tenant_job")
+    def tenant_job(ctx, payload):
+        with cond:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            cond.notify_all()
+            cond.wait_for(lambda: peak[0] >= 4, timeout=5)  # (a bound for a failing run)
+            running[0] -= 1
+
+    @app.handler("noop")
+    def noop(ctx, payload):
+        pass
+
+    # ungrouped jobs first: fast, so each runner's batch grows to its prefetch of 16
+    app.enqueue_many([app.spec("noop", {}, idempotency_key=f"n{i}") for i in range(400)])
+    slots = {} if lowered else {"group_concurrency": 4}
+    app.enqueue_many([app.spec("tenant_job", {"i": i}, idempotency_key=f"t{i}", group="acme",
+                               **slots) for i in range(12)])
+    if lowered:
+        GroupControl(app.redis, clock).set_slots("default", "acme", 4, "ops", "noisy tenant")
+    burst(app, clock, threads=4, prefetch=16)
+    assert peak[0] == 4  # four at once, never more than its slots
+    assert q.stats()["acked"] == 412

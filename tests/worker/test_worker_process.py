@@ -93,6 +93,7 @@ def test_poison_job_that_kills_its_worker_ends_in_the_dlq(app, r, tmp_path, proc
     registry = WorkerRegistry(app.redis)
     wait_for(lambda: any(w.kind == "supervisor" and w.restarts >= 3 for w in registry.list()),
              what="the supervisor to count restarts")
+    assert registry.restart_counts()[("killed", "")] >= 3  # by cause: no handler named
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(15) == 0
 
@@ -158,7 +159,8 @@ def test_burst_pool_processes_everything_and_exits(app, r, tmp_path, procs):
 
 
 @pytest.mark.slow
-def test_hung_handler_is_timed_out_and_its_process_recycled(app, r, tmp_path, procs):
+def test_a_hung_handler_is_timed_out_at_each_attempt_and_its_process_retired(app, r, tmp_path,
+                                                                             procs):
     q = app.queue()
     job_id = q.enqueue("hang_forever", {}, idempotency_key="hang:1", timeout_s=0.5,
                        max_attempts=2)
@@ -169,10 +171,80 @@ def test_hung_handler_is_timed_out_and_its_process_recycled(app, r, tmp_path, pr
     job = q.get(job_id)
     assert job.error_kind == "timeout" and job.attempt == 2
     assert job.reason.startswith("attempts exhausted (2/2)") and "JobTimeout" in job.reason
+    assert "hard timeout after" in job.reason and "did not return to Python" in job.reason
     assert r.llen("test:started") == 2
     log = tmp_path / "pool.log"
-    wait_for(lambda: log.read_text().count("code 3 (recycled after a hard timeout)") == 2,
-             what="the supervisor to recycle both hung processes")
+    wait_for(lambda: log.read_text().count("code 3 (retired: a handler it could not stop)") == 2,
+             what="the supervisor to restart both retired processes")
+    assert WorkerRegistry(r).restart_counts() == {("hard_timeout", "hang_forever"): 2}
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(15) == 0
+
+
+def _pool(app, tmp_path, threads: int = 2):
+    return spawn(app.redis_url, ["antre_worker", "worker", APP, "--processes", "1",
+                                 "--threads", str(threads), "--prefetch", "1", "--no-scheduler",
+                                 "--grace", "1"], tmp_path / "pool.log")
+
+
+def _marks(r, what: str, job_id: str) -> list[tuple[int, int]]:
+    """(delivery, pid) of each ``test:<what>`` mark of ``job_id`` (tests/apps/basic.py)."""
+    return [(int(d), int(p)) for i, d, p in (m.split(":") for m in r.lrange(f"test:{what}", 0, -1))
+            if i == job_id]
+
+
+@pytest.mark.slow
+def test_a_hung_handler_is_interrupted_while_its_sibling_completes_once_in_the_same_process(
+        app, r, tmp_path, procs):
+    q = app.queue()
+    sibling = q.enqueue("until_flag", {}, idempotency_key="sib:1")
+    hung = q.enqueue("spin_forever", {}, idempotency_key="spin:1", timeout_s=0.5,
+                     max_attempts=1)
+    sup = _pool(app, tmp_path)
+    procs.append(sup)
+    wait_for(lambda: q.get(hung).state == "dead", 20, "the hung job to be timed out")
+    job = q.get(hung)
+    assert job.error_kind == "timeout" and "the handler was interrupted" in job.reason
+    assert "hard timeout after" in job.reason and "JobTimeout" in job.reason
+    assert q.get(sibling).state == "inflight"  # still running: nothing stopped it
+    r.set("test:flag", "1")
+    wait_for(lambda: q.get(sibling).state == "done", 20, "the sibling to complete")
+    (_, pid), = _marks(r, "started", hung)
+    assert _marks(r, "started", sibling) == _marks(r, "done", sibling) == [(1, pid)]
+    assert q.get(sibling).deliveries == 1 and q.get(sibling).result == "finished"
+    later = q.enqueue("echo", {"n": 1}, idempotency_key="e:1")
+    wait_for(lambda: q.get(later).state == "done", 20, "the same process to run the next job")
+    assert _marks(r, "done", later) == [(1, pid)]  # never restarted
+    assert "worker_restart" not in (tmp_path / "pool.log").read_text()
+    assert WorkerRegistry(r).restart_counts() == {}
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(15) == 0
+
+
+@pytest.mark.slow
+def test_a_handler_stuck_in_a_c_call_retires_its_process_once_its_sibling_completed(
+        app, r, tmp_path, procs):
+    q = app.queue()
+    sibling = q.enqueue("until_flag", {}, idempotency_key="sib:2")
+    hung = q.enqueue("hang_in_c", {}, idempotency_key="c:1", timeout_s=0.5, max_attempts=1)
+    sup = _pool(app, tmp_path)
+    procs.append(sup)
+    wait_for(lambda: q.get(hung).state == "dead", 20, "the stuck job to be timed out")
+    assert "did not return to Python" in q.get(hung).reason
+    (_, pid), = _marks(r, "started", hung)
+    log = tmp_path / "pool.log"
+    wait_for(lambda: "retires once its other jobs are done" in log.read_text(),
+             what="the process to say it retires")
+    later = q.enqueue("echo", {"n": 2}, idempotency_key="e:2")
+    assert q.get(sibling).state == "inflight" and "worker_restart" not in log.read_text()
+    r.set("test:flag", "1")  # the sibling completes, then the process exits and is replaced
+    wait_for(lambda: q.get(later).state == "done", 30, "a fresh process to run the next job")
+    assert _marks(r, "started", sibling) == _marks(r, "done", sibling) == [(1, pid)]
+    assert q.get(sibling).state == "done" and q.get(sibling).deliveries == 1
+    (_, fresh), = _marks(r, "done", later)
+    assert fresh != pid  # the retired process reserved nothing more
+    assert log.read_text().count("code 3 (retired: a handler it could not stop)") == 1
+    assert WorkerRegistry(r).restart_counts() == {("hard_timeout", "hang_in_c"): 1}
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(15) == 0
 

@@ -27,6 +27,7 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from antre import settings
 from antre.observe import otel_metrics
 
+from .common import is_local_path
 from .delegated import HostAuth, HostUser, UserOf
 
 from . import (
@@ -159,4 +160,4 @@ def _clean(prefix: str) -> str:
 
 InsecureConfig = security.InsecureConfig
 
-__all__ = ["HostAuth", "InsecureConfig", "create_app", "mount", "wsgi_mount"]
+__all__ = ["HostAuth", "InsecureConfig", "create_app", "is_local_path", "mount", "wsgi_mount"]

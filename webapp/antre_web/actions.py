@@ -1,6 +1,7 @@
 """The dashboard's side of every change: ``perform`` runs an entry of the table of actions
-(``antre/actions/``) for the logged-in user, ``guarded`` (refused while the audit log is
-unreachable) and audited (ok, failed or refused, with before/after figures); ``table_ops``
+(``antre/actions/``) for the logged-in user through the core's one runner
+(``antre.actions.perform``: the audit entry written first, the change refused with a 503 when
+it cannot be, then its outcome: ok, failed or refused, with before/after figures); ``table_ops``
 gives the entries the dashboard's stores, its session renewal and its login-limited check of a
 current password. The HTML views flash ``Result.message``; the API returns
 ``Result.to_json()``."""
@@ -16,13 +17,13 @@ from antre.actions import (
     Args,
     Ops,
     Result,
-    outcome_of,
 )
+from antre.actions import perform as run_recorded
 
 from . import services
-from .security import Attempt, TooManyTries, audit, client_addr, current_user, start_session
-from .security import throttled
-from .services import REDIS_ERRORS, Services
+from .security import Attempt, TooManyTries, audit_seen, client_addr, current_user
+from .security import start_session, throttled
+from .services import Services
 
 __all__ = ["MAX_SELECTED", "Result"]  # re-exported: the views and the API use them
 
@@ -31,25 +32,24 @@ def _svc() -> Services:
     return services.get()
 
 
-def _done(action: str, target: str, reason: str, result: Result) -> Result:
-    audit(action, target, outcome_of(result, "dashboard"), reason, {"message": result.message, **result.detail})
-    return result
-
-
 def perform(action: Action, args: Args) -> Result:
     """Run one entry of the table of actions (``antre/actions/``) for the logged-in user,
-    guarded and audited like every other change."""
+    recorded before it runs like every other change."""
     svc = _svc()
     user = current_user()
-    who = Actor(user.name if user else "(anonymous)", user.role if user else None)
+    who = Actor(user.name if user else "(anonymous)", user.role if user else None,
+                "dashboard", client_addr())
     if action.self_service:  # your own account, whatever the request names
         args = {**args, "name": who.name}
 
     def renew(name: str) -> None:
         start_session(svc.users.get(name))
     ops = table_ops(renew if user is not None and user.via == "session" else None)
-    return guarded(action.name, action.target(args), args.get("reason") or "",
-                   lambda: action.run(ops, who, args))
+    return run_recorded(action, ops, who, args, svc.audit, audit_seen, _redis_down)
+
+
+def _redis_down(exc: Exception) -> str:
+    return f"Redis unreachable: {services.scrubbed(exc)}"
 
 
 def table_ops(renew: Any = None) -> Ops:
@@ -71,19 +71,3 @@ def _check_password(name: str, current: str) -> Result | None:
     if not right:
         return Result(False, "the current password is wrong; nothing was changed", 403)
     return None
-
-
-def guarded(action: str, target: str, reason: str, fn: Any) -> Result:
-    """Run ``fn`` unless the audit log is unreachable; audit a Redis failure, then re-raise it
-    so the page shows the outage."""
-    svc = _svc()
-    if svc.outages.since("database") is not None:
-        return Result(False, "the database holding the audit log is unreachable: changes are "
-                             "refused until it is back", 503)
-    try:
-        result: Result = fn()
-    except REDIS_ERRORS as exc:
-        audit(action, target, "failed", reason,
-              {"message": f"Redis unreachable: {services.scrubbed(exc)}"})
-        raise
-    return _done(action, target, reason, result)

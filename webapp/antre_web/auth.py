@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
 from antre.actions import by_name
+from antre.stores.sql import unreachable
 from antre.stores.users import MIN_PASSWORD_LENGTH, normalise_name
 
 from . import actions, services
@@ -29,6 +30,7 @@ from .security import (
     Attempt,
     CurrentUser,
     audit,
+    database_seen,
     check_login_csrf,
     client_addr,
     count_anonymous,
@@ -75,14 +77,16 @@ def login_post() -> Response | tuple[str, int]:
     try:
         info = throttled(attempt, lambda: svc.users.verify(name, request.form.get("password")
                                                            or ""))
-        svc.outages.ok("database")
+        database_seen(None)
     except TooManyTries as exc:
         count_anonymous("login", 429)  # counted, not audited: nobody proved who they are
         return _login_page(f"Too many failed attempts; try again in {int(exc.wait_s) + 1}s.",
                            429)
-    except SQLAlchemyError:
-        svc.outages.failed("database")
-        return _login_page("The user database is unreachable; try again shortly.", 503)
+    except SQLAlchemyError as exc:
+        database_seen(exc)
+        if unreachable(exc):
+            return _login_page("The user database is unreachable; try again shortly.", 503)
+        info = None  # a name or password the database refuses (a NUL, say) is nobody's
     if info is None:  # the typed name is no user's: it may be a password typed in the wrong box
         audit("login", typed_name_digest(name), "failed", None,
               {"why": "wrong user name or password"},

@@ -41,7 +41,7 @@ from antre.observe.readmodels import DeadFilter
 
 from . import services
 from .actions import Result
-from .security import current_user
+from .security import audit, current_user
 from .services import REDIS_ERRORS, redact
 
 DB_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
@@ -382,6 +382,17 @@ def _redis_refused(exc: redis.ResponseError) -> Response:
                         "cursors and counts must be small whole numbers)")
 
 
+def _audit_bad_change(message: str) -> None:
+    """A logged-in user's change refused as bad input (400) is audited under the action's
+    name (reads are not: a mistyped filter is no change)."""
+    if request.method not in ("POST", "PUT", "PATCH", "DELETE") or current_user() is None:
+        return
+    view = current_app.view_functions.get(request.endpoint or "")
+    action = getattr(view, "table_action", None) or request.endpoint or "?"
+    audit(action, request.path, "refused", None,
+          {"status": 400, "why": message[:500], "method": request.method})
+
+
 def install(app: Flask) -> None:
     app.extensions["antre_last_good"] = LastGood()
     for redis_exc in REDIS_ERRORS:
@@ -411,6 +422,8 @@ def install(app: Flask) -> None:
         if request_ctx.url_adapter is None:  # a Host outside TRUSTED_HOSTS: no URLs to build
             return Response(f"{e.code}: this dashboard does not answer to that host name "
                             "(ANTRE_TRUSTED_HOSTS)\n", status=e.code, mimetype="text/plain")
+        if e.code == 400:
+            _audit_bad_change(message)
         if request.path.startswith("/api/"):
             resp = jsonify({"error": message, "status": e.code})
         else:

@@ -7,8 +7,8 @@ With it:
 
 - every request's user is the host's answer, read afresh on every request (no Antre login,
   no Antre user database needed for it); changes remain POSTs with the CSRF token of the
-  dashboard's own session cookie, checked against the host's role, audited under the host's
-  user name (in the audit log of ``ANTRE_DATABASE_URL``, as without delegation);
+  dashboard's own session cookie (made anew whenever the host's user changes), checked
+  against the host's role, audited under the host's user name (in the audit log of ``ANTRE_DATABASE_URL``, as without delegation);
 - None: a page is redirected to ``login_url`` (with ``next=`` the page asked for), or, without
   one, answered 401; the JSON API always answers 401; Antre's own login form, logout and
   account pages are never served (they say to log in through the host);
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from flask import (Flask, Request, Response, current_app, jsonify, redirect, render_template,
-                   request)
+                   request, session)
 from werkzeug.wrappers import Response as BaseResponse
 
 from antre.stores.users import ROLES
@@ -83,6 +83,19 @@ def host_user(auth: HostAuth) -> tuple[str, str] | None:
         raise BadHostUser(f"the host's user callable returned the role {role[:40]!r}; it must "
                           f"be one of {', '.join(ROLES)}")
     return name, role
+
+
+def own_session(name: str | None) -> None:
+    """The dashboard's session (its CSRF token) belongs to one host user: when the host's user
+    changes or logs out, the token is made anew, so a page the one before left open (or a token
+    they saw) changes nothing for the one after."""
+    if session.get("host_user") == name:
+        return
+    session.pop("csrf", None)
+    if name is None:
+        session.pop("host_user", None)
+    else:
+        session["host_user"] = name
 
 
 def refused_bad_user(exc: BadHostUser) -> Response:

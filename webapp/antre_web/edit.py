@@ -1,6 +1,8 @@
 """Replay a dead job with an edited payload, from its job page: edit the JSON
-and dry run it (``GET``: the diff, the handler, the idempotency record of the key it would run
-under, and why it would be refused); the page then offers to replay exactly what was dry-run.
+and dry run it (a ``POST`` with the CSRF token, so the payload stays out of URLs, logs and
+the history; it changes nothing: the diff, the handler, the idempotency record of the key it
+would run under, and why it would be refused); the page then offers to replay exactly what was
+dry-run.
 The replay itself is the table entry ``dlq.replay_edited`` (``antre/actions/``: operator,
 POST + CSRF, audited with the diff; its API route and ``antre job replay-edited``)."""
 
@@ -22,10 +24,20 @@ bp = Blueprint("edit", __name__)
 @bp.get("/jobs/<queue>/<job_id>/edit")
 @requires("operator")
 def form(queue: str, job_id: str) -> ResponseReturnValue:
+    return _page(queue, job_id, None, "")
+
+
+@bp.post("/jobs/<queue>/<job_id>/edit")
+@requires("operator")
+def dry_run(queue: str, job_id: str) -> ResponseReturnValue:
+    """A read (it changes nothing) that is a POST: the payload is never in a URL."""
+    return _page(queue, job_id, request.form.get("payload") or "",
+                 request.form.get("new_key") or "")
+
+
+def _page(queue: str, job_id: str, text: str | None, new_key: str) -> ResponseReturnValue:
     svc = services.get()
     job = job_or_404(queue, job_id)
-    text = request.args.get("payload")
-    new_key = request.args.get("new_key") or ""
     plan = None
     if text is not None:  # a dry run
         found = edit_plan(Ops(svc.antre, svc.clock, svc.reads, svc.idempotency),

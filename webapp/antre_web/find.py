@@ -23,7 +23,7 @@ from antre.engine import states
 from .sealed import shown
 from . import services
 from .common import arg_int, check_queue, page_args, render
-from .security import requires
+from .security import database_seen, requires
 
 bp = Blueprint("find", __name__)
 
@@ -95,8 +95,8 @@ def index() -> tuple[str, int] | Response:
 def _has_record(key: str) -> bool:
     try:
         return services.get().idempotency.lookup(key[:500]) is not None
-    except SQLAlchemyError:
-        services.get().outages.failed("database")
+    except SQLAlchemyError as exc:
+        database_seen(exc)
         return False
 
 
@@ -148,8 +148,8 @@ def _idempotency(key: str) -> tuple[Any, str]:
     svc = services.get()
     try:
         return (svc.idempotency.lookup(key) if key else None), ""
-    except SQLAlchemyError:
-        svc.outages.failed("database")
+    except SQLAlchemyError as exc:
+        database_seen(exc)
         return None, "the database is unreachable: idempotency status unknown"
 
 

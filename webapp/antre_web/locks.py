@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from . import services
 from .common import render
-from .security import requires
+from .security import database_seen, requires
 
 bp = Blueprint("locks", __name__, url_prefix="/locks")
 
@@ -32,10 +32,10 @@ def committed_fences(keys: list[str]) -> dict[str, int] | None:
     try:
         with svc.session_factory() as s:
             found: dict[str, int] = svc.fences.current_many(s, keys)
-        svc.outages.ok("database")
+        database_seen(None)
         return found
-    except SQLAlchemyError:
-        svc.outages.failed("database")
+    except SQLAlchemyError as exc:
+        database_seen(exc)
         return None
 
 

@@ -15,7 +15,7 @@ from antre.observe.status import status_summary
 
 from . import services
 from .common import WINDOWS_MS, check_queue, render
-from .security import requires
+from .security import database_seen, requires
 
 bp = Blueprint("overview", __name__)
 
@@ -50,8 +50,8 @@ def _markers(since: int) -> list[dict[str, Any]]:
     svc = services.get()
     try:
         rows = svc.audit.list(limit=500)
-    except SQLAlchemyError:
-        svc.outages.failed("database")
+    except SQLAlchemyError as exc:
+        database_seen(exc)
         return []
     out = []
     for row in rows:

@@ -14,8 +14,8 @@ from flask.typing import ResponseReturnValue
 from antre.engine.keys import valid_name
 from antre.observe import perf
 
-from . import services
-from .common import check_queue, render
+from . import api, services
+from .common import arg_int, check_queue, render
 from .overview import TICK_FORMATS, _markers
 from .security import requires
 
@@ -49,13 +49,22 @@ def _page(job_type: str, window: str) -> perf.TypePerf:
     return page
 
 
+def _types_page(window: str) -> perf.TypesPage:
+    """The index's page of types: ``offset`` and ``limit`` (at most ``perf.PAGE_MAX``) from
+    the query; its cost is the types shown, not the types that exist."""
+    return _reads().page(window, _queue(),
+                         arg_int("limit", perf.PAGE, 1, perf.PAGE_MAX),
+                         arg_int("offset", 0, 0, 10**9))
+
+
 @bp.get("/types/")
 @requires("viewer")
 def index() -> str:
     window = perf.window_arg(request.args.get("window"))
-    rows = _reads().summary(window, _queue())
-    return render("types.html", "_types.html", rows=rows, window=window, labels=LABELS,
-                  fmt=perf.fmt_ms, as_of=services.get().clock())
+    page = _types_page(window)
+    return render("types.html", "_types.html", rows=page.rows, page=page, window=window,
+                  labels=LABELS, fmt=perf.fmt_ms, as_of=services.get().clock(),
+                  queue=request.args.get("queue") or "")
 
 
 @bp.get("/types/<job_type>")
@@ -69,15 +78,23 @@ def type_page(job_type: str) -> str:
                   charts=charts(page), as_of=page.as_of)
 
 
+api.DOCS["perf.types_api"] = {"query": {"window": "string", "queue": "string",
+                                          "offset": "integer", "limit": "integer"},
+                               "body": {}, "required": ()}
+
+
 @bp.get("/api/types")
 @requires("viewer")
 def types_api() -> ResponseReturnValue:
-    """Every job type's runs, failures and duration / queue-wait percentiles over a window."""
+    """The job types that ran in a window, busiest first, a page of them (``offset``,
+    ``limit`` up to 500; ``total``: how many ran): runs, failures and duration / queue-wait
+    percentiles."""
     window = perf.window_arg(request.args.get("window"))
-    rows = _reads().summary(window, _queue())
-    return jsonify({"window": window, "as_of": services.get().clock(),
+    page = _types_page(window)
+    return jsonify({"window": window, "as_of": services.get().clock(), "total": page.total,
+                    "offset": page.offset, "limit": page.limit,
                     "types": [{"job_type": r.job_type, "queues": list(r.queues),
-                               **r.figures.to_dict()} for r in rows]})
+                               **r.figures.to_dict()} for r in page.rows]})
 
 
 @bp.get("/api/types/<job_type>")

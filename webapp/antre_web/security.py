@@ -65,7 +65,9 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response as BaseResponse
 
 from antre.actions import Actor, record
+from antre.stores.audit import AuditUnwritable
 from antre.stores.logins import LoginThrottle
+from antre.stores.sql import unreachable
 from antre.stores.users import UserInfo, normalise_name, role_at_least
 
 from . import delegated, services
@@ -388,19 +390,37 @@ def client_addr() -> str:
 
 def audit(action: str, target: str | None, outcome: str, reason: str | None = None,
           detail: dict[str, Any] | None = None, user: CurrentUser | None = None) -> None:
-    """One audit entry for the current request. A database outage is logged, never raised
-    here: refusals must still be answered."""
+    """One audit entry for the current request's refusal (a change is recorded before it runs,
+    by ``antre.actions.perform``). A database failure is logged, never raised here: refusals
+    must still be answered."""
     who = user or current_user()
     svc = services.get()
     try:
         who_acted = Actor(who.name if who else "(anonymous)", who.role if who else None,
                           "dashboard", client_addr())
         record(svc.audit, who_acted, action, target, reason or None, outcome, detail)
-        svc.outages.ok("database")
+        database_seen(None)
     except SQLAlchemyError as exc:
-        svc.outages.failed("database")
+        database_seen(exc)
         services.log.error("audit write failed (%s): %s %s %s", services.scrubbed(exc), action,
                            target, outcome)
+
+
+def database_seen(error: BaseException | None) -> None:
+    """The database answered (``error`` None) or failed: the outage banner is set only when it
+    could not be reached, and cleared by its next answer."""
+    svc = services.get()
+    if isinstance(error, AuditUnwritable):
+        error = error.cause
+    if error is None:
+        svc.outages.ok("database")
+    elif unreachable(error):
+        svc.outages.failed("database")
+
+
+def audit_seen(error: AuditUnwritable | None) -> None:
+    """``antre.actions.perform``'s report on the audit entry it wrote first."""
+    database_seen(error)
 
 
 class AnonymousRefusals:
@@ -529,7 +549,7 @@ def end_session() -> None:
         try:
             services.get().users.end_session(str(sid), expires_ms)
         except SQLAlchemyError as exc:
-            services.get().outages.failed("database")
+            database_seen(exc)
             log.error("logout could not be recorded (%s): the cookie stays valid until it "
                       "expires or the user logs out everywhere", exc)
     session.clear()
@@ -551,9 +571,9 @@ def _session_user() -> CurrentUser | None:
     svc = services.get()
     try:
         info = svc.users.for_session(uid, str(session.get("sid") or ""))
-        svc.outages.ok("database")
+        database_seen(None)
     except SQLAlchemyError as exc:
-        svc.outages.failed("database")
+        database_seen(exc)
         raise DatabaseDown(str(exc)) from exc
     if info is None or not _session_valid(info):
         session.clear()
@@ -606,7 +626,9 @@ def _write_refused(user: CurrentUser | None) -> Response | None:
 
 def _csrf_ok(sent: str) -> bool:
     expected = session.get("csrf") or ""
-    return bool(expected) and hmac.compare_digest(str(sent), str(expected))
+    # bytes: compare_digest refuses a str that is not ASCII (a token nobody issued)
+    return bool(expected) and hmac.compare_digest(
+        str(sent).encode("utf-8", "surrogatepass"), str(expected).encode("utf-8", "surrogatepass"))
 
 
 def _who() -> CurrentUser | None:
@@ -615,13 +637,20 @@ def _who() -> CurrentUser | None:
     host = delegated.of()
     if host is not None and not (scripted and creds is not None and creds.type == "basic"):
         found = delegated.host_user(host)  # the host's user (HTTP Basic: Antre's own)
+        delegated.own_session(None if found is None else found[0])
         return None if found is None else CurrentUser(found[0], found[1], delegated.VIA)
     if scripted:
         try:
             user = _basic_user()
         except SQLAlchemyError as exc:
-            services.get().outages.failed("database")
-            raise DatabaseDown(str(exc)) from exc
+            database_seen(exc)
+            if unreachable(exc):
+                raise DatabaseDown(str(exc)) from exc
+            log.warning("credentials the user database cannot look up (%s)",
+                        services.scrubbed(exc))
+            user = None  # a name the database refuses (a NUL, say) is nobody's
+        else:
+            database_seen(None)  # the user database answered: any outage is over
         if user is None:
             abort(refuse(401, "wrong user name or password", "login"))
         return user

@@ -4,7 +4,8 @@ Started by ``worker.pool.Supervisor`` (a fresh interpreter per child, so a crash
 leaves nothing half-imported behind). SIGTERM/SIGINT stop it gracefully: running jobs get ``--grace`` seconds, and the process is
 gone ``STOP_BOUND_S`` after that whatever Redis or a handler does (what it still holds comes
 back through its leases). Exit codes: 0 stopped or burst done, 2 bad arguments or app, 3
-recycled after a hard timeout, 4 stopped with Redis unreachable (or ``--burst`` gave up waiting
+retired after abandoning a handler it could not stop (past its hard timeout and its interrupt's
+grace, or past a cancel's grace; its other jobs finished first), 4 stopped with Redis unreachable (or ``--burst`` gave up waiting
 for it), 5 did not stop within grace + ``STOP_BOUND_S`` and was ended by its own watchdog.
 """
 

@@ -42,6 +42,7 @@ from antre.observe.tracing import run_in_execution_span
 from . import hooked
 from .failures import cancelled, failure_outcome
 from .held import Running
+from .interrupt import HardTimeout, clear_pending
 from .leases import Leases, quietly
 from .progress import Reporter
 from .outcomes import (ACKED, Ack, Bury, Completion, DropStale, HandBack, Outcome, Snooze,
@@ -176,7 +177,7 @@ class Execution:
         assert r.spec is not None  # set by the envelope step
         ctx = self._start(r)
         try:
-            result = run_in_execution_span(r.job, r.spec.fn, ctx, r.job.payload)
+            result = _call(r, ctx)
         except Exception as exc:
             _last_progress(r)
             self._measure(r)
@@ -406,6 +407,25 @@ class Execution:
                       count_as="fence_rejected", level=logging.WARNING, note=str(exc),
                       details={"lock": exc.lock_key, "fence": exc.fence,
                                "committed_fence": exc.current})
+
+
+def _call(r: Running, ctx: JobContext) -> Any:
+    """The sync handler, in this thread; a hard timeout's ``HardTimeout`` raised into it comes
+    out as a ``JobTimeout`` saying how long it ran (interrupt.py: the guard's protocol)."""
+    assert r.spec is not None
+    r.thread = threading.get_ident()
+    r.in_handler = True
+    try:
+        try:
+            return run_in_execution_span(r.job, r.spec.fn, ctx, r.job.payload)
+        finally:
+            with r.handler_guard:
+                r.in_handler = False
+                if r.interrupted_ms:
+                    clear_pending()  # it returned before the exception was raised
+    except HardTimeout:
+        r.in_handler = False
+        raise JobTimeout(r.interrupt_error or "hard timeout") from None
 
 
 def _as_failure(r: Running, exc: BaseException) -> Exception:

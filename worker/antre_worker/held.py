@@ -60,11 +60,17 @@ class Running:
     # savepoint while open (None once released or rolled back), and that transaction
     savepoint: Any = None
     tx: Any = None
+    # its hard timeout (interrupt.py): whether its sync handler runs now (in its thread
+    # ``thread``), when the heartbeat raised ``HardTimeout`` into it, and the error it becomes
+    in_handler: bool = False
+    interrupted_ms: int = 0
+    interrupt_error: str = ""
 
     def __init__(self, job: Job, queue: Queue) -> None:
         self.job = job
         self.queue = queue
         self.settle_lock = threading.Lock()
+        self.handler_guard = threading.Lock()  # orders a hard timeout's interrupt (interrupt.py)
 
     def __repr__(self) -> str:
         return f"Running(job={self.job.id!r}, queue={self.queue.name!r}, closed={self.closed})"

@@ -2,7 +2,7 @@
 handler's max runtime, or by the handler itself through ``ctx.extend_lease``), the owner lease of
 its idempotency record and its flow-control slots (both follow the Redis lease), its business
 lock (compare-and-expire every third of its TTL), and its timeouts (soft: ``ctx.cancelled``;
-hard: the job is settled as a timeout and the process recycled).
+hard: the handler's thread is interrupted and the job settled as a timeout, see interrupt.py).
 
 The heartbeat never waits for SQL: the idempotency records' owner leases are extended by a
 thread of their own (``SqlLeases``), so a stalled database delays only them, while every Redis
@@ -28,6 +28,7 @@ from antre.stores.idempotency import IdempotencyStore
 
 from .failures import failure_outcome
 from .held import Running
+from .interrupt import raise_in
 from .outcomes import Cancelled
 from .settle import Settler
 
@@ -91,10 +92,11 @@ def _extend_sql(store: IdempotencyStore, job: Job, deadline_ms: int) -> None:
 
 class Leases:
     """The heartbeat's work on the jobs this process holds (``beat``), and ``extend_by`` for
-    ``ctx.extend_lease``. ``on_abandon(r)`` is called after a hard timeout settled ``r``."""
+    ``ctx.extend_lease``. ``on_abandon(r, cause)`` is called after the heartbeat settled ``r``
+    for a handler it could not stop (cause ``hard_timeout`` or ``cancel_ignored``)."""
 
     def __init__(self, app: Antre, locks: Locks, clock: Clock, settler: Settler, *,
-                 hard_grace_s: float, on_abandon: Callable[[Running], None]) -> None:
+                 hard_grace_s: float, on_abandon: Callable[[Running, str], None]) -> None:
         self.app = app
         self.locks = locks
         self.clock = clock
@@ -126,6 +128,11 @@ class Leases:
 
     # -- timeouts ------------------------------------------------------------------------------
     def _check_timeout(self, r: Running, now: int) -> None:
+        """Past its timeout the handler is told (``ctx.cancelled``); a grace later (its hard
+        timeout) ``HardTimeout`` is raised into its thread, and the job is settled as a
+        timeout by that thread, through the ordinary failure path. A handler that cannot be
+        interrupted (an async one, or a thread stuck in a C call for another grace) is
+        abandoned: the job is settled from here and the process retires."""
         timeout_ms = int(r.job.timeout_s * 1000)
         ran_ms = now - r.started_ms
         if ran_ms >= timeout_ms and not r.soft_timed_out and r.ctx is not None:
@@ -133,20 +140,51 @@ class Leases:
             r.stop_handler()
             log.warning("job %s passed its timeout of %gs; cancelled", r.job.id, r.job.timeout_s,
                         extra=job_fields(r.job, "soft_timeout", duration_ms=ran_ms))
-        if ran_ms >= timeout_ms + int(min(self.hard_grace_s, r.job.timeout_s) * 1000):
-            self._abandon(r, ran_ms)
+        grace_ms = int(min(self.hard_grace_s, r.job.timeout_s) * 1000)
+        if ran_ms < timeout_ms + grace_ms:
+            return
+        if r.interrupted_ms:
+            if now - r.interrupted_ms >= grace_ms:
+                self._abandon(r, ran_ms, now - r.interrupted_ms)
+            return
+        if not self._interrupt(r, now, ran_ms):
+            self._abandon(r, ran_ms, None)
 
-    def _abandon(self, r: Running, ran_ms: int) -> None:
-        """Hard timeout: settle the job as a timeout (fenced, spends an attempt); whatever its
-        thread does later is dropped, and the process is recycled (``on_abandon``)."""
-        exc = JobTimeout(f"ran {ran_ms} ms, past its timeout of {r.job.timeout_s:g}s; "
-                         "the handler was abandoned and its process recycled")
+    def _interrupt(self, r: Running, now: int, ran_ms: int) -> bool:
+        """Raise ``HardTimeout`` into a sync handler's thread while it runs (interrupt.py);
+        False when there is none to interrupt."""
+        if r.cancel_task is not None:  # an async handler: its task was cancelled already
+            return False
+        with r.handler_guard:
+            if not r.in_handler:
+                return False
+            r.interrupt_error = (f"hard timeout after {ran_ms / 1000:g} s (its timeout is "
+                                 f"{r.job.timeout_s:g} s): the handler was interrupted")
+            if not raise_in(r.thread):
+                return False
+            r.interrupted_ms = now
+        log.warning("hard timeout: job %s interrupted after %gs", r.job.id, ran_ms / 1000,
+                    extra=job_fields(r.job, "hard_timeout", duration_ms=ran_ms,
+                                     error_kind="timeout"))
+        return True
+
+    def _abandon(self, r: Running, ran_ms: int, interrupted_ms: int | None) -> None:
+        """Hard timeout of a handler that could not be interrupted: settle the job as a
+        timeout (fenced, spends an attempt); whatever its thread does later is dropped, and
+        the process retires once its other jobs are done (``on_abandon``)."""
+        why = ("it did not return to Python within %gs of its interrupt (a C call that does "
+               "not return)" % (interrupted_ms / 1000) if interrupted_ms is not None
+               else "it could not be interrupted")
+        exc = JobTimeout(f"hard timeout after {ran_ms / 1000:g} s (its timeout is "
+                         f"{r.job.timeout_s:g} s): {why}; the handler was abandoned and its "
+                         "process retired")
         spec = r.spec or self.app.handlers.get(r.job.type)
         self.settler.settle(r, failure_outcome(r, spec.retry if spec else None, exc))
         r.closed = True
-        log.error("hard timeout: job %s abandoned; recycling this process", r.job.id,
+        self.on_abandon(r, "hard_timeout")
+        log.error("hard timeout: job %s abandoned (%s); this process retires once its other "
+                  "jobs are done", r.job.id, why,
                   extra=job_fields(r.job, "expired", duration_ms=ran_ms, error_kind="timeout"))
-        self.on_abandon(r)
 
     # -- an operator's cancel request -----------------------------------------------------------
     def _note_cancels(self, held: list[Running], now: int) -> None:
@@ -170,7 +208,7 @@ class Leases:
 
     def _check_cancel(self, r: Running, now: int) -> None:
         """Past the grace, a cancelled handler that has not returned is abandoned like a hard
-        timeout: the job ends where the operator chose, the process is recycled."""
+        timeout: the job ends where the operator chose, the process retires."""
         req = r.cancel
         if req is None or now - r.cancel_seen_ms < self._grace_s(r) * 1000:
             return
@@ -179,10 +217,10 @@ class Leases:
         if not self.settler.settle(r, Cancelled(req.to, req.dlq_reason)):
             return  # the handler returned meanwhile and its runner settled the job
         r.closed = True
-        log.error("cancelled job %s did not stop within %gs; abandoned, recycling this "
-                  "process", r.job.id, self._grace_s(r),
+        log.error("cancelled job %s did not stop within %gs; abandoned, this process retires "
+                  "once its other jobs are done", r.job.id, self._grace_s(r),
                   extra=job_fields(r.job, "cancel_abandoned", error_kind="cancelled"))
-        self.on_abandon(r)
+        self.on_abandon(r, "cancel_ignored")
 
     # -- the lease and what follows it -----------------------------------------------------------
     def _extend(self, r: Running) -> None:

@@ -22,7 +22,7 @@ from antre import Antre
 from antre.observe.registry import WorkerInfo, WorkerRegistry
 
 from .duties import Duties, EvictionWatch
-from .runner import DEFAULT_PREFETCH, default_worker_id
+from .runner import DEFAULT_PREFETCH, EXIT_RECYCLE, default_worker_id
 from .health import EXIT_REDIS_GONE, EXIT_STOP_TIMEOUT, REDIS_DOWN, RedisHealth
 from .loader import load_app
 
@@ -149,7 +149,13 @@ class Supervisor:
         self.restarts += 1
         log.warning("worker process %d exited with %s after %.1fs; restarting in %.2fs",
                     slot.index, _describe_exit(code), lived, delay,
-                    extra={"event": "worker_restart"})
+                    extra={"event": "worker_restart", "cause": restart_cause(code)})
+        if code != EXIT_RECYCLE:  # a retiring process recorded its own cause, with its handler
+            try:
+                self.registry.record_restart(f"{self.id}/{slot.index}", self.info.host,
+                                             restart_cause(code))
+            except redis.RedisError as exc:
+                log.warning("could not record the restart: %s", exc, extra={"event": "error"})
 
     def _command(self, slot: Slot) -> list[str]:
         cmd = [sys.executable, "-m", "antre_worker.child", self.app_path,
@@ -224,10 +230,20 @@ class Supervisor:
         return EXIT_REDIS_GONE if self.health.down else 0
 
 
+def restart_cause(code: int) -> str:
+    """Why a child that exited with ``code`` is restarted (``registry.RESTART_CAUSES``)."""
+    if code == EXIT_RECYCLE:
+        return "retired"  # the child recorded why (hard_timeout or cancel_ignored)
+    if code < 0:
+        return "killed"
+    return "redis_unreachable" if code == EXIT_REDIS_GONE else "crashed"
+
+
 def _describe_exit(code: int) -> str:
     if code < 0:
         try:
             return f"signal {signal.Signals(-code).name}"
         except ValueError:
             return f"signal {-code}"
-    return "code 3 (recycled after a hard timeout)" if code == 3 else f"code {code}"
+    return ("code 3 (retired: a handler it could not stop)" if code == EXIT_RECYCLE
+            else f"code {code}")

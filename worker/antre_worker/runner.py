@@ -20,6 +20,8 @@ import time
 from collections import Counter
 from typing import Any
 
+import redis
+
 from antre import Antre, Queue, settings
 from antre.clock import Clock
 from antre.engine.envelope import Job
@@ -44,7 +46,8 @@ from .settle import Settler, timeline_note
 
 log = logging.getLogger("antre.worker")
 
-EXIT_RECYCLE = 3  # the process abandoned a hung handler; the supervisor starts a fresh one
+EXIT_RECYCLE = 3  # the process retired after abandoning a hung handler; the supervisor starts
+#                  a fresh one
 FAST_BATCH_S = 0.05  # a batch done this fast: reserve twice as many next time
 SLOW_BATCH_S = 0.5  # a batch this slow: half as many
 DEFAULT_PREFETCH = 16
@@ -64,8 +67,8 @@ def default_worker_id() -> str:
 class WorkerProcess:
     """Runs jobs of ``queues`` in ``threads`` threads of this process.
 
-    ``run()`` blocks until ``stop()`` (or a hard timeout recycles the process) and returns the
-    exit code (0, or ``EXIT_RECYCLE``). ``run_burst()`` returns once nothing is ready or in
+    ``run()`` blocks until ``stop()`` (or the process retires: a handler it could not stop,
+    ``_abandoned``) and returns the exit code (0, or ``EXIT_RECYCLE``). ``run_burst()`` returns once nothing is ready or in
     flight in its queues, with counts of what happened.
     """
 
@@ -106,10 +109,14 @@ class WorkerProcess:
         self._running: dict[str, Running] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._retiring = threading.Event()  # no more reserves; exit once the others are done
+        self.retired_for: tuple[str, str] | None = None  # (cause, job type) of the retirement
         self._hb_stop = threading.Event()
         self._burst = False
         self._stop_requested = False
-        self._stuck: set[int] = set()
+        self._stuck: set[int] = set()  # runner threads of handlers abandoned
+        self._stuck_tasks = 0  # async jobs abandoned
+        self._flushers: list[threading.Thread] = []  # sending the stuck threads' batches
         self._runners: list[threading.Thread] = []
         self._async_done = threading.Event()
         self.aio = _async_jobs(app, concurrency, self.counts)
@@ -196,7 +203,8 @@ class WorkerProcess:
         self._stop_requested = True
 
     def _poll_stop_request(self) -> None:
-        if self._stop_requested:
+        """Act on a signal's stop request, or stop a retiring process once it is done."""
+        if self._stop_requested or (self._retiring.is_set() and self._retired()):
             self.stop()
 
     def stop(self) -> None:
@@ -267,17 +275,60 @@ class WorkerProcess:
         with self._lock:
             return [r for r in self._running.values() if not r.closed and not r.lease_lost]
 
-    def _abandoned(self, r: Running) -> None:
-        """A hard timeout settled ``r`` while its thread still runs: recycle this process."""
-        self._stuck.add(r.thread)
+    def _abandoned(self, r: Running, cause: str) -> None:
+        """The heartbeat settled ``r`` while its thread still runs (a hard timeout the thread
+        did not see, a cancel it ignored): the process retires. It reserves nothing more, the
+        jobs of its other threads (and of its loop) finish and are acked as usual, then it
+        exits with ``EXIT_RECYCLE`` for its supervisor to start a fresh one (``run``)."""
+        if r.cancel_task is not None:
+            self._stuck_tasks += 1  # an async job's task: its slot on the loop stays taken
+        elif r.thread:
+            self._stuck.add(r.thread)
+            # the jobs its batch ran before it, waiting for their batched ack: sent now (off
+            # the heartbeat: completions may commit to SQL)
+            flusher = threading.Thread(target=self._flush_abandoned, args=(r.thread,),
+                                       daemon=True, name="antre-abandoned-batch")
+            self._flushers.append(flusher)
+            flusher.start()
         self.exit_code = EXIT_RECYCLE
-        self.stop()
+        if self.retired_for is None:
+            self.retired_for = (cause, r.job.type)
+            self._record_retirement(cause, r.job)
+        self._retiring.set()
+
+    def _flush_abandoned(self, thread: int) -> None:
+        try:
+            self.settler.flush_abandoned(thread)
+        except Exception:
+            log.exception("could not settle the batch of an abandoned handler; its jobs' "
+                          "leases will expire and they will be delivered again",
+                          extra={"event": "error"})
+
+    def _retired(self) -> bool:
+        """Whether a retiring process is done: every runner thread ended or stuck (the
+        batches of the stuck ones sent), and no async job still running."""
+        if any(t.is_alive() for t in self._flushers):
+            return False
+        if any(t.is_alive() and t.ident not in self._stuck for t in self._runners):
+            return False
+        return self.aio is None or self.aio.free() + self._stuck_tasks >= self.aio.concurrency
+
+    def _record_retirement(self, cause: str, job: Job) -> None:
+        """The restart about to happen, by cause, for the metric and the incident view."""
+        try:
+            self.registry.record_restart(self.worker_id, self._info.host, cause,
+                                         job_type=job.type, timeout_s=job.timeout_s)
+        except redis.RedisError as exc:
+            log.warning("could not record this process's restart: %s", exc,
+                        extra={"event": "error", "worker_id": self.worker_id})
 
     # -- the runner threads --------------------------------------------------------------------
     def _runner(self, n: int) -> None:
         rr, batch = n, 1
         got: list[Running] | None = None  # None: reserve next; []: the wait's reserve got none
         while not self._stopping.is_set():
+            if not got and self._retiring.is_set():
+                return  # retiring: what this runner held is done, nothing more is reserved
             self.promoter.when_due()
             if got is None:
                 try:
@@ -399,7 +450,8 @@ class WorkerProcess:
         note = dict(timeline_note(r, ack) or {}, lock=lock.key, lock_fence=lock.fence)
         h = self.health.call(r.queue.handover, r.job, ack.result, lock_key=lock.key,
                              token=lock.token, worker_id=self.worker_id,
-                             count=0 if self._stopping.is_set() else batch,
+                             count=0 if self._stopping.is_set() or self._retiring.is_set()
+                             else batch,
                              next_token=token, ttl_ms=ttl_ms, note=note)
         self.settler.handed_over(r, ack, h.status)
         if h.status == "LOCK":
@@ -572,7 +624,7 @@ class WorkerProcess:
         cache = self.app.idempotency.cache if self.app.idempotency is not None else None
         if cache is not None:  # the completed-key cache's hit rate, for /metrics and status
             info.cache_hits, info.cache_misses = cache.hits, cache.misses
-        if self._stopping.is_set() and info.state == "running":
+        if (self._stopping.is_set() or self._retiring.is_set()) and info.state == "running":
             info.state = "stopping"
         self.registry.beat(info)
         self.durations.flush(self.app.redis)

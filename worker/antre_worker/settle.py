@@ -54,13 +54,20 @@ class Settler:
         self.durations = durations
         self.hooks = hooks if hooks is not None else Hooks()  # the app's hooks (hooked.py)
         self._local = threading.local()  # per runner thread: acks waiting for their batch
+        # the same lists by thread: a batch whose thread is stuck in a handler is sent by
+        # another (flush_abandoned)
+        self._open: dict[int, tuple[list[tuple[Running, Ack]], list[tuple[Running, Outcome]]]] = {}
 
     # -- batching ----------------------------------------------------------------------------
     def begin_batch(self, batched: bool) -> None:
         """From now on this thread's plain acks wait for ``flush_acks`` (when ``batched``)."""
-        self._local.acks = [] if batched else None
-        self._local.fails = [] if batched else None  # retries and burials, sent together
+        acks: list[tuple[Running, Ack]] | None = [] if batched else None
+        fails: list[tuple[Running, Outcome]] | None = [] if batched else None
+        self._local.acks = acks
+        self._local.fails = fails  # retries and burials, sent together
         self._local.completing = None  # the keys of the waiting acks' completions
+        if acks is not None and fails is not None:  # (found by flush_abandoned)
+            self._open[threading.get_ident()] = (acks, fails)
 
     def batching(self) -> bool:
         return getattr(self._local, "acks", None) is not None
@@ -75,17 +82,36 @@ class Settler:
         """Retry and bury the failures of a prefetched batch in one round trip, then ack its
         successes in one more (also when the failures could not be settled: those come back
         through their leases)."""
+        self._open.pop(threading.get_ident(), None)
         fails: list[tuple[Running, Outcome]] = getattr(self._local, "fails", None) or []
         self._local.fails = None
         try:
             if fails:
                 self._fail_together(fails)
         finally:
-            self._flush_successes()
+            pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
+            self._local.acks = self._local.completing = None
+            self._send_successes(pending)
 
-    def _flush_successes(self) -> None:
-        pending: list[tuple[Running, Ack]] = getattr(self._local, "acks", None) or []
-        self._local.acks = self._local.completing = None
+    def flush_abandoned(self, thread: int) -> None:
+        """What the batch of ``thread`` holds waiting (the acks and failures of the jobs it ran
+        before the handler it is stuck in), sent from this thread: its jobs are not delivered
+        again because one handler of their batch never returns. Taken out of the batch, so the
+        thread sends nothing of it twice if it ever returns."""
+        held = self._open.pop(thread, None)
+        if held is None:
+            return
+        acks, fails = held
+        pending, failing = list(acks), list(fails)
+        acks.clear()
+        fails.clear()
+        try:
+            if failing:
+                self._fail_together(failing)
+        finally:
+            self._send_successes(pending)
+
+    def _send_successes(self, pending: list[tuple[Running, Ack]]) -> None:
         if any(ack.transaction is not None for _, ack in pending):
             pending = self._committed(pending)
         if any(ack.completion is not None for _, ack in pending):
@@ -104,8 +130,10 @@ class Settler:
         if (not acks or len(acks) != 1 or acks[0][0] is not r or acks[0][1].completion
                 is not None or getattr(self._local, "fails", None)):
             return None
-        self._local.acks, self._local.completing = [], None
-        return cast(Ack, acks[0][1])
+        ack = cast(Ack, acks[0][1])
+        acks.clear()  # (in place: flush_abandoned holds the same list)
+        self._local.completing = None
+        return ack
 
     def put_back(self, r: Running, ack: Ack) -> None:
         """``take_ack``'s ack, back in the batch (it is acked with it after all)."""
@@ -126,7 +154,7 @@ class Settler:
 
     def _committed(self, pending: list[tuple[Running, Ack]]) -> list[tuple[Running, Ack]]:
         """The acks whose effects wait in their batch's shared transaction (transaction.py):
-        committed by now (committed here if not), they may be acked; if it did not commit,
+        committed by now (the batch's end commits it, on its own thread), they may be acked; if it did not commit,
         every one of its jobs goes back unacked (snoozed, no attempt spent: nothing of their
         runs counts), a job whose lock was lost as ``lock_lost``."""
         out: list[tuple[Running, Ack]] = []
@@ -135,7 +163,11 @@ class Settler:
             if tx is None:
                 out.append((r, ack))
                 continue
-            tx.finish()
+            if not tx.done:
+                # its transaction is still open on the thread that ran it (a batch whose
+                # thread is stuck in a handler, sent by ``flush_abandoned``): not acked, it
+                # comes back through its lease (its effects commit with that thread, if ever)
+                continue
             if tx.error is None:
                 out.append((r, ack))
             elif r.lock_fence is not None and any(

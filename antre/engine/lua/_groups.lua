@@ -7,7 +7,7 @@
 -- '<tag>:glimits', group_override). A job finding them all taken waits in the group's line
 -- ('<tag>:gline:<group>') and takes the slot a leaving job frees (group_leave). With at most
 -- that many ready jobs per group, a group of a million jobs and a group of ten both have their
--- share of the ready list: reserve itself is unchanged. ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
+-- share of the ready list; one reserve takes only its share of a group's slots (reserve.lua). ZSETs '<tag>:gwait' / '<tag>:gslots' (group -> jobs waiting /
 -- slots held) are the Groups page's bounded index. A job with a lock_key is first its key's
 -- head, then asks its group for a slot. A waiting job's field 'waits_on' says which line.
 local GROUP_WINDOW = 128  -- a group naming no group_concurrency (see bench/results/perkey.md)

@@ -33,6 +33,10 @@
 -- flight waits in the gate's line (gate_take in _gates.lua; stats 'limit_held' counts both). A
 -- ready job of a group whose slots an operator lowered below those its jobs hold gives its
 -- slot back and waits at the front of the group's line (group_over; counted there too).
+-- A group's share of a batch: a call takes at most ceil(slots / SPREAD) jobs of one group (one
+-- when it has SPREAD slots or fewer); the rest stay at the oldest end of ready, untouched, for
+-- the next runner's reserve (woken for them). A group's slots are all its ready and running
+-- jobs: one runner's batch taking them all would run them one after another.
 local prefix, now, count, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if ARGV[2] == 'server' then
   local t = redis.call('TIME')
@@ -120,6 +124,27 @@ local nret, ncore, nextra, identity, tail = L.nret, L.ncore, L.nextra, L.identit
 local c_type, nread, fast = L.c_type, L.nread, L.fast
 local e_vt, e_ep, e_cancel, e_dl = L.e_vt, L.e_ep, L.e_cancel, L.e_dl
 local p_id = L.p_id
+-- >>> a group's share of a batch
+local SPREAD = 8  -- a group's slots are spread over at least this many batches (runners)
+local grouped = nil  -- whether a group holds slots (a ready grouped job holds one): looked at
+local function any_group()  -- once, at the first job that is not plain (a plain job has no group)
+  if grouped == nil then grouped = redis.call('EXISTS', tag .. K.group_slots) == 1 end
+  return grouped
+end
+local shares, later = {}, {}
+local function over_share(key, id)
+  -- whether this call took its share of ``id``'s group already (``id`` is left ready: later)
+  local g = redis.call('HGET', key, 'fgroup')
+  if not g or g == '' then return false end
+  local n = shares[g] or 0
+  if n > 0 and n >= math.ceil(group_limit(prefix, id, g, now) / SPREAD) then
+    later[#later + 1] = id
+    return true
+  end
+  shares[g] = n + 1
+  return false
+end
+-- <<< a group's share of a batch
 local out, deadlines = {}, {}
 local orphans, corrupt = 0, 0
 local dlq = {KEYS[7], KEYS[3], KEYS[8], ARGV[6], ARGV[7]}
@@ -164,6 +189,7 @@ for _, id in ipairs(ids) do
   elseif KEYS[10] and cancel and cancel ~= '' then
     cancel_end(key, id, now, cancel_of(cancel), worker, dlq, KEYS[10],
                tl_key(prefix, id), nil, nil)
+  elseif any_group() and over_share(key, id) then  -- (left ready for the next call: later)
   else
     local vt = x and num_of(x[e_vt], 30000) or 30000
     if vt <= 0 or vt > 604800000 then vt = 30000 end
@@ -215,6 +241,12 @@ for _, id in ipairs(ids) do
   end
 end
 if #deadlines > 0 then redis.call('ZADD', KEYS[2], unpack(deadlines)) end
+if #later > 0 then  -- back at the oldest end, in the order they were popped: the next to go
+  local back_ids = {}
+  for i = #later, 1, -1 do back_ids[#back_ids + 1] = later[i] end
+  redis.call('RPUSH', KEYS[1], unpack(back_ids))
+  wake(tag .. K.wake, #later)
+end
 redis.call('HINCRBY', KEYS[3], 'reserved', #out)
 if orphans > 0 then redis.call('HINCRBY', KEYS[3], 'orphans', orphans) end
 if corrupt > 0 then redis.call('HINCRBY', KEYS[3], 'corrupt', corrupt) end
