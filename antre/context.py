@@ -21,7 +21,9 @@ class JobContext:
 
     ``job``: the envelope. ``db``: a SQLAlchemy session committed together with the idempotency
     record (``None`` without a database); it is opened on first use, so a handler that never
-    touches it costs no transaction (its completion is then one autocommit statement).
+    touches it costs no transaction (its completion is then one autocommit statement). In a
+    worker's prefetched batch the session is the batch's, inside a savepoint of this job's:
+    never commit or roll it back yourself (the worker commits the batch once, then acks).
     ``fence``: the fencing token of the job's business lock when it has a ``lock_key``, else
     the lease epoch. In a flow: ``flow_id``; ``flow_results``, the results of the
     jobs it waited for, in input order (a chord's callback: every job of its group; a

@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                 antre(PG_LOCK, lambda: pg_run(True))
                 antre("defaults + idempotency (PostgreSQL) + lock per job, --processes 2",
                       lambda: pg_run(True, 2))
+                antre("defaults + idempotency (PostgreSQL) + one row written through ctx.db, "
+                      "1 process", lambda: pg_run(False, write=True))
                 antre("defaults + idempotency (PostgreSQL) + lock per job + one row written "
                       "through ctx.db, 1 process", lambda: pg_run(True, write=True))
             except Exception as exc:

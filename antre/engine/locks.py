@@ -131,6 +131,11 @@ class Locks:
             lock.lost = True
         return ok
 
+    def renew_call(self, lock: Lock) -> "Call":
+        """``lock``'s compare-and-expire (``renew``) as a call to send with others in one round
+        trip (a worker checks the locks of a batch's shared transaction before its commit)."""
+        return (self.scripts.lock_renew, [keys.lock(lock.key)], [lock.token, lock.ttl_ms])
+
     def release(self, lock: Lock) -> bool:
         """Compare-and-delete; False (and ``lock.lost`` set) when it was no longer ours: it
         expired or was force-released before its holder let it go."""

@@ -84,6 +84,10 @@ JOB_LOG_BYTES = integer("ANTRE_JOB_LOG_BYTES", 32 * 1024, "Bytes of a job's own 
                         max=64 * 1024, unit="bytes")
 CODE_VERSION = text("ANTRE_CODE_VERSION", "", "The deployed code's version (e.g. the commit) "
                     "a worker reports (unset: a digest of its handlers).")
+DB_COMMIT_WINDOW_MS = integer("ANTRE_DB_COMMIT_WINDOW_MS", 10,
+                              "The longest the ctx.db writers of a prefetched batch wait for "
+                              "their shared commit (0: a transaction per job).", min=0,
+                              unit="milliseconds")
 
 # logs
 LOG_FORMAT = choice("ANTRE_LOG_FORMAT", "json", ("json", "text"), "The log lines: JSON, or "

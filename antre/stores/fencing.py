@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from antre.clock import Clock, system_ms
@@ -54,9 +55,10 @@ class LockFences:
         ).returning(_C.fence)
         self._current = select(_C.fence).where(_C.lock_key == bindparam("k"))
 
-    def advance(self, session: Session, lock_key: str, fence: int) -> None:
-        """Record ``fence`` for ``lock_key`` in the caller's transaction, or raise
-        :class:`FenceRejected` when a higher token already committed (the caller rolls back)."""
+    def advance(self, session: Session | Connection, lock_key: str, fence: int) -> None:
+        """Record ``fence`` for ``lock_key`` in the caller's transaction (a session, or its
+        connection), or raise :class:`FenceRejected` when a higher token already committed (the
+        caller rolls back)."""
         row = session.execute(self._advance, {"lock_key": lock_key, "fence": int(fence),
                                               "updated_at": ms_to_datetime(self.clock())}).first()
         if row is None:
@@ -69,7 +71,7 @@ class LockFences:
         rows = session.execute(select(_C.lock_key, _C.fence).where(_C.lock_key.in_(lock_keys)))
         return {str(k): int(f) for k, f in rows}
 
-    def current(self, session: Session, lock_key: str) -> int | None:
+    def current(self, session: Session | Connection, lock_key: str) -> int | None:
         """The highest token that committed for ``lock_key`` (``None``: none yet)."""
         value: Any = session.execute(self._current, {"k": lock_key}).scalar()
         return None if value is None else int(value)

@@ -47,6 +47,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, delete, func, select, text, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -600,7 +601,7 @@ class IdempotencyStore:
         return row is not None
 
     def complete(
-        self, session: Session | None, key: str, fence: int, result: Any, *,
+        self, session: Session | Connection | None, key: str, fence: int, result: Any, *,
         job_id: str | None = None
     ) -> None:
         """Mark ``key`` completed with ``result``, in the caller's session; does not commit.
@@ -608,7 +609,8 @@ class IdempotencyStore:
         ``UPDATE ... SET status='completed' WHERE key=:k AND fence=:f AND status='processing'``
         (and ``job_id`` when given). Zero rows -> :class:`LeaseLost`: the caller must roll back,
         which also undoes its own writes made in the same transaction. The caller commits, so the
-        handler's writes and the completion are one transaction. ``session=None`` (the handler
+        handler's writes and the completion are one transaction (``session`` may be the session's
+        connection: the same transaction, without the ORM's work). ``session=None`` (the handler
         wrote nothing through SQL): the update runs on its own, in autocommit.
         """
         self.check_result(result)

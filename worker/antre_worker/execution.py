@@ -8,7 +8,10 @@ decides (``Retry`` / ``Snooze`` / ``Bury``, see failures.py). A result or failur
 after the lease was given up is dropped (``DropStale``). Within a prefetched batch, a success
 that wrote nothing through ``ctx.db`` has its completion recorded with the batch's other
 successes, in one commit before their batched ack (settle.py); whether its lock was held to the
-end is then told by the lock's release (its compare-and-delete reply), not a renewal.
+end is then told by the lock's release (its compare-and-delete reply), not a renewal. A
+success that wrote through ``ctx.db`` in a batch of several jobs commits with the batch's
+other writers: its effects, fence and completion in a SAVEPOINT of one shared transaction
+(transaction.py), committed once before their acks.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -26,7 +29,8 @@ from antre import Antre, JobContext, JobTimeout, LeaseLost, Permanent, RateLimit
 from antre.clock import Clock
 from antre.stores.fencing import FenceRejected
 from antre.stores.idempotency import Completed, IdempotencyStore
-from antre.engine.locks import Locks
+from antre.engine.locks import Lock, Locks
+from antre.engine.scripts import Call, direct, direct_ok
 from antre.engine.queue import ResultJSON, encode_result
 from antre.flows.read import inputs as flow_inputs
 from antre.flows.store import result_max
@@ -45,6 +49,7 @@ from .progress import Reporter
 from .outcomes import (ACKED, Ack, Bury, Completion, DropStale, HandBack, Outcome, Snooze,
                        jitter_ms, lock_lost)
 from .settle import duration_ms
+from .transaction import Alone, BatchTransaction, commit_window_ms
 
 log = logging.getLogger("antre.worker")
 
@@ -64,8 +69,114 @@ class Execution:
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
         self.batching = batching  # this thread's acks wait for their batch (Settler.batching)
+<<<<<<< HEAD
         # a job's own log: lines and bytes kept per delivery (read once, at start)
         self.log_bounds = (settings.JOB_LOG_LINES.get(), settings.JOB_LOG_BYTES.get())
+=======
+        self.window_ms = commit_window_ms()  # 0: each ctx.db writer commits on its own
+        self.alone = Alone()  # jobs whose batch's commit failed: alone next time
+        self._local = threading.local()  # per runner thread: its batch's shared transaction
+
+    # -- the batch's shared transaction (transaction.py) -------------------------------------
+    def begin_batch(self, several: bool) -> None:
+        """This thread works through a prefetched batch: with ``several`` jobs, their ctx.db
+        writers share one transaction, each in a savepoint."""
+        self.finish_transaction()
+        self._local.shared = several and self.window_ms > 0 and self._sharable()
+
+    def end_batch(self) -> None:
+        """The batch's jobs have run: commit their transaction (before their acks)."""
+        self.finish_transaction()
+        self._local.shared = False
+
+    def finish_transaction(self) -> None:
+        """Commit this thread's open transaction now (a no-op when there is none)."""
+        tx: BatchTransaction | None = getattr(self._local, "tx", None)
+        if tx is not None:
+            self._local.tx = None
+            tx.finish()
+
+    def holds(self, *, key: str = "", lock_key: str = "") -> bool:
+        """Whether this thread's open transaction completed ``key`` or holds ``lock_key``'s lock
+        (a job of that key must wait for its commit: ``finish_transaction`` first)."""
+        tx: BatchTransaction | None = getattr(self._local, "tx", None)
+        return tx is not None and ((bool(key) and key in tx.keys)
+                                   or (bool(lock_key) and lock_key in tx.lock_keys))
+
+    def before_own_write(self) -> None:
+        """This thread's statements outside its open transaction (a claim, a failure's
+        record) go on another connection and may wait for a row another transaction holds;
+        its own transaction is committed first, so a thread never waits while it holds one
+        (two threads or processes would otherwise wait for each other's transaction, a cycle
+        the database cannot see; SQLite, one writer at a time, would wait for this thread's
+        own)."""
+        if getattr(self._local, "tx", None) is not None:
+            self.finish_transaction()
+
+    def _sharable(self) -> bool:
+        parts = self.app.session_factory
+        if parts is None:
+            return False
+        engine = parts.kw.get("bind")
+        # an in-memory SQLite database is one connection for every thread: no own transaction
+        return engine is not None and type(engine.pool).__name__ != "StaticPool"
+
+    def _joins(self, r: Running) -> bool:
+        spec = r.spec
+        return (bool(getattr(self._local, "shared", False)) and spec is not None
+                and not spec.is_async and r.job.id not in self.alone)
+
+    def _savepoint(self, r: Running) -> Any:
+        """``ctx.db`` of a job that shares its batch's transaction: the shared session, in a
+        savepoint begun for it."""
+        tx: BatchTransaction | None = getattr(self._local, "tx", None)
+        if tx is None:
+            factory = self.app.session_factory
+            assert factory is not None
+            tx = self._local.tx = BatchTransaction(factory, self._release_locks,
+                                                   self._renew_locks, self.clock,
+                                                   self.window_ms, self.alone)
+        return tx.savepoint(r)
+
+    def _renew_locks(self, locks: list[Lock]) -> None:
+        """Compare-and-expire the transaction's locks in one round trip (one at a time on a
+        cluster): a lock no longer ours is marked lost, and nothing of the batch commits."""
+        try:
+            if direct_ok(self.locks.redis):
+                calls = [self.locks.renew_call(lock) for lock in locks]
+                for lock, ok in zip(locks, direct(self.locks.redis, calls)):
+                    if not int(ok):
+                        lock.lost = True
+                return
+            for lock in locks:
+                self.locks.renew(lock)
+        except redis.RedisError:
+            for lock in locks:
+                lock.lost = True  # not known to be held: nothing commits
+
+    def _release_locks(self, locks: list[Lock]) -> None:
+        """The transaction's locks, released in one round trip after its commit (one at a
+        time on a cluster); a lock not released expires by its TTL."""
+        calls = [self.locks.release_call(lock) for lock in locks]
+        try:
+            if direct_ok(self.locks.redis) and all(c is not None for c in calls):
+                for lock, held in zip(locks, direct(self.locks.redis, cast(list[Call], calls))):
+                    if not int(held):
+                        lock.lost = True
+                return
+            for lock in locks:
+                self.locks.release(lock)
+        except redis.RedisError:
+            for lock in locks:
+                lock.lost = True
+
+    def undo(self, r: Running) -> None:
+        """Nothing of the run commits: its savepoint, or its own transaction, rolled back."""
+        if r.tx is not None:  # its ctx.db is the batch's shared session
+            r.tx.rollback(r)
+            return
+        _rollback(r.ctx.opened_db if r.ctx else None)
+>>>>>>> batch
 
     def run(self, r: Running) -> Outcome:
         """Step: run the handler (its timeouts are the heartbeat's, leases.py)."""
@@ -81,14 +192,14 @@ class Execution:
             _last_progress(r)
             self._measure(r)
             _report_flow(r, exc)
-            _rollback(ctx.opened_db)
-            return cancelled(r) if r.cancel is not None else self.failed(r, exc)
+            self.undo(r)
+            return self._cancelled(r) if r.cancel is not None else self.failed(r, exc)
         _last_progress(r)
         self._measure(r)
         _report_flow(r, None)
         if r.cancel is not None:  # cancelled while it ran: nothing of the run commits
-            _rollback(ctx.opened_db)
-            return cancelled(r)
+            self.undo(r)
+            return self._cancelled(r)
         return self.complete(r, result)
 
     # -- async handlers (aio.py): the same step, split at the await --------------------------
@@ -104,14 +215,14 @@ class Execution:
         self._measure(r)
         if r.cancel is not None:  # cancelled while it ran (its task too): nothing commits
             _report_flow(r, None if exc is None else _as_failure(r, exc))
-            _rollback(r.ctx.opened_db if r.ctx else None)
-            return cancelled(r)
+            self.undo(r)
+            return self._cancelled(r)
         if exc is None:
             _report_flow(r, None)
             return self.complete(r, result)
         failure = _as_failure(r, exc)
         _report_flow(r, failure)
-        _rollback(r.ctx.opened_db if r.ctx else None)
+        self.undo(r)
         return self.failed(r, failure)
 
     def _start(self, r: Running) -> JobContext:
@@ -128,9 +239,15 @@ class Execution:
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
         r.reporter = Reporter(r)
+<<<<<<< HEAD
         r.own_log = joblog.JobLog(job.attempt + 1, self.clock, *self.log_bounds)
         return JobContext(job=job, worker_id=self.worker_id,
                           _db_factory=self.app.session_factory,
+=======
+        factory = ((lambda: self._savepoint(r)) if self._joins(r)
+                   else self.app.session_factory)
+        return JobContext(job=job, worker_id=self.worker_id, _db_factory=factory,
+>>>>>>> batch
                           fence=lock.fence if lock else job.epoch, lock=lock,
                           last_checkpoint=job.checkpoint,
                           _extend=lambda seconds: self.leases.extend_by(r, seconds),
@@ -142,7 +259,12 @@ class Execution:
     def _measure(self, r: Running) -> None:
         self.durations.add(r.job.queue, r.job.type, "processing", duration_ms(r) or 0)
 
+    def _cancelled(self, r: Running) -> Outcome:
+        self.before_own_write()
+        return cancelled(r)
+
     def failed(self, r: Running, exc: Exception) -> Outcome:
+        self.before_own_write()
         if self.app.hooks.on_retry or self.app.hooks.on_dead:  # they are told of it
             r.error = exc  # (only then: it holds the handler's frames, and they hold ``r``)
         if r.closed or r.lease_lost or isinstance(exc, LeaseLost):
@@ -161,27 +283,49 @@ class Execution:
         of each one's lock said it was still held when the job ended (settle.py)."""
         db = r.ctx.opened_db if r.ctx else None  # None: the handler opened none
         if r.closed or r.lease_lost:
-            _rollback(db)
+            self.undo(r)
             return DropStale("finished after its lease was given up")
         refused, encoded = self._result_refused(result, flow=bool(r.job.flow))
         if refused is not None:
-            _rollback(db)
+            self.undo(r)
             return refused
         if db is None and r.store is not None and self.batching() and not r.lock_checked_at_ack:
             # (a hand-over's job commits here, under a renewed lock, and is acked plainly)
             return self._deferred(r, r.store, result)
-        lock_lost = self._lock_lost(r, db is None and r.store is None and r.lock_checked_at_ack)
+        # (a job in its batch's transaction: its lock is renewed with the others' before the
+        # commit, transaction.py)
+        lock_lost = self._lock_lost(r, (db is None and r.store is None and r.lock_checked_at_ack)
+                                    or r.savepoint is not None)
         if lock_lost is not None:
-            _rollback(db)
+            self.undo(r)
             return lock_lost
         if db is None and r.store is None:  # (encoded once: the ack stores that text)
             return ACKED if result is None else Ack(result if encoded is None else encoded)
+        if r.savepoint is not None:
+            return self._release_savepoint(r, db, result)
         try:
             self._commit(r, db, result)
         except Exception as exc:
             _rollback(db)
             return self._commit_failed(r, exc)
         return Ack(result)
+
+    def _release_savepoint(self, r: Running, db: Any, result: Any) -> Outcome:
+        """Fence and completion in the job's savepoint, released into the batch's transaction;
+        acked once that commits (``Ack.transaction``: settle.py). The window passed since its
+        first write: committed now."""
+        tx: BatchTransaction = r.tx
+        try:
+            # on the session's connection: the same transaction, without the ORM's work per
+            # statement (the handler's pending objects are flushed as the savepoint is released)
+            self._fence_and_complete(r, db.connection(), result)
+            tx.release(r)
+        except Exception as exc:
+            tx.rollback(r)
+            return self._commit_failed(r, exc)
+        if tx.due():
+            self.finish_transaction()
+        return Ack(result, transaction=tx)
 
     def _result_refused(self, result: Any, flow: bool = False
                         ) -> tuple[Bury | None, ResultJSON | None]:
@@ -243,14 +387,17 @@ class Execution:
         return lock_lost(r.job.lock_key)
 
     def _commit(self, r: Running, db: Any, result: Any) -> None:
+        self._fence_and_complete(r, db, result)
+        if db is not None:
+            db.commit()
+
+    def _fence_and_complete(self, r: Running, db: Any, result: Any) -> None:
         lock, job = r.lock, r.job
         if db is not None and lock is not None and self.app.fences is not None:
             # SQL effects under a business lock commit only with the newest token
             self.app.fences.advance(db, lock.key, lock.fence)
         if r.store is not None:
             r.store.complete(db, job.idempotency_key, job.epoch, result, job_id=job.id)
-        if db is not None:
-            db.commit()
 
     def _commit_failed(self, r: Running, exc: Exception) -> Outcome:
         if isinstance(exc, FenceRejected):

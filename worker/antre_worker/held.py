@@ -57,6 +57,10 @@ class Running:
     ahead_claim: Begin | None = None
     reporter: "Reporter | None" = None  # its ctx.progress (progress.py), made with its ctx
     error: BaseException | None = None  # what its handler raised, for the hooks (hooked.py)
+    # its ctx.db writes in a SAVEPOINT of its batch's shared transaction (transaction.py): the
+    # savepoint while open (None once released or rolled back), and that transaction
+    savepoint: Any = None
+    tx: Any = None
     # its hard timeout (interrupt.py): whether its sync handler runs now (in its thread
     # ``thread``), when the heartbeat raised ``HardTimeout`` into it, and the error it becomes
     in_handler: bool = False

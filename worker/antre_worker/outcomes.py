@@ -129,11 +129,13 @@ class Ack:
     result is the one a completed idempotency record holds. ``completion``: the idempotency
     record is still to be marked completed, with the other successes of the job's prefetched
     batch in one commit, right before their batched ack (settle.py); until then it is not
-    done."""
+    done. ``transaction``: its ctx.db effects and completion wait in its batch's shared
+    transaction (transaction.py), acked only once that committed."""
 
     result: Any = None
     deduplicated: bool = False
     completion: Completion | None = None
+    transaction: Any = None  # a BatchTransaction (transaction.py)
 
 
 ACKED = Ack()  # the common success (no result): one shared, immutable instance

@@ -184,6 +184,7 @@ class Pipeline:
         if req is None:
             return None
         r.cancel = req
+        self.execution.before_own_write()
         return cancelled(r)
 
     def too_old(self, r: Running) -> Outcome | None:
@@ -253,6 +254,8 @@ class Pipeline:
             self.flush_release()  # the previous job's lock goes now, not with a next acquire
             return None
         assert r.spec is not None
+        if self.execution.holds(lock_key=r.job.lock_key):
+            self.execution.finish_transaction()  # its lock goes with that commit
         if r.prelock is not None:  # taken for this delivery by the hand-over that reserved it
             self.flush_release()
             r.lock, r.prelock = r.prelock, None
@@ -281,9 +284,12 @@ class Pipeline:
         inserts fresh claims for the jobs after it (one statement, one commit for all of
         them), used when their turn comes (``_claim_ahead``)."""
         self._local.batch = held if len(held) > 1 else None
+        self.execution.begin_batch(len(held) > 1)
 
     def end_batch(self) -> None:
+        """The batch's jobs have run: their shared transaction commits (before their acks)."""
         self._local.batch = None
+        self.execution.end_batch()
 
     def _after(self, r: Running) -> list[Running]:
         """The jobs of this thread's batch after ``r`` that will most likely run their handler
@@ -357,6 +363,11 @@ class Pipeline:
         ahead = self._adopt_claim(r)
         if ahead is not None:
             return self._on_begin(r, store, ahead)
+        if self.execution.holds(key=job.idempotency_key):
+            # a duplicate of a success earlier in this batch, in its shared transaction:
+            # committed first, so this one is answered from its completed record
+            self.execution.finish_transaction()
+        self.execution.before_own_write()
         if self.settler.completing(job.idempotency_key):
             # a duplicate of a success earlier in this batch: record and ack that one first,
             # so this one is answered from its completed record
@@ -472,7 +483,10 @@ class Pipeline:
         ctx, r.ctx = r.ctx, None  # the context's callables hold ``r``: no cycle left for the GC
         try:
             if ctx is not None and ctx.opened_db is not None:
-                ctx.opened_db.close()
+                if r.tx is not None:  # its batch's shared session: at most its savepoint
+                    self.execution.undo(r)
+                else:
+                    ctx.opened_db.close()
         finally:
             lock, r.lock = r.lock, None
             if r.prelock is not None:  # taken by its hand-over, no step used it
@@ -483,9 +497,11 @@ class Pipeline:
                 quietly(r.admission.release)
             store = self.app.idempotency if claim is not None else None
             if store is not None:
+                self.execution.before_own_write()
                 self._unclaim(store, r)  # taken ahead, never used: as if never claimed
-            if lock is not None and not r.released_with_ack:
-                self._release(lock)
+            if (lock is not None and not r.released_with_ack
+                    and (r.tx is None or r.job.id not in r.tx.member_ids)):
+                self._release(lock)  # (a lock in the batch's transaction goes with its commit)
 
     def _release(self, lock: Lock) -> None:
         """Within a prefetched batch the release rides with the next job's acquire (one round

@@ -9,7 +9,9 @@ acks wait and go together in one round trip (``flush_acks``): each is still its 
 script, and a lease lost meanwhile is refused and logged while nothing else changes. Their
 idempotency completions, when waiting (``Ack.completion``), are committed first, in one
 transaction: a job whose lock was found lost at its release, or whose completion could not be
-committed, is snoozed instead of acked.
+committed, is snoozed instead of acked. The successes that wrote through ``ctx.db`` wait for
+their batch's shared transaction (transaction.py) the same way: acked once it committed, all
+snoozed if it did not.
 
 At the default INFO level the outcome's line is the only line of an ordinary job.
 """
@@ -111,6 +113,8 @@ class Settler:
             self._send_successes(pending)
 
     def _send_successes(self, pending: list[tuple[Running, Ack]]) -> None:
+        if any(ack.transaction is not None for _, ack in pending):
+            pending = self._committed(pending)
         if any(ack.completion is not None for _, ack in pending):
             pending = self._complete(pending)
         by_queue: dict[str, list[tuple[Running, Ack]]] = {}
@@ -148,6 +152,33 @@ class Settler:
         else:
             self.lease_lost(r.job, LeaseLost(f"job {r.job.id}: {status[5:]}; nothing was "
                                              "changed"))
+
+    def _committed(self, pending: list[tuple[Running, Ack]]) -> list[tuple[Running, Ack]]:
+        """The acks whose effects wait in their batch's shared transaction (transaction.py):
+        committed by now (the batch's end commits it, on its own thread), they may be acked; if it did not commit,
+        every one of its jobs goes back unacked (snoozed, no attempt spent: nothing of their
+        runs counts), a job whose lock was lost as ``lock_lost``."""
+        out: list[tuple[Running, Ack]] = []
+        for r, ack in pending:
+            tx = ack.transaction
+            if tx is None:
+                out.append((r, ack))
+                continue
+            if not tx.done:
+                # its transaction is still open on the thread that ran it (a batch whose
+                # thread is stuck in a handler, sent by ``flush_abandoned``): not acked, it
+                # comes back through its lease (its effects commit with that thread, if ever)
+                continue
+            if tx.error is None:
+                out.append((r, ack))
+            elif r.lock_fence is not None and any(
+                    lock.lost and lock.key == r.job.lock_key for lock in tx.released_locks):
+                self._settle_closed(r, lock_lost(r.job.lock_key))
+            else:
+                self._settle_closed(r, Snooze(
+                    jitter_ms(200, 1000), "batch_commit_failed", level=logging.ERROR,
+                    note=f"its batch's transaction did not commit: {tx.error}"))
+        return out
 
     def _complete(self, pending: list[tuple[Running, Ack]]) -> list[tuple[Running, Ack]]:
         """Record the batch's waiting idempotency completions in one commit (per store); return
