@@ -69,10 +69,8 @@ class Execution:
         self.stopping = stopping
         self.stop_grace_s = stop_grace_s
         self.batching = batching  # this thread's acks wait for their batch (Settler.batching)
-<<<<<<< HEAD
         # a job's own log: lines and bytes kept per delivery (read once, at start)
         self.log_bounds = (settings.JOB_LOG_LINES.get(), settings.JOB_LOG_BYTES.get())
-=======
         self.window_ms = commit_window_ms()  # 0: each ctx.db writer commits on its own
         self.alone = Alone()  # jobs whose batch's commit failed: alone next time
         self._local = threading.local()  # per runner thread: its batch's shared transaction
@@ -176,7 +174,6 @@ class Execution:
             r.tx.rollback(r)
             return
         _rollback(r.ctx.opened_db if r.ctx else None)
->>>>>>> batch
 
     def run(self, r: Running) -> Outcome:
         """Step: run the handler (its timeouts are the heartbeat's, leases.py)."""
@@ -239,15 +236,10 @@ class Execution:
     def _context(self, r: Running) -> JobContext:
         job, lock = r.job, r.lock
         r.reporter = Reporter(r)
-<<<<<<< HEAD
         r.own_log = joblog.JobLog(job.attempt + 1, self.clock, *self.log_bounds)
-        return JobContext(job=job, worker_id=self.worker_id,
-                          _db_factory=self.app.session_factory,
-=======
         factory = ((lambda: self._savepoint(r)) if self._joins(r)
                    else self.app.session_factory)
         return JobContext(job=job, worker_id=self.worker_id, _db_factory=factory,
->>>>>>> batch
                           fence=lock.fence if lock else job.epoch, lock=lock,
                           last_checkpoint=job.checkpoint,
                           _extend=lambda seconds: self.leases.extend_by(r, seconds),
