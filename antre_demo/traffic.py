@@ -86,7 +86,7 @@ class Traffic:
         key, payload = email_key(email_type, user, campaign), email_payload(email_type, user,
                                                                              campaign)
         tenant = r.choices(list(TENANTS), list(TENANTS.values()))[0]
-        group = {"group": f"tenant:{tenant}", "group_concurrency": TENANT_SLOTS}
+        group: dict[str, Any] = {"group": f"tenant:{tenant}", "group_concurrency": TENANT_SLOTS}
         ids = [self._enqueue("email", "send_email", payload, key, **group)]
         if r.random() < self.email_dup_rate:  # the producer timed out and sent it again
             ids.append(self._enqueue("email", "send_email", payload, key, duplicate=True,
