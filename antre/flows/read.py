@@ -137,13 +137,8 @@ class FlowJob:
 
     @property
     def attempt_text(self) -> str:
-        """Its attempt as a reader counts them, from 1: the one running (or that succeeded),
-        the number spent, or 'not run yet' (``attempt`` counts attempts spent, from 0)."""
-        if self.state in (states.INFLIGHT, states.DONE):
-            return f"attempt {self.attempt + 1}"
-        if self.attempt <= 0:
-            return "not run yet"
-        return f"{self.attempt} attempt{'s' if self.attempt != 1 else ''} spent"
+        """Its attempt as a reader counts them, from 1 (``states.attempt_text``)."""
+        return states.attempt_text(self.state, self.attempt)
 
 
 @dataclass(frozen=True)
