@@ -36,3 +36,16 @@ def test_cancel_from_the_job_page_needs_csrf_is_audited_and_returns_to_the_page(
     assert resp.status_code in (302, 303) and resp.headers["Location"] == url
     assert web.svc.cancels.pending("default")[running.id].by == "operator"
     assert [e.outcome for e in web.audit("job.cancel")] == ["ok"]
+
+
+def test_a_job_being_cancelled_says_so_instead_of_offering_cancel_again(web):
+    web.q.enqueue("email", {}, idempotency_key="k1")
+    (running,) = web.q.reserve("w1")
+    c = web.client("operator")
+    url = f"/jobs/default/{running.id}"
+    post(c, f"/queues/default/jobs/{running.id}/cancel", {"to": "discard", "reason": "stuck"})
+    page = c.get(url).get_data(as_text=True)
+    assert "data-cancelling" in page and "(by operator)" in page and "discarded" in page
+    assert "data-cancel-job" not in page
+    assert web.svc.cancels.of("default", running.id).to == "discard"
+    assert web.svc.cancels.of("default", "no-such-job") is None

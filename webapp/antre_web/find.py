@@ -178,7 +178,9 @@ def job_page(queue: str, job_id: str) -> str:
                   flow=FlowReader(svc.redis).links(queue, found.id),
                   idem_error=idem_error, idempotent=svc.idempotent(found.type),
                   timeline=timeline, audit_url=audit_url, trace_url=trace_link(found.trace_id),
-                  cancel_role=by_name("job.cancel").role, as_of=svc.clock())
+                  cancel_role=by_name("job.cancel").role,
+                  cancelling=svc.cancels.of(queue, found.id) if found.state == states.INFLIGHT
+                  else None, as_of=svc.clock())
 
 
 @bp.get("/jobs/<queue>/<job_id>")
