@@ -29,14 +29,27 @@ def _secret(path: str) -> str:
     return value
 
 
-def _ensure_admin(app: Any) -> str | None:
-    """Create or reset the demo's admin; returns the password when it was generated."""
+PASSWORD_FILE = "admin_password"  # in the data dir: the generated password, kept across runs
+
+
+def _ensure_admin(app: Any, data_dir: str | None = None) -> str | None:
+    """Create or reset the demo's admin; returns the password when it was generated. With
+    ``data_dir`` the generated one is kept there (``admin_password``, mode 0600) and reused on
+    the next start, so a bookmarked login keeps working; ANTRE_ADMIN_PASSWORD wins."""
     given = settings.ADMIN_PASSWORD.get()
-    password = given or secrets.token_urlsafe(18)  # 24 characters: the password rules hold
+    path = os.path.join(data_dir, PASSWORD_FILE) if data_dir else ""
+    kept = ""
+    if not given and path and os.path.exists(path):
+        with open(path) as fh:
+            kept = fh.read().strip()
+    password = given or kept or secrets.token_urlsafe(18)  # 24 characters: the rules hold
     if app.users.get("admin") is None:
         app.users.add("admin", "admin", password)
-    else:
+    elif not (kept and app.users.verify("admin", kept) is not None):  # sessions go on if so
         app.users.set_password("admin", password)
+    if not given and path and not kept:
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            fh.write(password)
     return None if given else password
 
 
@@ -89,7 +102,7 @@ def run_demo(*, port: int, data_dir: str, host: str = "127.0.0.1", processes: in
     app = make_app()
     setup(app)
     try:
-        generated = _ensure_admin(app)
+        generated = _ensure_admin(app, data_dir)
     except ValueError as exc:  # ANTRE_ADMIN_PASSWORD breaks the password rules
         print(f"antre demo: ANTRE_ADMIN_PASSWORD: {exc}", file=sys.stderr)
         if server is not None:

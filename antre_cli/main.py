@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import redis
 
 from antre import Antre, Progress, ResultUnavailable, SettingError, __version__, settings
-from antre.engine import partitions
+from antre.engine import partitions, states
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Located
 from antre.observe.logs import safe_url
@@ -172,8 +172,9 @@ def _print_job(app: Antre, found: Located, as_json: bool) -> int:
         print(json.dumps({"job": dataclasses.asdict(status),
                           "timeline": dataclasses.asdict(timeline)}, indent=2, default=str))
         return 0
-    print(f"job {found.job_id} in {found.queue}: {found.state} ({status.job_type}, attempt "
-          f"{status.attempts}/{status.max_attempts}, key {status.idempotency_key})")
+    tried = states.attempt_text(found.state, status.attempts, status.max_attempts)
+    print(f"job {found.job_id} in {found.queue}: {found.state} ({status.job_type}, {tried}, "
+          f"key {status.idempotency_key})")
     if status.progress is not None:
         print(f"  {progress_line(status.progress)}")
     for ev in timeline.events:

@@ -30,6 +30,10 @@ MIX: dict[str, float] = {
 }
 EMAIL_TYPES = ("welcome", "receipt", "password_reset", "newsletter")
 CUSTOMERS = ("acme", "globex", "initech", "umbrella", "hooli", "stark")
+# the tenants whose emails share the provider fairly (a fair-share group each, so the Groups
+# page has rows): one busy, a few quiet; TENANT_SLOTS of one tenant's emails at once
+TENANTS: dict[str, float] = {"acme": 6, "globex": 2, "initech": 1, "umbrella": 1}
+TENANT_SLOTS = 3
 
 
 class Traffic:
@@ -81,10 +85,12 @@ class Traffic:
                     "newsletter": f"2024-w{r.randint(1, 52):02d}"}[email_type]
         key, payload = email_key(email_type, user, campaign), email_payload(email_type, user,
                                                                              campaign)
-        ids = [self._enqueue("email", "send_email", payload, key)]
+        tenant = r.choices(list(TENANTS), list(TENANTS.values()))[0]
+        group: dict[str, Any] = {"group": f"tenant:{tenant}", "group_concurrency": TENANT_SLOTS}
+        ids = [self._enqueue("email", "send_email", payload, key, **group)]
         if r.random() < self.email_dup_rate:  # the producer timed out and sent it again
             ids.append(self._enqueue("email", "send_email", payload, key, duplicate=True,
-                                     delay_s=r.choice((0, 0, 0.5, 2.0))))
+                                     delay_s=r.choice((0, 0, 0.5, 2.0)), **group))
         return ids
 
     def stock(self) -> list[str]:

@@ -115,7 +115,7 @@ def bulk_start(ops: Ops, who: Actor, a: Args) -> Result:
     guard = (f"; it pauses itself if more than {task.stop_pct:g}% of the replayed jobs fail "
              f"again (judged after {task.min_sample})" if task.stop_pct else "")
     return Result(True, f"bulk replay {task.id} started: {task.total} jobs match "
-                        f"({flt.describe()}), at most {task.maximum} at "
+                        f"({ops.bulk.named(queue, flt)}), at most {task.maximum} at "
                         f"{task.rate_per_s:g} jobs/s{into}{guard}."
                         f"{_not_idempotent_warning(ops, flt)}", 200,
                   {"task": task.to_dict(), "filter": flt.describe(), "dry_run": task.total,
@@ -124,9 +124,10 @@ def bulk_start(ops: Ops, who: Actor, a: Args) -> Result:
 
 def replay_filtered_now(ops: Ops, who: Actor, a: Args) -> Result:
     flt = a["filter"]
+    named = ops.bulk.named(a["queue"], flt)  # before the replay empties its error group
     out = ops.bulk.replay_filtered_now(a["queue"], flt, max(0, min(a["maximum"], MAX_BULK)),
                                        who.name)
-    return Result(True, f"replayed {out.done} dead jobs ({flt.describe()})"
+    return Result(True, f"replayed {out.done} dead jobs ({named})"
                         + _not_idempotent_warning(ops, flt), 200,
                   {"filter": flt.describe(), **out.to_dict()})
 
@@ -134,7 +135,7 @@ def replay_filtered_now(ops: Ops, who: Actor, a: Args) -> Result:
 def discard_filtered_dry_run(ops: Ops, a: Args) -> Result:
     flt = a["filter"]
     return Result(True, f"{ops.bulk.dry_run(a['queue'], flt)} dead jobs match "
-                        f"({flt.describe()}) in {a['queue']}")
+                        f"({ops.bulk.named(a['queue'], flt)}) in {a['queue']}")
 
 
 def discard_filtered(ops: Ops, who: Actor, a: Args) -> Result:
@@ -143,8 +144,9 @@ def discard_filtered(ops: Ops, who: Actor, a: Args) -> Result:
     if not confirmed(a["confirm"], count, "discard"):
         return Result(False, f"not confirmed: {_how_to_confirm(who, count, 'discard')}; "
                              "nothing was changed", 400, {"dry_run": count})
+    named = ops.bulk.named(queue, flt)  # before the discard empties its error group
     out = ops.bulk.discard_filtered(queue, flt, max(0, min(a["maximum"], MAX_BULK)), who.name)
-    return Result(True, f"discarded {out.done} dead jobs ({flt.describe()})", 200,
+    return Result(True, f"discarded {out.done} dead jobs ({named})", 200,
                   {"dry_run": count, "filter": flt.describe(), **out.to_dict()})
 
 

@@ -262,18 +262,22 @@ class BulkReplays:
                     break
         return BulkResult(done, skipped, before, self.reads.count_dead(queue))
 
+    def named(self, queue: str, flt: DeadFilter) -> str:
+        """``flt`` as a reader names it: its error group by the group's error, not its hash."""
+        return flt.describe(self.reads.group_signature(queue, flt.group))
+
     def replay_filtered_now(self, queue: str, flt: DeadFilter, maximum: int,
                             actor: str = "") -> BulkResult:
         """Replay up to ``maximum`` matching dead jobs at once (CLI/API; no pacing).
         ``actor``: who, on each job's timeline."""
-        note = {"bulk": f"replay now [{flt.describe()}]"}
+        note = {"bulk": f"replay now [{self.named(queue, flt)}]"}
         return self._apply(queue, flt, maximum,
                            lambda job_id: self._queue(queue, job_id).replay(job_id, actor, note))
 
     def discard_filtered(self, queue: str, flt: DeadFilter, maximum: int,
                          actor: str = "") -> BulkResult:
         """Discard up to ``maximum`` matching dead jobs."""
-        note = {"bulk": f"discard [{flt.describe()}]"}
+        note = {"bulk": f"discard [{self.named(queue, flt)}]"}
         return self._apply(queue, flt, maximum,
                            lambda job_id: self._queue(queue, job_id).discard(job_id, actor,
                                                                              note))
@@ -291,7 +295,7 @@ class BulkReplays:
         target = redrive.check_target(self.reads.queue_names(), queue, target)
         now = self.clock()
         until = now if flt.until_ms is None else min(int(flt.until_ms), now)
-        described = flt.describe(self.reads.group_signature(queue, flt.group))
+        described = self.named(queue, flt)
         task = self._new(queue, filter_to_dict(flt), until, rate_per_s, maximum, user, reason,
                          described + (f" → queue {target}" if target else ""), "replay",
                          self.dry_run(queue, flt))

@@ -83,6 +83,13 @@ class Cancels:
                               "flight can be cancelled: nothing was changed")
         return req
 
+    def of(self, queue: str, job_id: str) -> CancelRequest | None:
+        """``job_id``'s request not carried out yet (None: none, or damaged)."""
+        if not keys.valid_name(queue) or not keys.valid_job_id(job_id):
+            return None
+        raw = self.redis.hget(keys.of_job(queue, job_id).cancels, job_id)
+        return CancelRequest.parse(str(raw)) if raw else None
+
     def pending(self, queue: str) -> dict[str, CancelRequest]:
         """The requests not carried out yet (job id -> request), of every partition."""
         raw: dict[str, str] = {}

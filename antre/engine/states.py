@@ -51,6 +51,18 @@ FLOW_STATES: tuple[str, ...] = tuple(FLOW_DOCS)
 FINAL_FLOW_STATES = frozenset((SUCCEEDED, FAILED, CANCELLED))
 
 
+def attempt_text(state: str, spent: int, most: int = 0) -> str:
+    """A job's attempt as a reader counts them, from 1 (``spent`` counts attempts spent, from
+    0): the one running or that succeeded, the number spent, or 'not run yet'; ``most``: its
+    max_attempts ('attempt 2/5')."""
+    of = f"/{most}" if most else ""
+    if state in (INFLIGHT, DONE):
+        return f"attempt {spent + 1}{of}"
+    if spent <= 0:
+        return "not run yet"
+    return f"{spent}{of} attempt{'s' if spent != 1 or most else ''} spent"
+
+
 def lua_tables() -> dict[str, dict[str, str]]:
     """The scripts' tables: ``S`` (job states) and ``FS`` (flow states), name -> value."""
     return {"S": {s: s for s in JOB_STATES}, "FS": {s: s for s in FLOW_STATES}}

@@ -62,5 +62,5 @@ def text_tree(jobs: list[FlowJob]) -> list[str]:
             error = job.last_error.strip().splitlines()[-1][:120] if job.last_error.strip() else ""
             hook = f" ({job.hook})" if job.hook else ""
             lines.append(f"{'  ' * level.depth}- {job.type}{hook} [{job.state}] {job.id}"
-                         f" attempt {job.attempt}{f'  error: {error}' if error else ''}")
+                         f" {job.attempt_text}{f'  error: {error}' if error else ''}")
     return lines

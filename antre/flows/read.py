@@ -135,6 +135,11 @@ class FlowJob:
     idempotency_key: str
     progress: Progress | None = None  # its handler's last ctx.progress (read with the job)
 
+    @property
+    def attempt_text(self) -> str:
+        """Its attempt as a reader counts them, from 1 (``states.attempt_text``)."""
+        return states.attempt_text(self.state, self.attempt)
+
 
 @dataclass(frozen=True)
 class FlowTree:

@@ -270,3 +270,14 @@ def test_find_by_field_prints_readable_text(env, capsys):
     assert main(["find", "tenant=acme", "--queue", "billing"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.endswith('tenant="acme"') and "{" not in line and "'" not in line
+
+
+def test_find_counts_attempts_from_one(env, capsys):
+    q = env.queue("billing")
+    job_id = q.enqueue("charge", {}, idempotency_key="fresh")
+    assert main(["find", job_id]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "not run yet" in line and "attempt 0" not in line
+    q.reserve("w1")
+    assert main(["find", job_id]) == 0
+    assert "(charge, attempt 1/" in capsys.readouterr().out.splitlines()[0]

@@ -105,3 +105,15 @@ def test_the_nightly_import_is_a_batch_whose_report_counts_its_rows(app, clock, 
     report_job = app.queue("batch").get(ids[-1])
     assert report_job.state == "done"
     assert report_job.result == {"import": "n1", "rows": 6, "imported": 6, "failed": 0}
+
+
+def test_the_traffics_emails_fill_the_groups_page_with_one_busy_tenant(app, clock):
+    from antre.groups.read import Groups
+    from antre_demo.traffic import TENANT_SLOTS, TENANTS
+    Traffic(app, seed=3, mix={"email": 1}, poison_every_s=None, email_dup_rate=0).step(60)
+    view = Groups(app.redis, clock).view("emails")
+    held = {row.name: row for row in view.by_slots}
+    assert set(held) == {f"tenant:{t}" for t in TENANTS}
+    assert all(row.slots_held <= TENANT_SLOTS for row in held.values())
+    (busiest, *_rest) = view.by_waiting
+    assert busiest.name == "tenant:acme" and busiest.waiting > 0

@@ -131,3 +131,19 @@ def test_antre_web_refuses_a_weak_first_admin_password(redis_url, sqlite_url, mo
     assert serve(None, port=1) == 2
     assert "at least 12 characters" in capsys.readouterr().err
     assert Antre(redis_url=redis_url, database_url=sqlite_url).users.count() == 0
+
+
+def test_the_demo_keeps_its_generated_admin_password_across_restarts(redis_url, tmp_path,
+                                                                      monkeypatch):
+    from antre_cli.demo import PASSWORD_FILE, _ensure_admin
+    monkeypatch.delenv("ANTRE_ADMIN_PASSWORD", raising=False)
+    app = Antre(redis_url=redis_url, database_url=f"sqlite:///{tmp_path / 'd.db'}")
+    first = _ensure_admin(app, str(tmp_path))
+    kept = tmp_path / PASSWORD_FILE
+    assert kept.read_text() == first and kept.stat().st_mode & 0o077 == 0
+    again = _ensure_admin(app, str(tmp_path))  # the next start of the demo
+    assert again == first and app.users.verify("admin", first) is not None
+    monkeypatch.setenv("ANTRE_ADMIN_PASSWORD", "an-admin-chosen-one")  # the environment wins
+    assert _ensure_admin(app, str(tmp_path)) is None
+    assert app.users.verify("admin", "an-admin-chosen-one") is not None
+    assert kept.read_text() == first

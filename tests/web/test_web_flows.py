@@ -247,3 +247,15 @@ def test_a_flow_given_up_by_a_discard_says_so_and_offers_no_replay(web, shop):
     assert HOSTILE not in page  # the member's error text, escaped
     listed = op.get("/flows/?queue=default&state=failed").get_data(as_text=True)
     assert "given up: discarded by operator" in listed
+
+
+def test_a_flows_jobs_count_attempts_from_one(web, shop):
+    flow = chord(shop["app"], "W")
+    page = web.client("viewer").get(f"/flows/default/{flow.id}").get_data(as_text=True)
+    assert "not run yet" in page and "attempt 0" not in page
+    burst(shop["app"], web.clock)
+    done = web.client("viewer").get(f"/flows/default/{flow.id}").get_data(as_text=True)
+    assert "attempt 1" in done and "not run yet" not in done and "attempt 0" not in done
+    from antre.flows.layout import text_tree
+    lines = text_tree(FlowReader(web.svc.redis).tree("default", flow.id).jobs)
+    assert all(line.endswith("attempt 1") for line in lines), lines

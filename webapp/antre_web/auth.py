@@ -26,6 +26,7 @@ from antre.stores.users import MIN_PASSWORD_LENGTH, normalise_name
 
 from . import actions, services
 from .common import safe_next
+from .incident import view as incident_view
 from .security import (
     Attempt,
     CurrentUser,
@@ -95,7 +96,17 @@ def login_post() -> Response | tuple[str, int]:
     start_session(info)
     audit("login", info.name, "ok", None, None,
           user=CurrentUser(info.name, info.role, "form", info.id))
-    return redirect(safe_next(url_for("overview.index")))
+    return redirect(safe_next(_landing()))
+
+
+def _landing() -> str:
+    """Where a login without a ``next`` lands: the incident view while an open incident is
+    critical, the overview otherwise (and while Redis is unreachable)."""
+    try:
+        critical = incident_view().worst == "critical"
+    except services.REDIS_ERRORS:
+        critical = False
+    return url_for("incident.index") if critical else url_for("overview.index")
 
 
 @bp.post("/logout")

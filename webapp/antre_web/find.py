@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
 from antre import settings
+from antre.actions import by_name
 from antre.engine.envelope import STATES
 from antre.observe.finder import BadQuery, Finder, Located, SearchStep
 from antre.engine.keys import valid_name
@@ -177,7 +178,9 @@ def job_page(queue: str, job_id: str) -> str:
                   flow=FlowReader(svc.redis).links(queue, found.id),
                   idem_error=idem_error, idempotent=svc.idempotent(found.type),
                   timeline=timeline, audit_url=audit_url, trace_url=trace_link(found.trace_id),
-                  as_of=svc.clock())
+                  cancel_role=by_name("job.cancel").role,
+                  cancelling=svc.cancels.of(queue, found.id) if found.state == states.INFLIGHT
+                  else None, as_of=svc.clock())
 
 
 @bp.get("/jobs/<queue>/<job_id>")
