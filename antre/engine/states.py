@@ -5,7 +5,7 @@ docs/ARCHITECTURE.md draws the scripts that move it). Every reader and writer na
 by these constants: the Python read models, the dashboard's templates (Jinja globals
 ``JOB_STATES`` / ``FLOW_STATES``, ``webapp/antre_web/__init__.py``) and the Lua scripts (the
 tables ``S`` and ``FS``, written into the library by ``antre/engine/scripts.py``: ``S.dead`` is
-``'dead'``). ``tests/system/test_states.py`` fails on a state spelled anywhere else.
+``'dead'``). ``tests/system/test_job_states.py`` fails on a state spelled anywhere else.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ STATE_WORDS = set(states.JOB_STATES) | set(states.FLOW_STATES)
 @pytest.mark.parametrize("name", sorted(lua_keys()))
 def test_no_script_spells_a_declared_key_name(name):
     """A key name as a string in a script fails (``K.<name>`` says it). A name that is also a
-    state ('ready', 'waiting', 'held', ...; tests/system/test_states.py keeps those out of the
+    state ('ready', 'waiting', 'held', ...; tests/system/test_job_states.py keeps those out of the
     scripts) is looked for where a key is made: joined to a tag or a key with ``..``."""
     value = lua_keys()[name]
     spelled = []

@@ -421,20 +421,28 @@ class Execution:
 def _call(r: Running, ctx: JobContext) -> Any:
     """The sync handler, in this thread; a hard timeout's ``HardTimeout`` raised into it comes
     out as a ``JobTimeout`` saying how long it ran (interrupt.py: the guard's protocol)."""
-    assert r.spec is not None
     r.thread = threading.get_ident()
-    r.in_handler = True
     try:
-        try:
-            return run_in_execution_span(r.job, r.spec.fn, ctx, r.job.payload)
-        finally:
-            with r.handler_guard:
-                r.in_handler = False
-                if r.interrupted_ms:
-                    clear_pending()  # it returned before the exception was raised
+        return run_in_execution_span(r.job, _handler, r, ctx)
     except HardTimeout:
         r.in_handler = False
         raise JobTimeout(r.interrupt_error or "hard timeout") from None
+
+
+def _handler(r: Running, ctx: JobContext) -> Any:
+    """The handler itself, the only stretch a ``HardTimeout`` may be raised into: inside the
+    execution span, whose trace context is then restored on the way out as after any error
+    (raised while the span's context was made current or put back, it would leave the job's
+    trace current on this thread for the jobs after it)."""
+    assert r.spec is not None
+    r.in_handler = True
+    try:
+        return r.spec.fn(ctx, r.job.payload)
+    finally:
+        with r.handler_guard:
+            r.in_handler = False
+            if r.interrupted_ms:
+                clear_pending()  # it returned before the exception was raised
 
 
 def _as_failure(r: Running, exc: BaseException) -> Exception:
