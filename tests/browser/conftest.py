@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from urllib.parse import urlparse
 import signal
 import subprocess
 import sys
@@ -274,6 +275,9 @@ def login(stack, chromium) -> Iterator[Callable[[str], Any]]:
         page.get_by_label("Password").fill(PASSWORDS[role])
         page.get_by_role("button", name="Log in").click()
         expect(page.locator("header .who")).to_contain_text(f"{role} ({role})")
+        if urlparse(page.url).path != "/":  # a critical incident is open: it lands there
+            expect(page).to_have_url(re.compile(r"/incident/$"))
+            page.goto("/")  # each test starts from the overview
         expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
         return page
 
