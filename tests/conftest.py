@@ -133,6 +133,28 @@ def antre_logging():
         _restore_antre_loggers(saved)
 
 
+def _antre_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("ANTRE_")}
+
+
+@pytest.fixture(autouse=True)
+def _antre_environment_left_as_found(request):
+    """Fails a test that leaves an ``ANTRE_*`` variable of the environment changed (the
+    processes later tests start inherit it), then puts the environment back."""
+    saved = _antre_environment()
+    yield
+    now = _antre_environment()
+    if now != saved:
+        changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k))
+        for k in changed:
+            if k in saved:
+                os.environ[k] = saved[k]
+            else:
+                os.environ.pop(k, None)
+        pytest.fail(f"{request.node.nodeid} left {', '.join(changed)} changed in the "
+                    f"environment: use monkeypatch.setenv / delenv", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _antre_loggers_left_as_found(request):
     """Fails a test that leaves a handler, level or ``propagate`` changed on an ``antre``

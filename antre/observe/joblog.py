@@ -173,6 +173,8 @@ class CaptureHandler(logging.Handler):
     read for a record emitted outside a job (the worker's own lines, one per job)."""
 
     def handle(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            _last_resort(record, self)
         log = _CURRENT.get()
         if log is None:
             return False
@@ -190,6 +192,21 @@ class CaptureHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.handle(record)
+
+
+def _last_resort(record: logging.LogRecord, capture: logging.Handler) -> None:
+    """What Python does for a record no handler takes (``logging.lastResort``: a warning or
+    worse to stderr), which the capture handler on the root logger would otherwise silence in
+    a process that configured no logging of its own."""
+    last = logging.lastResort
+    if last is None or record.levelno < last.level:
+        return
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(h is not capture for h in logger.handlers):
+            return  # somebody else's handler has it
+        logger = logger.parent if logger.propagate else None
+    last.handle(record)
 
 
 _INSTALLED: list[CaptureHandler] = []

@@ -110,7 +110,8 @@ def test_a_value_of_the_wrong_toml_type_is_refused(tmp_path):
 
 
 def test_a_preset_gives_way_to_the_environment_and_the_file(tmp_path, monkeypatch):
-    monkeypatch.delenv("ANTRE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("ANTRE_LOG_FORMAT", "json")  # recorded, so the end puts back what was
+    monkeypatch.delenv("ANTRE_LOG_FORMAT")          # (a preset writes os.environ itself)
     monkeypatch.setenv("ANTRE_CONFIG", write(tmp_path, 'log_format = "json"\n'))
     settings.preset(settings.LOG_FORMAT, "text")
     assert "ANTRE_LOG_FORMAT" not in __import__("os").environ
@@ -118,7 +119,6 @@ def test_a_preset_gives_way_to_the_environment_and_the_file(tmp_path, monkeypatc
     monkeypatch.delenv("ANTRE_CONFIG")
     settings.preset(settings.LOG_FORMAT, "text")
     assert settings.LOG_FORMAT.read() == ("text", "environment")
-    monkeypatch.delenv("ANTRE_LOG_FORMAT")
 
 
 @pytest.mark.parametrize("text,says", [
