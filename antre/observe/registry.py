@@ -121,16 +121,7 @@ class WorkerRegistry:
     def starts(self, since_ms: int) -> "builtins.list[dict[str, Any]]":
         """The recorded starts since ``since_ms``, oldest first (each {id, host, version, t},
         and package, queues when the worker said)."""
-        out = []
-        for raw in cast(list[str], self.redis.zrangebyscore(keys.worker_starts(), since_ms,
-                                                            "+inf")):
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-        return out
+        return self._since(keys.worker_starts(), since_ms)
 
     def record_restart(self, worker_id: str, host: str, cause: str, *, job_type: str = "",
                        timeout_s: float = 0.0) -> None:
@@ -162,9 +153,13 @@ class WorkerRegistry:
     def restarts(self, since_ms: int) -> "builtins.list[dict[str, Any]]":
         """The recorded restarts since ``since_ms``, oldest first (each {id, host, cause, type,
         timeout_s, t})."""
+        return self._since(keys.worker_restarts(), since_ms)
+
+    def _since(self, key: str, since_ms: int) -> "builtins.list[dict[str, Any]]":
+        """The JSON objects of the sorted set ``key`` scored from ``since_ms`` on, oldest first
+        (a member that is no JSON object is passed over)."""
         out = []
-        for raw in cast(list[str], self.redis.zrangebyscore(keys.worker_restarts(), since_ms,
-                                                            "+inf")):
+        for raw in cast(list[str], self.redis.zrangebyscore(key, since_ms, "+inf")):
             try:
                 value = json.loads(raw)
             except ValueError:
