@@ -73,3 +73,14 @@ local function bury_job(job_key, id, now, reason, signature, dead, stats, errgro
   flow_dead(job_key, id, now, reason, row and (row.flow or '') or nil)
   return group
 end
+
+local function bury_poison(job_key, id, now, deliveries, maxd, tl, actor, dead, stats, errgroups,
+                           type_prefix, group_prefix)
+  -- a job delivered max_deliveries times that never finished (its worker died or hung each
+  -- time): buried with that reason, the burial on its timeline by ``actor``
+  local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker died or ' ..
+                 'hung each time (poison job; limit ' .. maxd .. ' deliveries)'
+  bury_job(job_key, id, now, reason, 'poison: worker died or hung on every delivery',
+           dead, stats, errgroups, type_prefix, group_prefix)
+  tl_add(tl, now, 'buried', actor, {reason = reason, kind = 'poison'})
+end

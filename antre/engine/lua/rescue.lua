@@ -88,11 +88,8 @@ for i = 1, #entries, 2 do
                                            outcome = deliveries >= maxd and S.dead or S.ready,
                                            reason = msg})
       if deliveries >= maxd then
-        local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker ' ..
-                       'died or hung each time (poison job; limit ' .. maxd .. ' deliveries)'
-        bury_job(key, id, now, reason, 'poison: worker died or hung on every delivery',
-                 KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5])
-        tl_add(tl, now, 'buried', 'rescuer', {reason = reason, kind = 'poison'})
+        bury_poison(key, id, now, deliveries, maxd, tl, 'rescuer', KEYS[4], KEYS[5], KEYS[6],
+                    ARGV[4], ARGV[5])
         buried = buried + 1
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, S.dead, worker, lkey
       else

@@ -57,11 +57,8 @@ for _, id in ipairs(ids) do
     tl_add(tl, now, 'swept', 'sweeper', {worker = f[1] or '', delivery = deliveries,
                                          outcome = deliveries >= maxd and S.dead or S.ready})
     if deliveries >= maxd then
-      local reason = 'delivered ' .. deliveries .. ' times and never finished: its worker died or ' ..
-                     'hung each time (poison job; limit ' .. maxd .. ' deliveries)'
-      bury_job(key, id, now, reason, 'poison: worker died or hung on every delivery',
-               KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
-      tl_add(tl, now, 'buried', 'sweeper', {reason = reason, kind = 'poison'})
+      bury_poison(key, id, now, deliveries, maxd, tl, 'sweeper', KEYS[3], KEYS[4], KEYS[5],
+                  ARGV[4], ARGV[5])
       buried = buried + 1
       out[#out + 1] = id
       out[#out + 1] = S.dead
